@@ -1,0 +1,736 @@
+#include "transport/shm_channel.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+
+namespace revenant {
+namespace transport {
+namespace shm_internal {
+
+constexpr size_t kPage = 4096;
+
+struct ChannelHeader {
+  std::atomic<uint64_t> magic;  // Written last by the client.
+  uint32_t layout_version;
+  uint32_t header_size;  // sizeof(ChannelHeader)
+  uint64_t total_size;
+  uint64_t ring_capacity;
+  uint64_t ring_ctrl_offset;
+  uint64_t ring_data_offset;
+  uint64_t cb_capacity;
+  uint64_t cb_ctrl_offset;
+  uint64_t cb_data_offset;
+  uint32_t reply_slots;
+  uint32_t reply_data_size;
+  uint64_t slot_hdr_offset;
+  uint64_t slot_data_offset;
+  uint64_t staging_size;
+  uint64_t staging_offset;
+  std::atomic<uint32_t> client_pid;
+  std::atomic<uint32_t> server_pid;
+  std::atomic<uint32_t> server_epoch;
+  std::atomic<uint32_t> shutdown;
+  alignas(64) std::atomic<uint64_t> callbacks_done;
+  std::atomic<uint32_t> callbacks_done_futex;
+  std::atomic<uint32_t> callbacks_waiting;
+};
+static_assert(sizeof(ChannelHeader) <= kPage, "header must fit its page");
+
+struct RingControl {
+  // Producer-owned.
+  alignas(64) std::atomic<uint64_t> head;
+  std::atomic<uint64_t> last_seq;
+  // Consumer-owned: everything before released_tail may be overwritten.
+  alignas(64) std::atomic<uint64_t> released_tail;
+  std::atomic<uint64_t> released_seq;
+  // Eventcount for "data available" (consumer sleeps).
+  alignas(64) std::atomic<uint32_t> data_futex;
+  std::atomic<uint32_t> consumer_waiting;
+  // Eventcount for "space available" (producer sleeps).
+  alignas(64) std::atomic<uint32_t> space_futex;
+  std::atomic<uint32_t> producer_waiting;
+};
+static_assert(sizeof(RingControl) <= kPage, "ring control must fit its page");
+
+struct ReplySlotHeader {
+  alignas(64) std::atomic<uint32_t> state;  // Futex word, bumped per post.
+  std::atomic<uint32_t> waiting;
+  std::atomic<uint64_t> seq;  // The request this reply answers.
+  uint32_t status;
+  uint32_t length;
+};
+static_assert(sizeof(ReplySlotHeader) == 64, "one cache line per slot");
+static_assert(std::atomic<uint64_t>::is_always_lock_free &&
+                  std::atomic<uint32_t>::is_always_lock_free,
+              "shared atomics must be lock-free");
+
+struct Mapping {
+  char* base = nullptr;
+  size_t size = 0;
+  int fd = -1;
+  ~Mapping() {
+    if (base != nullptr) munmap(base, size);
+    if (fd >= 0) close(fd);
+  }
+  ChannelHeader* header() { return reinterpret_cast<ChannelHeader*>(base); }
+  RingControl* ctrl(uint64_t off) {
+    return reinterpret_cast<RingControl*>(base + off);
+  }
+  ReplySlotHeader* slot(int i) {
+    return reinterpret_cast<ReplySlotHeader*>(base +
+                                              header()->slot_hdr_offset) +
+           i;
+  }
+};
+
+namespace {
+
+size_t AlignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+bool IsPow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+// Fills every size and offset field of `h` from the sizes already in it.
+void ComputeLayout(ChannelHeader* h) {
+  size_t off = kPage;
+  h->ring_ctrl_offset = off;
+  off += kPage;
+  h->ring_data_offset = off;
+  off += AlignUp(h->ring_capacity, kPage);
+  h->cb_ctrl_offset = off;
+  off += kPage;
+  h->cb_data_offset = off;
+  off += AlignUp(h->cb_capacity, kPage);
+  h->slot_hdr_offset = off;
+  off += AlignUp(size_t{h->reply_slots} * sizeof(ReplySlotHeader), kPage);
+  h->slot_data_offset = off;
+  off += AlignUp(size_t{h->reply_slots} * h->reply_data_size, kPage);
+  h->staging_offset = off;
+  off += AlignUp(h->staging_size, kPage);
+  h->total_size = off;
+}
+
+long Futex(std::atomic<uint32_t>* word, int op, uint32_t val,
+           const struct timespec* timeout) {
+  // No FUTEX_PRIVATE_FLAG: the word lives in a MAP_SHARED mapping and the
+  // waker is another process.
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, val,
+                 timeout, nullptr, 0);
+}
+
+void Wake(std::atomic<uint32_t>* word) {
+  word->fetch_add(1, std::memory_order_seq_cst);
+  Futex(word, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+// Second half of the eventcount: called after the publishing store.
+void WakeIfWaiting(std::atomic<uint32_t>* word,
+                   std::atomic<uint32_t>* waiting) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (waiting->load(std::memory_order_seq_cst) != 0) Wake(word);
+}
+
+inline void CpuPause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+constexpr int kSpinIterations = 200;
+constexpr int kYieldIterations = 4;
+constexpr absl::Duration kMaxSleepSlice = absl::Milliseconds(50);
+
+// Waits until ready() holds: spin, yield, then futex sleeps in slices so a
+// dead-peer flag is noticed even without a wake.
+template <typename Ready>
+absl::Status WaitFor(Ready&& ready, std::atomic<uint32_t>* futex_word,
+                     std::atomic<uint32_t>* waiting, absl::Time deadline,
+                     const std::atomic<bool>* dead, const char* what) {
+  for (int i = 0; i < kSpinIterations + kYieldIterations; ++i) {
+    if (ready()) return absl::OkStatus();
+    if (dead->load(std::memory_order_relaxed)) break;
+    if (i < kSpinIterations) {
+      CpuPause();
+    } else {
+      sched_yield();
+    }
+  }
+  while (true) {
+    if (ready()) return absl::OkStatus();
+    if (dead->load(std::memory_order_acquire)) {
+      return absl::UnavailableError(
+          absl::StrCat("peer marked dead while waiting for ", what));
+    }
+    absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("deadline exceeded waiting for ", what));
+    }
+    uint32_t v = futex_word->load(std::memory_order_seq_cst);
+    waiting->fetch_add(1, std::memory_order_seq_cst);
+    if (!ready() && !dead->load(std::memory_order_seq_cst)) {
+      struct timespec ts = absl::ToTimespec(
+          std::min(deadline - now, kMaxSleepSlice));
+      Futex(futex_word, FUTEX_WAIT, v, &ts);
+    }
+    waiting->fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+}  // namespace
+}  // namespace shm_internal
+
+using shm_internal::ChannelHeader;
+using shm_internal::Mapping;
+using shm_internal::ReplySlotHeader;
+using shm_internal::RingControl;
+
+// ---------------------------------------------------------------- RecordWriter
+
+RecordWriter::RecordWriter(RecordWriter&& other) noexcept
+    : ring_(std::exchange(other.ring_, nullptr)),
+      header_(other.header_),
+      body_size_(other.body_size_),
+      new_head_(other.new_head_) {}
+
+RecordWriter& RecordWriter::operator=(RecordWriter&& other) noexcept {
+  if (this != &other) {
+    if (ring_ != nullptr) ring_->Abandon();
+    ring_ = std::exchange(other.ring_, nullptr);
+    header_ = other.header_;
+    body_size_ = other.body_size_;
+    new_head_ = other.new_head_;
+  }
+  return *this;
+}
+
+RecordWriter::~RecordWriter() {
+  if (ring_ != nullptr) ring_->Abandon();
+}
+
+// ---------------------------------------------------------------- RingProducer
+
+RingProducer::RingProducer(RingControl* ctrl, char* data, size_t capacity,
+                           const std::atomic<bool>* peer_dead)
+    : ctrl_(ctrl), data_(data), capacity_(capacity), peer_dead_(peer_dead) {}
+
+absl::StatusOr<RecordWriter> RingProducer::BeginRecord(uint32_t body_size,
+                                                       absl::Time deadline) {
+  if (body_size > capacity_ / 4) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "record body of %u bytes exceeds the limit of %u (ring capacity / 4);"
+        " chunk it",
+        body_size, capacity_ / 4));
+  }
+  // Take the producer token without holding mu_ while writing, so that
+  // other producers can honour their own deadlines.
+  {
+    absl::MutexLock lock(&mu_);
+    auto free_or_dead = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !busy_ || peer_dead_->load();
+    };
+    while (!free_or_dead()) {
+      absl::Time now = absl::Now();
+      if (now >= deadline) {
+        return absl::DeadlineExceededError(
+            "deadline exceeded waiting for the ring's producer token");
+      }
+      mu_.AwaitWithDeadline(absl::Condition(&free_or_dead),
+                            std::min(deadline, now + absl::Milliseconds(50)));
+    }
+    if (peer_dead_->load()) {
+      return absl::UnavailableError("peer marked dead");
+    }
+    busy_ = true;
+  }
+
+  const uint64_t total = (sizeof(RecordHeader) + body_size + 7) & ~uint64_t{7};
+  const uint64_t head = ctrl_->head.load(std::memory_order_relaxed);
+  const uint64_t idx = head & (capacity_ - 1);
+  const uint64_t rem = capacity_ - idx;
+  // Records never wrap: skip the rest of the ring first.
+  const uint64_t pad = total > rem ? rem : 0;
+  const uint64_t need = pad + total;
+  absl::Status st = shm_internal::WaitFor(
+      [&] {
+        return head + need -
+                   ctrl_->released_tail.load(std::memory_order_acquire) <=
+               capacity_;
+      },
+      &ctrl_->space_futex, &ctrl_->producer_waiting, deadline, peer_dead_,
+      "ring space");
+  if (!st.ok()) {
+    Abandon();
+    return st;
+  }
+  if (pad >= sizeof(RecordHeader)) {
+    auto* p = reinterpret_cast<RecordHeader*>(data_ + idx);
+    p->size = static_cast<uint32_t>(pad);
+    p->api_id = kPaddingApiId;
+    p->flags = 0;
+    p->seq = 0;
+    p->reply_slot = -1;
+    p->body_crc_or_reserved = 0;
+  }
+  auto* h =
+      reinterpret_cast<RecordHeader*>(data_ + ((head + pad) & (capacity_ - 1)));
+  h->size = static_cast<uint32_t>(total);
+  h->api_id = 0;
+  h->flags = 0;
+  h->seq = 0;
+  h->reply_slot = -1;
+  h->body_crc_or_reserved = 0;
+  return RecordWriter(this, h, body_size, head + need);
+}
+
+uint64_t RingProducer::Commit(RecordWriter&& writer) {
+  if (writer.ring_ != this) {
+    REVENANT_LOG(ERROR, "transport") << "Commit of a writer of another ring";
+    return 0;
+  }
+  const uint64_t seq = ctrl_->last_seq.load(std::memory_order_relaxed) + 1;
+  writer.header_->seq = seq;
+  writer.header_->size =
+      static_cast<uint32_t>((sizeof(RecordHeader) + writer.body_size_ + 7) &
+                            ~uint64_t{7});
+  ctrl_->last_seq.store(seq, std::memory_order_relaxed);
+  ctrl_->head.store(writer.new_head_, std::memory_order_seq_cst);
+  shm_internal::WakeIfWaiting(&ctrl_->data_futex, &ctrl_->consumer_waiting);
+  writer.ring_ = nullptr;
+  Abandon();  // Returns the producer token.
+  return seq;
+}
+
+void RingProducer::Abandon() {
+  absl::MutexLock lock(&mu_);
+  busy_ = false;
+}
+
+void RingProducer::WakeAll() {
+  shm_internal::Wake(&ctrl_->space_futex);
+  absl::MutexLock lock(&mu_);  // Re-evaluates AwaitWithDeadline conditions.
+}
+
+// ---------------------------------------------------------------- RingConsumer
+
+RingConsumer::RingConsumer(RingControl* ctrl, char* data, size_t capacity,
+                           const std::atomic<bool>* peer_dead)
+    : ctrl_(ctrl), data_(data), capacity_(capacity), peer_dead_(peer_dead) {
+  ResetReadCursorToReleased();
+}
+
+absl::StatusOr<const RecordHeader*> RingConsumer::Current() {
+  const uint64_t head = ctrl_->head.load(std::memory_order_acquire);
+  while (read_pos_ < head) {
+    const uint64_t idx = read_pos_ & (capacity_ - 1);
+    const uint64_t rem = capacity_ - idx;
+    if (rem < sizeof(RecordHeader)) {  // Implicit padding.
+      read_pos_ += rem;
+      continue;
+    }
+    const auto* h = reinterpret_cast<const RecordHeader*>(data_ + idx);
+    if (h->size < sizeof(RecordHeader) || h->size % 8 != 0 || h->size > rem ||
+        read_pos_ + h->size > head) {
+      return absl::DataLossError(absl::StrFormat(
+          "malformed ring record at position %u: size %u", read_pos_,
+          h->size));
+    }
+    if (h->api_id == kPaddingApiId && h->seq == 0) {
+      read_pos_ += h->size;
+      continue;
+    }
+    return h;
+  }
+  return static_cast<const RecordHeader*>(nullptr);
+}
+
+absl::StatusOr<const RecordHeader*> RingConsumer::TryPeek() {
+  return Current();
+}
+
+absl::StatusOr<const RecordHeader*> RingConsumer::Peek(absl::Time deadline) {
+  absl::StatusOr<const RecordHeader*> result;
+  absl::Status st = shm_internal::WaitFor(
+      [&] {
+        result = Current();
+        return !result.ok() || *result != nullptr;
+      },
+      &ctrl_->data_futex, &ctrl_->consumer_waiting, deadline, peer_dead_,
+      "a ring record");
+  if (!st.ok()) return st;
+  return result;
+}
+
+void RingConsumer::Advance() {
+  absl::StatusOr<const RecordHeader*> r = Current();
+  if (!r.ok() || *r == nullptr) return;
+  read_pos_ += (*r)->size;
+  pending_.emplace_back((*r)->seq, read_pos_);
+}
+
+void RingConsumer::Release(uint64_t seq) {
+  bool any = false;
+  uint64_t end = 0, last = 0;
+  while (!pending_.empty() && pending_.front().first <= seq) {
+    last = pending_.front().first;
+    end = pending_.front().second;
+    pending_.pop_front();
+    any = true;
+  }
+  if (!any) return;
+  ctrl_->released_seq.store(last, std::memory_order_relaxed);
+  ctrl_->released_tail.store(end, std::memory_order_seq_cst);
+  shm_internal::WakeIfWaiting(&ctrl_->space_futex, &ctrl_->producer_waiting);
+}
+
+void RingConsumer::ResetReadCursorToReleased() {
+  read_pos_ = ctrl_->released_tail.load(std::memory_order_acquire);
+  pending_.clear();
+}
+
+absl::Status RingConsumer::SkipThrough(uint64_t seq) {
+  while (true) {
+    absl::StatusOr<const RecordHeader*> r = Current();
+    if (!r.ok()) return r.status();
+    if (*r == nullptr || (*r)->seq > seq) return absl::OkStatus();
+    Advance();
+  }
+}
+
+uint64_t RingConsumer::released_seq() const {
+  return ctrl_->released_seq.load(std::memory_order_acquire);
+}
+
+void RingConsumer::WakeAll() { shm_internal::Wake(&ctrl_->data_futex); }
+
+// ---------------------------------------------------------------- Client
+
+absl::StatusOr<std::unique_ptr<ShmClientChannel>> ShmClientChannel::Create(
+    const std::string& path, const ChannelOptions& options) {
+  if (!shm_internal::IsPow2(options.ring_capacity) ||
+      options.ring_capacity < shm_internal::kPage ||
+      options.ring_capacity > (uint64_t{1} << 32) ||
+      !shm_internal::IsPow2(options.callback_ring_capacity) ||
+      options.callback_ring_capacity < shm_internal::kPage ||
+      options.callback_ring_capacity > (uint64_t{1} << 32)) {
+    return absl::InvalidArgumentError(
+        "ring capacities must be powers of two in [4096, 4 GiB]");
+  }
+  if (options.reply_slots == 0 || options.reply_data_size % 64 != 0) {
+    return absl::InvalidArgumentError(
+        "need >= 1 reply slot and reply_data_size a multiple of 64");
+  }
+  ChannelHeader layout{};
+  layout.ring_capacity = options.ring_capacity;
+  layout.cb_capacity = options.callback_ring_capacity;
+  layout.reply_slots = options.reply_slots;
+  layout.reply_data_size = options.reply_data_size;
+  layout.staging_size = options.staging_size;
+  shm_internal::ComputeLayout(&layout);
+
+  auto map = std::make_unique<Mapping>();
+  map->fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (map->fd < 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("create ", path));
+  }
+  auto fail = [&](const char* what) {
+    absl::Status st = absl::ErrnoToStatus(errno, absl::StrCat(what, " ", path));
+    unlink(path.c_str());
+    return st;
+  };
+  if (ftruncate(map->fd, static_cast<off_t>(layout.total_size)) != 0) {
+    return fail("ftruncate");
+  }
+  void* base = mmap(nullptr, layout.total_size, PROT_READ | PROT_WRITE,
+                    MAP_SHARED, map->fd, 0);
+  if (base == MAP_FAILED) return fail("mmap");
+  map->base = static_cast<char*>(base);
+  map->size = layout.total_size;
+
+  // The file is zero-filled, which is the initial state of every atomic.
+  ChannelHeader* h = map->header();
+  h->layout_version = kChannelLayoutVersion;
+  h->header_size = sizeof(ChannelHeader);
+  h->total_size = layout.total_size;
+  h->ring_capacity = layout.ring_capacity;
+  h->ring_ctrl_offset = layout.ring_ctrl_offset;
+  h->ring_data_offset = layout.ring_data_offset;
+  h->cb_capacity = layout.cb_capacity;
+  h->cb_ctrl_offset = layout.cb_ctrl_offset;
+  h->cb_data_offset = layout.cb_data_offset;
+  h->reply_slots = layout.reply_slots;
+  h->reply_data_size = layout.reply_data_size;
+  h->slot_hdr_offset = layout.slot_hdr_offset;
+  h->slot_data_offset = layout.slot_data_offset;
+  h->staging_size = layout.staging_size;
+  h->staging_offset = layout.staging_offset;
+  h->client_pid.store(static_cast<uint32_t>(getpid()));
+  // Published last: a server that sees the magic sees the whole header.
+  h->magic.store(kChannelMagic, std::memory_order_release);
+
+  std::unique_ptr<ShmClientChannel> ch(new ShmClientChannel());
+  ch->path_ = path;
+  ch->unlink_on_close_ = options.unlink_on_close;
+  ch->requests_ = std::make_unique<RingProducer>(
+      map->ctrl(h->ring_ctrl_offset), map->base + h->ring_data_offset,
+      h->ring_capacity, &ch->peer_dead_);
+  ch->callbacks_ = std::make_unique<RingConsumer>(
+      map->ctrl(h->cb_ctrl_offset), map->base + h->cb_data_offset,
+      h->cb_capacity, &ch->peer_dead_);
+  {
+    absl::MutexLock lock(&ch->slots_mu_);
+    for (int i = static_cast<int>(h->reply_slots) - 1; i >= 0; --i) {
+      ch->free_slots_.push_back(i);
+    }
+  }
+  ch->map_ = std::move(map);
+  return ch;
+}
+
+ShmClientChannel::~ShmClientChannel() {
+  if (unlink_on_close_ && !path_.empty()) unlink(path_.c_str());
+}
+
+absl::StatusOr<int> ShmClientChannel::AcquireReplySlot(absl::Time deadline) {
+  int slot = -1;
+  {
+    absl::MutexLock lock(&slots_mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(slots_mu_) {
+      return !free_slots_.empty() || peer_dead_.load();
+    };
+    while (!ready()) {
+      absl::Time now = absl::Now();
+      if (now >= deadline) {
+        return absl::DeadlineExceededError("all reply slots are in use");
+      }
+      slots_mu_.AwaitWithDeadline(
+          absl::Condition(&ready),
+          std::min(deadline, now + absl::Milliseconds(50)));
+    }
+    if (peer_dead_.load()) return absl::UnavailableError("peer marked dead");
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  map_->slot(slot)->seq.store(0, std::memory_order_release);
+  return slot;
+}
+
+void ShmClientChannel::ReleaseReplySlot(int slot) {
+  if (slot < 0 || slot >= static_cast<int>(map_->header()->reply_slots)) return;
+  absl::MutexLock lock(&slots_mu_);
+  free_slots_.push_back(slot);
+}
+
+absl::StatusOr<ReplyView> ShmClientChannel::WaitReply(int slot, uint64_t seq,
+                                                       absl::Time deadline) {
+  ChannelHeader* h = map_->header();
+  if (slot < 0 || slot >= static_cast<int>(h->reply_slots)) {
+    return absl::InvalidArgumentError(absl::StrCat("bad reply slot ", slot));
+  }
+  ReplySlotHeader* s = map_->slot(slot);
+  absl::Status st = shm_internal::WaitFor(
+      [&] { return s->seq.load(std::memory_order_acquire) == seq; },
+      &s->state, &s->waiting, deadline, &peer_dead_, "a reply");
+  if (!st.ok()) return st;
+  ReplyView view;
+  view.status = s->status;
+  view.length = std::min(s->length, h->reply_data_size);
+  view.data = map_->base + h->slot_data_offset +
+              size_t{h->reply_data_size} * static_cast<size_t>(slot);
+  return view;
+}
+
+void ShmClientChannel::PostCallbackDone() {
+  ChannelHeader* h = map_->header();
+  h->callbacks_done.fetch_add(1, std::memory_order_seq_cst);
+  shm_internal::WakeIfWaiting(&h->callbacks_done_futex, &h->callbacks_waiting);
+}
+
+char* ShmClientChannel::staging() {
+  return map_->base + map_->header()->staging_offset;
+}
+size_t ShmClientChannel::staging_size() const {
+  return map_->header()->staging_size;
+}
+
+void ShmClientChannel::MarkPeerDead() {
+  peer_dead_.store(true, std::memory_order_seq_cst);
+  requests_->WakeAll();
+  callbacks_->WakeAll();
+  for (uint32_t i = 0; i < map_->header()->reply_slots; ++i) {
+    shm_internal::Wake(&map_->slot(static_cast<int>(i))->state);
+  }
+  absl::MutexLock lock(&slots_mu_);
+}
+
+uint32_t ShmClientChannel::server_pid() const {
+  return map_->header()->server_pid.load();
+}
+uint32_t ShmClientChannel::server_epoch() const {
+  return map_->header()->server_epoch.load();
+}
+void ShmClientChannel::SetShutdown() { map_->header()->shutdown.store(1); }
+
+// ---------------------------------------------------------------- Server
+
+absl::StatusOr<std::unique_ptr<ShmServerChannel>> ShmServerChannel::Attach(
+    const std::string& path) {
+  auto map = std::make_unique<Mapping>();
+  map->fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (map->fd < 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("open ", path));
+  }
+  struct stat sb;
+  if (fstat(map->fd, &sb) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("fstat ", path));
+  }
+  const size_t file_size = static_cast<size_t>(sb.st_size);
+  if (file_size < shm_internal::kPage) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "channel file %s is %u bytes, smaller than its header page", path,
+        file_size));
+  }
+  void* base = mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                    map->fd, 0);
+  if (base == MAP_FAILED) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("mmap ", path));
+  }
+  map->base = static_cast<char*>(base);
+  map->size = file_size;
+
+  ChannelHeader* h = map->header();
+  const uint64_t magic = h->magic.load(std::memory_order_acquire);
+  if (magic != kChannelMagic) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "channel file %s: bad magic 0x%016x (expected 0x%016x)", path, magic,
+        kChannelMagic));
+  }
+  if (h->layout_version != kChannelLayoutVersion ||
+      h->header_size != sizeof(ChannelHeader)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "channel file %s: layout version %u / header size %u, this agent "
+        "speaks version %u / header size %u",
+        path, h->layout_version, h->header_size, kChannelLayoutVersion,
+        sizeof(ChannelHeader)));
+  }
+  ChannelHeader expect{};
+  expect.ring_capacity = h->ring_capacity;
+  expect.cb_capacity = h->cb_capacity;
+  expect.reply_slots = h->reply_slots;
+  expect.reply_data_size = h->reply_data_size;
+  expect.staging_size = h->staging_size;
+  shm_internal::ComputeLayout(&expect);
+  if (!shm_internal::IsPow2(h->ring_capacity) ||
+      !shm_internal::IsPow2(h->cb_capacity) ||
+      h->total_size != expect.total_size || h->total_size != file_size ||
+      h->ring_ctrl_offset != expect.ring_ctrl_offset ||
+      h->ring_data_offset != expect.ring_data_offset ||
+      h->cb_ctrl_offset != expect.cb_ctrl_offset ||
+      h->cb_data_offset != expect.cb_data_offset ||
+      h->slot_hdr_offset != expect.slot_hdr_offset ||
+      h->slot_data_offset != expect.slot_data_offset ||
+      h->staging_offset != expect.staging_offset) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "channel file %s: inconsistent sizes (file %u bytes, header says %u, "
+        "layout gives %u)",
+        path, file_size, h->total_size, expect.total_size));
+  }
+
+  std::unique_ptr<ShmServerChannel> ch(new ShmServerChannel());
+  ch->requests_ = std::make_unique<RingConsumer>(
+      map->ctrl(h->ring_ctrl_offset), map->base + h->ring_data_offset,
+      h->ring_capacity, &ch->peer_dead_);
+  ch->callbacks_ = std::make_unique<RingProducer>(
+      map->ctrl(h->cb_ctrl_offset), map->base + h->cb_data_offset,
+      h->cb_capacity, &ch->peer_dead_);
+  h->server_pid.store(static_cast<uint32_t>(getpid()));
+  h->server_epoch.fetch_add(1);
+  ch->map_ = std::move(map);
+  return ch;
+}
+
+ShmServerChannel::~ShmServerChannel() = default;
+
+char* ShmServerChannel::ReplyBuffer(int slot) {
+  ChannelHeader* h = map_->header();
+  if (slot < 0 || slot >= static_cast<int>(h->reply_slots)) return nullptr;
+  return map_->base + h->slot_data_offset +
+         size_t{h->reply_data_size} * static_cast<size_t>(slot);
+}
+
+uint32_t ShmServerChannel::reply_data_size() const {
+  return map_->header()->reply_data_size;
+}
+uint32_t ShmServerChannel::reply_slots() const {
+  return map_->header()->reply_slots;
+}
+
+void ShmServerChannel::PostReply(int slot, uint64_t seq, uint32_t status,
+                                 uint32_t len) {
+  ChannelHeader* h = map_->header();
+  if (slot < 0 || slot >= static_cast<int>(h->reply_slots)) {
+    REVENANT_LOG(ERROR, "transport") << "PostReply to bad slot " << slot;
+    return;
+  }
+  ReplySlotHeader* s = map_->slot(slot);
+  s->status = status;
+  s->length = std::min(len, h->reply_data_size);
+  s->seq.store(seq, std::memory_order_seq_cst);
+  shm_internal::WakeIfWaiting(&s->state, &s->waiting);
+}
+
+absl::Status ShmServerChannel::WaitCallbacksDone(uint64_t count,
+                                                 absl::Time deadline) {
+  ChannelHeader* h = map_->header();
+  return shm_internal::WaitFor(
+      [&] { return h->callbacks_done.load(std::memory_order_acquire) >= count; },
+      &h->callbacks_done_futex, &h->callbacks_waiting, deadline, &peer_dead_,
+      "callback completions");
+}
+
+uint64_t ShmServerChannel::callbacks_done() const {
+  return map_->header()->callbacks_done.load();
+}
+
+char* ShmServerChannel::staging() {
+  return map_->base + map_->header()->staging_offset;
+}
+size_t ShmServerChannel::staging_size() const {
+  return map_->header()->staging_size;
+}
+
+void ShmServerChannel::MarkPeerDead() {
+  peer_dead_.store(true, std::memory_order_seq_cst);
+  requests_->WakeAll();
+  callbacks_->WakeAll();
+  shm_internal::Wake(&map_->header()->callbacks_done_futex);
+}
+
+uint32_t ShmServerChannel::client_pid() const {
+  return map_->header()->client_pid.load();
+}
+uint32_t ShmServerChannel::server_epoch() const {
+  return map_->header()->server_epoch.load();
+}
+bool ShmServerChannel::shutdown_requested() const {
+  return map_->header()->shutdown.load() != 0;
+}
+
+}  // namespace transport
+}  // namespace revenant
