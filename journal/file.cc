@@ -1,0 +1,207 @@
+#include "journal/file.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace revenant {
+namespace journal {
+namespace {
+
+class PosixWritableFile : public WritableFile {
+ public:
+  PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixWritableFile() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  absl::Status Append(absl::string_view data) override {
+    const char* p = data.data();
+    size_t left = data.size();
+    while (left > 0) {
+      ssize_t n = ::write(fd_, p, left);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return PosixError(absl::StrCat("write ", path_), errno);
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Sync() override {
+    if (::fdatasync(fd_) != 0) return PosixError(absl::StrCat("fdatasync ", path_), errno);
+    return absl::OkStatus();
+  }
+
+  absl::Status Close() override {
+    if (fd_ < 0) return absl::OkStatus();
+    int rc = ::close(fd_);
+    fd_ = -1;
+    if (rc != 0) return PosixError(absl::StrCat("close ", path_), errno);
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string path_;
+  int fd_;
+};
+
+class PosixSequentialFile : public SequentialFile {
+ public:
+  PosixSequentialFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixSequentialFile() override { ::close(fd_); }
+
+  absl::Status Read(size_t n, std::string* scratch, absl::string_view* result) override {
+    scratch->resize(n);
+    size_t got = 0;
+    while (got < n) {
+      ssize_t r = ::read(fd_, &(*scratch)[got], n - got);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        *result = absl::string_view();
+        return PosixError(absl::StrCat("read ", path_), errno);
+      }
+      if (r == 0) break;
+      got += static_cast<size_t>(r);
+    }
+    scratch->resize(got);
+    *result = *scratch;
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string path_;
+  const int fd_;
+};
+
+}  // namespace
+
+absl::Status PosixError(const std::string& context, int err) {
+  std::string msg = absl::StrCat(context, ": ", strerror(err));
+  switch (err) {
+    case ENOENT:
+      return absl::NotFoundError(msg);
+    case EEXIST:
+      return absl::AlreadyExistsError(msg);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(msg);
+    case ENOSPC:
+      return absl::ResourceExhaustedError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return PosixError(absl::StrCat("open ", path), errno);
+  return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
+}
+
+absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return PosixError(absl::StrCat("open ", path), errno);
+  return std::unique_ptr<SequentialFile>(new PosixSequentialFile(path, fd));
+}
+
+absl::Status ReadFileRange(int fd, uint64_t offset, size_t n, std::string* out) {
+  out->resize(n);
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::pread(fd, &(*out)[got], n - got, static_cast<off_t>(offset + got));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return PosixError("pread", errno);
+    }
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  if (got < n) {
+    out->resize(got);
+    return absl::OutOfRangeError(absl::StrCat("only ", got, " of ", n, " bytes at offset ",
+                                              offset));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> FileSize(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return PosixError(absl::StrCat("stat ", path), errno);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+absl::Status RenameFile(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return PosixError(absl::StrCat("rename ", from, " -> ", to), errno);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoveFile(const std::string& path) {
+  if (::unlink(path.c_str()) != 0) return PosixError(absl::StrCat("unlink ", path), errno);
+  return absl::OkStatus();
+}
+
+absl::Status CreateDirs(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("empty directory path");
+  std::string partial;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = path.find('/', pos + 1);
+    partial = path.substr(0, pos);
+    if (partial.empty()) continue;
+    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+      return PosixError(absl::StrCat("mkdir ", partial), errno);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path) {
+  DIR* dir = ::opendir(path.c_str());
+  if (dir == nullptr) return PosixError(absl::StrCat("opendir ", path), errno);
+  std::vector<std::string> names;
+  while (struct dirent* e = ::readdir(dir)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+absl::Status ReadFileToString(const std::string& path, std::string* out) {
+  auto file = NewSequentialFile(path);
+  if (!file.ok()) return file.status();
+  out->clear();
+  std::string scratch;
+  absl::string_view chunk;
+  do {
+    absl::Status s = (*file)->Read(1 << 16, &scratch, &chunk);
+    if (!s.ok()) return s;
+    out->append(chunk.data(), chunk.size());
+  } while (!chunk.empty());
+  return absl::OkStatus();
+}
+
+absl::Status WriteStringToFile(const std::string& path, absl::string_view data) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return PosixError(absl::StrCat("open ", path), errno);
+  PosixWritableFile file(path, fd);
+  absl::Status s = file.Append(data);
+  absl::Status c = file.Close();
+  return s.ok() ? c : s;
+}
+
+}  // namespace journal
+}  // namespace revenant

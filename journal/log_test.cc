@@ -1,0 +1,463 @@
+// Tests of the journal's physical framing: every reader error path, with
+// byte surgery on an in-memory log (modeled on LevelDB's log_test).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "journal/crc32c.h"
+#include "journal/log_format.h"
+#include "journal/log_reader.h"
+#include "journal/log_writer.h"
+
+namespace revenant {
+namespace journal {
+namespace log {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Constructs a string of `n` bytes by repeating `partial_string`.
+std::string BigString(const std::string& partial_string, size_t n) {
+  std::string result;
+  while (result.size() < n) result.append(partial_string);
+  result.resize(n);
+  return result;
+}
+
+std::string NumberString(int n) { return absl::StrCat(n, "."); }
+
+// A pseudo-random length for record i (fixed formula: deterministic).
+std::string RandomSkewedString(int i) {
+  uint32_t x = static_cast<uint32_t>(i) * 2654435761u + 301;
+  return BigString(NumberString(i), x % 17 == 0 ? (x >> 7) % 70000 : (x >> 9) % 300);
+}
+
+class StringDest : public WritableFile {
+ public:
+  absl::Status Append(absl::string_view data) override {
+    if (fail_) return absl::InternalError("injected write failure");
+    contents_.append(data.data(), data.size());
+    return absl::OkStatus();
+  }
+  absl::Status Sync() override { return absl::OkStatus(); }
+  absl::Status Close() override { return absl::OkStatus(); }
+
+  std::string contents_;
+  bool fail_ = false;
+};
+
+class StringSource : public SequentialFile {
+ public:
+  absl::Status Read(size_t n, std::string* scratch, absl::string_view* result) override {
+    if (pos_ >= contents_.size()) {
+      *result = absl::string_view();
+      return absl::OkStatus();
+    }
+    n = std::min(n, contents_.size() - pos_);
+    scratch->assign(contents_, pos_, n);
+    pos_ += n;
+    *result = *scratch;
+    return absl::OkStatus();
+  }
+
+  std::string contents_;
+  size_t pos_ = 0;
+};
+
+class ReportCollector : public Reader::Reporter {
+ public:
+  void Corruption(size_t bytes, const absl::Status& status) override {
+    dropped_bytes_ += bytes;
+    message_.append(std::string(status.message()));
+  }
+  size_t dropped_bytes_ = 0;
+  std::string message_;
+};
+
+class LogTest : public ::testing::Test {
+ public:
+  LogTest() : writer_(new Writer(&dest_)) {}
+
+  void ReopenForAppend() { writer_.reset(new Writer(&dest_, dest_.contents_.size())); }
+
+  void Write(const std::string& msg) { ASSERT_TRUE(writer_->AddRecord(msg).ok()); }
+
+  size_t WrittenBytes() const { return dest_.contents_.size(); }
+
+  std::string Read() {
+    if (!reading_) {
+      reading_ = true;
+      source_.contents_ = dest_.contents_;
+      reader_.reset(new Reader(&source_, &report_));
+    }
+    std::string record;
+    if (reader_->ReadRecord(&record)) return record;
+    return "EOF";
+  }
+
+  void IncrementByte(int offset, int delta) { dest_.contents_[offset] += delta; }
+  void SetByte(int offset, char new_byte) { dest_.contents_[offset] = new_byte; }
+  void ShrinkSize(int bytes) { dest_.contents_.resize(dest_.contents_.size() - bytes); }
+
+  // Recomputes the checksum of the physical record at `header_offset` whose
+  // data is `len` bytes, so surgery on type or data is not caught by the CRC.
+  void FixChecksum(int header_offset, int len) {
+    uint32_t crc = crc32c::Value(&dest_.contents_[header_offset + 6], 1 + len);
+    crc = crc32c::Mask(crc);
+    for (int i = 0; i < 4; ++i) {
+      dest_.contents_[header_offset + i] = static_cast<char>((crc >> (8 * i)) & 0xff);
+    }
+  }
+
+  size_t DroppedBytes() const { return report_.dropped_bytes_; }
+  std::string ReportMessage() const { return report_.message_; }
+
+  // Returns OK iff recorded error message contains `msg`.
+  std::string MatchError(const std::string& msg) const {
+    if (report_.message_.find(msg) == std::string::npos) return report_.message_;
+    return "OK";
+  }
+
+ protected:
+  StringDest dest_;
+  StringSource source_;
+  ReportCollector report_;
+  bool reading_ = false;
+  std::unique_ptr<Writer> writer_;
+  std::unique_ptr<Reader> reader_;
+};
+
+TEST(Crc32cTest, StandardValues) {
+  EXPECT_EQ(0xE3069283u, crc32c::Value("123456789", 9));
+  char zeros[32] = {0};
+  EXPECT_EQ(0x8a9136aau, crc32c::Value(zeros, sizeof(zeros)));
+  EXPECT_EQ(crc32c::Value("hello world", 11),
+            crc32c::Extend(crc32c::Value("hello ", 6), "world", 5));
+  const uint32_t crc = crc32c::Value("foo", 3);
+  EXPECT_NE(crc, crc32c::Mask(crc));
+  EXPECT_NE(crc, crc32c::Mask(crc32c::Mask(crc)));
+  EXPECT_EQ(crc, crc32c::Unmask(crc32c::Mask(crc)));
+  EXPECT_EQ(crc, crc32c::Unmask(crc32c::Unmask(crc32c::Mask(crc32c::Mask(crc)))));
+}
+
+TEST_F(LogTest, Empty) { ASSERT_EQ("EOF", Read()); }
+
+TEST_F(LogTest, ReadWrite) {
+  Write("foo");
+  Write("bar");
+  Write("");
+  Write("xxxx");
+  ASSERT_EQ("foo", Read());
+  ASSERT_EQ("bar", Read());
+  ASSERT_EQ("", Read());
+  ASSERT_EQ("xxxx", Read());
+  ASSERT_EQ("EOF", Read());
+  ASSERT_EQ("EOF", Read());  // Make sure reads at eof work
+  EXPECT_EQ(0u, DroppedBytes());
+}
+
+TEST_F(LogTest, HeaderLayout) {
+  Write("foo");
+  ASSERT_EQ(kHeaderSize + 3, WrittenBytes());
+  EXPECT_EQ(3, dest_.contents_[4]);
+  EXPECT_EQ(0, dest_.contents_[5]);
+  EXPECT_EQ(kFullType, dest_.contents_[6]);
+  std::string typed = std::string(1, static_cast<char>(kFullType)) + "foo";
+  uint32_t stored = 0;
+  for (int i = 0; i < 4; ++i) {
+    stored |= static_cast<uint32_t>(static_cast<unsigned char>(dest_.contents_[i])) << (8 * i);
+  }
+  EXPECT_EQ(crc32c::Value(typed.data(), typed.size()), crc32c::Unmask(stored));
+}
+
+TEST_F(LogTest, ManyBlocks) {
+  for (int i = 0; i < 100000; i++) Write(NumberString(i));
+  for (int i = 0; i < 100000; i++) ASSERT_EQ(NumberString(i), Read());
+  ASSERT_EQ("EOF", Read());
+}
+
+TEST_F(LogTest, Fragmentation) {
+  Write("small");
+  Write(BigString("medium", 50000));
+  Write(BigString("large", 100000));
+  ASSERT_EQ("small", Read());
+  ASSERT_EQ(BigString("medium", 50000), Read());
+  ASSERT_EQ(BigString("large", 100000), Read());
+  ASSERT_EQ("EOF", Read());
+}
+
+TEST_F(LogTest, MarginalTrailer) {
+  // Make a trailer that is exactly the same length as an empty record.
+  const int n = kBlockSize - 2 * kHeaderSize;
+  Write(BigString("foo", n));
+  ASSERT_EQ(kBlockSize - kHeaderSize, WrittenBytes());
+  Write("");
+  Write("bar");
+  ASSERT_EQ(BigString("foo", n), Read());
+  ASSERT_EQ("", Read());
+  ASSERT_EQ("bar", Read());
+  ASSERT_EQ("EOF", Read());
+}
+
+TEST_F(LogTest, MarginalTrailer2) {
+  const int n = kBlockSize - 2 * kHeaderSize;
+  Write(BigString("foo", n));
+  ASSERT_EQ(kBlockSize - kHeaderSize, WrittenBytes());
+  Write("bar");
+  ASSERT_EQ(BigString("foo", n), Read());
+  ASSERT_EQ("bar", Read());
+  ASSERT_EQ("EOF", Read());
+  ASSERT_EQ(0u, DroppedBytes());
+  ASSERT_EQ("", ReportMessage());
+}
+
+TEST_F(LogTest, ShortTrailer) {
+  const int n = kBlockSize - 2 * kHeaderSize + 4;
+  Write(BigString("foo", n));
+  ASSERT_EQ(kBlockSize - kHeaderSize + 4, WrittenBytes());
+  Write("");
+  // The 3-byte tail was zero-filled and the next record starts a new block.
+  ASSERT_EQ(kBlockSize + kHeaderSize, WrittenBytes());
+  for (size_t i = kBlockSize - 3; i < kBlockSize; ++i) EXPECT_EQ(0, dest_.contents_[i]);
+  Write("bar");
+  ASSERT_EQ(BigString("foo", n), Read());
+  ASSERT_EQ("", Read());
+  ASSERT_EQ("bar", Read());
+  ASSERT_EQ("EOF", Read());
+  ASSERT_EQ(0u, DroppedBytes());
+}
+
+TEST_F(LogTest, AlignedEof) {
+  const int n = kBlockSize - 2 * kHeaderSize + 4;
+  Write(BigString("foo", n));
+  ASSERT_EQ(kBlockSize - kHeaderSize + 4, WrittenBytes());
+  ASSERT_EQ(BigString("foo", n), Read());
+  ASSERT_EQ("EOF", Read());
+}
+
+TEST_F(LogTest, OpenForAppend) {
+  Write("hello");
+  ReopenForAppend();
+  Write("world");
+  ASSERT_EQ("hello", Read());
+  ASSERT_EQ("world", Read());
+  ASSERT_EQ("EOF", Read());
+}
+
+TEST_F(LogTest, RandomRead) {
+  const int N = 500;
+  for (int i = 0; i < N; i++) Write(RandomSkewedString(i));
+  for (int i = 0; i < N; i++) ASSERT_EQ(RandomSkewedString(i), Read()) << "record " << i;
+  ASSERT_EQ("EOF", Read());
+}
+
+TEST_F(LogTest, StickyWriteError) {
+  Write("foo");
+  dest_.fail_ = true;
+  EXPECT_FALSE(writer_->AddRecord("bar").ok());
+  dest_.fail_ = false;
+  absl::Status s = writer_->AddRecord("baz");
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("injected write failure"));
+  ASSERT_EQ("foo", Read());
+  ASSERT_EQ("EOF", Read());
+}
+
+TEST_F(LogTest, BadRecordType) {
+  Write("foo");
+  // Type is stored in header[6]
+  IncrementByte(6, 100);
+  FixChecksum(0, 3);
+  ASSERT_EQ("EOF", Read());
+  ASSERT_EQ(3u, DroppedBytes());
+  ASSERT_EQ("OK", MatchError("unknown record type 101 at offset 0"));
+}
+
+TEST_F(LogTest, ZeroTypeIsCorruption) {
+  Write("foo");
+  SetByte(6, kZeroType);
+  FixChecksum(0, 3);
+  ASSERT_EQ("EOF", Read());
+  ASSERT_EQ(3u, DroppedBytes());
+  ASSERT_EQ("OK", MatchError("unknown record type 0"));
+}
+
+TEST_F(LogTest, TruncatedTrailingRecordIsIgnored) {
+  Write("foo");
+  ShrinkSize(4);  // Drop all payload as well as a header byte
+  ASSERT_EQ("EOF", Read());
+  // Truncated last record is ignored, not treated as an error.
+  ASSERT_EQ(0u, DroppedBytes());
+  ASSERT_EQ("", ReportMessage());
+}
+
+TEST_F(LogTest, BadLength) {
+  const int kPayloadSize = kBlockSize - kHeaderSize;
+  Write(BigString("bar", kPayloadSize));
+  Write("foo");
+  // Least significant size byte is stored in header[4].
+  IncrementByte(4, 1);
+  ASSERT_EQ("foo", Read());
+  ASSERT_EQ(kBlockSize, DroppedBytes());
+  ASSERT_EQ("OK", MatchError("bad record length at offset 0"));
+}
+
+TEST_F(LogTest, BadLengthAtEndIsIgnored) {
+  Write("foo");
+  ShrinkSize(1);
+  ASSERT_EQ("EOF", Read());
+  ASSERT_EQ(0u, DroppedBytes());
+  ASSERT_EQ("", ReportMessage());
+}
+
+TEST_F(LogTest, ChecksumMismatch) {
+  Write("foo");
+  IncrementByte(0, 10);
+  ASSERT_EQ("EOF", Read());
+  ASSERT_EQ(10u, DroppedBytes());
+  ASSERT_EQ("OK", MatchError("checksum mismatch at offset 0"));
+}
+
+TEST_F(LogTest, ChecksumMismatchDropsRestOfBlockOnly) {
+  Write("foo");
+  Write("bar");
+  Write(BigString("x", kBlockSize));  // Spills into the second block.
+  Write("next-block");
+  IncrementByte(kHeaderSize + 3 + kHeaderSize, 1);  // data of "bar"
+  ASSERT_EQ("foo", Read());
+  // The rest of block 0 (bar and the FIRST fragment) is dropped; the LAST
+  // fragment in block 1 has no start.
+  ASSERT_EQ("next-block", Read());
+  ASSERT_EQ("EOF", Read());
+  ASSERT_EQ("OK", MatchError("checksum mismatch at offset 10"));
+  ASSERT_EQ("OK", MatchError("missing start of fragmented record"));
+  // Rest of block 0 from "bar" (offset 10) plus the 27 data bytes of the
+  // orphaned LAST fragment in block 1.
+  ASSERT_EQ(kBlockSize - 10 + 27, DroppedBytes());
+}
+
+TEST_F(LogTest, UnexpectedMiddleType) {
+  Write("foo");
+  SetByte(6, kMiddleType);
+  FixChecksum(0, 3);
+  ASSERT_EQ("EOF", Read());
+  ASSERT_EQ(3u, DroppedBytes());
+  ASSERT_EQ("OK", MatchError("missing start of fragmented record (MIDDLE) at offset 0"));
+}
+
+TEST_F(LogTest, UnexpectedLastType) {
+  Write("foo");
+  SetByte(6, kLastType);
+  FixChecksum(0, 3);
+  ASSERT_EQ("EOF", Read());
+  ASSERT_EQ(3u, DroppedBytes());
+  ASSERT_EQ("OK", MatchError("missing start"));
+}
+
+TEST_F(LogTest, UnexpectedFullType) {
+  Write("foo");
+  Write("bar");
+  SetByte(6, kFirstType);
+  FixChecksum(0, 3);
+  ASSERT_EQ("bar", Read());
+  ASSERT_EQ("EOF", Read());
+  ASSERT_EQ(3u, DroppedBytes());
+  ASSERT_EQ("OK", MatchError("partial record without end (FULL) at offset 10"));
+}
+
+TEST_F(LogTest, UnexpectedFirstType) {
+  Write("foo");
+  Write(BigString("bar", 100000));
+  SetByte(6, kFirstType);
+  FixChecksum(0, 3);
+  ASSERT_EQ(BigString("bar", 100000), Read());
+  ASSERT_EQ("EOF", Read());
+  ASSERT_EQ(3u, DroppedBytes());
+  ASSERT_EQ("OK", MatchError("partial record without end (FIRST)"));
+}
+
+TEST_F(LogTest, MissingLastIsIgnored) {
+  Write(BigString("bar", kBlockSize));
+  // Remove the LAST block, including header.
+  ShrinkSize(14);
+  ASSERT_EQ("EOF", Read());
+  ASSERT_EQ("", ReportMessage());
+  ASSERT_EQ(0u, DroppedBytes());
+}
+
+TEST_F(LogTest, PartialLastIsIgnored) {
+  Write(BigString("bar", kBlockSize));
+  // Cause a bad record length in the LAST block.
+  ShrinkSize(1);
+  ASSERT_EQ("EOF", Read());
+  ASSERT_EQ("", ReportMessage());
+  ASSERT_EQ(0u, DroppedBytes());
+}
+
+TEST_F(LogTest, TruncatedRecordInTheMiddleIsReported) {
+  // A record whose length runs past its (full) block: not a torn tail.
+  Write(BigString("a", kBlockSize - 2 * kHeaderSize - 10));
+  Write("0123456789");
+  Write("after");
+  IncrementByte(kBlockSize - kHeaderSize - 10 + 5, 1);  // length of "0123456789" += 256
+  ASSERT_EQ(BigString("a", kBlockSize - 2 * kHeaderSize - 10), Read());
+  ASSERT_EQ("after", Read());
+  ASSERT_EQ("EOF", Read());
+  ASSERT_EQ(kHeaderSize + 10u, DroppedBytes());
+  ASSERT_EQ("OK", MatchError("bad record length"));
+}
+
+TEST_F(LogTest, ErrorJoinsRecords) {
+  // Consider two fragmented records: first(R1) last(R1) first(R2) last(R2)
+  // where the middle two fragments disappear. The reader must not glue
+  // first(R1) to last(R2).
+  Write(BigString("foo", kBlockSize));
+  Write(BigString("bar", kBlockSize));
+  Write("correct");
+  // Wipe the middle block.
+  for (size_t offset = kBlockSize; offset < 2 * kBlockSize; offset++) SetByte(offset, 'x');
+  ASSERT_EQ("correct", Read());
+  ASSERT_EQ("EOF", Read());
+  const size_t dropped = DroppedBytes();
+  ASSERT_LE(dropped, 2 * kBlockSize + 100);
+  ASSERT_GE(dropped, 2 * kBlockSize);
+}
+
+// A writer killed at any byte of its last append leaves a log that reads back
+// as exactly the records before it, with nothing reported.
+TEST_F(LogTest, KillMidWriteAtEveryOffsetIsACleanPrefix) {
+  const std::vector<std::string> records = {"small", BigString("frag", kBlockSize + 500), "x",
+                                            BigString("tail", 3000)};
+  std::vector<size_t> ends;
+  for (const std::string& r : records) {
+    Write(r);
+    ends.push_back(WrittenBytes());
+  }
+  const std::string full = dest_.contents_;
+  for (size_t cut = 0; cut <= full.size(); ++cut) {
+    StringSource source;
+    source.contents_ = full.substr(0, cut);
+    ReportCollector report;
+    Reader reader(&source, &report);
+    std::string record;
+    size_t n = 0;
+    while (reader.ReadRecord(&record)) {
+      ASSERT_LT(n, records.size()) << "cut " << cut;
+      ASSERT_EQ(records[n], record) << "cut " << cut;
+      ++n;
+    }
+    size_t expected = 0;
+    while (expected < ends.size() && ends[expected] <= cut) ++expected;
+    ASSERT_EQ(expected, n) << "cut " << cut;
+    ASSERT_EQ(0u, report.dropped_bytes_) << "cut " << cut << ": " << report.message_;
+  }
+}
+
+}  // namespace
+}  // namespace log
+}  // namespace journal
+}  // namespace revenant

@@ -1,0 +1,59 @@
+// log::Writer appends logical records to a journal log file in the framing of
+// docs/journal_format.md (32 KiB blocks, CRC32C-checked physical records).
+//
+//   log::Writer writer(file.get(), /*dest_length=*/0);
+//   absl::Status s = writer.AddRecord(entry.SerializeAsString());
+//
+// Each AddRecord issues a single Append (one write(2)) for all the fragments
+// of the record, so an agent killed mid-call leaves a torn tail, never a hole.
+// Errors are sticky: after one failed Append or Sync every later AddRecord
+// fails with the same status, because the file's block position is no longer
+// known and pretending otherwise would write records the reader cannot find.
+#ifndef REVENANT_JOURNAL_LOG_WRITER_H_
+#define REVENANT_JOURNAL_LOG_WRITER_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "journal/file.h"
+#include "journal/log_format.h"
+
+namespace revenant {
+namespace journal {
+namespace log {
+
+class Writer {
+ public:
+  // "*dest" must outlive this Writer. `dest_length` is the current length of
+  // the file (0 for a new file); appending continues in its last block.
+  explicit Writer(WritableFile* dest, uint64_t dest_length = 0);
+
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+
+  // Appends one logical record; syncs the file afterwards if `sync`.
+  absl::Status AddRecord(absl::string_view record, bool sync = false);
+
+  // Bytes appended to the file so far, including `dest_length`.
+  uint64_t file_length() const { return file_length_; }
+  // The first error seen, or OK.
+  const absl::Status& status() const { return status_; }
+
+ private:
+  void EmitPhysicalRecord(RecordType type, const char* data, size_t n, std::string* out);
+
+  WritableFile* const dest_;
+  size_t block_offset_;  // Current offset in the block.
+  uint64_t file_length_;
+  absl::Status status_;
+  // crc32c of each type byte, precomputed: the CRC covers type + data.
+  uint32_t type_crc_[kMaxRecordType + 1];
+};
+
+}  // namespace log
+}  // namespace journal
+}  // namespace revenant
+
+#endif  // REVENANT_JOURNAL_LOG_WRITER_H_
