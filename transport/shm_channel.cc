@@ -290,7 +290,7 @@ absl::StatusOr<RecordWriter> RingProducer::BeginRecord(uint32_t body_size,
   }
   auto* h =
       reinterpret_cast<RecordHeader*>(data_ + ((head + pad) & (capacity_ - 1)));
-  h->size = static_cast<uint32_t>(total);
+  h->size = static_cast<uint32_t>(sizeof(RecordHeader) + body_size);
   h->api_id = 0;
   h->flags = 0;
   h->seq = 0;
@@ -307,8 +307,7 @@ uint64_t RingProducer::Commit(RecordWriter&& writer) {
   const uint64_t seq = ctrl_->last_seq.load(std::memory_order_relaxed) + 1;
   writer.header_->seq = seq;
   writer.header_->size =
-      static_cast<uint32_t>((sizeof(RecordHeader) + writer.body_size_ + 7) &
-                            ~uint64_t{7});
+      static_cast<uint32_t>(sizeof(RecordHeader) + writer.body_size_);
   ctrl_->last_seq.store(seq, std::memory_order_relaxed);
   ctrl_->head.store(writer.new_head_, std::memory_order_seq_cst);
   shm_internal::WakeIfWaiting(&ctrl_->data_futex, &ctrl_->consumer_waiting);
@@ -345,14 +344,14 @@ absl::StatusOr<const RecordHeader*> RingConsumer::Current() {
       continue;
     }
     const auto* h = reinterpret_cast<const RecordHeader*>(data_ + idx);
-    if (h->size < sizeof(RecordHeader) || h->size % 8 != 0 || h->size > rem ||
-        read_pos_ + h->size > head) {
+    if (h->size < sizeof(RecordHeader) || h->stride() > rem ||
+        read_pos_ + h->stride() > head) {
       return absl::DataLossError(absl::StrFormat(
           "malformed ring record at position %u: size %u", read_pos_,
           h->size));
     }
     if (h->api_id == kPaddingApiId && h->seq == 0) {
-      read_pos_ += h->size;
+      read_pos_ += h->stride();
       continue;
     }
     return h;
@@ -380,7 +379,7 @@ absl::StatusOr<const RecordHeader*> RingConsumer::Peek(absl::Time deadline) {
 void RingConsumer::Advance() {
   absl::StatusOr<const RecordHeader*> r = Current();
   if (!r.ok() || *r == nullptr) return;
-  read_pos_ += (*r)->size;
+  read_pos_ += (*r)->stride();
   pending_.emplace_back((*r)->seq, read_pos_);
 }
 

@@ -42,7 +42,9 @@
 //
 // Ring format. Positions are monotonically increasing 64-bit byte counters;
 // the byte offset is position & (capacity - 1). A record is a RecordHeader
-// followed by its body, its total size rounded up to 8 bytes. Records never
+// followed by its body; RecordHeader::size is the exact total (so the body
+// length needs no separate field) and the record occupies that size rounded
+// up to 8 bytes (stride()), keeping every header 8-byte aligned. Records never
 // wrap: when a record does not fit before the end of the ring, the producer
 // first writes a padding record (api_id == kPaddingApiId, seq 0) covering
 // the rest of the ring; when fewer than sizeof(RecordHeader) bytes remain,
@@ -83,7 +85,7 @@ namespace transport {
 
 // The fixed header of every ring record. Standard layout, 24 bytes.
 struct RecordHeader {
-  uint32_t size;      // Total bytes incl. this header, a multiple of 8.
+  uint32_t size;      // Total bytes incl. this header (exact, unpadded).
   uint16_t api_id;    // kPaddingApiId marks a padding record.
   uint16_t flags;     // Free for the caller.
   uint64_t seq;       // Assigned at Commit: 1, 2, 3, ... per ring. 0 = padding.
@@ -92,6 +94,8 @@ struct RecordHeader {
 
   const char* body() const { return reinterpret_cast<const char*>(this + 1); }
   uint32_t body_size() const { return size - sizeof(RecordHeader); }
+  // Bytes the record occupies in the ring: size rounded up to 8.
+  uint32_t stride() const { return (size + 7) & ~uint32_t{7}; }
 };
 static_assert(sizeof(RecordHeader) == 24, "RecordHeader is part of the ABI");
 
