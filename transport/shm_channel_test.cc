@@ -193,6 +193,19 @@ void RunProducersConsumer(size_t ring, int producers, int per_producer,
     });
   }
 
+  // On an assertion failure, unblock and join the producers before returning.
+  struct JoinGuard {
+    ShmClientChannel* client;
+    std::vector<std::thread>* threads;
+    ~JoinGuard() {
+      bool pending = false;
+      for (auto& t : *threads) pending |= t.joinable();
+      if (!pending) return;
+      client->MarkPeerDead();
+      for (auto& t : *threads) t.join();
+    }
+  } guard{client->get(), &threads};
+
   const int total = producers * per_producer;
   std::vector<int> next_index(producers, 0);
   uint64_t expected_seq = 1;
