@@ -1,0 +1,667 @@
+#include "journal/journal.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "journal/crc32c.h"
+#include "journal/file.h"
+#include "journal/log_reader.h"
+#include "journal/log_writer.h"
+
+namespace revenant {
+namespace journal {
+namespace journal_internal {
+
+namespace {
+
+const char* KindPrefix(LogKind kind) { return kind == SETUP ? "setup-" : "minibatch-"; }
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (!dir.empty() && dir.back() == '/') return dir + name;
+  return dir + "/" + name;
+}
+
+// Parses "<prefix><digits><suffix>" into *number.
+bool ParseName(const std::string& name, absl::string_view prefix, absl::string_view suffix,
+               uint64_t* number) {
+  if (!absl::StartsWith(name, prefix) || !absl::EndsWith(name, suffix)) return false;
+  if (name.size() <= prefix.size() + suffix.size()) return false;
+  absl::string_view digits(name);
+  digits.remove_prefix(prefix.size());
+  digits.remove_suffix(suffix.size());
+  for (char c : digits) {
+    if (c < '0' || c > '9') return false;
+  }
+  return absl::SimpleAtoi(digits, number);
+}
+
+}  // namespace
+
+std::string SegmentLogName(LogKind kind, uint64_t number) {
+  return absl::StrFormat("%s%06d.log", KindPrefix(kind), number);
+}
+
+std::string SegmentPayloadName(LogKind kind, uint64_t number) {
+  return absl::StrFormat("%s%06d.payload", KindPrefix(kind), number);
+}
+
+absl::StatusOr<DirListing> ListJournalDir(const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> names = ListDir(dir);
+  if (!names.ok()) return names.status();
+  DirListing listing;
+  std::vector<std::pair<std::string, std::pair<LogKind, uint64_t>>> segment_files;
+  for (const std::string& name : *names) {
+    uint64_t n = 0;
+    for (LogKind kind : {SETUP, MINIBATCH}) {
+      if (ParseName(name, KindPrefix(kind), ".log", &n)) {
+        uint64_t& best = kind == SETUP ? listing.setup : listing.minibatch;
+        best = std::max(best, n);
+        listing.max_number = std::max(listing.max_number, n);
+        segment_files.push_back({name, {kind, n}});
+      } else if (ParseName(name, KindPrefix(kind), ".payload", &n)) {
+        listing.max_number = std::max(listing.max_number, n);
+        segment_files.push_back({name, {kind, n}});
+      } else if (absl::StartsWith(name, KindPrefix(kind)) && absl::EndsWith(name, ".tmp")) {
+        listing.stale.push_back(name);
+        // Keep numbers of unfinished segments out of reuse as well.
+        std::string base = name.substr(0, name.size() - 4);
+        if (ParseName(base, KindPrefix(kind), ".log", &n) ||
+            ParseName(base, KindPrefix(kind), ".payload", &n)) {
+          listing.max_number = std::max(listing.max_number, n);
+        }
+      }
+    }
+  }
+  for (const auto& f : segment_files) {
+    const uint64_t live = f.second.first == SETUP ? listing.setup : listing.minibatch;
+    if (f.second.second != live) listing.stale.push_back(f.first);
+  }
+  return listing;
+}
+
+namespace {
+
+// Collects the first corruption a log::Reader reports.
+class FirstCorruption : public log::Reader::Reporter {
+ public:
+  void Corruption(size_t bytes, const absl::Status& status) override {
+    if (status_.ok()) {
+      status_ = status;
+      bytes_ = bytes;
+    }
+  }
+  const absl::Status& status() const { return status_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  absl::Status status_;
+  size_t bytes_ = 0;
+};
+
+absl::Status DataLoss(const std::string& path, const std::string& what) {
+  return absl::DataLossError(absl::StrCat(path, ": ", what));
+}
+
+}  // namespace
+
+absl::Status ReadSegment(const std::string& log_path, const std::string& payload_path,
+                         LogKind kind, bool load_payloads, SegmentHeader* header,
+                         const std::function<absl::Status(JournalEntry&)>& callback) {
+  header->Clear();
+  absl::StatusOr<std::unique_ptr<SequentialFile>> file = NewSequentialFile(log_path);
+  if (!file.ok()) return file.status();
+  FirstCorruption reporter;
+  log::Reader reader(file->get(), &reporter);
+  auto check_reporter = [&]() -> absl::Status {
+    if (reporter.status().ok()) return absl::OkStatus();
+    return DataLoss(log_path, absl::StrCat(reporter.status().message(), " (", reporter.bytes(),
+                                           " bytes dropped)"));
+  };
+
+  std::string record;
+  if (!reader.ReadRecord(&record)) {
+    // Empty, or the header itself is a torn tail: a segment torn at creation.
+    return check_reporter();
+  }
+  if (absl::Status s = check_reporter(); !s.ok()) return s;
+  if (!header->ParseFromString(record)) {
+    return DataLoss(log_path, "unparseable segment header at offset 0");
+  }
+  if (header->format_version() != kFormatVersion) {
+    return DataLoss(log_path, absl::StrCat("unsupported format version ",
+                                           header->format_version(), " (this reader knows ",
+                                           kFormatVersion, ")"));
+  }
+  if (header->kind() != kind) {
+    return DataLoss(log_path, absl::StrCat("segment header says log kind ",
+                                           LogKind_Name(header->kind()), ", expected ",
+                                           LogKind_Name(kind)));
+  }
+
+  int payload_fd = -1;
+  struct FdCloser {
+    int* fd;
+    ~FdCloser() {
+      if (*fd >= 0) ::close(*fd);
+    }
+  } closer{&payload_fd};
+
+  uint64_t prev_seq = 0;
+  JournalEntry entry;
+  std::string payload;
+  while (reader.ReadRecord(&record)) {
+    // A report while reading this record means bytes before it were lost.
+    if (absl::Status s = check_reporter(); !s.ok()) return s;
+    const uint64_t offset = reader.LastRecordOffset();
+    if (!entry.ParseFromString(record)) {
+      return DataLoss(log_path, absl::StrCat("unparseable entry at offset ", offset));
+    }
+    if (entry.seq() == 0 || entry.seq() <= prev_seq || entry.seq() < header->first_seq()) {
+      return DataLoss(log_path, absl::StrCat("sequence out of order at offset ", offset,
+                                             ": entry seq ", entry.seq(), " after seq ",
+                                             prev_seq, " (segment first_seq ",
+                                             header->first_seq(), ")"));
+    }
+    if (entry.prev_seq() != prev_seq) {
+      return DataLoss(log_path,
+                      absl::StrCat("sequence gap at offset ", offset, ": entry seq ", entry.seq(),
+                                   " follows seq ", entry.prev_seq(),
+                                   " but the previous entry read is seq ", prev_seq));
+    }
+    prev_seq = entry.seq();
+    if (load_payloads && entry.has_payload_ref()) {
+      const PayloadRef ref = entry.payload_ref();
+      if (payload_fd < 0) {
+        payload_fd = ::open(payload_path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (payload_fd < 0) {
+          if (errno == ENOENT) {
+            return DataLoss(payload_path, absl::StrCat("payload file missing (entry seq ",
+                                                       entry.seq(), " at ", log_path, " offset ",
+                                                       offset, ")"));
+          }
+          return PosixError(absl::StrCat("open ", payload_path), errno);
+        }
+      }
+      absl::Status s = ReadFileRange(payload_fd, ref.offset(), ref.length(), &payload);
+      if (absl::IsOutOfRange(s)) {
+        return DataLoss(payload_path,
+                        absl::StrCat("truncated payload at offset ", ref.offset(), ": entry seq ",
+                                     entry.seq(), " needs ", ref.length(), " bytes, ",
+                                     payload.size(), " present"));
+      }
+      if (!s.ok()) return s;
+      const uint32_t crc = crc32c::Value(payload.data(), payload.size());
+      if (crc != ref.crc32c()) {
+        return DataLoss(payload_path, absl::StrFormat(
+                                          "payload checksum mismatch at offset %d (%d bytes, "
+                                          "entry seq %d): stored crc32c %08x, computed %08x",
+                                          ref.offset(), ref.length(), entry.seq(), ref.crc32c(),
+                                          crc));
+      }
+      entry.set_inline_payload(std::move(payload));
+      payload.clear();
+    }
+    if (absl::Status s = callback(entry); !s.ok()) return s;
+  }
+  return check_reporter();
+}
+
+// One segment being written: its log and payload files.
+class SegmentWriter {
+ public:
+  // Creates the files (under "<name>.tmp" if `tmp`) and writes `header`.
+  static absl::StatusOr<std::unique_ptr<SegmentWriter>> Create(const std::string& dir,
+                                                               const SegmentHeader& header,
+                                                               const JournalOptions& options,
+                                                               bool tmp) {
+    std::unique_ptr<SegmentWriter> w(new SegmentWriter(options));
+    w->header_ = header;
+    w->log_path_ = JoinPath(dir, SegmentLogName(header.kind(), header.segment_number()));
+    w->payload_path_ = JoinPath(dir, SegmentPayloadName(header.kind(), header.segment_number()));
+    const std::string suffix = tmp ? ".tmp" : "";
+    // The payload file first: a log file is what makes a segment visible.
+    absl::StatusOr<std::unique_ptr<WritableFile>> payload =
+        NewAppendableFile(w->payload_path_ + suffix);
+    if (!payload.ok()) return payload.status();
+    absl::StatusOr<std::unique_ptr<WritableFile>> log = NewAppendableFile(w->log_path_ + suffix);
+    if (!log.ok()) return log.status();
+    w->payload_file_ = std::move(*payload);
+    w->log_file_ = std::move(*log);
+    w->writer_ = std::make_unique<log::Writer>(w->log_file_.get(), 0);
+    if (absl::Status s = w->writer_->AddRecord(header.SerializeAsString(),
+                                               options.sync == SyncPolicy::kEveryRecord);
+        !s.ok()) {
+      return s;
+    }
+    w->header_bytes_ = w->writer_->file_length();
+    return w;
+  }
+
+  // Appends `entry` (setting prev_seq, moving a large payload out of line);
+  // *bytes receives what it occupies in the files.
+  absl::Status Append(JournalEntry* entry, uint64_t* bytes) {
+    if (!status_.ok()) return status_;
+    const bool sync = options_.sync == SyncPolicy::kEveryRecord;
+    uint64_t payload_bytes = 0;
+    if (entry->has_inline_payload() &&
+        entry->inline_payload().size() > options_.inline_payload_threshold) {
+      // The payload goes first, so a record never points at bytes not written.
+      std::string data = std::move(*entry->mutable_inline_payload());
+      PayloadRef* ref = entry->mutable_payload_ref();
+      ref->set_offset(payload_length_);
+      ref->set_length(data.size());
+      ref->set_crc32c(crc32c::Value(data.data(), data.size()));
+      absl::Status s = payload_file_->Append(data);
+      if (s.ok() && sync) s = payload_file_->Sync();
+      if (!s.ok()) {
+        status_ = s;
+        return s;
+      }
+      payload_length_ += data.size();
+      payload_bytes = data.size();
+    }
+    entry->set_prev_seq(last_seq_);
+    const uint64_t before = writer_->file_length();
+    if (absl::Status s = writer_->AddRecord(entry->SerializeAsString(), sync); !s.ok()) {
+      status_ = s;
+      return s;
+    }
+    last_seq_ = entry->seq();
+    *bytes = writer_->file_length() - before + payload_bytes;
+    return absl::OkStatus();
+  }
+
+  absl::Status Close() {
+    absl::Status a = log_file_->Close();
+    absl::Status b = payload_file_->Close();
+    return a.ok() ? b : a;
+  }
+
+  // Makes a segment created with tmp=true visible: the payload file first,
+  // then the log file, each by an atomic rename.
+  absl::Status Publish() {
+    if (absl::Status s = RenameFile(payload_path_ + ".tmp", payload_path_); !s.ok()) return s;
+    return RenameFile(log_path_ + ".tmp", log_path_);
+  }
+
+  absl::Status Remove() {
+    absl::Status a = RemoveFile(log_path_);
+    absl::Status b = RemoveFile(payload_path_);
+    return a.ok() ? b : a;
+  }
+
+  uint64_t file_bytes() const { return writer_->file_length() + payload_length_; }
+  uint64_t header_bytes() const { return header_bytes_; }
+  const SegmentHeader& header() const { return header_; }
+  const std::string& log_path() const { return log_path_; }
+  const std::string& payload_path() const { return payload_path_; }
+
+ private:
+  explicit SegmentWriter(const JournalOptions& options) : options_(options) {}
+
+  const JournalOptions options_;
+  SegmentHeader header_;
+  std::string log_path_;
+  std::string payload_path_;
+  std::unique_ptr<WritableFile> log_file_;
+  std::unique_ptr<WritableFile> payload_file_;
+  std::unique_ptr<log::Writer> writer_;
+  uint64_t payload_length_ = 0;
+  uint64_t header_bytes_ = 0;
+  uint64_t last_seq_ = 0;
+  absl::Status status_;
+};
+
+}  // namespace journal_internal
+
+using journal_internal::SegmentWriter;
+
+Journal::Journal(std::string dir, std::string job, uint32_t rank, const JournalOptions& options)
+    : dir_(std::move(dir)), job_(std::move(job)), rank_(rank), options_(options) {}
+
+Journal::~Journal() {
+  absl::MutexLock lock(&mu_);
+  if (setup_) setup_->Close().IgnoreError();
+  if (minibatch_) minibatch_->Close().IgnoreError();
+}
+
+absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
+                                                       const std::string& job, uint32_t rank,
+                                                       const JournalOptions& options) {
+  std::unique_ptr<Journal> journal(new Journal(dir, job, rank, options));
+  absl::MutexLock lock(&journal->mu_);
+  if (absl::Status s = journal->Init(); !s.ok()) return s;
+  return journal;
+}
+
+absl::StatusOr<std::unique_ptr<SegmentWriter>> Journal::NewSegment(LogKind kind, bool tmp,
+                                                                   uint64_t minibatch) {
+  SegmentHeader header;
+  header.set_format_version(kFormatVersion);
+  header.set_job_id(job_);
+  header.set_rank(rank_);
+  header.set_kind(kind);
+  header.set_first_seq(last_seq_ + 1);
+  header.set_creation_time_unix_micros(absl::ToUnixMicros(absl::Now()));
+  header.set_segment_number(next_segment_number_++);
+  header.set_minibatch(minibatch);
+  return SegmentWriter::Create(dir_, header, options_, tmp);
+}
+
+absl::Status Journal::Init() {
+  if (absl::Status s = CreateDirs(dir_); !s.ok()) return s;
+  absl::StatusOr<journal_internal::DirListing> listing = journal_internal::ListJournalDir(dir_);
+  if (!listing.ok()) return listing.status();
+  next_segment_number_ = listing->max_number + 1;
+
+  // Carry an existing journal over into fresh segments. Rewriting (rather
+  // than appending to the old files) drops a torn tail instead of burying it
+  // under new records, and verifies every entry on the way.
+  struct Old {
+    LogKind kind;
+    uint64_t number;
+  };
+  const Old olds[] = {{SETUP, listing->setup}, {MINIBATCH, listing->minibatch}};
+  uint64_t max_seq = 0;
+  for (const Old& old : olds) {
+    const bool exists = old.number != 0;
+    SegmentHeader old_header;
+    std::unique_ptr<SegmentWriter>& target = old.kind == SETUP ? setup_ : minibatch_;
+    // The new segment's first_seq must not exceed the entries carried over.
+    const uint64_t saved_last_seq = last_seq_;
+    last_seq_ = 0;
+    absl::StatusOr<std::unique_ptr<SegmentWriter>> seg = NewSegment(old.kind, /*tmp=*/true, 0);
+    last_seq_ = saved_last_seq;
+    if (!seg.ok()) return seg.status();
+    target = std::move(*seg);
+    if (exists) {
+      const std::string log_path =
+          journal_internal::JoinPath(dir_, journal_internal::SegmentLogName(old.kind, old.number));
+      const std::string payload_path = journal_internal::JoinPath(
+          dir_, journal_internal::SegmentPayloadName(old.kind, old.number));
+      uint64_t last = 0;
+      absl::Status s = journal_internal::ReadSegment(
+          log_path, payload_path, old.kind, /*load_payloads=*/true, &old_header,
+          [&](JournalEntry& entry) {
+            last = entry.seq();
+            return AppendLocked(old.kind, &entry, /*check_seq=*/false);
+          });
+      if (!s.ok()) return s;
+      if (!old_header.job_id().empty() &&
+          (old_header.job_id() != job_ || old_header.rank() != rank_)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(log_path, " belongs to job ", old_header.job_id(), " rank ",
+                         old_header.rank(), ", not job ", job_, " rank ", rank_));
+      }
+      if (old.kind == MINIBATCH) current_minibatch_ = old_header.minibatch();
+      max_seq = std::max(max_seq, last);
+    }
+  }
+  for (const Old& old : olds) {
+    SegmentWriter* w = old.kind == SETUP ? setup_.get() : minibatch_.get();
+    if (absl::Status s = w->Publish(); !s.ok()) return s;
+  }
+  last_seq_ = std::max(last_seq_, max_seq);
+  // The old segments are superseded now that the new ones are published.
+  absl::StatusOr<journal_internal::DirListing> after = journal_internal::ListJournalDir(dir_);
+  if (!after.ok()) return after.status();
+  for (const std::string& name : after->stale) {
+    if (absl::Status s = RemoveFile(journal_internal::JoinPath(dir_, name)); !s.ok()) {
+      REVENANT_LOG(WARNING, "journal") << "cannot remove stale " << name << ": " << s;
+    }
+  }
+  if (listing->setup != 0 || listing->minibatch != 0) {
+    REVENANT_LOG(INFO, "journal") << "reopened " << dir_ << ": " << entries_.size()
+                                  << " live setup entries, " << minibatch_entries_
+                                  << " minibatch entries, last seq " << last_seq_;
+  }
+  return MaybeCompact();
+}
+
+absl::Status Journal::AppendSetup(JournalEntry entry) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = AppendLocked(SETUP, &entry, /*check_seq=*/true); !s.ok()) return s;
+  return MaybeCompact();
+}
+
+absl::Status Journal::AppendMinibatch(JournalEntry entry) {
+  absl::MutexLock lock(&mu_);
+  return AppendLocked(MINIBATCH, &entry, /*check_seq=*/true);
+}
+
+absl::Status Journal::AppendLocked(LogKind kind, JournalEntry* entry, bool check_seq) {
+  if (!status_.ok()) return status_;
+  if (check_seq) {
+    if (entry->seq() <= last_seq_) {
+      return absl::InvalidArgumentError(absl::StrCat("journal entry seq ", entry->seq(),
+                                                     " does not follow last seq ", last_seq_));
+    }
+    if (entry->has_payload_ref()) {
+      return absl::InvalidArgumentError("payload_ref is set by the journal, not the caller");
+    }
+  }
+  SegmentWriter* w = kind == SETUP ? setup_.get() : minibatch_.get();
+  uint64_t bytes = 0;
+  if (absl::Status s = w->Append(entry, &bytes); !s.ok()) {
+    status_ = s;
+    return s;
+  }
+  last_seq_ = std::max(last_seq_, entry->seq());
+  if (kind == SETUP) {
+    TrackSetupEntry(*entry, bytes);
+  } else {
+    ++minibatch_entries_;
+  }
+  return absl::OkStatus();
+}
+
+void Journal::TrackSetupEntry(const JournalEntry& entry, uint64_t bytes) {
+  const uint64_t seq = entry.seq();
+  const bool has_keys = entry.creates_size() > 0 || entry.destroys_size() > 0 ||
+                        entry.touches_size() > 0 || entry.overwrites_size() > 0;
+  entries_[seq] = EntryState{bytes, 0, !has_keys};
+  live_bytes_ += bytes;
+  if (!has_keys) return;
+
+  const absl::flat_hash_set<uint64_t> destroyed(entry.destroys().begin(),
+                                                entry.destroys().end());
+  int refs = 0;
+  for (uint64_t key : destroyed) {
+    auto it = keys_.find(key);
+    if (it == keys_.end()) {
+      // Nothing in this log named the key: the destroy may matter on replay.
+      ++refs;
+      continue;
+    }
+    KeyState state = std::move(it->second);
+    keys_.erase(it);
+    for (uint64_t holder : state.holders) Unref(holder);
+    if (state.overwriter != 0) Unref(state.overwriter);
+  }
+  absl::flat_hash_set<uint64_t> held;
+  for (uint64_t key : entry.creates()) held.insert(key);
+  for (uint64_t key : entry.touches()) held.insert(key);
+  for (uint64_t key : held) {
+    if (destroyed.contains(key)) continue;
+    keys_[key].holders.push_back(seq);
+    ++refs;
+  }
+  const absl::flat_hash_set<uint64_t> overwritten(entry.overwrites().begin(),
+                                                  entry.overwrites().end());
+  for (uint64_t key : overwritten) {
+    if (destroyed.contains(key)) continue;
+    KeyState& state = keys_[key];
+    if (state.overwriter != 0) Unref(state.overwriter);
+    state.overwriter = seq;
+    ++refs;
+  }
+  auto it = entries_.find(seq);
+  it->second.refs += refs;
+  if (it->second.refs == 0) {
+    live_bytes_ -= it->second.bytes;
+    entries_.erase(it);
+  }
+}
+
+void Journal::Unref(uint64_t seq) {
+  auto it = entries_.find(seq);
+  if (it == entries_.end()) return;
+  EntryState& state = it->second;
+  if (--state.refs > 0 || state.permanent) return;
+  live_bytes_ -= state.bytes;
+  entries_.erase(it);
+}
+
+absl::Status Journal::MaybeCompact() {
+  if (!options_.compaction_enabled) return absl::OkStatus();
+  const uint64_t live = live_bytes_ + setup_->header_bytes();
+  const uint64_t total = setup_->file_bytes();
+  const uint64_t dead = total > live ? total - live : 0;
+  if (dead > live && dead > options_.compaction_min_dead_bytes) return CompactLocked();
+  return absl::OkStatus();
+}
+
+absl::Status Journal::Compact() {
+  absl::MutexLock lock(&mu_);
+  return CompactLocked();
+}
+
+absl::Status Journal::CompactLocked() {
+  if (!status_.ok()) return status_;
+  // The new segment's header keeps the old first_seq: its entries are a
+  // subset of the old segment's.
+  const uint64_t saved_last_seq = last_seq_;
+  last_seq_ = setup_->header().first_seq() - 1;
+  absl::StatusOr<std::unique_ptr<SegmentWriter>> seg = NewSegment(SETUP, /*tmp=*/true, 0);
+  last_seq_ = saved_last_seq;
+  if (!seg.ok()) return seg.status();
+  std::unique_ptr<SegmentWriter> fresh = std::move(*seg);
+
+  // Re-read the current segment (payloads checked on the way) and copy the
+  // entries that are still live.
+  SegmentHeader header;
+  uint64_t live = 0;
+  absl::Status s = journal_internal::ReadSegment(
+      setup_->log_path(), setup_->payload_path(), SETUP, /*load_payloads=*/true, &header,
+      [&](JournalEntry& entry) {
+        auto it = entries_.find(entry.seq());
+        if (it == entries_.end()) return absl::OkStatus();
+        uint64_t bytes = 0;
+        absl::Status a = fresh->Append(&entry, &bytes);
+        if (!a.ok()) return a;
+        it->second.bytes = bytes;
+        live += bytes;
+        return absl::OkStatus();
+      });
+  // Renaming keeps the open descriptors valid: `fresh` keeps appending.
+  if (s.ok()) s = fresh->Publish();
+  if (!s.ok()) {
+    // The old segment is untouched and still the live one; the new files are
+    // left as *.tmp garbage for the next Open to delete. Entry sizes may now
+    // be wrong, so stop rather than guess.
+    status_ = s;
+    return s;
+  }
+  std::unique_ptr<SegmentWriter> old = std::move(setup_);
+  setup_ = std::move(fresh);
+  old->Close().IgnoreError();
+  if (absl::Status r = old->Remove(); !r.ok()) {
+    REVENANT_LOG(WARNING, "journal") << "cannot remove compacted segment: " << r;
+  }
+  live_bytes_ = live;
+  ++compactions_;
+  return absl::OkStatus();
+}
+
+absl::Status Journal::MarkBoundary(uint64_t minibatch) {
+  absl::MutexLock lock(&mu_);
+  if (!status_.ok()) return status_;
+  absl::StatusOr<std::unique_ptr<SegmentWriter>> seg =
+      NewSegment(MINIBATCH, /*tmp=*/false, minibatch);
+  if (!seg.ok()) {
+    status_ = seg.status();
+    return status_;
+  }
+  // The new, higher-numbered segment is the live one from here on; a crash
+  // before the removal below leaves only stale files.
+  std::unique_ptr<SegmentWriter> old = std::move(minibatch_);
+  minibatch_ = std::move(*seg);
+  old->Close().IgnoreError();
+  if (absl::Status r = old->Remove(); !r.ok()) {
+    REVENANT_LOG(WARNING, "journal") << "cannot remove old minibatch segment: " << r;
+  }
+  current_minibatch_ = minibatch;
+  minibatch_entries_ = 0;
+  return absl::OkStatus();
+}
+
+JournalStats Journal::stats() const {
+  absl::MutexLock lock(&mu_);
+  JournalStats stats;
+  stats.setup_file_bytes = setup_ ? setup_->file_bytes() : 0;
+  stats.setup_live_bytes = live_bytes_ + (setup_ ? setup_->header_bytes() : 0);
+  stats.setup_live_entries = entries_.size();
+  stats.minibatch_file_bytes = minibatch_ ? minibatch_->file_bytes() : 0;
+  stats.minibatch_entries = minibatch_entries_;
+  stats.compactions = compactions_;
+  stats.last_seq = last_seq_;
+  return stats;
+}
+
+absl::StatusOr<std::unique_ptr<JournalReader>> JournalReader::Open(const std::string& dir,
+                                                                   Options options) {
+  absl::StatusOr<journal_internal::DirListing> listing = journal_internal::ListJournalDir(dir);
+  if (!listing.ok()) return listing.status();
+  if (listing->setup == 0 && listing->minibatch == 0) {
+    return absl::NotFoundError(absl::StrCat("no journal in ", dir));
+  }
+  std::unique_ptr<JournalReader> reader(new JournalReader(options));
+  using journal_internal::JoinPath;
+  using journal_internal::SegmentLogName;
+  using journal_internal::SegmentPayloadName;
+  if (listing->setup != 0) {
+    reader->setup_log_ = JoinPath(dir, SegmentLogName(SETUP, listing->setup));
+    reader->setup_payload_ = JoinPath(dir, SegmentPayloadName(SETUP, listing->setup));
+  }
+  if (listing->minibatch != 0) {
+    reader->minibatch_log_ = JoinPath(dir, SegmentLogName(MINIBATCH, listing->minibatch));
+    reader->minibatch_payload_ = JoinPath(dir, SegmentPayloadName(MINIBATCH, listing->minibatch));
+  }
+  return reader;
+}
+
+absl::Status JournalReader::ReadSetup(const EntryCallback& callback) {
+  if (setup_log_.empty()) {
+    return absl::DataLossError("journal has a minibatch log but no setup log");
+  }
+  return journal_internal::ReadSegment(setup_log_, setup_payload_, SETUP,
+                                       options_.load_payloads, &setup_header_,
+                                       [&](JournalEntry& e) { return callback(e); });
+}
+
+absl::Status JournalReader::ReadMinibatch(const EntryCallback& callback) {
+  if (minibatch_log_.empty()) {
+    minibatch_header_.Clear();
+    return absl::OkStatus();
+  }
+  return journal_internal::ReadSegment(minibatch_log_, minibatch_payload_, MINIBATCH,
+                                       options_.load_payloads, &minibatch_header_,
+                                       [&](JournalEntry& e) { return callback(e); });
+}
+
+}  // namespace journal
+}  // namespace revenant

@@ -1,0 +1,235 @@
+// The journal of one agent rank: every forwarded call is appended before the
+// agent executes it (log before apply), so that a replacement agent can replay
+// the calls and rebuild the device state. Format: docs/journal_format.md.
+//
+// Writing (the agent):
+//
+//   absl::StatusOr<std::unique_ptr<Journal>> journal =
+//       Journal::Open("/dev/shm/revenant-job7/rank0/journal", "job7", 0, {});
+//   JournalEntry e;
+//   e.set_seq(next_seq++);            // the caller numbers calls
+//   e.set_api_id(kCudaMalloc);
+//   e.add_creates(device_address);
+//   absl::Status s = (*journal)->AppendSetup(std::move(e));
+//   ...
+//   (*journal)->MarkBoundary(minibatch);  // empties the minibatch log
+//
+// Reading back (the replacement agent, revenant-journal):
+//
+//   absl::StatusOr<std::unique_ptr<JournalReader>> r = JournalReader::Open(dir);
+//   absl::Status s = (*r)->ReadSetup([&](const JournalEntry& e) { return Replay(e); });
+//
+// Two logs: the SETUP log holds state-building calls and is compacted (an
+// allocation that was freed, a handle that was destroyed, a buffer upload
+// that was overwritten drop out), the MINIBATCH log holds the calls since the
+// last minibatch boundary. Their sizes therefore follow the live state, not
+// the number of training iterations.
+//
+// Files are written with write(2) into tmpfs: they survive the agent's death;
+// machine crashes are out of scope (see the format document).
+#ifndef REVENANT_JOURNAL_JOURNAL_H_
+#define REVENANT_JOURNAL_JOURNAL_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/journal.pb.h"
+
+namespace revenant {
+namespace journal {
+
+inline constexpr uint32_t kFormatVersion = 1;
+
+enum class SyncPolicy {
+  // Rely on write(2) into tmpfs: survives the agent process, not the machine.
+  kNone,
+  // fdatasync the payload and log files after every record (journals on disk).
+  kEveryRecord,
+};
+
+struct JournalOptions {
+  // Payloads longer than this are stored out of line in the payload file.
+  size_t inline_payload_threshold = 4096;
+  SyncPolicy sync = SyncPolicy::kNone;
+  // The setup log is compacted when its dead bytes exceed its live bytes and
+  // also this many bytes (so that small journals are not rewritten over and
+  // over).
+  uint64_t compaction_min_dead_bytes = 1 << 20;
+  bool compaction_enabled = true;
+};
+
+struct JournalStats {
+  uint64_t setup_file_bytes = 0;      // setup log + payload file sizes
+  uint64_t setup_live_bytes = 0;      // of which records/payloads still live
+  uint64_t setup_live_entries = 0;
+  uint64_t minibatch_file_bytes = 0;  // minibatch log + payload file sizes
+  uint64_t minibatch_entries = 0;
+  uint64_t compactions = 0;
+  uint64_t last_seq = 0;
+};
+
+namespace journal_internal {
+class SegmentWriter;
+}  // namespace journal_internal
+
+// One per agent rank. Thread-safe (calls are serialized internally).
+class Journal {
+ public:
+  // Opens the journal in `dir` (created if absent). If `dir` already holds a
+  // journal -- a replacement agent continuing where the dead one stopped --
+  // its entries are verified and carried over into fresh segments (a torn
+  // tail is dropped); corruption gives kDataLoss, another job's or rank's
+  // journal kFailedPrecondition.
+  static absl::StatusOr<std::unique_ptr<Journal>> Open(const std::string& dir,
+                                                       const std::string& job, uint32_t rank,
+                                                       const JournalOptions& options);
+
+  ~Journal();
+  Journal(const Journal&) = delete;
+  Journal& operator=(const Journal&) = delete;
+
+  // Appends `entry` to the setup / minibatch log; returns once it is written.
+  // The caller sets entry.seq, which must be larger than every seq appended
+  // before to either log (else kInvalidArgument, nothing written). The
+  // journal sets prev_seq and may move an inline payload out of line; the
+  // caller must not set payload_ref. Cost: one write(2) per file touched; an
+  // AppendSetup can also trigger a compaction (rewrites the live entries).
+  // After an IO error every later call fails with that error (sticky).
+  absl::Status AppendSetup(JournalEntry entry);
+  absl::Status AppendMinibatch(JournalEntry entry);
+
+  // Clears the minibatch log: the calls before the boundary of `minibatch`
+  // will not be replayed. Starts a fresh minibatch segment and deletes the
+  // old one.
+  absl::Status MarkBoundary(uint64_t minibatch);
+
+  // Compacts the setup log now, regardless of the thresholds.
+  absl::Status Compact();
+
+  JournalStats stats() const;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  struct EntryState {
+    uint64_t bytes = 0;  // record + out-of-line payload bytes
+    int refs = 0;        // live key references (see docs/journal_format.md)
+    bool permanent = false;
+  };
+  struct KeyState {
+    std::vector<uint64_t> holders;  // entries that create or touch the key
+    uint64_t overwriter = 0;        // latest entry that overwrote it, 0 if none
+  };
+
+  Journal(std::string dir, std::string job, uint32_t rank, const JournalOptions& options);
+
+  absl::Status Init() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AppendLocked(LogKind kind, JournalEntry* entry, bool check_seq)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps the liveness of setup entries; `bytes` is what the entry occupies.
+  void TrackSetupEntry(const JournalEntry& entry, uint64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unref(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status MaybeCompact() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CompactLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::unique_ptr<journal_internal::SegmentWriter>> NewSegment(
+      LogKind kind, bool tmp, uint64_t minibatch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string dir_;
+  const std::string job_;
+  const uint32_t rank_;
+  const JournalOptions options_;
+
+  mutable absl::Mutex mu_;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);  // sticky
+  uint64_t next_segment_number_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t last_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t current_minibatch_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t minibatch_entries_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t compactions_ ABSL_GUARDED_BY(mu_) = 0;
+  std::unique_ptr<journal_internal::SegmentWriter> setup_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<journal_internal::SegmentWriter> minibatch_ ABSL_GUARDED_BY(mu_);
+  // Live setup entries by seq; dead ones are erased.
+  absl::flat_hash_map<uint64_t, EntryState> entries_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, KeyState> keys_ ABSL_GUARDED_BY(mu_);
+  uint64_t live_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // live entries + segment header
+};
+
+// Reads a journal directory back, verifying everything it reads.
+class JournalReader {
+ public:
+  struct Options {
+    // Load out-of-line payloads into inline_payload (checking their CRC32C).
+    // With false, entries keep their payload_ref and payloads are not read.
+    bool load_payloads = true;
+  };
+  // Returns kNotFound if `dir` holds no journal. Reads nothing yet.
+  static absl::StatusOr<std::unique_ptr<JournalReader>> Open(const std::string& dir,
+                                                             Options options);
+  static absl::StatusOr<std::unique_ptr<JournalReader>> Open(const std::string& dir) {
+    return Open(dir, Options());
+  }
+
+  // Called per entry in seq order; a non-OK return stops the read and is
+  // returned.
+  using EntryCallback = std::function<absl::Status(const JournalEntry&)>;
+
+  // Read the setup / minibatch log. Any corruption (checksum, bad framing,
+  // sequence gap, payload missing, truncated or with a bad CRC) returns
+  // kDataLoss naming the file, offset and problem, after the entries before
+  // it were delivered. A torn tail is a clean end. A missing minibatch log
+  // reads as empty.
+  absl::Status ReadSetup(const EntryCallback& callback);
+  absl::Status ReadMinibatch(const EntryCallback& callback);
+
+  // The header of the segment last read by ReadSetup / ReadMinibatch (empty
+  // if that segment had none, e.g. a segment torn during creation).
+  const SegmentHeader& setup_header() const { return setup_header_; }
+  const SegmentHeader& minibatch_header() const { return minibatch_header_; }
+
+  // Paths of the live segment files ("" when absent).
+  const std::string& setup_log_path() const { return setup_log_; }
+  const std::string& setup_payload_path() const { return setup_payload_; }
+  const std::string& minibatch_log_path() const { return minibatch_log_; }
+  const std::string& minibatch_payload_path() const { return minibatch_payload_; }
+
+ private:
+  JournalReader(Options options) : options_(options) {}
+
+  const Options options_;
+  std::string setup_log_, setup_payload_, minibatch_log_, minibatch_payload_;
+  SegmentHeader setup_header_;
+  SegmentHeader minibatch_header_;
+};
+
+namespace journal_internal {
+
+// The live segments found in a journal directory.
+struct DirListing {
+  uint64_t setup = 0;      // highest setup segment number, 0 if none
+  uint64_t minibatch = 0;  // highest minibatch segment number, 0 if none
+  uint64_t max_number = 0;
+  std::vector<std::string> stale;  // names of superseded or unfinished files
+};
+absl::StatusOr<DirListing> ListJournalDir(const std::string& dir);
+
+std::string SegmentLogName(LogKind kind, uint64_t number);
+std::string SegmentPayloadName(LogKind kind, uint64_t number);
+
+// Reads one segment; see JournalReader::ReadSetup.
+absl::Status ReadSegment(const std::string& log_path, const std::string& payload_path,
+                         LogKind kind, bool load_payloads, SegmentHeader* header,
+                         const std::function<absl::Status(JournalEntry&)>& callback);
+
+}  // namespace journal_internal
+}  // namespace journal
+}  // namespace revenant
+
+#endif  // REVENANT_JOURNAL_JOURNAL_H_

@@ -1,0 +1,650 @@
+// Tests of the journal: round trips, boundaries, compaction, size bounds,
+// corruption detection and simulated agent deaths.
+#include "journal/journal.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "journal/crc32c.h"
+#include "journal/file.h"
+#include "journal/log_format.h"
+#include "journal/log_reader.h"
+
+namespace revenant {
+namespace journal {
+namespace {
+
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+std::string TestDir(const std::string& name) {
+  const char* tmp = getenv("TEST_TMPDIR");
+  std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/journal_test/", name);
+  std::string cmd = "rm -rf '" + dir + "'";
+  EXPECT_EQ(0, system(cmd.c_str()));
+  return dir;
+}
+
+JournalEntry Entry(uint64_t seq, uint32_t api = 7) {
+  JournalEntry e;
+  e.set_seq(seq);
+  e.set_api_id(api);
+  e.set_args(absl::StrCat("args-of-", seq));
+  return e;
+}
+
+struct Read {
+  absl::Status status;
+  std::vector<JournalEntry> entries;
+  std::vector<uint64_t> seqs() const {
+    std::vector<uint64_t> s;
+    for (const auto& e : entries) s.push_back(e.seq());
+    return s;
+  }
+};
+
+Read ReadLog(const std::string& dir, LogKind kind, bool load_payloads = true) {
+  Read r;
+  JournalReader::Options options;
+  options.load_payloads = load_payloads;
+  absl::StatusOr<std::unique_ptr<JournalReader>> reader = JournalReader::Open(dir, options);
+  if (!reader.ok()) {
+    r.status = reader.status();
+    return r;
+  }
+  auto collect = [&](const JournalEntry& e) {
+    r.entries.push_back(e);
+    return absl::OkStatus();
+  };
+  r.status = kind == SETUP ? (*reader)->ReadSetup(collect) : (*reader)->ReadMinibatch(collect);
+  return r;
+}
+
+std::string OnlyFile(const std::string& dir, const std::string& prefix,
+                     const std::string& suffix) {
+  absl::StatusOr<std::vector<std::string>> names = ListDir(dir);
+  EXPECT_TRUE(names.ok());
+  std::string found;
+  for (const std::string& n : *names) {
+    if (n.rfind(prefix, 0) == 0 && n.size() >= suffix.size() &&
+        n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      EXPECT_TRUE(found.empty()) << "two files " << found << " and " << n;
+      found = dir + "/" + n;
+    }
+  }
+  EXPECT_FALSE(found.empty()) << "no " << prefix << "*" << suffix << " in " << dir;
+  return found;
+}
+
+uint64_t DirBytes(const std::string& dir) {
+  uint64_t total = 0;
+  absl::StatusOr<std::vector<std::string>> names = ListDir(dir);
+  EXPECT_TRUE(names.ok());
+  for (const std::string& n : *names) total += *FileSize(dir + "/" + n);
+  return total;
+}
+
+std::string Contents(const std::string& path) {
+  std::string s;
+  EXPECT_TRUE(ReadFileToString(path, &s).ok());
+  return s;
+}
+
+void SetContents(const std::string& path, const std::string& s) {
+  ASSERT_TRUE(WriteStringToFile(path, s).ok());
+}
+
+// File offsets of the logical records of a log file, header record included.
+std::vector<uint64_t> RecordOffsets(const std::string& path) {
+  auto file = NewSequentialFile(path);
+  EXPECT_TRUE(file.ok());
+  log::Reader reader(file->get(), nullptr);
+  std::vector<uint64_t> offsets;
+  std::string record;
+  while (reader.ReadRecord(&record)) offsets.push_back(reader.LastRecordOffset());
+  return offsets;
+}
+
+std::unique_ptr<Journal> OpenJournal(const std::string& dir, JournalOptions options = {}) {
+  absl::StatusOr<std::unique_ptr<Journal>> j = Journal::Open(dir, "job7", 3, options);
+  EXPECT_TRUE(j.ok()) << j.status();
+  return j.ok() ? std::move(*j) : nullptr;
+}
+
+TEST(JournalTest, EmptyJournal) {
+  const std::string dir = TestDir("empty");
+  auto j = OpenJournal(dir);
+  ASSERT_NE(j, nullptr);
+  auto reader = JournalReader::Open(dir);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  int n = 0;
+  auto count = [&](const JournalEntry&) {
+    ++n;
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE((*reader)->ReadSetup(count).ok());
+  ASSERT_TRUE((*reader)->ReadMinibatch(count).ok());
+  EXPECT_EQ(0, n);
+  EXPECT_EQ(kFormatVersion, (*reader)->setup_header().format_version());
+  EXPECT_EQ("job7", (*reader)->setup_header().job_id());
+  EXPECT_EQ(3u, (*reader)->setup_header().rank());
+  EXPECT_EQ(SETUP, (*reader)->setup_header().kind());
+  EXPECT_EQ(MINIBATCH, (*reader)->minibatch_header().kind());
+  EXPECT_GT((*reader)->setup_header().creation_time_unix_micros(), 0);
+}
+
+TEST(JournalTest, NoJournalIsNotFound) {
+  const std::string dir = TestDir("none");
+  ASSERT_TRUE(CreateDirs(dir).ok());
+  EXPECT_TRUE(absl::IsNotFound(JournalReader::Open(dir).status()));
+}
+
+TEST(JournalTest, RoundTripWithInlineAndOutOfLinePayloads) {
+  const std::string dir = TestDir("roundtrip");
+  auto j = OpenJournal(dir);
+  const std::string small(100, 's');
+  std::string big(100000, 'b');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 31 + 7);
+  const std::string threshold(4096, 't');  // exactly the threshold: stays inline
+
+  JournalEntry e1 = Entry(1);
+  e1.add_creates(0x1000);
+  e1.set_inline_payload(small);
+  JournalEntry e2 = Entry(2);
+  e2.set_inline_payload(big);
+  e2.set_minibatch(5);
+  e2.set_flags(9);
+  JournalEntry e3 = Entry(3);
+  e3.set_inline_payload(threshold);
+  e3.add_touches(0x1000);
+  ASSERT_TRUE(j->AppendSetup(e1).ok());
+  ASSERT_TRUE(j->AppendMinibatch(e2).ok());
+  ASSERT_TRUE(j->AppendSetup(e3).ok());
+  JournalEntry e4 = Entry(4);
+  e4.set_inline_payload(big);
+  ASSERT_TRUE(j->AppendSetup(e4).ok());
+
+  Read setup = ReadLog(dir, SETUP);
+  ASSERT_TRUE(setup.status.ok()) << setup.status;
+  ASSERT_THAT(setup.seqs(), ElementsAreArray({1, 3, 4}));
+  EXPECT_EQ(small, setup.entries[0].inline_payload());
+  EXPECT_EQ(threshold, setup.entries[1].inline_payload());
+  EXPECT_EQ(big, setup.entries[2].inline_payload());
+  EXPECT_EQ("args-of-4", setup.entries[2].args());
+  EXPECT_THAT(setup.entries[1].touches(), ElementsAreArray({0x1000}));
+  EXPECT_EQ(1u, setup.entries[1].prev_seq());
+
+  Read mb = ReadLog(dir, MINIBATCH);
+  ASSERT_TRUE(mb.status.ok()) << mb.status;
+  ASSERT_EQ(1u, mb.entries.size());
+  EXPECT_EQ(big, mb.entries[0].inline_payload());
+  EXPECT_EQ(5u, mb.entries[0].minibatch());
+  EXPECT_EQ(9u, mb.entries[0].flags());
+
+  // Large payloads live out of line, small ones inline.
+  Read raw = ReadLog(dir, SETUP, /*load_payloads=*/false);
+  ASSERT_TRUE(raw.status.ok());
+  EXPECT_TRUE(raw.entries[0].has_inline_payload());
+  EXPECT_TRUE(raw.entries[1].has_inline_payload());
+  ASSERT_TRUE(raw.entries[2].has_payload_ref());
+  EXPECT_EQ(0u, raw.entries[2].payload_ref().offset());
+  EXPECT_EQ(big.size(), raw.entries[2].payload_ref().length());
+  EXPECT_EQ(crc32c::Value(big.data(), big.size()), raw.entries[2].payload_ref().crc32c());
+  EXPECT_EQ(big.size(), *FileSize(OnlyFile(dir, "setup-", ".payload")));
+  EXPECT_LT(*FileSize(OnlyFile(dir, "setup-", ".log")), 6000u);
+}
+
+TEST(JournalTest, SeqMustIncreaseAcrossBothLogs) {
+  const std::string dir = TestDir("seq");
+  auto j = OpenJournal(dir);
+  ASSERT_TRUE(j->AppendSetup(Entry(5)).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(j->AppendMinibatch(Entry(5))));
+  EXPECT_TRUE(absl::IsInvalidArgument(j->AppendSetup(Entry(4))));
+  EXPECT_TRUE(absl::IsInvalidArgument(j->AppendSetup(Entry(0))));
+  ASSERT_TRUE(j->AppendMinibatch(Entry(6)).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(j->AppendSetup(Entry(6))));
+  JournalEntry with_ref = Entry(7);
+  with_ref.mutable_payload_ref()->set_length(1);
+  EXPECT_TRUE(absl::IsInvalidArgument(j->AppendSetup(with_ref)));
+  ASSERT_TRUE(j->AppendSetup(Entry(8)).ok());
+  EXPECT_THAT(ReadLog(dir, SETUP).seqs(), ElementsAreArray({5, 8}));
+  EXPECT_THAT(ReadLog(dir, MINIBATCH).seqs(), ElementsAreArray({6}));
+}
+
+TEST(JournalTest, BoundaryClearsMinibatchLog) {
+  const std::string dir = TestDir("boundary");
+  auto j = OpenJournal(dir);
+  uint64_t seq = 0;
+  ASSERT_TRUE(j->AppendSetup(Entry(++seq)).ok());
+  for (int i = 0; i < 10; ++i) {
+    JournalEntry e = Entry(++seq);
+    e.set_inline_payload(std::string(10000, 'p'));
+    ASSERT_TRUE(j->AppendMinibatch(e).ok());
+  }
+  EXPECT_EQ(10u, ReadLog(dir, MINIBATCH).entries.size());
+  const std::string old_log = OnlyFile(dir, "minibatch-", ".log");
+  ASSERT_TRUE(j->MarkBoundary(1).ok());
+  Read after = ReadLog(dir, MINIBATCH);
+  ASSERT_TRUE(after.status.ok());
+  EXPECT_TRUE(after.entries.empty());
+  EXPECT_NE(old_log, OnlyFile(dir, "minibatch-", ".log"));  // also: only one left
+  EXPECT_EQ(0u, *FileSize(OnlyFile(dir, "minibatch-", ".payload")));
+  ASSERT_TRUE(j->AppendMinibatch(Entry(++seq)).ok());
+  ASSERT_TRUE(j->AppendSetup(Entry(++seq)).ok());
+  auto reader = JournalReader::Open(dir);
+  std::vector<uint64_t> seqs;
+  ASSERT_TRUE((*reader)
+                  ->ReadMinibatch([&](const JournalEntry& e) {
+                    seqs.push_back(e.seq());
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  EXPECT_THAT(seqs, ElementsAreArray({12}));
+  EXPECT_EQ(1u, (*reader)->minibatch_header().minibatch());
+  EXPECT_EQ(12u, (*reader)->minibatch_header().first_seq());
+  EXPECT_THAT(ReadLog(dir, SETUP).seqs(), ElementsAreArray({1, 13}));
+  EXPECT_EQ(2u, j->stats().setup_live_entries);
+}
+
+// A scripted history and the entries that must survive compaction.
+TEST(JournalTest, CompactionKeepsExactlyTheLiveEntries) {
+  const std::string dir = TestDir("compact_script");
+  JournalOptions options;
+  options.compaction_enabled = false;
+  auto j = OpenJournal(dir, options);
+  auto add = [&](uint64_t seq, std::vector<uint64_t> creates, std::vector<uint64_t> destroys,
+                 std::vector<uint64_t> touches, std::vector<uint64_t> overwrites,
+                 size_t payload = 0) {
+    JournalEntry e = Entry(seq);
+    for (auto k : creates) e.add_creates(k);
+    for (auto k : destroys) e.add_destroys(k);
+    for (auto k : touches) e.add_touches(k);
+    for (auto k : overwrites) e.add_overwrites(k);
+    if (payload) e.set_inline_payload(std::string(payload, static_cast<char>('a' + seq % 26)));
+    ASSERT_TRUE(j->AppendSetup(e).ok());
+  };
+  add(1, {}, {}, {}, {});              // no keys (e.g. a module load): kept
+  add(2, {100}, {}, {}, {});           // malloc A
+  add(3, {}, {}, {}, {100}, 9000);     // upload A (out of line)
+  add(4, {200}, {}, {}, {});           // malloc B
+  add(5, {}, {}, {100}, {});           // memset-ish touch of A
+  add(6, {}, {}, {}, {100}, 9000);     // upload A again: drops 3
+  add(7, {}, {}, {200}, {});           // touch B
+  add(8, {}, {200}, {}, {});           // free B: drops 4, 7, 8
+  add(9, {300}, {}, {100}, {});        // create handle C that touches A: kept
+  add(10, {}, {999}, {}, {});          // destroy of an unknown key: kept
+  add(11, {400}, {}, {}, {});          // malloc D
+  add(12, {}, {}, {}, {400}, 5000);    // upload D
+  add(13, {}, {400}, {}, {});          // free D: drops 11, 12, 13
+  add(14, {}, {}, {}, {100, 500}, 20); // overwrite A and unknown E: drops 6
+  const std::vector<uint64_t> live = {1, 2, 5, 9, 10, 14};
+  EXPECT_EQ(live.size(), j->stats().setup_live_entries);
+  EXPECT_EQ(14u, ReadLog(dir, SETUP).entries.size());  // nothing dropped yet
+
+  ASSERT_TRUE(j->Compact().ok());
+  Read r = ReadLog(dir, SETUP);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(r.seqs(), ElementsAreArray(live));
+  EXPECT_EQ(std::string(20, 'a' + 14 % 26), r.entries.back().inline_payload());
+  // The out-of-line payloads of 3, 6 and 12 are garbage now: gone.
+  EXPECT_EQ(0u, *FileSize(OnlyFile(dir, "setup-", ".payload")));
+  EXPECT_EQ(1u, j->stats().compactions);
+  EXPECT_EQ(j->stats().setup_file_bytes, *FileSize(OnlyFile(dir, "setup-", ".log")));
+
+  // Appends continue in the compacted segment, with a sound chain.
+  add(15, {}, {}, {}, {100}, 7000);  // drops 14? no: 14 still overwrites E
+  add(16, {}, {100}, {}, {});        // free A: drops 2, 5, 15, and 9's touch... 9 holds C
+  r = ReadLog(dir, SETUP);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(r.seqs(), ElementsAreArray({1, 2, 5, 9, 10, 14, 15, 16}));
+  ASSERT_TRUE(j->Compact().ok());
+  r = ReadLog(dir, SETUP);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(r.seqs(), ElementsAreArray({1, 9, 10, 14}));
+}
+
+// Liveness stated declaratively (independently of the journal's reference
+// counting): which entries of `history` must survive compaction.
+std::vector<uint64_t> ExpectedLive(const std::vector<JournalEntry>& h) {
+  auto in = [](const google::protobuf::RepeatedField<uint64_t>& f, uint64_t k) {
+    return std::find(f.begin(), f.end(), k) != f.end();
+  };
+  std::vector<uint64_t> live;
+  for (size_t i = 0; i < h.size(); ++i) {
+    const JournalEntry& e = h[i];
+    if (e.creates().empty() && e.destroys().empty() && e.touches().empty() &&
+        e.overwrites().empty()) {
+      live.push_back(e.seq());
+      continue;
+    }
+    bool alive = false;
+    auto destroyed_later = [&](uint64_t k) {
+      for (size_t j = i + 1; j < h.size(); ++j)
+        if (in(h[j].destroys(), k)) return true;
+      return false;
+    };
+    for (uint64_t k : e.creates())
+      if (!in(e.destroys(), k) && !destroyed_later(k)) alive = true;
+    for (uint64_t k : e.touches())
+      if (!in(e.destroys(), k) && !destroyed_later(k)) alive = true;
+    for (uint64_t k : e.overwrites()) {
+      if (in(e.destroys(), k)) continue;
+      bool superseded = false;
+      for (size_t j = i + 1; j < h.size(); ++j)
+        if (in(h[j].destroys(), k) || in(h[j].overwrites(), k)) superseded = true;
+      if (!superseded) alive = true;
+    }
+    for (uint64_t k : e.destroys()) {
+      // Unknown: nothing since the previous destroy of k referenced it.
+      bool known = false;
+      for (size_t j = i; j-- > 0;) {
+        if (in(h[j].destroys(), k)) break;
+        if (in(h[j].creates(), k) || in(h[j].touches(), k) || in(h[j].overwrites(), k)) {
+          known = true;
+          break;
+        }
+      }
+      if (!known) alive = true;
+    }
+    if (alive) live.push_back(e.seq());
+  }
+  return live;
+}
+
+TEST(JournalTest, RandomizedCompactionMatchesDeclarativeLiveness) {
+  const uint32_t kSeed = 20260101;
+  std::printf("seed %u\n", kSeed);
+  std::mt19937 rng(kSeed);
+  const std::string dir = TestDir("compact_random");
+  JournalOptions options;
+  options.compaction_min_dead_bytes = 2000;  // compact often along the way
+  auto j = OpenJournal(dir, options);
+  std::vector<JournalEntry> history;
+  for (uint64_t seq = 1; seq <= 3000; ++seq) {
+    JournalEntry e = Entry(seq);
+    const int kind = rng() % 6;
+    const uint64_t key = rng() % 12;
+    if (kind == 0) e.add_creates(key);
+    if (kind == 1) e.add_destroys(key);
+    if (kind == 2) e.add_touches(key);
+    if (kind == 3) {
+      e.add_overwrites(key);
+      if (rng() % 3 == 0) e.set_inline_payload(std::string(5000 + rng() % 100, 'x'));
+    }
+    if (kind == 4) {
+      e.add_touches(key);
+      e.add_overwrites(rng() % 12);
+      e.add_creates(100 + rng() % 4);
+    }
+    // kind 5: no keys.
+    if (kind == 5 && rng() % 4 != 0) {
+      e.add_destroys(100 + rng() % 4);
+    }
+    history.push_back(e);
+    ASSERT_TRUE(j->AppendSetup(e).ok()) << "seed " << kSeed << " seq " << seq;
+  }
+  EXPECT_GT(j->stats().compactions, 0u);
+  ASSERT_TRUE(j->Compact().ok());
+  Read r = ReadLog(dir, SETUP);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(r.seqs(), ElementsAreArray(ExpectedLive(history))) << "seed " << kSeed;
+  // Every surviving entry is intact.
+  for (const JournalEntry& e : r.entries) {
+    EXPECT_EQ(history[e.seq() - 1].inline_payload(), e.inline_payload()) << e.seq();
+    EXPECT_EQ(history[e.seq() - 1].args(), e.args());
+  }
+}
+
+// The journal must not grow with the number of iterations of a training loop
+// that frees and reallocates, or re-uploads, the same buffer. Sizes oscillate
+// between compactions, so compare the peak over iterations 1..100 with the
+// peak over 9901..10000 and the final size.
+//
+// Compaction runs when dead bytes exceed live bytes, so the size cycles
+// between about live and 2 * live. The thresholds here make that cycle short
+// enough to complete within the first 100 iterations.
+void CheckSizeBound(const std::string& name, bool overwrite_loop, size_t weight_bytes) {
+  const std::string dir = TestDir(name);
+  JournalOptions options;
+  options.compaction_min_dead_bytes = 1024;
+  auto j = OpenJournal(dir, options);
+  uint64_t seq = 0;
+  // Live base state: a module load and a weight buffer.
+  ASSERT_TRUE(j->AppendSetup(Entry(++seq, 1)).ok());
+  JournalEntry w = Entry(++seq, 2);
+  w.add_creates(0x7000);
+  w.set_inline_payload(std::string(weight_bytes, 'w'));
+  ASSERT_TRUE(j->AppendSetup(w).ok());
+  uint64_t peak_early = 0, peak_late = 0, at100 = 0, at10000 = 0;
+  for (int i = 1; i <= 10000; ++i) {
+    if (overwrite_loop) {
+      JournalEntry e = Entry(++seq, 3);
+      e.add_overwrites(0x7000);
+      e.set_inline_payload(std::string(8192, static_cast<char>(i)));
+      ASSERT_TRUE(j->AppendSetup(e).ok());
+    } else {
+      JournalEntry m = Entry(++seq, 4);
+      m.add_creates(0x9000);
+      ASSERT_TRUE(j->AppendSetup(m).ok());
+      JournalEntry f = Entry(++seq, 5);
+      f.add_destroys(0x9000);
+      ASSERT_TRUE(j->AppendSetup(f).ok());
+    }
+    ASSERT_TRUE(j->AppendMinibatch(Entry(++seq, 6)).ok());
+    if (i % 10 == 0) {
+      ASSERT_TRUE(j->MarkBoundary(i / 10).ok());
+    }
+    const uint64_t size = DirBytes(dir);
+    if (i <= 100) peak_early = std::max(peak_early, size);
+    if (i > 9900) peak_late = std::max(peak_late, size);
+    if (i == 100) at100 = size;
+    if (i == 10000) at10000 = size;
+  }
+  std::printf("%s: size@100=%llu size@10000=%llu peak(1..100)=%llu peak(9901..10000)=%llu "
+              "compactions=%llu\n",
+              name.c_str(), (unsigned long long)at100, (unsigned long long)at10000,
+              (unsigned long long)peak_early, (unsigned long long)peak_late,
+              (unsigned long long)j->stats().compactions);
+  EXPECT_LE(static_cast<double>(peak_late), 1.1 * peak_early);
+  EXPECT_LE(static_cast<double>(at10000), 1.1 * peak_early);
+  EXPECT_GT(j->stats().compactions, 10u);
+  Read r = ReadLog(dir, SETUP);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_GE(r.entries.size(), 2u);
+  EXPECT_EQ(std::string(weight_bytes, 'w'), r.entries[1].inline_payload());
+  ASSERT_TRUE(j->Compact().ok());
+  r = ReadLog(dir, SETUP);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  if (!overwrite_loop) {
+    EXPECT_THAT(r.seqs(), ElementsAreArray({1, 2}));
+  } else {
+    EXPECT_THAT(r.seqs(), ElementsAreArray(std::vector<uint64_t>{1, 2, seq - 1}));
+    ASSERT_EQ(3u, r.entries.size());
+    EXPECT_TRUE(r.entries[2].inline_payload() == std::string(8192, static_cast<char>(10000)));
+  }
+}
+
+TEST(JournalTest, SizeBoundedUnderAllocFreeLoop) { CheckSizeBound("size_alloc", false, 100); }
+TEST(JournalTest, SizeBoundedUnderOverwriteLoop) {
+  CheckSizeBound("size_overwrite", true, 20000);
+}
+
+// --- Corruption: never replayed silently ---------------------------------
+
+class CorruptionTest : public ::testing::Test {
+ protected:
+  // Three setup entries, the middle one with an out-of-line payload.
+  void SetUp() override {
+    dir_ = TestDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    auto j = OpenJournal(dir_);
+    ASSERT_TRUE(j->AppendSetup(Entry(1)).ok());
+    JournalEntry e = Entry(2);
+    e.set_inline_payload(std::string(10000, 'P'));
+    ASSERT_TRUE(j->AppendSetup(e).ok());
+    ASSERT_TRUE(j->AppendSetup(Entry(3)).ok());
+    JournalEntry m = Entry(4);
+    m.set_inline_payload(std::string(6000, 'M'));
+    ASSERT_TRUE(j->AppendMinibatch(m).ok());
+    log_ = OnlyFile(dir_, "setup-", ".log");
+    payload_ = OnlyFile(dir_, "setup-", ".payload");
+    offsets_ = RecordOffsets(log_);
+    ASSERT_EQ(4u, offsets_.size());  // header + 3 entries
+  }
+
+  void ExpectDataLoss(const Read& r, const std::string& file, const std::string& what) {
+    EXPECT_TRUE(absl::IsDataLoss(r.status)) << r.status;
+    EXPECT_THAT(std::string(r.status.message()), HasSubstr(file));
+    EXPECT_THAT(std::string(r.status.message()), HasSubstr(what));
+  }
+
+  std::string dir_, log_, payload_;
+  std::vector<uint64_t> offsets_;
+};
+
+TEST_F(CorruptionTest, IntactReadsBack) {
+  Read r = ReadLog(dir_, SETUP);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(r.seqs(), ElementsAreArray({1, 2, 3}));
+}
+
+TEST_F(CorruptionTest, BadChecksum) {
+  std::string s = Contents(log_);
+  s[offsets_[2] + log::kHeaderSize + 2]++;
+  SetContents(log_, s);
+  Read r = ReadLog(dir_, SETUP);
+  ExpectDataLoss(r, log_, absl::StrCat("checksum mismatch at offset ", offsets_[2]));
+  EXPECT_THAT(r.seqs(), ElementsAreArray({1}));  // the prefix before the damage
+}
+
+TEST_F(CorruptionTest, BadRecordType) {
+  std::string s = Contents(log_);
+  const uint64_t at = offsets_[3];
+  const size_t len = static_cast<unsigned char>(s[at + 4]) |
+                     (static_cast<unsigned char>(s[at + 5]) << 8);
+  s[at + 6] = 9;
+  uint32_t crc = crc32c::Mask(crc32c::Value(&s[at + 6], 1 + len));
+  for (int i = 0; i < 4; ++i) s[at + i] = static_cast<char>(crc >> (8 * i));
+  SetContents(log_, s);
+  ExpectDataLoss(ReadLog(dir_, SETUP), log_, "unknown record type 9");
+}
+
+TEST_F(CorruptionTest, MiddleWithoutFirst) {
+  std::string s = Contents(log_);
+  const uint64_t at = offsets_[1];
+  const size_t len = static_cast<unsigned char>(s[at + 4]) |
+                     (static_cast<unsigned char>(s[at + 5]) << 8);
+  s[at + 6] = log::kMiddleType;
+  uint32_t crc = crc32c::Mask(crc32c::Value(&s[at + 6], 1 + len));
+  for (int i = 0; i < 4; ++i) s[at + i] = static_cast<char>(crc >> (8 * i));
+  SetContents(log_, s);
+  ExpectDataLoss(ReadLog(dir_, SETUP), log_, "missing start of fragmented record");
+}
+
+TEST_F(CorruptionTest, SequenceGap) {
+  // Cut the whole record of seq 2 out of the (single-block) log.
+  std::string s = Contents(log_);
+  s.erase(offsets_[2], offsets_[3] - offsets_[2]);
+  SetContents(log_, s);
+  Read r = ReadLog(dir_, SETUP);
+  ExpectDataLoss(r, log_, "sequence gap");
+  EXPECT_THAT(std::string(r.status.message()),
+              HasSubstr(absl::StrCat("at offset ", offsets_[2], ": entry seq 3 follows seq 2 "
+                                     "but the previous entry read is seq 1")));
+}
+
+TEST_F(CorruptionTest, TruncatedPayload) {
+  std::string s = Contents(payload_);
+  s.resize(s.size() - 1);
+  SetContents(payload_, s);
+  Read r = ReadLog(dir_, SETUP);
+  ExpectDataLoss(r, payload_, "truncated payload at offset 0: entry seq 2 needs 10000 bytes");
+  EXPECT_THAT(r.seqs(), ElementsAreArray({1}));
+}
+
+TEST_F(CorruptionTest, PayloadChecksumMismatch) {
+  std::string s = Contents(payload_);
+  s[1234] ^= 0x40;
+  SetContents(payload_, s);
+  ExpectDataLoss(ReadLog(dir_, SETUP), payload_, "payload checksum mismatch at offset 0");
+  // Without loading payloads the log itself is sound.
+  EXPECT_TRUE(ReadLog(dir_, SETUP, /*load_payloads=*/false).status.ok());
+}
+
+TEST_F(CorruptionTest, MissingPayloadFile) {
+  ASSERT_TRUE(RemoveFile(payload_).ok());
+  ExpectDataLoss(ReadLog(dir_, SETUP), payload_, "payload file missing");
+}
+
+TEST_F(CorruptionTest, ReopenRefusesCorruptJournal) {
+  std::string s = Contents(payload_);
+  s[0] ^= 1;
+  SetContents(payload_, s);
+  absl::StatusOr<std::unique_ptr<Journal>> j = Journal::Open(dir_, "job7", 3, {});
+  EXPECT_TRUE(absl::IsDataLoss(j.status())) << j.status();
+}
+
+TEST_F(CorruptionTest, ReopenContinuesAndChecksSeq) {
+  {
+    absl::StatusOr<std::unique_ptr<Journal>> other = Journal::Open(dir_, "job8", 3, {});
+    EXPECT_TRUE(absl::IsFailedPrecondition(other.status())) << other.status();
+  }
+  auto j = OpenJournal(dir_);
+  ASSERT_NE(j, nullptr);
+  EXPECT_TRUE(absl::IsInvalidArgument(j->AppendSetup(Entry(4))));
+  ASSERT_TRUE(j->AppendSetup(Entry(5)).ok());
+  Read r = ReadLog(dir_, SETUP);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(r.seqs(), ElementsAreArray({1, 2, 3, 5}));
+  EXPECT_EQ(std::string(10000, 'P'), r.entries[1].inline_payload());
+  Read m = ReadLog(dir_, MINIBATCH);
+  ASSERT_TRUE(m.status.ok()) << m.status;
+  EXPECT_THAT(m.seqs(), ElementsAreArray({4}));
+  EXPECT_EQ(std::string(6000, 'M'), m.entries[0].inline_payload());
+  // Exactly one live segment per log (plus payloads): the old ones are gone.
+  EXPECT_EQ(4u, ListDir(dir_)->size());
+}
+
+// An agent killed in the middle of appending its last record: for every cut
+// of that record the journal reads back as the clean prefix before it.
+TEST(KillMidWriteTest, EveryCutOfTheLastRecordIsACleanPrefix) {
+  const std::string dir = TestDir("kill");
+  {
+    auto j = OpenJournal(dir);
+    for (uint64_t seq = 1; seq <= 5; ++seq) ASSERT_TRUE(j->AppendSetup(Entry(seq)).ok());
+    // A last record spanning a block boundary (big args stay in the log).
+    JournalEntry big = Entry(6);
+    big.set_args(std::string(log::kBlockSize + 1000, 'A'));
+    ASSERT_TRUE(j->AppendSetup(big).ok());
+  }
+  const std::string log_path = OnlyFile(dir, "setup-", ".log");
+  const std::string full = Contents(log_path);
+  const std::vector<uint64_t> offsets = RecordOffsets(log_path);
+  ASSERT_EQ(7u, offsets.size());
+  const uint64_t last_start = offsets[6];
+  ASSERT_GT(full.size(), log::kBlockSize);
+  // Truncate in place, longest first, so each step costs one ftruncate.
+  for (uint64_t cut = full.size(); cut-- > last_start;) {
+    ASSERT_EQ(0, truncate(log_path.c_str(), static_cast<off_t>(cut)));
+    Read r = ReadLog(dir, SETUP);
+    ASSERT_TRUE(r.status.ok()) << "cut " << cut << ": " << r.status;
+    ASSERT_THAT(r.seqs(), ElementsAreArray({1, 2, 3, 4, 5})) << "cut " << cut;
+  }
+  // And the full file still has all six.
+  SetContents(log_path, full);
+  EXPECT_EQ(6u, ReadLog(dir, SETUP).entries.size());
+}
+
+}  // namespace
+}  // namespace journal
+}  // namespace revenant
