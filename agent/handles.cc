@@ -1,0 +1,53 @@
+#include "agent/handles.h"
+
+namespace revenant {
+namespace agent {
+
+bool HandleTable::IsPassThrough(api::HandleKind kind, uint64_t value) {
+  // 0 = legacy default stream, 1 = cudaStreamLegacy, 2 = cudaStreamPerThread.
+  return kind == api::HandleKind::kStream && value <= 2;
+}
+
+uint64_t HandleTable::RegisterRaw(api::HandleKind kind, uint64_t backend_value) {
+  PerKind& k = kinds_[static_cast<int>(kind)];
+  auto it = k.to_virtual.find(backend_value);
+  if (it != k.to_virtual.end()) return it->second;
+  const uint64_t v = kVirtualTag | (static_cast<uint64_t>(kind) << 40) | k.next_serial++;
+  k.to_backend[v] = backend_value;
+  k.to_virtual[backend_value] = v;
+  return v;
+}
+
+uint64_t HandleTable::ToVirtualRaw(api::HandleKind kind, uint64_t backend_value) {
+  if (IsPassThrough(kind, backend_value)) return backend_value;
+  return RegisterRaw(kind, backend_value);
+}
+
+bool HandleTable::ToBackendRaw(api::HandleKind kind, uint64_t* value) const {
+  if (IsPassThrough(kind, *value)) return true;
+  const PerKind& k = kinds_[static_cast<int>(kind)];
+  auto it = k.to_backend.find(*value);
+  if (it == k.to_backend.end()) return false;
+  *value = it->second;
+  return true;
+}
+
+bool HandleTable::RemoveRaw(api::HandleKind kind, uint64_t virtual_value) {
+  PerKind& k = kinds_[static_cast<int>(kind)];
+  auto it = k.to_backend.find(virtual_value);
+  if (it == k.to_backend.end()) return false;
+  k.to_virtual.erase(it->second);
+  k.to_backend.erase(it);
+  return true;
+}
+
+size_t HandleTable::size(api::HandleKind kind) const {
+  return kinds_[static_cast<int>(kind)].to_backend.size();
+}
+
+void HandleTable::Clear() {
+  for (PerKind& k : kinds_) k = PerKind();
+}
+
+}  // namespace agent
+}  // namespace revenant

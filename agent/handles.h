@@ -1,0 +1,98 @@
+// HandleTable: virtual handles for streams, events, graphs, communicators...
+//
+// The application never sees a backend object. Each handle it receives is a
+// virtual id, deterministic per kind (1, 2, 3... in creation order), so a
+// replacement agent that replays the same creations hands out the same ids
+// and the application's handles stay valid across a recovery.
+//
+//   cudaStream_t s = backend_stream;
+//   table.Register(api::HandleKind::kStream, &s);     // s is now virtual
+//   table.ToBackend(api::HandleKind::kStream, &s);    // and back
+//
+// Stream values 0 (legacy default), cudaStreamLegacy and cudaStreamPerThread
+// are not handles: they translate to themselves. Not thread-safe: the agent
+// executes one client's requests on one thread.
+#ifndef REVENANT_AGENT_HANDLES_H_
+#define REVENANT_AGENT_HANDLES_H_
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "absl/container/flat_hash_map.h"
+#include "api/traits.h"
+
+namespace revenant {
+namespace agent {
+
+class HandleTable {
+ public:
+  // Virtual ids look like kVirtualTag | kind << 40 | serial: far from real
+  // pointers and from the special stream values, and self-describing in logs.
+  static constexpr uint64_t kVirtualTag = 0x7e00000000000000ull;
+
+  // Replaces `*value` (a backend object) with a new virtual id and records
+  // the mapping. Registering an object that is already registered returns
+  // its existing id (e.g. cudaDeviceGetDefaultMemPool called twice).
+  template <typename T>
+  void Register(api::HandleKind kind, T* value) {
+    Store(value, RegisterRaw(kind, Load(*value)));
+  }
+  // Replaces a backend object with its virtual id; unknown objects are
+  // registered (a handle the backend created implicitly, e.g. a capture graph).
+  template <typename T>
+  void ToVirtual(api::HandleKind kind, T* value) {
+    Store(value, ToVirtualRaw(kind, Load(*value)));
+  }
+  // Replaces a virtual id with its backend object. False for an id that is
+  // not live (never created, destroyed, or of another kind).
+  template <typename T>
+  bool ToBackend(api::HandleKind kind, T* value) const {
+    uint64_t raw = Load(*value);
+    if (!ToBackendRaw(kind, &raw)) return false;
+    Store(value, raw);
+    return true;
+  }
+  // Forgets a virtual id; false if it was not live.
+  template <typename T>
+  bool Remove(api::HandleKind kind, T value) {
+    return RemoveRaw(kind, Load(value));
+  }
+
+  uint64_t RegisterRaw(api::HandleKind kind, uint64_t backend_value);
+  uint64_t ToVirtualRaw(api::HandleKind kind, uint64_t backend_value);
+  bool ToBackendRaw(api::HandleKind kind, uint64_t* value) const;
+  bool RemoveRaw(api::HandleKind kind, uint64_t virtual_value);
+
+  // Live handles of `kind`.
+  size_t size(api::HandleKind kind) const;
+  // Forgets everything and restarts the serials (cudaDeviceReset).
+  void Clear();
+
+ private:
+  template <typename T>
+  static uint64_t Load(const T& v) {
+    static_assert(sizeof(T) <= sizeof(uint64_t) && std::is_trivially_copyable<T>::value,
+                  "handles are pointer-sized values");
+    uint64_t raw = 0;
+    std::memcpy(&raw, &v, sizeof(T));
+    return raw;
+  }
+  template <typename T>
+  static void Store(T* v, uint64_t raw) {
+    std::memcpy(v, &raw, sizeof(T));
+  }
+  static bool IsPassThrough(api::HandleKind kind, uint64_t value);
+
+  struct PerKind {
+    uint64_t next_serial = 1;
+    absl::flat_hash_map<uint64_t, uint64_t> to_backend;
+    absl::flat_hash_map<uint64_t, uint64_t> to_virtual;
+  };
+  PerKind kinds_[api::kHandleKindCount];
+};
+
+}  // namespace agent
+}  // namespace revenant
+
+#endif  // REVENANT_AGENT_HANDLES_H_

@@ -1,0 +1,71 @@
+#include "agent/handles.h"
+
+#include "gtest/gtest.h"
+
+namespace revenant {
+namespace agent {
+namespace {
+
+using api::HandleKind;
+
+TEST(HandleTableTest, VirtualIdsAreDeterministicPerKind) {
+  HandleTable a, b;
+  void* s1 = reinterpret_cast<void*>(0x1000);
+  void* s2 = reinterpret_cast<void*>(0x2000);
+  void* e1 = reinterpret_cast<void*>(0x3000);
+  a.Register(HandleKind::kStream, &s1);
+  a.Register(HandleKind::kStream, &s2);
+  a.Register(HandleKind::kEvent, &e1);
+  // A replacement replaying the same creations against other backend objects.
+  void* t1 = reinterpret_cast<void*>(0x9000);
+  void* t2 = reinterpret_cast<void*>(0xa000);
+  b.Register(HandleKind::kStream, &t1);
+  b.Register(HandleKind::kStream, &t2);
+  EXPECT_EQ(s1, t1);
+  EXPECT_EQ(s2, t2);
+  EXPECT_NE(s1, s2);
+  EXPECT_NE(reinterpret_cast<uintptr_t>(e1) & ~0xffull,
+            reinterpret_cast<uintptr_t>(s1) & ~0xffull);  // kind is encoded
+}
+
+TEST(HandleTableTest, TranslatesBackAndRemoves) {
+  HandleTable t;
+  void* backend = reinterpret_cast<void*>(0x1234);
+  void* v = backend;
+  t.Register(HandleKind::kGraph, &v);
+  void* x = v;
+  ASSERT_TRUE(t.ToBackend(HandleKind::kGraph, &x));
+  EXPECT_EQ(x, backend);
+  x = v;
+  EXPECT_FALSE(t.ToBackend(HandleKind::kEvent, &x)) << "wrong kind must not translate";
+  EXPECT_TRUE(t.Remove(HandleKind::kGraph, v));
+  EXPECT_FALSE(t.Remove(HandleKind::kGraph, v));
+  x = v;
+  EXPECT_FALSE(t.ToBackend(HandleKind::kGraph, &x)) << "destroyed handle must not translate";
+  EXPECT_EQ(t.size(HandleKind::kGraph), 0u);
+}
+
+TEST(HandleTableTest, SpecialStreamsPassThrough) {
+  HandleTable t;
+  for (uintptr_t special : {0, 1, 2}) {
+    void* s = reinterpret_cast<void*>(special);
+    ASSERT_TRUE(t.ToBackend(HandleKind::kStream, &s));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(s), special);
+  }
+  void* bogus = reinterpret_cast<void*>(0x7e00000000000099ull);
+  EXPECT_FALSE(t.ToBackend(HandleKind::kStream, &bogus));
+}
+
+TEST(HandleTableTest, RegisteringTheSameObjectTwiceGivesOneId) {
+  HandleTable t;
+  void* a = reinterpret_cast<void*>(0x55);
+  void* b = a;
+  t.Register(HandleKind::kMemPool, &a);
+  t.Register(HandleKind::kMemPool, &b);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(t.size(HandleKind::kMemPool), 1u);
+}
+
+}  // namespace
+}  // namespace agent
+}  // namespace revenant

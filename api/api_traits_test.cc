@@ -1,0 +1,67 @@
+// Checks the generated traits against the table they come from.
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "api/api_table.pb.h"
+#include "api/traits.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace revenant {
+namespace api {
+namespace {
+
+api_table::ApiTable LoadAll() {
+  api_table::ApiTable all;
+  for (const char* path :
+       {"api/cuda_runtime.textproto", "api/cuda_nvcc.textproto", "api/nccl.textproto"}) {
+    std::ifstream in(path);
+    EXPECT_TRUE(in.good()) << path;
+    std::stringstream buf;
+    buf << in.rdbuf();
+    api_table::ApiTable t;
+    EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(buf.str(), &t)) << path;
+    all.MergeFrom(t);
+  }
+  return all;
+}
+
+TEST(ApiTraitsTest, EveryRowHasTraitsMatchingTheTable) {
+  api_table::ApiTable table = LoadAll();
+  ASSERT_EQ(table.functions_size() + 1, kApiCount);
+  for (int i = 0; i < table.functions_size(); ++i) {
+    const api_table::Function& f = table.functions(i);
+    const ApiTraits& t = Traits(static_cast<uint32_t>(i + 1));
+    EXPECT_EQ(f.name(), t.name);
+    EXPECT_EQ(static_cast<int>(f.mode()), static_cast<int>(t.mode)) << f.name();
+    EXPECT_EQ(static_cast<int>(f.journal()), static_cast<int>(t.journal)) << f.name();
+    EXPECT_EQ(static_cast<int>(f.creates()), static_cast<int>(t.creates)) << f.name();
+    EXPECT_EQ(static_cast<int>(f.support()), static_cast<int>(t.support)) << f.name();
+    EXPECT_EQ(FindApi(f.name().c_str()), static_cast<ApiId>(i + 1));
+  }
+  EXPECT_EQ(FindApi("cudaNoSuchThing"), ApiId::kInvalid);
+  EXPECT_STREQ(Traits(static_cast<uint32_t>(kApiCount + 5)).name, "<invalid>");
+}
+
+TEST(ApiTraitsTest, EnumsMirrorTheSchema) {
+  EXPECT_EQ(static_cast<int>(HandleKind::kKernel), api_table::KERNEL);
+  EXPECT_EQ(static_cast<int>(HandleKind::kComm), api_table::COMM);
+  EXPECT_EQ(kHandleKindCount, api_table::HandleKind_ARRAYSIZE);
+  EXPECT_EQ(static_cast<int>(Library::kNccl), api_table::NCCL);
+  EXPECT_EQ(static_cast<int>(Mode::kLocal), api_table::LOCAL);
+  EXPECT_EQ(static_cast<int>(JournalClass::kReplay), api_table::REPLAY);
+  EXPECT_EQ(static_cast<int>(Support::kRefused), api_table::REFUSED);
+}
+
+TEST(ApiTraitsTest, ForwardedRowsAreDispatched) {
+  for (int i = 1; i < kApiCount; ++i) {
+    const ApiTraits& t = Traits(static_cast<uint32_t>(i));
+    const bool forwarded = t.mode != Mode::kLocal && t.support != Support::kRefused;
+    EXPECT_EQ(t.dispatched, forwarded) << t.name;
+  }
+}
+
+}  // namespace
+}  // namespace api
+}  // namespace revenant

@@ -1,0 +1,53 @@
+// Per-API traits, generated from the API table (api/*.textproto).
+//
+// The enums mirror api/api_table.proto value for value (api_traits_test
+// checks it) so that the shim can use the traits without protobuf.
+//
+//   const api::ApiTraits& t = api::Traits(api::ApiId::cudaMemcpyAsync);
+//   if (t.journal == api::JournalClass::kReplay) ...
+#ifndef REVENANT_API_TRAITS_H_
+#define REVENANT_API_TRAITS_H_
+
+#include <cstdint>
+
+#include "api/api_ids.h"  // generated: enum class ApiId, kApiCount
+
+namespace revenant {
+namespace api {
+
+enum class Library : uint8_t { kUnspecified = 0, kCudart = 1, kCudartNvcc = 2, kNccl = 3 };
+enum class HandleKind : uint8_t {
+  kNone = 0, kStream = 1, kEvent = 2, kGraph = 3, kGraphExec = 4, kGraphNode = 5,
+  kMemPool = 6, kComm = 7, kFunction = 8, kKernel = 9,
+};
+inline constexpr int kHandleKindCount = 10;
+enum class Mode : uint8_t { kSync = 0, kAsync = 1, kLocal = 2 };
+enum class JournalClass : uint8_t { kSkip = 0, kState = 1, kReplay = 2 };
+enum class Support : uint8_t { kGenerated = 0, kShimHook = 1, kHook = 2, kRefused = 3 };
+
+struct ApiTraits {
+  const char* name;
+  Library library;
+  Mode mode;
+  JournalClass journal;
+  HandleKind creates;
+  HandleKind destroys;
+  Support support;
+  // True when the agent has a dispatch case (generated or hand-written hook).
+  bool dispatched;
+};
+
+// Traits of `id`; ApiId::kInvalid and out-of-range ids give a row named
+// "<invalid>" that is not dispatched.
+const ApiTraits& Traits(ApiId id);
+const ApiTraits& Traits(uint32_t id);
+
+// The id of the function called `name`, or ApiId::kInvalid.
+ApiId FindApi(const char* name);
+
+const char* HandleKindName(HandleKind kind);
+
+}  // namespace api
+}  // namespace revenant
+
+#endif  // REVENANT_API_TRAITS_H_

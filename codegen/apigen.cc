@@ -1,0 +1,626 @@
+// apigen: turns the API table (api/*.textproto, schema api/api_table.proto)
+// into the code and docs every other part of Revenant uses.
+//
+//   apigen --out_dir=DIR table1.textproto [table2.textproto ...]
+//
+// writes DIR/{api_ids.h, api_traits.cc, shim_stubs.cc, backend_api.h,
+// backend_api.cc, dispatch.cc, agent_hooks.h, shim_hooks.h, shim.map,
+// api_coverage.md}. Every file is a pure function of the table, so Bazel
+// reruns it only when a row changes. Validation errors name the row and
+// exit 1: a bad row fails the build, not the run.
+#include <fcntl.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "api/api_table.pb.h"
+#include "google/protobuf/io/zero_copy_stream_impl.h"
+#include "google/protobuf/text_format.h"
+
+namespace revenant {
+namespace codegen {
+namespace pb = ::revenant::api_table;
+namespace {
+
+using pb::Direction;
+using pb::Function;
+using pb::HandleKind;
+using pb::Library;
+using pb::Param;
+
+[[noreturn]] void Die(const std::string& message) {
+  std::cerr << "apigen: " << message << "\n";
+  std::exit(1);
+}
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t");
+  size_t e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+bool IsPointer(const std::string& c_type) {
+  return !Trim(c_type).empty() && Trim(c_type).back() == '*';
+}
+
+// "const struct cudaDeviceProp *" -> "struct cudaDeviceProp"
+std::string Pointee(const std::string& c_type) {
+  std::string t = Trim(c_type);
+  t = Trim(t.substr(0, t.size() - 1));
+  if (t.rfind("const ", 0) == 0) t = Trim(t.substr(6));
+  return t;
+}
+
+enum class Kind { kValue, kInBytes, kOutValue, kOutBytes, kInOutValue };
+
+Kind KindOf(const Function& f, const Param& p) {
+  const bool ptr = IsPointer(p.c_type());
+  switch (p.dir()) {
+    case pb::IN:
+      if (!ptr || p.length().empty()) return Kind::kValue;
+      return Kind::kInBytes;
+    case pb::OUT:
+      if (!ptr) Die(f.name() + "." + p.name() + ": OUT parameter must be a pointer");
+      return p.length().empty() ? Kind::kOutValue : Kind::kOutBytes;
+    case pb::INOUT:
+      if (!ptr || !p.length().empty())
+        Die(f.name() + "." + p.name() + ": INOUT parameter must be a pointer without length");
+      return Kind::kInOutValue;
+    default:
+      Die(f.name() + "." + p.name() + ": bad direction");
+  }
+}
+
+// The type of a local variable holding a by-value parameter: top-level
+// const dropped ("const ncclComm_t" -> "ncclComm_t"), pointee const kept.
+std::string LocalType(const std::string& c_type) {
+  std::string t = Trim(c_type);
+  if (t.rfind("const ", 0) == 0 && t.back() != '*') return Trim(t.substr(6));
+  return t;
+}
+
+std::string HandleEnum(HandleKind k) {
+  static const char* kNames[] = {"kNone",      "kStream",    "kEvent",   "kGraph",
+                                 "kGraphExec", "kGraphNode", "kMemPool", "kComm",
+                                 "kFunction",  "kKernel"};
+  return std::string("::revenant::api::HandleKind::") + kNames[static_cast<int>(k)];
+}
+
+std::string ErrType(const Function& f) { return f.returns(); }
+
+bool IsNccl(const Function& f) { return f.library() == pb::NCCL; }
+
+std::string Unreachable(const Function& f) {
+  if (!f.unreachable().empty()) return f.unreachable();
+  return IsNccl(f) ? "ncclRemoteError" : "cudaErrorDevicesUnavailable";
+}
+std::string NotSupported(const Function& f) {
+  return IsNccl(f) ? "ncclInvalidUsage" : "cudaErrorNotSupported";
+}
+std::string BadRequest(const Function& f) {
+  return IsNccl(f) ? "ncclInvalidArgument" : "cudaErrorInvalidValue";
+}
+std::string BadHandle(const Function& f) {
+  return IsNccl(f) ? "ncclInvalidArgument" : "cudaErrorInvalidResourceHandle";
+}
+
+bool Forwarded(const Function& f) {
+  return f.mode() != pb::LOCAL && f.support() != pb::REFUSED;
+}
+bool HasGeneratedShim(const Function& f) {
+  return f.support() == pb::GENERATED || f.support() == pb::REFUSED;
+}
+bool HasGeneratedDispatch(const Function& f) {
+  return Forwarded(f) && (f.support() == pb::GENERATED || f.support() == pb::SHIM_HOOK);
+}
+bool HasHookDispatch(const Function& f) { return Forwarded(f) && f.support() == pb::HOOK; }
+
+std::string ParamList(const Function& f, bool with_names) {
+  std::string out;
+  for (int i = 0; i < f.params_size(); ++i) {
+    if (i) out += ", ";
+    out += f.params(i).c_type();
+    if (with_names) out += " " + f.params(i).name();
+  }
+  return out;
+}
+
+std::string ArgList(const Function& f) {
+  std::string out;
+  for (int i = 0; i < f.params_size(); ++i) {
+    if (i) out += ", ";
+    out += f.params(i).name();
+  }
+  return out;
+}
+
+void Validate(const std::vector<Function>& fns) {
+  std::set<std::string> names;
+  for (const Function& f : fns) {
+    if (f.name().empty()) Die("a row has no name");
+    if (!names.insert(f.name()).second) Die(f.name() + ": duplicate row");
+    if (f.library() == pb::LIBRARY_UNSPECIFIED) Die(f.name() + ": no library");
+    if (f.returns().empty()) Die(f.name() + ": no return type");
+    std::set<std::string> pnames;
+    int out_params = 0;
+    for (const Param& p : f.params()) {
+      if (p.name().empty() || p.c_type().empty()) Die(f.name() + ": parameter without name/type");
+      if (!pnames.insert(p.name()).second) Die(f.name() + ": duplicate parameter " + p.name());
+      Kind k = KindOf(f, p);
+      if (k != Kind::kValue && k != Kind::kInBytes) ++out_params;
+      if (p.handle() != pb::NO_HANDLE && k == Kind::kInBytes)
+        Die(f.name() + "." + p.name() + ": a handle cannot be a byte buffer");
+    }
+    if (f.mode() == pb::ASYNC && out_params > 0)
+      Die(f.name() + ": an ASYNC call cannot have OUT parameters");
+    if (f.mode() == pb::LOCAL && f.support() == pb::GENERATED)
+      Die(f.name() + ": a LOCAL call needs a shim hook");
+    if (HasGeneratedShim(f) && f.returns() != "cudaError_t" && f.returns() != "ncclResult_t")
+      Die(f.name() + ": generated stubs return cudaError_t or ncclResult_t; use a hook");
+    if (f.creates() != pb::NO_HANDLE && HasGeneratedDispatch(f)) {
+      bool found = false;
+      for (const Param& p : f.params())
+        if (p.handle() == f.creates() && p.dir() == pb::OUT) found = true;
+      if (!found) Die(f.name() + ": creates a handle but no OUT parameter of that kind");
+    }
+    if (f.destroys() != pb::NO_HANDLE && HasGeneratedDispatch(f)) {
+      bool found = false;
+      for (const Param& p : f.params())
+        if (p.handle() == f.destroys() && p.dir() == pb::IN) found = true;
+      if (!found) Die(f.name() + ": destroys a handle but no IN parameter of that kind");
+    }
+  }
+}
+
+class Out {
+ public:
+  Out(const std::string& dir, const std::string& name) : path_(dir + "/" + name) {}
+  ~Out() {
+    std::ofstream f(path_);
+    f << s_.str();
+    if (!f) Die("cannot write " + path_);
+  }
+  std::ostringstream& s() { return s_; }
+
+ private:
+  std::string path_;
+  std::ostringstream s_;
+};
+
+const char* kBanner = "// Generated by codegen/apigen from api/*.textproto. Do not edit.\n";
+
+void EmitIds(const std::vector<Function>& fns, const std::string& dir) {
+  Out o(dir, "api_ids.h");
+  auto& s = o.s();
+  s << kBanner
+    << "#ifndef REVENANT_API_API_IDS_H_\n#define REVENANT_API_API_IDS_H_\n\n"
+    << "#include <cstdint>\n\nnamespace revenant {\nnamespace api {\n\n"
+    << "// One id per row of the API table, in table order; 0 is invalid.\n"
+    << "enum class ApiId : uint16_t {\n  kInvalid = 0,\n";
+  for (size_t i = 0; i < fns.size(); ++i) s << "  " << fns[i].name() << " = " << i + 1 << ",\n";
+  s << "};\n\ninline constexpr int kApiCount = " << fns.size() + 1 << ";\n\n"
+    << "}  // namespace api\n}  // namespace revenant\n\n#endif  // REVENANT_API_API_IDS_H_\n";
+}
+
+void EmitTraits(const std::vector<Function>& fns, const std::string& dir) {
+  Out o(dir, "api_traits.cc");
+  auto& s = o.s();
+  s << kBanner << "#include <cstring>\n\n#include \"api/traits.h\"\n\n"
+    << "namespace revenant {\nnamespace api {\nnamespace {\n\n"
+    << "const ApiTraits kTraits[kApiCount] = {\n"
+    << "    {\"<invalid>\", Library::kUnspecified, Mode::kSync, JournalClass::kSkip, "
+       "HandleKind::kNone, HandleKind::kNone, Support::kRefused, false},\n";
+  for (const Function& f : fns) {
+    s << "    {\"" << f.name() << "\", static_cast<Library>(" << f.library()
+      << "), static_cast<Mode>(" << f.mode() << "), static_cast<JournalClass>(" << f.journal()
+      << "), static_cast<HandleKind>(" << f.creates() << "), static_cast<HandleKind>("
+      << f.destroys() << "), static_cast<Support>(" << f.support() << "), "
+      << ((HasGeneratedDispatch(f) || HasHookDispatch(f)) ? "true" : "false") << "},\n";
+  }
+  s << "};\n\n}  // namespace\n\n"
+    << "const ApiTraits& Traits(ApiId id) { return Traits(static_cast<uint32_t>(id)); }\n"
+    << "const ApiTraits& Traits(uint32_t id) {\n"
+    << "  return id < static_cast<uint32_t>(kApiCount) ? kTraits[id] : kTraits[0];\n}\n\n"
+    << "ApiId FindApi(const char* name) {\n"
+    << "  for (int i = 1; i < kApiCount; ++i)\n"
+    << "    if (std::strcmp(kTraits[i].name, name) == 0) return static_cast<ApiId>(i);\n"
+    << "  return ApiId::kInvalid;\n}\n\n"
+    << "const char* HandleKindName(HandleKind kind) {\n"
+    << "  static const char* kNames[] = {\"none\", \"stream\", \"event\", \"graph\", "
+       "\"graph_exec\", \"graph_node\", \"mem_pool\", \"comm\", \"function\", \"kernel\"};\n"
+    << "  int i = static_cast<int>(kind);\n"
+    << "  return i >= 0 && i < kHandleKindCount ? kNames[i] : \"?\";\n}\n\n"
+    << "}  // namespace api\n}  // namespace revenant\n";
+}
+
+// ---------------------------------------------------------------------------
+// Shim stubs.
+
+void EmitShimStub(const Function& f, std::ostringstream& s) {
+  const std::string unreachable = Unreachable(f);
+  s << "extern \"C\" REVENANT_EXPORT " << f.returns() << " " << f.name() << "("
+    << ParamList(f, true) << ") {\n";
+  if (f.support() == pb::REFUSED) {
+    s << "  ::revenant::shim::LogNotSupported(\"" << f.name() << "\");\n"
+      << "  return " << NotSupported(f) << ";\n}\n\n";
+    return;
+  }
+  // Size pass, then encode pass: identical sequences of calls.
+  for (int pass = 0; pass < 2; ++pass) {
+    const std::string w = pass == 0 ? "sizer_" : "args_";
+    if (pass == 0) {
+      s << "  ::revenant::wire::Sizer sizer_;\n";
+    } else {
+      s << "  ::revenant::shim::Call call_(::revenant::api::ApiId::" << f.name()
+        << ", sizer_.size());\n"
+        << "  if (!call_.ok()) return static_cast<" << f.returns() << ">(call_.FailureStatus("
+        << unreachable << "));\n"
+        << "  ::revenant::wire::Encoder& args_ = call_.args();\n";
+    }
+    for (const Param& p : f.params()) {
+      const std::string n = p.name();
+      switch (KindOf(f, p)) {
+        case Kind::kValue:
+          if (p.handle() == pb::FUNCTION && pass == 1)
+            s << "  " << w << ".Put(::revenant::shim::FunctionToWire(" << n << "));\n";
+          else if (p.handle() == pb::FUNCTION)
+            s << "  " << w << ".Put(uint64_t{0});\n";
+          else
+            s << "  " << w << ".Put(" << n << ");\n";
+          break;
+        case Kind::kInBytes:
+          s << "  " << w << ".PutBytes(" << n << ", " << n << " == nullptr ? 0 : (" << p.length()
+            << "));\n";
+          break;
+        case Kind::kOutValue:
+          s << "  " << w << (pass == 0 ? ".PutFlag();\n" : ".PutFlag(" + n + " != nullptr);\n");
+          break;
+        case Kind::kOutBytes:
+          s << "  " << w << (pass == 0 ? ".PutFlag();\n" : ".PutFlag(" + n + " != nullptr);\n");
+          s << "  " << w << ".Put(static_cast<uint64_t>(" << n << " == nullptr ? 0 : ("
+            << p.length() << ")));\n";
+          break;
+        case Kind::kInOutValue:
+          s << "  " << w << ".PutBytes(" << n << ", sizeof(*" << n << "));\n";
+          break;
+      }
+    }
+  }
+  s << "  if (!call_.Send()) return static_cast<" << f.returns() << ">(call_.FailureStatus("
+    << unreachable << "));\n";
+  bool has_out = false;
+  for (const Param& p : f.params()) has_out |= KindOf(f, p) != Kind::kValue && KindOf(f, p) != Kind::kInBytes;
+  if (has_out) {
+    s << "  if (call_.status() == 0) {\n"
+      << "    ::revenant::wire::Decoder& reply_ = call_.reply();\n";
+    for (const Param& p : f.params()) {
+      Kind k = KindOf(f, p);
+      if (k == Kind::kValue || k == Kind::kInBytes) continue;
+      const std::string n = p.name();
+      s << "    if (" << n << " != nullptr) call_.CopyOut(reply_, " << n << ", "
+        << (k == Kind::kOutBytes ? "(" + p.length() + ")" : "sizeof(*" + n + ")") << ");\n";
+    }
+    s << "  }\n";
+  }
+  s << "  return static_cast<" << f.returns() << ">(call_.status());\n}\n\n";
+}
+
+void EmitShim(const std::vector<Function>& fns, const std::string& dir) {
+  Out o(dir, "shim_stubs.cc");
+  auto& s = o.s();
+  s << kBanner
+    << "// The exported entry points of librevenant_shim.so for every row without a\n"
+    << "// hand-written shim hook. Compiled against the real headers, so a row whose\n"
+    << "// signature differs from CUDA's or NCCL's fails to compile.\n"
+    << "#include <cuda_runtime_api.h>\n#include <nccl.h>\n\n"
+    << "#include \"api/wire.h\"\n#include \"shim/call.h\"\n\n";
+  for (const Function& f : fns)
+    if (HasGeneratedShim(f)) EmitShimStub(f, s);
+  // NCCL's profiling aliases: pncclX is ncclX.
+  // Hand-written NCCL hooks define their own p-aliases.
+  for (const Function& f : fns) {
+    if (!IsNccl(f) || !HasGeneratedShim(f)) continue;
+    s << "extern \"C\" REVENANT_EXPORT " << f.returns() << " p" << f.name() << "("
+      << ParamList(f, true) << ") __attribute__((alias(\"" << f.name() << "\")));\n";
+  }
+}
+
+void EmitShimHooksHeader(const std::vector<Function>& fns, const std::string& dir) {
+  Out o(dir, "shim_hooks.h");
+  auto& s = o.s();
+  s << kBanner
+    << "// Rows whose shim side is hand-written (support SHIM_HOOK/HOOK or mode\n"
+    << "// LOCAL). shim/hooks_*.cc define them; a missing one fails the shim link\n"
+    << "// test (every row must be exported).\n"
+    << "#ifndef REVENANT_API_SHIM_HOOKS_H_\n#define REVENANT_API_SHIM_HOOKS_H_\n\n"
+    << "inline constexpr const char* kShimHookNames[] = {\n";
+  int n = 0;
+  for (const Function& f : fns)
+    if (!HasGeneratedShim(f)) {
+      s << "    \"" << f.name() << "\",\n";
+      ++n;
+    }
+  if (n == 0) s << "    \"\",\n";
+  s << "};\n\n#endif  // REVENANT_API_SHIM_HOOKS_H_\n";
+}
+
+void EmitVersionScript(const std::vector<Function>& fns, const std::string& dir) {
+  Out o(dir, "shim.map");
+  auto& s = o.s();
+  s << "/* Generated by codegen/apigen. Runtime names carry libcudart.so.13's version\n"
+    << "   so versioned references (name@libcudart.so.13) bind to the shim; NCCL\n"
+    << "   programs' unversioned references bind to these default versions too. */\n"
+    << "libcudart.so.13 {\n  global:\n";
+  for (const Function& f : fns) {
+    s << "    " << f.name() << ";\n";
+    if (IsNccl(f)) s << "    p" << f.name() << ";\n";
+  }
+  s << "    revenantMarkStep;\n  local:\n    *;\n};\n";
+}
+
+// ---------------------------------------------------------------------------
+// Agent: backend interface and dispatch.
+
+void EmitBackend(const std::vector<Function>& fns, const std::string& dir) {
+  {
+    Out o(dir, "backend_api.h");
+    auto& s = o.s();
+    s << kBanner
+      << "#ifndef REVENANT_API_BACKEND_API_H_\n#define REVENANT_API_BACKEND_API_H_\n\n"
+      << "#include <cuda_runtime_api.h>\n#include <nccl.h>\n\n"
+      << "namespace revenant {\nnamespace api {\n\n"
+      << "// What a backend (agent/backends/*) implements: one virtual per forwarded row\n"
+      << "// with a generated dispatcher, in the API's own signature, after handle\n"
+      << "// translation (stream/event/... arguments are the backend's own objects).\n"
+      << "// Every default answers not-supported with one log line per function.\n"
+      << "class BackendApi {\n public:\n  virtual ~BackendApi() = default;\n\n";
+    for (const Function& f : fns) {
+      if (!HasGeneratedDispatch(f)) continue;
+      s << "  virtual " << f.returns() << " " << f.name() << "(" << ParamList(f, true) << ");\n";
+    }
+    s << "};\n\n}  // namespace api\n}  // namespace revenant\n\n"
+      << "#endif  // REVENANT_API_BACKEND_API_H_\n";
+  }
+  {
+    Out o(dir, "backend_api.cc");
+    auto& s = o.s();
+    s << kBanner << "#include \"api/backend_api.h\"\n\n#include \"common/logging.h\"\n\n"
+      << "namespace revenant {\nnamespace api {\n\n";
+    for (const Function& f : fns) {
+      if (!HasGeneratedDispatch(f)) continue;
+      s << f.returns() << " BackendApi::" << f.name() << "(" << ParamList(f, false) << ") {\n"
+        << "  static bool logged = false;\n"
+        << "  if (!logged) {\n    logged = true;\n"
+        << "    REVENANT_LOG(WARNING, \"agent\") << \"" << f.name()
+        << " is not supported by this backend\";\n  }\n"
+        << "  return " << NotSupported(f) << ";\n}\n\n";
+    }
+    s << "}  // namespace api\n}  // namespace revenant\n";
+  }
+}
+
+void EmitDispatchCase(const Function& f, std::ostringstream& s) {
+  s << "    case ApiId::" << f.name() << ": {\n";
+  // Decode.
+  for (const Param& p : f.params()) {
+    const std::string n = p.name();
+    switch (KindOf(f, p)) {
+      case Kind::kValue:
+        s << "      " << LocalType(p.c_type()) << " " << n << "{};\n"
+          << "      if (!in.Get(&" << n << ")) return " << BadRequest(f) << ";\n";
+        if (p.handle() != pb::NO_HANDLE) {
+          s << "      const auto " << n << "_virtual = " << n << ";\n"
+            << "      if (!ctx.handles->ToBackend(" << HandleEnum(p.handle()) << ", &" << n
+            << ")) return " << BadHandle(f) << ";\n"
+            << "      (void)" << n << "_virtual;\n";
+        }
+        break;
+      case Kind::kInBytes:
+        s << "      const char* " << n << "_data = nullptr;\n      uint64_t " << n
+          << "_size = 0;\n"
+          << "      if (!in.GetBytes(&" << n << "_data, &" << n << "_size)) return "
+          << BadRequest(f) << ";\n"
+          << "      " << p.c_type() << " " << n << " = reinterpret_cast<" << p.c_type()
+          << ">(const_cast<char*>(" << n << "_data));\n";
+        break;
+      case Kind::kOutValue:
+        s << "      bool " << n << "_present = false;\n"
+          << "      if (!in.GetFlag(&" << n << "_present)) return " << BadRequest(f) << ";\n"
+          << "      " << p.c_type() << " " << n << " = nullptr;\n"
+          << "      if (" << n << "_present) {\n"
+          << "        " << n << " = reinterpret_cast<" << p.c_type() << ">(out.ReserveBytes(sizeof("
+          << Pointee(p.c_type()) << ")));\n"
+          << "        if (" << n << " == nullptr) return " << BadRequest(f) << ";\n"
+          << "        std::memset(" << n << ", 0, sizeof(" << Pointee(p.c_type()) << "));\n      }\n";
+        break;
+      case Kind::kOutBytes:
+        s << "      bool " << n << "_present = false;\n      uint64_t " << n << "_size = 0;\n"
+          << "      if (!in.GetFlag(&" << n << "_present) || !in.Get(&" << n << "_size)) return "
+          << BadRequest(f) << ";\n"
+          << "      " << p.c_type() << " " << n << " = nullptr;\n"
+          << "      if (" << n << "_present) {\n"
+          << "        char* " << n << "_buf = out.ReserveBytes(" << n << "_size);\n"
+          << "        if (" << n << "_buf == nullptr) return " << BadRequest(f) << ";\n"
+          << "        std::memset(" << n << "_buf, 0, " << n << "_size);\n"
+          << "        " << n << " = reinterpret_cast<" << p.c_type() << ">(" << n << "_buf);\n"
+          << "      }\n";
+        break;
+      case Kind::kInOutValue:
+        s << "      const char* " << n << "_data = nullptr;\n      uint64_t " << n
+          << "_size = 0;\n"
+          << "      if (!in.GetBytes(&" << n << "_data, &" << n << "_size)) return "
+          << BadRequest(f) << ";\n"
+          << "      " << p.c_type() << " " << n << " = nullptr;\n"
+          << "      if (" << n << "_data != nullptr) {\n"
+          << "        if (" << n << "_size != sizeof(" << Pointee(p.c_type()) << ")) return "
+          << BadRequest(f) << ";\n"
+          << "        char* " << n << "_buf = out.ReserveBytes(" << n << "_size);\n"
+          << "        if (" << n << "_buf == nullptr) return " << BadRequest(f) << ";\n"
+          << "        std::memcpy(" << n << "_buf, " << n << "_data, " << n << "_size);\n"
+          << "        " << n << " = reinterpret_cast<" << p.c_type() << ">(" << n << "_buf);\n"
+          << "      }\n";
+        break;
+    }
+  }
+  s << "      if (in.remaining() != 0) return " << BadRequest(f) << ";\n";
+  s << "      const " << f.returns() << " rc = ctx.backend->" << f.name() << "(" << ArgList(f)
+    << ");\n";
+  // Handle bookkeeping on success.
+  bool any = false;
+  for (const Param& p : f.params()) {
+    Kind k = KindOf(f, p);
+    if (p.handle() == pb::NO_HANDLE) continue;
+    if ((k == Kind::kOutValue || k == Kind::kInOutValue)) any = true;
+  }
+  if (any || f.destroys() != pb::NO_HANDLE) {
+    s << "      if (rc == 0) {\n";
+    for (const Param& p : f.params()) {
+      Kind k = KindOf(f, p);
+      if (p.handle() == pb::NO_HANDLE) continue;
+      if (k == Kind::kOutValue || k == Kind::kInOutValue) {
+        const std::string fn = p.handle() == f.creates() ? "Register" : "ToVirtual";
+        s << "        if (" << p.name() << " != nullptr) ctx.handles->" << fn << "("
+          << HandleEnum(p.handle()) << ", " << p.name() << ");\n";
+      }
+    }
+    if (f.destroys() != pb::NO_HANDLE) {
+      for (const Param& p : f.params()) {
+        if (p.handle() == f.destroys() && p.dir() == pb::IN) {
+          s << "        ctx.handles->Remove(" << HandleEnum(p.handle()) << ", " << p.name()
+            << "_virtual);\n";
+          break;
+        }
+      }
+    }
+    s << "      }\n";
+  }
+  s << "      return static_cast<int32_t>(rc);\n    }\n";
+}
+
+void EmitDispatch(const std::vector<Function>& fns, const std::string& dir) {
+  {
+    Out o(dir, "agent_hooks.h");
+    auto& s = o.s();
+    s << kBanner
+      << "#ifndef REVENANT_API_AGENT_HOOKS_H_\n#define REVENANT_API_AGENT_HOOKS_H_\n\n"
+      << "#include <cstdint>\n\n#include \"api/wire.h\"\n\n"
+      << "namespace revenant {\nnamespace agent {\n\nstruct DispatchContext;\n\n"
+      << "// Hand-written agent handlers of HOOK rows (agent/hooks_*.cc). Each decodes\n"
+      << "// its request from `in`, writes OUT values to `out` and returns the API's\n"
+      << "// status; a missing definition fails the agent's link.\n";
+    for (const Function& f : fns)
+      if (HasHookDispatch(f))
+        s << "int32_t Hook_" << f.name()
+          << "(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out);\n";
+    s << "\n}  // namespace agent\n}  // namespace revenant\n\n#endif  // REVENANT_API_AGENT_HOOKS_H_\n";
+  }
+  Out o(dir, "dispatch.cc");
+  auto& s = o.s();
+  s << kBanner << "#include <cstring>\n\n#include \"agent/dispatch.h\"\n"
+    << "#include \"api/agent_hooks.h\"\n#include \"api/backend_api.h\"\n\n"
+    << "namespace revenant {\nnamespace agent {\n\nusing ::revenant::api::ApiId;\n\n"
+    << "int32_t Dispatch(ApiId id, wire::Decoder& in, wire::Encoder& out, DispatchContext& ctx) {\n"
+    << "  switch (id) {\n";
+  for (const Function& f : fns) {
+    if (HasGeneratedDispatch(f)) EmitDispatchCase(f, s);
+    if (HasHookDispatch(f))
+      s << "    case ApiId::" << f.name() << ":\n      return Hook_" << f.name()
+        << "(ctx, in, out);\n";
+  }
+  s << "    default:\n      return kNoDispatcher;\n  }\n}\n\n"
+    << "}  // namespace agent\n}  // namespace revenant\n";
+}
+
+// ---------------------------------------------------------------------------
+
+const char* ModeName(pb::Mode m) {
+  return m == pb::SYNC ? "sync" : m == pb::ASYNC ? "async" : "local";
+}
+const char* JournalName(pb::JournalClass j) {
+  return j == pb::STATE ? "STATE" : j == pb::REPLAY ? "REPLAY" : "SKIP";
+}
+const char* SupportName(pb::Support s) {
+  switch (s) {
+    case pb::GENERATED: return "generated";
+    case pb::SHIM_HOOK: return "shim hook";
+    case pb::HOOK: return "hook";
+    default: return "refused";
+  }
+}
+const char* LibraryName(Library l) {
+  return l == pb::CUDART ? "cudart" : l == pb::CUDART_NVCC ? "nvcc" : "nccl";
+}
+
+void EmitCoverage(const std::vector<Function>& fns, const std::string& dir) {
+  Out o(dir, "api_coverage.md");
+  auto& s = o.s();
+  std::map<std::string, int> per_support;
+  for (const Function& f : fns) per_support[SupportName(f.support())]++;
+  s << "# API coverage\n\n"
+    << "Generated by codegen/apigen from the API table (api/*.textproto); do not edit.\n"
+    << "`scripts/update_api_coverage.sh` refreshes this file and `//api:coverage_doc_test`\n"
+    << "fails when it is stale.\n\n"
+    << fns.size() << " functions:";
+  for (auto& [k, v] : per_support) s << " " << v << " " << k << ";";
+  s << "\n\n- **mode**: sync (waits for the agent), async (returns at once; errors surface"
+    << " later), local (answered in the shim).\n"
+    << "- **journal**: STATE (setup log, compacted), REPLAY (minibatch log), SKIP.\n"
+    << "- **support**: generated (stub and dispatcher from the row), shim hook / hook"
+    << " (hand-written shim side / both sides), refused (answers not-supported with one log"
+    << " line).\n\n"
+    << "| function | library | mode | journal | support | handles | note |\n"
+    << "|---|---|---|---|---|---|---|\n";
+  for (const Function& f : fns) {
+    std::string handles;
+    if (f.creates() != pb::NO_HANDLE)
+      handles += std::string("creates ") + pb::HandleKind_Name(f.creates());
+    if (f.destroys() != pb::NO_HANDLE)
+      handles += std::string(handles.empty() ? "" : ", ") + "destroys " +
+                 pb::HandleKind_Name(f.destroys());
+    s << "| `" << f.name() << "` | " << LibraryName(f.library()) << " | " << ModeName(f.mode())
+      << " | " << JournalName(f.journal()) << " | " << SupportName(f.support()) << " | "
+      << handles << " | " << f.note() << " |\n";
+  }
+}
+
+}  // namespace
+}  // namespace codegen
+}  // namespace revenant
+
+int main(int argc, char** argv) {
+  using namespace revenant::codegen;
+  std::string out_dir;
+  std::vector<revenant::api_table::Function> fns;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--out_dir=", 0) == 0) {
+      out_dir = arg.substr(10);
+      continue;
+    }
+    std::ifstream in(arg);
+    if (!in) Die("cannot read " + arg);
+    std::stringstream buf;
+    buf << in.rdbuf();
+    revenant::api_table::ApiTable table;
+    if (!google::protobuf::TextFormat::ParseFromString(buf.str(), &table))
+      Die(arg + ": does not parse as revenant.api_table.ApiTable (see the message above)");
+    for (const auto& f : table.functions()) fns.push_back(f);
+  }
+  if (out_dir.empty() || fns.empty()) Die("usage: apigen --out_dir=DIR table.textproto...");
+  Validate(fns);
+  EmitIds(fns, out_dir);
+  EmitTraits(fns, out_dir);
+  EmitShim(fns, out_dir);
+  EmitShimHooksHeader(fns, out_dir);
+  EmitVersionScript(fns, out_dir);
+  EmitBackend(fns, out_dir);
+  EmitDispatch(fns, out_dir);
+  EmitCoverage(fns, out_dir);
+  return 0;
+}

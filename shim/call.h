@@ -1,0 +1,92 @@
+// Call: one forwarded API call, as the generated shim stubs make it.
+//
+// A stub sizes its arguments, opens a Call (which reserves a record in the
+// request ring and, for a synchronous row, a reply slot), encodes the
+// arguments straight into the ring, sends, and for a synchronous row reads
+// OUT values from the reply:
+//
+//   shim::Call call(api::ApiId::cudaMalloc, sizer.size());
+//   if (!call.ok()) return call.FailureStatus(cudaErrorDevicesUnavailable);
+//   call.args().Put(size);  call.args().PutFlag(devPtr != nullptr);
+//   if (!call.Send()) return call.FailureStatus(cudaErrorDevicesUnavailable);
+//   if (call.status() == 0 && devPtr) call.CopyOut(call.reply(), devPtr, sizeof(*devPtr));
+//   return static_cast<cudaError_t>(call.status());
+//
+// Whether the row is synchronous comes from its traits. An asynchronous Send
+// returns as soon as the record is published; errors the agent finds later
+// surface through the shim's error state (cudaGetLastError and the next
+// synchronizing call), as CUDA's own asynchronous errors do.
+#ifndef REVENANT_SHIM_CALL_H_
+#define REVENANT_SHIM_CALL_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "api/traits.h"
+#include "api/wire.h"
+
+#define REVENANT_EXPORT __attribute__((visibility("default")))
+
+namespace revenant {
+namespace shim {
+
+class Channel;
+
+class Call {
+ public:
+  // Reserves `body_size` bytes of arguments. Never blocks without bound: a
+  // full ring applies back-pressure up to the configured call deadline.
+  Call(api::ApiId id, size_t body_size);
+  ~Call();
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  // False when the agent cannot be reached (the reason is logged once).
+  bool ok() const { return ok_; }
+  wire::Encoder& args() { return args_; }
+
+  // Publishes the request; a synchronous row then waits for the reply.
+  // False when the agent died or did not answer in time.
+  bool Send();
+
+  // The API's return value (cudaError_t/ncclResult_t as int32_t).
+  int32_t status() const { return status_; }
+  wire::Decoder& reply() { return reply_; }
+
+  // Copies the next byte field of the reply into `dst` (at most `size`
+  // bytes). Leaves `dst` untouched when the reply carries none.
+  void CopyOut(wire::Decoder& reply, void* dst, size_t size);
+
+  // The status to return when ok() or Send() is false: `unreachable`, or
+  // the not-supported/invalid error a failed local check chose.
+  int32_t FailureStatus(int32_t unreachable) const;
+
+ private:
+  api::ApiId id_;
+  const api::ApiTraits& traits_;
+  Channel* channel_ = nullptr;
+  bool ok_ = false;
+  bool sent_ = false;
+  int reply_slot_ = -1;
+  int32_t status_ = 0;
+  int32_t failure_ = 0;
+  bool has_failure_ = false;
+  void* record_ = nullptr;  // transport record being written
+  wire::Encoder args_;
+  wire::Decoder reply_;
+};
+
+// The wire value of a kernel's host stub address (FUNCTION handles): the
+// shim's registration id for it, 0 for an unknown address.
+uint64_t FunctionToWire(const void* host_stub);
+
+// Byte size of a cudaMemPoolAttr value (int or cuuint64_t).
+size_t MemPoolAttrSize(int attr);
+
+// Logs "<name> is not supported by Revenant" once per name.
+void LogNotSupported(const char* name);
+
+}  // namespace shim
+}  // namespace revenant
+
+#endif  // REVENANT_SHIM_CALL_H_
