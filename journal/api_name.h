@@ -1,0 +1,22 @@
+// The name of an API table id, for revenant-journal's output.
+//
+//   std::cout << ApiName(entry.api_id());   // "17" for now
+//
+// The journal stores only numeric ids; names come from the API table (api/),
+// which is not linked here yet. This is the one hook to change when it is.
+#ifndef REVENANT_JOURNAL_API_NAME_H_
+#define REVENANT_JOURNAL_API_NAME_H_
+
+#include <cstdint>
+#include <string>
+
+namespace revenant {
+namespace journal {
+
+// Returns the API's name; currently its id as decimal text.
+std::string ApiName(uint32_t id);
+
+}  // namespace journal
+}  // namespace revenant
+
+#endif  // REVENANT_JOURNAL_API_NAME_H_
