@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "journal/crc32c.h"
@@ -613,6 +614,52 @@ TEST_F(CorruptionTest, ReopenContinuesAndChecksSeq) {
   EXPECT_EQ(std::string(6000, 'M'), m.entries[0].inline_payload());
   // Exactly one live segment per log (plus payloads): the old ones are gone.
   EXPECT_EQ(4u, ListDir(dir_)->size());
+}
+
+// A crash during compaction or a boundary leaves superseded segments and
+// unfinished *.tmp files behind: readers use the highest-numbered complete
+// segment, and the next writer deletes the rest.
+TEST(JournalTest, StaleAndUnfinishedSegmentsAreIgnoredThenRemoved) {
+  const std::string dir = TestDir("stale");
+  {
+    JournalOptions options;
+    options.sync = SyncPolicy::kEveryRecord;  // also exercises fdatasync
+    auto j = OpenJournal(dir, options);
+    JournalEntry a = Entry(1);
+    a.add_creates(1);
+    ASSERT_TRUE(j->AppendSetup(a).ok());
+    JournalEntry b = Entry(2);
+    b.add_destroys(1);
+    ASSERT_TRUE(j->AppendSetup(b).ok());
+    ASSERT_TRUE(j->AppendSetup(Entry(3)).ok());
+    ASSERT_TRUE(j->Compact().ok());
+    ASSERT_TRUE(j->AppendMinibatch(Entry(4)).ok());
+  }
+  const std::string live_log = OnlyFile(dir, "setup-", ".log");
+  // A superseded lower-numbered segment with different content, and an
+  // unfinished higher-numbered one.
+  SetContents(dir + "/setup-000000.log", "garbage that is not a log");
+  SetContents(dir + "/setup-000099.log.tmp", "half a compaction");
+  SetContents(dir + "/setup-000099.payload.tmp", "x");
+  SetContents(dir + "/minibatch-000000.log", "old minibatch");
+  Read r = ReadLog(dir, SETUP);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(r.seqs(), ElementsAreArray({3}));
+  EXPECT_THAT(ReadLog(dir, MINIBATCH).seqs(), ElementsAreArray({4}));
+
+  auto j = OpenJournal(dir);
+  ASSERT_NE(j, nullptr);
+  absl::StatusOr<std::vector<std::string>> names = ListDir(dir);
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(4u, names->size()) << absl::StrJoin(*names, " ");
+  for (const std::string& n : *names) {
+    EXPECT_EQ(std::string::npos, n.find(".tmp")) << n;
+    EXPECT_EQ(std::string::npos, n.find("000000")) << n;
+    EXPECT_EQ(std::string::npos, n.find("000099")) << n;  // numbers never reused
+  }
+  EXPECT_THAT(ReadLog(dir, SETUP).seqs(), ElementsAreArray({3}));
+  ASSERT_TRUE(j->AppendSetup(Entry(5)).ok());
+  EXPECT_THAT(ReadLog(dir, SETUP).seqs(), ElementsAreArray({3, 5}));
 }
 
 // An agent killed in the middle of appending its last record: for every cut
