@@ -1,0 +1,125 @@
+// Backend: what executes forwarded calls on a device.
+//
+// Two implementations: `host` (agent/backends/host: a CPU device with CUDA
+// semantics, used by CI and every test without a GPU) and `cuda` (the real
+// runtime, driver and NCCL). A Backend is the generated api::BackendApi
+// (one virtual per generated row, in the API's own signature, handles
+// already translated to the backend's objects) plus the operations that
+// hand-written hooks need: modules and launches, copies whose host side the
+// agent prepared, host memory shared with the application, host callbacks.
+//
+//   std::unique_ptr<Backend> b = MakeHostBackend(options);
+//   cudaStream_t s;  b->cudaStreamCreate(&s);
+//   b->Memcpy(dst, src, n, cudaMemcpyHostToDevice, s, /*async=*/true);
+//   b->cudaStreamSynchronize(s);
+//
+// Threading: the agent calls a Backend from one executor thread per client;
+// a backend may run work on threads of its own (streams run concurrently)
+// and must make the calls below safe against that work.
+#ifndef REVENANT_AGENT_BACKEND_H_
+#define REVENANT_AGENT_BACKEND_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "api/backend_api.h"
+
+namespace revenant {
+namespace agent {
+
+// Where device memory lives: [base, base + size) in the agent's (and, for
+// the cuda backend, the GPU's unified) address space. Fixed, so a
+// replacement agent maps the same addresses and device pointers held by the
+// application (also inside device data) stay valid.
+struct DeviceRange {
+  uint64_t base = 0;
+  uint64_t size = 0;
+};
+
+struct BackendOptions {
+  int rank = 0;
+  int device = 0;             // GPU ordinal (cuda backend)
+  DeviceRange device_range;   // 0 = the backend's default for `rank`
+  // Host kernel libraries (host backend): REVENANT_HOST_KERNELS entries.
+  std::vector<std::string> host_kernel_libraries;
+};
+
+// One kernel as the backend knows it.
+struct KernelInfo {
+  const void* handle = nullptr;  // opaque backend object, passed to LaunchKernel
+  struct Param {
+    uint32_t offset = 0;
+    uint32_t size = 0;
+  };
+  std::vector<Param> params;      // in declaration order
+  uint32_t args_size = 0;         // bytes of a packed argument buffer
+};
+
+class Backend : public api::BackendApi {
+ public:
+  ~Backend() override = default;
+
+  virtual const char* name() const = 0;
+  virtual DeviceRange device_range() const = 0;
+
+  // --- Modules and launches -------------------------------------------------
+  // Loads a module image (an nvcc fat binary as registered by the
+  // application; the host backend ignores the image and uses its kernel
+  // libraries). `module_key` is stable across a replay.
+  virtual absl::Status LoadModule(uint64_t module_key, absl::string_view image) = 0;
+  // Finds a kernel of a loaded module by its mangled name. kNotFound (with a
+  // message saying what to do) when the backend cannot run it.
+  virtual absl::StatusOr<KernelInfo> GetKernel(uint64_t module_key,
+                                               const std::string& mangled_name) = 0;
+  // Enqueues a launch on `stream`. `packed_args` (args_size bytes, every
+  // parameter at its offset) is only valid during the call. Returns the
+  // launch's immediate error (configuration, invalid stream...).
+  virtual cudaError_t LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                   size_t shared_bytes, cudaStream_t stream,
+                                   const void* packed_args, bool cooperative) = 0;
+
+  // --- Copies -----------------------------------------------------------------
+  // A copy whose host side the agent already resolved to memory it can touch:
+  // request bytes (H2D from pageable memory, valid during the call only, so an
+  // asynchronous copy must take its own copy of them), the staging area or
+  // reply buffer (D2H to pageable memory: `async` is then false and the copy
+  // is complete when this returns), or host memory shared with the
+  // application (pinned: read/written in place, in stream order).
+  // Device pointers are checked against live allocations; a bad one gives
+  // cudaErrorInvalidValue, never a fault in the agent.
+  virtual cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                             cudaStream_t stream, bool async) = 0;
+
+  // --- Host memory shared with the application --------------------------------
+  // The agent has mapped [addr, addr + size) at the application's address;
+  // the backend makes it usable for copies and (cuda) device access.
+  virtual cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) = 0;
+  virtual cudaError_t UnregisterSharedHost(void* addr) = 0;
+
+  // --- Host callbacks ---------------------------------------------------------
+  // Runs `fn` in stream order on `stream` (after all earlier work, before
+  // all later work). `fn` returns once the application ran the callback.
+  virtual cudaError_t EnqueueHostCallback(cudaStream_t stream,
+                                          std::function<void()> fn) = 0;
+
+  // --- Device state -------------------------------------------------------------
+  // Drops every allocation, stream, event, graph and module (cudaDeviceReset).
+  virtual cudaError_t Reset() = 0;
+};
+
+// Factories (agent/backends/host/host_backend.cc, agent/backends/cuda/...).
+absl::StatusOr<std::unique_ptr<Backend>> MakeHostBackend(const BackendOptions& options);
+
+}  // namespace agent
+}  // namespace revenant
+
+#endif  // REVENANT_AGENT_BACKEND_H_
