@@ -312,20 +312,20 @@ int ValidateLaunch(const GridLaunch& l, std::string* why) {
   const RevenantDim3& g = l.grid;
   const RevenantDim3& b = l.block;
   if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0) {
-    *why = "cudaErrorInvalidConfiguration: a grid or block dimension is zero";
-    return kErrInvalidConfiguration;
+    *why = "cudaErrorInvalidValue: a grid or block dimension is zero";
+    return kErrInvalidLaunchConfig;
   }
   const unsigned long long threads = 1ull * b.x * b.y * b.z;
   if (b.x > kMaxBlockDimX || b.y > kMaxBlockDimY || b.z > kMaxBlockDimZ ||
       threads > kMaxThreadsPerBlock) {
-    *why = "cudaErrorInvalidConfiguration: block of " + std::to_string(b.x) + "x" +
+    *why = "cudaErrorInvalidValue: block of " + std::to_string(b.x) + "x" +
            std::to_string(b.y) + "x" + std::to_string(b.z) +
            " threads exceeds 1024 threads per block (1024x1024x64 per dimension)";
-    return kErrInvalidConfiguration;
+    return kErrInvalidLaunchConfig;
   }
   if (g.x > kMaxGridDimX || g.y > kMaxGridDimYZ || g.z > kMaxGridDimYZ) {
-    *why = "cudaErrorInvalidConfiguration: grid exceeds 2^31-1 x 65535 x 65535 blocks";
-    return kErrInvalidConfiguration;
+    *why = "cudaErrorInvalidValue: grid exceeds 2^31-1 x 65535 x 65535 blocks";
+    return kErrInvalidLaunchConfig;
   }
   if (l.shared_bytes > kMaxSharedBytes) {
     *why = "cudaErrorInvalidValue: " + std::to_string(l.shared_bytes) +

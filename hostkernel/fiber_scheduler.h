@@ -35,8 +35,13 @@ namespace hostkernel {
 // cudaError_t values the scheduler reports (kept numeric: no CUDA library).
 constexpr int kErrSuccess = 0;
 constexpr int kErrInvalidValue = 1;
-constexpr int kErrInvalidConfiguration = 9;
 constexpr int kErrLaunchFailure = 719;
+// CUDA 13 with driver 580 reports every invalid launch configuration (zero
+// or oversized grid/block dimensions, >1024 threads per block, too much
+// dynamic shared memory) as cudaErrorInvalidValue, not
+// cudaErrorInvalidConfiguration: measured on an H200 with <<<>>> and
+// cudaLaunchKernel. The host backend answers the same.
+constexpr int kErrInvalidLaunchConfig = kErrInvalidValue;
 constexpr int kErrCooperativeLaunchTooLarge = 720;
 
 // Limits of the emulated device (an H200's).
@@ -60,7 +65,7 @@ struct GridLaunch {
   const void* args = nullptr;
 };
 
-// Validates the configuration as CUDA would, then runs every thread of the
+// Validates the configuration as CUDA 13 does, then runs every thread of the
 // grid to completion before returning. Returns a cudaError_t value; the
 // reason is in LastErrorMessage().
 int RunGrid(const GridLaunch& launch);

@@ -39,8 +39,8 @@ typedef struct RevenantDim3 {
 
 /* Runs the whole grid synchronously on the calling thread (cooperative
  * launches use one extra thread per block; see fiber_scheduler.h) and returns
- * a cudaError_t value: 0 on success, 9 (cudaErrorInvalidConfiguration) for
- * bad dimensions, 1 (cudaErrorInvalidValue) for too much shared memory, 720
+ * a cudaError_t value: 0 on success, 1 (cudaErrorInvalidValue) for bad
+ * dimensions or too much shared memory (what CUDA 13 itself returns), 720
  * (cudaErrorCooperativeLaunchTooLarge), 719 (cudaErrorLaunchFailure) when the
  * threads of a block can never all reach a barrier. "packed_args" holds every
  * parameter at its offset (the layout below), as cuLaunchKernel's

@@ -17,7 +17,6 @@ namespace hostkernel {
 namespace {
 
 constexpr int kCudaErrorInvalidValue = 1;
-constexpr int kCudaErrorInvalidConfiguration = 9;
 constexpr int kCudaErrorCooperativeLaunchTooLarge = 720;
 constexpr int kCudaErrorUnknown = 999;
 
@@ -53,7 +52,6 @@ absl::Status HostKernel::Launch(Dim3 grid, Dim3 block, size_t shared_bytes,
   const std::string why = absl::StrCat("kernel ", name, ": ", last_error_());
   switch (err) {
     case kCudaErrorInvalidValue:
-    case kCudaErrorInvalidConfiguration:
       return WithCudaError(absl::InvalidArgumentError(why), err);
     case kCudaErrorCooperativeLaunchTooLarge:
       return WithCudaError(absl::ResourceExhaustedError(why), err);

@@ -62,9 +62,12 @@ class HostKernel {
   // Runs the grid; `packed_args` holds every parameter at its offset (may be
   // null for a kernel without parameters). Errors, with the cudaError_t in
   // the kCudaErrorPayload payload and its name leading the message:
-  //  - kInvalidArgument "cudaErrorInvalidConfiguration: ..." for a zero
-  //    dimension, more than 1024 threads per block or an oversized grid;
-  //  - kInvalidArgument "cudaErrorInvalidValue: ..." for too much shared memory;
+  //  - kInvalidArgument "cudaErrorInvalidValue: ..." for a zero dimension,
+  //    more than 1024 threads per block, an oversized grid or more than
+  //    227 KiB of dynamic shared memory — CUDA 13 (driver 580, measured on an
+  //    H200) returns cudaErrorInvalidValue for all of these, not
+  //    cudaErrorInvalidConfiguration. The 48 KiB default limit without
+  //    cudaFuncSetAttribute opt-in is the backend's to enforce;
   //  - kResourceExhausted "cudaErrorCooperativeLaunchTooLarge: ...";
   //  - kInternal "cudaErrorLaunchFailure: ..." when the kernel deadlocks on a
   //    barrier (or calls grid.sync() outside a cooperative launch).

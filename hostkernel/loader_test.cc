@@ -196,21 +196,28 @@ TEST_F(LoaderTest, CooperativeGridSync) {
   EXPECT_EQ(CudaErrorOf(s), 720);
 }
 
+// CUDA 13 answers cudaErrorInvalidValue (1) for every bad configuration.
 TEST_F(LoaderTest, InvalidConfigurationsGiveCudaErrors) {
   const HostKernel& k = Get("_Z5saxpyifPKfPf");
   std::vector<float> x(1), y(1);
   std::vector<char> args = Pack(k, 1, 1.0f, x.data(), y.data());
   absl::Status s = k.Launch({1, 1, 1}, {2048, 1, 1}, 0, args.data(), false);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("cudaErrorInvalidConfiguration"));
-  EXPECT_EQ(CudaErrorOf(s), 9);
-  s = k.Launch({1, 1, 1}, {32, 32, 2}, 0, args.data(), false);
-  EXPECT_EQ(CudaErrorOf(s), 9);
-  s = k.Launch({0, 1, 1}, {32, 1, 1}, 0, args.data(), false);
-  EXPECT_EQ(CudaErrorOf(s), 9);
-  EXPECT_THAT(s.message(), HasSubstr("zero"));
-  s = k.Launch({1, 1, 1}, {32, 1, 1}, 1 << 20, args.data(), false);
+  EXPECT_THAT(s.message(), HasSubstr("cudaErrorInvalidValue"));
+  EXPECT_THAT(s.message(), HasSubstr("1024 threads per block"));
   EXPECT_EQ(CudaErrorOf(s), 1);
+  s = k.Launch({1, 1, 1}, {32, 32, 2}, 0, args.data(), false);
+  EXPECT_EQ(CudaErrorOf(s), 1);
+  s = k.Launch({1, 1, 1}, {1, 1, 65}, 0, args.data(), false);
+  EXPECT_EQ(CudaErrorOf(s), 1);
+  s = k.Launch({1, 65536, 1}, {1, 1, 1}, 0, args.data(), false);
+  EXPECT_EQ(CudaErrorOf(s), 1);
+  s = k.Launch({0, 1, 1}, {32, 1, 1}, 0, args.data(), false);
+  EXPECT_EQ(CudaErrorOf(s), 1);
+  EXPECT_THAT(s.message(), HasSubstr("zero"));
+  s = k.Launch({1, 1, 1}, {32, 1, 1}, 232449, args.data(), false);
+  EXPECT_EQ(CudaErrorOf(s), 1);
+  EXPECT_TRUE(k.Launch({1, 1, 1}, {32, 1, 1}, 232448, args.data(), false).ok());
   s = k.Launch({1, 1, 1}, {32, 1, 1}, 0, nullptr, false);
   EXPECT_EQ(CudaErrorOf(s), 1);
   // Still usable after errors.

@@ -1,11 +1,13 @@
 """One CUDA test program = an nvcc binary + the host kernel library of its kernels."""
 
-load("//build_defs:cuda.bzl", "cuda_binary", "host_kernel_library")
+load("//build_defs:cuda.bzl", "cuda_binary", "cuda_kernel_symbols", "host_kernel_library")
 
-def cuda_test_app(name, nvcc_flags = ""):
+def cuda_test_app(name, num_kernels, nvcc_flags = ""):
     """`name` (nvcc, from <name>.cu) and `<name>_host_kernels` (lib<name>_host_kernels.so).
 
-    Both compile the same `<name>_kernels.cuh`.
+    Both compile the same `<name>_kernels.cuh`. `<name>_kernel_names_test`
+    fails when a kernel nvcc registers from it (at least `num_kernels`) has no
+    host implementation under the same mangled name.
     """
     cuda_binary(
         name = name,
@@ -23,4 +25,31 @@ def cuda_test_app(name, nvcc_flags = ""):
         srcs = [name + "_host_kernels.cc"],
         hdrs = [name + "_kernels.cuh"],
         visibility = ["//visibility:public"],
+    )
+    cuda_kernel_symbols(
+        name = name + "_nvcc_symbols",
+        src = name + ".cu",
+        hdrs = [
+            name + "_kernels.cuh",
+            "app_check.h",
+            "//hostkernel:kernel_portability.h",
+        ],
+        nvcc_flags = nvcc_flags,
+    )
+    native.cc_test(
+        name = name + "_kernel_names_test",
+        srcs = ["//hostkernel:nvcc_names_test.cc"],
+        data = [
+            ":" + name + "_host_kernels",
+            ":" + name + "_nvcc_symbols",
+        ],
+        args = [
+            "$(location :%s_nvcc_symbols)" % name,
+            "$(location :%s_host_kernels)" % name,
+            str(num_kernels),
+        ],
+        deps = [
+            "//hostkernel:loader",
+            "//third_party:absl",
+        ],
     )
