@@ -2,7 +2,10 @@
 
 #include <vector_types.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -111,6 +114,29 @@ TEST_F(LoaderTest, BlockReductionWithSharedMemoryAndBarriers) {
     for (int i = b * 256; i < std::min(n, (b + 1) * 256); ++i) expect += i;
     EXPECT_EQ(out[b], expect) << "block " << b;
   }
+}
+
+// __shared__ is per OS thread: launches on different threads (streams of the
+// host backend) must not see each other's shared memory.
+TEST_F(LoaderTest, ConcurrentLaunchesKeepSharedMemoryApart) {
+  const HostKernel& k = Get("_Z9block_sumPKfPfi");
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      const int n = 512;
+      std::vector<float> in(n, static_cast<float>(t + 1)), out(2);
+      std::vector<char> args = Pack(k, static_cast<const float*>(in.data()), out.data(), n);
+      for (int round = 0; round < 50; ++round) {
+        if (!k.Launch({2, 1, 1}, {256, 1, 1}, 0, args.data(), false).ok() ||
+            out[0] != 256.0f * (t + 1) || out[1] != 256.0f * (t + 1)) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 TEST_F(LoaderTest, StructByValueWithMixedAlignment) {
