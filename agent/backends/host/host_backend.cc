@@ -1,0 +1,1096 @@
+#include "agent/backends/host/host_backend.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+namespace revenant {
+namespace agent {
+namespace host {
+namespace {
+
+constexpr char kLog[] = "host-backend";
+constexpr int kVersion = 13000;
+constexpr int kMaxThreadsPerBlock = 1024;
+constexpr int kMaxBlockDim[3] = {1024, 1024, 64};
+constexpr int kMaxGridDim[3] = {2147483647, 65535, 65535};
+constexpr size_t kSharedPerBlock = 48 << 10;
+constexpr size_t kSharedPerBlockOptin = 227 << 10;
+constexpr size_t kSharedPerSm = 228 << 10;
+constexpr int kRegsPerBlock = 65536;
+constexpr int kMaxThreadsPerSm = 2048;
+constexpr size_t kConstMem = 64 << 10;
+constexpr int kL2Size = 50 << 20;
+constexpr unsigned int kValidDeviceFlags =
+    cudaDeviceScheduleMask | cudaDeviceMapHost | cudaDeviceLmemResizeToMax;
+
+uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+std::map<int, size_t> DefaultLimits() {
+  return {
+      {cudaLimitStackSize, 1024},
+      {cudaLimitPrintfFifoSize, 1 << 20},
+      {cudaLimitMallocHeapSize, 8 << 20},
+      {cudaLimitDevRuntimeSyncDepth, 2},
+      {cudaLimitDevRuntimePendingLaunchCount, 2048},
+      {cudaLimitMaxL2FetchGranularity, 32},
+      {cudaLimitPersistingL2CacheSize, 0},
+  };
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HostBackend>> HostBackend::Create(const BackendOptions& options) {
+  DeviceRange range = options.device_range;
+  if (range.base == 0 && range.size == 0) {
+    range.base = kDefaultDeviceBase + static_cast<uint64_t>(options.rank) * kDefaultDeviceSize;
+    range.size = kDefaultDeviceSize;
+  }
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (range.base == 0 || range.size == 0 || range.base % page != 0 || range.size % page != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device range [0x", absl::Hex(range.base), ", +", range.size,
+        ") must be non-empty and page aligned"));
+  }
+  std::unique_ptr<hostkernel::HostKernelRegistry> registry;
+  if (!options.host_kernel_libraries.empty()) {
+    absl::StatusOr<std::unique_ptr<hostkernel::HostKernelRegistry>> loaded =
+        hostkernel::HostKernelRegistry::Load(options.host_kernel_libraries);
+    if (!loaded.ok()) {
+      return absl::Status(loaded.status().code(),
+                          absl::StrCat("loading host kernel libraries (",
+                                       absl::StrJoin(options.host_kernel_libraries, ":"),
+                                       "): ", loaded.status().message()));
+    }
+    registry = std::move(*loaded);
+  }
+  // MAP_NORESERVE: 64 GiB of address space, backed only where touched.
+  // MAP_FIXED_NOREPLACE: never clobber a mapping that is already there.
+  void* mapped = mmap(reinterpret_cast<void*>(range.base), range.size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  if (mapped == MAP_FAILED) {
+    const int err = errno;
+    return absl::Status(
+        err == EEXIST ? absl::StatusCode::kAlreadyExists : absl::StatusCode::kResourceExhausted,
+        absl::StrCat("cannot map the device range [0x", absl::Hex(range.base), ", 0x",
+                     absl::Hex(range.base + range.size), "): ", strerror(err),
+                     err == EEXIST ? " (the range is already in use; is another agent of "
+                                     "this rank running in this process?)"
+                                   : ""));
+  }
+  if (mapped != reinterpret_cast<void*>(range.base)) {
+    // A kernel without MAP_FIXED_NOREPLACE treats the address as a hint.
+    munmap(mapped, range.size);
+    return absl::AlreadyExistsError(absl::StrCat(
+        "cannot map the device range at 0x", absl::Hex(range.base),
+        ": the address range is already in use"));
+  }
+  REVENANT_LOG(DEBUG, kLog) << "device range [0x" << std::hex << range.base << ", 0x"
+                            << range.base + range.size << std::dec << ") mapped, "
+                            << (registry ? registry->Names().size() : 0) << " host kernels";
+  return std::unique_ptr<HostBackend>(new HostBackend(range, std::move(registry)));
+}
+
+HostBackend::HostBackend(DeviceRange range,
+                         std::unique_ptr<hostkernel::HostKernelRegistry> registry)
+    : range_(range),
+      registry_(std::move(registry)),
+      num_cpus_(std::max(1u, std::thread::hardware_concurrency())),
+      allocator_(range.base, range.size),
+      limits_(DefaultLimits()) {
+  legacy_ = std::make_unique<HostStream>(
+      0, kLeastStreamPriority, /*legacy=*/true,
+      [this](HostStream* s, cudaError_t err) { RecordError(s, err); });
+}
+
+HostBackend::~HostBackend() {
+  WaitAll();
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [ptr, stream] : streams_) retired_.push_back(std::move(stream));
+    streams_.clear();
+  }
+  // Joined outside mu_: nothing a worker runs takes mu_, but stay safe.
+  std::vector<std::unique_ptr<HostStream>> retired;
+  {
+    absl::MutexLock lock(&mu_);
+    retired.swap(retired_);
+  }
+  retired.clear();
+  legacy_.reset();
+  munmap(reinterpret_cast<void*>(range_.base), range_.size);
+}
+
+// --- Internals -------------------------------------------------------------------
+
+HostStream* HostBackend::ResolveStream(cudaStream_t stream) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+    return legacy_.get();
+  }
+  auto it = streams_.find(reinterpret_cast<HostStream*>(stream));
+  return it == streams_.end() ? nullptr : it->second.get();
+}
+
+HostBackend::Event* HostBackend::ResolveEvent(cudaEvent_t event) {
+  auto it = events_.find(reinterpret_cast<Event*>(event));
+  return it == events_.end() ? nullptr : it->second.get();
+}
+
+std::shared_ptr<Marker> HostBackend::EnqueueLocked(HostStream* s,
+                                                   std::vector<std::shared_ptr<Marker>> deps,
+                                                   HostStream::Op op) {
+  auto add = [&deps](std::shared_ptr<Marker> m) {
+    if (!m->done()) deps.push_back(std::move(m));
+  };
+  if (s->legacy()) {
+    // Legacy default stream: after all earlier work of blocking streams,
+    // including destroyed streams whose work is still draining.
+    for (auto& [ptr, stream] : streams_) {
+      if (stream->blocking()) add(stream->last());
+    }
+    for (auto& stream : retired_) {
+      if (stream->blocking()) add(stream->last());
+    }
+  } else if (s->blocking()) {
+    add(legacy_->last());
+  }
+  return s->Enqueue(std::move(deps), std::move(op));
+}
+
+cudaError_t HostBackend::Enqueue(cudaStream_t stream, HostStream::Op op,
+                                 std::shared_ptr<Marker>* done) {
+  absl::MutexLock lock(&mu_);
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  std::shared_ptr<Marker> m = EnqueueLocked(s, {}, std::move(op));
+  if (done != nullptr) *done = std::move(m);
+  return cudaSuccess;
+}
+
+void HostBackend::WaitAll() {
+  std::vector<std::shared_ptr<Marker>> markers;
+  {
+    absl::MutexLock lock(&mu_);
+    markers.push_back(legacy_->last());
+    for (auto& [ptr, stream] : streams_) markers.push_back(stream->last());
+    for (auto& stream : retired_) markers.push_back(stream->last());
+  }
+  for (const auto& m : markers) m->Wait();
+}
+
+void HostBackend::ReleasePendingFrees(HostStream* stream) {
+  std::vector<PendingFree> keep;
+  for (PendingFree& f : pending_frees_) {
+    if ((stream == nullptr || f.stream == stream) && f.marker->done()) {
+      absl::Status s = FreeBlock(f.addr);
+      if (!s.ok()) REVENANT_LOG(ERROR, kLog) << "stream-ordered free: " << s;
+    } else {
+      keep.push_back(std::move(f));
+    }
+  }
+  pending_frees_.swap(keep);
+}
+
+absl::Status HostBackend::FreeBlock(uint64_t addr) {
+  absl::Status s = allocator_.Free(addr);
+  if (!s.ok()) return s;
+  // Give every page wholly inside the (coalesced) free block back to the OS.
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  auto [start, size] = allocator_.FreeBlockContaining(addr);
+  const uint64_t first = (start + page - 1) / page * page;
+  const uint64_t end = (start + size) / page * page;
+  if (end > first) {
+    madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+  }
+  return absl::OkStatus();
+}
+
+cudaError_t HostBackend::AllocateLocked(void** ptr, size_t size) {
+  absl::StatusOr<uint64_t> addr = allocator_.Allocate(size);
+  if (!addr.ok() && addr.status().code() == absl::StatusCode::kResourceExhausted &&
+      !pending_frees_.empty()) {
+    // Memory freed in stream order may be what is missing: wait for it (a
+    // point fixed by the call sequence, so replay allocates identically).
+    mu_.Unlock();
+    WaitAll();
+    mu_.Lock();
+    ReleasePendingFrees(nullptr);
+    addr = allocator_.Allocate(size);
+  }
+  if (!addr.ok()) {
+    REVENANT_LOG(DEBUG, kLog) << "allocation of " << size << " bytes: " << addr.status();
+    return cudaErrorMemoryAllocation;
+  }
+  *ptr = reinterpret_cast<void*>(*addr);
+  return cudaSuccess;
+}
+
+bool HostBackend::InDeviceRange(const void* p) const {
+  const uint64_t a = Addr(p);
+  return a >= range_.base && a - range_.base < range_.size;
+}
+
+bool HostBackend::IsSharedHost(const void* p, size_t n) const {
+  const uint64_t a = Addr(p);
+  auto it = shared_host_.upper_bound(a);
+  if (it == shared_host_.begin()) return false;
+  --it;
+  const uint64_t end = it->first + it->second;
+  return a < end && n <= end - a;
+}
+
+bool HostBackend::DeviceAccessible(const void* p, size_t n) const {
+  if (p == nullptr) return false;
+  if (InDeviceRange(p)) return allocator_.Contains(Addr(p), n);
+  return IsSharedHost(p, n);
+}
+
+void HostBackend::ReapRetired() {
+  auto finished = [](const std::unique_ptr<HostStream>& s) { return s->finished(); };
+  // Destroying a finished stream only joins an exited thread.
+  retired_.erase(std::remove_if(retired_.begin(), retired_.end(), finished), retired_.end());
+}
+
+void HostBackend::RecordError(HostStream* stream, cudaError_t err) {
+  REVENANT_LOG(DEBUG, kLog) << "deferred error " << static_cast<int>(err);
+  absl::MutexLock lock(&error_mu_);
+  errors_.emplace_back(stream, err);
+}
+
+cudaError_t HostBackend::TakeStreamError(HostStream* stream) {
+  absl::MutexLock lock(&error_mu_);
+  cudaError_t first = cudaSuccess;
+  std::vector<std::pair<HostStream*, cudaError_t>> keep;
+  for (auto& e : errors_) {
+    if (e.first == stream) {
+      if (first == cudaSuccess) first = e.second;
+    } else {
+      keep.push_back(e);
+    }
+  }
+  errors_.swap(keep);
+  return first;
+}
+
+cudaError_t HostBackend::TakeDeferredError() {
+  absl::MutexLock lock(&error_mu_);
+  cudaError_t first = errors_.empty() ? cudaSuccess : errors_.front().second;
+  errors_.clear();
+  return first;
+}
+
+bool HostBackend::KnownKernel(const void* func) const {
+  return func != nullptr && kernels_.contains(func);
+}
+
+// --- Modules and launches ------------------------------------------------------------
+
+absl::Status HostBackend::LoadModule(uint64_t module_key, absl::string_view) {
+  absl::MutexLock lock(&mu_);
+  modules_.insert(module_key);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KernelInfo> HostBackend::GetKernel(uint64_t module_key,
+                                                  const std::string& mangled_name) {
+  absl::MutexLock lock(&mu_);
+  if (!modules_.contains(module_key)) {
+    return absl::NotFoundError(absl::StrCat("module ", module_key, " is not loaded"));
+  }
+  const hostkernel::HostKernel* k =
+      registry_ == nullptr ? nullptr : registry_->Find(mangled_name);
+  if (k == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "the host backend has no implementation of kernel ", mangled_name,
+        registry_ == nullptr
+            ? " (no host kernel library was given)"
+            : absl::StrCat(" (", registry_->Names().size(), " kernels in the loaded libraries)"),
+        ": build a host kernel library from the kernel's source (host_kernel_library in "
+        "build_defs/cuda.bzl) and pass it with --host-kernels or REVENANT_HOST_KERNELS"));
+  }
+  kernels_.try_emplace(k);
+  KernelInfo info;
+  info.handle = k;
+  for (const hostkernel::ParamInfo& p : k->params) {
+    info.params.push_back({static_cast<uint32_t>(p.offset), static_cast<uint32_t>(p.size)});
+  }
+  info.args_size = static_cast<uint32_t>(k->args_size);
+  return info;
+}
+
+cudaError_t HostBackend::LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                      size_t shared_bytes, cudaStream_t stream,
+                                      const void* packed_args, bool cooperative) {
+  absl::MutexLock lock(&mu_);
+  if (!KnownKernel(kernel.handle)) return cudaErrorInvalidDeviceFunction;
+  const auto* k = static_cast<const hostkernel::HostKernel*>(kernel.handle);
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  // Configuration errors are the launch's own return value, as on a GPU.
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 ||
+      block.z == 0) {
+    return cudaErrorInvalidConfiguration;
+  }
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (threads > kMaxThreadsPerBlock || block.x > uint32_t(kMaxBlockDim[0]) ||
+      block.y > uint32_t(kMaxBlockDim[1]) || block.z > uint32_t(kMaxBlockDim[2]) ||
+      grid.x > uint32_t(kMaxGridDim[0]) || grid.y > uint32_t(kMaxGridDim[1]) ||
+      grid.z > uint32_t(kMaxGridDim[2])) {
+    return cudaErrorInvalidConfiguration;
+  }
+  if (shared_bytes > static_cast<size_t>(kernels_[k].max_dynamic_shared)) {
+    return cudaErrorInvalidValue;
+  }
+  if (k->args_size > 0 && packed_args == nullptr) return cudaErrorInvalidValue;
+  // The argument buffer is only valid during this call.
+  auto args = std::make_shared<std::vector<char>>(
+      static_cast<const char*>(packed_args),
+      static_cast<const char*>(packed_args) + (packed_args == nullptr ? 0 : k->args_size));
+  hostkernel::Dim3 g{grid.x, grid.y, grid.z}, b{block.x, block.y, block.z};
+  EnqueueLocked(s, {}, [k, g, b, shared_bytes, args, cooperative]() {
+    absl::Status st = k->Launch(g, b, shared_bytes, args->empty() ? nullptr : args->data(),
+                                cooperative);
+    if (st.ok()) return cudaSuccess;
+    REVENANT_LOG(WARNING, kLog) << "kernel launch failed: " << st;
+    return static_cast<cudaError_t>(hostkernel::CudaErrorOf(st));
+  });
+  return cudaSuccess;
+}
+
+// --- Copies and memory ------------------------------------------------------------------
+
+cudaError_t HostBackend::Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                                cudaStream_t stream, bool async) {
+  bool dst_device, src_device;
+  switch (kind) {
+    case cudaMemcpyHostToHost: dst_device = src_device = false; break;
+    case cudaMemcpyHostToDevice: dst_device = true; src_device = false; break;
+    case cudaMemcpyDeviceToHost: dst_device = false; src_device = true; break;
+    case cudaMemcpyDeviceToDevice: dst_device = src_device = true; break;
+    case cudaMemcpyDefault:
+      dst_device = InDeviceRange(dst);
+      src_device = InDeviceRange(src);
+      break;
+    default:
+      return cudaErrorInvalidMemcpyDirection;
+  }
+  std::shared_ptr<Marker> done;
+  {
+    absl::MutexLock lock(&mu_);
+    HostStream* s = ResolveStream(stream);
+    if (s == nullptr) return cudaErrorInvalidResourceHandle;
+    if (count == 0) return cudaSuccess;
+    if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+    // A device side must be a live allocation (or shared host memory, which
+    // the device reaches too); anything inside the device range is checked
+    // whatever the kind says, so a stale pointer never faults the agent.
+    auto check = [&](const void* p, bool device) {
+      if (device || InDeviceRange(p)) return DeviceAccessible(p, count);
+      return true;
+    };
+    if (!check(dst, dst_device) || !check(src, src_device)) return cudaErrorInvalidValue;
+    const bool src_private = !InDeviceRange(src) && !IsSharedHost(src, count);
+    const bool dst_private = !InDeviceRange(dst) && !IsSharedHost(dst, count);
+    // Host bytes that are not shared memory are only valid during the call:
+    // an asynchronous copy takes its own copy of a source, and a destination
+    // is written before returning.
+    if (dst_private) async = false;
+    if (async && src_private) {
+      auto bytes = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                       static_cast<const char*>(src) + count);
+      done = EnqueueLocked(s, {}, [dst, bytes]() {
+        std::memcpy(dst, bytes->data(), bytes->size());
+        return cudaSuccess;
+      });
+    } else {
+      done = EnqueueLocked(s, {}, [dst, src, count]() {
+        std::memmove(dst, src, count);
+        return cudaSuccess;
+      });
+    }
+  }
+  if (!async) done->Wait();
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::RegisterSharedHost(void* addr, size_t size, unsigned int) {
+  if (addr == nullptr || size == 0) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  if (InDeviceRange(addr)) return cudaErrorInvalidValue;
+  const uint64_t a = Addr(addr);
+  auto next = shared_host_.lower_bound(a);
+  if (next != shared_host_.end() && next->first < a + size) {
+    return cudaErrorHostMemoryAlreadyRegistered;
+  }
+  if (next != shared_host_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second > a) return cudaErrorHostMemoryAlreadyRegistered;
+  }
+  shared_host_[a] = size;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::UnregisterSharedHost(void* addr) {
+  absl::MutexLock lock(&mu_);
+  auto it = shared_host_.find(Addr(addr));
+  if (it == shared_host_.end()) return cudaErrorHostMemoryNotRegistered;
+  shared_host_.erase(it);
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::EnqueueHostCallback(cudaStream_t stream, std::function<void()> fn) {
+  if (!fn) return cudaErrorInvalidValue;
+  return Enqueue(
+      stream,
+      [fn = std::move(fn)]() {
+        fn();
+        return cudaSuccess;
+      },
+      nullptr);
+}
+
+cudaError_t HostBackend::cudaMalloc(void** ptr, size_t size) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  if (size == 0) {
+    *ptr = nullptr;  // as cudaMalloc(0)
+    return cudaSuccess;
+  }
+  absl::MutexLock lock(&mu_);
+  return AllocateLocked(ptr, size);
+}
+
+cudaError_t HostBackend::cudaFree(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  // cudaFree synchronizes the device: no queued work can still use the block
+  // when its pages go back to the OS.
+  WaitAll();
+  absl::MutexLock lock(&mu_);
+  for (const PendingFree& f : pending_frees_) {
+    if (f.addr == Addr(ptr)) return cudaErrorInvalidValue;  // already freed (async)
+  }
+  absl::Status s = FreeBlock(Addr(ptr));
+  ReleasePendingFrees(nullptr);
+  if (!s.ok()) {
+    REVENANT_LOG(DEBUG, kLog) << "cudaFree: " << s;
+    return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaMallocAsync(void** ptr, size_t size, cudaStream_t stream) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  if (ResolveStream(stream) == nullptr) return cudaErrorInvalidResourceHandle;
+  if (size == 0) {
+    *ptr = nullptr;
+    return cudaSuccess;
+  }
+  // Allocated at once: valid for the stream's later work, which is all that
+  // stream-ordered allocation promises.
+  return AllocateLocked(ptr, size);
+}
+
+cudaError_t HostBackend::cudaFreeAsync(void* ptr, cudaStream_t stream) {
+  if (ptr == nullptr) return cudaSuccess;
+  absl::MutexLock lock(&mu_);
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (allocator_.SizeOf(Addr(ptr)) == 0) return cudaErrorInvalidValue;
+  for (const PendingFree& f : pending_frees_) {
+    if (f.addr == Addr(ptr)) return cudaErrorInvalidValue;
+  }
+  std::shared_ptr<Marker> m = EnqueueLocked(s, {}, nullptr);
+  pending_frees_.push_back(PendingFree{Addr(ptr), s, std::move(m)});
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaMemset(void* ptr, int value, size_t count) {
+  std::shared_ptr<Marker> done;
+  cudaError_t err = cudaMemsetAsync(ptr, value, count, nullptr);
+  if (err != cudaSuccess) return err;
+  // Complete on return (the legacy stream's last operation is this one or a
+  // later one, so waiting for it covers the memset).
+  {
+    absl::MutexLock lock(&mu_);
+    done = legacy_->last();
+  }
+  done->Wait();
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaMemsetAsync(void* ptr, int value, size_t count,
+                                         cudaStream_t stream) {
+  absl::MutexLock lock(&mu_);
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (count == 0) return cudaSuccess;
+  if (!DeviceAccessible(ptr, count)) return cudaErrorInvalidValue;
+  EnqueueLocked(s, {}, [ptr, value, count]() {
+    std::memset(ptr, value, count);
+    return cudaSuccess;
+  });
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaPointerGetAttributes(struct cudaPointerAttributes* attributes,
+                                                  const void* ptr) {
+  if (attributes == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  *attributes = cudaPointerAttributes{};
+  attributes->device = 0;
+  if (InDeviceRange(ptr) && allocator_.Contains(Addr(ptr), 0)) {
+    attributes->type = cudaMemoryTypeDevice;
+    attributes->devicePointer = const_cast<void*>(ptr);
+  } else if (ptr != nullptr && IsSharedHost(ptr, 0)) {
+    attributes->type = cudaMemoryTypeHost;
+    attributes->devicePointer = const_cast<void*>(ptr);
+    attributes->hostPointer = const_cast<void*>(ptr);
+  } else {
+    attributes->type = cudaMemoryTypeUnregistered;
+    attributes->device = -2;  // as the runtime reports for unregistered memory
+    attributes->hostPointer = const_cast<void*>(ptr);
+  }
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaMemGetInfo(size_t* free, size_t* total) {
+  if (free == nullptr || total == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  *total = range_.size;
+  *free = range_.size - allocator_.bytes_in_use();
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  if (pool == nullptr) return cudaErrorInvalidValue;
+  if (device != 0) return cudaErrorInvalidDevice;
+  absl::MutexLock lock(&mu_);
+  *pool = reinterpret_cast<cudaMemPool_t>(&default_pool_);
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr,
+                                                 void* value) {
+  if (value == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  if (pool != reinterpret_cast<cudaMemPool_t>(&default_pool_)) return cudaErrorInvalidValue;
+  switch (attr) {
+    case cudaMemPoolReuseFollowEventDependencies:
+    case cudaMemPoolReuseAllowOpportunistic:
+    case cudaMemPoolReuseAllowInternalDependencies:
+      default_pool_.attrs[attr] = static_cast<uint64_t>(*static_cast<int*>(value));
+      return cudaSuccess;
+    case cudaMemPoolAttrReleaseThreshold:
+      default_pool_.attrs[attr] = *static_cast<uint64_t*>(value);
+      return cudaSuccess;
+    case cudaMemPoolAttrReservedMemHigh:
+    case cudaMemPoolAttrUsedMemHigh:
+      // Only resetting the watermark (to 0) is allowed.
+      if (*static_cast<uint64_t*>(value) != 0) return cudaErrorInvalidValue;
+      default_pool_.attrs[attr] = allocator_.bytes_in_use();
+      return cudaSuccess;
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t HostBackend::cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr,
+                                                 void* value) {
+  if (value == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  if (pool != reinterpret_cast<cudaMemPool_t>(&default_pool_)) return cudaErrorInvalidValue;
+  auto stored = [&](uint64_t dflt) {
+    auto it = default_pool_.attrs.find(attr);
+    return it == default_pool_.attrs.end() ? dflt : it->second;
+  };
+  switch (attr) {
+    case cudaMemPoolReuseFollowEventDependencies:
+    case cudaMemPoolReuseAllowOpportunistic:
+    case cudaMemPoolReuseAllowInternalDependencies:
+      *static_cast<int*>(value) = static_cast<int>(stored(1));
+      return cudaSuccess;
+    case cudaMemPoolAttrReleaseThreshold:
+      *static_cast<uint64_t*>(value) = stored(0);
+      return cudaSuccess;
+    case cudaMemPoolAttrReservedMemCurrent:
+    case cudaMemPoolAttrUsedMemCurrent:
+      *static_cast<uint64_t*>(value) = allocator_.bytes_in_use();
+      return cudaSuccess;
+    case cudaMemPoolAttrReservedMemHigh:
+    case cudaMemPoolAttrUsedMemHigh:
+      *static_cast<uint64_t*>(value) = std::max(stored(0), allocator_.bytes_in_use());
+      return cudaSuccess;
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t HostBackend::cudaMemPoolTrimTo(cudaMemPool_t pool, size_t) {
+  absl::MutexLock lock(&mu_);
+  if (pool != reinterpret_cast<cudaMemPool_t>(&default_pool_)) return cudaErrorInvalidValue;
+  // Freed blocks already went back to the OS; nothing is cached.
+  return cudaSuccess;
+}
+
+// --- Streams -----------------------------------------------------------------------------
+
+cudaError_t HostBackend::cudaStreamCreate(cudaStream_t* stream) {
+  return cudaStreamCreateWithPriority(stream, cudaStreamDefault, kLeastStreamPriority);
+}
+
+cudaError_t HostBackend::cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
+  return cudaStreamCreateWithPriority(stream, flags, kLeastStreamPriority);
+}
+
+cudaError_t HostBackend::cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags,
+                                                      int priority) {
+  if (stream == nullptr) return cudaErrorInvalidValue;
+  if ((flags & ~static_cast<unsigned int>(cudaStreamNonBlocking)) != 0) {
+    return cudaErrorInvalidValue;
+  }
+  // Out-of-range priorities are clamped, as the runtime does.
+  priority = std::min(kLeastStreamPriority, std::max(kGreatestStreamPriority, priority));
+  auto s = std::make_unique<HostStream>(
+      flags, priority, /*legacy=*/false,
+      [this](HostStream* st, cudaError_t err) { RecordError(st, err); });
+  absl::MutexLock lock(&mu_);
+  HostStream* raw = s.get();
+  streams_.emplace(raw, std::move(s));
+  *stream = reinterpret_cast<cudaStream_t>(raw);
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaStreamDestroy(cudaStream_t stream) {
+  absl::MutexLock lock(&mu_);
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+    return cudaErrorInvalidResourceHandle;
+  }
+  auto it = streams_.find(reinterpret_cast<HostStream*>(stream));
+  if (it == streams_.end()) return cudaErrorInvalidResourceHandle;
+  // Queued work still runs; the worker exits once it is drained.
+  it->second->Retire();
+  retired_.push_back(std::move(it->second));
+  streams_.erase(it);
+  ReapRetired();
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaStreamSynchronize(cudaStream_t stream) {
+  std::shared_ptr<Marker> last;
+  HostStream* s;
+  {
+    absl::MutexLock lock(&mu_);
+    s = ResolveStream(stream);
+    if (s == nullptr) return cudaErrorInvalidResourceHandle;
+    last = s->last();
+  }
+  last->Wait();
+  {
+    absl::MutexLock lock(&mu_);
+    ReleasePendingFrees(s);
+  }
+  return TakeStreamError(s);
+}
+
+cudaError_t HostBackend::cudaStreamQuery(cudaStream_t stream) {
+  absl::MutexLock lock(&mu_);
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  return s->last()->done() ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t HostBackend::cudaStreamGetPriority(cudaStream_t stream, int* priority) {
+  if (priority == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  *priority = s->priority();
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaStreamGetFlags(cudaStream_t stream, unsigned int* flags) {
+  if (flags == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  *flags = s->flags();
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
+                                             unsigned int flags) {
+  if ((flags & ~static_cast<unsigned int>(cudaEventWaitExternal)) != 0) {
+    return cudaErrorInvalidValue;
+  }
+  absl::MutexLock lock(&mu_);
+  HostStream* s = ResolveStream(stream);
+  Event* e = ResolveEvent(event);
+  if (s == nullptr || e == nullptr) return cudaErrorInvalidResourceHandle;
+  // The record current now; a later record of the event does not matter.
+  if (e->marker == nullptr) return cudaSuccess;
+  EnqueueLocked(s, {e->marker}, nullptr);
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaDeviceSynchronize() {
+  WaitAll();
+  {
+    absl::MutexLock lock(&mu_);
+    ReleasePendingFrees(nullptr);
+    ReapRetired();
+  }
+  return TakeDeferredError();
+}
+
+// --- Events ------------------------------------------------------------------------------
+
+cudaError_t HostBackend::cudaEventCreate(cudaEvent_t* event) {
+  return cudaEventCreateWithFlags(event, cudaEventDefault);
+}
+
+cudaError_t HostBackend::cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  if (event == nullptr) return cudaErrorInvalidValue;
+  constexpr unsigned int kValid =
+      cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
+  if ((flags & ~kValid) != 0) return cudaErrorInvalidValue;
+  // Interprocess events must not time, as the runtime requires.
+  if ((flags & cudaEventInterprocess) && !(flags & cudaEventDisableTiming)) {
+    return cudaErrorInvalidValue;
+  }
+  auto e = std::make_unique<Event>();
+  e->flags = flags;
+  absl::MutexLock lock(&mu_);
+  Event* raw = e.get();
+  events_.emplace(raw, std::move(e));
+  *event = reinterpret_cast<cudaEvent_t>(raw);
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaEventDestroy(cudaEvent_t event) {
+  absl::MutexLock lock(&mu_);
+  // Pending records hold their own marker, so destroying is always safe.
+  if (events_.erase(reinterpret_cast<Event*>(event)) == 0) return cudaErrorInvalidResourceHandle;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  return cudaEventRecordWithFlags(event, stream, cudaEventRecordDefault);
+}
+
+cudaError_t HostBackend::cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream,
+                                                  unsigned int flags) {
+  if ((flags & ~static_cast<unsigned int>(cudaEventRecordExternal)) != 0) {
+    return cudaErrorInvalidValue;
+  }
+  absl::MutexLock lock(&mu_);
+  HostStream* s = ResolveStream(stream);
+  Event* e = ResolveEvent(event);
+  if (s == nullptr || e == nullptr) return cudaErrorInvalidResourceHandle;
+  // The record completes (and takes its timestamp) once all earlier work of
+  // the stream is done.
+  e->marker = EnqueueLocked(s, {}, nullptr);
+  e->stream = s;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaEventQuery(cudaEvent_t event) {
+  absl::MutexLock lock(&mu_);
+  Event* e = ResolveEvent(event);
+  if (e == nullptr) return cudaErrorInvalidResourceHandle;
+  if (e->marker == nullptr) return cudaSuccess;  // never recorded: nothing to wait for
+  return e->marker->done() ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t HostBackend::cudaEventSynchronize(cudaEvent_t event) {
+  std::shared_ptr<Marker> marker;
+  HostStream* s;
+  {
+    absl::MutexLock lock(&mu_);
+    Event* e = ResolveEvent(event);
+    if (e == nullptr) return cudaErrorInvalidResourceHandle;
+    if (e->marker == nullptr) return cudaSuccess;
+    marker = e->marker;
+    s = e->stream;
+  }
+  marker->Wait();
+  return TakeStreamError(s);
+}
+
+cudaError_t HostBackend::cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  Event* a = ResolveEvent(start);
+  Event* b = ResolveEvent(end);
+  if (a == nullptr || b == nullptr) return cudaErrorInvalidResourceHandle;
+  // As documented for the runtime: never recorded or created without timing
+  // -> invalid resource handle; recorded but not complete -> not ready.
+  if (a->marker == nullptr || b->marker == nullptr) return cudaErrorInvalidResourceHandle;
+  if ((a->flags | b->flags) & cudaEventDisableTiming) return cudaErrorInvalidResourceHandle;
+  if (!a->marker->done() || !b->marker->done()) return cudaErrorNotReady;
+  std::chrono::duration<float, std::milli> d = b->marker->time() - a->marker->time();
+  *ms = d.count();
+  return cudaSuccess;
+}
+
+// --- Functions ---------------------------------------------------------------------------
+
+cudaError_t HostBackend::cudaFuncGetAttributes(struct cudaFuncAttributes* attr,
+                                               const void* func) {
+  if (attr == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  if (!KnownKernel(func)) return cudaErrorInvalidDeviceFunction;
+  const FuncAttrs& f = kernels_[func];
+  *attr = cudaFuncAttributes{};
+  attr->maxThreadsPerBlock = kMaxThreadsPerBlock;
+  attr->numRegs = 32;
+  attr->ptxVersion = 90;
+  attr->binaryVersion = 90;
+  attr->maxDynamicSharedSizeBytes = f.max_dynamic_shared;
+  attr->preferredShmemCarveout = f.carveout;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr,
+                                              int value) {
+  absl::MutexLock lock(&mu_);
+  if (!KnownKernel(func)) return cudaErrorInvalidDeviceFunction;
+  FuncAttrs& f = kernels_[func];
+  switch (attr) {
+    case cudaFuncAttributeMaxDynamicSharedMemorySize:
+      if (value < 0 || static_cast<size_t>(value) > kSharedPerBlockOptin) {
+        return cudaErrorInvalidValue;
+      }
+      f.max_dynamic_shared = value;
+      return cudaSuccess;
+    case cudaFuncAttributePreferredSharedMemoryCarveout:
+      if (value < -1 || value > 100) return cudaErrorInvalidValue;
+      f.carveout = value;
+      return cudaSuccess;
+    default:
+      // Cluster and scheduling hints mean nothing on the CPU.
+      return cudaSuccess;
+  }
+}
+
+cudaError_t HostBackend::cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    int* num_blocks, const void* func, int block_size, size_t, unsigned int) {
+  if (num_blocks == nullptr || block_size <= 0) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  if (!KnownKernel(func)) return cudaErrorInvalidDeviceFunction;
+  *num_blocks = block_size > kMaxThreadsPerBlock ? 0 : std::max(1, kMaxThreadsPerSm / block_size);
+  return cudaSuccess;
+}
+
+// --- Device ------------------------------------------------------------------------------
+
+cudaError_t HostBackend::cudaGetDeviceCount(int* count) {
+  if (count == nullptr) return cudaErrorInvalidValue;
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaSetDeviceFlags(unsigned int flags) {
+  if ((flags & ~kValidDeviceFlags) != 0) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  device_flags_ = flags;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaGetDeviceFlags(unsigned int* flags) {
+  if (flags == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  // Host memory is always mappable (unified addressing), as the runtime reports.
+  *flags = device_flags_ | cudaDeviceMapHost;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
+  if (prop == nullptr) return cudaErrorInvalidValue;
+  if (device != 0) return cudaErrorInvalidDevice;
+  *prop = cudaDeviceProp{};
+  std::snprintf(prop->name, sizeof(prop->name), "%s", "Revenant host device (CPU)");
+  prop->totalGlobalMem = range_.size;
+  prop->sharedMemPerBlock = kSharedPerBlock;
+  prop->regsPerBlock = kRegsPerBlock;
+  prop->warpSize = 32;
+  prop->memPitch = 2147483647;
+  prop->maxThreadsPerBlock = kMaxThreadsPerBlock;
+  for (int i = 0; i < 3; ++i) {
+    prop->maxThreadsDim[i] = kMaxBlockDim[i];
+    prop->maxGridSize[i] = kMaxGridDim[i];
+  }
+  prop->totalConstMem = kConstMem;
+  prop->major = 9;
+  prop->minor = 0;
+  prop->textureAlignment = 512;
+  prop->texturePitchAlignment = 32;
+  prop->multiProcessorCount = num_cpus_;
+  prop->canMapHostMemory = 1;
+  prop->concurrentKernels = 1;
+  prop->asyncEngineCount = 1;
+  prop->unifiedAddressing = 1;
+  prop->memoryBusWidth = 5120;
+  prop->l2CacheSize = kL2Size;
+  prop->maxThreadsPerMultiProcessor = kMaxThreadsPerSm;
+  prop->streamPrioritiesSupported = 1;
+  prop->globalL1CacheSupported = 1;
+  prop->localL1CacheSupported = 1;
+  prop->sharedMemPerMultiprocessor = kSharedPerSm;
+  prop->regsPerMultiprocessor = kRegsPerBlock;
+  prop->hostNativeAtomicSupported = 1;
+  prop->computePreemptionSupported = 1;
+  prop->cooperativeLaunch = 1;
+  prop->sharedMemPerBlockOptin = kSharedPerBlockOptin;
+  prop->maxBlocksPerMultiProcessor = 32;
+  prop->reservedSharedMemPerBlock = 1024;
+  prop->hostRegisterSupported = 1;
+  prop->memoryPoolsSupported = 1;
+  prop->deviceNumaId = -1;
+  prop->hostNumaId = -1;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (value == nullptr) return cudaErrorInvalidValue;
+  if (device != 0) return cudaErrorInvalidDevice;
+  switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *value = kMaxThreadsPerBlock; break;
+    case cudaDevAttrMaxBlockDimX: *value = kMaxBlockDim[0]; break;
+    case cudaDevAttrMaxBlockDimY: *value = kMaxBlockDim[1]; break;
+    case cudaDevAttrMaxBlockDimZ: *value = kMaxBlockDim[2]; break;
+    case cudaDevAttrMaxGridDimX: *value = kMaxGridDim[0]; break;
+    case cudaDevAttrMaxGridDimY: *value = kMaxGridDim[1]; break;
+    case cudaDevAttrMaxGridDimZ: *value = kMaxGridDim[2]; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = kSharedPerBlock; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = kSharedPerBlockOptin; break;
+    case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = kSharedPerSm; break;
+    case cudaDevAttrTotalConstantMemory: *value = kConstMem; break;
+    case cudaDevAttrWarpSize: *value = 32; break;
+    case cudaDevAttrMaxRegistersPerBlock: *value = kRegsPerBlock; break;
+    case cudaDevAttrMaxRegistersPerMultiprocessor: *value = kRegsPerBlock; break;
+    case cudaDevAttrMultiProcessorCount: *value = num_cpus_; break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *value = kMaxThreadsPerSm; break;
+    case cudaDevAttrMaxBlocksPerMultiprocessor: *value = 32; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
+    case cudaDevAttrConcurrentKernels: *value = 1; break;
+    case cudaDevAttrAsyncEngineCount: *value = 1; break;
+    case cudaDevAttrUnifiedAddressing: *value = 1; break;
+    case cudaDevAttrCanMapHostMemory: *value = 1; break;
+    case cudaDevAttrCooperativeLaunch: *value = 1; break;
+    case cudaDevAttrMemoryPoolsSupported: *value = 1; break;
+    case cudaDevAttrStreamPrioritiesSupported: *value = 1; break;
+    case cudaDevAttrGlobalL1CacheSupported: *value = 1; break;
+    case cudaDevAttrLocalL1CacheSupported: *value = 1; break;
+    case cudaDevAttrHostNativeAtomicSupported: *value = 1; break;
+    case cudaDevAttrL2CacheSize: *value = kL2Size; break;
+    case cudaDevAttrGlobalMemoryBusWidth: *value = 5120; break;
+    case cudaDevAttrIntegrated: *value = 0; break;
+    case cudaDevAttrEccEnabled: *value = 0; break;
+    case cudaDevAttrManagedMemory: *value = 0; break;
+    case cudaDevAttrComputeMode: *value = cudaComputeModeDefault; break;
+    case cudaDevAttrPciBusId: *value = 0; break;
+    case cudaDevAttrPciDeviceId: *value = 0; break;
+    case cudaDevAttrPciDomainId: *value = 0; break;
+    case cudaDevAttrTccDriver: *value = 0; break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaDeviceCanAccessPeer(int* can_access, int device, int peer) {
+  if (can_access == nullptr) return cudaErrorInvalidValue;
+  if (device != 0 || peer != 0) return cudaErrorInvalidDevice;
+  *can_access = 0;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  if (least != nullptr) *least = kLeastStreamPriority;
+  if (greatest != nullptr) *greatest = kGreatestStreamPriority;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaDriverGetVersion(int* version) {
+  if (version == nullptr) return cudaErrorInvalidValue;
+  *version = kVersion;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaRuntimeGetVersion(int* version) {
+  if (version == nullptr) return cudaErrorInvalidValue;
+  *version = kVersion;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaProfilerStart() { return cudaSuccess; }
+cudaError_t HostBackend::cudaProfilerStop() { return cudaSuccess; }
+
+cudaError_t HostBackend::cudaDeviceSetLimit(cudaLimit limit, size_t value) {
+  absl::MutexLock lock(&mu_);
+  auto it = limits_.find(limit);
+  if (it == limits_.end()) return cudaErrorUnsupportedLimit;
+  it->second = value;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaDeviceGetLimit(size_t* value, cudaLimit limit) {
+  if (value == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  auto it = limits_.find(limit);
+  if (it == limits_.end()) return cudaErrorUnsupportedLimit;
+  *value = it->second;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::Reset() {
+  WaitAll();
+  std::vector<std::unique_ptr<HostStream>> gone;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [ptr, stream] : streams_) gone.push_back(std::move(stream));
+    streams_.clear();
+    for (auto& stream : retired_) gone.push_back(std::move(stream));
+    retired_.clear();
+    events_.clear();
+    modules_.clear();
+    kernels_.clear();
+    pending_frees_.clear();
+    // Shared host ranges stay: the agent owns those mappings and
+    // unregisters them itself.
+    allocator_.Clear();
+    // Every page back to the OS; the mapping (and its addresses) stay.
+    madvise(reinterpret_cast<void*>(range_.base), range_.size, MADV_DONTNEED);
+    limits_ = DefaultLimits();
+    device_flags_ = 0;
+    default_pool_ = MemPool{};
+  }
+  gone.clear();  // joins the (idle) workers
+  TakeDeferredError();
+  return cudaSuccess;
+}
+
+}  // namespace host
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeHostBackend(const BackendOptions& options) {
+  absl::StatusOr<std::unique_ptr<host::HostBackend>> b = host::HostBackend::Create(options);
+  if (!b.ok()) return b.status();
+  return std::unique_ptr<Backend>(std::move(*b));
+}
+
+}  // namespace agent
+}  // namespace revenant

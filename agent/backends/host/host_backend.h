@@ -1,0 +1,240 @@
+// HostBackend: a CPU device with CUDA semantics, the backend of CI and of
+// every test that runs without a GPU.
+//
+//   BackendOptions options;
+//   options.host_kernel_libraries = {"/path/libmy_host_kernels.so"};
+//   absl::StatusOr<std::unique_ptr<Backend>> b = MakeHostBackend(options);
+//   void* p;  (*b)->cudaMalloc(&p, 1 << 20);          // inside device_range()
+//   cudaStream_t s;  (*b)->cudaStreamCreate(&s);
+//   (*b)->Memcpy(p, host, n, cudaMemcpyHostToDevice, s, /*async=*/true);
+//   (*b)->cudaStreamSynchronize(s);
+//
+// Device memory is one anonymous mapping of the whole device range at its
+// fixed address (pages cost nothing until touched) sub-allocated by a
+// FixedRangeAllocator, so the same calls give the same device pointers in a
+// replacement agent. Kernels run on the CPU through host kernel libraries
+// (hostkernel/loader.h).
+//
+// Streams (host_stream.h): each runs its work in order on a thread of its
+// own. Stream 0, cudaStreamLegacy and cudaStreamPerThread all name the
+// legacy default stream: its work waits for all earlier work of blocking
+// streams, and later work of blocking streams waits for it. (A per-thread
+// default stream would be per application thread; the agent serves one
+// client's calls in order, so treating it as the legacy stream only adds
+// ordering, never removes any.)
+//
+// Errors found while asynchronous work runs (a kernel failing on its worker)
+// are deferred: the next cudaStreamSynchronize of that stream, the next
+// cudaEventSynchronize of an event recorded on it, or the next
+// cudaDeviceSynchronize / TakeDeferredError returns them, once each.
+//
+// Stream-ordered frees (cudaFreeAsync) return memory to the allocator only at
+// points fixed by the call sequence (a synchronize that covers the stream,
+// cudaFree, an allocation that would otherwise fail), never when a worker
+// happens to run, so allocation stays deterministic.
+//
+// Thread safety: all methods may be called from several threads.
+#ifndef REVENANT_AGENT_BACKENDS_HOST_HOST_BACKEND_H_
+#define REVENANT_AGENT_BACKENDS_HOST_HOST_BACKEND_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "agent/allocator.h"
+#include "agent/backend.h"
+#include "agent/backends/host/host_stream.h"
+#include "hostkernel/loader.h"
+
+namespace revenant {
+namespace agent {
+namespace host {
+
+// The default device range: 64 GiB per rank from 0x200000000000 (rank r at
+// base + r * 64 GiB), so agents of several ranks never collide even in one
+// address space.
+inline constexpr uint64_t kDefaultDeviceBase = 0x200000000000ull;
+inline constexpr uint64_t kDefaultDeviceSize = 64ull << 30;
+
+// Stream priorities reported by cudaDeviceGetStreamPriorityRange (as on real
+// GPUs: lower numbers are higher priorities).
+inline constexpr int kLeastStreamPriority = 0;
+inline constexpr int kGreatestStreamPriority = -5;
+
+class HostBackend : public Backend {
+ public:
+  // Maps the device range (fails with kAlreadyExists when something already
+  // occupies it) and loads the host kernel libraries (a missing or broken
+  // library fails here, not at the first launch).
+  static absl::StatusOr<std::unique_ptr<HostBackend>> Create(const BackendOptions& options);
+
+  // Finishes all queued work, then unmaps the device range.
+  ~HostBackend() override;
+
+  // The first error that asynchronous work hit since the last time one was
+  // taken, cudaSuccess if none; clears every pending deferred error.
+  cudaError_t TakeDeferredError();
+
+  // --- Backend -----------------------------------------------------------------
+  const char* name() const override { return "host"; }
+  DeviceRange device_range() const override { return range_; }
+  absl::Status LoadModule(uint64_t module_key, absl::string_view image) override;
+  absl::StatusOr<KernelInfo> GetKernel(uint64_t module_key,
+                                       const std::string& mangled_name) override;
+  cudaError_t LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 block, size_t shared_bytes,
+                           cudaStream_t stream, const void* packed_args,
+                           bool cooperative) override;
+  cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                     cudaStream_t stream, bool async) override;
+  cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
+  cudaError_t UnregisterSharedHost(void* addr) override;
+  cudaError_t EnqueueHostCallback(cudaStream_t stream, std::function<void()> fn) override;
+  cudaError_t Reset() override;
+
+  // --- api::BackendApi ---------------------------------------------------------
+  cudaError_t cudaGetDeviceCount(int* count) override;
+  cudaError_t cudaSetDeviceFlags(unsigned int flags) override;
+  cudaError_t cudaGetDeviceFlags(unsigned int* flags) override;
+  cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) override;
+  cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) override;
+  cudaError_t cudaDeviceCanAccessPeer(int* can_access, int device, int peer) override;
+  cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) override;
+  cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) override;
+  cudaError_t cudaDeviceSynchronize() override;
+  cudaError_t cudaDriverGetVersion(int* version) override;
+  cudaError_t cudaRuntimeGetVersion(int* version) override;
+  cudaError_t cudaMemGetInfo(size_t* free, size_t* total) override;
+  cudaError_t cudaProfilerStart() override;
+  cudaError_t cudaProfilerStop() override;
+  cudaError_t cudaDeviceSetLimit(cudaLimit limit, size_t value) override;
+  cudaError_t cudaDeviceGetLimit(size_t* value, cudaLimit limit) override;
+
+  cudaError_t cudaMalloc(void** ptr, size_t size) override;
+  cudaError_t cudaFree(void* ptr) override;
+  cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t stream) override;
+  cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) override;
+  cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr,
+                                      void* value) override;
+  cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr,
+                                      void* value) override;
+  cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t min_bytes_to_keep) override;
+  cudaError_t cudaMemset(void* ptr, int value, size_t count) override;
+  cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) override;
+  cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* attributes,
+                                       const void* ptr) override;
+
+  cudaError_t cudaStreamCreate(cudaStream_t* stream) override;
+  cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) override;
+  cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags,
+                                           int priority) override;
+  cudaError_t cudaStreamDestroy(cudaStream_t stream) override;
+  cudaError_t cudaStreamSynchronize(cudaStream_t stream) override;
+  cudaError_t cudaStreamQuery(cudaStream_t stream) override;
+  cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority) override;
+  cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int* flags) override;
+  cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
+                                  unsigned int flags) override;
+
+  cudaError_t cudaEventCreate(cudaEvent_t* event) override;
+  cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) override;
+  cudaError_t cudaEventDestroy(cudaEvent_t event) override;
+  cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) override;
+  cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream,
+                                       unsigned int flags) override;
+  cudaError_t cudaEventQuery(cudaEvent_t event) override;
+  cudaError_t cudaEventSynchronize(cudaEvent_t event) override;
+  cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) override;
+
+  cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* attr, const void* func) override;
+  cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) override;
+  cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+      int* num_blocks, const void* func, int block_size, size_t dynamic_smem,
+      unsigned int flags) override;
+
+ private:
+  struct Event {
+    unsigned int flags = 0;
+    std::shared_ptr<Marker> marker;  // the latest record; null before the first
+    HostStream* stream = nullptr;    // where it was recorded (identity only)
+  };
+  struct PendingFree {
+    uint64_t addr;
+    HostStream* stream;  // identity only
+    std::shared_ptr<Marker> marker;
+  };
+  struct FuncAttrs {
+    int max_dynamic_shared = 48 << 10;
+    int carveout = -1;
+  };
+  struct MemPool {
+    std::map<int, uint64_t> attrs;
+  };
+
+  HostBackend(DeviceRange range, std::unique_ptr<hostkernel::HostKernelRegistry> registry);
+
+  // The stream object for an application stream value, null if not live.
+  HostStream* ResolveStream(cudaStream_t stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Event* ResolveEvent(cudaEvent_t event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues `op` on `s` with the legacy default stream's ordering added.
+  std::shared_ptr<Marker> EnqueueLocked(HostStream* s, std::vector<std::shared_ptr<Marker>> deps,
+                                        HostStream::Op op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Resolves and queues; cudaErrorInvalidResourceHandle for a bad stream.
+  cudaError_t Enqueue(cudaStream_t stream, HostStream::Op op, std::shared_ptr<Marker>* done);
+  // Waits for all work queued so far, without taking deferred errors.
+  void WaitAll() ABSL_LOCKS_EXCLUDED(mu_);
+  // Frees the pending stream-ordered frees whose work is complete, or only
+  // those of `stream` when it is not null.
+  void ReleasePendingFrees(HostStream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // allocator_.Free plus returning the freed pages to the OS.
+  absl::Status FreeBlock(uint64_t addr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  cudaError_t AllocateLocked(void** ptr, size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether [p, p + n) is device memory the device may touch (a live
+  // allocation or shared host memory).
+  bool DeviceAccessible(const void* p, size_t n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool InDeviceRange(const void* p) const;
+  bool IsSharedHost(const void* p, size_t n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reaps retired streams whose workers exited.
+  void ReapRetired() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deferred errors.
+  void RecordError(HostStream* stream, cudaError_t err);
+  cudaError_t TakeStreamError(HostStream* stream);
+  bool KnownKernel(const void* func) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const DeviceRange range_;
+  const std::unique_ptr<hostkernel::HostKernelRegistry> registry_;  // null: no libraries
+  const int num_cpus_;
+
+  mutable absl::Mutex mu_;
+  FixedRangeAllocator allocator_ ABSL_GUARDED_BY(mu_);
+  std::vector<PendingFree> pending_frees_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, uint64_t> shared_host_ ABSL_GUARDED_BY(mu_);  // start -> size
+  std::unique_ptr<HostStream> legacy_;  // set in the constructor, never replaced
+  absl::flat_hash_map<HostStream*, std::unique_ptr<HostStream>> streams_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<HostStream>> retired_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Event*, std::unique_ptr<Event>> events_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> modules_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<const void*, FuncAttrs> kernels_ ABSL_GUARDED_BY(mu_);
+  std::map<int, size_t> limits_ ABSL_GUARDED_BY(mu_);
+  unsigned int device_flags_ ABSL_GUARDED_BY(mu_) = 0;
+  MemPool default_pool_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex error_mu_;
+  std::vector<std::pair<HostStream*, cudaError_t>> errors_ ABSL_GUARDED_BY(error_mu_);
+};
+
+}  // namespace host
+}  // namespace agent
+}  // namespace revenant
+
+#endif  // REVENANT_AGENT_BACKENDS_HOST_HOST_BACKEND_H_
