@@ -1,0 +1,677 @@
+#include "agent/backends/host/host_backend.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace revenant {
+namespace agent {
+namespace host {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kKernelLib[] = "agent/backends/host/libbackend_test_kernels.so";
+constexpr uint64_t kModule = 7;
+
+// A latch a stream callback waits on, with a bound so a broken backend
+// fails the test instead of hanging it.
+class Gate {
+ public:
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  bool Wait(std::chrono::milliseconds bound = std::chrono::seconds(10)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, bound, [this] { return open_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Polls `pred` for up to `bound`.
+template <typename Pred>
+bool Eventually(Pred pred, std::chrono::milliseconds bound = std::chrono::seconds(10)) {
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return pred();
+}
+
+BackendOptions Options(uint64_t base = 0, uint64_t size = 0) {
+  BackendOptions o;
+  o.device_range = {base, size};
+  o.host_kernel_libraries = {kKernelLib};
+  return o;
+}
+
+class HostBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<HostBackend>> b = HostBackend::Create(Options());
+    ASSERT_TRUE(b.ok()) << b.status();
+    b_ = std::move(*b);
+  }
+
+  void* Malloc(size_t n) {
+    void* p = nullptr;
+    EXPECT_EQ(b_->cudaMalloc(&p, n), cudaSuccess);
+    return p;
+  }
+  cudaStream_t Stream(unsigned int flags = cudaStreamDefault) {
+    cudaStream_t s = nullptr;
+    EXPECT_EQ(b_->cudaStreamCreateWithFlags(&s, flags), cudaSuccess);
+    return s;
+  }
+  KernelInfo Kernel(const std::string& name) {
+    EXPECT_TRUE(b_->LoadModule(kModule, "").ok());
+    absl::StatusOr<KernelInfo> k = b_->GetKernel(kModule, name);
+    EXPECT_TRUE(k.ok()) << k.status();
+    return k.ok() ? *k : KernelInfo{};
+  }
+
+  std::unique_ptr<HostBackend> b_;
+};
+
+TEST_F(HostBackendTest, DefaultRangeAndDeviceQueries) {
+  EXPECT_EQ(b_->device_range().base, kDefaultDeviceBase);
+  EXPECT_EQ(b_->device_range().size, kDefaultDeviceSize);
+  EXPECT_STREQ(b_->name(), "host");
+  int count = 0;
+  EXPECT_EQ(b_->cudaGetDeviceCount(&count), cudaSuccess);
+  EXPECT_EQ(count, 1);
+  cudaDeviceProp prop;
+  ASSERT_EQ(b_->cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  EXPECT_STREQ(prop.name, "Revenant host device (CPU)");
+  EXPECT_EQ(prop.totalGlobalMem, kDefaultDeviceSize);
+  EXPECT_EQ(prop.warpSize, 32);
+  EXPECT_EQ(prop.maxThreadsPerBlock, 1024);
+  EXPECT_EQ(prop.maxThreadsDim[2], 64);
+  EXPECT_EQ(prop.maxGridSize[1], 65535);
+  EXPECT_EQ(prop.major, 9);
+  EXPECT_GE(prop.multiProcessorCount, 1);
+  EXPECT_EQ(b_->cudaGetDeviceProperties(&prop, 1), cudaErrorInvalidDevice);
+  int v = 0;
+  EXPECT_EQ(b_->cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  EXPECT_EQ(v, prop.multiProcessorCount);
+  EXPECT_EQ(b_->cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlock, 0), cudaSuccess);
+  EXPECT_EQ(static_cast<size_t>(v), prop.sharedMemPerBlock);
+  EXPECT_EQ(b_->cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  EXPECT_EQ(v, 9);
+  EXPECT_EQ(b_->cudaDeviceGetAttribute(&v, static_cast<cudaDeviceAttr>(100000), 0),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(b_->cudaDriverGetVersion(&v), cudaSuccess);
+  EXPECT_EQ(v, 13000);
+  EXPECT_EQ(b_->cudaRuntimeGetVersion(&v), cudaSuccess);
+  EXPECT_EQ(v, 13000);
+  int least = 1, greatest = 1;
+  EXPECT_EQ(b_->cudaDeviceGetStreamPriorityRange(&least, &greatest), cudaSuccess);
+  EXPECT_EQ(least, 0);
+  EXPECT_EQ(greatest, -5);
+  EXPECT_EQ(b_->cudaDeviceCanAccessPeer(&v, 0, 0), cudaSuccess);
+  EXPECT_EQ(v, 0);
+  unsigned int flags = 0;
+  EXPECT_EQ(b_->cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync), cudaSuccess);
+  EXPECT_EQ(b_->cudaGetDeviceFlags(&flags), cudaSuccess);
+  EXPECT_EQ(flags & cudaDeviceScheduleBlockingSync, cudaDeviceScheduleBlockingSync);
+  size_t limit = 0;
+  EXPECT_EQ(b_->cudaDeviceSetLimit(cudaLimitMallocHeapSize, 1 << 24), cudaSuccess);
+  EXPECT_EQ(b_->cudaDeviceGetLimit(&limit, cudaLimitMallocHeapSize), cudaSuccess);
+  EXPECT_EQ(limit, 1u << 24);
+  EXPECT_EQ(b_->cudaProfilerStart(), cudaSuccess);
+  EXPECT_EQ(b_->cudaProfilerStop(), cudaSuccess);
+}
+
+TEST_F(HostBackendTest, MemPool) {
+  cudaMemPool_t pool = nullptr, again = nullptr;
+  ASSERT_EQ(b_->cudaDeviceGetDefaultMemPool(&pool, 0), cudaSuccess);
+  ASSERT_EQ(b_->cudaDeviceGetDefaultMemPool(&again, 0), cudaSuccess);
+  EXPECT_EQ(pool, again);
+  uint64_t threshold = 1 << 30, out = 0;
+  EXPECT_EQ(b_->cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+            cudaSuccess);
+  EXPECT_EQ(b_->cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &out),
+            cudaSuccess);
+  EXPECT_EQ(out, threshold);
+  Malloc(4096);
+  EXPECT_EQ(b_->cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &out), cudaSuccess);
+  EXPECT_EQ(out, 4096u);
+  EXPECT_EQ(b_->cudaMemPoolTrimTo(pool, 0), cudaSuccess);
+}
+
+TEST_F(HostBackendTest, AllocationIsDeterministicAcrossInstances) {
+  auto sequence = [](HostBackend* b) {
+    std::vector<void*> out;
+    void* p[6];
+    for (int i = 0; i < 6; ++i) {
+      EXPECT_EQ(b->cudaMalloc(&p[i], 1000 * (i + 1)), cudaSuccess);
+      out.push_back(p[i]);
+    }
+    EXPECT_EQ(b->cudaFree(p[1]), cudaSuccess);
+    EXPECT_EQ(b->cudaFree(p[3]), cudaSuccess);
+    void* q;
+    EXPECT_EQ(b->cudaMalloc(&q, 1500), cudaSuccess);
+    out.push_back(q);
+    EXPECT_EQ(b->cudaMallocAsync(&q, 3000, nullptr), cudaSuccess);
+    out.push_back(q);
+    EXPECT_EQ(b->cudaFreeAsync(p[0], nullptr), cudaSuccess);
+    EXPECT_EQ(b->cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(b->cudaMalloc(&q, 500), cudaSuccess);
+    out.push_back(q);
+    return out;
+  };
+  std::vector<void*> first = sequence(b_.get());
+  EXPECT_EQ(first[0], reinterpret_cast<void*>(kDefaultDeviceBase));
+  b_.reset();  // a replacement agent maps the same range after the old one is gone
+  absl::StatusOr<std::unique_ptr<HostBackend>> second = HostBackend::Create(Options());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(sequence(second->get()), first);
+
+  // Two live instances on different ranges give the same offsets.
+  constexpr uint64_t kOther = 0x300000000000ull;
+  absl::StatusOr<std::unique_ptr<HostBackend>> third =
+      HostBackend::Create(Options(kOther, 1ull << 30));
+  ASSERT_TRUE(third.ok()) << third.status();
+  std::vector<void*> shifted = sequence(third->get());
+  ASSERT_EQ(shifted.size(), first.size());
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(reinterpret_cast<uint64_t>(shifted[i]) - kOther,
+              reinterpret_cast<uint64_t>(first[i]) - kDefaultDeviceBase);
+  }
+}
+
+TEST_F(HostBackendTest, RangeInUseFailsClearly) {
+  absl::StatusOr<std::unique_ptr<HostBackend>> twin = HostBackend::Create(Options());
+  ASSERT_FALSE(twin.ok());
+  EXPECT_EQ(twin.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(twin.status().message(), HasSubstr("already in use"));
+}
+
+TEST(HostBackendCreateTest, MissingKernelLibraryFailsAtConstruction) {
+  BackendOptions o;
+  o.device_range = {0x310000000000ull, 1 << 20};
+  o.host_kernel_libraries = {"agent/backends/host/libno_such_kernels.so"};
+  absl::StatusOr<std::unique_ptr<Backend>> b = MakeHostBackend(o);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(b.status().message(), HasSubstr("libno_such_kernels.so"));
+}
+
+TEST_F(HostBackendTest, MallocZeroAndMemGetInfo) {
+  void* p = reinterpret_cast<void*>(1);
+  EXPECT_EQ(b_->cudaMalloc(&p, 0), cudaSuccess);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(b_->cudaFree(nullptr), cudaSuccess);
+  size_t free = 0, total = 0;
+  Malloc(1 << 20);
+  EXPECT_EQ(b_->cudaMemGetInfo(&free, &total), cudaSuccess);
+  EXPECT_EQ(total, kDefaultDeviceSize);
+  EXPECT_EQ(free, total - (1 << 20));
+  // More than the range: cudaErrorMemoryAllocation, and the backend goes on.
+  EXPECT_EQ(b_->cudaMalloc(&p, kDefaultDeviceSize), cudaErrorMemoryAllocation);
+  EXPECT_NE(Malloc(16), nullptr);
+}
+
+TEST_F(HostBackendTest, MemcpyAndMemsetRoundTrip) {
+  constexpr size_t kN = 1 << 16;
+  char* d = static_cast<char*>(Malloc(kN));
+  char* d2 = static_cast<char*>(Malloc(kN));
+  std::vector<char> in(kN), out(kN);
+  for (size_t i = 0; i < kN; ++i) in[i] = static_cast<char>(i * 7);
+  ASSERT_EQ(b_->Memcpy(d, in.data(), kN, cudaMemcpyHostToDevice, nullptr, false), cudaSuccess);
+  ASSERT_EQ(b_->Memcpy(d2, d, kN, cudaMemcpyDeviceToDevice, nullptr, false), cudaSuccess);
+  ASSERT_EQ(b_->Memcpy(out.data(), d2, kN, cudaMemcpyDeviceToHost, nullptr, false), cudaSuccess);
+  EXPECT_EQ(in, out);
+
+  ASSERT_EQ(b_->cudaMemset(d + 100, 0x5a, 50), cudaSuccess);
+  ASSERT_EQ(b_->Memcpy(out.data(), d, kN, cudaMemcpyDefault, nullptr, false), cudaSuccess);
+  for (size_t i = 0; i < kN; ++i) {
+    ASSERT_EQ(out[i], (i >= 100 && i < 150) ? 0x5a : in[i]) << i;
+  }
+
+  // Asynchronous H2D: the source may change right after the call.
+  cudaStream_t s = Stream();
+  std::vector<char> tmp(kN, 3);
+  ASSERT_EQ(b_->Memcpy(d, tmp.data(), kN, cudaMemcpyHostToDevice, s, true), cudaSuccess);
+  std::fill(tmp.begin(), tmp.end(), 9);
+  ASSERT_EQ(b_->cudaMemsetAsync(d2, 1, kN, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  ASSERT_EQ(b_->Memcpy(out.data(), d, kN, cudaMemcpyDeviceToHost, s, false), cudaSuccess);
+  EXPECT_EQ(out, std::vector<char>(kN, 3));
+  ASSERT_EQ(b_->Memcpy(out.data(), d2, kN, cudaMemcpyDeviceToHost, s, false), cudaSuccess);
+  EXPECT_EQ(out, std::vector<char>(kN, 1));
+}
+
+TEST_F(HostBackendTest, SharedHostMemoryIsUsedInPlace) {
+  std::vector<int> pinned(1024, 0);
+  ASSERT_EQ(b_->RegisterSharedHost(pinned.data(), pinned.size() * sizeof(int), 0), cudaSuccess);
+  EXPECT_EQ(b_->RegisterSharedHost(pinned.data() + 10, 16, 0),
+            cudaErrorHostMemoryAlreadyRegistered);
+  int* d = static_cast<int*>(Malloc(4096));
+  ASSERT_EQ(b_->cudaMemset(d, 0, 4096), cudaSuccess);
+  ASSERT_EQ(b_->cudaMemsetAsync(pinned.data(), 0x01, 4096, nullptr), cudaSuccess);  // device-accessible
+  cudaStream_t s = Stream();
+  ASSERT_EQ(b_->Memcpy(d, pinned.data(), 4096, cudaMemcpyHostToDevice, s, true), cudaSuccess);
+  ASSERT_EQ(b_->cudaMemsetAsync(d, 0x02, 4, s), cudaSuccess);
+  ASSERT_EQ(b_->Memcpy(pinned.data(), d, 4096, cudaMemcpyDeviceToHost, s, true), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(pinned[0], 0x02020202);
+  EXPECT_EQ(pinned[1], 0x01010101);
+  cudaPointerAttributes attr;
+  ASSERT_EQ(b_->cudaPointerGetAttributes(&attr, pinned.data()), cudaSuccess);
+  EXPECT_EQ(attr.type, cudaMemoryTypeHost);
+  ASSERT_EQ(b_->cudaPointerGetAttributes(&attr, d + 5), cudaSuccess);
+  EXPECT_EQ(attr.type, cudaMemoryTypeDevice);
+  EXPECT_EQ(b_->UnregisterSharedHost(pinned.data()), cudaSuccess);
+  EXPECT_EQ(b_->UnregisterSharedHost(pinned.data()), cudaErrorHostMemoryNotRegistered);
+  // No longer device-accessible.
+  EXPECT_EQ(b_->cudaMemset(pinned.data(), 0, 16), cudaErrorInvalidValue);
+}
+
+TEST_F(HostBackendTest, BadDevicePointersAreInvalidValueAndHarmless) {
+  char* d = static_cast<char*>(Malloc(1000));
+  char host[2048] = {};
+  char* unallocated = reinterpret_cast<char*>(kDefaultDeviceBase + (1ull << 30));
+  EXPECT_EQ(b_->Memcpy(unallocated, host, 16, cudaMemcpyHostToDevice, nullptr, false),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(b_->Memcpy(d, host, 1001, cudaMemcpyHostToDevice, nullptr, false),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(b_->Memcpy(host, d + 999, 2, cudaMemcpyDeviceToHost, nullptr, false),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(b_->Memcpy(d, host, 16, cudaMemcpyDeviceToHost, nullptr, false),
+            cudaErrorInvalidValue);  // host pointer claimed as device
+  EXPECT_EQ(b_->Memcpy(d, host, 16, static_cast<cudaMemcpyKind>(42), nullptr, false),
+            cudaErrorInvalidMemcpyDirection);
+  EXPECT_EQ(b_->cudaMemset(unallocated, 0, 1), cudaErrorInvalidValue);
+  EXPECT_EQ(b_->cudaMemset(nullptr, 0, 1), cudaErrorInvalidValue);
+  EXPECT_EQ(b_->cudaFree(d + 8), cudaErrorInvalidValue);
+  EXPECT_EQ(b_->Memcpy(d, host, 16, cudaMemcpyHostToDevice,
+                       reinterpret_cast<cudaStream_t>(0x1234), false),
+            cudaErrorInvalidResourceHandle);
+  ASSERT_EQ(b_->cudaFree(d), cudaSuccess);
+  EXPECT_EQ(b_->cudaFree(d), cudaErrorInvalidValue);  // double free
+  EXPECT_EQ(b_->Memcpy(host, d, 16, cudaMemcpyDeviceToHost, nullptr, false),
+            cudaErrorInvalidValue);  // use after free
+  // Still working.
+  char* e = static_cast<char*>(Malloc(64));
+  EXPECT_EQ(e, d);  // deterministic reuse of the freed block
+  EXPECT_EQ(b_->cudaMemset(e, 7, 64), cudaSuccess);
+  EXPECT_EQ(b_->Memcpy(host, e, 64, cudaMemcpyDeviceToHost, nullptr, false), cudaSuccess);
+  EXPECT_EQ(host[63], 7);
+  EXPECT_EQ(b_->cudaDeviceSynchronize(), cudaSuccess);
+}
+
+TEST_F(HostBackendTest, FreeAsyncIsStreamOrdered) {
+  cudaStream_t s = Stream();
+  void* p = nullptr;
+  ASSERT_EQ(b_->cudaMallocAsync(&p, 4096, s), cudaSuccess);
+  Gate gate;
+  ASSERT_EQ(b_->EnqueueHostCallback(s, [&] { gate.Wait(); }), cudaSuccess);
+  ASSERT_EQ(b_->cudaMemsetAsync(p, 1, 4096, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaFreeAsync(p, s), cudaSuccess);
+  EXPECT_EQ(b_->cudaFreeAsync(p, s), cudaErrorInvalidValue);  // double free
+  // Not reused while the stream may still touch it.
+  void* q = nullptr;
+  ASSERT_EQ(b_->cudaMallocAsync(&q, 4096, s), cudaSuccess);
+  EXPECT_NE(q, p);
+  gate.Open();
+  ASSERT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  void* r = nullptr;
+  ASSERT_EQ(b_->cudaMallocAsync(&r, 4096, s), cudaSuccess);
+  EXPECT_EQ(r, p);
+}
+
+TEST_F(HostBackendTest, StreamsRunConcurrently) {
+  cudaStream_t a = Stream(), b = Stream();
+  Gate b_ran;
+  std::atomic<bool> a_saw_b{false};
+  // a's callback can only finish early if b makes progress meanwhile.
+  ASSERT_EQ(b_->EnqueueHostCallback(a, [&] { a_saw_b = b_ran.Wait(); }), cudaSuccess);
+  ASSERT_EQ(b_->EnqueueHostCallback(b, [&] { b_ran.Open(); }), cudaSuccess);
+  EXPECT_EQ(b_->cudaStreamSynchronize(a), cudaSuccess);
+  EXPECT_EQ(b_->cudaStreamSynchronize(b), cudaSuccess);
+  EXPECT_TRUE(a_saw_b);
+}
+
+TEST_F(HostBackendTest, StreamOrderQueryAndAttributes) {
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(b_->cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, -100), cudaSuccess);
+  int priority = 0;
+  unsigned int flags = 0;
+  EXPECT_EQ(b_->cudaStreamGetPriority(s, &priority), cudaSuccess);
+  EXPECT_EQ(priority, -5);  // clamped
+  EXPECT_EQ(b_->cudaStreamGetFlags(s, &flags), cudaSuccess);
+  EXPECT_EQ(flags, static_cast<unsigned int>(cudaStreamNonBlocking));
+  EXPECT_EQ(b_->cudaStreamCreateWithFlags(&s, 0x80), cudaErrorInvalidValue);
+
+  Gate gate;
+  std::vector<int> order;
+  ASSERT_EQ(b_->EnqueueHostCallback(s, [&] { gate.Wait(); }), cudaSuccess);
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(b_->EnqueueHostCallback(s, [&order, i] { order.push_back(i); }), cudaSuccess);
+  }
+  EXPECT_EQ(b_->cudaStreamQuery(s), cudaErrorNotReady);
+  gate.Open();
+  EXPECT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(b_->cudaStreamQuery(s), cudaSuccess);
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
+  EXPECT_EQ(b_->cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(b_->cudaStreamQuery(s), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(b_->cudaStreamDestroy(nullptr), cudaErrorInvalidResourceHandle);
+}
+
+TEST_F(HostBackendTest, LegacyStreamWaitsForBlockingStreamsOnly) {
+  cudaStream_t blocking = Stream(cudaStreamDefault);
+  cudaStream_t nonblocking = Stream(cudaStreamNonBlocking);
+  Gate gate_blocking, gate_nonblocking;
+  std::atomic<bool> blocking_done{false}, legacy_ran{false}, legacy_saw_blocking{false};
+  ASSERT_EQ(b_->EnqueueHostCallback(nonblocking, [&] { gate_nonblocking.Wait(); }), cudaSuccess);
+  ASSERT_EQ(b_->EnqueueHostCallback(blocking,
+                                    [&] {
+                                      gate_blocking.Wait();
+                                      blocking_done = true;
+                                    }),
+            cudaSuccess);
+  for (cudaStream_t legacy : {cudaStream_t{nullptr}, cudaStreamLegacy, cudaStreamPerThread}) {
+    ASSERT_EQ(b_->EnqueueHostCallback(legacy,
+                                      [&] {
+                                        legacy_saw_blocking = blocking_done.load();
+                                        legacy_ran = true;
+                                      }),
+              cudaSuccess);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(legacy_ran);  // held back by the blocking stream
+  gate_blocking.Open();
+  // Runs although the non-blocking stream is still held.
+  EXPECT_TRUE(Eventually([&] { return legacy_ran.load(); }));
+  EXPECT_TRUE(legacy_saw_blocking);
+  EXPECT_EQ(b_->cudaStreamQuery(nonblocking), cudaErrorNotReady);
+
+  // Later work of a blocking stream waits for earlier legacy work; a
+  // non-blocking stream's does not.
+  Gate gate_legacy;
+  std::atomic<bool> legacy_done{false}, after_ran{false}, after_saw_legacy{false};
+  std::atomic<bool> free_ran{false};
+  gate_nonblocking.Open();
+  ASSERT_EQ(b_->EnqueueHostCallback(nullptr,
+                                    [&] {
+                                      gate_legacy.Wait();
+                                      legacy_done = true;
+                                    }),
+            cudaSuccess);
+  ASSERT_EQ(b_->EnqueueHostCallback(blocking,
+                                    [&] {
+                                      after_saw_legacy = legacy_done.load();
+                                      after_ran = true;
+                                    }),
+            cudaSuccess);
+  ASSERT_EQ(b_->EnqueueHostCallback(nonblocking, [&] { free_ran = true; }), cudaSuccess);
+  EXPECT_TRUE(Eventually([&] { return free_ran.load(); }));
+  EXPECT_FALSE(after_ran);
+  gate_legacy.Open();
+  EXPECT_EQ(b_->cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_TRUE(after_ran);
+  EXPECT_TRUE(after_saw_legacy);
+}
+
+TEST_F(HostBackendTest, EventsOrderAndElapsedTime) {
+  cudaStream_t s = Stream();
+  cudaEvent_t start, end, untimed, never;
+  ASSERT_EQ(b_->cudaEventCreate(&start), cudaSuccess);
+  ASSERT_EQ(b_->cudaEventCreateWithFlags(&end, cudaEventBlockingSync), cudaSuccess);
+  ASSERT_EQ(b_->cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(b_->cudaEventCreate(&never), cudaSuccess);
+  EXPECT_EQ(b_->cudaEventCreateWithFlags(&never, cudaEventInterprocess), cudaErrorInvalidValue);
+  EXPECT_EQ(b_->cudaEventQuery(never), cudaSuccess);  // never recorded
+  EXPECT_EQ(b_->cudaEventSynchronize(never), cudaSuccess);
+
+  Gate gate;
+  ASSERT_EQ(b_->cudaEventRecord(start, s), cudaSuccess);
+  ASSERT_EQ(b_->EnqueueHostCallback(s,
+                                    [&] {
+                                      gate.Wait();
+                                      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                                    }),
+            cudaSuccess);
+  ASSERT_EQ(b_->cudaEventRecord(end, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaEventRecord(untimed, s), cudaSuccess);
+  float ms = -1;
+  EXPECT_EQ(b_->cudaEventQuery(end), cudaErrorNotReady);
+  EXPECT_EQ(b_->cudaEventElapsedTime(&ms, start, end), cudaErrorNotReady);
+  gate.Open();
+  EXPECT_EQ(b_->cudaEventSynchronize(end), cudaSuccess);
+  EXPECT_EQ(b_->cudaEventQuery(end), cudaSuccess);
+  EXPECT_EQ(b_->cudaEventQuery(start), cudaSuccess);
+  ASSERT_EQ(b_->cudaEventElapsedTime(&ms, start, end), cudaSuccess);
+  EXPECT_GE(ms, 15.0f);
+  EXPECT_LT(ms, 10000.0f);
+  EXPECT_EQ(b_->cudaEventElapsedTime(&ms, start, never), cudaErrorInvalidResourceHandle);
+  ASSERT_EQ(b_->cudaEventSynchronize(untimed), cudaSuccess);
+  EXPECT_EQ(b_->cudaEventElapsedTime(&ms, start, untimed), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(b_->cudaEventElapsedTime(nullptr, start, end), cudaErrorInvalidValue);
+  EXPECT_EQ(b_->cudaEventDestroy(never), cudaSuccess);
+  EXPECT_EQ(b_->cudaEventQuery(never), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(b_->cudaEventDestroy(never), cudaErrorInvalidResourceHandle);
+}
+
+TEST_F(HostBackendTest, StreamWaitEventWaitsForTheRecordAtCallTime) {
+  cudaStream_t producer = Stream(cudaStreamNonBlocking);
+  cudaStream_t consumer = Stream(cudaStreamNonBlocking);
+  cudaEvent_t e;
+  ASSERT_EQ(b_->cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess);
+  Gate first, second;
+  std::atomic<bool> produced{false}, consumed{false}, consumer_saw{false};
+  ASSERT_EQ(b_->EnqueueHostCallback(producer,
+                                    [&] {
+                                      first.Wait();
+                                      produced = true;
+                                    }),
+            cudaSuccess);
+  ASSERT_EQ(b_->cudaEventRecord(e, producer), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamWaitEvent(consumer, e, 0), cudaSuccess);
+  // A later record does not extend the wait already queued.
+  ASSERT_EQ(b_->EnqueueHostCallback(producer, [&] { second.Wait(); }), cudaSuccess);
+  ASSERT_EQ(b_->cudaEventRecord(e, producer), cudaSuccess);
+  ASSERT_EQ(b_->EnqueueHostCallback(consumer,
+                                    [&] {
+                                      consumer_saw = produced.load();
+                                      consumed = true;
+                                    }),
+            cudaSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(consumed);
+  first.Open();
+  EXPECT_TRUE(Eventually([&] { return consumed.load(); }));
+  EXPECT_TRUE(consumer_saw);
+  EXPECT_EQ(b_->cudaEventQuery(e), cudaErrorNotReady);  // the second record
+  second.Open();
+  EXPECT_EQ(b_->cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(b_->cudaStreamWaitEvent(consumer, e, 0x40), cudaErrorInvalidValue);
+}
+
+TEST_F(HostBackendTest, KernelLaunchRunsSaxpy) {
+  KernelInfo k = Kernel("_Z5saxpyifPKfPf");
+  ASSERT_NE(k.handle, nullptr);
+  ASSERT_EQ(k.params.size(), 4u);
+  constexpr int kN = 1000;
+  std::vector<float> x(kN), y(kN);
+  for (int i = 0; i < kN; ++i) {
+    x[i] = i;
+    y[i] = 2 * i;
+  }
+  float* dx = static_cast<float*>(Malloc(kN * sizeof(float)));
+  float* dy = static_cast<float*>(Malloc(kN * sizeof(float)));
+  cudaStream_t s = Stream();
+  ASSERT_EQ(b_->Memcpy(dx, x.data(), kN * 4, cudaMemcpyHostToDevice, s, true), cudaSuccess);
+  ASSERT_EQ(b_->Memcpy(dy, y.data(), kN * 4, cudaMemcpyHostToDevice, s, true), cudaSuccess);
+  std::vector<char> args(k.args_size);
+  int n = kN;
+  float a = 3;
+  std::memcpy(args.data() + k.params[0].offset, &n, sizeof(n));
+  std::memcpy(args.data() + k.params[1].offset, &a, sizeof(a));
+  std::memcpy(args.data() + k.params[2].offset, &dx, sizeof(dx));
+  std::memcpy(args.data() + k.params[3].offset, &dy, sizeof(dy));
+  ASSERT_EQ(b_->LaunchKernel(k, dim3(4), dim3(256), 0, s, args.data(), false), cudaSuccess);
+  std::fill(args.begin(), args.end(), 0);  // the launch took its own copy
+  ASSERT_EQ(b_->Memcpy(y.data(), dy, kN * 4, cudaMemcpyDeviceToHost, s, false), cudaSuccess);
+  for (int i = 0; i < kN; ++i) ASSERT_FLOAT_EQ(y[i], 3.0f * i + 2 * i) << i;
+
+  // Configuration errors come back from the launch itself.
+  EXPECT_EQ(b_->LaunchKernel(k, dim3(1), dim3(2048), 0, s, args.data(), false),
+            cudaErrorInvalidConfiguration);
+  EXPECT_EQ(b_->LaunchKernel(k, dim3(0), dim3(32), 0, s, args.data(), false),
+            cudaErrorInvalidConfiguration);
+  EXPECT_EQ(b_->LaunchKernel(k, dim3(1, 70000), dim3(32), 0, s, args.data(), false),
+            cudaErrorInvalidConfiguration);
+  EXPECT_EQ(b_->LaunchKernel(k, dim3(1), dim3(32, 1, 65), 0, s, args.data(), false),
+            cudaErrorInvalidConfiguration);
+  EXPECT_EQ(b_->LaunchKernel(k, dim3(1), dim3(32), 1 << 20, s, args.data(), false),
+            cudaErrorInvalidValue);
+  KernelInfo bogus = k;
+  bogus.handle = &k;
+  EXPECT_EQ(b_->LaunchKernel(bogus, dim3(1), dim3(32), 0, s, args.data(), false),
+            cudaErrorInvalidDeviceFunction);
+  EXPECT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+}
+
+TEST_F(HostBackendTest, FunctionAttributesAndOccupancy) {
+  KernelInfo k = Kernel("_Z7add_onePii");
+  cudaFuncAttributes attr;
+  ASSERT_EQ(b_->cudaFuncGetAttributes(&attr, k.handle), cudaSuccess);
+  EXPECT_EQ(attr.maxThreadsPerBlock, 1024);
+  EXPECT_EQ(attr.numRegs, 32);
+  EXPECT_EQ(b_->cudaFuncSetAttribute(k.handle, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     100 << 10),
+            cudaSuccess);
+  ASSERT_EQ(b_->cudaFuncGetAttributes(&attr, k.handle), cudaSuccess);
+  EXPECT_EQ(attr.maxDynamicSharedSizeBytes, 100 << 10);
+  EXPECT_EQ(b_->cudaFuncSetAttribute(k.handle, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     1 << 30),
+            cudaErrorInvalidValue);
+  int blocks = 0;
+  ASSERT_EQ(b_->cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, k.handle, 256, 0,
+                                                                       0),
+            cudaSuccess);
+  EXPECT_EQ(blocks, 8);
+  ASSERT_EQ(b_->cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, k.handle, 1024,
+                                                                       0, 0),
+            cudaSuccess);
+  EXPECT_EQ(blocks, 2);
+  EXPECT_EQ(b_->cudaFuncGetAttributes(&attr, &attr), cudaErrorInvalidDeviceFunction);
+}
+
+TEST_F(HostBackendTest, UnknownKernelIsNotFoundWithAdvice) {
+  ASSERT_TRUE(b_->LoadModule(kModule, "fatbin").ok());
+  absl::StatusOr<KernelInfo> k = b_->GetKernel(kModule, "_Z9no_kernelPf");
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(k.status().message(), HasSubstr("_Z9no_kernelPf"));
+  EXPECT_THAT(k.status().message(), HasSubstr("REVENANT_HOST_KERNELS"));
+  EXPECT_THAT(k.status().message(), HasSubstr("--host-kernels"));
+  EXPECT_EQ(b_->GetKernel(kModule + 1, "_Z7add_onePii").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(HostBackendTest, DestroyedStreamFinishesItsWork) {
+  KernelInfo k = Kernel("_Z7add_onePii");
+  constexpr int kN = 256;
+  int* d = static_cast<int*>(Malloc(kN * sizeof(int)));
+  ASSERT_EQ(b_->cudaMemset(d, 0, kN * sizeof(int)), cudaSuccess);
+  cudaStream_t s = Stream(cudaStreamNonBlocking);
+  Gate gate;
+  ASSERT_EQ(b_->EnqueueHostCallback(s, [&] { gate.Wait(); }), cudaSuccess);
+  std::vector<char> args(k.args_size);
+  int n = kN;
+  std::memcpy(args.data() + k.params[0].offset, &d, sizeof(d));
+  std::memcpy(args.data() + k.params[1].offset, &n, sizeof(n));
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(b_->LaunchKernel(k, dim3(1), dim3(kN), 0, s, args.data(), false), cudaSuccess);
+  }
+  ASSERT_EQ(b_->cudaStreamDestroy(s), cudaSuccess);
+  gate.Open();
+  ASSERT_EQ(b_->cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<int> out(kN);
+  ASSERT_EQ(b_->Memcpy(out.data(), d, kN * sizeof(int), cudaMemcpyDeviceToHost, nullptr, false),
+            cudaSuccess);
+  EXPECT_EQ(out, std::vector<int>(kN, 5));
+}
+
+TEST_F(HostBackendTest, AsynchronousErrorsAreDeferredToSynchronize) {
+  KernelInfo k = Kernel("_Z17needs_cooperativePi");
+  int* d = static_cast<int*>(Malloc(64 * sizeof(int)));
+  std::vector<char> args(k.args_size);
+  std::memcpy(args.data() + k.params[0].offset, &d, sizeof(d));
+  cudaStream_t s = Stream(cudaStreamNonBlocking), other = Stream(cudaStreamNonBlocking);
+  // The launch itself is fine; the failure shows up while it runs.
+  ASSERT_EQ(b_->LaunchKernel(k, dim3(2), dim3(32), 0, s, args.data(), false), cudaSuccess);
+  EXPECT_EQ(b_->cudaStreamSynchronize(other), cudaSuccess);  // not this stream's error
+  EXPECT_EQ(b_->cudaStreamSynchronize(s), cudaErrorLaunchFailure);
+  EXPECT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);  // reported once
+
+  ASSERT_EQ(b_->LaunchKernel(k, dim3(2), dim3(32), 0, s, args.data(), false), cudaSuccess);
+  EXPECT_EQ(b_->cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+  EXPECT_EQ(b_->cudaDeviceSynchronize(), cudaSuccess);
+
+  cudaEvent_t e;
+  ASSERT_EQ(b_->cudaEventCreate(&e), cudaSuccess);
+  ASSERT_EQ(b_->LaunchKernel(k, dim3(2), dim3(32), 0, s, args.data(), false), cudaSuccess);
+  ASSERT_EQ(b_->cudaEventRecord(e, s), cudaSuccess);
+  EXPECT_EQ(b_->cudaEventSynchronize(e), cudaErrorLaunchFailure);
+
+  ASSERT_EQ(b_->LaunchKernel(k, dim3(2), dim3(32), 0, s, args.data(), false), cudaSuccess);
+  ASSERT_EQ(b_->cudaEventRecord(e, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaEventSynchronize(e), cudaErrorLaunchFailure);
+  EXPECT_EQ(b_->TakeDeferredError(), cudaSuccess);
+
+  // A cooperative launch of the same kernel succeeds.
+  ASSERT_EQ(b_->LaunchKernel(k, dim3(2), dim3(32), 0, s, args.data(), true), cudaSuccess);
+  ASSERT_EQ(b_->LaunchKernel(k, dim3(2), dim3(32), 0, s, args.data(), false), cudaSuccess);
+  ASSERT_EQ(b_->LaunchKernel(k, dim3(2), dim3(32), 0, s, args.data(), false), cudaSuccess);
+  ASSERT_EQ(b_->cudaEventRecord(e, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamWaitEvent(other, e, 0), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamSynchronize(other), cudaSuccess);
+  EXPECT_EQ(b_->TakeDeferredError(), cudaErrorLaunchFailure);
+  EXPECT_EQ(b_->TakeDeferredError(), cudaSuccess);
+}
+
+TEST_F(HostBackendTest, ResetDropsEverything) {
+  void* p = Malloc(1 << 20);
+  ASSERT_EQ(b_->cudaMemset(p, 1, 1 << 20), cudaSuccess);
+  cudaStream_t s = Stream();
+  cudaEvent_t e;
+  ASSERT_EQ(b_->cudaEventCreate(&e), cudaSuccess);
+  KernelInfo k = Kernel("_Z7add_onePii");
+  ASSERT_EQ(b_->Reset(), cudaSuccess);
+  EXPECT_EQ(b_->cudaStreamQuery(s), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(b_->cudaEventQuery(e), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(b_->cudaMemset(p, 0, 1), cudaErrorInvalidValue);
+  EXPECT_EQ(b_->GetKernel(kModule, "_Z7add_onePii").status().code(),
+            absl::StatusCode::kNotFound);
+  // Allocation restarts at the base, and the memory reads as zero again.
+  void* q = Malloc(1 << 20);
+  EXPECT_EQ(q, p);
+  char c = 1;
+  ASSERT_EQ(b_->Memcpy(&c, q, 1, cudaMemcpyDeviceToHost, nullptr, false), cudaSuccess);
+  EXPECT_EQ(c, 0);
+}
+
+}  // namespace
+}  // namespace host
+}  // namespace agent
+}  // namespace revenant
