@@ -1,9 +1,12 @@
 #include "hostkernel/loader.h"
 
+#include <vector_functions.h>
 #include <vector_types.h>
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <numeric>
@@ -77,8 +80,10 @@ class LoaderTest : public ::testing::Test {
 TEST_F(LoaderTest, NamesAreTheMangledNames) {
   EXPECT_THAT(registry_->Names(),
               ElementsAre("_Z11grid_rotatePiS_", "_Z12mixed_paramsc5Mixeds7double2Pd",
-                          "_Z13reverse_tilesPi", "_Z5saxpyifPKfPf",
-                          "_Z7atomicsP12AtomicTotals", "_Z9block_sumPKfPfi",
+                          "_Z13reverse_tilesPi", "_Z14early_exit_sumPKiPii",
+                          "_Z5saxpyifPKfPf",
+                          "_Z7atomicsP12AtomicTotals", "_Z8index_3dP5uint4",
+                          "_Z9block_sumPKfPfi", "_Z9stack_hogPi",
                           "_ZN6rvtest4fillIiEEvPT_S1_i", "_ZN6rvtest5scaleEPffi"));
   EXPECT_EQ(registry_->Find("_Z5saxpyifPKfPg"), nullptr);
 }
@@ -137,6 +142,45 @@ TEST_F(LoaderTest, ConcurrentLaunchesKeepSharedMemoryApart) {
   }
   for (std::thread& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
+}
+
+TEST_F(LoaderTest, ThreadsThatExitDoNotHoldUpTheBarrier) {
+  const HostKernel& k = Get("_Z14early_exit_sumPKiPii");
+  std::vector<int> in(256);
+  std::iota(in.begin(), in.end(), 1);
+  int out = -1;
+  std::vector<char> args = Pack(k, static_cast<const int*>(in.data()), &out, 100);
+  ASSERT_TRUE(k.Launch({1, 1, 1}, {256, 1, 1}, 0, args.data(), false).ok());
+  EXPECT_EQ(out, 5050);
+}
+
+// A fiber that overflows its stack hits the guard page (SIGSEGV) instead of
+// silently overwriting a neighbouring fiber's stack.
+TEST_F(LoaderTest, StackOverflowHitsTheGuardPage) {
+  const HostKernel& k = Get("_Z9stack_hogPi");
+  int out = 0;
+  int* p = &out;
+  std::vector<char> args = Pack(k, p);
+  EXPECT_EXIT(
+      { (void)k.Launch({1, 1, 1}, {1, 1, 1}, 0, args.data(), false); std::exit(0); },
+      ::testing::KilledBySignal(SIGSEGV), "");
+}
+
+TEST_F(LoaderTest, ThreeDimensionalGridsRunInXYZOrder) {
+  const HostKernel& k = Get("_Z8index_3dP5uint4");
+  const Dim3 grid{2, 3, 2}, block{4, 2, 3};
+  const unsigned per_block = 24, total = 12 * per_block;
+  std::vector<uint4> out(total, make_uint4(~0u, ~0u, ~0u, ~0u));
+  uint4* p = out.data();
+  std::vector<char> args = Pack(k, p);
+  ASSERT_TRUE(k.Launch(grid, block, 0, args.data(), false).ok());
+  for (unsigned id = 0; id < total; ++id) {
+    const unsigned b = id / per_block, t = id % per_block;
+    EXPECT_EQ(out[id].x, b) << id;
+    EXPECT_EQ(out[id].y, t) << id;
+    EXPECT_EQ(out[id].z, (t / 4) % 2) << id;  // threadIdx.y
+    EXPECT_EQ(out[id].w, b / 6) << id;        // blockIdx.z
+  }
 }
 
 TEST_F(LoaderTest, StructByValueWithMixedAlignment) {

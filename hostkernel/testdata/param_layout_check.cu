@@ -45,7 +45,9 @@ int main(int argc, char** argv) {
       reinterpret_cast<const void*>(mixed_params), reinterpret_cast<const void*>(reverse_tiles),
       reinterpret_cast<const void*>(atomics),      reinterpret_cast<const void*>(rvtest::scale),
       reinterpret_cast<const void*>(rvtest::fill<int>),
-      reinterpret_cast<const void*>(grid_rotate)};
+      reinterpret_cast<const void*>(grid_rotate),
+      reinterpret_cast<const void*>(early_exit_sum),
+      reinterpret_cast<const void*>(index_3d)};
   CHECK_RT(cudaSetDevice(0));
   int failures = 0;
   for (const void* k : kernels) {

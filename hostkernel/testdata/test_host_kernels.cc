@@ -11,3 +11,6 @@ REVENANT_HOST_KERNEL(atomics);
 REVENANT_HOST_KERNEL(rvtest::scale);
 REVENANT_HOST_KERNEL(rvtest::fill<int>);
 REVENANT_HOST_KERNEL(grid_rotate);
+REVENANT_HOST_KERNEL(early_exit_sum);
+REVENANT_HOST_KERNEL(index_3d);
+REVENANT_HOST_KERNEL(stack_hog);

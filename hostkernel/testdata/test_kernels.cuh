@@ -99,4 +99,33 @@ __global__ void grid_rotate(int* data, int* out) {
   out[id] = data[(id + 1) % grid.size()];
 }
 
+// Threads past n leave before the barrier; exited threads no longer count
+// for __syncthreads, so the others must not wait for them.
+__global__ void early_exit_sum(const int* in, int* out, int n) {
+  __shared__ int total;
+  if (threadIdx.x == 0) total = 0;
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) >= n) return;
+  atomicAdd(&total, in[threadIdx.x]);
+  __syncthreads();
+  if (threadIdx.x == 0) *out = total;
+}
+
+// Records every thread's coordinates at its linear id, to check the x, y, z
+// order of threads and blocks.
+__global__ void index_3d(uint4* out) {
+  unsigned block = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  unsigned thread = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+  unsigned id = block * blockDim.x * blockDim.y * blockDim.z + thread;
+  out[id] = make_uint4(block, thread, threadIdx.y, blockIdx.z);
+}
+
+// Touches 128 KiB of stack from the top down: more than a host fiber's
+// default 64 KiB, so the host run must fault on the guard page.
+__global__ void stack_hog(int* out) {
+  volatile char big[128 * 1024];
+  for (int i = static_cast<int>(sizeof(big)) - 1; i >= 0; i -= 512) big[i] = 1;
+  *out = big[0];
+}
+
 #endif  // REVENANT_HOSTKERNEL_TESTDATA_TEST_KERNELS_CUH_
