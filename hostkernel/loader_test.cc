@@ -316,6 +316,24 @@ TEST(LoaderErrorsTest, DuplicateNamesAcrossLibraries) {
   EXPECT_TRUE(HostKernelRegistry::Load({kDuplicateLib}).ok());
 }
 
+TEST(LoaderErrorsTest, ExplicitNames) {
+  auto r = HostKernelRegistry::Load({kDuplicateLib});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const HostKernel* k = (*r)->Find("_Z12named_kernelPii");
+  ASSERT_NE(k, nullptr);
+  int x = 0;
+  int* p = &x;
+  std::vector<char> args = Pack(*k, p, 42);
+  ASSERT_TRUE(k->Launch({1, 1, 1}, {1, 1, 1}, 0, args.data(), false).ok());
+  EXPECT_EQ(x, 42);
+}
+
+TEST(LoaderErrorsTest, UnnamedKernelsAreRefused) {
+  auto r = HostKernelRegistry::Load({"hostkernel/libunnamed_host_kernels.so"});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("REVENANT_HOST_KERNEL_NAMED"));
+}
+
 TEST(LoaderErrorsTest, SplitPaths) {
   EXPECT_THAT(SplitHostKernelPaths("/a.so::/b.so:"), ElementsAre("/a.so", "/b.so"));
 }

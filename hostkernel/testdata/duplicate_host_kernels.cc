@@ -7,3 +7,8 @@ __global__ void saxpy(int n, float a, const float* __restrict__ x, float* y) {
   if (i < n) y[i] = a * x[i] + y[i];
 }
 REVENANT_HOST_KERNEL(saxpy);
+
+// Internal linkage: no exported symbol, so it is registered under an
+// explicit name.
+static __global__ void named_kernel(int* x, int v) { *x = v; }
+REVENANT_HOST_KERNEL_NAMED(named_kernel, "_Z12named_kernelPii");
