@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -259,7 +260,13 @@ absl::StatusOr<std::unique_ptr<PeerMonitor>> PeerMonitor::Start(
   if (stop_fd < 0) return absl::ErrnoToStatus(errno, "eventfd");
   std::unique_ptr<PeerMonitor> m(
       new PeerMonitor(fd, stop_fd, std::move(on_dead)));
-  m->thread_ = std::thread([p = m.get()] { p->Run(); });
+  try {
+    m->thread_ = std::thread([p = m.get()] { p->Run(); });
+  } catch (const std::system_error& e) {
+    // Nothing may throw across the shim's API.
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot start the peer monitor thread: ", e.what()));
+  }
   return m;
 }
 

@@ -658,6 +658,12 @@ absl::StatusOr<std::unique_ptr<ShmServerChannel>> ShmServerChannel::Attach(
   ch->callbacks_ = std::make_unique<RingProducer>(
       map->ctrl(h->cb_ctrl_offset), map->base + h->cb_data_offset,
       h->cb_capacity, &ch->peer_dead_);
+  // A predecessor killed while asleep left its "waiting" counts behind; we
+  // are the only server, so they are ours to clear (a stale count would
+  // only cost the client a needless FUTEX_WAKE per record).
+  map->ctrl(h->ring_ctrl_offset)->consumer_waiting.store(0);
+  map->ctrl(h->cb_ctrl_offset)->producer_waiting.store(0);
+  h->callbacks_waiting.store(0);
   h->server_pid.store(static_cast<uint32_t>(getpid()));
   h->server_epoch.fetch_add(1);
   ch->map_ = std::move(map);

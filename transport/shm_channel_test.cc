@@ -533,6 +533,41 @@ TEST(ShmChannelTest, AttachRefusesBadMagicVersionAndSize) {
             absl::StatusCode::kNotFound);
 }
 
+TEST(ShmChannelTest, MalformedRecordIsDataLoss) {
+  const std::string path = TempPath();
+  auto client = ShmClientChannel::Create(path, SmallOptions());
+  ASSERT_TRUE(client.ok());
+  auto server = ShmServerChannel::Attach(path);
+  ASSERT_TRUE(server.ok());
+  Send(client->get(), 1, "abc");
+  // The request ring's data starts after the header and control pages.
+  int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const uint32_t bad_size = 7;  // Smaller than a RecordHeader.
+  ASSERT_EQ(pwrite(fd, &bad_size, 4, 8192), 4);
+  close(fd);
+  auto rec = (*server)->Peek(In(absl::Seconds(1)));
+  EXPECT_EQ(rec.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(rec.status().message()), HasSubstr("malformed"));
+}
+
+TEST(ShmChannelTest, ServerPeekReturnsUnavailableWhenClientMarkedDead) {
+  const std::string path = TempPath();
+  auto client = ShmClientChannel::Create(path, SmallOptions());
+  ASSERT_TRUE(client.ok());
+  auto server = ShmServerChannel::Attach(path);
+  ASSERT_TRUE(server.ok());
+  std::thread killer([&] {
+    absl::SleepFor(absl::Milliseconds(30));
+    (*server)->MarkPeerDead();
+  });
+  absl::Time start = absl::Now();
+  auto rec = (*server)->Peek(In(absl::Seconds(10)));
+  killer.join();
+  EXPECT_EQ(rec.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+}
+
 TEST(ShmChannelTest, CallbackRingAndCompletionCounter) {
   const std::string path = TempPath();
   auto client = ShmClientChannel::Create(path, SmallOptions());
