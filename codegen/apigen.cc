@@ -92,7 +92,6 @@ std::string HandleEnum(HandleKind k) {
   return std::string("::revenant::api::HandleKind::") + kNames[static_cast<int>(k)];
 }
 
-std::string ErrType(const Function& f) { return f.returns(); }
 
 bool IsNccl(const Function& f) { return f.library() == pb::NCCL; }
 
@@ -251,6 +250,13 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
       << "  return " << NotSupported(f) << ";\n}\n\n";
     return;
   }
+  // Kernel handles are resolved before the request is opened: resolving may
+  // itself send a request, and an open Call holds the ring.
+  for (const Param& p : f.params()) {
+    if (p.handle() == pb::FUNCTION && KindOf(f, p) == Kind::kValue)
+      s << "  const uint64_t " << p.name() << "_wire = ::revenant::shim::FunctionToWire("
+        << p.name() << ");\n";
+  }
   // Size pass, then encode pass: identical sequences of calls.
   for (int pass = 0; pass < 2; ++pass) {
     const std::string w = pass == 0 ? "sizer_" : "args_";
@@ -261,16 +267,14 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
         << ", sizer_.size());\n"
         << "  if (!call_.ok()) return static_cast<" << f.returns() << ">(call_.FailureStatus("
         << unreachable << "));\n"
-        << "  ::revenant::wire::Encoder& args_ = call_.args();\n";
+        << "  ::revenant::wire::Encoder& args_ = call_.args();\n  (void)args_;\n";
     }
     for (const Param& p : f.params()) {
       const std::string n = p.name();
       switch (KindOf(f, p)) {
         case Kind::kValue:
-          if (p.handle() == pb::FUNCTION && pass == 1)
-            s << "  " << w << ".Put(::revenant::shim::FunctionToWire(" << n << "));\n";
-          else if (p.handle() == pb::FUNCTION)
-            s << "  " << w << ".Put(uint64_t{0});\n";
+          if (p.handle() == pb::FUNCTION)
+            s << "  " << w << ".Put(" << n << "_wire);\n";
           else
             s << "  " << w << ".Put(" << n << ");\n";
           break;
@@ -318,7 +322,7 @@ void EmitShim(const std::vector<Function>& fns, const std::string& dir) {
     << "// The exported entry points of librevenant_shim.so for every row without a\n"
     << "// hand-written shim hook. Compiled against the real headers, so a row whose\n"
     << "// signature differs from CUDA's or NCCL's fails to compile.\n"
-    << "#include <cuda_runtime_api.h>\n#include <nccl.h>\n\n"
+    << "#include <cuda_profiler_api.h>\n#include <cuda_runtime_api.h>\n#include <nccl.h>\n\n"
     << "#include \"api/wire.h\"\n#include \"shim/call.h\"\n\n";
   for (const Function& f : fns)
     if (HasGeneratedShim(f)) EmitShimStub(f, s);

@@ -21,16 +21,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "api/traits.h"
 #include "api/wire.h"
+#include "transport/shm_channel.h"
 
 #define REVENANT_EXPORT __attribute__((visibility("default")))
 
 namespace revenant {
 namespace shim {
-
-class Channel;
 
 class Call {
  public:
@@ -62,16 +62,18 @@ class Call {
   int32_t FailureStatus(int32_t unreachable) const;
 
  private:
+  static size_t ch_limit(transport::ShmClientChannel* ch);
+
   api::ApiId id_;
   const api::ApiTraits& traits_;
-  Channel* channel_ = nullptr;
+  transport::ShmClientChannel* channel_ = nullptr;
   bool ok_ = false;
   bool sent_ = false;
   int reply_slot_ = -1;
   int32_t status_ = 0;
   int32_t failure_ = 0;
   bool has_failure_ = false;
-  void* record_ = nullptr;  // transport record being written
+  std::optional<transport::RecordWriter> writer_;
   wire::Encoder args_;
   wire::Decoder reply_;
 };

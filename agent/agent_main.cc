@@ -1,0 +1,156 @@
+// revenant-agent: executes one rank's CUDA/NCCL calls on its device.
+//
+//   revenant-agent --socket=/dev/shm/revenant-JOB/rank0/agent.sock \
+//                  --job_dir=/dev/shm/revenant-JOB/rank0 --rank=0 --backend=host \
+//                  --host_kernels=/path/libapp_host_kernels.so
+//
+// Listens on a Unix socket (mode 0600) and serves one application process
+// at a time: each connection's peer uid must be ours, its channel file must
+// live in the job directory. revenant-run starts one agent per rank; jobs
+// started by other launchers start agents themselves (see docs/running.md).
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "agent/backend.h"
+#include "agent/session.h"
+#include "common/kv.h"
+#include "common/logging.h"
+#include "transport/control_socket.h"
+#include "transport/shm_channel.h"
+
+ABSL_FLAG(std::string, socket, "", "Unix socket to listen on (required)");
+ABSL_FLAG(std::string, job_dir, "", "this rank's job directory (required)");
+ABSL_FLAG(int, rank, 0, "the rank this agent serves");
+ABSL_FLAG(std::string, backend, "host", "host (CPU device) or cuda");
+ABSL_FLAG(std::string, host_kernels, "",
+          "colon-separated host kernel libraries (default: $REVENANT_HOST_KERNELS)");
+ABSL_FLAG(bool, die_with_parent, false, "exit when the launching process exits");
+
+namespace revenant {
+namespace agent {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop.store(true); }
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& name,
+                                                     const BackendOptions& options) {
+  if (name == "host") return MakeHostBackend(options);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "backend '", name, "' is not available in this build (choose: host)"));
+}
+
+// One connection: handshake, then serve until the application leaves.
+void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
+  if (absl::Status s = transport::CheckPeerUid(fd); !s.ok()) {
+    REVENANT_LOG(WARNING, "agent") << "refused a connection: " << s;
+    (void)transport::SendFrame(fd, FormatKv({{"op", "refused"}, {"error", s.ToString()}}));
+    close(fd);
+    return;
+  }
+  absl::StatusOr<std::string> hello = transport::RecvFrame(fd, absl::Now() + absl::Seconds(10));
+  if (!hello.ok()) {
+    REVENANT_LOG(WARNING, "agent") << "no hello from the application: " << hello.status();
+    close(fd);
+    return;
+  }
+  std::map<std::string, std::string> m = ParseKv(*hello);
+  const std::string channel_path = m["channel"];
+  auto refuse = [&](const std::string& why) {
+    REVENANT_LOG(WARNING, "agent") << "refused the application: " << why;
+    (void)transport::SendFrame(fd, FormatKv({{"op", "refused"}, {"error", why}}));
+    close(fd);
+  };
+  if (m["op"] != "hello" || m["version"] != "1") return refuse("unknown handshake version");
+  if (channel_path.rfind(job_dir + "/chan-", 0) != 0 ||
+      channel_path.find("..") != std::string::npos) {
+    return refuse("channel " + channel_path + " is not in this job's directory");
+  }
+  absl::StatusOr<std::unique_ptr<transport::ShmServerChannel>> ch =
+      transport::ShmServerChannel::Attach(channel_path);
+  if (!ch.ok()) return refuse(ch.status().ToString());
+  const DeviceRange range = backend->device_range();
+  absl::Status sent = transport::SendFrame(
+      fd, FormatKv({{"op", "welcome"},
+                    {"pid", std::to_string(getpid())},
+                    {"backend", backend->name()},
+                    {"rank", std::to_string(rank)},
+                    {"device_base", std::to_string(range.base)},
+                    {"device_size", std::to_string(range.size)}}));
+  if (!sent.ok()) {
+    close(fd);
+    return;
+  }
+  Session session(backend, std::move(*ch), fd, job_dir);
+  session.Run();
+}
+
+int Main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_die_with_parent)) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() == 1) return 0;  // the launcher is already gone
+  }
+  const std::string socket_path = absl::GetFlag(FLAGS_socket);
+  const std::string job_dir = absl::GetFlag(FLAGS_job_dir);
+  if (socket_path.empty() || job_dir.empty()) {
+    REVENANT_LOG(ERROR, "agent") << "--socket and --job_dir are required";
+    return 2;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  BackendOptions options;
+  options.rank = absl::GetFlag(FLAGS_rank);
+  std::string libs = absl::GetFlag(FLAGS_host_kernels);
+  if (libs.empty() && std::getenv("REVENANT_HOST_KERNELS") != nullptr) {
+    libs = std::getenv("REVENANT_HOST_KERNELS");
+  }
+  for (absl::string_view p : absl::StrSplit(libs, ':', absl::SkipEmpty())) {
+    options.host_kernel_libraries.emplace_back(p);
+  }
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      MakeBackend(absl::GetFlag(FLAGS_backend), options);
+  if (!backend.ok()) {
+    REVENANT_LOG(ERROR, "agent") << "cannot start the backend: " << backend.status();
+    return 1;
+  }
+  absl::StatusOr<int> listen_fd = transport::ListenUnix(socket_path);
+  if (!listen_fd.ok()) {
+    REVENANT_LOG(ERROR, "agent") << "cannot listen on " << socket_path << ": "
+                                 << listen_fd.status();
+    return 1;
+  }
+  REVENANT_LOG(DEBUG, "agent") << "rank " << options.rank << " ready on " << socket_path << " ("
+                               << (*backend)->name() << " backend)";
+  while (!g_stop.load()) {
+    absl::StatusOr<int> fd =
+        transport::AcceptWithDeadline(*listen_fd, absl::Now() + absl::Milliseconds(500));
+    if (!fd.ok()) continue;
+    Serve(backend->get(), *fd, job_dir, options.rank);
+  }
+  close(*listen_fd);
+  unlink(socket_path.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace agent
+}  // namespace revenant
+
+int main(int argc, char** argv) { return revenant::agent::Main(argc, argv); }

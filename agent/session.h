@@ -1,0 +1,103 @@
+// Session: one connected application process and the agent's work for it.
+//
+// The agent accepts an application on its control socket, checks its uid,
+// attaches to the shared-memory channel the application created, and runs a
+// Session: one executor thread reads requests in ring order, dispatches them
+// to the backend (generated dispatchers and hand-written hooks), posts
+// replies for synchronous calls, and releases each request once executed.
+// The session ends when the application disconnects (its control socket
+// closes); the device state it built is then dropped.
+//
+//   Session session(backend, std::move(channel), control_fd, job_dir);
+//   session.Run();   // returns when the application is gone
+#ifndef REVENANT_AGENT_SESSION_H_
+#define REVENANT_AGENT_SESSION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "agent/backend.h"
+#include "agent/dispatch.h"
+#include "agent/handles.h"
+#include "api/hook_protocol.h"
+#include "transport/shm_channel.h"
+
+namespace revenant {
+namespace agent {
+
+struct SessionOptions {
+  // Bound on how long one host callback may run in the application.
+  absl::Duration callback_timeout = absl::Seconds(300);
+};
+
+class Session {
+ public:
+  // `backend` must outlive the session. Takes ownership of `control_fd`.
+  Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> channel,
+          int control_fd, std::string job_dir, SessionOptions options = {});
+  ~Session();
+
+  // Executes requests until the application disconnects.
+  void Run();
+
+  Backend* backend() { return backend_; }
+  HandleTable* handles() { return &handles_; }
+  transport::ShmServerChannel* channel() { return channel_.get(); }
+
+  // Host memory shared with the application: maps `path` (a file inside the
+  // job directory) at `addr` in this process and registers it.
+  int MapSharedHost(uint64_t addr, uint64_t size, unsigned int flags, const std::string& path);
+  int UnmapSharedHost(uint64_t addr);
+  // Whether [p, p + n) lies inside one shared range.
+  bool IsSharedHost(const void* p, size_t n) const;
+
+  // Modules and kernels known to this session.
+  bool module_loaded(uint64_t key) const { return modules_.count(key) != 0; }
+  void set_module_loaded(uint64_t key) { modules_.insert(key); }
+  const KernelInfo* FindKernel(const void* backend_handle) const;
+  void AddKernel(const KernelInfo& info) { kernels_[info.handle] = info; }
+
+  // Asks the application to run a host callback and waits (bounded) until
+  // it ran. Called from the backend's stream threads, in stream order.
+  void RunClientCallback(const hooks::CallbackRecord& record);
+
+  // The reply of the request being executed, for hooks that write bulk data
+  // (nullptr for asynchronous requests).
+  void ForgetDeviceState();
+
+ private:
+  void Execute(const transport::RecordHeader& rec);
+
+  Backend* const backend_;
+  std::unique_ptr<transport::ShmServerChannel> channel_;
+  int control_fd_;
+  const std::string job_dir_;
+  const SessionOptions options_;
+  HandleTable handles_;
+  DispatchContext ctx_;
+  std::atomic<bool> disconnected_{false};
+
+  // First error of an asynchronous request since the last reply.
+  int32_t deferred_error_ = 0;
+
+  mutable std::mutex shared_mu_;
+  std::map<uint64_t, uint64_t> shared_host_;  // addr -> size
+
+  std::set<uint64_t> modules_;
+  std::map<const void*, KernelInfo> kernels_;
+
+  std::mutex callback_mu_;
+  uint64_t callbacks_sent_ = 0;
+};
+
+}  // namespace agent
+}  // namespace revenant
+
+#endif  // REVENANT_AGENT_SESSION_H_

@@ -1,0 +1,63 @@
+// Request and reply layouts of the hand-written hooks (rows with support
+// HOOK), shared by the shim and the agent. Generated rows need nothing here:
+// their layout follows from the parameters (api/wire.h).
+//
+// Every layout below is a sequence of wire fields (scalar / flag / bytes).
+#ifndef REVENANT_API_HOOK_PROTOCOL_H_
+#define REVENANT_API_HOOK_PROTOCOL_H_
+
+#include <cstdint>
+
+namespace revenant {
+namespace hooks {
+
+// cudaMemcpy / cudaMemcpyAsync:
+//   u64 dst, u64 src, u64 count, i32 kind, u64 stream, u8 mode,
+//   then for kInlineSource: bytes data; for the staging modes: u64 offset.
+// The shim resolves the host side of the copy before sending:
+enum MemcpyMode : uint8_t {
+  kDirect = 0,         // both pointers usable by the agent as they are
+                       // (device memory, or host memory shared with it)
+  kInlineSource = 1,   // H2D from pageable memory: the bytes travel in the request
+  kReplyDest = 2,      // D2H to pageable memory: the bytes come back in the reply
+  kStagingDest = 3,    // D2H to pageable memory through the staging area
+  kStagingSource = 4,  // H2D from pageable memory through the staging area
+};
+
+// __cudaRegisterFatBinaryEnd (module load + kernel lookup):
+//   u64 module_key, flag has_image, [bytes image], bytes mangled_name
+// reply: u64 function_id (a FUNCTION handle), u32 args_size, bytes params
+// (u32 offset, u32 size per parameter). A kernel the backend cannot run
+// answers cudaErrorInvalidDeviceFunction.
+//
+// cudaLaunchKernel / cudaLaunchCooperativeKernel / __cudaLaunchKernel*:
+//   u64 function_id, dim3 grid, dim3 block, u64 shared_bytes, u64 stream,
+//   u8 cooperative, bytes packed_args
+//
+// cudaLaunchHostFunc / cudaStreamAddCallback:
+//   u64 stream, u64 fn, u64 user_data, u8 kind (kCallbackHostFn or
+//   kCallbackStream), u32 flags
+inline constexpr uint8_t kCallbackHostFn = 0;
+inline constexpr uint8_t kCallbackStream = 1;
+
+// The callback ring's record (agent -> application), a plain struct.
+struct CallbackRecord {
+  uint64_t fn;
+  uint64_t user_data;
+  uint64_t stream;
+  int32_t status;
+  uint8_t kind;
+  uint8_t pad[3];
+};
+
+// cudaMallocHost / cudaHostAlloc:  u64 addr, u64 size, u32 flags, bytes path
+//   (the shim created and mapped the shared file; the agent maps the same
+//   file at the same address).
+// cudaFreeHost:                    u64 addr
+// cudaHostGetDevicePointer:        u64 host_addr, u32 flags; reply: u64 device_addr
+// cudaDeviceReset:                 (nothing)
+
+}  // namespace hooks
+}  // namespace revenant
+
+#endif  // REVENANT_API_HOOK_PROTOCOL_H_

@@ -1,0 +1,135 @@
+#include "shim/call.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "common/logging.h"
+#include "shim/runtime.h"
+#include "shim/wire_prefix.h"
+
+namespace revenant {
+namespace shim {
+
+Call::Call(api::ApiId id, size_t body_size) : id_(id), traits_(api::Traits(id)) {
+  Runtime* rt = Runtime::Get();
+  transport::ShmClientChannel* ch = rt->Channel();
+  if (ch == nullptr) return;
+  channel_ = ch;
+  const absl::Time deadline = rt->CallDeadline();
+  const bool sync = traits_.mode == api::Mode::kSync;
+  if (sync) {
+    absl::StatusOr<int> slot = ch->AcquireReplySlot(deadline);
+    if (!slot.ok()) return;
+    reply_slot_ = *slot;
+  }
+  if (body_size > ch_limit(ch)) {
+    REVENANT_LOG(ERROR, "shim") << traits_.name << ": " << body_size
+                                << " bytes of arguments exceed the channel's limit";
+    has_failure_ = true;
+    failure_ = traits_.library == api::Library::kNccl ? 4 /*ncclInvalidArgument*/
+                                                      : cudaErrorInvalidValue;
+    return;
+  }
+  absl::StatusOr<transport::RecordWriter> w =
+      ch->BeginRecord(static_cast<uint32_t>(body_size), deadline);
+  if (!w.ok()) return;
+  writer_.emplace(std::move(*w));
+  writer_->header().api_id = static_cast<uint16_t>(id);
+  writer_->header().flags = 0;
+  writer_->header().reply_slot = reply_slot_;
+  args_ = wire::Encoder(writer_->body(), body_size);
+  ok_ = true;
+}
+
+size_t Call::ch_limit(transport::ShmClientChannel* ch) {
+  (void)ch;
+  return transport::ChannelOptions().ring_capacity / 4 - sizeof(transport::RecordHeader);
+}
+
+Call::~Call() {
+  if (reply_slot_ >= 0) channel_->ReleaseReplySlot(reply_slot_);
+  // An unsent writer_ is destroyed here, which publishes nothing.
+}
+
+bool Call::Send() {
+  if (!ok_) return false;
+  if (args_.overflow()) {
+    REVENANT_LOG(ERROR, "shim") << traits_.name << ": argument encoding overflowed";
+    writer_.reset();
+    has_failure_ = true;
+    failure_ = cudaErrorInvalidValue;
+    return false;
+  }
+  Runtime* rt = Runtime::Get();
+  const uint64_t seq = channel_->Commit(std::move(*writer_));
+  writer_.reset();
+  sent_ = true;
+  if (traits_.mode != api::Mode::kSync) {
+    status_ = 0;
+    return true;
+  }
+  absl::StatusOr<transport::ReplyView> r =
+      channel_->WaitReply(reply_slot_, seq, rt->CallDeadline());
+  if (!r.ok()) {
+    if (absl::IsDeadlineExceeded(r.status())) {
+      REVENANT_LOG(ERROR, "shim") << traits_.name << ": the agent did not answer in time";
+    }
+    return false;
+  }
+  if (r->length < kReplyPrefixSize) {
+    REVENANT_LOG(ERROR, "shim") << traits_.name << ": malformed reply";
+    return false;
+  }
+  ReplyPrefix prefix;
+  std::memcpy(&prefix, r->data, sizeof(prefix));
+  if (prefix.deferred_error != 0) {
+    rt->NoteDeferredError(prefix.deferred_error);
+    SetLastError(prefix.deferred_error);
+  }
+  status_ = static_cast<int32_t>(r->status);
+  reply_ = wire::Decoder(r->data + kReplyPrefixSize, r->length - kReplyPrefixSize);
+  if (status_ != 0 && traits_.library != api::Library::kNccl) SetLastError(status_);
+  return true;
+}
+
+void Call::CopyOut(wire::Decoder& reply, void* dst, size_t size) {
+  const char* data = nullptr;
+  uint64_t n = 0;
+  if (!reply.GetBytes(&data, &n) || data == nullptr) return;
+  std::memcpy(dst, data, n < size ? n : size);
+}
+
+int32_t Call::FailureStatus(int32_t unreachable) const {
+  int32_t s = has_failure_ ? failure_ : unreachable;
+  if (traits_.library != api::Library::kNccl) SetLastError(s);
+  return s;
+}
+
+
+size_t MemPoolAttrSize(int attr) {
+  switch (attr) {
+    case cudaMemPoolReuseFollowEventDependencies:
+    case cudaMemPoolReuseAllowOpportunistic:
+    case cudaMemPoolReuseAllowInternalDependencies:
+      return sizeof(int);
+    default:
+      return sizeof(unsigned long long);  // thresholds and counters: cuuint64_t
+  }
+}
+
+void LogNotSupported(const char* name) {
+  static std::mutex mu;
+  static std::set<std::string>* logged = new std::set<std::string>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (logged->insert(name).second) {
+    REVENANT_LOG(WARNING, "shim") << name << " is not supported by Revenant yet; it returns "
+                                  << "a not-supported error (see docs/api_coverage.md)";
+  }
+}
+
+}  // namespace shim
+}  // namespace revenant

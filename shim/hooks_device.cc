@@ -1,0 +1,129 @@
+// Hand-written shim hooks answered locally: current device, error state,
+// error strings, pointer attributes, refused device-side NCCL.
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <nccl.h>
+
+#include "shim/call.h"
+#include "shim/runtime.h"
+
+using revenant::shim::Runtime;
+
+namespace {
+// One agent (one device) per application process: its device is ordinal 0.
+thread_local int tls_device = 0;
+
+template <typename Fn>
+Fn RealRuntime(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+}  // namespace
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGetDevice(int* device) {
+  if (device == nullptr) {
+    revenant::shim::SetLastError(cudaErrorInvalidValue);
+    return cudaErrorInvalidValue;
+  }
+  *device = tls_device;
+  return cudaSuccess;
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaSetDevice(int device) {
+  if (device != 0) {
+    revenant::shim::SetLastError(cudaErrorInvalidDevice);
+    return cudaErrorInvalidDevice;
+  }
+  tls_device = device;
+  return cudaSuccess;
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGetLastError(void) {
+  int32_t e = revenant::shim::TakeLastError();
+  int32_t d = Runtime::Get()->TakeDeferredError();
+  return static_cast<cudaError_t>(e != 0 ? e : d);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaPeekAtLastError(void) {
+  int32_t e = revenant::shim::PeekLastError();
+  if (e != 0) return static_cast<cudaError_t>(e);
+  int32_t d = Runtime::Get()->TakeDeferredError();
+  Runtime::Get()->NoteDeferredError(d);  // peek leaves it in place
+  return static_cast<cudaError_t>(d);
+}
+
+// Error names and strings are pure tables: the application's own libcudart
+// (loaded as its dependency, never initialized) answers them; without it a
+// short fallback keeps the answer non-null.
+extern "C" REVENANT_EXPORT const char* cudaGetErrorName(cudaError_t error) {
+  using Fn = const char* (*)(cudaError_t);
+  static Fn real = RealRuntime<Fn>("cudaGetErrorName");
+  if (real != nullptr) return real(error);
+  return error == cudaSuccess ? "cudaSuccess" : "cudaErrorUnknown";
+}
+
+extern "C" REVENANT_EXPORT const char* cudaGetErrorString(cudaError_t error) {
+  using Fn = const char* (*)(cudaError_t);
+  static Fn real = RealRuntime<Fn>("cudaGetErrorString");
+  if (real != nullptr) return real(error);
+  return error == cudaSuccess ? "no error" : "unrecognized error code";
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes,
+                                                               const void* ptr) {
+  if (attributes == nullptr) return cudaErrorInvalidValue;
+  Runtime* rt = Runtime::Get();
+  rt->Channel();  // learn the device range
+  *attributes = cudaPointerAttributes{};
+  if (rt->IsDevicePointer(ptr)) {
+    attributes->type = cudaMemoryTypeDevice;
+    attributes->device = 0;
+    attributes->devicePointer = const_cast<void*>(ptr);
+  } else if (rt->FindPinned(ptr, 1, nullptr)) {
+    attributes->type = cudaMemoryTypeHost;
+    attributes->device = 0;
+    attributes->devicePointer = const_cast<void*>(ptr);
+    attributes->hostPointer = const_cast<void*>(ptr);
+  } else {
+    attributes->type = cudaMemoryTypeUnregistered;
+    attributes->device = -2;
+    attributes->hostPointer = const_cast<void*>(ptr);
+  }
+  return cudaSuccess;
+}
+
+extern "C" REVENANT_EXPORT const char* ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+extern "C" REVENANT_EXPORT const char* ncclGetLastError(ncclComm_t) {
+  return "see the Revenant agent's log for the collective engine's last error";
+}
+
+extern "C" REVENANT_EXPORT ncclResult_t ncclDevCommCreate(ncclComm_t, const void*, void*) {
+  revenant::shim::LogNotSupported("ncclDevCommCreate");
+  return ncclInvalidUsage;
+}
+
+extern "C" REVENANT_EXPORT ncclResult_t ncclDevCommDestroy(ncclComm_t, const void*) {
+  revenant::shim::LogNotSupported("ncclDevCommDestroy");
+  return ncclInvalidUsage;
+}
+
+extern "C" REVENANT_EXPORT const char* pncclGetErrorString(ncclResult_t r)
+    __attribute__((alias("ncclGetErrorString")));
+extern "C" REVENANT_EXPORT const char* pncclGetLastError(ncclComm_t c)
+    __attribute__((alias("ncclGetLastError")));
+extern "C" REVENANT_EXPORT ncclResult_t pncclDevCommCreate(ncclComm_t, const void*, void*)
+    __attribute__((alias("ncclDevCommCreate")));
+extern "C" REVENANT_EXPORT ncclResult_t pncclDevCommDestroy(ncclComm_t, const void*)
+    __attribute__((alias("ncclDevCommDestroy")));

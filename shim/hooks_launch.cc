@@ -1,0 +1,337 @@
+// Hand-written shim hooks for modules and kernel launches.
+//
+// nvcc's generated code registers every module and kernel from static
+// constructors (__cudaRegisterFatBinary, __cudaRegisterFunction), before
+// main and before the agent is reached; the shim only records them. A kernel
+// is resolved with the agent on its first use (the module image travels
+// then, once): the agent answers the kernel's id and parameter layout, and
+// every launch after that is one asynchronous record with the arguments
+// packed at the reported offsets.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "api/hook_protocol.h"
+#include "common/logging.h"
+#include "shim/call.h"
+#include "shim/runtime.h"
+
+namespace revenant {
+namespace shim {
+namespace {
+
+struct Module {
+  uint64_t key = 0;
+  const void* image = nullptr;
+  size_t image_size = 0;
+  bool sent = false;
+};
+
+struct Function {
+  Module* module = nullptr;
+  const void* host_fun = nullptr;
+  std::string name;
+  bool resolved = false;
+  int32_t error = 0;  // why it cannot launch, once resolved
+  uint64_t id = 0;
+  uint32_t args_size = 0;
+  std::vector<std::pair<uint32_t, uint32_t>> params;  // offset, size
+  // Dynamic shared memory a launch may ask for: 48 KiB unless raised with
+  // cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize).
+  size_t max_dynamic_shared = 48 << 10;
+};
+
+struct Registry {
+  std::mutex mu;
+  std::vector<std::unique_ptr<Module>> modules;
+  std::map<const void*, std::unique_ptr<Function>> functions;  // by host stub
+};
+
+Registry& Reg() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
+struct LaunchConfig {
+  dim3 grid;
+  dim3 block;
+  size_t shared = 0;
+  cudaStream_t stream = nullptr;
+};
+thread_local std::vector<LaunchConfig> tls_configs;
+
+// Sends the module (first time) and asks for `f`'s id and layout.
+// Caller holds Reg().mu.
+void Resolve(Function* f) {
+  if (f->resolved) return;
+  Module* m = f->module;
+  const bool send_image = !m->sent;
+  wire::Sizer sz;
+  sz.Put(uint64_t{});
+  sz.PutFlag();
+  if (send_image) sz.PutBytes(m->image, m->image_size);
+  sz.PutBytes(f->name.data(), f->name.size());
+  Call call(api::ApiId::__cudaRegisterFatBinaryEnd, sz.size());
+  if (!call.ok()) {
+    f->error = call.FailureStatus(cudaErrorDevicesUnavailable);
+    return;  // not resolved: retried on the next use
+  }
+  call.args().Put(m->key);
+  call.args().PutFlag(send_image);
+  if (send_image) call.args().PutBytes(m->image, m->image_size);
+  call.args().PutBytes(f->name.data(), f->name.size());
+  if (!call.Send()) {
+    f->error = call.FailureStatus(cudaErrorDevicesUnavailable);
+    return;
+  }
+  m->sent = true;
+  f->resolved = true;
+  f->error = call.status();
+  if (f->error != 0) {
+    REVENANT_LOG(ERROR, "shim") << "kernel " << f->name << " cannot run on this agent ("
+                                << cudaGetErrorName(static_cast<cudaError_t>(f->error))
+                                << "); see the agent's log";
+    return;
+  }
+  wire::Decoder& r = call.reply();
+  const char* params = nullptr;
+  uint64_t n = 0;
+  if (!r.Get(&f->id) || !r.Get(&f->args_size) || !r.GetBytes(&params, &n) || n % 8 != 0) {
+    f->error = cudaErrorInvalidDeviceFunction;
+    return;
+  }
+  for (uint64_t i = 0; i < n; i += 8) {
+    uint32_t off, size;
+    std::memcpy(&off, params + i, 4);
+    std::memcpy(&size, params + i + 4, 4);
+    f->params.emplace_back(off, size);
+  }
+}
+
+Function* FindFunction(const void* host_fun) {
+  Registry& reg = Reg();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  auto it = reg.functions.find(host_fun);
+  if (it == reg.functions.end()) return nullptr;
+  Resolve(it->second.get());
+  return it->second.get();
+}
+
+cudaError_t Fail(cudaError_t e) {
+  SetLastError(e);
+  return e;
+}
+
+cudaError_t Launch(Function* f, dim3 grid, dim3 block, void** args, size_t shared,
+                   cudaStream_t stream, bool cooperative) {
+  if (f == nullptr) return Fail(cudaErrorInvalidDeviceFunction);
+  if (!f->resolved) return Fail(static_cast<cudaError_t>(f->error ? f->error : cudaErrorDevicesUnavailable));
+  if (f->error != 0) return Fail(static_cast<cudaError_t>(f->error));
+  // The checks CUDA makes at launch time, answered here so the error comes
+  // back from the launch itself (the launch is asynchronous to the agent).
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || threads == 0 || threads > 1024 ||
+      block.z > 64 || grid.y > 65535 || grid.z > 65535) {
+    return Fail(cudaErrorInvalidValue);  // what CUDA 13 answers (measured on an H200)
+  }
+  if (shared > f->max_dynamic_shared) return Fail(cudaErrorInvalidValue);
+  std::vector<char> packed(f->args_size, 0);
+  for (size_t i = 0; i < f->params.size(); ++i) {
+    if (args == nullptr || args[i] == nullptr) return Fail(cudaErrorInvalidValue);
+    std::memcpy(packed.data() + f->params[i].first, args[i], f->params[i].second);
+  }
+  wire::Sizer sz;
+  sz.Put(uint64_t{}); sz.Put(dim3{}); sz.Put(dim3{}); sz.Put(uint64_t{}); sz.Put(uint64_t{});
+  sz.Put(uint8_t{}); sz.PutBytes(packed.data(), packed.size());
+  Call call(cooperative ? api::ApiId::cudaLaunchCooperativeKernel : api::ApiId::cudaLaunchKernel,
+            sz.size());
+  if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+  wire::Encoder& a = call.args();
+  a.Put(f->id);
+  a.Put(grid);
+  a.Put(block);
+  a.Put(static_cast<uint64_t>(shared));
+  a.Put(reinterpret_cast<uint64_t>(stream));
+  a.Put(static_cast<uint8_t>(cooperative));
+  a.PutBytes(packed.data(), packed.size());
+  if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+  return cudaSuccess;
+}
+
+}  // namespace
+
+uint64_t FunctionToWire(const void* host_stub) {
+  Function* f = FindFunction(host_stub);
+  return f != nullptr && f->resolved && f->error == 0 ? f->id : 0;
+}
+
+}  // namespace shim
+}  // namespace revenant
+
+using revenant::shim::Function;
+using revenant::shim::Module;
+
+namespace {
+// nvcc's wrapper around the fat binary and the fat binary's own header.
+struct FatbinWrapper {
+  int magic;  // 0x466243b1
+  int version;
+  const void* data;
+  void* filename_or_fatbins;
+};
+struct FatbinHeader {
+  uint32_t magic;  // 0xBA55ED50
+  uint16_t version;
+  uint16_t header_size;
+  uint64_t fat_size;
+};
+}  // namespace
+
+extern "C" REVENANT_EXPORT void** __cudaRegisterFatBinary(void* fatCubin) {
+  auto& reg = revenant::shim::Reg();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  auto m = std::make_unique<Module>();
+  m->key = reg.modules.size() + 1;
+  const auto* w = static_cast<const FatbinWrapper*>(fatCubin);
+  if (w != nullptr && w->magic == 0x466243b1 && w->data != nullptr) {
+    const auto* h = static_cast<const FatbinHeader*>(w->data);
+    if (h->magic == 0xBA55ED50) {
+      m->image = h;
+      m->image_size = h->header_size + h->fat_size;
+    }
+  }
+  if (m->image == nullptr) {
+    REVENANT_LOG(WARNING, "shim") << "module " << m->key << " has no recognizable fat binary";
+  }
+  reg.modules.push_back(std::move(m));
+  // The handle nvcc keeps is a pointer to our module record.
+  return reinterpret_cast<void**>(reg.modules.back().get());
+}
+
+extern "C" REVENANT_EXPORT void __cudaRegisterFatBinaryEnd(void** /*fatCubinHandle*/) {}
+
+extern "C" REVENANT_EXPORT void __cudaUnregisterFatBinary(void** /*fatCubinHandle*/) {
+  // At exit. The agent forgets the process's modules when it disconnects;
+  // the records stay valid for launches from other exit handlers.
+}
+
+extern "C" REVENANT_EXPORT void __cudaRegisterFunction(void** fatCubinHandle, const char* hostFun,
+                                                       char* /*deviceFun*/,
+                                                       const char* deviceName, int, uint3*,
+                                                       uint3*, dim3*, dim3*, int*) {
+  auto& reg = revenant::shim::Reg();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  auto f = std::make_unique<Function>();
+  f->module = reinterpret_cast<Module*>(fatCubinHandle);
+  f->host_fun = hostFun;
+  f->name = deviceName != nullptr ? deviceName : "";
+  reg.functions[hostFun] = std::move(f);
+}
+
+extern "C" REVENANT_EXPORT void __cudaRegisterVar(void**, char*, char*, const char* deviceName,
+                                                  int, size_t, int, int) {
+  // Device globals live in the module on the agent; host access through
+  // cudaMemcpyToSymbol is not intercepted yet.
+  REVENANT_LOG(DEBUG, "shim") << "device variable " << (deviceName ? deviceName : "?")
+                              << " stays inside its module";
+}
+
+extern "C" REVENANT_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* func) {
+  if (kernel == nullptr) return cudaErrorInvalidValue;
+  auto& reg = revenant::shim::Reg();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  auto it = reg.functions.find(func);
+  if (it == reg.functions.end()) return cudaErrorInvalidDeviceFunction;
+  // Resolution waits for the first launch: this runs from a static
+  // initializer of the launch stub, possibly before the agent is reached.
+  *kernel = reinterpret_cast<cudaKernel_t>(it->second.get());
+  return cudaSuccess;
+}
+
+extern "C" REVENANT_EXPORT unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim,
+                                                                size_t sharedMem,
+                                                                struct CUstream_st* stream) {
+  revenant::shim::tls_configs.push_back({gridDim, blockDim, sharedMem, stream});
+  return 0;
+}
+
+extern "C" REVENANT_EXPORT cudaError_t __cudaPopCallConfiguration(dim3* gridDim, dim3* blockDim,
+                                                                  size_t* sharedMem,
+                                                                  void* stream) {
+  auto& configs = revenant::shim::tls_configs;
+  if (configs.empty()) return cudaErrorMissingConfiguration;
+  const auto c = configs.back();
+  configs.pop_back();
+  *gridDim = c.grid;
+  *blockDim = c.block;
+  *sharedMem = c.shared;
+  *static_cast<cudaStream_t*>(stream) = c.stream;
+  return cudaSuccess;
+}
+
+namespace {
+cudaError_t LaunchByKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void** args,
+                           size_t shared, cudaStream_t stream) {
+  auto* f = reinterpret_cast<Function*>(kernel);
+  if (f != nullptr) {
+    auto& reg = revenant::shim::Reg();
+    std::lock_guard<std::mutex> lock(reg.mu);
+    revenant::shim::Resolve(f);
+  }
+  return revenant::shim::Launch(f, grid, block, args, shared, stream, false);
+}
+}  // namespace
+
+extern "C" REVENANT_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim,
+                                                          dim3 blockDim, void** args,
+                                                          size_t sharedMem, cudaStream_t stream) {
+  return LaunchByKernel(kernel, gridDim, blockDim, args, sharedMem, stream);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kernel, dim3 gridDim,
+                                                               dim3 blockDim, void** args,
+                                                               size_t sharedMem,
+                                                               cudaStream_t stream) {
+  if (stream == nullptr) stream = cudaStreamPerThread;
+  return LaunchByKernel(kernel, gridDim, blockDim, args, sharedMem, stream);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim,
+                                                        dim3 blockDim, void** args,
+                                                        size_t sharedMem, cudaStream_t stream) {
+  return revenant::shim::Launch(revenant::shim::FindFunction(func), gridDim, blockDim, args,
+                                sharedMem, stream, false);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void* func, dim3 gridDim,
+                                                                   dim3 blockDim, void** args,
+                                                                   size_t sharedMem,
+                                                                   cudaStream_t stream) {
+  return revenant::shim::Launch(revenant::shim::FindFunction(func), gridDim, blockDim, args,
+                                sharedMem, stream, true);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaFuncSetAttribute(const void* func,
+                                                            cudaFuncAttribute attr, int value) {
+  const uint64_t func_wire = revenant::shim::FunctionToWire(func);
+  revenant::wire::Sizer sz;
+  sz.Put(func_wire); sz.Put(attr); sz.Put(value);
+  revenant::shim::Call call(revenant::api::ApiId::cudaFuncSetAttribute, sz.size());
+  if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+  call.args().Put(func_wire);
+  call.args().Put(attr);
+  call.args().Put(value);
+  if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+  if (call.status() == 0 && attr == cudaFuncAttributeMaxDynamicSharedMemorySize && value >= 0) {
+    auto& reg = revenant::shim::Reg();
+    std::lock_guard<std::mutex> lock(reg.mu);
+    auto it = reg.functions.find(func);
+    if (it != reg.functions.end()) it->second->max_dynamic_shared = static_cast<size_t>(value);
+  }
+  return static_cast<cudaError_t>(call.status());
+}

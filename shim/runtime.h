@@ -1,0 +1,114 @@
+// Runtime: the shim's connection to its agent and its process-wide state.
+//
+// The first forwarded call connects (lazily: nvcc's static constructors run
+// before main and must not block on an agent): it reads the job's
+// environment (REVENANT_AGENT_SOCKET, REVENANT_JOB_DIR, REVENANT_RANK, set by
+// revenant-run), creates the shared-memory channel in the job directory,
+// says hello on the control socket (the agent checks our uid), and starts
+//  - a PeerMonitor on the socket: the agent's death wakes every blocked
+//    call within milliseconds (they return cudaErrorDevicesUnavailable);
+//  - the callback thread, which runs host callbacks the agent asks for, in
+//    stream order, in this process.
+//
+//   shim::Runtime* rt = shim::Runtime::Get();   // never null
+//   transport::ShmClientChannel* ch = rt->Channel();  // null: unreachable
+#ifndef REVENANT_SHIM_RUNTIME_H_
+#define REVENANT_SHIM_RUNTIME_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/time/time.h"
+#include "transport/control_socket.h"
+#include "transport/shm_channel.h"
+
+namespace revenant {
+namespace shim {
+
+// What the agent told us in its welcome.
+struct AgentInfo {
+  int agent_pid = 0;
+  std::string backend;        // "host" or "cuda"
+  uint64_t device_base = 0;   // device pointers live in [base, base + size)
+  uint64_t device_size = 0;
+  int rank = 0;
+};
+
+// Host memory shared with the agent (cudaMallocHost/cudaHostAlloc).
+struct PinnedRange {
+  uint64_t addr = 0;
+  uint64_t size = 0;
+  unsigned int flags = 0;
+  std::string path;
+};
+
+class Runtime {
+ public:
+  static Runtime* Get();
+
+  // The channel, connecting on first use. nullptr when the agent cannot be
+  // reached (dead, or never configured); the reason is logged once.
+  transport::ShmClientChannel* Channel();
+  bool connected() const { return connected_.load(std::memory_order_acquire); }
+  const AgentInfo& agent() const { return agent_; }
+
+  // Deadline for one call (REVENANT_CALL_TIMEOUT_S, default 300 s).
+  absl::Time CallDeadline() const { return absl::Now() + call_timeout_; }
+
+  // Classification of application pointers.
+  bool IsDevicePointer(const void* p, size_t len = 1) const;
+  // The pinned range holding [p, p+len), if any (copies it out).
+  bool FindPinned(const void* p, size_t len, PinnedRange* out);
+
+  // Pinned memory: maps shared memory at a fixed address in our range and
+  // has the agent map it at the same address. Status codes as CUDA's.
+  int AllocPinned(void** out, size_t size, unsigned int flags);
+  int FreePinned(void* p);
+
+  // The staging area is shared by the process's calls one at a time.
+  std::mutex& staging_mutex() { return staging_mu_; }
+
+  // Deferred errors from asynchronous calls that failed in the agent.
+  void NoteDeferredError(int32_t error);
+  int32_t TakeDeferredError();
+
+ private:
+  Runtime();
+  bool Connect();
+  void CallbackLoop();
+
+  std::mutex connect_mu_;
+  std::atomic<bool> connected_{false};
+  bool connect_failed_ = false;
+  std::unique_ptr<transport::ShmClientChannel> channel_;
+  int control_fd_ = -1;
+  std::unique_ptr<transport::PeerMonitor> monitor_;
+  std::thread callback_thread_;
+  std::atomic<bool> stopping_{false};
+  AgentInfo agent_;
+  std::string job_dir_;
+  absl::Duration call_timeout_ = absl::Seconds(300);
+
+  std::mutex pinned_mu_;
+  std::map<uint64_t, PinnedRange> pinned_;  // by address
+  uint64_t pinned_next_ = 0;
+  uint64_t pinned_serial_ = 0;
+
+  std::mutex staging_mu_;
+  std::atomic<int32_t> deferred_error_{0};
+};
+
+// Per-thread CUDA error state (cudaGetLastError/cudaPeekAtLastError).
+void SetLastError(int32_t error);
+int32_t PeekLastError();
+int32_t TakeLastError();
+
+}  // namespace shim
+}  // namespace revenant
+
+#endif  // REVENANT_SHIM_RUNTIME_H_

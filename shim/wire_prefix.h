@@ -1,0 +1,23 @@
+// The fixed prefix of every reply, before the encoded OUT values.
+//
+// It carries the first error an asynchronous call of this process hit in the
+// agent since the previous reply, so that deferred errors reach the
+// application at its next synchronous call (cudaGetLastError then reports
+// them), as CUDA's asynchronous errors do.
+#ifndef REVENANT_SHIM_WIRE_PREFIX_H_
+#define REVENANT_SHIM_WIRE_PREFIX_H_
+
+#include <cstdint>
+
+namespace revenant {
+
+struct ReplyPrefix {
+  int32_t deferred_error = 0;
+  uint32_t reserved = 0;
+};
+inline constexpr uint32_t kReplyPrefixSize = sizeof(ReplyPrefix);
+static_assert(kReplyPrefixSize == 8, "keeps OUT values 8-byte aligned");
+
+}  // namespace revenant
+
+#endif  // REVENANT_SHIM_WIRE_PREFIX_H_
