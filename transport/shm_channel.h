@@ -211,6 +211,8 @@ class RingConsumer {
   void Advance();
   // Frees the space of every advanced record with seq <= `seq` (they are
   // journaled and consumed). Records not yet advanced are never released.
+  // A consumer must release what it has consumed before it blocks in Peek:
+  // a ring full of advanced-but-unreleased records stalls every producer.
   void Release(uint64_t seq);
   // Restarts reading at the shared released tail, forgetting the private
   // cursor: used by a replacement consumer to see every unreleased record.
