@@ -152,6 +152,12 @@ HostBackend::Event* HostBackend::ResolveEvent(cudaEvent_t event) {
 std::shared_ptr<Marker> HostBackend::EnqueueLocked(HostStream* s,
                                                    std::vector<std::shared_ptr<Marker>> deps,
                                                    HostStream::Op op) {
+  auto capture = captures_.find(s);
+  if (capture != captures_.end()) {
+    // Recorded, not run: the caller gets a marker that is already done.
+    if (op) capture->second->ops.push_back(std::move(op));
+    return Marker::Done();
+  }
   auto add = [&deps](std::shared_ptr<Marker> m) {
     if (!m->done()) deps.push_back(std::move(m));
   };
@@ -292,6 +298,8 @@ cudaError_t HostBackend::TakeDeferredError() {
   return first;
 }
 
+bool HostBackend::Capturing(HostStream* s) const { return captures_.contains(s); }
+
 bool HostBackend::KnownKernel(const void* func) const {
   return func != nullptr && kernels_.contains(func);
 }
@@ -408,6 +416,7 @@ cudaError_t HostBackend::Memcpy(void* dst, const void* src, size_t count, cudaMe
     // an asynchronous copy takes its own copy of a source, and a destination
     // is written before returning.
     if (dst_private) async = false;
+    if (!async && Capturing(s)) return cudaErrorStreamCaptureUnsupported;
     if (async && src_private) {
       auto bytes = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                        static_cast<const char*>(src) + count);
@@ -493,7 +502,9 @@ cudaError_t HostBackend::cudaFree(void* ptr) {
 cudaError_t HostBackend::cudaMallocAsync(void** ptr, size_t size, cudaStream_t stream) {
   if (ptr == nullptr) return cudaErrorInvalidValue;
   absl::MutexLock lock(&mu_);
-  if (ResolveStream(stream) == nullptr) return cudaErrorInvalidResourceHandle;
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (Capturing(s)) return cudaErrorStreamCaptureUnsupported;
   if (size == 0) {
     *ptr = nullptr;
     return cudaSuccess;
@@ -508,6 +519,7 @@ cudaError_t HostBackend::cudaFreeAsync(void* ptr, cudaStream_t stream) {
   absl::MutexLock lock(&mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (Capturing(s)) return cudaErrorStreamCaptureUnsupported;
   if (allocator_.SizeOf(Addr(ptr)) == 0) return cudaErrorInvalidValue;
   for (const PendingFree& f : pending_frees_) {
     if (f.addr == Addr(ptr)) return cudaErrorInvalidValue;
@@ -680,6 +692,7 @@ cudaError_t HostBackend::cudaStreamDestroy(cudaStream_t stream) {
   }
   auto it = streams_.find(reinterpret_cast<HostStream*>(stream));
   if (it == streams_.end()) return cudaErrorInvalidResourceHandle;
+  captures_.erase(it->second.get());  // an unfinished capture is abandoned
   // Queued work still runs; the worker exits once it is drained.
   it->second->Retire();
   retired_.push_back(std::move(it->second));
@@ -695,6 +708,7 @@ cudaError_t HostBackend::cudaStreamSynchronize(cudaStream_t stream) {
     absl::MutexLock lock(&mu_);
     s = ResolveStream(stream);
     if (s == nullptr) return cudaErrorInvalidResourceHandle;
+    if (Capturing(s)) return cudaErrorStreamCaptureUnsupported;
     last = s->last();
   }
   last->Wait();
@@ -709,6 +723,7 @@ cudaError_t HostBackend::cudaStreamQuery(cudaStream_t stream) {
   absl::MutexLock lock(&mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (Capturing(s)) return cudaErrorStreamCaptureUnsupported;
   return s->last()->done() ? cudaSuccess : cudaErrorNotReady;
 }
 
@@ -739,6 +754,7 @@ cudaError_t HostBackend::cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t ev
   HostStream* s = ResolveStream(stream);
   Event* e = ResolveEvent(event);
   if (s == nullptr || e == nullptr) return cudaErrorInvalidResourceHandle;
+  if (Capturing(s)) return cudaErrorStreamCaptureUnsupported;
   // The record current now; a later record of the event does not matter.
   if (e->marker == nullptr) return cudaSuccess;
   EnqueueLocked(s, {e->marker}, nullptr);
@@ -799,6 +815,7 @@ cudaError_t HostBackend::cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_
   HostStream* s = ResolveStream(stream);
   Event* e = ResolveEvent(event);
   if (s == nullptr || e == nullptr) return cudaErrorInvalidResourceHandle;
+  if (Capturing(s)) return cudaErrorStreamCaptureUnsupported;
   // The record completes (and takes its timestamp) once all earlier work of
   // the stream is done.
   e->marker = EnqueueLocked(s, {}, nullptr);
@@ -891,6 +908,124 @@ cudaError_t HostBackend::cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
   absl::MutexLock lock(&mu_);
   if (!KnownKernel(func)) return cudaErrorInvalidDeviceFunction;
   *num_blocks = block_size > kMaxThreadsPerBlock ? 0 : std::max(1, kMaxThreadsPerSm / block_size);
+  return cudaSuccess;
+}
+
+// --- Graphs ------------------------------------------------------------------------------
+
+cudaError_t HostBackend::cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
+  if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
+      mode != cudaStreamCaptureModeRelaxed) {
+    return cudaErrorInvalidValue;
+  }
+  absl::MutexLock lock(&mu_);
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  // The legacy stream synchronizes with others implicitly: not capturable.
+  if (s->legacy()) return cudaErrorStreamCaptureUnsupported;
+  if (Capturing(s)) return cudaErrorIllegalState;
+  auto g = std::make_unique<Graph>();
+  captures_[s] = g.get();
+  graphs_.emplace(g.get(), std::move(g));
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  if (graph == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  auto it = captures_.find(s);
+  if (it == captures_.end()) return cudaErrorIllegalState;
+  *graph = reinterpret_cast<cudaGraph_t>(it->second);
+  captures_.erase(it);
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaStreamIsCapturing(cudaStream_t stream,
+                                               cudaStreamCaptureStatus* status) {
+  if (status == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  *status = Capturing(s) ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  if (mode == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  // One mode for the backend: the agent runs a client's calls on one thread.
+  std::swap(*mode, capture_mode_);
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaGraphCreate(cudaGraph_t* graph, unsigned int flags) {
+  if (graph == nullptr || flags != 0) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  auto g = std::make_unique<Graph>();
+  *graph = reinterpret_cast<cudaGraph_t>(g.get());
+  graphs_.emplace(g.get(), std::move(g));
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaGraphDestroy(cudaGraph_t graph) {
+  absl::MutexLock lock(&mu_);
+  Graph* g = reinterpret_cast<Graph*>(graph);
+  for (const auto& [stream, captured] : captures_) {
+    if (captured == g) return cudaErrorIllegalState;  // still being captured
+  }
+  if (graphs_.erase(g) == 0) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaGraphClone(cudaGraph_t* clone, cudaGraph_t original) {
+  if (clone == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  auto it = graphs_.find(reinterpret_cast<Graph*>(original));
+  if (it == graphs_.end()) return cudaErrorInvalidValue;
+  auto g = std::make_unique<Graph>(*it->second);
+  *clone = reinterpret_cast<cudaGraph_t>(g.get());
+  graphs_.emplace(g.get(), std::move(g));
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                              unsigned long long) {
+  if (exec == nullptr) return cudaErrorInvalidValue;
+  absl::MutexLock lock(&mu_);
+  auto it = graphs_.find(reinterpret_cast<Graph*>(graph));
+  if (it == graphs_.end()) return cudaErrorInvalidValue;
+  // A snapshot: later changes to the graph do not reach the executable.
+  auto e = std::make_unique<GraphExec>();
+  e->ops = std::make_shared<const std::vector<HostStream::Op>>(it->second->ops);
+  *exec = reinterpret_cast<cudaGraphExec_t>(e.get());
+  execs_.emplace(e.get(), std::move(e));
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  absl::MutexLock lock(&mu_);
+  auto it = execs_.find(reinterpret_cast<GraphExec*>(exec));
+  if (it == execs_.end()) return cudaErrorInvalidValue;
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  std::shared_ptr<const std::vector<HostStream::Op>> ops = it->second->ops;
+  EnqueueLocked(s, {}, [ops]() {
+    cudaError_t first = cudaSuccess;
+    for (const HostStream::Op& op : *ops) {
+      cudaError_t err = op();
+      if (first == cudaSuccess) first = err;
+    }
+    return first;
+  });
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  absl::MutexLock lock(&mu_);
+  // A launch in flight holds its own reference to the operations.
+  if (execs_.erase(reinterpret_cast<GraphExec*>(exec)) == 0) return cudaErrorInvalidValue;
   return cudaSuccess;
 }
 
@@ -1067,6 +1202,10 @@ cudaError_t HostBackend::Reset() {
     for (auto& stream : retired_) gone.push_back(std::move(stream));
     retired_.clear();
     events_.clear();
+    captures_.clear();
+    graphs_.clear();
+    execs_.clear();
+    capture_mode_ = cudaStreamCaptureModeGlobal;
     modules_.clear();
     kernels_.clear();
     pending_frees_.clear();

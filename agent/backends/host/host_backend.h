@@ -162,6 +162,26 @@ class HostBackend : public Backend {
       int* num_blocks, const void* func, int block_size, size_t dynamic_smem,
       unsigned int flags) override;
 
+  // Graphs by stream capture: a capturing stream appends its work to the
+  // graph instead of running it; launching an instantiated graph runs that
+  // work, in capture order, as one operation of the launch stream. Captured
+  // host-to-device copies from pageable memory keep the bytes of capture
+  // time. Not captured (cudaErrorStreamCaptureUnsupported): synchronous
+  // copies, stream-ordered allocation, events (so no fork/join across
+  // streams), and capture of the legacy default stream.
+  cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) override;
+  cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) override;
+  cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
+                                    cudaStreamCaptureStatus* status) override;
+  cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) override;
+  cudaError_t cudaGraphCreate(cudaGraph_t* graph, unsigned int flags) override;
+  cudaError_t cudaGraphDestroy(cudaGraph_t graph) override;
+  cudaError_t cudaGraphClone(cudaGraph_t* clone, cudaGraph_t original) override;
+  cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                   unsigned long long flags) override;
+  cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) override;
+  cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) override;
+
  private:
   struct Event {
     unsigned int flags = 0;
@@ -179,6 +199,12 @@ class HostBackend : public Backend {
   };
   struct MemPool {
     std::map<int, uint64_t> attrs;
+  };
+  struct Graph {
+    std::vector<HostStream::Op> ops;  // in capture order
+  };
+  struct GraphExec {
+    std::shared_ptr<const std::vector<HostStream::Op>> ops;
   };
 
   HostBackend(DeviceRange range, std::unique_ptr<hostkernel::HostKernelRegistry> registry);
@@ -210,6 +236,7 @@ class HostBackend : public Backend {
   void RecordError(HostStream* stream, cudaError_t err);
   cudaError_t TakeStreamError(HostStream* stream);
   bool KnownKernel(const void* func) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Capturing(HostStream* s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DeviceRange range_;
   const std::unique_ptr<hostkernel::HostKernelRegistry> registry_;  // null: no libraries
@@ -228,6 +255,11 @@ class HostBackend : public Backend {
   std::map<int, size_t> limits_ ABSL_GUARDED_BY(mu_);
   unsigned int device_flags_ ABSL_GUARDED_BY(mu_) = 0;
   MemPool default_pool_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Graph*, std::unique_ptr<Graph>> graphs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<GraphExec*, std::unique_ptr<GraphExec>> execs_ ABSL_GUARDED_BY(mu_);
+  // Capturing streams and the graph each records into (owned by graphs_).
+  absl::flat_hash_map<HostStream*, Graph*> captures_ ABSL_GUARDED_BY(mu_);
+  cudaStreamCaptureMode capture_mode_ ABSL_GUARDED_BY(mu_) = cudaStreamCaptureModeGlobal;
 
   absl::Mutex error_mu_;
   std::vector<std::pair<HostStream*, cudaError_t>> errors_ ABSL_GUARDED_BY(error_mu_);

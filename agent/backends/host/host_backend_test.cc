@@ -650,6 +650,72 @@ TEST_F(HostBackendTest, AsynchronousErrorsAreDeferredToSynchronize) {
   EXPECT_EQ(b_->TakeDeferredError(), cudaSuccess);
 }
 
+TEST_F(HostBackendTest, GraphsByStreamCapture) {
+  KernelInfo k = Kernel("_Z7add_onePii");
+  constexpr int kN = 128;
+  int* d = static_cast<int*>(Malloc(kN * sizeof(int)));
+  ASSERT_EQ(b_->cudaMemset(d, 0, kN * sizeof(int)), cudaSuccess);
+  cudaStream_t s = Stream(cudaStreamNonBlocking);
+  std::vector<char> args(k.args_size);
+  int n = kN;
+  std::memcpy(args.data() + k.params[0].offset, &d, sizeof(d));
+  std::memcpy(args.data() + k.params[1].offset, &n, sizeof(n));
+  std::atomic<int> callbacks{0};
+
+  cudaStreamCaptureStatus status;
+  EXPECT_EQ(b_->cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeGlobal),
+            cudaErrorStreamCaptureUnsupported);
+  ASSERT_EQ(b_->cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_EQ(b_->cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaErrorIllegalState);
+  ASSERT_EQ(b_->cudaStreamIsCapturing(s, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  ASSERT_EQ(b_->LaunchKernel(k, dim3(1), dim3(kN), 0, s, args.data(), false), cudaSuccess);
+  ASSERT_EQ(b_->LaunchKernel(k, dim3(1), dim3(kN), 0, s, args.data(), false), cudaSuccess);
+  ASSERT_EQ(b_->EnqueueHostCallback(s, [&] { ++callbacks; }), cudaSuccess);
+  int out0 = -1;
+  EXPECT_EQ(b_->Memcpy(&out0, d, sizeof(int), cudaMemcpyDeviceToHost, s, false),
+            cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(b_->cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+  cudaGraph_t graph;
+  ASSERT_EQ(b_->cudaStreamEndCapture(s, &graph), cudaSuccess);
+  EXPECT_EQ(b_->cudaStreamEndCapture(s, &graph), cudaErrorIllegalState);
+  ASSERT_EQ(b_->cudaStreamIsCapturing(s, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+
+  // Nothing ran during capture.
+  EXPECT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  std::vector<int> out(kN);
+  ASSERT_EQ(b_->Memcpy(out.data(), d, kN * sizeof(int), cudaMemcpyDeviceToHost, s, false),
+            cudaSuccess);
+  EXPECT_EQ(out, std::vector<int>(kN, 0));
+  EXPECT_EQ(callbacks, 0);
+
+  cudaGraphExec_t exec;
+  ASSERT_EQ(b_->cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(b_->cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  ASSERT_EQ(b_->Memcpy(out.data(), d, kN * sizeof(int), cudaMemcpyDeviceToHost, s, false),
+            cudaSuccess);
+  EXPECT_EQ(out, std::vector<int>(kN, 6));
+  EXPECT_EQ(callbacks, 3);
+
+  cudaGraph_t empty, clone;
+  ASSERT_EQ(b_->cudaGraphCreate(&empty, 0), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphClone(&clone, graph), cudaSuccess);
+  EXPECT_EQ(b_->cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(b_->cudaGraphExecDestroy(exec), cudaErrorInvalidValue);
+  EXPECT_EQ(b_->cudaGraphDestroy(graph), cudaSuccess);
+  EXPECT_EQ(b_->cudaGraphInstantiate(&exec, clone, 0), cudaSuccess);  // the clone lives on
+  ASSERT_EQ(b_->cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(callbacks, 4);
+  EXPECT_EQ(b_->cudaGraphDestroy(empty), cudaSuccess);
+  EXPECT_EQ(b_->cudaGraphDestroy(graph), cudaErrorInvalidValue);
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  EXPECT_EQ(b_->cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  EXPECT_EQ(mode, cudaStreamCaptureModeGlobal);
+}
+
 TEST_F(HostBackendTest, ResetDropsEverything) {
   void* p = Malloc(1 << 20);
   ASSERT_EQ(b_->cudaMemset(p, 1, 1 << 20), cudaSuccess);
