@@ -1,0 +1,453 @@
+// revenant-run: launches a job under Revenant on one node.
+//
+//   revenant-run -n 4 --backend=host --host_kernels=libtrain_host_kernels.so -- ./train --steps 100
+//
+// For each rank it starts a revenant-agent, waits until the agent listens,
+// then starts the application with librevenant_shim.so preloaded and a
+// torchrun-like environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT). Output lines are prefixed with "[rN]" (the
+// application) or "[aN]" (its agent). The exit status is the first failing
+// rank's (128 + signal for a signal), or 0. Everything the job made (agents,
+// the per-job directory with rings, sockets and journals) is cleaned up on
+// exit, on Ctrl-C and when a rank crashes.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+extern char** environ;
+
+ABSL_FLAG(int, n, 1, "number of ranks (application processes, one agent each)");
+ABSL_FLAG(std::string, backend, "host", "agent backend: host (CPU device) or cuda");
+ABSL_FLAG(std::string, host_kernels, "",
+          "colon-separated host kernel libraries for the host backend");
+ABSL_FLAG(std::string, job_root, "/dev/shm", "where the per-job directory is made (tmpfs)");
+ABSL_FLAG(std::string, agent, "", "revenant-agent binary (default: found next to this one)");
+ABSL_FLAG(std::string, shim, "", "librevenant_shim.so (default: found next to this one)");
+ABSL_FLAG(double, timeout, 0, "kill the job after this many seconds (0: no limit)");
+ABSL_FLAG(double, agent_start_timeout, 30, "seconds to wait for the agents to listen");
+ABSL_FLAG(bool, quiet, false, "no progress lines from revenant-run itself");
+
+namespace revenant {
+namespace run {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool g_quiet = false;
+
+void Say(const std::string& line) {
+  if (g_quiet) return;
+  std::string out = "[revenant-run] " + line + "\n";
+  ssize_t ignored = write(STDERR_FILENO, out.data(), out.size());
+  (void)ignored;
+}
+
+std::string SelfDir() {
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : self.parent_path().string();
+}
+
+// Finds a Revenant binary: the flag, the environment, then the places Bazel
+// puts it relative to this binary (bazel-bin/tools/revenant-run ->
+// bazel-bin/agent/revenant-agent) or an install directory (same folder).
+std::string Locate(const std::string& flag_value, const char* env, const std::string& rel,
+                   const std::string& file) {
+  if (!flag_value.empty()) return flag_value;
+  if (const char* e = std::getenv(env); e != nullptr && *e) return e;
+  const std::string self = SelfDir();
+  for (const std::string& candidate :
+       {self + "/" + file, self + "/../" + rel + "/" + file,
+        self + "/revenant-run.runfiles/revenant/" + rel + "/" + file}) {
+    if (access(candidate.c_str(), R_OK) == 0) return fs::weakly_canonical(candidate).string();
+  }
+  return "";
+}
+
+struct Child {
+  pid_t pid = -1;
+  std::string label;  // "r0" / "a0"
+  bool agent = false;
+  int rank = 0;
+  bool exited = false;
+  int status = 0;
+};
+
+struct Pipe {
+  int fd;
+  int target;  // STDOUT_FILENO / STDERR_FILENO
+  std::string label;
+  std::string partial;
+};
+
+// fork + exec with stdout/stderr into pipes, a process group of its own and
+// a parent-death signal so nothing outlives revenant-run.
+pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+            const std::string& label, std::vector<Pipe>* pipes) {
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return -1;
+  std::vector<char*> args, envp;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls until exec.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    setpgid(0, 0);
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execvpe(args[0], args.data(), envp.data());
+    const char msg[] = "revenant-run: exec failed\n";
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)ignored;
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  if (pid < 0) {
+    close(out[0]);
+    close(err[0]);
+    return -1;
+  }
+  setpgid(pid, pid);
+  pipes->push_back({out[0], STDOUT_FILENO, label, ""});
+  pipes->push_back({err[0], STDERR_FILENO, label, ""});
+  return pid;
+}
+
+void Emit(Pipe& p, const char* data, size_t n, bool flush) {
+  p.partial.append(data, n);
+  size_t start = 0;
+  while (true) {
+    size_t nl = p.partial.find('\n', start);
+    if (nl == std::string::npos) break;
+    std::string line = "[" + p.label + "] " + p.partial.substr(start, nl - start + 1);
+    ssize_t ignored = write(p.target, line.data(), line.size());
+    (void)ignored;
+    start = nl + 1;
+  }
+  p.partial.erase(0, start);
+  if (flush && !p.partial.empty()) {
+    std::string line = "[" + p.label + "] " + p.partial + "\n";
+    ssize_t ignored = write(p.target, line.data(), line.size());
+    (void)ignored;
+    p.partial.clear();
+  }
+}
+
+int FreePort() {
+  // An ephemeral port the OS considers free now (for MASTER_PORT).
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = 29500;
+  if (s >= 0 && bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  if (s >= 0) close(s);
+  return port;
+}
+
+int ExitCode(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "revenant-run [-n N] [--backend=host|cuda] [--host_kernels=a.so:b.so] -- program args...");
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  g_quiet = absl::GetFlag(FLAGS_quiet);
+  std::vector<std::string> program(rest.begin() + 1, rest.end());
+  if (program.empty()) {
+    std::fprintf(stderr, "revenant-run: no program given\n%s\n",
+                 absl::ProgramUsageMessage().data());
+    return 2;
+  }
+  const int n = absl::GetFlag(FLAGS_n);
+  if (n < 1 || n > 1024) {
+    std::fprintf(stderr, "revenant-run: -n must be between 1 and 1024\n");
+    return 2;
+  }
+  const std::string agent_bin =
+      Locate(absl::GetFlag(FLAGS_agent), "REVENANT_AGENT_BIN", "agent", "revenant-agent");
+  const std::string shim =
+      Locate(absl::GetFlag(FLAGS_shim), "REVENANT_SHIM", "shim", "librevenant_shim.so");
+  if (agent_bin.empty() || shim.empty()) {
+    std::fprintf(stderr,
+                 "revenant-run: cannot find %s; pass --agent/--shim or set "
+                 "REVENANT_AGENT_BIN/REVENANT_SHIM\n",
+                 agent_bin.empty() ? "revenant-agent" : "librevenant_shim.so");
+    return 2;
+  }
+  std::string host_kernels = absl::GetFlag(FLAGS_host_kernels);
+  if (host_kernels.empty() && std::getenv("REVENANT_HOST_KERNELS") != nullptr) {
+    host_kernels = std::getenv("REVENANT_HOST_KERNELS");
+  }
+  // Absolute paths: the agents do not share our working directory's meaning.
+  {
+    std::vector<std::string> abs;
+    for (const auto& p : absl::StrSplit(host_kernels, ':', absl::SkipEmpty())) {
+      abs.push_back(fs::absolute(std::string(p)).string());
+    }
+    host_kernels = absl::StrJoin(abs, ":");
+  }
+
+  // Signals arrive through a signalfd in the main loop.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGCHLD);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  const int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+  signal(SIGPIPE, SIG_IGN);
+
+  const std::string job = absl::StrCat(getpid(), "-", absl::ToUnixMicros(absl::Now()) % 1000000);
+  const std::string job_dir = absl::GetFlag(FLAGS_job_root) + "/revenant-" + job;
+  if (mkdir(job_dir.c_str(), 0700) != 0) {
+    std::fprintf(stderr, "revenant-run: cannot create %s: %s\n", job_dir.c_str(),
+                 std::strerror(errno));
+    return 1;
+  }
+  auto cleanup_dir = [&] {
+    std::error_code ec;
+    fs::remove_all(job_dir, ec);
+  };
+
+  std::vector<Child> children;
+  std::vector<Pipe> pipes;
+  std::vector<std::string> base_env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "LD_PRELOAD=", 11) != 0) base_env.emplace_back(*e);
+  }
+
+  const absl::Time start = absl::Now();
+  for (int r = 0; r < n; ++r) {
+    const std::string rank_dir = absl::StrCat(job_dir, "/rank", r);
+    mkdir(rank_dir.c_str(), 0700);
+    std::vector<std::string> args = {agent_bin,
+                                     "--socket=" + rank_dir + "/agent.sock",
+                                     "--job_dir=" + rank_dir,
+                                     absl::StrCat("--rank=", r),
+                                     "--backend=" + absl::GetFlag(FLAGS_backend),
+                                     "--host_kernels=" + host_kernels,
+                                     "--die_with_parent"};
+    pid_t pid = Spawn(args, base_env, absl::StrCat("a", r), &pipes);
+    if (pid < 0) {
+      std::fprintf(stderr, "revenant-run: cannot start the agent of rank %d\n", r);
+      cleanup_dir();
+      return 1;
+    }
+    children.push_back({pid, absl::StrCat("a", r), true, r});
+  }
+  // Wait until every agent listens (its socket exists), bounded.
+  const absl::Time agents_deadline =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_agent_start_timeout));
+  for (int r = 0; r < n; ++r) {
+    const std::string sock = absl::StrCat(job_dir, "/rank", r, "/agent.sock");
+    while (access(sock.c_str(), F_OK) != 0) {
+      int status = 0;
+      if (waitpid(children[r].pid, &status, WNOHANG) == children[r].pid) {
+        // Print what it said before giving up.
+        for (Pipe& p : pipes) {
+          char buf[4096];
+          int fl = fcntl(p.fd, F_GETFL);
+          fcntl(p.fd, F_SETFL, fl | O_NONBLOCK);
+          ssize_t k;
+          while ((k = read(p.fd, buf, sizeof(buf))) > 0) Emit(p, buf, k, false);
+          Emit(p, "", 0, true);
+        }
+        std::fprintf(stderr, "revenant-run: the agent of rank %d exited during start (%d)\n", r,
+                     ExitCode(status));
+        for (auto& c : children) kill(-c.pid, SIGKILL);
+        cleanup_dir();
+        return 1;
+      }
+      if (absl::Now() > agents_deadline) {
+        std::fprintf(stderr, "revenant-run: the agent of rank %d did not start within %.0f s\n",
+                     r, absl::GetFlag(FLAGS_agent_start_timeout));
+        for (auto& c : children) kill(-c.pid, SIGKILL);
+        cleanup_dir();
+        return 1;
+      }
+      usleep(5000);
+    }
+  }
+  Say(absl::StrCat("job ", job, ": ", n, " rank(s), ", absl::GetFlag(FLAGS_backend),
+                   " backend, agents ready in ",
+                   absl::ToInt64Milliseconds(absl::Now() - start), " ms"));
+
+  const int port = FreePort();
+  for (int r = 0; r < n; ++r) {
+    const std::string rank_dir = absl::StrCat(job_dir, "/rank", r);
+    std::vector<std::string> env = base_env;
+    env.push_back("LD_PRELOAD=" + shim);
+    env.push_back("REVENANT_AGENT_SOCKET=" + rank_dir + "/agent.sock");
+    env.push_back("REVENANT_JOB_DIR=" + rank_dir);
+    env.push_back(absl::StrCat("REVENANT_RANK=", r));
+    env.push_back(absl::StrCat("RANK=", r));
+    env.push_back(absl::StrCat("LOCAL_RANK=", r));
+    env.push_back(absl::StrCat("WORLD_SIZE=", n));
+    env.push_back(absl::StrCat("LOCAL_WORLD_SIZE=", n));
+    env.push_back("MASTER_ADDR=127.0.0.1");
+    env.push_back(absl::StrCat("MASTER_PORT=", port));
+    pid_t pid = Spawn(program, env, absl::StrCat("r", r), &pipes);
+    if (pid < 0) {
+      std::fprintf(stderr, "revenant-run: cannot start rank %d\n", r);
+      for (auto& c : children) kill(-c.pid, SIGKILL);
+      cleanup_dir();
+      return 1;
+    }
+    children.push_back({pid, absl::StrCat("r", r), false, r});
+  }
+
+  const double timeout_s = absl::GetFlag(FLAGS_timeout);
+  const absl::Time job_deadline =
+      timeout_s > 0 ? absl::Now() + absl::Seconds(timeout_s) : absl::InfiniteFuture();
+  int result = 0;
+  bool first_failure_reported = false;
+  bool stopping = false;
+  auto apps_running = [&] {
+    for (const auto& c : children)
+      if (!c.agent && !c.exited) return true;
+    return false;
+  };
+  auto stop_all = [&](int sig) {
+    for (auto& c : children)
+      if (!c.exited) kill(-c.pid, sig);
+  };
+  absl::Time kill_deadline = absl::InfiniteFuture();
+
+  while (true) {
+    std::vector<pollfd> pfds;
+    pfds.push_back({sfd, POLLIN, 0});
+    for (const Pipe& p : pipes) pfds.push_back({p.fd, POLLIN, 0});
+    poll(pfds.data(), pfds.size(), 100);
+    for (size_t i = 1; i < pfds.size(); ++i) {
+      Pipe& p = pipes[i - 1];
+      if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+        char buf[65536];
+        ssize_t k = read(p.fd, buf, sizeof(buf));
+        if (k > 0) {
+          Emit(p, buf, k, false);
+        } else {
+          Emit(p, "", 0, true);
+          close(p.fd);
+          p.fd = -1;
+        }
+      }
+    }
+    pipes.erase(std::remove_if(pipes.begin(), pipes.end(), [](const Pipe& p) { return p.fd < 0; }),
+                pipes.end());
+    if (pfds[0].revents & POLLIN) {
+      signalfd_siginfo si;
+      while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+        if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM || si.ssi_signo == SIGHUP) {
+          Say(absl::StrCat("signal ", si.ssi_signo, ": stopping the job"));
+          if (result == 0) result = 128 + static_cast<int>(si.ssi_signo);
+          stopping = true;
+          stop_all(SIGTERM);
+          kill_deadline = absl::Now() + absl::Seconds(3);
+        }
+        break;
+      }
+    }
+    // Reap children.
+    for (auto& c : children) {
+      if (c.exited) continue;
+      int status = 0;
+      if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+        c.exited = true;
+        c.status = status;
+        const int code = ExitCode(status);
+        if (c.agent) {
+          if (!stopping) {
+            Say(absl::StrCat("the agent of rank ", c.rank, " exited (",
+                             WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status))
+                                                 : absl::StrCat("status ", code),
+                             ")"));
+          }
+        } else {
+          if (code != 0 && !first_failure_reported) {
+            Say(absl::StrCat("rank ", c.rank, " failed with status ", code));
+            first_failure_reported = true;
+            if (result == 0) result = code;
+          }
+        }
+      }
+    }
+    if (!stopping && absl::Now() > job_deadline) {
+      Say(absl::StrCat("timeout after ", timeout_s, " s: stopping the job"));
+      result = 124;
+      stopping = true;
+      stop_all(SIGTERM);
+      kill_deadline = absl::Now() + absl::Seconds(3);
+    }
+    if (!apps_running() && !stopping) {
+      // Every rank is done: stop the agents.
+      stopping = true;
+      stop_all(SIGTERM);
+      kill_deadline = absl::Now() + absl::Seconds(3);
+    }
+    bool all_exited = true;
+    for (const auto& c : children) all_exited &= c.exited;
+    if (all_exited && pipes.empty()) break;
+    if (all_exited && absl::Now() > kill_deadline + absl::Seconds(1)) break;  // orphaned pipes
+    if (absl::Now() > kill_deadline) {
+      stop_all(SIGKILL);
+      kill_deadline = absl::Now() + absl::Seconds(2);
+    }
+  }
+  cleanup_dir();
+  Say(absl::StrCat("job ", job, " finished with status ", result, " after ",
+                   absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))));
+  return result;
+}
+
+}  // namespace
+}  // namespace run
+}  // namespace revenant
+
+int main(int argc, char** argv) { return revenant::run::Main(argc, argv); }
