@@ -166,8 +166,11 @@ bool CheckBody(const char* body, uint32_t size, Payload* out) {
 // Runs `producers` threads of `per_producer` records each against one
 // consumer thread and checks: no loss, no duplicate, per-producer order,
 // contiguous seq and intact contents.
+// With `expect_blocked`, the consumer first idles so the ring fills, and
+// checks that the producers are then blocked (not dropping or overwriting).
 void RunProducersConsumer(size_t ring, int producers, int per_producer,
-                          absl::Duration consumer_delay_every_16) {
+                          absl::Duration consumer_delay_every_16,
+                          bool expect_blocked = false) {
   const std::string path = TempPath();
   auto client = ShmClientChannel::Create(path, SmallOptions(ring));
   ASSERT_TRUE(client.ok()) << client.status();
@@ -176,6 +179,7 @@ void RunProducersConsumer(size_t ring, int producers, int per_producer,
   const uint32_t max_extra = static_cast<uint32_t>(ring / 16);
 
   std::atomic<int> failures{0};
+  std::atomic<int> committed{0};
   std::vector<std::thread> threads;
   for (int p = 0; p < producers; ++p) {
     threads.emplace_back([&, p] {
@@ -189,6 +193,7 @@ void RunProducersConsumer(size_t ring, int producers, int per_producer,
         FillBody(w->body(), size, p, i);
         w->header().api_id = static_cast<uint16_t>(p);
         (*client)->Commit(std::move(*w));
+        committed.fetch_add(1);
       }
     });
   }
@@ -207,6 +212,14 @@ void RunProducersConsumer(size_t ring, int producers, int per_producer,
   } guard{client->get(), &threads};
 
   const int total = producers * per_producer;
+  if (expect_blocked) {
+    absl::SleepFor(absl::Milliseconds(100));
+    const int before = committed.load();
+    absl::SleepFor(absl::Milliseconds(50));
+    EXPECT_EQ(committed.load(), before) << "producers did not block";
+    EXPECT_GT(before, 0);
+    EXPECT_LE(before, static_cast<int>(ring / sizeof(RecordHeader)));
+  }
   std::vector<int> next_index(producers, 0);
   uint64_t expected_seq = 1;
   int received = 0;
@@ -255,7 +268,8 @@ TEST(ShmChannelTest, FourProducersTwentyThousandRecordsEach) {
 TEST(ShmChannelTest, BackPressureSlowConsumerDropsNothing) {
   // A 4 KiB ring holds only a handful of records; the consumer sleeps, so
   // producers must block on space many times.
-  RunProducersConsumer(4096, 3, 1500, absl::Microseconds(500));
+  RunProducersConsumer(4096, 3, 1500, absl::Microseconds(500),
+                       /*expect_blocked=*/true);
 }
 
 TEST(ShmChannelTest, FullRingReturnsDeadlineExceeded) {
