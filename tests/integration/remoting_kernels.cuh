@@ -1,0 +1,18 @@
+// Kernels of the remoting integration tests (compiled by nvcc and, for the
+// host backend, by g++ into libremoting_host_kernels.so).
+#pragma once
+
+// Waits until the host sets *flag (mapped pinned memory) or `max_polls`
+// polls passed, then records whether it saw the flag. A launch that returned
+// only after the kernel ran could never see the flag the host sets after the
+// launch returns.
+__global__ void wait_for_flag(volatile int* flag, int* saw_flag, long long max_polls) {
+  long long polls = 0;
+  while (*flag == 0 && polls < max_polls) ++polls;
+  *saw_flag = (*flag != 0) ? 1 : 0;
+}
+
+__global__ void add_one(int* data, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) data[i] += 1;
+}
