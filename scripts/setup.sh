@@ -1,0 +1,38 @@
+#!/bin/bash
+# Installs what Revenant's build and tests need on Debian 12, idempotently.
+#   bash scripts/setup.sh
+# Needs root (or sudo) for apt-get; does nothing when everything is present.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap      # Bazel 4.2.3, works offline
+  bazel-rules-java     # @rules_java for Bazel's built-in WORKSPACE suffix
+  libabsl-dev          # abseil
+  protobuf-compiler libprotobuf-dev
+  libgtest-dev libgmock-dev
+  libgloo-dev          # collectives on the host backend
+  libisal-dev          # CRC32C for the journal
+  g++ make
+)
+
+cuda=/usr/local/cuda
+if [ ! -x "$cuda/bin/nvcc" ] || [ ! -f "$cuda/include/cuda_runtime_api.h" ] || [ ! -f "$cuda/include/nccl.h" ]; then
+  echo "setup: the CUDA 13 toolkit with NCCL is required under $cuda (nvcc, cuda_runtime_api.h, nccl.h)." >&2
+  echo "setup: install the CUDA toolkit and NCCL there first; a GPU is not needed to build or test." >&2
+  exit 1
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all build packages present"
+fi
