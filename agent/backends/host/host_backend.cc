@@ -119,14 +119,14 @@ HostBackend::HostBackend(DeviceRange range,
 HostBackend::~HostBackend() {
   WaitAll();
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     for (auto& [ptr, stream] : streams_) retired_.push_back(std::move(stream));
     streams_.clear();
   }
   // Joined outside mu_: nothing a worker runs takes mu_, but stay safe.
   std::vector<std::unique_ptr<HostStream>> retired;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     retired.swap(retired_);
   }
   retired.clear();
@@ -178,7 +178,7 @@ std::shared_ptr<Marker> HostBackend::EnqueueLocked(HostStream* s,
 
 cudaError_t HostBackend::Enqueue(cudaStream_t stream, HostStream::Op op,
                                  std::shared_ptr<Marker>* done) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   std::shared_ptr<Marker> m = EnqueueLocked(s, {}, std::move(op));
@@ -189,7 +189,7 @@ cudaError_t HostBackend::Enqueue(cudaStream_t stream, HostStream::Op op,
 void HostBackend::WaitAll() {
   std::vector<std::shared_ptr<Marker>> markers;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     markers.push_back(legacy_->last());
     for (auto& [ptr, stream] : streams_) markers.push_back(stream->last());
     for (auto& stream : retired_) markers.push_back(stream->last());
@@ -224,15 +224,16 @@ absl::Status HostBackend::FreeBlock(uint64_t addr) {
   return absl::OkStatus();
 }
 
-cudaError_t HostBackend::AllocateLocked(void** ptr, size_t size) {
+cudaError_t HostBackend::AllocateLocked(std::unique_lock<std::mutex>& lock, void** ptr,
+                                           size_t size) {
   absl::StatusOr<uint64_t> addr = allocator_.Allocate(size);
   if (!addr.ok() && addr.status().code() == absl::StatusCode::kResourceExhausted &&
       !pending_frees_.empty()) {
     // Memory freed in stream order may be what is missing: wait for it (a
     // point fixed by the call sequence, so replay allocates identically).
-    mu_.Unlock();
+    lock.unlock();
     WaitAll();
-    mu_.Lock();
+    lock.lock();
     ReleasePendingFrees(nullptr);
     addr = allocator_.Allocate(size);
   }
@@ -272,12 +273,12 @@ void HostBackend::ReapRetired() {
 
 void HostBackend::RecordError(HostStream* stream, cudaError_t err) {
   REVENANT_LOG(DEBUG, kLog) << "deferred error " << static_cast<int>(err);
-  absl::MutexLock lock(&error_mu_);
+  std::lock_guard<std::mutex> lock(error_mu_);
   errors_.emplace_back(stream, err);
 }
 
 cudaError_t HostBackend::TakeStreamError(HostStream* stream) {
-  absl::MutexLock lock(&error_mu_);
+  std::lock_guard<std::mutex> lock(error_mu_);
   cudaError_t first = cudaSuccess;
   std::vector<std::pair<HostStream*, cudaError_t>> keep;
   for (auto& e : errors_) {
@@ -292,7 +293,7 @@ cudaError_t HostBackend::TakeStreamError(HostStream* stream) {
 }
 
 cudaError_t HostBackend::TakeDeferredError() {
-  absl::MutexLock lock(&error_mu_);
+  std::lock_guard<std::mutex> lock(error_mu_);
   cudaError_t first = errors_.empty() ? cudaSuccess : errors_.front().second;
   errors_.clear();
   return first;
@@ -307,14 +308,14 @@ bool HostBackend::KnownKernel(const void* func) const {
 // --- Modules and launches ------------------------------------------------------------
 
 absl::Status HostBackend::LoadModule(uint64_t module_key, absl::string_view) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   modules_.insert(module_key);
   return absl::OkStatus();
 }
 
 absl::StatusOr<KernelInfo> HostBackend::GetKernel(uint64_t module_key,
                                                   const std::string& mangled_name) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (!modules_.contains(module_key)) {
     return absl::NotFoundError(absl::StrCat("module ", module_key, " is not loaded"));
   }
@@ -342,7 +343,7 @@ absl::StatusOr<KernelInfo> HostBackend::GetKernel(uint64_t module_key,
 cudaError_t HostBackend::LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 block,
                                       size_t shared_bytes, cudaStream_t stream,
                                       const void* packed_args, bool cooperative) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (!KnownKernel(kernel.handle)) return cudaErrorInvalidDeviceFunction;
   const auto* k = static_cast<const hostkernel::HostKernel*>(kernel.handle);
   HostStream* s = ResolveStream(stream);
@@ -397,7 +398,7 @@ cudaError_t HostBackend::Memcpy(void* dst, const void* src, size_t count, cudaMe
   }
   std::shared_ptr<Marker> done;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     HostStream* s = ResolveStream(stream);
     if (s == nullptr) return cudaErrorInvalidResourceHandle;
     if (count == 0) return cudaSuccess;
@@ -437,7 +438,7 @@ cudaError_t HostBackend::Memcpy(void* dst, const void* src, size_t count, cudaMe
 
 cudaError_t HostBackend::RegisterSharedHost(void* addr, size_t size, unsigned int) {
   if (addr == nullptr || size == 0) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (InDeviceRange(addr)) return cudaErrorInvalidValue;
   const uint64_t a = Addr(addr);
   auto next = shared_host_.lower_bound(a);
@@ -453,7 +454,7 @@ cudaError_t HostBackend::RegisterSharedHost(void* addr, size_t size, unsigned in
 }
 
 cudaError_t HostBackend::UnregisterSharedHost(void* addr) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = shared_host_.find(Addr(addr));
   if (it == shared_host_.end()) return cudaErrorHostMemoryNotRegistered;
   shared_host_.erase(it);
@@ -477,8 +478,8 @@ cudaError_t HostBackend::cudaMalloc(void** ptr, size_t size) {
     *ptr = nullptr;  // as cudaMalloc(0)
     return cudaSuccess;
   }
-  absl::MutexLock lock(&mu_);
-  return AllocateLocked(ptr, size);
+  std::unique_lock<std::mutex> lock(mu_);
+  return AllocateLocked(lock, ptr, size);
 }
 
 cudaError_t HostBackend::cudaFree(void* ptr) {
@@ -486,7 +487,7 @@ cudaError_t HostBackend::cudaFree(void* ptr) {
   // cudaFree synchronizes the device: no queued work can still use the block
   // when its pages go back to the OS.
   WaitAll();
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   for (const PendingFree& f : pending_frees_) {
     if (f.addr == Addr(ptr)) return cudaErrorInvalidValue;  // already freed (async)
   }
@@ -501,7 +502,7 @@ cudaError_t HostBackend::cudaFree(void* ptr) {
 
 cudaError_t HostBackend::cudaMallocAsync(void** ptr, size_t size, cudaStream_t stream) {
   if (ptr == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   if (Capturing(s)) return cudaErrorStreamCaptureUnsupported;
@@ -511,12 +512,12 @@ cudaError_t HostBackend::cudaMallocAsync(void** ptr, size_t size, cudaStream_t s
   }
   // Allocated at once: valid for the stream's later work, which is all that
   // stream-ordered allocation promises.
-  return AllocateLocked(ptr, size);
+  return AllocateLocked(lock, ptr, size);
 }
 
 cudaError_t HostBackend::cudaFreeAsync(void* ptr, cudaStream_t stream) {
   if (ptr == nullptr) return cudaSuccess;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   if (Capturing(s)) return cudaErrorStreamCaptureUnsupported;
@@ -536,7 +537,7 @@ cudaError_t HostBackend::cudaMemset(void* ptr, int value, size_t count) {
   // Complete on return (the legacy stream's last operation is this one or a
   // later one, so waiting for it covers the memset).
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     done = legacy_->last();
   }
   done->Wait();
@@ -545,7 +546,7 @@ cudaError_t HostBackend::cudaMemset(void* ptr, int value, size_t count) {
 
 cudaError_t HostBackend::cudaMemsetAsync(void* ptr, int value, size_t count,
                                          cudaStream_t stream) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   if (count == 0) return cudaSuccess;
@@ -560,7 +561,7 @@ cudaError_t HostBackend::cudaMemsetAsync(void* ptr, int value, size_t count,
 cudaError_t HostBackend::cudaPointerGetAttributes(struct cudaPointerAttributes* attributes,
                                                   const void* ptr) {
   if (attributes == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   *attributes = cudaPointerAttributes{};
   attributes->device = 0;
   if (InDeviceRange(ptr) && allocator_.Contains(Addr(ptr), 0)) {
@@ -580,7 +581,7 @@ cudaError_t HostBackend::cudaPointerGetAttributes(struct cudaPointerAttributes* 
 
 cudaError_t HostBackend::cudaMemGetInfo(size_t* free, size_t* total) {
   if (free == nullptr || total == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   *total = range_.size;
   *free = range_.size - allocator_.bytes_in_use();
   return cudaSuccess;
@@ -589,7 +590,7 @@ cudaError_t HostBackend::cudaMemGetInfo(size_t* free, size_t* total) {
 cudaError_t HostBackend::cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
   if (pool == nullptr) return cudaErrorInvalidValue;
   if (device != 0) return cudaErrorInvalidDevice;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   *pool = reinterpret_cast<cudaMemPool_t>(&default_pool_);
   return cudaSuccess;
 }
@@ -597,7 +598,7 @@ cudaError_t HostBackend::cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int de
 cudaError_t HostBackend::cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr,
                                                  void* value) {
   if (value == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (pool != reinterpret_cast<cudaMemPool_t>(&default_pool_)) return cudaErrorInvalidValue;
   switch (attr) {
     case cudaMemPoolReuseFollowEventDependencies:
@@ -622,7 +623,7 @@ cudaError_t HostBackend::cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPool
 cudaError_t HostBackend::cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr,
                                                  void* value) {
   if (value == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (pool != reinterpret_cast<cudaMemPool_t>(&default_pool_)) return cudaErrorInvalidValue;
   auto stored = [&](uint64_t dflt) {
     auto it = default_pool_.attrs.find(attr);
@@ -651,7 +652,7 @@ cudaError_t HostBackend::cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPool
 }
 
 cudaError_t HostBackend::cudaMemPoolTrimTo(cudaMemPool_t pool, size_t) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (pool != reinterpret_cast<cudaMemPool_t>(&default_pool_)) return cudaErrorInvalidValue;
   // Freed blocks already went back to the OS; nothing is cached.
   return cudaSuccess;
@@ -678,7 +679,7 @@ cudaError_t HostBackend::cudaStreamCreateWithPriority(cudaStream_t* stream, unsi
   auto s = std::make_unique<HostStream>(
       flags, priority, /*legacy=*/false,
       [this](HostStream* st, cudaError_t err) { RecordError(st, err); });
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   HostStream* raw = s.get();
   streams_.emplace(raw, std::move(s));
   *stream = reinterpret_cast<cudaStream_t>(raw);
@@ -686,7 +687,7 @@ cudaError_t HostBackend::cudaStreamCreateWithPriority(cudaStream_t* stream, unsi
 }
 
 cudaError_t HostBackend::cudaStreamDestroy(cudaStream_t stream) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
     return cudaErrorInvalidResourceHandle;
   }
@@ -705,7 +706,7 @@ cudaError_t HostBackend::cudaStreamSynchronize(cudaStream_t stream) {
   std::shared_ptr<Marker> last;
   HostStream* s;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     s = ResolveStream(stream);
     if (s == nullptr) return cudaErrorInvalidResourceHandle;
     if (Capturing(s)) return cudaErrorStreamCaptureUnsupported;
@@ -713,14 +714,14 @@ cudaError_t HostBackend::cudaStreamSynchronize(cudaStream_t stream) {
   }
   last->Wait();
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     ReleasePendingFrees(s);
   }
   return TakeStreamError(s);
 }
 
 cudaError_t HostBackend::cudaStreamQuery(cudaStream_t stream) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   if (Capturing(s)) return cudaErrorStreamCaptureUnsupported;
@@ -729,7 +730,7 @@ cudaError_t HostBackend::cudaStreamQuery(cudaStream_t stream) {
 
 cudaError_t HostBackend::cudaStreamGetPriority(cudaStream_t stream, int* priority) {
   if (priority == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   *priority = s->priority();
@@ -738,7 +739,7 @@ cudaError_t HostBackend::cudaStreamGetPriority(cudaStream_t stream, int* priorit
 
 cudaError_t HostBackend::cudaStreamGetFlags(cudaStream_t stream, unsigned int* flags) {
   if (flags == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   *flags = s->flags();
@@ -750,7 +751,7 @@ cudaError_t HostBackend::cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t ev
   if ((flags & ~static_cast<unsigned int>(cudaEventWaitExternal)) != 0) {
     return cudaErrorInvalidValue;
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   Event* e = ResolveEvent(event);
   if (s == nullptr || e == nullptr) return cudaErrorInvalidResourceHandle;
@@ -764,7 +765,7 @@ cudaError_t HostBackend::cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t ev
 cudaError_t HostBackend::cudaDeviceSynchronize() {
   WaitAll();
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     ReleasePendingFrees(nullptr);
     ReapRetired();
   }
@@ -788,7 +789,7 @@ cudaError_t HostBackend::cudaEventCreateWithFlags(cudaEvent_t* event, unsigned i
   }
   auto e = std::make_unique<Event>();
   e->flags = flags;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   Event* raw = e.get();
   events_.emplace(raw, std::move(e));
   *event = reinterpret_cast<cudaEvent_t>(raw);
@@ -796,7 +797,7 @@ cudaError_t HostBackend::cudaEventCreateWithFlags(cudaEvent_t* event, unsigned i
 }
 
 cudaError_t HostBackend::cudaEventDestroy(cudaEvent_t event) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   // Pending records hold their own marker, so destroying is always safe.
   if (events_.erase(reinterpret_cast<Event*>(event)) == 0) return cudaErrorInvalidResourceHandle;
   return cudaSuccess;
@@ -811,7 +812,7 @@ cudaError_t HostBackend::cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_
   if ((flags & ~static_cast<unsigned int>(cudaEventRecordExternal)) != 0) {
     return cudaErrorInvalidValue;
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   Event* e = ResolveEvent(event);
   if (s == nullptr || e == nullptr) return cudaErrorInvalidResourceHandle;
@@ -824,7 +825,7 @@ cudaError_t HostBackend::cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_
 }
 
 cudaError_t HostBackend::cudaEventQuery(cudaEvent_t event) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   Event* e = ResolveEvent(event);
   if (e == nullptr) return cudaErrorInvalidResourceHandle;
   if (e->marker == nullptr) return cudaSuccess;  // never recorded: nothing to wait for
@@ -835,7 +836,7 @@ cudaError_t HostBackend::cudaEventSynchronize(cudaEvent_t event) {
   std::shared_ptr<Marker> marker;
   HostStream* s;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     Event* e = ResolveEvent(event);
     if (e == nullptr) return cudaErrorInvalidResourceHandle;
     if (e->marker == nullptr) return cudaSuccess;
@@ -848,7 +849,7 @@ cudaError_t HostBackend::cudaEventSynchronize(cudaEvent_t event) {
 
 cudaError_t HostBackend::cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (ms == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   Event* a = ResolveEvent(start);
   Event* b = ResolveEvent(end);
   if (a == nullptr || b == nullptr) return cudaErrorInvalidResourceHandle;
@@ -867,7 +868,7 @@ cudaError_t HostBackend::cudaEventElapsedTime(float* ms, cudaEvent_t start, cuda
 cudaError_t HostBackend::cudaFuncGetAttributes(struct cudaFuncAttributes* attr,
                                                const void* func) {
   if (attr == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (!KnownKernel(func)) return cudaErrorInvalidDeviceFunction;
   const FuncAttrs& f = kernels_[func];
   *attr = cudaFuncAttributes{};
@@ -882,7 +883,7 @@ cudaError_t HostBackend::cudaFuncGetAttributes(struct cudaFuncAttributes* attr,
 
 cudaError_t HostBackend::cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr,
                                               int value) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (!KnownKernel(func)) return cudaErrorInvalidDeviceFunction;
   FuncAttrs& f = kernels_[func];
   switch (attr) {
@@ -905,7 +906,7 @@ cudaError_t HostBackend::cudaFuncSetAttribute(const void* func, cudaFuncAttribut
 cudaError_t HostBackend::cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
     int* num_blocks, const void* func, int block_size, size_t, unsigned int) {
   if (num_blocks == nullptr || block_size <= 0) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (!KnownKernel(func)) return cudaErrorInvalidDeviceFunction;
   *num_blocks = block_size > kMaxThreadsPerBlock ? 0 : std::max(1, kMaxThreadsPerSm / block_size);
   return cudaSuccess;
@@ -918,7 +919,7 @@ cudaError_t HostBackend::cudaStreamBeginCapture(cudaStream_t stream, cudaStreamC
       mode != cudaStreamCaptureModeRelaxed) {
     return cudaErrorInvalidValue;
   }
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   // The legacy stream synchronizes with others implicitly: not capturable.
@@ -932,7 +933,7 @@ cudaError_t HostBackend::cudaStreamBeginCapture(cudaStream_t stream, cudaStreamC
 
 cudaError_t HostBackend::cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
   if (graph == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   auto it = captures_.find(s);
@@ -945,7 +946,7 @@ cudaError_t HostBackend::cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* 
 cudaError_t HostBackend::cudaStreamIsCapturing(cudaStream_t stream,
                                                cudaStreamCaptureStatus* status) {
   if (status == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   *status = Capturing(s) ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
@@ -954,7 +955,7 @@ cudaError_t HostBackend::cudaStreamIsCapturing(cudaStream_t stream,
 
 cudaError_t HostBackend::cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
   if (mode == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   // One mode for the backend: the agent runs a client's calls on one thread.
   std::swap(*mode, capture_mode_);
   return cudaSuccess;
@@ -962,7 +963,7 @@ cudaError_t HostBackend::cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMo
 
 cudaError_t HostBackend::cudaGraphCreate(cudaGraph_t* graph, unsigned int flags) {
   if (graph == nullptr || flags != 0) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto g = std::make_unique<Graph>();
   *graph = reinterpret_cast<cudaGraph_t>(g.get());
   graphs_.emplace(g.get(), std::move(g));
@@ -970,7 +971,7 @@ cudaError_t HostBackend::cudaGraphCreate(cudaGraph_t* graph, unsigned int flags)
 }
 
 cudaError_t HostBackend::cudaGraphDestroy(cudaGraph_t graph) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   Graph* g = reinterpret_cast<Graph*>(graph);
   for (const auto& [stream, captured] : captures_) {
     if (captured == g) return cudaErrorIllegalState;  // still being captured
@@ -981,7 +982,7 @@ cudaError_t HostBackend::cudaGraphDestroy(cudaGraph_t graph) {
 
 cudaError_t HostBackend::cudaGraphClone(cudaGraph_t* clone, cudaGraph_t original) {
   if (clone == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = graphs_.find(reinterpret_cast<Graph*>(original));
   if (it == graphs_.end()) return cudaErrorInvalidValue;
   auto g = std::make_unique<Graph>(*it->second);
@@ -993,7 +994,7 @@ cudaError_t HostBackend::cudaGraphClone(cudaGraph_t* clone, cudaGraph_t original
 cudaError_t HostBackend::cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
                                               unsigned long long) {
   if (exec == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = graphs_.find(reinterpret_cast<Graph*>(graph));
   if (it == graphs_.end()) return cudaErrorInvalidValue;
   // A snapshot: later changes to the graph do not reach the executable.
@@ -1005,7 +1006,7 @@ cudaError_t HostBackend::cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t
 }
 
 cudaError_t HostBackend::cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = execs_.find(reinterpret_cast<GraphExec*>(exec));
   if (it == execs_.end()) return cudaErrorInvalidValue;
   HostStream* s = ResolveStream(stream);
@@ -1023,7 +1024,7 @@ cudaError_t HostBackend::cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stre
 }
 
 cudaError_t HostBackend::cudaGraphExecDestroy(cudaGraphExec_t exec) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   // A launch in flight holds its own reference to the operations.
   if (execs_.erase(reinterpret_cast<GraphExec*>(exec)) == 0) return cudaErrorInvalidValue;
   return cudaSuccess;
@@ -1039,14 +1040,14 @@ cudaError_t HostBackend::cudaGetDeviceCount(int* count) {
 
 cudaError_t HostBackend::cudaSetDeviceFlags(unsigned int flags) {
   if ((flags & ~kValidDeviceFlags) != 0) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   device_flags_ = flags;
   return cudaSuccess;
 }
 
 cudaError_t HostBackend::cudaGetDeviceFlags(unsigned int* flags) {
   if (flags == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   // Host memory is always mappable (unified addressing), as the runtime reports.
   *flags = device_flags_ | cudaDeviceMapHost;
   return cudaSuccess;
@@ -1176,7 +1177,7 @@ cudaError_t HostBackend::cudaProfilerStart() { return cudaSuccess; }
 cudaError_t HostBackend::cudaProfilerStop() { return cudaSuccess; }
 
 cudaError_t HostBackend::cudaDeviceSetLimit(cudaLimit limit, size_t value) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = limits_.find(limit);
   if (it == limits_.end()) return cudaErrorUnsupportedLimit;
   it->second = value;
@@ -1185,7 +1186,7 @@ cudaError_t HostBackend::cudaDeviceSetLimit(cudaLimit limit, size_t value) {
 
 cudaError_t HostBackend::cudaDeviceGetLimit(size_t* value, cudaLimit limit) {
   if (value == nullptr) return cudaErrorInvalidValue;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = limits_.find(limit);
   if (it == limits_.end()) return cudaErrorUnsupportedLimit;
   *value = it->second;
@@ -1196,7 +1197,7 @@ cudaError_t HostBackend::Reset() {
   WaitAll();
   std::vector<std::unique_ptr<HostStream>> gone;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     for (auto& [ptr, stream] : streams_) gone.push_back(std::move(stream));
     streams_.clear();
     for (auto& stream : retired_) gone.push_back(std::move(stream));

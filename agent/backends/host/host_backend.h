@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,7 +52,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "agent/allocator.h"
 #include "agent/backend.h"
 #include "agent/backends/host/host_stream.h"
@@ -224,7 +224,8 @@ class HostBackend : public Backend {
   void ReleasePendingFrees(HostStream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // allocator_.Free plus returning the freed pages to the OS.
   absl::Status FreeBlock(uint64_t addr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  cudaError_t AllocateLocked(void** ptr, size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // May release `lock` (held on mu_) to wait for stream-ordered frees.
+  cudaError_t AllocateLocked(std::unique_lock<std::mutex>& lock, void** ptr, size_t size);
   // Whether [p, p + n) is device memory the device may touch (a live
   // allocation or shared host memory).
   bool DeviceAccessible(const void* p, size_t n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -242,7 +243,7 @@ class HostBackend : public Backend {
   const std::unique_ptr<hostkernel::HostKernelRegistry> registry_;  // null: no libraries
   const int num_cpus_;
 
-  mutable absl::Mutex mu_;
+  mutable std::mutex mu_;
   FixedRangeAllocator allocator_ ABSL_GUARDED_BY(mu_);
   std::vector<PendingFree> pending_frees_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, uint64_t> shared_host_ ABSL_GUARDED_BY(mu_);  // start -> size
@@ -261,7 +262,7 @@ class HostBackend : public Backend {
   absl::flat_hash_map<HostStream*, Graph*> captures_ ABSL_GUARDED_BY(mu_);
   cudaStreamCaptureMode capture_mode_ ABSL_GUARDED_BY(mu_) = cudaStreamCaptureModeGlobal;
 
-  absl::Mutex error_mu_;
+  std::mutex error_mu_;
   std::vector<std::pair<HostStream*, cudaError_t>> errors_ ABSL_GUARDED_BY(error_mu_);
 };
 

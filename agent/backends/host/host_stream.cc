@@ -2,7 +2,6 @@
 
 #include <utility>
 
-#include "absl/time/time.h"
 #include "common/logging.h"
 
 namespace revenant {
@@ -16,22 +15,25 @@ std::shared_ptr<Marker> Marker::Done() {
 }
 
 void Marker::Set() {
-  absl::MutexLock lock(&mu_);
-  time_ = Clock::now();
-  done_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    time_ = Clock::now();
+    done_ = true;
+  }
+  cv_.notify_all();
 }
 
 bool Marker::done() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return done_;
 }
 
 void Marker::Wait() const {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   int slices = 0;
   // A GPU waits as long as its work takes; so does the host device, in
   // bounded slices so a stuck operation is reported.
-  while (!mu_.AwaitWithTimeout(absl::Condition(&done_), absl::Seconds(1))) {
+  while (!cv_.wait_for(lock, std::chrono::seconds(1), [this] { return done_; })) {
     if (++slices % 60 == 0) {
       REVENANT_LOG(WARNING, "host-backend")
           << "still waiting for a stream operation after " << slices << " s";
@@ -40,7 +42,7 @@ void Marker::Wait() const {
 }
 
 Marker::Clock::time_point Marker::time() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return time_;
 }
 
@@ -60,24 +62,30 @@ HostStream::~HostStream() {
 
 std::shared_ptr<Marker> HostStream::Enqueue(std::vector<std::shared_ptr<Marker>> deps, Op op) {
   auto done = std::make_shared<Marker>();
-  absl::MutexLock lock(&mu_);
-  queue_.push_back(Item{std::move(deps), std::move(op), done});
-  last_ = done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(Item{std::move(deps), std::move(op), done});
+    last_ = done;
+  }
+  cv_.notify_one();
   return done;
 }
 
 std::shared_ptr<Marker> HostStream::last() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return last_;
 }
 
 void HostStream::Retire() {
-  absl::MutexLock lock(&mu_);
-  retiring_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    retiring_ = true;
+  }
+  cv_.notify_all();
 }
 
 bool HostStream::finished() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return finished_;
 }
 
@@ -85,12 +93,10 @@ void HostStream::Run() {
   for (;;) {
     Item item;
     {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !queue_.empty() || retiring_;
-      };
+      std::unique_lock<std::mutex> lock(mu_);
+      auto ready = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !queue_.empty() || retiring_; };
       // Sleeps while idle; the timeout only bounds each wait.
-      while (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(500))) {
+      while (!cv_.wait_for(lock, std::chrono::milliseconds(500), ready)) {
       }
       if (queue_.empty()) {
         finished_ = true;
