@@ -226,6 +226,19 @@ TEST_F(HostBackendTest, MallocZeroAndMemGetInfo) {
   EXPECT_NE(Malloc(16), nullptr);
 }
 
+TEST_F(HostBackendTest, FreedPagesGoBackToTheOs) {
+  constexpr size_t kN = 1 << 20;
+  void* p = Malloc(kN);
+  ASSERT_EQ(b_->cudaMemset(p, 0x77, kN), cudaSuccess);
+  ASSERT_EQ(b_->cudaFree(p), cudaSuccess);
+  void* q = Malloc(kN);
+  ASSERT_EQ(q, p);
+  // MADV_DONTNEED on an anonymous private mapping: the pages read as zero.
+  std::vector<char> out(kN, 1);
+  ASSERT_EQ(b_->Memcpy(out.data(), q, kN, cudaMemcpyDeviceToHost, nullptr, false), cudaSuccess);
+  EXPECT_EQ(out, std::vector<char>(kN, 0));
+}
+
 TEST_F(HostBackendTest, MemcpyAndMemsetRoundTrip) {
   constexpr size_t kN = 1 << 16;
   char* d = static_cast<char*>(Malloc(kN));
