@@ -495,10 +495,20 @@ void Journal::TrackSetupEntry(const JournalEntry& entry, uint64_t bytes) {
   absl::flat_hash_set<uint64_t> held;
   for (uint64_t key : entry.creates()) held.insert(key);
   for (uint64_t key : entry.touches()) held.insert(key);
+  // An outcome's created keys also hold the entry it completes (whose keys
+  // were not known before it executed): it stops being permanent.
+  auto completed = entry.completes() != 0 ? entries_.find(entry.completes()) : entries_.end();
+  if (completed != entries_.end() && entry.creates_size() > 0) {
+    completed->second.permanent = false;
+  }
   for (uint64_t key : held) {
     if (destroyed.contains(key)) continue;
     keys_[key].holders.push_back(seq);
     ++refs;
+    if (completed != entries_.end() && !completed->second.permanent) {
+      keys_[key].holders.push_back(completed->first);
+      ++completed->second.refs;
+    }
   }
   const absl::flat_hash_set<uint64_t> overwritten(entry.overwrites().begin(),
                                                   entry.overwrites().end());

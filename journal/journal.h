@@ -48,6 +48,9 @@ namespace journal {
 
 inline constexpr uint32_t kFormatVersion = 1;
 
+// api_id of an outcome entry (see JournalEntry.completes); no API has id 0.
+inline constexpr uint32_t kOutcomeApiId = 0;
+
 enum class SyncPolicy {
   // Rely on write(2) into tmpfs: survives the agent process, not the machine.
   kNone,

@@ -476,6 +476,37 @@ void CheckSizeBound(const std::string& name, bool overwrite_loop, size_t weight_
   }
 }
 
+// Allocations learn their key (the address) only after they execute: an
+// outcome entry completing the allocation carries it, and the free drops the
+// allocation, its outcome and itself.
+TEST(JournalTest, OutcomeKeysHoldTheCompletedEntry) {
+  const std::string dir = TestDir("outcome_keys");
+  JournalOptions options;
+  options.compaction_enabled = false;
+  auto j = OpenJournal(dir, options);
+  auto append = [&](JournalEntry e) { ASSERT_TRUE(j->AppendSetup(std::move(e)).ok()); };
+  append(Entry(1));  // a module load: no keys, permanent
+  append(Entry(2));  // malloc A, address unknown yet
+  JournalEntry outcome = Entry(3);
+  outcome.set_api_id(kOutcomeApiId);
+  outcome.set_completes(2);
+  outcome.add_creates(0x200000000000ull);
+  append(outcome);
+  append(Entry(4));  // malloc B
+  JournalEntry outcome_b = Entry(5);
+  outcome_b.set_api_id(kOutcomeApiId);
+  outcome_b.set_completes(4);
+  outcome_b.add_creates(0x200000001000ull);
+  append(outcome_b);
+  JournalEntry free_a = Entry(6);
+  free_a.add_destroys(0x200000000000ull);
+  append(free_a);
+  ASSERT_TRUE(j->Compact().ok());
+  Read r = ReadLog(dir, SETUP);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(r.seqs(), ElementsAreArray(std::vector<uint64_t>{1, 4, 5}));
+}
+
 TEST(JournalTest, SizeBoundedUnderAllocFreeLoop) { CheckSizeBound("size_alloc", false, 100); }
 TEST(JournalTest, SizeBoundedUnderOverwriteLoop) {
   CheckSizeBound("size_overwrite", true, 20000);
