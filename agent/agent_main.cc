@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/backend.h"
+#include "agent/backends/cuda/cuda_backend.h"
 #include "agent/session.h"
 #include "common/kv.h"
 #include "common/logging.h"
@@ -36,6 +37,11 @@ ABSL_FLAG(std::string, backend, "host", "host (CPU device) or cuda");
 ABSL_FLAG(std::string, host_kernels, "",
           "colon-separated host kernel libraries (default: $REVENANT_HOST_KERNELS)");
 ABSL_FLAG(bool, die_with_parent, false, "exit when the launching process exits");
+ABSL_FLAG(std::string, job, "local", "job id (recorded in the journal)");
+ABSL_FLAG(bool, journal, true, "journal every journaled call (needed for recovery)");
+ABSL_FLAG(std::string, minibatch, "auto",
+          "minibatch boundaries: auto (detected from the call stream) or manual "
+          "(revenantMarkStep() only)");
 
 namespace revenant {
 namespace agent {
@@ -48,8 +54,9 @@ void OnSignal(int) { g_stop.store(true); }
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& name,
                                                      const BackendOptions& options) {
   if (name == "host") return MakeHostBackend(options);
+  if (name == "cuda") return MakeCudaBackend(options);
   return absl::InvalidArgumentError(absl::StrCat(
-      "backend '", name, "' is not available in this build (choose: host)"));
+      "backend '", name, "' is not available in this build (choose: host, cuda)"));
 }
 
 // One connection: handshake, then serve until the application leaves.
@@ -93,12 +100,28 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
     close(fd);
     return;
   }
-  Session session(backend, std::move(*ch), fd, job_dir);
+  SessionOptions options;
+  if (absl::GetFlag(FLAGS_journal)) {
+    RequestJournal::Options jopts;
+    jopts.boundaries = absl::GetFlag(FLAGS_minibatch) == "manual"
+                           ? RequestJournal::BoundaryMode::kManual
+                           : RequestJournal::BoundaryMode::kAuto;
+    absl::StatusOr<std::unique_ptr<RequestJournal>> j =
+        RequestJournal::Open(job_dir + "/journal", absl::GetFlag(FLAGS_job), rank, jopts);
+    if (!j.ok()) return refuse("cannot open the journal: " + j.status().ToString());
+    options.journal = std::move(*j);
+  }
+  Session session(backend, std::move(*ch), fd, job_dir, std::move(options));
   session.Run();
 }
 
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  const std::string minibatch = absl::GetFlag(FLAGS_minibatch);
+  if (minibatch != "auto" && minibatch != "manual") {
+    REVENANT_LOG(ERROR, "agent") << "--minibatch must be auto or manual, not " << minibatch;
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_die_with_parent)) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() == 1) return 0;  // the launcher is already gone

@@ -1,0 +1,965 @@
+#include "agent/backends/cuda/cuda_backend.h"
+
+#include <cuda.h>
+#include <cuda_profiler_api.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "agent/allocator.h"
+#include "common/logging.h"
+
+namespace revenant {
+namespace agent {
+namespace cuda {
+namespace {
+
+constexpr char kLog[] = "cuda";
+constexpr uint64_t kChunk = 2ull << 20;  // physical mapping granularity floor
+
+uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
+
+// Driver entry points, resolved through the runtime (no link against libcuda).
+#define REVENANT_DRIVER_FUNCS(X)                          \
+  X(cuDeviceGet)                                          \
+  X(cuDevicePrimaryCtxRetain)                             \
+  X(cuCtxSetCurrent)                                      \
+  X(cuMemGetAllocationGranularity)                        \
+  X(cuMemAddressReserve)                                  \
+  X(cuMemAddressFree)                                     \
+  X(cuMemCreate)                                          \
+  X(cuMemRelease)                                         \
+  X(cuMemMap)                                             \
+  X(cuMemUnmap)                                           \
+  X(cuMemSetAccess)                                       \
+  X(cuModuleLoadFatBinary)                                \
+  X(cuModuleUnload)                                       \
+  X(cuModuleGetFunction)                                  \
+  X(cuFuncGetParamInfo)                                   \
+  X(cuLaunchKernel)                                       \
+  X(cuLaunchCooperativeKernel)                            \
+  X(cuFuncGetAttribute)                                   \
+  X(cuFuncSetAttribute)                                   \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)
+
+struct Driver {
+#define REVENANT_DECLARE(name) decltype(&::name) name = nullptr;
+  REVENANT_DRIVER_FUNCS(REVENANT_DECLARE)
+#undef REVENANT_DECLARE
+
+  absl::Status Load() {
+#define REVENANT_LOAD(fn)                                                                  \
+  {                                                                                        \
+    void* p = nullptr;                                                                     \
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;                \
+    cudaError_t e = ::cudaGetDriverEntryPointByVersion(#fn, &p, CUDA_VERSION,              \
+                                                       cudaEnableDefault, &q);             \
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || p == nullptr) {            \
+      return absl::UnavailableError(absl::StrCat("driver entry point " #fn " unavailable: ", \
+                                                 ::cudaGetErrorString(e), " (query ",      \
+                                                 static_cast<int>(q), ")"));               \
+    }                                                                                      \
+    fn = reinterpret_cast<decltype(fn)>(p);                                                \
+  }
+    REVENANT_DRIVER_FUNCS(REVENANT_LOAD)
+#undef REVENANT_LOAD
+    return absl::OkStatus();
+  }
+};
+
+// Runtime and driver codes share their numbering for every error the driver
+// calls used here return (invalid value, out of memory, invalid handle,
+// launch failures, cooperative launch too large...).
+cudaError_t FromCu(CUresult r) { return static_cast<cudaError_t>(r); }
+
+void HostFuncTrampoline(void* data) {
+  auto* fn = static_cast<std::function<void()>*>(data);
+  (*fn)();
+  delete fn;
+}
+
+class CudaBackend : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const BackendOptions& options);
+  ~CudaBackend() override;
+
+  const char* name() const override { return "cuda"; }
+  DeviceRange device_range() const override { return range_; }
+  absl::Status LoadModule(uint64_t module_key, absl::string_view image) override;
+  absl::StatusOr<KernelInfo> GetKernel(uint64_t module_key,
+                                       const std::string& mangled_name) override;
+  cudaError_t LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 block, size_t shared_bytes,
+                           cudaStream_t stream, const void* packed_args,
+                           bool cooperative) override;
+  cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                     cudaStream_t stream, bool async) override;
+  cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
+  cudaError_t UnregisterSharedHost(void* addr) override;
+  cudaError_t EnqueueHostCallback(cudaStream_t stream, std::function<void()> fn) override;
+  cudaError_t Reset() override;
+
+  // --- api::BackendApi ---------------------------------------------------------
+  cudaError_t cudaGetDeviceCount(int* count) override {
+    Bind();
+    return ::cudaGetDeviceCount(count);
+  }
+  cudaError_t cudaSetDeviceFlags(unsigned int flags) override {
+    Bind();
+    return ::cudaSetDeviceFlags(flags);
+  }
+  cudaError_t cudaGetDeviceFlags(unsigned int* flags) override {
+    Bind();
+    return ::cudaGetDeviceFlags(flags);
+  }
+  cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) override {
+    Bind();
+    return ::cudaGetDeviceProperties(prop, device);
+  }
+  cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) override {
+    Bind();
+    return ::cudaDeviceGetAttribute(value, attr, device);
+  }
+  cudaError_t cudaDeviceCanAccessPeer(int* can_access, int device, int peer) override {
+    Bind();
+    return ::cudaDeviceCanAccessPeer(can_access, device, peer);
+  }
+  cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) override {
+    Bind();
+    return ::cudaDeviceGetStreamPriorityRange(least, greatest);
+  }
+  cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) override {
+    Bind();
+    return ::cudaDeviceGetDefaultMemPool(pool, device);
+  }
+  cudaError_t cudaDeviceSynchronize() override;
+  cudaError_t cudaDriverGetVersion(int* version) override {
+    Bind();
+    return ::cudaDriverGetVersion(version);
+  }
+  cudaError_t cudaRuntimeGetVersion(int* version) override {
+    Bind();
+    return ::cudaRuntimeGetVersion(version);
+  }
+  cudaError_t cudaMemGetInfo(size_t* free, size_t* total) override {
+    Bind();
+    return ::cudaMemGetInfo(free, total);
+  }
+  cudaError_t cudaProfilerStart() override {
+    Bind();
+    return ::cudaProfilerStart();
+  }
+  cudaError_t cudaProfilerStop() override {
+    Bind();
+    return ::cudaProfilerStop();
+  }
+  cudaError_t cudaDeviceSetLimit(cudaLimit limit, size_t value) override {
+    Bind();
+    return ::cudaDeviceSetLimit(limit, value);
+  }
+  cudaError_t cudaDeviceGetLimit(size_t* value, cudaLimit limit) override {
+    Bind();
+    return ::cudaDeviceGetLimit(value, limit);
+  }
+
+  cudaError_t cudaMalloc(void** ptr, size_t size) override;
+  cudaError_t cudaFree(void* ptr) override;
+  cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t stream) override;
+  cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) override;
+  cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr,
+                                      void* value) override {
+    Bind();
+    return ::cudaMemPoolSetAttribute(pool, attr, value);
+  }
+  cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr,
+                                      void* value) override {
+    Bind();
+    return ::cudaMemPoolGetAttribute(pool, attr, value);
+  }
+  cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) override {
+    Bind();
+    return ::cudaMemPoolTrimTo(pool, keep);
+  }
+  cudaError_t cudaMemset(void* ptr, int value, size_t count) override;
+  cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) override;
+  cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* attributes,
+                                       const void* ptr) override;
+
+  cudaError_t cudaStreamCreate(cudaStream_t* stream) override {
+    return cudaStreamCreateWithFlags(stream, cudaStreamDefault);
+  }
+  cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) override {
+    Bind();
+    cudaError_t e = ::cudaStreamCreateWithFlags(stream, flags);
+    if (e == cudaSuccess) Track(&streams_, *stream);
+    return e;
+  }
+  cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags,
+                                           int priority) override {
+    Bind();
+    cudaError_t e = ::cudaStreamCreateWithPriority(stream, flags, priority);
+    if (e == cudaSuccess) Track(&streams_, *stream);
+    return e;
+  }
+  cudaError_t cudaStreamDestroy(cudaStream_t stream) override {
+    Bind();
+    if (!Untrack(&streams_, stream)) return cudaErrorInvalidResourceHandle;
+    return ::cudaStreamDestroy(stream);
+  }
+  cudaError_t cudaStreamSynchronize(cudaStream_t stream) override;
+  cudaError_t cudaStreamQuery(cudaStream_t stream) override {
+    Bind();
+    return ::cudaStreamQuery(stream);
+  }
+  cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority) override {
+    Bind();
+    return ::cudaStreamGetPriority(stream, priority);
+  }
+  cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int* flags) override {
+    Bind();
+    return ::cudaStreamGetFlags(stream, flags);
+  }
+  cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
+                                  unsigned int flags) override {
+    Bind();
+    return ::cudaStreamWaitEvent(stream, event, flags);
+  }
+
+  cudaError_t cudaEventCreate(cudaEvent_t* event) override {
+    return cudaEventCreateWithFlags(event, cudaEventDefault);
+  }
+  cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) override {
+    Bind();
+    cudaError_t e = ::cudaEventCreateWithFlags(event, flags);
+    if (e == cudaSuccess) Track(&events_, *event);
+    return e;
+  }
+  cudaError_t cudaEventDestroy(cudaEvent_t event) override {
+    Bind();
+    if (!Untrack(&events_, event)) return cudaErrorInvalidResourceHandle;
+    return ::cudaEventDestroy(event);
+  }
+  cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) override {
+    Bind();
+    return ::cudaEventRecord(event, stream);
+  }
+  cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream,
+                                       unsigned int flags) override {
+    Bind();
+    return ::cudaEventRecordWithFlags(event, stream, flags);
+  }
+  cudaError_t cudaEventQuery(cudaEvent_t event) override {
+    Bind();
+    return ::cudaEventQuery(event);
+  }
+  cudaError_t cudaEventSynchronize(cudaEvent_t event) override {
+    Bind();
+    return ::cudaEventSynchronize(event);
+  }
+  cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) override {
+    Bind();
+    return ::cudaEventElapsedTime(ms, start, end);
+  }
+
+  cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* attr, const void* func) override;
+  cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) override;
+  cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+      int* num_blocks, const void* func, int block_size, size_t dynamic_smem,
+      unsigned int flags) override;
+
+  cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) override {
+    Bind();
+    return ::cudaStreamBeginCapture(stream, mode);
+  }
+  cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) override {
+    Bind();
+    cudaError_t e = ::cudaStreamEndCapture(stream, graph);
+    if (e == cudaSuccess && graph != nullptr && *graph != nullptr) Track(&graphs_, *graph);
+    return e;
+  }
+  cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
+                                    cudaStreamCaptureStatus* status) override {
+    Bind();
+    return ::cudaStreamIsCapturing(stream, status);
+  }
+  cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) override {
+    Bind();
+    return ::cudaThreadExchangeStreamCaptureMode(mode);
+  }
+  cudaError_t cudaGraphCreate(cudaGraph_t* graph, unsigned int flags) override {
+    Bind();
+    cudaError_t e = ::cudaGraphCreate(graph, flags);
+    if (e == cudaSuccess) Track(&graphs_, *graph);
+    return e;
+  }
+  cudaError_t cudaGraphDestroy(cudaGraph_t graph) override {
+    Bind();
+    if (!Untrack(&graphs_, graph)) return cudaErrorInvalidValue;
+    return ::cudaGraphDestroy(graph);
+  }
+  cudaError_t cudaGraphClone(cudaGraph_t* clone, cudaGraph_t original) override {
+    Bind();
+    cudaError_t e = ::cudaGraphClone(clone, original);
+    if (e == cudaSuccess) Track(&graphs_, *clone);
+    return e;
+  }
+  cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                   unsigned long long flags) override {
+    Bind();
+    cudaError_t e = ::cudaGraphInstantiate(exec, graph, flags);
+    if (e == cudaSuccess) Track(&execs_, *exec);
+    return e;
+  }
+  cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) override {
+    Bind();
+    return ::cudaGraphLaunch(exec, stream);
+  }
+  cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) override {
+    Bind();
+    if (!Untrack(&execs_, exec)) return cudaErrorInvalidValue;
+    return ::cudaGraphExecDestroy(exec);
+  }
+
+ private:
+  struct PendingFree {
+    uint64_t addr;
+    cudaStream_t stream;
+  };
+  struct Mapping {
+    uint64_t start;
+    uint64_t size;
+    CUmemGenericAllocationHandle handle;
+  };
+
+  CudaBackend(const Driver& drv, int device, CUcontext ctx, DeviceRange range, uint64_t gran)
+      : drv_(drv), device_(device), ctx_(ctx), range_(range), granularity_(gran),
+        allocator_(range.base, range.size), mapped_end_(range.base) {}
+
+  // Makes the device and its primary context current on the calling thread
+  // (the agent calls from one executor thread per client).
+  void Bind() const {
+    thread_local const CudaBackend* bound = nullptr;
+    if (bound == this) return;
+    ::cudaSetDevice(device_);
+    drv_.cuCtxSetCurrent(ctx_);
+    bound = this;
+  }
+
+  template <typename T>
+  void Track(absl::flat_hash_set<T>* set, T v) {
+    absl::MutexLock lock(&mu_);
+    set->insert(v);
+  }
+  template <typename T>
+  bool Untrack(absl::flat_hash_set<T>* set, T v) {
+    absl::MutexLock lock(&mu_);
+    return set->erase(v) == 1;
+  }
+
+  bool InDeviceRange(const void* p) const {
+    const uint64_t a = Addr(p);
+    return a >= range_.base && a - range_.base < range_.size;
+  }
+  bool IsSharedHost(const void* p, size_t n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const uint64_t a = Addr(p);
+    auto it = shared_host_.upper_bound(a);
+    if (it == shared_host_.begin()) return false;
+    --it;
+    const uint64_t end = it->first + it->second;
+    return a < end && n <= end - a;
+  }
+  bool DeviceAccessible(const void* p, size_t n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (p == nullptr) return false;
+    if (InDeviceRange(p)) return allocator_.Contains(Addr(p), n);
+    return IsSharedHost(p, n);
+  }
+  bool KnownKernel(const void* func) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return kernels_.contains(static_cast<CUfunction>(const_cast<void*>(func)));
+  }
+
+  cudaError_t AllocateLocked(void** ptr, size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Maps physical memory up to `end` (exclusive).
+  cudaError_t EnsureMappedLocked(uint64_t end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnmapAllLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns the pending stream-ordered frees of `stream` (all when
+  // `all`) to the allocator. Called only after a synchronize that covers them.
+  void ReleasePendingFrees(cudaStream_t stream, bool all) ABSL_LOCKS_EXCLUDED(mu_);
+  bool IsCapturing(cudaStream_t stream) const;
+
+  const Driver drv_;
+  const int device_;
+  const CUcontext ctx_;
+  const DeviceRange range_;
+  const uint64_t granularity_;
+
+  mutable absl::Mutex mu_;
+  FixedRangeAllocator allocator_ ABSL_GUARDED_BY(mu_);
+  uint64_t mapped_end_ ABSL_GUARDED_BY(mu_);
+  std::vector<Mapping> mappings_ ABSL_GUARDED_BY(mu_);
+  std::vector<PendingFree> pending_frees_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, uint64_t> shared_host_ ABSL_GUARDED_BY(mu_);  // start -> size
+  absl::flat_hash_set<cudaStream_t> streams_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<cudaEvent_t> events_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<cudaGraph_t> graphs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<cudaGraphExec_t> execs_ ABSL_GUARDED_BY(mu_);
+  struct Module {
+    CUmodule module = nullptr;
+    std::string image;  // kept alive as long as the module
+  };
+  absl::flat_hash_map<uint64_t, Module> modules_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<CUfunction> kernels_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOptions& options) {
+  int count = 0;
+  cudaError_t e = ::cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    return absl::UnavailableError(absl::StrCat("no usable GPU: cudaGetDeviceCount says ",
+                                               e == cudaSuccess ? "0 devices"
+                                                                : ::cudaGetErrorString(e)));
+  }
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", options.device, " does not exist (", count, " GPUs)"));
+  }
+  e = ::cudaSetDevice(options.device);
+  if (e == cudaSuccess) e = ::cudaInitDevice(options.device, 0, 0);
+  if (e == cudaSuccess) e = ::cudaFree(nullptr);  // the primary context is current now
+  if (e != cudaSuccess) {
+    return absl::UnavailableError(absl::StrCat("cannot initialize GPU ", options.device, ": ",
+                                               ::cudaGetErrorString(e)));
+  }
+  Driver drv;
+  if (absl::Status s = drv.Load(); !s.ok()) return s;
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  CUresult r = drv.cuDeviceGet(&dev, options.device);
+  if (r == CUDA_SUCCESS) r = drv.cuDevicePrimaryCtxRetain(&ctx, dev);
+  if (r == CUDA_SUCCESS) r = drv.cuCtxSetCurrent(ctx);
+  if (r != CUDA_SUCCESS) {
+    return absl::UnavailableError(absl::StrCat("primary context of GPU ", options.device,
+                                               ": driver error ", static_cast<int>(r)));
+  }
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  size_t gran = 0;
+  r = drv.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r != CUDA_SUCCESS || gran == 0) {
+    return absl::UnavailableError(absl::StrCat("cuMemGetAllocationGranularity: driver error ",
+                                               static_cast<int>(r)));
+  }
+  const uint64_t granularity = std::max<uint64_t>(gran, kChunk);
+
+  DeviceRange range = options.device_range;
+  if (range.base == 0) range.base = kDefaultDeviceBase + uint64_t(options.rank) * kRankStride;
+  if (range.size == 0) range.size = kDefaultDeviceSize;
+  if (range.base % granularity != 0 || range.size % granularity != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device range 0x", absl::Hex(range.base), " + ", range.size,
+        " is not aligned to the allocation granularity ", granularity));
+  }
+  CUdeviceptr got = 0;
+  r = drv.cuMemAddressReserve(&got, range.size, granularity, range.base, 0);
+  if (r != CUDA_SUCCESS || got != range.base) {
+    if (r == CUDA_SUCCESS) drv.cuMemAddressFree(got, range.size);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot reserve the device range [0x", absl::Hex(range.base), ", 0x",
+        absl::Hex(range.base + range.size), ") of rank ", options.rank,
+        r == CUDA_SUCCESS ? absl::StrCat(": the driver placed it at 0x", absl::Hex(got))
+                          : absl::StrCat(": driver error ", static_cast<int>(r)),
+        "; something else occupies these addresses (another agent of the same rank?)"));
+  }
+  REVENANT_LOG(DEBUG, kLog) << absl::StrCat("GPU ", options.device, ": device range 0x",
+                                          absl::Hex(range.base), " + ", range.size >> 20,
+                                          " MiB");
+  return std::unique_ptr<CudaBackend>(
+      new CudaBackend(drv, options.device, ctx, range, granularity));
+}
+
+CudaBackend::~CudaBackend() {
+  Reset();
+  Bind();
+  drv_.cuMemAddressFree(range_.base, range_.size);
+}
+
+// --- Memory -------------------------------------------------------------------------
+
+cudaError_t CudaBackend::EnsureMappedLocked(uint64_t end) {
+  if (end <= mapped_end_) return cudaSuccess;
+  const uint64_t size = (end - mapped_end_ + granularity_ - 1) / granularity_ * granularity_;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device_;
+  CUmemGenericAllocationHandle h = 0;
+  CUresult r = drv_.cuMemCreate(&h, size, &prop, 0);
+  if (r != CUDA_SUCCESS) {
+    REVENANT_LOG(DEBUG, kLog) << "cuMemCreate(" << size << "): " << static_cast<int>(r);
+    return cudaErrorMemoryAllocation;
+  }
+  r = drv_.cuMemMap(mapped_end_, size, 0, h, 0);
+  if (r != CUDA_SUCCESS) {
+    drv_.cuMemRelease(h);
+    REVENANT_LOG(WARNING, kLog) << absl::StrCat("cuMemMap at 0x", absl::Hex(mapped_end_), ": ",
+                                             static_cast<int>(r));
+    return cudaErrorMemoryAllocation;
+  }
+  CUmemAccessDesc access{};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device_;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r = drv_.cuMemSetAccess(mapped_end_, size, &access, 1);
+  if (r != CUDA_SUCCESS) {
+    drv_.cuMemUnmap(mapped_end_, size);
+    drv_.cuMemRelease(h);
+    REVENANT_LOG(WARNING, kLog) << "cuMemSetAccess: " << static_cast<int>(r);
+    return cudaErrorMemoryAllocation;
+  }
+  mappings_.push_back(Mapping{mapped_end_, size, h});
+  mapped_end_ += size;
+  return cudaSuccess;
+}
+
+void CudaBackend::UnmapAllLocked() {
+  for (const Mapping& m : mappings_) {
+    drv_.cuMemUnmap(m.start, m.size);
+    drv_.cuMemRelease(m.handle);
+  }
+  mappings_.clear();
+  mapped_end_ = range_.base;
+}
+
+cudaError_t CudaBackend::AllocateLocked(void** ptr, size_t size) {
+  absl::StatusOr<uint64_t> addr = allocator_.Allocate(size);
+  if (!addr.ok() && addr.status().code() == absl::StatusCode::kResourceExhausted &&
+      !pending_frees_.empty()) {
+    // Memory freed in stream order may be what is missing: wait for it (a
+    // point fixed by the call sequence, so a replay allocates identically).
+    mu_.Unlock();
+    ::cudaDeviceSynchronize();
+    ReleasePendingFrees(nullptr, /*all=*/true);
+    mu_.Lock();
+    addr = allocator_.Allocate(size);
+  }
+  if (!addr.ok()) {
+    REVENANT_LOG(DEBUG, kLog) << "allocation of " << size << " bytes: " << addr.status();
+    return cudaErrorMemoryAllocation;
+  }
+  const uint64_t rounded = (size + allocator_.alignment() - 1) / allocator_.alignment() *
+                           allocator_.alignment();
+  if (cudaError_t e = EnsureMappedLocked(*addr + rounded); e != cudaSuccess) {
+    (void)allocator_.Free(*addr);
+    return e;
+  }
+  *ptr = reinterpret_cast<void*>(*addr);
+  return cudaSuccess;
+}
+
+void CudaBackend::ReleasePendingFrees(cudaStream_t stream, bool all) {
+  absl::MutexLock lock(&mu_);
+  auto released = [&](const PendingFree& f) {
+    if (!all && f.stream != stream) return false;
+    (void)allocator_.Free(f.addr);
+    return true;
+  };
+  pending_frees_.erase(std::remove_if(pending_frees_.begin(), pending_frees_.end(), released),
+                       pending_frees_.end());
+}
+
+bool CudaBackend::IsCapturing(cudaStream_t stream) const {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  return ::cudaStreamIsCapturing(stream, &st) == cudaSuccess &&
+         st != cudaStreamCaptureStatusNone;
+}
+
+cudaError_t CudaBackend::cudaMalloc(void** ptr, size_t size) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  Bind();
+  if (size == 0) {
+    *ptr = nullptr;
+    return cudaSuccess;
+  }
+  absl::MutexLock lock(&mu_);
+  return AllocateLocked(ptr, size);
+}
+
+cudaError_t CudaBackend::cudaFree(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  Bind();
+  // cudaFree synchronizes the device: no queued work still uses the block,
+  // and every stream-ordered free queued so far is complete.
+  cudaError_t sync = ::cudaDeviceSynchronize();
+  {
+    absl::MutexLock lock(&mu_);
+    for (const PendingFree& f : pending_frees_) {
+      if (f.addr == Addr(ptr)) return cudaErrorInvalidValue;  // already freed (async)
+    }
+    if (!allocator_.Free(Addr(ptr)).ok()) return cudaErrorInvalidValue;
+  }
+  ReleasePendingFrees(nullptr, /*all=*/true);
+  return sync;
+}
+
+cudaError_t CudaBackend::cudaMallocAsync(void** ptr, size_t size, cudaStream_t stream) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  Bind();
+  if (IsCapturing(stream)) return cudaErrorStreamCaptureUnsupported;
+  if (size == 0) {
+    *ptr = nullptr;
+    return cudaSuccess;
+  }
+  // Allocated at once: valid for the stream's later work, which is all that
+  // stream-ordered allocation promises.
+  absl::MutexLock lock(&mu_);
+  return AllocateLocked(ptr, size);
+}
+
+cudaError_t CudaBackend::cudaFreeAsync(void* ptr, cudaStream_t stream) {
+  if (ptr == nullptr) return cudaSuccess;
+  Bind();
+  if (IsCapturing(stream)) return cudaErrorStreamCaptureUnsupported;
+  absl::MutexLock lock(&mu_);
+  if (allocator_.SizeOf(Addr(ptr)) == 0) return cudaErrorInvalidValue;
+  for (const PendingFree& f : pending_frees_) {
+    if (f.addr == Addr(ptr)) return cudaErrorInvalidValue;
+  }
+  pending_frees_.push_back(PendingFree{Addr(ptr), stream});
+  return cudaSuccess;
+}
+
+cudaError_t CudaBackend::cudaMemset(void* ptr, int value, size_t count) {
+  Bind();
+  if (count == 0) return cudaSuccess;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!DeviceAccessible(ptr, count)) return cudaErrorInvalidValue;
+  }
+  return ::cudaMemset(ptr, value, count);
+}
+
+cudaError_t CudaBackend::cudaMemsetAsync(void* ptr, int value, size_t count,
+                                         cudaStream_t stream) {
+  Bind();
+  if (count == 0) return cudaSuccess;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!DeviceAccessible(ptr, count)) return cudaErrorInvalidValue;
+  }
+  return ::cudaMemsetAsync(ptr, value, count, stream);
+}
+
+cudaError_t CudaBackend::cudaPointerGetAttributes(struct cudaPointerAttributes* attributes,
+                                                  const void* ptr) {
+  if (attributes == nullptr) return cudaErrorInvalidValue;
+  Bind();
+  if (InDeviceRange(ptr)) {
+    absl::MutexLock lock(&mu_);
+    if (!allocator_.Contains(Addr(ptr), 0)) {
+      // Reserved but not allocated: what CUDA says of memory it never gave out.
+      *attributes = cudaPointerAttributes{};
+      attributes->type = cudaMemoryTypeUnregistered;
+      attributes->device = -2;
+      attributes->hostPointer = const_cast<void*>(ptr);
+      return cudaSuccess;
+    }
+  }
+  return ::cudaPointerGetAttributes(attributes, ptr);
+}
+
+cudaError_t CudaBackend::Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                                cudaStream_t stream, bool async) {
+  bool dst_device, src_device;
+  switch (kind) {
+    case cudaMemcpyHostToHost: dst_device = src_device = false; break;
+    case cudaMemcpyHostToDevice: dst_device = true; src_device = false; break;
+    case cudaMemcpyDeviceToHost: dst_device = false; src_device = true; break;
+    case cudaMemcpyDeviceToDevice: dst_device = src_device = true; break;
+    case cudaMemcpyDefault:
+      dst_device = InDeviceRange(dst);
+      src_device = InDeviceRange(src);
+      break;
+    default:
+      return cudaErrorInvalidMemcpyDirection;
+  }
+  Bind();
+  if (count == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+  {
+    absl::MutexLock lock(&mu_);
+    // A device side must be a live allocation or shared host memory; anything
+    // inside the device range is checked whatever the kind says.
+    auto check = [&](const void* p, bool device) {
+      if (device || InDeviceRange(p)) return DeviceAccessible(p, count);
+      return true;
+    };
+    if (!check(dst, dst_device) || !check(src, src_device)) return cudaErrorInvalidValue;
+    // A destination the agent owns (reply buffer, staging area) must be
+    // written before returning.
+    if (!InDeviceRange(dst) && !IsSharedHost(dst, count)) async = false;
+  }
+  // An asynchronous copy from private (pageable) bytes is safe: CUDA stages a
+  // pageable source before cudaMemcpyAsync returns.
+  if (async) return ::cudaMemcpyAsync(dst, src, count, kind, stream);
+  if (stream == nullptr) return ::cudaMemcpy(dst, src, count, kind);
+  cudaError_t e = ::cudaMemcpyAsync(dst, src, count, kind, stream);
+  if (e != cudaSuccess) return e;
+  return ::cudaStreamSynchronize(stream);
+}
+
+cudaError_t CudaBackend::RegisterSharedHost(void* addr, size_t size, unsigned int) {
+  if (addr == nullptr || size == 0 || InDeviceRange(addr)) return cudaErrorInvalidValue;
+  Bind();
+  {
+    absl::MutexLock lock(&mu_);
+    const uint64_t a = Addr(addr);
+    auto next = shared_host_.lower_bound(a);
+    if (next != shared_host_.end() && next->first < a + size) {
+      return cudaErrorHostMemoryAlreadyRegistered;
+    }
+    if (next != shared_host_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second > a) return cudaErrorHostMemoryAlreadyRegistered;
+    }
+  }
+  cudaError_t e =
+      ::cudaHostRegister(addr, size, cudaHostRegisterMapped | cudaHostRegisterPortable);
+  if (e != cudaSuccess) return e;
+  absl::MutexLock lock(&mu_);
+  shared_host_[Addr(addr)] = size;
+  return cudaSuccess;
+}
+
+cudaError_t CudaBackend::UnregisterSharedHost(void* addr) {
+  Bind();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = shared_host_.find(Addr(addr));
+    if (it == shared_host_.end()) return cudaErrorHostMemoryNotRegistered;
+    shared_host_.erase(it);
+  }
+  return ::cudaHostUnregister(addr);
+}
+
+cudaError_t CudaBackend::EnqueueHostCallback(cudaStream_t stream, std::function<void()> fn) {
+  if (!fn) return cudaErrorInvalidValue;
+  Bind();
+  auto* heap = new std::function<void()>(std::move(fn));
+  cudaError_t e = ::cudaLaunchHostFunc(stream, HostFuncTrampoline, heap);
+  if (e != cudaSuccess) delete heap;
+  return e;
+}
+
+// --- Synchronization -------------------------------------------------------------------
+
+cudaError_t CudaBackend::cudaDeviceSynchronize() {
+  Bind();
+  cudaError_t e = ::cudaDeviceSynchronize();
+  ReleasePendingFrees(nullptr, /*all=*/true);
+  return e;
+}
+
+cudaError_t CudaBackend::cudaStreamSynchronize(cudaStream_t stream) {
+  Bind();
+  cudaError_t e = ::cudaStreamSynchronize(stream);
+  if (e == cudaSuccess) ReleasePendingFrees(stream, /*all=*/false);
+  return e;
+}
+
+// --- Modules and launches ----------------------------------------------------------------
+
+absl::Status CudaBackend::LoadModule(uint64_t module_key, absl::string_view image) {
+  Bind();
+  absl::MutexLock lock(&mu_);
+  if (modules_.contains(module_key)) return absl::OkStatus();
+  if (image.size() < 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("module ", module_key, ": no fat binary image (", image.size(), " bytes)"));
+  }
+  Module m;
+  m.image.assign(image.data(), image.size());  // aligned, and alive as long as the module
+  CUresult r = drv_.cuModuleLoadFatBinary(&m.module, m.image.data());
+  if (r != CUDA_SUCCESS) {
+    return absl::InvalidArgumentError(absl::StrCat("cuModuleLoadFatBinary of module ", module_key,
+                                                   " (", image.size(), " bytes): driver error ",
+                                                   static_cast<int>(r)));
+  }
+  modules_.emplace(module_key, std::move(m));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KernelInfo> CudaBackend::GetKernel(uint64_t module_key,
+                                                  const std::string& mangled_name) {
+  Bind();
+  absl::MutexLock lock(&mu_);
+  auto it = modules_.find(module_key);
+  if (it == modules_.end()) {
+    return absl::NotFoundError(absl::StrCat("module ", module_key, " is not loaded"));
+  }
+  CUfunction f = nullptr;
+  CUresult r = drv_.cuModuleGetFunction(&f, it->second.module, mangled_name.c_str());
+  if (r != CUDA_SUCCESS) {
+    return absl::NotFoundError(absl::StrCat("kernel ", mangled_name, " is not in module ",
+                                            module_key, " (driver error ", static_cast<int>(r),
+                                            ")"));
+  }
+  KernelInfo info;
+  info.handle = f;
+  for (size_t i = 0;; ++i) {
+    size_t offset = 0, size = 0;
+    if (drv_.cuFuncGetParamInfo(f, i, &offset, &size) != CUDA_SUCCESS) break;
+    info.params.push_back({static_cast<uint32_t>(offset), static_cast<uint32_t>(size)});
+    info.args_size = std::max<uint32_t>(info.args_size, static_cast<uint32_t>(offset + size));
+  }
+  kernels_.insert(f);
+  return info;
+}
+
+cudaError_t CudaBackend::LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                      size_t shared_bytes, cudaStream_t stream,
+                                      const void* packed_args, bool cooperative) {
+  Bind();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!KnownKernel(kernel.handle)) return cudaErrorInvalidDeviceFunction;
+  }
+  if (!kernel.params.empty() && packed_args == nullptr) return cudaErrorInvalidValue;
+  // The driver copies the parameters during the call: pointers into the
+  // packed buffer (valid during this call) are enough.
+  constexpr size_t kInline = 64;
+  void* inline_params[kInline];
+  std::vector<void*> heap_params;
+  void** params = inline_params;
+  if (kernel.params.size() > kInline) {
+    heap_params.resize(kernel.params.size());
+    params = heap_params.data();
+  }
+  const char* base = static_cast<const char*>(packed_args);
+  for (size_t i = 0; i < kernel.params.size(); ++i) {
+    params[i] = const_cast<char*>(base + kernel.params[i].offset);
+  }
+  auto f = static_cast<CUfunction>(const_cast<void*>(kernel.handle));
+  auto s = reinterpret_cast<CUstream>(stream);
+  const auto smem = static_cast<unsigned int>(shared_bytes);
+  if (shared_bytes > 0xffffffffull) return cudaErrorInvalidValue;
+  CUresult r =
+      cooperative
+          ? drv_.cuLaunchCooperativeKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                           smem, s, kernel.params.empty() ? nullptr : params)
+          : drv_.cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem, s,
+                                kernel.params.empty() ? nullptr : params, nullptr);
+  return FromCu(r);
+}
+
+cudaError_t CudaBackend::cudaFuncGetAttributes(struct cudaFuncAttributes* attr,
+                                               const void* func) {
+  if (attr == nullptr) return cudaErrorInvalidValue;
+  Bind();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!KnownKernel(func)) return cudaErrorInvalidDeviceFunction;
+  }
+  auto f = static_cast<CUfunction>(const_cast<void*>(func));
+  *attr = cudaFuncAttributes{};
+  int v = 0;
+  auto get = [&](CUfunction_attribute a, auto* field) -> CUresult {
+    CUresult r = drv_.cuFuncGetAttribute(&v, a, f);
+    if (r == CUDA_SUCCESS) *field = static_cast<std::remove_pointer_t<decltype(field)>>(v);
+    return r;
+  };
+  CUresult r = get(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, &attr->sharedSizeBytes);
+  if (r == CUDA_SUCCESS) r = get(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, &attr->constSizeBytes);
+  if (r == CUDA_SUCCESS) r = get(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, &attr->localSizeBytes);
+  if (r == CUDA_SUCCESS)
+    r = get(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &attr->maxThreadsPerBlock);
+  if (r == CUDA_SUCCESS) r = get(CU_FUNC_ATTRIBUTE_NUM_REGS, &attr->numRegs);
+  if (r == CUDA_SUCCESS) r = get(CU_FUNC_ATTRIBUTE_PTX_VERSION, &attr->ptxVersion);
+  if (r == CUDA_SUCCESS) r = get(CU_FUNC_ATTRIBUTE_BINARY_VERSION, &attr->binaryVersion);
+  if (r == CUDA_SUCCESS) r = get(CU_FUNC_ATTRIBUTE_CACHE_MODE_CA, &attr->cacheModeCA);
+  if (r == CUDA_SUCCESS)
+    r = get(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, &attr->maxDynamicSharedSizeBytes);
+  if (r == CUDA_SUCCESS)
+    r = get(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, &attr->preferredShmemCarveout);
+  return FromCu(r);
+}
+
+cudaError_t CudaBackend::cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr,
+                                              int value) {
+  Bind();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!KnownKernel(func)) return cudaErrorInvalidDeviceFunction;
+  }
+  // cudaFuncAttribute and CUfunction_attribute number the settable
+  // attributes alike (max dynamic shared memory = 8 ... cluster scheduling
+  // policy = 15).
+  if (attr < cudaFuncAttributeMaxDynamicSharedMemorySize || attr >= cudaFuncAttributeMax) {
+    return cudaErrorInvalidValue;
+  }
+  return FromCu(drv_.cuFuncSetAttribute(static_cast<CUfunction>(const_cast<void*>(func)),
+                                        static_cast<CUfunction_attribute>(attr), value));
+}
+
+cudaError_t CudaBackend::cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    int* num_blocks, const void* func, int block_size, size_t dynamic_smem, unsigned int flags) {
+  if (num_blocks == nullptr) return cudaErrorInvalidValue;
+  Bind();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!KnownKernel(func)) return cudaErrorInvalidDeviceFunction;
+  }
+  return FromCu(drv_.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+      num_blocks, static_cast<CUfunction>(const_cast<void*>(func)), block_size, dynamic_smem,
+      flags));
+}
+
+// --- Reset ---------------------------------------------------------------------------------
+
+cudaError_t CudaBackend::Reset() {
+  Bind();
+  ::cudaDeviceSynchronize();
+  absl::MutexLock lock(&mu_);
+  for (cudaGraphExec_t x : execs_) ::cudaGraphExecDestroy(x);
+  execs_.clear();
+  for (cudaGraph_t g : graphs_) ::cudaGraphDestroy(g);
+  graphs_.clear();
+  for (cudaEvent_t ev : events_) ::cudaEventDestroy(ev);
+  events_.clear();
+  for (cudaStream_t s : streams_) ::cudaStreamDestroy(s);
+  streams_.clear();
+  kernels_.clear();
+  for (auto& [key, m] : modules_) drv_.cuModuleUnload(m.module);
+  modules_.clear();
+  pending_frees_.clear();
+  allocator_.Clear();
+  // Physical memory goes back; the reservation (and so the addresses) stays.
+  UnmapAllLocked();
+  // Shared host ranges stay: the agent owns those mappings and unregisters
+  // them itself.
+  (void)::cudaGetLastError();
+  return cudaSuccess;
+}
+
+}  // namespace
+}  // namespace cuda
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const BackendOptions& options) {
+  absl::StatusOr<std::unique_ptr<cuda::CudaBackend>> b = cuda::CudaBackend::Create(options);
+  if (!b.ok()) return b.status();
+  return std::unique_ptr<Backend>(std::move(*b));
+}
+
+}  // namespace agent
+}  // namespace revenant

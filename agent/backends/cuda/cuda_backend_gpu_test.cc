@@ -1,0 +1,287 @@
+// GPU test of the cuda backend (needs a GPU; tagged gpu + manual).
+//
+//   cuda_backend_gpu_test --fatbin=gpu_test_kernels.fatbin
+//
+// Without --child it is the driver: it runs the same allocation sequence in
+// two agents-to-be, one after the other (fresh processes, like a replacement
+// agent after a crash), and checks that both print the same device addresses;
+// then runs ranks 0 and 1 concurrently, and checks that a second backend of a
+// rank whose range is taken fails with a clear error. Each child also checks
+// copies, memsets, pointer validation, streams, events, host callbacks, a
+// kernel from a fat binary, function attributes, occupancy and Reset.
+// Prints "PASS cuda_backend_gpu_test" as its last line on success.
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/backend.h"
+#include "agent/backends/cuda/cuda_backend.h"
+
+namespace revenant {
+namespace agent {
+namespace {
+
+int g_failures = 0;
+
+#define EXPECT(cond)                                                  \
+  do {                                                                \
+    if (!(cond)) {                                                    \
+      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);     \
+      ++g_failures;                                                   \
+    }                                                                 \
+  } while (0)
+#define EXPECT_ERR(expr, want)                                                      \
+  do {                                                                              \
+    cudaError_t e_ = (expr);                                                        \
+    if (e_ != (want)) {                                                             \
+      std::printf("FAIL %s:%d: %s returned %d, want %d\n", __FILE__, __LINE__, #expr, \
+                  static_cast<int>(e_), static_cast<int>(want));                    \
+      ++g_failures;                                                                 \
+    }                                                                               \
+  } while (0)
+
+std::string Flag(int argc, char** argv, const std::string& name, const std::string& def = "") {
+  const std::string prefix = "--" + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return argv[i] + prefix.size();
+    if (name == argv[i] + 2 && std::strncmp(argv[i], "--", 2) == 0) return "1";
+  }
+  return def;
+}
+
+void Addr(const char* name, const void* p) {
+  std::printf("ADDR %s %p\n", name, p);
+}
+
+// One agent's life: a fixed call sequence.
+int Child(int rank, const std::string& fatbin, int hold_ms) {
+  BackendOptions options;
+  options.rank = rank;
+  absl::StatusOr<std::unique_ptr<Backend>> made = MakeCudaBackend(options);
+  if (!made.ok()) {
+    std::printf("CREATE_FAILED %s\n", made.status().ToString().c_str());
+    return 3;
+  }
+  Backend* b = made->get();
+  const DeviceRange range = b->device_range();
+  EXPECT(range.base == cuda::kDefaultDeviceBase + uint64_t(rank) * cuda::kRankStride);
+  std::printf("RANGE 0x%llx %llu\n", (unsigned long long)range.base,
+              (unsigned long long)range.size);
+
+  // The allocation sequence whose addresses must repeat.
+  void *a = nullptr, *big = nullptr, *c = nullptr, *d = nullptr, *e = nullptr, *f = nullptr;
+  EXPECT_ERR(b->cudaMalloc(&a, 1000), cudaSuccess);
+  EXPECT_ERR(b->cudaMalloc(&big, 3 << 20), cudaSuccess);
+  EXPECT_ERR(b->cudaMalloc(&c, 10), cudaSuccess);
+  EXPECT(reinterpret_cast<uint64_t>(a) == range.base);
+  Addr("a", a);
+  Addr("big", big);
+  Addr("c", c);
+  EXPECT_ERR(b->cudaFree(a), cudaSuccess);
+  EXPECT_ERR(b->cudaMalloc(&d, 500), cudaSuccess);
+  Addr("d", d);
+  cudaStream_t s = nullptr;
+  EXPECT_ERR(b->cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  EXPECT_ERR(b->cudaMallocAsync(&e, 1 << 20, s), cudaSuccess);
+  Addr("e", e);
+  EXPECT_ERR(b->cudaFreeAsync(e, s), cudaSuccess);
+  EXPECT_ERR(b->cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_ERR(b->cudaMalloc(&f, 64 << 20), cudaSuccess);
+  Addr("f", f);
+
+  // Copies through the mapped chunks, both ways, on the legacy and a created stream.
+  const size_t n = (3 << 20) / 4;
+  std::vector<uint32_t> in(n), out(n, 0);
+  for (size_t i = 0; i < n; ++i) in[i] = uint32_t(i * 2654435761u);
+  EXPECT_ERR(b->Memcpy(big, in.data(), n * 4, cudaMemcpyHostToDevice, nullptr, false),
+             cudaSuccess);
+  EXPECT_ERR(b->Memcpy(f, big, n * 4, cudaMemcpyDeviceToDevice, s, true), cudaSuccess);
+  EXPECT_ERR(b->Memcpy(out.data(), f, n * 4, cudaMemcpyDeviceToHost, s, false), cudaSuccess);
+  EXPECT(std::memcmp(in.data(), out.data(), n * 4) == 0);
+  EXPECT_ERR(b->cudaMemset(c, 0x5a, 10), cudaSuccess);
+  unsigned char cb[10] = {};
+  EXPECT_ERR(b->Memcpy(cb, c, 10, cudaMemcpyDefault, nullptr, false), cudaSuccess);
+  EXPECT(cb[0] == 0x5a && cb[9] == 0x5a);
+
+  // Validation: nothing here may fault the agent.
+  char* bogus = reinterpret_cast<char*>(range.base + (60ull << 30));
+  EXPECT_ERR(b->Memcpy(bogus, in.data(), 4, cudaMemcpyHostToDevice, nullptr, false),
+             cudaErrorInvalidValue);
+  EXPECT_ERR(b->Memcpy(out.data(), static_cast<char*>(c) + 8, 16, cudaMemcpyDeviceToHost,
+                       nullptr, false),
+             cudaErrorInvalidValue);  // runs past the allocation
+  EXPECT_ERR(b->cudaMemset(a, 0, 4), cudaErrorInvalidValue);  // freed
+  EXPECT_ERR(b->cudaFree(bogus), cudaErrorInvalidValue);
+  EXPECT_ERR(b->cudaFree(e), cudaErrorInvalidValue);  // freed in stream order already
+  EXPECT_ERR(b->Memcpy(big, in.data(), 4, static_cast<cudaMemcpyKind>(7), nullptr, false),
+             cudaErrorInvalidMemcpyDirection);
+  void* huge = nullptr;
+  EXPECT_ERR(b->cudaMalloc(&huge, size_t{1} << 52), cudaErrorMemoryAllocation);
+
+  // Events, queries, host callbacks in stream order.
+  cudaEvent_t ev = nullptr;
+  EXPECT_ERR(b->cudaEventCreate(&ev), cudaSuccess);
+  EXPECT_ERR(b->cudaEventRecord(ev, s), cudaSuccess);
+  EXPECT_ERR(b->cudaEventSynchronize(ev), cudaSuccess);
+  EXPECT_ERR(b->cudaEventQuery(ev), cudaSuccess);
+  std::atomic<int> ran{0};
+  EXPECT_ERR(b->EnqueueHostCallback(s, [&ran] { ran.fetch_add(1); }), cudaSuccess);
+  EXPECT_ERR(b->cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT(ran.load() == 1);
+
+  // A kernel from a fat binary, launched with a packed argument buffer.
+  std::ifstream file(fatbin, std::ios::binary);
+  std::stringstream image;
+  image << file.rdbuf();
+  absl::Status loaded = b->LoadModule(42, image.str());
+  EXPECT(loaded.ok());
+  if (!loaded.ok()) std::printf("  %s\n", loaded.ToString().c_str());
+  absl::StatusOr<KernelInfo> k = b->GetKernel(42, "fill_u32");
+  EXPECT(k.ok());
+  if (k.ok()) {
+    EXPECT(k->params.size() == 4);
+    if (k->params.size() == 4) {
+      EXPECT(k->params[0].offset == 0 && k->params[0].size == 8);
+      EXPECT(k->params[1].offset == 8 && k->params[2].offset == 12 && k->params[3].offset == 16);
+    }
+    std::vector<char> args(k->args_size, 0);
+    const uint32_t count = 1000, value = 7;
+    const unsigned char add = 1;
+    std::memcpy(args.data() + k->params[0].offset, &f, 8);
+    std::memcpy(args.data() + k->params[1].offset, &count, 4);
+    std::memcpy(args.data() + k->params[2].offset, &value, 4);
+    std::memcpy(args.data() + k->params[3].offset, &add, 1);
+    EXPECT_ERR(b->LaunchKernel(*k, dim3(8), dim3(128), 0, s, args.data(), false), cudaSuccess);
+    EXPECT_ERR(b->LaunchKernel(*k, dim3(1), dim3(2048), 0, s, args.data(), false),
+               cudaErrorInvalidValue);
+    EXPECT_ERR(b->LaunchKernel(*k, dim3(8), dim3(128), 0, s, args.data(), true), cudaSuccess);
+    std::vector<uint32_t> got(count);
+    EXPECT_ERR(b->Memcpy(got.data(), f, count * 4, cudaMemcpyDeviceToHost, s, false),
+               cudaSuccess);
+    EXPECT(got[0] == 7 && got[999] == 1006);
+    cudaFuncAttributes fa{};
+    EXPECT_ERR(b->cudaFuncGetAttributes(&fa, k->handle), cudaSuccess);
+    EXPECT(fa.maxThreadsPerBlock >= 128 && fa.binaryVersion >= 90);
+    int blocks = 0;
+    EXPECT_ERR(b->cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&blocks, k->handle,
+                                                                         128, 0, 0),
+               cudaSuccess);
+    EXPECT(blocks > 0);
+    EXPECT_ERR(b->cudaFuncSetAttribute(k->handle, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       64 << 10),
+               cudaSuccess);
+    EXPECT_ERR(b->cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(0x1234)),
+               cudaErrorInvalidDeviceFunction);
+  }
+
+  if (hold_ms > 0) {
+    std::printf("HOLDING\n");
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
+  }
+  // Reset: everything goes, the addresses start over.
+  EXPECT_ERR(b->Reset(), cudaSuccess);
+  void* again = nullptr;
+  EXPECT_ERR(b->cudaMalloc(&again, 1 << 20), cudaSuccess);
+  EXPECT(reinterpret_cast<uint64_t>(again) == range.base);
+  EXPECT_ERR(b->Memcpy(again, in.data(), 4, cudaMemcpyHostToDevice, nullptr, false),
+             cudaSuccess);
+  EXPECT_ERR(b->cudaStreamDestroy(s), cudaErrorInvalidResourceHandle);  // Reset destroyed it
+  std::printf(g_failures == 0 ? "CHILD_OK\n" : "CHILD_FAILED %d\n", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
+struct Run {
+  std::string out;
+  int status = -1;
+};
+
+Run RunChild(const std::string& cmd) {
+  Run r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[512];
+  while (std::fgets(buf, sizeof(buf), p) != nullptr) r.out += buf;
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string AddrLines(const std::string& out) {
+  std::string res;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("ADDR ", 0) == 0) res += line + "\n";
+  }
+  return res;
+}
+
+int Driver(const std::string& self, const std::string& fatbin) {
+  const std::string base = "timeout 120 " + self + " --child --fatbin=" + fatbin;
+  Run first = RunChild(base + " --rank=0");
+  Run second = RunChild(base + " --rank=0");
+  std::printf("--- first agent (rank 0)\n%s--- second agent (rank 0), started after the first "
+              "exited\n%s",
+              first.out.c_str(), second.out.c_str());
+  EXPECT(first.status == 0);
+  EXPECT(second.status == 0);
+  EXPECT(!AddrLines(first.out).empty());
+  EXPECT(AddrLines(first.out) == AddrLines(second.out));
+  if (AddrLines(first.out) == AddrLines(second.out) && first.status == 0) {
+    std::printf("same device addresses in both agents: yes\n");
+  }
+
+  // Ranks 0 and 1 at once: disjoint fixed ranges in concurrent processes;
+  // meanwhile a second rank-0 backend must fail clearly.
+  std::string out0_path = "/tmp/revenant_gpu_test_r0_" + std::to_string(getpid());
+  std::thread t0([&] {
+    Run r = RunChild(base + " --rank=0 --hold_ms=4000");
+    std::ofstream(out0_path) << r.status << "\n" << r.out;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  Run r1 = RunChild(base + " --rank=1");
+  Run dup = RunChild(base + " --rank=0");
+  t0.join();
+  std::ifstream f0(out0_path);
+  std::stringstream s0;
+  s0 << f0.rdbuf();
+  std::remove(out0_path.c_str());
+  std::printf("--- rank 0 (held while the others ran)\n%s--- rank 1, concurrently\n%s"
+              "--- a second rank-0 agent while the first holds its range\n%s",
+              s0.str().c_str(), r1.out.c_str(), dup.out.c_str());
+  EXPECT(s0.str().rfind("0\n", 0) == 0);
+  EXPECT(r1.status == 0);
+  EXPECT(r1.out.find("ADDR a 0x7f1000000000") != std::string::npos);
+  EXPECT(dup.status == 3);
+  EXPECT(dup.out.find("CREATE_FAILED") != std::string::npos);
+  if (g_failures == 0) std::printf("PASS cuda_backend_gpu_test\n");
+  return g_failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace agent
+}  // namespace revenant
+
+int main(int argc, char** argv) {
+  using revenant::agent::Flag;
+  const std::string fatbin = Flag(argc, argv, "fatbin");
+  if (fatbin.empty()) {
+    std::fprintf(stderr, "usage: %s --fatbin=gpu_test_kernels.fatbin\n", argv[0]);
+    return 2;
+  }
+  if (!Flag(argc, argv, "child").empty()) {
+    return revenant::agent::Child(std::atoi(Flag(argc, argv, "rank", "0").c_str()), fatbin,
+                                  std::atoi(Flag(argc, argv, "hold_ms", "0").c_str()));
+  }
+  return revenant::agent::Driver(argv[0], fatbin);
+}
