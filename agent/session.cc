@@ -20,7 +20,7 @@ Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> 
       channel_(std::move(channel)),
       control_fd_(control_fd),
       job_dir_(std::move(job_dir)),
-      options_(options) {
+      options_(std::move(options)) {
   ctx_.backend = backend_;
   ctx_.handles = &handles_;
   ctx_.session = this;
@@ -94,6 +94,18 @@ void Session::Execute(const transport::RecordHeader& rec) {
     REVENANT_LOG(WARNING, "agent") << "request " << rec.seq << " names reply slot "
                                    << rec.reply_slot << " which does not exist; ignored";
   }
+  if (rec.api_id == hooks::kMarkStepApiId) {
+    if (options_.journal != nullptr) {
+      if (absl::Status s = options_.journal->MarkStep(); !s.ok()) JournalFailed(s);
+    }
+    return;
+  }
+  if (options_.journal != nullptr) {
+    // Log before apply.
+    if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec)); !s.ok()) {
+      JournalFailed(s);
+    }
+  }
   thread_local std::vector<char> scratch(64 << 10);
   char* reply = has_reply ? channel_->ReplyBuffer(rec.reply_slot) : scratch.data();
   const uint32_t capacity = has_reply ? channel_->reply_data_size() : scratch.size();
@@ -119,6 +131,11 @@ void Session::Execute(const transport::RecordHeader& rec) {
     prefix.deferred_error = deferred_error_;
     deferred_error_ = 0;
     std::memcpy(reply, &prefix, sizeof(prefix));
+    if (options_.journal != nullptr) {
+      absl::Status s = options_.journal->AfterExecute(
+          rec, status, absl::string_view(reply + kReplyPrefixSize, out.size()));
+      if (!s.ok()) JournalFailed(s);
+    }
     channel_->PostReply(rec.reply_slot, rec.seq, static_cast<uint32_t>(status),
                         kReplyPrefixSize + static_cast<uint32_t>(out.size()));
   } else if (status != 0) {
@@ -126,6 +143,30 @@ void Session::Execute(const transport::RecordHeader& rec) {
                                  << ") failed with " << status;
     if (deferred_error_ == 0) deferred_error_ = status;
   }
+}
+
+absl::string_view Session::CapturedPayload(const transport::RecordHeader& rec) const {
+  const auto id = static_cast<api::ApiId>(rec.api_id);
+  if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return {};
+  wire::Decoder in(rec.body(), rec.body_size());
+  uint64_t dst = 0, src = 0, count = 0, stream = 0;
+  int32_t kind = 0;
+  uint8_t mode = 0;
+  if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count) || !in.Get(&kind) || !in.Get(&stream) ||
+      !in.Get(&mode) || mode != hooks::kDirect) {
+    return {};
+  }
+  const void* p = reinterpret_cast<const void*>(src);
+  if (!IsSharedHost(p, count)) return {};
+  return absl::string_view(static_cast<const char*>(p), count);
+}
+
+void Session::JournalFailed(const absl::Status& status) {
+  // The journal must never lie: an agent that cannot journal stops rather
+  // than execute calls a replacement could not replay. The application sees
+  // the agent's death like any other.
+  REVENANT_LOG(ERROR, "agent") << "journaling failed, stopping: " << status;
+  std::_Exit(70);
 }
 
 int Session::MapSharedHost(uint64_t addr, uint64_t size, unsigned int flags,

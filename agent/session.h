@@ -26,6 +26,7 @@
 #include "agent/backend.h"
 #include "agent/dispatch.h"
 #include "agent/handles.h"
+#include "agent/journaling.h"
 #include "api/hook_protocol.h"
 #include "transport/shm_channel.h"
 
@@ -35,13 +36,15 @@ namespace agent {
 struct SessionOptions {
   // Bound on how long one host callback may run in the application.
   absl::Duration callback_timeout = absl::Seconds(300);
+  // Journal every journaled request (docs/design.md, "Journal"); null: off.
+  std::unique_ptr<RequestJournal> journal;
 };
 
 class Session {
  public:
   // `backend` must outlive the session. Takes ownership of `control_fd`.
   Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> channel,
-          int control_fd, std::string job_dir, SessionOptions options = {});
+          int control_fd, std::string job_dir, SessionOptions options);
   ~Session();
 
   // Executes requests until the application disconnects.
@@ -74,12 +77,15 @@ class Session {
 
  private:
   void Execute(const transport::RecordHeader& rec);
+  [[noreturn]] static void JournalFailed(const absl::Status& status);
 
   Backend* const backend_;
   std::unique_ptr<transport::ShmServerChannel> channel_;
   int control_fd_;
   const std::string job_dir_;
-  const SessionOptions options_;
+  SessionOptions options_;
+  // Bytes a request reads from shared host memory, for the journal.
+  absl::string_view CapturedPayload(const transport::RecordHeader& rec) const;
   HandleTable handles_;
   DispatchContext ctx_;
   std::atomic<bool> disconnected_{false};

@@ -50,6 +50,10 @@ struct CallbackRecord {
   uint8_t pad[3];
 };
 
+// revenantMarkStep(): an explicit minibatch boundary. Not a CUDA API, so not
+// a row of the table: an asynchronous record with this api id and no body.
+inline constexpr uint16_t kMarkStepApiId = 0xFFFE;
+
 // cudaMallocHost / cudaHostAlloc:  u64 addr, u64 size, u32 flags, bytes path
 //   (the shim created and mapped the shared file; the agent maps the same
 //   file at the same address).

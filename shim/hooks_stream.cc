@@ -131,3 +131,16 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGraphExecUpdate(cudaGraphExec_t, cuda
                                                            cudaGraphExecUpdateResultInfo*) {
   return NotYet("cudaGraphExecUpdate");
 }
+
+// Marks a minibatch boundary explicitly (Revenant's own API; a training loop
+// may call it after its optimizer step). Asynchronous: one record, no reply.
+extern "C" REVENANT_EXPORT void revenantMarkStep(void) {
+  revenant::shim::Runtime* rt = revenant::shim::Runtime::Get();
+  revenant::transport::ShmClientChannel* ch = rt->Channel();
+  if (ch == nullptr) return;
+  absl::StatusOr<revenant::transport::RecordWriter> w = ch->BeginRecord(0, rt->CallDeadline());
+  if (!w.ok()) return;
+  w->header().api_id = revenant::hooks::kMarkStepApiId;
+  w->header().reply_slot = -1;
+  ch->Commit(std::move(*w));
+}

@@ -273,6 +273,7 @@ int Main(int argc, char** argv) {
                                      absl::StrCat("--rank=", r),
                                      "--backend=" + absl::GetFlag(FLAGS_backend),
                                      "--host_kernels=" + host_kernels,
+                                     "--job=" + job,
                                      "--die_with_parent"};
     pid_t pid = Spawn(args, base_env, absl::StrCat("a", r), &pipes);
     if (pid < 0) {

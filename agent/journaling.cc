@@ -1,0 +1,148 @@
+#include "agent/journaling.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "api/hook_protocol.h"
+#include "api/traits.h"
+#include "api/wire.h"
+
+namespace revenant {
+namespace agent {
+namespace {
+
+uint64_t Mix(uint64_t a, uint64_t b) {
+  uint64_t h = a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull + (a << 6) + (a >> 2));
+  return h ^ (h >> 29);
+}
+
+uint64_t FirstU64(absl::string_view body) {
+  uint64_t v = 0;
+  if (body.size() >= sizeof(v)) std::memcpy(&v, body.data(), sizeof(v));
+  return v;
+}
+
+// The first byte field of a reply's OUT values, as a u64 (an address or a
+// virtual handle), or 0.
+uint64_t FirstOutU64(absl::string_view outputs) {
+  wire::Decoder d(outputs.data(), outputs.size());
+  const char* data = nullptr;
+  uint64_t n = 0;
+  uint64_t v = 0;
+  if (d.GetBytes(&data, &n) && data != nullptr && n >= sizeof(v)) std::memcpy(&v, data, sizeof(v));
+  return v;
+}
+
+bool IsAllocation(api::ApiId id) {
+  return id == api::ApiId::cudaMalloc || id == api::ApiId::cudaMallocAsync ||
+         id == api::ApiId::ncclMemAlloc;
+}
+bool IsFree(api::ApiId id) {
+  return id == api::ApiId::cudaFree || id == api::ApiId::cudaFreeAsync ||
+         id == api::ApiId::ncclMemFree || id == api::ApiId::cudaFreeHost;
+}
+bool IsSharedHostAlloc(api::ApiId id) {
+  return id == api::ApiId::cudaHostAlloc || id == api::ApiId::cudaMallocHost;
+}
+
+}  // namespace
+
+bool MinibatchDetector::OnRequest(uint16_t api_id, absl::string_view body) {
+  const auto id = static_cast<api::ApiId>(api_id);
+  if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return false;
+  wire::Decoder in(body.data(), body.size());
+  uint64_t dst = 0, src = 0, count = 0, stream = 0;
+  int32_t kind = 0;
+  uint8_t mode = 0;
+  if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count) || !in.Get(&kind) || !in.Get(&stream) ||
+      !in.Get(&mode)) {
+    return false;
+  }
+  const bool h2d = kind == cudaMemcpyHostToDevice ||
+                   (kind == cudaMemcpyDefault &&
+                    (mode == hooks::kInlineSource || mode == hooks::kStagingSource));
+  if (!h2d) return false;
+  const uint64_t signature = Mix(dst, count);
+  if (anchored_) return signature == anchor_;
+  if (!seen_.insert(signature).second) {
+    anchored_ = true;
+    anchor_ = signature;
+    seen_.clear();
+    return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::unique_ptr<RequestJournal>> RequestJournal::Open(const std::string& dir,
+                                                                     const std::string& job,
+                                                                     int rank,
+                                                                     const Options& options) {
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  absl::StatusOr<std::unique_ptr<journal::Journal>> j =
+      journal::Journal::Open(dir, job, static_cast<uint32_t>(rank), options.journal);
+  if (!j.ok()) return j.status();
+  return std::unique_ptr<RequestJournal>(new RequestJournal(std::move(*j), options));
+}
+
+absl::Status RequestJournal::Boundary() {
+  ++minibatch_;
+  return journal_->MarkBoundary(minibatch_);
+}
+
+absl::Status RequestJournal::MarkStep() { return Boundary(); }
+
+absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
+                                           absl::string_view payload) {
+  last_journaled_ = false;
+  const auto id = static_cast<api::ApiId>(rec.api_id);
+  const api::ApiTraits& traits = api::Traits(static_cast<uint32_t>(rec.api_id));
+  const absl::string_view body(rec.body(), rec.body_size());
+  if (options_.boundaries == BoundaryMode::kAuto && detector_.OnRequest(rec.api_id, body)) {
+    if (absl::Status s = Boundary(); !s.ok()) return s;
+  }
+  if (traits.journal == api::JournalClass::kSkip) return absl::OkStatus();
+
+  journal::JournalEntry e;
+  e.set_seq(rec.seq * 2);
+  e.set_api_id(rec.api_id);
+  e.set_args(body.data(), body.size());
+  e.set_flags(rec.flags);
+  e.set_minibatch(minibatch_);
+  if (!payload.empty()) e.set_inline_payload(payload.data(), payload.size());
+  if (IsFree(id) || traits.destroys != api::HandleKind::kNone) {
+    e.add_destroys(FirstU64(body));
+  }
+  if (IsSharedHostAlloc(id)) e.add_creates(FirstU64(body));
+
+  const bool setup = traits.journal == api::JournalClass::kState || minibatch_ == 0;
+  last_in_setup_ = setup;
+  last_journaled_ = true;
+  return setup ? journal_->AppendSetup(std::move(e)) : journal_->AppendMinibatch(std::move(e));
+}
+
+absl::Status RequestJournal::AfterExecute(const transport::RecordHeader& rec, int32_t status,
+                                          absl::string_view outputs) {
+  if (!last_journaled_) return absl::OkStatus();
+  last_journaled_ = false;
+  const auto id = static_cast<api::ApiId>(rec.api_id);
+  const api::ApiTraits& traits = api::Traits(static_cast<uint32_t>(rec.api_id));
+  journal::JournalEntry e;
+  e.set_seq(rec.seq * 2 + 1);
+  e.set_api_id(journal::kOutcomeApiId);
+  e.set_completes(rec.seq * 2);
+  e.set_status(status);
+  e.set_outputs(outputs.data(), outputs.size());
+  e.set_minibatch(minibatch_);
+  if (status == 0 && (IsAllocation(id) || traits.creates != api::HandleKind::kNone)) {
+    const uint64_t key = FirstOutU64(outputs);
+    if (key != 0) e.add_creates(key);
+  }
+  return last_in_setup_ ? journal_->AppendSetup(std::move(e))
+                        : journal_->AppendMinibatch(std::move(e));
+}
+
+}  // namespace agent
+}  // namespace revenant

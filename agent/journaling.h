@@ -1,0 +1,111 @@
+// RequestJournal: the agent's journaling policy on top of journal::Journal.
+//
+// Every request whose row is journaled (class STATE or REPLAY) is appended
+// before it executes (log before apply); the request stays in the
+// application's ring until then, so nothing the application issued is lost
+// if the agent dies in between. After a synchronous request executed, an
+// outcome entry records its status and OUT bytes: recovery compares a
+// replayed call's result with what the application was told, and the keys
+// only known after execution (an allocation's address, a created handle)
+// ride on the outcome so compaction can drop freed state.
+//
+// Which log: STATE calls go to the setup log (compacted); REPLAY calls go to
+// the minibatch log once the first minibatch boundary is known, before that
+// to the setup log (the program's initialization).
+//
+// Minibatch boundaries (MinibatchDetector) are found from the call stream
+// or marked explicitly by revenantMarkStep(); docs/journal_format.md
+// ("Minibatch boundaries") states the heuristic and its limits.
+//
+// Journal sequence numbers: request seq s is journaled as 2s, its outcome
+// as 2s + 1 (the journal needs strictly increasing numbers).
+//
+//   auto j = RequestJournal::Open(dir, job, rank, RequestJournal::Options());
+//   j->BeforeExecute(rec, payload);      // before executing rec
+//   j->AfterExecute(rec, status, out);   // synchronous requests, after
+#ifndef REVENANT_AGENT_JOURNALING_H_
+#define REVENANT_AGENT_JOURNALING_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "journal/journal.h"
+#include "transport/shm_channel.h"
+
+namespace revenant {
+namespace agent {
+
+// Finds minibatch boundaries in a training loop's call stream.
+//
+// Heuristic: a training step uploads its input batch to the same device
+// buffer every step. The first host-to-device copy whose (destination, size)
+// repeats an earlier copy's is taken as the step's anchor; from then on a
+// boundary is placed just before every copy with the anchor's signature.
+// Initial weight uploads never repeat, so they stay in the setup phase.
+// Limits: a loop that uploads nothing (data generated on the device), or
+// that uploads to alternating buffers, is not detected: use
+// revenantMarkStep() (or --minibatch=manual).
+class MinibatchDetector {
+ public:
+  // True when a boundary belongs just before this request.
+  bool OnRequest(uint16_t api_id, absl::string_view body);
+  bool anchored() const { return anchored_; }
+
+ private:
+  bool anchored_ = false;
+  uint64_t anchor_ = 0;
+  absl::flat_hash_set<uint64_t> seen_;
+};
+
+class RequestJournal {
+ public:
+  enum class BoundaryMode { kAuto, kManual };
+  struct Options {
+    BoundaryMode boundaries = BoundaryMode::kAuto;
+    journal::JournalOptions journal;
+  };
+
+  // Starts a fresh journal in `dir` (an earlier application's journal there
+  // is removed).
+  static absl::StatusOr<std::unique_ptr<RequestJournal>> Open(const std::string& dir,
+                                                              const std::string& job, int rank,
+                                                              const Options& options);
+
+  // Journals `rec` if its row is journaled. `payload` holds bytes the
+  // request reads from memory shared with the application (a pinned source
+  // of a copy), captured now because the application may reuse the buffer
+  // once the copy ran.
+  absl::Status BeforeExecute(const transport::RecordHeader& rec, absl::string_view payload);
+  // Records the outcome of a journaled synchronous request.
+  absl::Status AfterExecute(const transport::RecordHeader& rec, int32_t status,
+                            absl::string_view outputs);
+  // An explicit minibatch boundary (revenantMarkStep).
+  absl::Status MarkStep();
+
+  uint64_t minibatch() const { return minibatch_; }
+  journal::JournalStats stats() const { return journal_->stats(); }
+  const std::string& dir() const { return journal_->dir(); }
+
+ private:
+  RequestJournal(std::unique_ptr<journal::Journal> journal, Options options)
+      : journal_(std::move(journal)), options_(options) {}
+  absl::Status Boundary();
+
+  std::unique_ptr<journal::Journal> journal_;
+  const Options options_;
+  MinibatchDetector detector_;
+  uint64_t minibatch_ = 0;  // 0: still in the setup phase
+  // The last journaled request went to the setup log (its outcome follows it).
+  bool last_in_setup_ = true;
+  bool last_journaled_ = false;
+};
+
+}  // namespace agent
+}  // namespace revenant
+
+#endif  // REVENANT_AGENT_JOURNALING_H_
