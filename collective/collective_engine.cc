@@ -1,0 +1,185 @@
+#include "collective/collective_engine.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace revenant {
+namespace collective {
+
+size_t DataTypeSize(DataType t) {
+  switch (t) {
+    case DataType::kInt8:
+    case DataType::kUint8:
+      return 1;
+    case DataType::kInt32:
+    case DataType::kUint32:
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kInt64:
+    case DataType::kUint64:
+    case DataType::kFloat64:
+      return 8;
+    case DataType::kFloat16:
+    case DataType::kBfloat16:
+      return 0;  // not supported yet
+  }
+  return 0;
+}
+
+VirtualRanks VirtualRanks::Identity(int n) {
+  VirtualRanks v;
+  for (int i = 0; i < n; ++i) {
+    v.app_to_engine_.push_back(i);
+    v.engine_to_app_.push_back(i);
+  }
+  return v;
+}
+
+absl::StatusOr<VirtualRanks> VirtualRanks::FromPermutation(std::vector<int> app_to_engine) {
+  VirtualRanks v;
+  const int n = static_cast<int>(app_to_engine.size());
+  v.engine_to_app_.assign(n, -1);
+  for (int app = 0; app < n; ++app) {
+    const int e = app_to_engine[app];
+    if (e < 0 || e >= n || v.engine_to_app_[e] != -1) {
+      return absl::InvalidArgumentError("virtual ranks: not a permutation");
+    }
+    v.engine_to_app_[e] = app;
+  }
+  v.app_to_engine_ = std::move(app_to_engine);
+  return v;
+}
+
+namespace {
+
+template <typename T>
+T Apply(RedOp op, T a, T b) {
+  switch (op) {
+    case RedOp::kSum:
+    case RedOp::kAvg:
+      return static_cast<T>(a + b);
+    case RedOp::kProd:
+      return static_cast<T>(a * b);
+    case RedOp::kMax:
+      return std::max(a, b);
+    case RedOp::kMin:
+      return std::min(a, b);
+  }
+  return a;
+}
+
+template <typename T>
+void Fold(const void* contribs, int n, size_t count, RedOp op, void* out) {
+  const T* c = static_cast<const T*>(contribs);
+  T* o = static_cast<T*>(out);
+  for (size_t i = 0; i < count; ++i) {
+    T acc = c[i];
+    for (int r = 1; r < n; ++r) acc = Apply<T>(op, acc, c[static_cast<size_t>(r) * count + i]);
+    if (op == RedOp::kAvg) acc = static_cast<T>(acc / static_cast<T>(n));
+    o[i] = acc;
+  }
+}
+
+}  // namespace
+
+absl::Status FoldInOrder(const void* contribs, int n, size_t count, DataType t, RedOp op,
+                         void* out) {
+  if (n <= 0) return absl::InvalidArgumentError("fold of no contributions");
+  if (static_cast<int>(op) < 0 || static_cast<int>(op) > static_cast<int>(RedOp::kAvg)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown reduction op ", static_cast<int>(op)));
+  }
+  switch (t) {
+    case DataType::kInt8: Fold<int8_t>(contribs, n, count, op, out); break;
+    case DataType::kUint8: Fold<uint8_t>(contribs, n, count, op, out); break;
+    case DataType::kInt32: Fold<int32_t>(contribs, n, count, op, out); break;
+    case DataType::kUint32: Fold<uint32_t>(contribs, n, count, op, out); break;
+    case DataType::kInt64: Fold<int64_t>(contribs, n, count, op, out); break;
+    case DataType::kUint64: Fold<uint64_t>(contribs, n, count, op, out); break;
+    case DataType::kFloat32: Fold<float>(contribs, n, count, op, out); break;
+    case DataType::kFloat64: Fold<double>(contribs, n, count, op, out); break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unsupported data type ", static_cast<int>(t)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Duration DefaultCollectiveTimeout() {
+  if (const char* v = std::getenv("REVENANT_COLLECTIVE_TIMEOUT_S")) {
+    double s = 0;
+    if (absl::SimpleAtod(v, &s) && s > 0) return absl::Seconds(s);
+  }
+  return absl::Seconds(60);
+}
+
+namespace {
+Operation Make(Operation::Kind kind, const void* send, void* recv, size_t count, DataType t,
+               RedOp op, int root) {
+  Operation o;
+  o.kind = kind;
+  o.send = send;
+  o.recv = recv;
+  o.count = count;
+  o.dtype = t;
+  o.op = op;
+  o.root = root;
+  return o;
+}
+}  // namespace
+
+using K = Operation::Kind;
+
+absl::Status CollectiveEngine::AllReduce(const void* send, void* recv, size_t count, DataType t,
+                                         RedOp op) {
+  Operation o = Make(K::kAllReduce, send, recv, count, t, op, 0);
+  return Run({&o, 1});
+}
+absl::Status CollectiveEngine::Broadcast(const void* send, void* recv, size_t count, DataType t,
+                                         int root) {
+  Operation o = Make(K::kBroadcast, send, recv, count, t, RedOp::kSum, root);
+  return Run({&o, 1});
+}
+absl::Status CollectiveEngine::Reduce(const void* send, void* recv, size_t count, DataType t,
+                                      RedOp op, int root) {
+  Operation o = Make(K::kReduce, send, recv, count, t, op, root);
+  return Run({&o, 1});
+}
+absl::Status CollectiveEngine::AllGather(const void* send, void* recv, size_t count, DataType t) {
+  Operation o = Make(K::kAllGather, send, recv, count, t, RedOp::kSum, 0);
+  return Run({&o, 1});
+}
+absl::Status CollectiveEngine::ReduceScatter(const void* send, void* recv, size_t count,
+                                             DataType t, RedOp op) {
+  Operation o = Make(K::kReduceScatter, send, recv, count, t, op, 0);
+  return Run({&o, 1});
+}
+absl::Status CollectiveEngine::AllToAll(const void* send, void* recv, size_t count, DataType t) {
+  Operation o = Make(K::kAllToAll, send, recv, count, t, RedOp::kSum, 0);
+  return Run({&o, 1});
+}
+absl::Status CollectiveEngine::Gather(const void* send, void* recv, size_t count, DataType t,
+                                      int root) {
+  Operation o = Make(K::kGather, send, recv, count, t, RedOp::kSum, root);
+  return Run({&o, 1});
+}
+absl::Status CollectiveEngine::Scatter(const void* send, void* recv, size_t count, DataType t,
+                                       int root) {
+  Operation o = Make(K::kScatter, send, recv, count, t, RedOp::kSum, root);
+  return Run({&o, 1});
+}
+absl::Status CollectiveEngine::Send(const void* send, size_t count, DataType t, int peer) {
+  Operation o = Make(K::kSend, send, nullptr, count, t, RedOp::kSum, peer);
+  return Run({&o, 1});
+}
+absl::Status CollectiveEngine::Recv(void* recv, size_t count, DataType t, int peer) {
+  Operation o = Make(K::kRecv, nullptr, recv, count, t, RedOp::kSum, peer);
+  return Run({&o, 1});
+}
+
+}  // namespace collective
+}  // namespace revenant
