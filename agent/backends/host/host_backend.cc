@@ -693,7 +693,15 @@ cudaError_t HostBackend::cudaStreamDestroy(cudaStream_t stream) {
   }
   auto it = streams_.find(reinterpret_cast<HostStream*>(stream));
   if (it == streams_.end()) return cudaErrorInvalidResourceHandle;
-  captures_.erase(it->second.get());  // an unfinished capture is abandoned
+  auto capture = captures_.find(it->second.get());
+  if (capture != captures_.end()) {
+    // Destroying the origin abandons the capture; a joined stream leaves it.
+    if (capture->second->origin == capture->first) {
+      EndCaptureLocked(capture->second);
+    } else {
+      captures_.erase(capture);
+    }
+  }
   // Queued work still runs; the worker exits once it is drained.
   it->second->Retire();
   retired_.push_back(std::move(it->second));
@@ -755,6 +763,20 @@ cudaError_t HostBackend::cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t ev
   HostStream* s = ResolveStream(stream);
   Event* e = ResolveEvent(event);
   if (s == nullptr || e == nullptr) return cudaErrorInvalidResourceHandle;
+  if (e->captured_in != nullptr) {
+    auto live = std::find_if(captures_.begin(), captures_.end(), [e](const auto& c) {
+      return c.second == e->captured_in;
+    });
+    if (live != captures_.end()) {
+      // A fork: the stream joins the capture (or already is part of it).
+      auto mine = captures_.find(s);
+      if (mine == captures_.end()) {
+        captures_[s] = live->second;
+        return cudaSuccess;
+      }
+      return mine->second == live->second ? cudaSuccess : cudaErrorStreamCaptureIsolation;
+    }
+  }
   if (Capturing(s)) return cudaErrorStreamCaptureUnsupported;
   // The record current now; a later record of the event does not matter.
   if (e->marker == nullptr) return cudaSuccess;
@@ -816,7 +838,14 @@ cudaError_t HostBackend::cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_
   HostStream* s = ResolveStream(stream);
   Event* e = ResolveEvent(event);
   if (s == nullptr || e == nullptr) return cudaErrorInvalidResourceHandle;
-  if (Capturing(s)) return cudaErrorStreamCaptureUnsupported;
+  auto capture = captures_.find(s);
+  if (capture != captures_.end()) {
+    // Inside a capture a record is an ordering point of the graph, which
+    // runs serially anyway; it only lets other streams join.
+    e->captured_in = capture->second;
+    return cudaSuccess;
+  }
+  e->captured_in = nullptr;
   // The record completes (and takes its timestamp) once all earlier work of
   // the stream is done.
   e->marker = EnqueueLocked(s, {}, nullptr);
@@ -926,6 +955,7 @@ cudaError_t HostBackend::cudaStreamBeginCapture(cudaStream_t stream, cudaStreamC
   if (s->legacy()) return cudaErrorStreamCaptureUnsupported;
   if (Capturing(s)) return cudaErrorIllegalState;
   auto g = std::make_unique<Graph>();
+  g->origin = s;
   captures_[s] = g.get();
   graphs_.emplace(g.get(), std::move(g));
   return cudaSuccess;
@@ -938,9 +968,24 @@ cudaError_t HostBackend::cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* 
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   auto it = captures_.find(s);
   if (it == captures_.end()) return cudaErrorIllegalState;
-  *graph = reinterpret_cast<cudaGraph_t>(it->second);
-  captures_.erase(it);
+  Graph* g = it->second;
+  if (g->origin != s) return cudaErrorStreamCaptureUnmatched;
+  EndCaptureLocked(g);
+  *graph = reinterpret_cast<cudaGraph_t>(g);
   return cudaSuccess;
+}
+
+void HostBackend::EndCaptureLocked(Graph* g) {
+  for (auto it = captures_.begin(); it != captures_.end();) {
+    if (it->second == g) {
+      captures_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& [ptr, event] : events_) {
+    if (event->captured_in == g) event->captured_in = nullptr;
+  }
 }
 
 cudaError_t HostBackend::cudaStreamIsCapturing(cudaStream_t stream,

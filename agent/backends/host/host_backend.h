@@ -164,11 +164,13 @@ class HostBackend : public Backend {
 
   // Graphs by stream capture: a capturing stream appends its work to the
   // graph instead of running it; launching an instantiated graph runs that
-  // work, in capture order, as one operation of the launch stream. Captured
-  // host-to-device copies from pageable memory keep the bytes of capture
-  // time. Not captured (cudaErrorStreamCaptureUnsupported): synchronous
-  // copies, stream-ordered allocation, events (so no fork/join across
-  // streams), and capture of the legacy default stream.
+  // work, in capture order, as one operation of the launch stream. Other
+  // streams join a capture by waiting on an event recorded in it (fork) and
+  // the origin waits on theirs (join), as with CUDA. Captured host-to-device
+  // copies from pageable memory keep the bytes of capture time. Not
+  // captured (cudaErrorStreamCaptureUnsupported): synchronous copies,
+  // stream-ordered allocation, waits on events recorded outside the capture,
+  // and capture of the legacy default stream.
   cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) override;
   cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) override;
   cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
@@ -182,11 +184,23 @@ class HostBackend : public Backend {
   cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) override;
   cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) override;
 
+ protected:
+  // For subclasses (host_collectives.h): `range` is already mapped, as
+  // Create maps it; the destructor unmaps it.
+  HostBackend(DeviceRange range, std::unique_ptr<hostkernel::HostKernelRegistry> registry);
+  // Queues `op` on `stream` in stream order; an error it returns becomes a
+  // deferred error of that stream, as a failing kernel's does.
+  cudaError_t EnqueueFallible(cudaStream_t stream, HostStream::Op op) {
+    return Enqueue(stream, std::move(op), nullptr);
+  }
+
  private:
   struct Event {
     unsigned int flags = 0;
     std::shared_ptr<Marker> marker;  // the latest record; null before the first
     HostStream* stream = nullptr;    // where it was recorded (identity only)
+    // Recorded into this graph by a capturing stream (a fork point), or null.
+    const void* captured_in = nullptr;
   };
   struct PendingFree {
     uint64_t addr;
@@ -201,13 +215,14 @@ class HostBackend : public Backend {
     std::map<int, uint64_t> attrs;
   };
   struct Graph {
-    std::vector<HostStream::Op> ops;  // in capture order
+    // In capture order: calls arrive in an order their dependencies allow,
+    // so running them one after another is a valid schedule of the graph.
+    std::vector<HostStream::Op> ops;
+    HostStream* origin = nullptr;  // the stream that began the capture
   };
   struct GraphExec {
     std::shared_ptr<const std::vector<HostStream::Op>> ops;
   };
-
-  HostBackend(DeviceRange range, std::unique_ptr<hostkernel::HostKernelRegistry> registry);
 
   // The stream object for an application stream value, null if not live.
   HostStream* ResolveStream(cudaStream_t stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -238,6 +253,8 @@ class HostBackend : public Backend {
   cudaError_t TakeStreamError(HostStream* stream);
   bool KnownKernel(const void* func) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Capturing(HostStream* s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the capture of graph `g` on every stream that joined it.
+  void EndCaptureLocked(Graph* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DeviceRange range_;
   const std::unique_ptr<hostkernel::HostKernelRegistry> registry_;  // null: no libraries

@@ -729,6 +729,40 @@ TEST_F(HostBackendTest, GraphsByStreamCapture) {
   EXPECT_EQ(mode, cudaStreamCaptureModeGlobal);
 }
 
+TEST_F(HostBackendTest, CaptureForksAndJoinsOtherStreams) {
+  cudaStream_t origin = Stream(cudaStreamNonBlocking), side = Stream(cudaStreamNonBlocking);
+  cudaEvent_t fork, join;
+  ASSERT_EQ(b_->cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(b_->cudaEventCreateWithFlags(&join, cudaEventDisableTiming), cudaSuccess);
+  std::vector<int> order;
+  ASSERT_EQ(b_->cudaStreamBeginCapture(origin, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(b_->EnqueueHostCallback(origin, [&] { order.push_back(1); }), cudaSuccess);
+  ASSERT_EQ(b_->cudaEventRecord(fork, origin), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamWaitEvent(side, fork, 0), cudaSuccess);
+  cudaStreamCaptureStatus status;
+  ASSERT_EQ(b_->cudaStreamIsCapturing(side, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  ASSERT_EQ(b_->EnqueueHostCallback(side, [&] { order.push_back(2); }), cudaSuccess);
+  ASSERT_EQ(b_->cudaEventRecord(join, side), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamWaitEvent(origin, join, 0), cudaSuccess);
+  ASSERT_EQ(b_->EnqueueHostCallback(origin, [&] { order.push_back(3); }), cudaSuccess);
+  cudaGraph_t graph;
+  EXPECT_EQ(b_->cudaStreamEndCapture(side, &graph), cudaErrorStreamCaptureUnmatched);
+  ASSERT_EQ(b_->cudaStreamEndCapture(origin, &graph), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamIsCapturing(side, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  EXPECT_TRUE(order.empty());
+  cudaGraphExec_t exec;
+  ASSERT_EQ(b_->cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphLaunch(exec, side), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamSynchronize(side), cudaSuccess);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  // The side stream works normally again.
+  ASSERT_EQ(b_->EnqueueHostCallback(side, [&] { order.push_back(4); }), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamSynchronize(side), cudaSuccess);
+  EXPECT_EQ(order.size(), 4u);
+}
+
 TEST_F(HostBackendTest, ResetDropsEverything) {
   void* p = Malloc(1 << 20);
   ASSERT_EQ(b_->cudaMemset(p, 1, 1 << 20), cudaSuccess);
