@@ -709,6 +709,13 @@ absl::Status ShmServerChannel::WaitCallbacksDone(uint64_t count,
       "callback completions");
 }
 
+uint64_t ShmServerChannel::ReplySeq(int slot) const {
+  if (slot < 0 || slot >= static_cast<int>(map_->header()->reply_slots)) return 0;
+  return map_->slot(slot)->seq.load(std::memory_order_acquire);
+}
+
+uint64_t RingProducer::last_seq() const { return ctrl_->last_seq.load(std::memory_order_acquire); }
+
 uint64_t ShmServerChannel::callbacks_done() const {
   return map_->header()->callbacks_done.load();
 }

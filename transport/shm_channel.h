@@ -179,6 +179,9 @@ class RingProducer {
   // Wakes local waiters (used by MarkPeerDead).
   void WakeAll();
   size_t capacity() const { return capacity_; }
+  // The seq of the last committed record (0 if none): what a replacement
+  // producer continues from.
+  uint64_t last_seq() const;
 
  private:
   friend class RecordWriter;
@@ -329,6 +332,10 @@ class ShmServerChannel {
   // Waits until the client has posted at least `count` callback completions.
   absl::Status WaitCallbacksDone(uint64_t count, absl::Time deadline);
   uint64_t callbacks_done() const;
+  // The request a slot's current reply answers (0 if the slot holds none):
+  // a replacement agent answers a replayed request only if its application
+  // is still waiting for it.
+  uint64_t ReplySeq(int slot) const;
 
   char* staging();
   size_t staging_size() const;
