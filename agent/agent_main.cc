@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "agent/backend.h"
 #include "agent/backends/cuda/cuda_backend.h"
+#include "agent/backends/host/host_collectives.h"
 #include "agent/session.h"
 #include "common/kv.h"
 #include "common/logging.h"
@@ -53,7 +54,8 @@ void OnSignal(int) { g_stop.store(true); }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& name,
                                                      const BackendOptions& options) {
-  if (name == "host") return MakeHostBackend(options);
+  // The host backend with NCCL (host_collectives.h).
+  if (name == "host") return host::MakeHostCollectiveBackend(options);
   if (name == "cuda") return MakeCudaBackend(options);
   return absl::InvalidArgumentError(absl::StrCat(
       "backend '", name, "' is not available in this build (choose: host, cuda)"));
