@@ -28,6 +28,11 @@ absl::StatusOr<uint64_t> FixedRangeAllocator::Allocate(uint64_t size) {
     return absl::ResourceExhaustedError(
         absl::StrCat("allocation of ", size, " bytes exceeds the device range of ", size_));
   }
+  if (expected_ != 0) {
+    const uint64_t want = expected_;
+    expected_ = 0;
+    return AllocateAt(want, size);
+  }
   const uint64_t reserved = (size + alignment_ - 1) & ~(alignment_ - 1);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
     if (it->second < reserved) continue;
@@ -42,6 +47,30 @@ absl::StatusOr<uint64_t> FixedRangeAllocator::Allocate(uint64_t size) {
   return absl::ResourceExhaustedError(absl::StrCat(
       "no free block of ", reserved, " bytes (", bytes_in_use_, " of ", size_,
       " bytes in use in ", free_.size(), " free blocks)"));
+}
+
+absl::StatusOr<uint64_t> FixedRangeAllocator::AllocateAt(uint64_t addr, uint64_t size) {
+  if (size == 0) return absl::InvalidArgumentError("allocation of 0 bytes");
+  const uint64_t reserved = (size + alignment_ - 1) & ~(alignment_ - 1);
+  auto it = free_.upper_bound(addr);
+  if (it == free_.begin() || (addr - base_) % alignment_ != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("0x", absl::Hex(addr), " is not a free, aligned address of the range"));
+  }
+  --it;
+  const uint64_t block = it->first;
+  const uint64_t block_size = it->second;
+  if (addr < block || addr - block > block_size || reserved > block_size - (addr - block)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "[0x", absl::Hex(addr), ", +", reserved, ") is not free"));
+  }
+  free_.erase(it);
+  if (addr > block) free_[block] = addr - block;
+  const uint64_t tail = block + block_size - (addr + reserved);
+  if (tail > 0) free_[addr + reserved] = tail;
+  live_[addr] = Live{size, reserved};
+  bytes_in_use_ += reserved;
+  return addr;
 }
 
 absl::Status FixedRangeAllocator::Free(uint64_t addr) {

@@ -47,6 +47,16 @@ class FixedRangeAllocator {
   // backend's business), kResourceExhausted when no free block is big enough.
   absl::StatusOr<uint64_t> Allocate(uint64_t size);
 
+  // Makes the next Allocate return exactly `addr` (or fail): a replacement
+  // agent replaying a compacted journal -- where freed allocations dropped
+  // out, so first-fit alone would place later ones elsewhere -- puts every
+  // allocation back at the address the application holds.
+  void ExpectNext(uint64_t addr) { expected_ = addr; }
+
+  // Allocates [addr, addr + size) exactly; kFailedPrecondition when that
+  // range is not free.
+  absl::StatusOr<uint64_t> AllocateAt(uint64_t addr, uint64_t size);
+
   // Frees the block starting at `addr`. kInvalidArgument when `addr` is not
   // the start of a live allocation (interior pointer, double free, foreign).
   absl::Status Free(uint64_t addr);
@@ -75,6 +85,7 @@ class FixedRangeAllocator {
   size_t free_block_count() const { return free_.size(); }
 
  private:
+  uint64_t expected_ = 0;
   struct Live {
     uint64_t requested = 0;
     uint64_t reserved = 0;  // rounded up to alignment_

@@ -154,6 +154,28 @@ TEST(FixedRangeAllocatorTest, RandomSequenceMatchesModel) {
   }
 }
 
+TEST(FixedRangeAllocatorTest, ExpectNextReplaysACompactedSequence) {
+  // Original run: A, B, free A, C (first fit puts C where A was).
+  FixedRangeAllocator a(0x200000000000ull, 1 << 20);
+  const uint64_t pa = *a.Allocate(4096);
+  const uint64_t pb = *a.Allocate(4096);
+  ASSERT_TRUE(a.Free(pa).ok());
+  const uint64_t pc = *a.Allocate(1000);
+  EXPECT_EQ(pc, pa);
+  // A replay of the compacted journal (B, C) with the recorded addresses.
+  FixedRangeAllocator r(0x200000000000ull, 1 << 20);
+  r.ExpectNext(pb);
+  EXPECT_EQ(*r.Allocate(4096), pb);
+  r.ExpectNext(pc);
+  EXPECT_EQ(*r.Allocate(1000), pc);
+  EXPECT_TRUE(r.Contains(pb, 4096));
+  EXPECT_TRUE(r.Contains(pc, 1000));
+  // Later allocations still work, and an occupied address is refused.
+  EXPECT_TRUE(r.Allocate(100).ok());
+  EXPECT_EQ(r.AllocateAt(pb, 16).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.AllocateAt(pb + 1, 16).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace agent
 }  // namespace revenant
