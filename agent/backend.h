@@ -111,6 +111,12 @@ class Backend : public api::BackendApi {
   virtual cudaError_t EnqueueHostCallback(cudaStream_t stream,
                                           std::function<void()> fn) = 0;
 
+  // --- Replay ---------------------------------------------------------------------
+  // The next device allocation must land at `addr` (a replacement agent
+  // restoring the address the application holds). Backends whose allocator
+  // is not FixedRangeAllocator ignore it.
+  virtual void ExpectNextAllocation(uint64_t addr) { (void)addr; }
+
   // --- Device state -------------------------------------------------------------
   // Drops every allocation, stream, event, graph and module (cudaDeviceReset).
   virtual cudaError_t Reset() = 0;

@@ -12,7 +12,13 @@ uint64_t HandleTable::RegisterRaw(api::HandleKind kind, uint64_t backend_value) 
   PerKind& k = kinds_[static_cast<int>(kind)];
   auto it = k.to_virtual.find(backend_value);
   if (it != k.to_virtual.end()) return it->second;
-  const uint64_t v = kVirtualTag | (static_cast<uint64_t>(kind) << 40) | k.next_serial++;
+  uint64_t v = kVirtualTag | (static_cast<uint64_t>(kind) << 40) | k.next_serial++;
+  if (k.expected != 0) {
+    v = k.expected;
+    k.expected = 0;
+    const uint64_t serial = v & ((uint64_t{1} << 40) - 1);
+    if (serial >= k.next_serial) k.next_serial = serial + 1;
+  }
   k.to_backend[v] = backend_value;
   k.to_virtual[backend_value] = v;
   return v;

@@ -59,6 +59,13 @@ class HandleTable {
     return RemoveRaw(kind, Load(value));
   }
 
+  // Makes the next new registration of `kind` use `virtual_value` (a replay
+  // restoring the ids the application holds, although compaction dropped
+  // handles created and destroyed in between).
+  void ExpectNext(api::HandleKind kind, uint64_t virtual_value) {
+    kinds_[static_cast<int>(kind)].expected = virtual_value;
+  }
+
   uint64_t RegisterRaw(api::HandleKind kind, uint64_t backend_value);
   uint64_t ToVirtualRaw(api::HandleKind kind, uint64_t backend_value);
   bool ToBackendRaw(api::HandleKind kind, uint64_t* value) const;
@@ -86,6 +93,7 @@ class HandleTable {
 
   struct PerKind {
     uint64_t next_serial = 1;
+    uint64_t expected = 0;
     absl::flat_hash_map<uint64_t, uint64_t> to_backend;
     absl::flat_hash_map<uint64_t, uint64_t> to_virtual;
   };

@@ -66,6 +66,18 @@ TEST(HandleTableTest, RegisteringTheSameObjectTwiceGivesOneId) {
   EXPECT_EQ(t.size(HandleKind::kMemPool), 1u);
 }
 
+TEST(HandleTableTest, ExpectNextRestoresIdsAcrossCompactedHistory) {
+  HandleTable t;
+  const uint64_t third = HandleTable::kVirtualTag | (uint64_t{1} << 40) | 3;
+  t.ExpectNext(HandleKind::kStream, third);
+  void* s = reinterpret_cast<void*>(0x1000);
+  t.Register(HandleKind::kStream, &s);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(s), third);
+  void* next = reinterpret_cast<void*>(0x2000);
+  t.Register(HandleKind::kStream, &next);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(next), third + 1) << "serials continue after the restored id";
+}
+
 }  // namespace
 }  // namespace agent
 }  // namespace revenant
