@@ -1271,6 +1271,11 @@ cudaError_t HostBackend::Reset() {
   return cudaSuccess;
 }
 
+void HostBackend::ExpectNextAllocation(uint64_t addr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  allocator_.ExpectNext(addr);
+}
+
 }  // namespace host
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeHostBackend(const BackendOptions& options) {

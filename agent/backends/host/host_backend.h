@@ -101,6 +101,7 @@ class HostBackend : public Backend {
   cudaError_t UnregisterSharedHost(void* addr) override;
   cudaError_t EnqueueHostCallback(cudaStream_t stream, std::function<void()> fn) override;
   cudaError_t Reset() override;
+  void ExpectNextAllocation(uint64_t addr) override;
 
   // --- api::BackendApi ---------------------------------------------------------
   cudaError_t cudaGetDeviceCount(int* count) override;
