@@ -107,6 +107,11 @@ timeout 240 "$G/cuda_backend_gpu_test" --fatbin="$G/gpu_test_kernels.fatbin" >"$
 if [ $rc -eq 0 ] && grep -q "^PASS cuda_backend_gpu_test" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
 record "cuda_backend_gpu_test (same addresses)" "$s" "$log"
 grep -E "^ADDR|same device|CREATE_FAILED" "$log" | head -20 | sed 's/^/   | /'
+log="$LOGS/cuda_backend_measure.log"
+timeout 120 "$G/cuda_backend_gpu_test" --measure --fatbin="$G/gpu_test_kernels.fatbin" >"$log" 2>&1; rc=$?
+if [ $rc -eq 0 ]; then s=PASS; else s="FAIL (rc=$rc)"; fi
+record "backend-only figures (no shim)" "$s" "$log"
+sed 's/^/   | /' "$log"
 
 nlog="$LOGS/bench.native.log"; slog="$LOGS/bench.cuda.log"
 timeout 200 "$G/bench/shim_bench.bin" >"$nlog" 2>&1; rc=$?

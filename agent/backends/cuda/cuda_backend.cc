@@ -860,6 +860,9 @@ cudaError_t CudaBackend::LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 
                                            smem, s, kernel.params.empty() ? nullptr : params)
           : drv_.cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, smem, s,
                                 kernel.params.empty() ? nullptr : params, nullptr);
+  // A refused launch is reported by its return value only; make sure the
+  // runtime of this thread does not hand it out again with a later call.
+  if (r != CUDA_SUCCESS) (void)::cudaGetLastError();
   return FromCu(r);
 }
 

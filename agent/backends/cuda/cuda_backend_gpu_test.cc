@@ -11,8 +11,11 @@
 // kernel from a fat binary, function attributes, occupancy and Reset.
 // Prints "PASS cuda_backend_gpu_test" as its last line on success.
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -64,7 +67,16 @@ void Addr(const char* name, const void* p) {
 }
 
 // One agent's life: a fixed call sequence.
-int Child(int rank, const std::string& fatbin, int hold_ms) {
+int Child(int rank, const std::string& fatbin, int hold_ms, bool block_range) {
+  if (block_range) {
+    // Something of this process already sits in the range: the backend must
+    // refuse rather than hand out other addresses.
+    void* want = reinterpret_cast<void*>(cuda::kDefaultDeviceBase +
+                                         uint64_t(rank) * cuda::kRankStride + (1ull << 30));
+    void* got = mmap(want, 1 << 21, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                     -1, 0);
+    if (got != want) std::printf("could not block the range\n");
+  }
   BackendOptions options;
   options.rank = rank;
   absl::StatusOr<std::unique_ptr<Backend>> made = MakeCudaBackend(options);
@@ -95,6 +107,8 @@ int Child(int rank, const std::string& fatbin, int hold_ms) {
   EXPECT_ERR(b->cudaMallocAsync(&e, 1 << 20, s), cudaSuccess);
   Addr("e", e);
   EXPECT_ERR(b->cudaFreeAsync(e, s), cudaSuccess);
+  EXPECT_ERR(b->cudaFreeAsync(e, s), cudaErrorInvalidValue);  // already freed in stream order
+  EXPECT_ERR(b->cudaFree(e), cudaErrorInvalidValue);
   EXPECT_ERR(b->cudaStreamSynchronize(s), cudaSuccess);
   EXPECT_ERR(b->cudaMalloc(&f, 64 << 20), cudaSuccess);
   Addr("f", f);
@@ -120,9 +134,10 @@ int Child(int rank, const std::string& fatbin, int hold_ms) {
   EXPECT_ERR(b->Memcpy(out.data(), static_cast<char*>(c) + 8, 16, cudaMemcpyDeviceToHost,
                        nullptr, false),
              cudaErrorInvalidValue);  // runs past the allocation
-  EXPECT_ERR(b->cudaMemset(a, 0, 4), cudaErrorInvalidValue);  // freed
+  EXPECT_ERR(b->cudaMemset(static_cast<char*>(c) + 4, 0, 8), cudaErrorInvalidValue);  // past end
+  EXPECT_ERR(b->cudaMemset(bogus, 0, 4), cudaErrorInvalidValue);
   EXPECT_ERR(b->cudaFree(bogus), cudaErrorInvalidValue);
-  EXPECT_ERR(b->cudaFree(e), cudaErrorInvalidValue);  // freed in stream order already
+  EXPECT_ERR(b->cudaFree(static_cast<char*>(big) + 16), cudaErrorInvalidValue);  // interior
   EXPECT_ERR(b->Memcpy(big, in.data(), 4, static_cast<cudaMemcpyKind>(7), nullptr, false),
              cudaErrorInvalidMemcpyDirection);
   void* huge = nullptr;
@@ -164,7 +179,9 @@ int Child(int rank, const std::string& fatbin, int hold_ms) {
     EXPECT_ERR(b->LaunchKernel(*k, dim3(8), dim3(128), 0, s, args.data(), false), cudaSuccess);
     EXPECT_ERR(b->LaunchKernel(*k, dim3(1), dim3(2048), 0, s, args.data(), false),
                cudaErrorInvalidValue);
+    EXPECT_ERR(b->cudaStreamSynchronize(s), cudaSuccess);
     EXPECT_ERR(b->LaunchKernel(*k, dim3(8), dim3(128), 0, s, args.data(), true), cudaSuccess);
+    EXPECT_ERR(b->cudaStreamSynchronize(s), cudaSuccess);
     std::vector<uint32_t> got(count);
     EXPECT_ERR(b->Memcpy(got.data(), f, count * 4, cudaMemcpyDeviceToHost, s, false),
                cudaSuccess);
@@ -199,6 +216,117 @@ int Child(int rank, const std::string& fatbin, int hold_ms) {
   EXPECT_ERR(b->cudaStreamDestroy(s), cudaErrorInvalidResourceHandle);  // Reset destroyed it
   std::printf(g_failures == 0 ? "CHILD_OK\n" : "CHILD_FAILED %d\n", g_failures);
   return g_failures == 0 ? 0 : 1;
+}
+
+std::string Hex(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+double Now() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Backend-only figures (no shim, no transport), to split the costs that
+// bench/shim_bench measures end to end. Informational: nothing is asserted.
+int Measure(const std::string& fatbin) {
+  BackendOptions options;
+  absl::StatusOr<std::unique_ptr<Backend>> made = MakeCudaBackend(options);
+  if (!made.ok()) {
+    std::printf("CREATE_FAILED %s\n", made.status().ToString().c_str());
+    return 3;
+  }
+  Backend* b = made->get();
+  cudaStream_t s = nullptr;
+  b->cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  std::ifstream file(fatbin, std::ios::binary);
+  std::stringstream image;
+  image << file.rdbuf();
+  if (!b->LoadModule(1, image.str()).ok()) return 1;
+  absl::StatusOr<KernelInfo> k = b->GetKernel(1, "fill_u32");
+  if (!k.ok()) return 1;
+  void* d = nullptr;
+  b->cudaMalloc(&d, 1 << 20);
+  std::vector<char> args(k->args_size, 0);
+  const uint32_t zero = 0;
+  std::memcpy(args.data(), &d, 8);
+  std::memcpy(args.data() + 8, &zero, 4);
+  for (int i = 0; i < 1000; ++i) b->LaunchKernel(*k, dim3(1), dim3(32), 0, s, args.data(), false);
+  b->cudaStreamSynchronize(s);
+  const int n = 50000;
+  double t0 = Now();
+  for (int i = 0; i < n; ++i) b->LaunchKernel(*k, dim3(1), dim3(32), 0, s, args.data(), false);
+  double t1 = Now();
+  b->cudaStreamSynchronize(s);
+  double t2 = Now();
+  std::printf("MEASURE backend_launch_call %.3f us\n", (t1 - t0) / n);
+  std::printf("MEASURE backend_launch_throughput %.0f launches/s\n", n / ((t2 - t0) * 1e-6));
+  uint32_t h = 0;
+  std::vector<double> lat;
+  for (int i = 0; i < 2000; ++i) {
+    double a = Now();
+    b->Memcpy(&h, d, 4, cudaMemcpyDeviceToHost, nullptr, false);
+    lat.push_back(Now() - a);
+  }
+  std::sort(lat.begin(), lat.end());
+  std::printf("MEASURE backend_d2h_4b %.3f us\n", lat[lat.size() / 2]);
+  // 256 MiB copies from host memory shared the way the agent shares it (a
+  // /dev/shm file mapped MAP_SHARED, registered), and from cudaMallocHost.
+  const size_t bytes = 256ull << 20;
+  void* dev = nullptr;
+  b->cudaMalloc(&dev, bytes);
+  auto bw = [&](const char* what, void* host) {
+    std::memset(host, 1, bytes);
+    b->Memcpy(dev, host, bytes, cudaMemcpyHostToDevice, nullptr, false);
+    double best_h2d = 0, best_d2h = 0;
+    for (int i = 0; i < 3; ++i) {
+      double a = Now();
+      cudaError_t e1 = b->Memcpy(dev, host, bytes, cudaMemcpyHostToDevice, nullptr, false);
+      double m = Now();
+      cudaError_t e2 = b->Memcpy(host, dev, bytes, cudaMemcpyDeviceToHost, nullptr, false);
+      double z = Now();
+      if (e1 != cudaSuccess || e2 != cudaSuccess) std::printf("copy failed %d %d\n", e1, e2);
+      best_h2d = std::max(best_h2d, bytes / (m - a) / 1e3);
+      best_d2h = std::max(best_d2h, bytes / (z - m) / 1e3);
+    }
+    double a = Now();
+    cudaError_t e3 = b->Memcpy(dev, host, bytes, cudaMemcpyHostToDevice, s, false);
+    double z = Now();
+    std::printf("MEASURE %s h2d %.2f GB/s d2h %.2f GB/s (h2d on a created stream %.2f GB/s, %d)\n",
+                what, best_h2d, best_d2h, bytes / (z - a) / 1e3, e3);
+  };
+  void* pinned = nullptr;
+  if (::cudaMallocHost(&pinned, bytes) == cudaSuccess) {
+    bw("cudaMallocHost", pinned);
+    ::cudaFreeHost(pinned);
+  }
+  const std::string path = "/dev/shm/revenant-measure-" + std::to_string(getpid());
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd >= 0 && ftruncate(fd, bytes) == 0) {
+    void* shared = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    std::memset(shared, 1, bytes);
+    double a = Now();
+    cudaError_t e = b->RegisterSharedHost(shared, bytes, 0);
+    std::printf("MEASURE register_256mib_shm %.1f us (%d)\n", Now() - a, e);
+    if (e == cudaSuccess) {
+      bw("shm_file_registered", shared);
+      b->UnregisterSharedHost(shared);
+    }
+    void* anon = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    std::memset(anon, 1, bytes);
+    if (b->RegisterSharedHost(anon, bytes, 0) == cudaSuccess) {
+      bw("anonymous_registered", anon);
+      b->UnregisterSharedHost(anon);
+    }
+    munmap(anon, bytes);
+    munmap(shared, bytes);
+  }
+  if (fd >= 0) close(fd);
+  unlink(path.c_str());
+  return 0;
 }
 
 struct Run {
@@ -250,18 +378,19 @@ int Driver(const std::string& self, const std::string& fatbin) {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   Run r1 = RunChild(base + " --rank=1");
-  Run dup = RunChild(base + " --rank=0");
+  Run dup = RunChild(base + " --rank=2 --block_range");
   t0.join();
   std::ifstream f0(out0_path);
   std::stringstream s0;
   s0 << f0.rdbuf();
   std::remove(out0_path.c_str());
   std::printf("--- rank 0 (held while the others ran)\n%s--- rank 1, concurrently\n%s"
-              "--- a second rank-0 agent while the first holds its range\n%s",
+              "--- rank 2 with a mapping of its own inside its range\n%s",
               s0.str().c_str(), r1.out.c_str(), dup.out.c_str());
   EXPECT(s0.str().rfind("0\n", 0) == 0);
   EXPECT(r1.status == 0);
-  EXPECT(r1.out.find("ADDR a 0x7f1000000000") != std::string::npos);
+  EXPECT(r1.out.find("ADDR a 0x" + Hex(cuda::kDefaultDeviceBase + cuda::kRankStride)) !=
+         std::string::npos);
   EXPECT(dup.status == 3);
   EXPECT(dup.out.find("CREATE_FAILED") != std::string::npos);
   if (g_failures == 0) std::printf("PASS cuda_backend_gpu_test\n");
@@ -279,9 +408,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s --fatbin=gpu_test_kernels.fatbin\n", argv[0]);
     return 2;
   }
+  if (!Flag(argc, argv, "measure").empty()) return revenant::agent::Measure(fatbin);
   if (!Flag(argc, argv, "child").empty()) {
     return revenant::agent::Child(std::atoi(Flag(argc, argv, "rank", "0").c_str()), fatbin,
-                                  std::atoi(Flag(argc, argv, "hold_ms", "0").c_str()));
+                                  std::atoi(Flag(argc, argv, "hold_ms", "0").c_str()),
+                                  !Flag(argc, argv, "block_range").empty());
   }
   return revenant::agent::Driver(argv[0], fatbin);
 }
