@@ -1,0 +1,235 @@
+// train_mlp: data-parallel training of a 2-layer MLP with plain CUDA + NCCL.
+//
+//   RANK=r WORLD_SIZE=n MASTER_PORT=p train_mlp [--iters 20] [--hidden 128] [--batch 32]
+//
+// Deterministic by construction: a fixed-seed synthetic dataset (each rank
+// trains on its own shard), fixed-seed initial parameters (the same on every
+// rank), kernels without atomics (collectives_bootstrap.h for the launch).
+// Per iteration: H2D copy of the batch from pinned memory, forward, loss,
+// backward, gradient all-reduce (ncclSum) in several buckets, SGD with the
+// summed gradients scaled by 1/world. Rank 0 prints "iter N loss X" every few
+// iterations; every rank prints "final checksum <hex>" (FNV-1a of the raw
+// parameter bytes), the ranks compare their checksums with an all-gather and
+// exit 1 on any mismatch, then print "PASS train_mlp".
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/apps/app_check.h"
+#include "tests/apps/collectives_bootstrap.h"
+#include "tests/apps/train_mlp_kernels.cuh"
+
+namespace {
+
+constexpr int kIn = 64;
+constexpr int kOut = 10;
+constexpr int kDatasetSize = 512;
+constexpr int kBuckets = 4;
+constexpr int kLossEvery = 5;
+constexpr float kLearningRate = 0.2f;
+constexpr int kThreads = 128;
+
+// A small fixed-seed generator (same sequence everywhere).
+struct Rng {
+  uint64_t s;
+  uint32_t Next() {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<uint32_t>(s >> 33);
+  }
+  float Uniform() { return (Next() & 0xffffff) / 16777216.0f * 2.0f - 1.0f; }  // [-1, 1)
+};
+
+int Blocks(int n) { return (n + kThreads - 1) / kThreads; }
+
+uint64_t Fnv1a(const void* data, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+int IntFlag(int argc, char** argv, const char* name, int fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
+  }
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int iters = IntFlag(argc, argv, "--iters", 20);
+  const int hidden = IntFlag(argc, argv, "--hidden", 128);
+  const int batch = IntFlag(argc, argv, "--batch", 32);
+  EXPECT_APP(iters > 0 && hidden > 0 && batch > 0, "bad arguments");
+  const Launch l = ReadLaunch();
+  SelectDevice(l);
+
+  // The dataset: inputs in [-1, 1), labels from a fixed random linear teacher.
+  std::vector<float> data(static_cast<size_t>(kDatasetSize) * kIn);
+  std::vector<int> labels(kDatasetSize);
+  {
+    Rng rng{12345};
+    std::vector<float> teacher(kOut * kIn);
+    for (float& t : teacher) t = rng.Uniform();
+    for (float& x : data) x = rng.Uniform();
+    for (int i = 0; i < kDatasetSize; ++i) {
+      int best = 0;
+      float best_v = -1e30f;
+      for (int o = 0; o < kOut; ++o) {
+        float v = 0;
+        for (int k = 0; k < kIn; ++k) v += teacher[o * kIn + k] * data[i * kIn + k];
+        if (v > best_v) best_v = v, best = o;
+      }
+      labels[i] = best;
+    }
+  }
+  // This rank's shard: samples i with i % world == rank.
+  std::vector<int> shard;
+  for (int i = l.rank; i < kDatasetSize; i += l.world) shard.push_back(i);
+
+  // Parameters [w1 | b1 | w2 | b2], one buffer; gradients alike.
+  const size_t n_w1 = static_cast<size_t>(hidden) * kIn, n_b1 = hidden;
+  const size_t n_w2 = static_cast<size_t>(kOut) * hidden, n_b2 = kOut;
+  const size_t n_params = n_w1 + n_b1 + n_w2 + n_b2;
+  std::vector<float> init(n_params, 0.0f);
+  {
+    Rng rng{777};
+    const float s1 = 1.0f / std::sqrt(static_cast<float>(kIn));
+    const float s2 = 1.0f / std::sqrt(static_cast<float>(hidden));
+    for (size_t i = 0; i < n_w1; ++i) init[i] = rng.Uniform() * s1;
+    for (size_t i = 0; i < n_w2; ++i) init[n_w1 + n_b1 + i] = rng.Uniform() * s2;
+  }
+
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  float *params, *grads, *x, *hpre, *hact, *logits, *dlogits, *dh, *loss, *loss_total;
+  int* y;
+  CHECK_CUDA(cudaMalloc(&params, n_params * sizeof(float)));
+  CHECK_CUDA(cudaMalloc(&grads, n_params * sizeof(float)));
+  CHECK_CUDA(cudaMalloc(&x, static_cast<size_t>(batch) * kIn * sizeof(float)));
+  CHECK_CUDA(cudaMalloc(&y, batch * sizeof(int)));
+  CHECK_CUDA(cudaMalloc(&hpre, static_cast<size_t>(batch) * hidden * sizeof(float)));
+  CHECK_CUDA(cudaMalloc(&hact, static_cast<size_t>(batch) * hidden * sizeof(float)));
+  CHECK_CUDA(cudaMalloc(&dh, static_cast<size_t>(batch) * hidden * sizeof(float)));
+  CHECK_CUDA(cudaMalloc(&logits, static_cast<size_t>(batch) * kOut * sizeof(float)));
+  CHECK_CUDA(cudaMalloc(&dlogits, static_cast<size_t>(batch) * kOut * sizeof(float)));
+  CHECK_CUDA(cudaMalloc(&loss, batch * sizeof(float)));
+  CHECK_CUDA(cudaMalloc(&loss_total, sizeof(float)));
+  CHECK_CUDA(cudaMemcpy(params, init.data(), n_params * sizeof(float), cudaMemcpyHostToDevice));
+  float* w1 = params;
+  float* b1 = w1 + n_w1;
+  float* w2 = b1 + n_b1;
+  float* b2 = w2 + n_w2;
+  float* dw1 = grads;
+  float* db1 = dw1 + n_w1;
+  float* dw2 = db1 + n_b1;
+  float* db2 = dw2 + n_w2;
+
+  // Pinned staging for batches and the loss.
+  float* pinned_x;
+  int* pinned_y;
+  float* pinned_loss;
+  CHECK_CUDA(cudaMallocHost(&pinned_x, static_cast<size_t>(batch) * kIn * sizeof(float)));
+  CHECK_CUDA(cudaMallocHost(&pinned_y, batch * sizeof(int)));
+  CHECK_CUDA(cudaMallocHost(&pinned_loss, sizeof(float)));
+
+  const ncclUniqueId id = ExchangeUniqueId(l, "nccl-id");
+  ncclComm_t comm;
+  CHECK_NCCL(ncclCommInitRank(&comm, l.world, id, l.rank));
+  RemoveUniqueId(l, "nccl-id");
+
+  const float scale = 1.0f / static_cast<float>(l.world);
+  for (int it = 0; it < iters; ++it) {
+    // The previous iteration's copies are done once the stream is idle.
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    for (int j = 0; j < batch; ++j) {
+      const int sample = shard[(static_cast<size_t>(it) * batch + j) % shard.size()];
+      std::memcpy(pinned_x + static_cast<size_t>(j) * kIn, &data[sample * kIn],
+                  kIn * sizeof(float));
+      pinned_y[j] = labels[sample];
+    }
+    CHECK_CUDA(cudaMemcpyAsync(x, pinned_x, static_cast<size_t>(batch) * kIn * sizeof(float),
+                               cudaMemcpyHostToDevice, stream));
+    CHECK_CUDA(cudaMemcpyAsync(y, pinned_y, batch * sizeof(int), cudaMemcpyHostToDevice, stream));
+
+    mlp_fc1_forward<<<Blocks(batch * hidden), kThreads, 0, stream>>>(x, w1, b1, hpre, hact, batch,
+                                                                      kIn, hidden);
+    mlp_fc2_forward<<<Blocks(batch * kOut), kThreads, 0, stream>>>(hact, w2, b2, logits, batch,
+                                                                    hidden, kOut);
+    mlp_softmax_xent<<<Blocks(batch), kThreads, 0, stream>>>(logits, y, dlogits, loss, batch,
+                                                              kOut);
+    mlp_loss_sum<<<1, 1, 0, stream>>>(loss, batch, loss_total);
+    mlp_fc2_backward<<<Blocks(kOut * hidden + kOut), kThreads, 0, stream>>>(
+        dlogits, hact, dw2, db2, batch, hidden, kOut);
+    mlp_hidden_backward<<<Blocks(batch * hidden), kThreads, 0, stream>>>(dlogits, w2, hpre, dh,
+                                                                          batch, hidden, kOut);
+    mlp_fc1_backward<<<Blocks(hidden * kIn + hidden), kThreads, 0, stream>>>(dh, x, dw1, db1,
+                                                                              batch, kIn, hidden);
+    CHECK_CUDA(cudaGetLastError());
+
+    // Gradient all-reduce in buckets, in place.
+    const size_t per = (n_params + kBuckets - 1) / kBuckets;
+    for (size_t off = 0; off < n_params; off += per) {
+      const size_t n = off + per <= n_params ? per : n_params - off;
+      CHECK_NCCL(ncclAllReduce(grads + off, grads + off, n, ncclFloat, ncclSum, comm, stream));
+    }
+    mlp_sgd<<<Blocks(static_cast<int>(n_params)), kThreads, 0, stream>>>(
+        params, grads, static_cast<int>(n_params), kLearningRate, scale);
+    CHECK_CUDA(cudaGetLastError());
+
+    if (it % kLossEvery == 0 || it == iters - 1) {
+      CHECK_CUDA(cudaMemcpyAsync(pinned_loss, loss_total, sizeof(float), cudaMemcpyDeviceToHost,
+                                 stream));
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+      if (l.rank == 0) std::printf("iter %d loss %.6f\n", it, *pinned_loss);
+    }
+  }
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  ncclResult_t async = ncclSuccess;
+  CHECK_NCCL(ncclCommGetAsyncError(comm, &async));
+  EXPECT_APP(async == ncclSuccess, "NCCL async error %d", static_cast<int>(async));
+
+  std::vector<float> final_params(n_params);
+  CHECK_CUDA(cudaMemcpy(final_params.data(), params, n_params * sizeof(float),
+                        cudaMemcpyDeviceToHost));
+  const uint64_t checksum = Fnv1a(final_params.data(), n_params * sizeof(float));
+  std::printf("final checksum %016llx\n", static_cast<unsigned long long>(checksum));
+
+  // Every rank must hold the same parameters.
+  uint64_t *mine, *all;
+  CHECK_CUDA(cudaMalloc(&mine, sizeof(uint64_t)));
+  CHECK_CUDA(cudaMalloc(&all, l.world * sizeof(uint64_t)));
+  CHECK_CUDA(cudaMemcpy(mine, &checksum, sizeof(uint64_t), cudaMemcpyHostToDevice));
+  CHECK_NCCL(ncclAllGather(mine, all, 1, ncclUint64, comm, stream));
+  std::vector<uint64_t> sums(l.world);
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  CHECK_CUDA(cudaMemcpy(sums.data(), all, l.world * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  for (int r = 0; r < l.world; ++r) {
+    EXPECT_APP(sums[r] == checksum, "rank %d has checksum %016llx, rank %d has %016llx", r,
+               static_cast<unsigned long long>(sums[r]), l.rank,
+               static_cast<unsigned long long>(checksum));
+  }
+
+  CHECK_NCCL(ncclCommDestroy(comm));
+  CHECK_CUDA(cudaFreeHost(pinned_x));
+  CHECK_CUDA(cudaFreeHost(pinned_y));
+  CHECK_CUDA(cudaFreeHost(pinned_loss));
+  for (void* p : std::vector<void*>{params, grads, x, y, hpre, hact, dh, logits, dlogits, loss,
+                                    loss_total, mine, all}) {
+    CHECK_CUDA(cudaFree(p));
+  }
+  CHECK_CUDA(cudaStreamDestroy(stream));
+  std::printf("PASS train_mlp\n");
+  return 0;
+}
