@@ -49,6 +49,7 @@ namespace agent {
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_recovery_failed{false};
 
 void OnSignal(int) { g_stop.store(true); }
 
@@ -90,6 +91,33 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
   absl::StatusOr<std::unique_ptr<transport::ShmServerChannel>> ch =
       transport::ShmServerChannel::Attach(channel_path);
   if (!ch.ok()) return refuse(ch.status().ToString());
+  const bool recover = m["recover"] == "1";
+  RequestJournal::Options jopts;
+  jopts.boundaries = absl::GetFlag(FLAGS_minibatch) == "manual"
+                         ? RequestJournal::BoundaryMode::kManual
+                         : RequestJournal::BoundaryMode::kAuto;
+  SessionOptions options;
+  if (absl::GetFlag(FLAGS_journal) && !recover) {
+    absl::StatusOr<std::unique_ptr<RequestJournal>> j =
+        RequestJournal::Open(job_dir + "/journal", absl::GetFlag(FLAGS_job), rank, jopts);
+    if (!j.ok()) return refuse("cannot open the journal: " + j.status().ToString());
+    options.journal = std::move(*j);
+  }
+  Session session(backend, std::move(*ch), fd, job_dir, std::move(options));
+  if (recover) {
+    // A replacement for an agent that died: rebuild its state before the
+    // application continues. On failure the application is told why and its
+    // calls fail, rather than run on a state that differs from what it was told.
+    absl::Status s = session.Recover(job_dir + "/journal", absl::GetFlag(FLAGS_job), rank, jopts);
+    if (!s.ok()) {
+      REVENANT_LOG(ERROR, "agent") << "cannot recover rank " << rank << ": " << s;
+      (void)transport::SendFrame(
+          fd, FormatKv({{"op", "refused"}, {"error", "recovery failed: " + s.ToString()}}));
+      g_recovery_failed.store(true);
+      g_stop.store(true);
+      return;
+    }
+  }
   const DeviceRange range = backend->device_range();
   absl::Status sent = transport::SendFrame(
       fd, FormatKv({{"op", "welcome"},
@@ -98,22 +126,7 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
                     {"rank", std::to_string(rank)},
                     {"device_base", std::to_string(range.base)},
                     {"device_size", std::to_string(range.size)}}));
-  if (!sent.ok()) {
-    close(fd);
-    return;
-  }
-  SessionOptions options;
-  if (absl::GetFlag(FLAGS_journal)) {
-    RequestJournal::Options jopts;
-    jopts.boundaries = absl::GetFlag(FLAGS_minibatch) == "manual"
-                           ? RequestJournal::BoundaryMode::kManual
-                           : RequestJournal::BoundaryMode::kAuto;
-    absl::StatusOr<std::unique_ptr<RequestJournal>> j =
-        RequestJournal::Open(job_dir + "/journal", absl::GetFlag(FLAGS_job), rank, jopts);
-    if (!j.ok()) return refuse("cannot open the journal: " + j.status().ToString());
-    options.journal = std::move(*j);
-  }
-  Session session(backend, std::move(*ch), fd, job_dir, std::move(options));
+  if (!sent.ok()) return;
   session.Run();
 }
 
@@ -171,7 +184,7 @@ int Main(int argc, char** argv) {
   }
   close(*listen_fd);
   unlink(socket_path.c_str());
-  return 0;
+  return g_recovery_failed.load() ? 3 : 0;
 }
 
 }  // namespace

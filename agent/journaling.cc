@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "api/hook_protocol.h"
 #include "api/traits.h"
@@ -87,6 +88,20 @@ absl::StatusOr<std::unique_ptr<RequestJournal>> RequestJournal::Open(const std::
   return std::unique_ptr<RequestJournal>(new RequestJournal(std::move(*j), options));
 }
 
+absl::StatusOr<std::unique_ptr<RequestJournal>> RequestJournal::Continue(
+    const std::string& dir, const std::string& job, int rank, const Options& options,
+    uint64_t minibatch) {
+  absl::StatusOr<std::unique_ptr<journal::Journal>> j =
+      journal::Journal::Open(dir, job, static_cast<uint32_t>(rank), options.journal);
+  if (!j.ok()) return j.status();
+  auto rj = std::unique_ptr<RequestJournal>(new RequestJournal(std::move(*j), options));
+  rj->minibatch_ = minibatch;
+  std::ifstream anchor(dir + "/anchor");
+  uint64_t a = 0;
+  if (anchor >> a) rj->detector_.SetAnchor(a);
+  return rj;
+}
+
 absl::Status RequestJournal::Boundary() {
   ++minibatch_;
   return journal_->MarkBoundary(minibatch_);
@@ -100,8 +115,15 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   const auto id = static_cast<api::ApiId>(rec.api_id);
   const api::ApiTraits& traits = api::Traits(static_cast<uint32_t>(rec.api_id));
   const absl::string_view body(rec.body(), rec.body_size());
-  if (options_.boundaries == BoundaryMode::kAuto && detector_.OnRequest(rec.api_id, body)) {
-    if (absl::Status s = Boundary(); !s.ok()) return s;
+  if (options_.boundaries == BoundaryMode::kAuto) {
+    const bool was_anchored = detector_.anchored();
+    if (detector_.OnRequest(rec.api_id, body)) {
+      if (!was_anchored) {
+        // A replacement agent continues with the same anchor.
+        std::ofstream(journal_->dir() + "/anchor") << detector_.anchor() << "\n";
+      }
+      if (absl::Status s = Boundary(); !s.ok()) return s;
+    }
   }
   if (traits.journal == api::JournalClass::kSkip) return absl::OkStatus();
 
@@ -109,7 +131,9 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   e.set_seq(rec.seq * 2);
   e.set_api_id(rec.api_id);
   e.set_args(body.data(), body.size());
-  e.set_flags(rec.flags);
+  // The reply slot rides in the upper half of flags: a replacement posts the
+  // reply of a replayed request the application still waits for.
+  e.set_flags((rec.flags & 0xffffu) | (static_cast<uint32_t>(rec.reply_slot + 1) << 16));
   e.set_minibatch(minibatch_);
   if (!payload.empty()) e.set_inline_payload(payload.data(), payload.size());
   if (IsFree(id) || traits.destroys != api::HandleKind::kNone) {

@@ -55,6 +55,12 @@ class MinibatchDetector {
   // True when a boundary belongs just before this request.
   bool OnRequest(uint16_t api_id, absl::string_view body);
   bool anchored() const { return anchored_; }
+  uint64_t anchor() const { return anchor_; }
+  // Restores the anchor a predecessor found (a replacement agent).
+  void SetAnchor(uint64_t anchor) {
+    anchored_ = true;
+    anchor_ = anchor;
+  }
 
  private:
   bool anchored_ = false;
@@ -75,6 +81,18 @@ class RequestJournal {
   static absl::StatusOr<std::unique_ptr<RequestJournal>> Open(const std::string& dir,
                                                               const std::string& job, int rank,
                                                               const Options& options);
+
+  // Continues the journal a dead agent left in `dir` (after the caller read
+  // it back for replay): same minibatch count, same boundary anchor.
+  static absl::StatusOr<std::unique_ptr<RequestJournal>> Continue(const std::string& dir,
+                                                                  const std::string& job,
+                                                                  int rank, const Options& options,
+                                                                  uint64_t minibatch);
+
+  // The reply slot a journaled request named (-1: none), from its flags.
+  static int ReplySlotOf(const journal::JournalEntry& entry) {
+    return static_cast<int>(entry.flags() >> 16) - 1;
+  }
 
   // Journals `rec` if its row is journaled. `payload` holds bytes the
   // request reads from memory shared with the application (a pinned source

@@ -4,8 +4,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "journal/journal.h"
 
 #include "common/logging.h"
 #include "shim/wire_prefix.h"
@@ -233,6 +237,11 @@ void Session::RunClientCallback(const hooks::CallbackRecord& record) {
   uint64_t ticket = 0;
   {
     std::lock_guard<std::mutex> lock(callback_mu_);
+    if (callbacks_to_suppress_ > 0) {
+      // The application already ran (or holds) this callback.
+      --callbacks_to_suppress_;
+      return;
+    }
     absl::StatusOr<transport::RecordWriter> w = channel_->callbacks().BeginRecord(
         sizeof(record), absl::Now() + options_.callback_timeout);
     if (!w.ok()) {
@@ -249,6 +258,205 @@ void Session::RunClientCallback(const hooks::CallbackRecord& record) {
   if (!s.ok() && !disconnected_.load()) {
     REVENANT_LOG(ERROR, "agent") << "host callback " << ticket << " did not complete: " << s;
   }
+}
+
+}  // namespace agent
+}  // namespace revenant
+
+namespace revenant {
+namespace agent {
+namespace {
+
+uint64_t FirstOutU64(const std::string& outputs) {
+  wire::Decoder d(outputs.data(), outputs.size());
+  const char* data = nullptr;
+  uint64_t n = 0;
+  uint64_t v = 0;
+  if (d.GetBytes(&data, &n) && data != nullptr && n >= sizeof(v)) std::memcpy(&v, data, sizeof(v));
+  return v;
+}
+
+// A copy from shared host memory replays from the bytes captured when it was
+// journaled: the application may have reused its buffer since.
+std::string ReplayBody(const journal::JournalEntry& e) {
+  const auto id = static_cast<api::ApiId>(e.api_id());
+  if ((id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) ||
+      e.inline_payload().empty()) {
+    return e.args();
+  }
+  wire::Decoder in(e.args().data(), e.args().size());
+  uint64_t dst = 0, src = 0, count = 0, stream = 0;
+  int32_t kind = 0;
+  uint8_t mode = 0;
+  if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count) || !in.Get(&kind) || !in.Get(&stream) ||
+      !in.Get(&mode) || mode != hooks::kDirect || count != e.inline_payload().size()) {
+    return e.args();
+  }
+  wire::Sizer sz;
+  sz.Put(dst); sz.Put(src); sz.Put(count); sz.Put(kind); sz.Put(stream); sz.Put(uint8_t{});
+  sz.PutBytes(e.inline_payload().data(), count);
+  std::string body(sz.size(), '\0');
+  wire::Encoder out(body.data(), body.size());
+  out.Put(dst); out.Put(src); out.Put(count); out.Put(kind); out.Put(stream);
+  out.Put(static_cast<uint8_t>(hooks::kInlineSource));
+  out.PutBytes(e.inline_payload().data(), count);
+  return body;
+}
+
+// A copy into shared host memory: skipped on replay (the application already
+// received its data and may have reused the buffer).
+bool IsCopyIntoSharedHost(const journal::JournalEntry& e, const Session& session) {
+  const auto id = static_cast<api::ApiId>(e.api_id());
+  if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return false;
+  wire::Decoder in(e.args().data(), e.args().size());
+  uint64_t dst = 0, src = 0, count = 0, stream = 0;
+  int32_t kind = 0;
+  uint8_t mode = 0;
+  if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count) || !in.Get(&kind) || !in.Get(&stream) ||
+      !in.Get(&mode)) {
+    return false;
+  }
+  return mode == hooks::kDirect && session.IsSharedHost(reinterpret_cast<void*>(dst), count);
+}
+
+}  // namespace
+
+absl::Status Session::Recover(const std::string& journal_dir, const std::string& job, int rank,
+                              const RequestJournal::Options& journal_options) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
+      journal::JournalReader::Open(journal_dir);
+  if (!reader.ok()) return reader.status();
+  std::vector<journal::JournalEntry> entries;
+  auto collect = [&](const journal::JournalEntry& e) {
+    entries.push_back(e);
+    return absl::OkStatus();
+  };
+  if (absl::Status s = (*reader)->ReadSetup(collect); !s.ok()) return s;
+  if (absl::Status s = (*reader)->ReadMinibatch(collect); !s.ok() && !absl::IsNotFound(s)) {
+    return s;
+  }
+  const uint64_t minibatch = (*reader)->minibatch_header().minibatch();
+  if (minibatch > 0) {
+    // Past the first boundary the device state is the product of every
+    // earlier minibatch, which the journal does not keep: it comes from a
+    // healthy data-parallel replica.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the journal is at minibatch ", minibatch,
+        ": rebuilding that state needs a healthy replica (a data-parallel peer), and this "
+        "rank has none"));
+  }
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const journal::JournalEntry& a, const journal::JournalEntry& b) {
+                     return a.seq() < b.seq();
+                   });
+
+  {
+    std::lock_guard<std::mutex> lock(callback_mu_);
+    callbacks_sent_ = channel_->callbacks().last_seq();
+    callbacks_to_suppress_ = callbacks_sent_;
+  }
+  replaying_ = true;
+  uint64_t last_request = 0;
+  size_t replayed = 0, divergences = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const journal::JournalEntry& e = entries[i];
+    if (e.api_id() == journal::kOutcomeApiId) continue;
+    const journal::JournalEntry* outcome = nullptr;
+    if (i + 1 < entries.size() && entries[i + 1].api_id() == journal::kOutcomeApiId &&
+        entries[i + 1].completes() == e.seq()) {
+      outcome = &entries[i + 1];
+    }
+    const uint64_t seq = e.seq() / 2;
+    last_request = std::max(last_request, seq);
+    if (IsCopyIntoSharedHost(e, *this)) continue;
+    // Put back what the application holds: addresses and handle ids.
+    if (outcome != nullptr && outcome->status() == 0) {
+      const auto id = static_cast<api::ApiId>(e.api_id());
+      const api::ApiTraits& traits = api::Traits(e.api_id());
+      const uint64_t key = FirstOutU64(outcome->outputs());
+      if (id == api::ApiId::cudaMalloc || id == api::ApiId::cudaMallocAsync ||
+          id == api::ApiId::ncclMemAlloc) {
+        if (key != 0) backend_->ExpectNextAllocation(key);
+      } else if (traits.creates != api::HandleKind::kNone && key != 0) {
+        handles_.ExpectNext(traits.creates, key);
+      } else if (id == api::ApiId::__cudaRegisterFatBinaryEnd && key != 0) {
+        handles_.ExpectNext(api::HandleKind::kFunction, key);
+      }
+    }
+    const std::string body = ReplayBody(e);
+    std::vector<char> record(sizeof(transport::RecordHeader) + body.size());
+    auto* h = reinterpret_cast<transport::RecordHeader*>(record.data());
+    h->size = static_cast<uint32_t>(record.size());
+    h->api_id = static_cast<uint16_t>(e.api_id());
+    h->flags = static_cast<uint16_t>(e.flags() & 0xffff);
+    h->seq = seq;
+    h->reply_slot = RequestJournal::ReplySlotOf(e);
+    h->body_crc_or_reserved = 0;
+    std::memcpy(record.data() + sizeof(*h), body.data(), body.size());
+    if (absl::Status s = ExecuteReplayed(*h, outcome); !s.ok()) {
+      ++divergences;
+      REVENANT_LOG(ERROR, "agent") << "replay of request " << seq << " ("
+                                   << api::Traits(e.api_id()).name << ") diverged: " << s;
+    }
+    ++replayed;
+  }
+  replaying_ = false;
+  {
+    std::lock_guard<std::mutex> lock(callback_mu_);
+    callbacks_to_suppress_ = 0;
+  }
+  if (divergences > 0) {
+    return absl::AbortedError(absl::StrCat(divergences, " of ", replayed,
+                                           " replayed requests diverged from the journal"));
+  }
+  absl::StatusOr<std::unique_ptr<RequestJournal>> j =
+      RequestJournal::Continue(journal_dir, job, rank, journal_options, minibatch);
+  if (!j.ok()) return j.status();
+  options_.journal = std::move(*j);
+  // The ring still holds requests the dead agent journaled but did not
+  // release: they were just replayed.
+  if (absl::Status s = channel_->SkipThrough(last_request); !s.ok()) return s;
+  channel_->Release(last_request);
+  REVENANT_LOG(INFO, "agent") << "recovered: replayed " << replayed << " requests (minibatch "
+                              << minibatch << ") in "
+                              << absl::ToInt64Milliseconds(absl::Now() - start) << " ms";
+  return absl::OkStatus();
+}
+
+absl::Status Session::ExecuteReplayed(const transport::RecordHeader& rec,
+                                      const journal::JournalEntry* expected) {
+  const api::ApiTraits& traits = api::Traits(static_cast<uint32_t>(rec.api_id));
+  const bool nccl = traits.library == api::Library::kNccl;
+  const bool valid_slot =
+      rec.reply_slot >= 0 && static_cast<uint32_t>(rec.reply_slot) < channel_->reply_slots();
+  // Answer only a request the application still waits for: its slot holds
+  // no reply to it or to a later request.
+  const bool post = valid_slot && channel_->ReplySeq(rec.reply_slot) < rec.seq;
+  thread_local std::vector<char> scratch(64 << 10);
+  char* reply = post ? channel_->ReplyBuffer(rec.reply_slot) : scratch.data();
+  const uint32_t capacity = post ? channel_->reply_data_size() : scratch.size();
+  wire::Decoder in(rec.body(), rec.body_size());
+  wire::Encoder out(reply + kReplyPrefixSize, capacity - kReplyPrefixSize);
+  ctx_.seq = rec.seq;
+  int32_t status = kNoDispatcher;
+  if (traits.dispatched) status = Dispatch(static_cast<api::ApiId>(rec.api_id), in, out, ctx_);
+  if (status == kNoDispatcher) status = nccl ? ncclInvalidArgument : cudaErrorInvalidValue;
+  if (post) {
+    ReplyPrefix prefix;
+    std::memcpy(reply, &prefix, sizeof(prefix));
+    channel_->PostReply(rec.reply_slot, rec.seq, static_cast<uint32_t>(status),
+                        kReplyPrefixSize + static_cast<uint32_t>(out.size()));
+  }
+  if (expected == nullptr) return absl::OkStatus();
+  if (expected->status() != status) {
+    return absl::DataLossError(absl::StrCat("status ", status, ", the application was told ",
+                                            expected->status()));
+  }
+  if (status == 0 && expected->outputs() != std::string(reply + kReplyPrefixSize, out.size())) {
+    return absl::DataLossError("results differ from what the application was told");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace agent

@@ -50,6 +50,15 @@ class Session {
   // Executes requests until the application disconnects.
   void Run();
 
+  // A replacement agent's start: rebuilds the dead agent's device state by
+  // replaying its journal in `journal_dir` (same allocations at the same
+  // addresses, same virtual handles, same modules), answers the replayed
+  // requests the application still waits for, then continues the journal
+  // and skips the requests it already holds. kDataLoss for a corrupt journal
+  // (never replayed), other errors when the replay diverges.
+  absl::Status Recover(const std::string& journal_dir, const std::string& job, int rank,
+                       const RequestJournal::Options& journal_options);
+
   Backend* backend() { return backend_; }
   HandleTable* handles() { return &handles_; }
   transport::ShmServerChannel* channel() { return channel_.get(); }
@@ -77,6 +86,11 @@ class Session {
 
  private:
   void Execute(const transport::RecordHeader& rec);
+  // Executes a replayed request: no journaling; the reply is posted only if
+  // the application still waits for it; `expected` (may be null) is the
+  // outcome the dead agent recorded, compared with the replay's.
+  absl::Status ExecuteReplayed(const transport::RecordHeader& rec,
+                               const journal::JournalEntry* expected);
   [[noreturn]] static void JournalFailed(const absl::Status& status);
 
   Backend* const backend_;
@@ -101,6 +115,9 @@ class Session {
 
   std::mutex callback_mu_;
   uint64_t callbacks_sent_ = 0;
+  // Host callbacks a replay regenerates that the dead agent already posted.
+  uint64_t callbacks_to_suppress_ = 0;
+  bool replaying_ = false;
 };
 
 }  // namespace agent

@@ -23,6 +23,9 @@ Call::Call(api::ApiId id, size_t body_size) : id_(id), traits_(api::Traits(id)) 
   const bool sync = traits_.mode == api::Mode::kSync;
   if (sync) {
     absl::StatusOr<int> slot = ch->AcquireReplySlot(deadline);
+    while (!slot.ok() && absl::IsUnavailable(slot.status()) && rt->WaitForRecovery(deadline)) {
+      slot = ch->AcquireReplySlot(deadline);
+    }
     if (!slot.ok()) return;
     reply_slot_ = *slot;
   }
@@ -36,6 +39,10 @@ Call::Call(api::ApiId id, size_t body_size) : id_(id), traits_(api::Traits(id)) 
   }
   absl::StatusOr<transport::RecordWriter> w =
       ch->BeginRecord(static_cast<uint32_t>(body_size), deadline);
+  while (!w.ok() && absl::IsUnavailable(w.status()) && rt->WaitForRecovery(deadline)) {
+    // The agent died; its replacement consumes the same ring.
+    w = ch->BeginRecord(static_cast<uint32_t>(body_size), deadline);
+  }
   if (!w.ok()) return;
   writer_.emplace(std::move(*w));
   writer_->header().api_id = static_cast<uint16_t>(id);
@@ -72,8 +79,13 @@ bool Call::Send() {
     status_ = 0;
     return true;
   }
-  absl::StatusOr<transport::ReplyView> r =
-      channel_->WaitReply(reply_slot_, seq, rt->CallDeadline());
+  const absl::Time deadline = rt->CallDeadline();
+  absl::StatusOr<transport::ReplyView> r = channel_->WaitReply(reply_slot_, seq, deadline);
+  while (!r.ok() && absl::IsUnavailable(r.status()) && rt->WaitForRecovery(deadline)) {
+    // The request stays in the ring (or the journal) until executed: the
+    // replacement agent answers it in the same slot.
+    r = channel_->WaitReply(reply_slot_, seq, deadline);
+  }
   if (!r.ok()) {
     if (absl::IsDeadlineExceeded(r.status())) {
       REVENANT_LOG(ERROR, "shim") << traits_.name << ": the agent did not answer in time";

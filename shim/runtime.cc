@@ -58,6 +58,10 @@ Runtime* Runtime::Get() {
 }
 
 Runtime::Runtime() {
+  if (const char* t = Env("REVENANT_RECOVERY_TIMEOUT_S")) {
+    double s = 0;
+    if (absl::SimpleAtod(t, &s) && s > 0) recovery_timeout_ = absl::Seconds(s);
+  }
   if (const char* t = Env("REVENANT_CALL_TIMEOUT_S")) {
     double s = 0;
     if (absl::SimpleAtod(t, &s) && s > 0) call_timeout_ = absl::Seconds(s);
@@ -66,7 +70,8 @@ Runtime::Runtime() {
 
 transport::ShmClientChannel* Runtime::Channel() {
   if (connected_.load(std::memory_order_acquire)) {
-    return channel_->peer_dead() ? nullptr : channel_.get();
+    if (!channel_->peer_dead()) return channel_.get();
+    return WaitForRecovery(absl::Now() + recovery_timeout_) ? channel_.get() : nullptr;
   }
   std::lock_guard<std::mutex> lock(connect_mu_);
   if (connected_.load(std::memory_order_acquire)) {
@@ -119,14 +124,27 @@ bool Runtime::Connect() {
     return false;
   }
   channel_ = std::move(*ch);
+  socket_path_ = socket_path;
+  channel_path_ = chan_path;
+  if (!Handshake(control_fd_, /*recover=*/false, deadline)) return false;
+  pinned_next_ = kPinnedBase + static_cast<uint64_t>(agent_.rank) * kPinnedSpan;
+  StartMonitor();
+  callback_thread_ = std::thread([this] { CallbackLoop(); });
+  callback_thread_.detach();
+  REVENANT_LOG(DEBUG, "shim") << "connected to agent pid " << agent_.agent_pid << " ("
+                              << agent_.backend << " backend, rank " << agent_.rank << ")";
+  return true;
+}
 
+bool Runtime::Handshake(int fd, bool recover, absl::Time deadline) {
   absl::Status sent = transport::SendFrame(
-      control_fd_, FormatKv({{"op", "hello"},
-                             {"version", "1"},
-                             {"pid", std::to_string(getpid())},
-                             {"channel", chan_path}}));
+      fd, FormatKv({{"op", "hello"},
+                    {"version", "1"},
+                    {"pid", std::to_string(getpid())},
+                    {"channel", channel_path_},
+                    {"recover", recover ? "1" : "0"}}));
   absl::StatusOr<std::string> welcome =
-      sent.ok() ? transport::RecvFrame(control_fd_, deadline) : absl::StatusOr<std::string>(sent);
+      sent.ok() ? transport::RecvFrame(fd, deadline) : absl::StatusOr<std::string>(sent);
   if (!welcome.ok()) {
     REVENANT_LOG(ERROR, "shim") << "handshake with the agent failed: " << welcome.status();
     return false;
@@ -141,28 +159,78 @@ bool Runtime::Connect() {
   agent_.device_base = ParseU64(m, "device_base");
   agent_.device_size = ParseU64(m, "device_size");
   agent_.rank = static_cast<int>(ParseU64(m, "rank"));
-  pinned_next_ = kPinnedBase + static_cast<uint64_t>(agent_.rank) * kPinnedSpan;
+  return true;
+}
 
-  transport::ShmClientChannel* raw = channel_.get();
-  const int rank = agent_.rank;
-  const int agent_pid = agent_.agent_pid;
+void Runtime::StartMonitor() {
   absl::StatusOr<std::unique_ptr<transport::PeerMonitor>> mon =
-      transport::PeerMonitor::Start(control_fd_, [raw, rank, agent_pid] {
-        REVENANT_LOG(ERROR, "shim") << "the agent of rank " << rank << " (pid " << agent_pid
-                                    << ") is gone; CUDA calls now fail with "
-                                       "cudaErrorDevicesUnavailable";
-        raw->MarkPeerDead();
-      });
+      transport::PeerMonitor::Start(control_fd_, [this] { OnAgentDeath(); });
   if (!mon.ok()) {
     REVENANT_LOG(ERROR, "shim") << "cannot watch the agent: " << mon.status();
-    return false;
+    return;
   }
+  if (monitor_ != nullptr) old_monitors_.push_back(std::move(monitor_));
   monitor_ = std::move(*mon);
-  callback_thread_ = std::thread([this] { CallbackLoop(); });
-  callback_thread_.detach();
-  REVENANT_LOG(DEBUG, "shim") << "connected to agent pid " << agent_.agent_pid << " ("
-                              << agent_.backend << " backend, rank " << agent_.rank << ")";
-  return true;
+}
+
+void Runtime::OnAgentDeath() {
+  const bool recover = recovery_enabled();
+  REVENANT_LOG(ERROR, "shim") << "the agent of rank " << agent_.rank << " (pid "
+                              << agent_.agent_pid << ") is gone"
+                              << (recover ? "; waiting for a replacement"
+                                          : "; CUDA calls now fail with "
+                                            "cudaErrorDevicesUnavailable");
+  {
+    std::lock_guard<std::mutex> lock(recover_mu_);
+    recovering_ = recover;
+  }
+  channel_->MarkPeerDead();
+  if (recover) std::thread([this] { Reconnect(); }).detach();
+}
+
+// Connects to the replacement agent (revenant-run starts it on the same
+// socket) and hands it the channel, which kept every request the dead agent
+// had not finished.
+void Runtime::Reconnect() {
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + recovery_timeout_;
+  bool ok = false;
+  while (!ok && absl::Now() < deadline) {
+    absl::StatusOr<int> fd = transport::ConnectUnix(socket_path_, deadline);
+    if (!fd.ok()) break;
+    if (!transport::CheckPeerUid(*fd).ok() || !Handshake(*fd, /*recover=*/true, deadline)) {
+      close(*fd);
+      break;  // refused: recovery failed for good
+    }
+    close(control_fd_);
+    control_fd_ = *fd;
+    StartMonitor();
+    ok = true;
+  }
+  std::lock_guard<std::mutex> lock(recover_mu_);
+  recovering_ = false;
+  if (ok) {
+    channel_->ClearPeerDead();
+    REVENANT_LOG(INFO, "shim") << "rank " << agent_.rank << " continues with agent pid "
+                               << agent_.agent_pid << " after "
+                               << absl::ToInt64Milliseconds(absl::Now() - start) << " ms";
+  } else {
+    recovery_failed_ = true;
+    REVENANT_LOG(ERROR, "shim") << "no replacement agent took over for rank " << agent_.rank
+                                << "; CUDA calls now fail with cudaErrorDevicesUnavailable";
+  }
+  recover_cv_.notify_all();
+}
+
+bool Runtime::WaitForRecovery(absl::Time deadline) {
+  if (!recovery_enabled()) return false;
+  std::unique_lock<std::mutex> lock(recover_mu_);
+  while (true) {
+    if (recovery_failed_) return false;
+    if (!recovering_ && !channel_->peer_dead()) return true;
+    if (absl::Now() >= deadline) return false;
+    recover_cv_.wait_for(lock, std::chrono::milliseconds(50));
+  }
 }
 
 // Host callbacks requested by the agent, run here in the order it sent them.
@@ -174,7 +242,9 @@ void Runtime::CallbackLoop() {
         ring.Peek(absl::Now() + absl::Milliseconds(500));
     if (!rec.ok()) {
       if (absl::IsDeadlineExceeded(rec.status())) continue;
-      return;  // the agent is gone
+      // The agent is gone: a replacement posts callbacks on the same ring.
+      if (WaitForRecovery(absl::Now() + recovery_timeout_)) continue;
+      return;
     }
     const transport::RecordHeader* r = *rec;
     hooks::CallbackRecord b{};

@@ -16,6 +16,8 @@
 #define REVENANT_SHIM_RUNTIME_H_
 
 #include <atomic>
+#include <condition_variable>
+#include <vector>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -73,6 +75,13 @@ class Runtime {
   // The staging area is shared by the process's calls one at a time.
   std::mutex& staging_mutex() { return staging_mu_; }
 
+  // Recovery: after the agent died, waits (until `deadline`) for a
+  // replacement to take over the channel. True once one did; false when
+  // recovery is off (REVENANT_RECOVERY_TIMEOUT_S unset or 0), failed, or
+  // timed out -- calls then fail with cudaErrorDevicesUnavailable.
+  bool WaitForRecovery(absl::Time deadline);
+  bool recovery_enabled() const { return recovery_timeout_ > absl::ZeroDuration(); }
+
   // Deferred errors from asynchronous calls that failed in the agent.
   void NoteDeferredError(int32_t error);
   int32_t TakeDeferredError();
@@ -80,6 +89,12 @@ class Runtime {
  private:
   Runtime();
   bool Connect();
+  // Says hello on a fresh control socket; `recover` asks the agent to take
+  // over from a dead predecessor. Fills agent_ from the welcome.
+  bool Handshake(int fd, bool recover, absl::Time deadline);
+  void StartMonitor();
+  void OnAgentDeath();
+  void Reconnect();
   void CallbackLoop();
 
   std::mutex connect_mu_;
@@ -93,6 +108,15 @@ class Runtime {
   AgentInfo agent_;
   std::string job_dir_;
   absl::Duration call_timeout_ = absl::Seconds(300);
+  absl::Duration recovery_timeout_ = absl::ZeroDuration();
+  std::string socket_path_;
+  std::string channel_path_;
+  // Monitors of earlier agents: their threads may still be unwinding.
+  std::vector<std::unique_ptr<transport::PeerMonitor>> old_monitors_;
+  std::mutex recover_mu_;
+  std::condition_variable recover_cv_;
+  bool recovering_ = false;
+  bool recovery_failed_ = false;
 
   std::mutex pinned_mu_;
   std::map<uint64_t, PinnedRange> pinned_;  // by address

@@ -55,6 +55,11 @@ ABSL_FLAG(std::string, shim, "", "librevenant_shim.so (default: found next to th
 ABSL_FLAG(double, timeout, 0, "kill the job after this many seconds (0: no limit)");
 ABSL_FLAG(double, agent_start_timeout, 30, "seconds to wait for the agents to listen");
 ABSL_FLAG(bool, quiet, false, "no progress lines from revenant-run itself");
+ABSL_FLAG(bool, recover, true,
+          "replace an agent that dies and let its rank continue (the journal rebuilds it)");
+ABSL_FLAG(int, max_recoveries, 16, "give up replacing agents after this many");
+ABSL_FLAG(double, recovery_timeout, 60,
+          "seconds a rank waits for a replacement agent before its calls fail");
 
 namespace revenant {
 namespace run {
@@ -258,6 +263,7 @@ int Main(int argc, char** argv) {
 
   std::vector<Child> children;
   std::vector<Pipe> pipes;
+  std::vector<std::vector<std::string>> agent_args(n);
   std::vector<std::string> base_env;
   for (char** e = environ; *e != nullptr; ++e) {
     if (std::strncmp(*e, "LD_PRELOAD=", 11) != 0) base_env.emplace_back(*e);
@@ -275,6 +281,7 @@ int Main(int argc, char** argv) {
                                      "--host_kernels=" + host_kernels,
                                      "--job=" + job,
                                      "--die_with_parent"};
+    agent_args[r] = args;
     pid_t pid = Spawn(args, base_env, absl::StrCat("a", r), &pipes);
     if (pid < 0) {
       std::fprintf(stderr, "revenant-run: cannot start the agent of rank %d\n", r);
@@ -334,6 +341,10 @@ int Main(int argc, char** argv) {
     env.push_back(absl::StrCat("LOCAL_WORLD_SIZE=", n));
     env.push_back("MASTER_ADDR=127.0.0.1");
     env.push_back(absl::StrCat("MASTER_PORT=", port));
+    if (absl::GetFlag(FLAGS_recover)) {
+      env.push_back(absl::StrCat("REVENANT_RECOVERY_TIMEOUT_S=",
+                                 absl::GetFlag(FLAGS_recovery_timeout)));
+    }
     pid_t pid = Spawn(program, env, absl::StrCat("r", r), &pipes);
     if (pid < 0) {
       std::fprintf(stderr, "revenant-run: cannot start rank %d\n", r);
@@ -360,6 +371,7 @@ int Main(int argc, char** argv) {
       if (!c.exited) kill(-c.pid, sig);
   };
   absl::Time kill_deadline = absl::InfiniteFuture();
+  int recoveries = 0;
 
   while (true) {
     std::vector<pollfd> pfds;
@@ -396,6 +408,7 @@ int Main(int argc, char** argv) {
       }
     }
     // Reap children.
+    std::vector<Child> replacements;
     for (auto& c : children) {
       if (c.exited) continue;
       int status = 0;
@@ -409,6 +422,18 @@ int Main(int argc, char** argv) {
                              WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status))
                                                  : absl::StrCat("status ", code),
                              ")"));
+            if (absl::GetFlag(FLAGS_recover) && recoveries < absl::GetFlag(FLAGS_max_recoveries) &&
+                WIFSIGNALED(status)) {
+              // A replacement on the same socket: the rank's shim reconnects
+              // and hands it the channel; it replays the journal.
+              ++recoveries;
+              pid_t pid = Spawn(agent_args[c.rank], base_env, absl::StrCat("a", c.rank), &pipes);
+              if (pid > 0) {
+                replacements.push_back({pid, absl::StrCat("a", c.rank), true, c.rank});
+                Say(absl::StrCat("recovery ", recoveries, ": replacement agent for rank ", c.rank,
+                                 " started (pid ", pid, ")"));
+              }
+            }
           }
         } else {
           if (code != 0 && !first_failure_reported) {
@@ -419,6 +444,7 @@ int Main(int argc, char** argv) {
         }
       }
     }
+    for (Child& c : replacements) children.push_back(c);
     if (!stopping && absl::Now() > job_deadline) {
       Say(absl::StrCat("timeout after ", timeout_s, " s: stopping the job"));
       result = 124;
