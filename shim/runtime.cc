@@ -33,8 +33,10 @@ uint64_t ParseU64(const std::map<std::string, std::string>& m, const char* key) 
 // Pinned host memory of rank r lives in [kPinnedBase + r * kPinnedSpan, ...):
 // a range the application's own allocations are unlikely to use, mapped with
 // MAP_FIXED_NOREPLACE in both processes so neither can clobber a mapping.
-constexpr uint64_t kPinnedBase = 0x300000000000ull;
-constexpr uint64_t kPinnedSpan = 1ull << 40;
+// Device ranges sit below (host backend 0x200000000000 + rank * 64 GiB, cuda
+// backend 0x300000000000 + rank * 1 TiB), so the agent can hold both.
+constexpr uint64_t kPinnedBase = 0x600000000000ull;
+constexpr uint64_t kPinnedSpan = 1ull << 38;
 
 thread_local int32_t tls_last_error = 0;
 
