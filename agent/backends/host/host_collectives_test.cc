@@ -144,6 +144,52 @@ TEST(HostCollectives, MismatchedCountsBecomeAsyncErrorsNotCrashes) {
   });
 }
 
+TEST(HostCollectives, PeerLeavingBecomesRemoteErrorWithinTheTimeout) {
+  // Rank 1 destroys its communicator (closing its connections) without
+  // joining the all-reduce: rank 0's operation fails, bounded, as a remote error.
+  auto b0 = NewBackend(0);
+  auto b1 = NewBackend(1);
+  ncclUniqueId id;
+  ASSERT_EQ(b0->ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t c0 = nullptr, c1 = nullptr;
+  std::thread t([&] { ASSERT_EQ(b1->ncclCommInitRank(&c1, 2, id, 1), ncclSuccess); });
+  ASSERT_EQ(b0->ncclCommInitRank(&c0, 2, id, 0), ncclSuccess);
+  t.join();
+  ASSERT_EQ(b1->ncclCommDestroy(c1), ncclSuccess);
+  b1.reset();
+  float* x = DeviceCopy(b0.get(), std::vector<float>(32, 1.0f));
+  ASSERT_EQ(b0->ncclAllReduce(x, x, 32, ncclFloat, ncclSum, c0, nullptr), ncclSuccess);
+  EXPECT_EQ(b0->cudaStreamSynchronize(nullptr), cudaErrorLaunchFailure);
+  ncclResult_t async = ncclSuccess;
+  EXPECT_EQ(b0->ncclCommGetAsyncError(c0, &async), ncclSuccess);
+  EXPECT_EQ(async, ncclRemoteError);
+  // Later operations fail too (the engine is broken), still without hanging.
+  ASSERT_EQ(b0->ncclAllReduce(x, x, 32, ncclFloat, ncclSum, c0, nullptr), ncclSuccess);
+  EXPECT_NE(b0->cudaStreamSynchronize(nullptr), cudaSuccess);
+  EXPECT_EQ(b0->ncclCommDestroy(c0), ncclSuccess);
+}
+
+TEST(HostCollectives, GroupAcrossTwoStreamsKeepsBothInOrder) {
+  RunRanks(2, [](int r, HostCollectiveBackend* b, ncclComm_t comm) {
+    cudaStream_t s1 = nullptr, s2 = nullptr;
+    ASSERT_EQ(b->cudaStreamCreate(&s1), cudaSuccess);
+    ASSERT_EQ(b->cudaStreamCreate(&s2), cudaSuccess);
+    int32_t* a = DeviceCopy(b, std::vector<int32_t>(8, r + 1));
+    int32_t* c = DeviceCopy(b, std::vector<int32_t>(8, 10 * (r + 1)));
+    ASSERT_EQ(b->ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(b->ncclAllReduce(a, a, 8, ncclInt32, ncclSum, comm, s1), ncclSuccess);
+    ASSERT_EQ(b->ncclGroupStart(), ncclSuccess);  // nested
+    ASSERT_EQ(b->ncclAllReduce(c, c, 8, ncclInt32, ncclMax, comm, s2), ncclSuccess);
+    ASSERT_EQ(b->ncclGroupEnd(), ncclSuccess);
+    ASSERT_EQ(b->ncclGroupEnd(), ncclSuccess);
+    // Synchronizing only s2 must cover the group (s2's later work waits for it).
+    ASSERT_EQ(b->cudaStreamSynchronize(s2), cudaSuccess);
+    EXPECT_EQ(HostCopy(b, c, 8)[7], 20);
+    ASSERT_EQ(b->cudaStreamSynchronize(s1), cudaSuccess);
+    EXPECT_EQ(HostCopy(b, a, 8)[0], 3);
+  });
+}
+
 }  // namespace
 }  // namespace host
 }  // namespace agent
