@@ -3,6 +3,7 @@
 #include <cuda.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstring>
@@ -27,7 +28,12 @@ namespace cuda {
 namespace {
 
 constexpr char kLog[] = "cuda";
-constexpr uint64_t kChunk = 2ull << 20;  // physical mapping granularity floor
+constexpr uint64_t kChunk = 2ull << 20;
+#ifdef MADV_POPULATE_WRITE
+constexpr int kMadvPopulateWrite = MADV_POPULATE_WRITE;
+#else
+constexpr int kMadvPopulateWrite = 23;
+#endif  // physical mapping granularity floor
 
 uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
 
@@ -734,6 +740,11 @@ cudaError_t CudaBackend::RegisterSharedHost(void* addr, size_t size, unsigned in
       if (prev->first + prev->second > a) return cudaErrorHostMemoryAlreadyRegistered;
     }
   }
+  // Fault every page in writable before pinning it: the application's file
+  // is usually fresh (holes), and the pinned pages must be the very pages
+  // the application writes afterwards. MADV_POPULATE_WRITE (Linux 5.14)
+  // leaves the contents alone; older kernels just skip this.
+  (void)madvise(addr, size, kMadvPopulateWrite);
   cudaError_t e =
       ::cudaHostRegister(addr, size, cudaHostRegisterMapped | cudaHostRegisterPortable);
   if (e != cudaSuccess) return e;

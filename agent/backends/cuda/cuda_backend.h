@@ -5,7 +5,7 @@
 //
 //   BackendOptions options;              // rank 0, device 0
 //   absl::StatusOr<std::unique_ptr<Backend>> b = MakeCudaBackend(options);
-//   void* p;  (*b)->cudaMalloc(&p, 1 << 20);   // 0x300000000000 for rank 0
+//   void* p;  (*b)->cudaMalloc(&p, 1 << 20);   // 0x200000000000 for rank 0
 //
 // Device memory: one virtual range reserved at a fixed address
 // (cuMemAddressReserve; default kDefaultDeviceBase + rank * kRankStride, 64
@@ -42,13 +42,14 @@ namespace agent {
 
 namespace cuda {
 // Rank r's device range starts at kDefaultDeviceBase + r * kRankStride.
-// 0x300000000000 (48 TiB) lies far from where Linux puts shared libraries,
-// thread stacks and mmap()ed memory (the top 1 TiB below 0x7fffffffffff,
-// randomized): a range there can collide with the agent's own libraries
-// (seen on the H200: 1 agent start in 12 failed at 0x7f0000000000) or with application host memory the agent
-// must map at the same address; and rank 1 at 0x7f0000000000 + 1 TiB would
-// lie beyond the 47-bit user address space. Ranks 0..77 fit below 0x7e00...
-inline constexpr uint64_t kDefaultDeviceBase = 0x300000000000ull;
+// 0x200000000000 (32 TiB) lies far from where Linux puts shared libraries,
+// thread stacks and mmap()ed memory (the randomized top 1 TiB below
+// 0x7fffffffffff: on the H200 one agent start in 12 found its own libraries
+// inside a range at 0x7f0000000000), from PIE binaries and their heap
+// (0x55..., 0x56...), and below the shim's pinned host memory
+// (0x300000000000 + rank TiB, mapped at the same address in the agent).
+// Ranks 0..15 fit below the pinned region of rank 0.
+inline constexpr uint64_t kDefaultDeviceBase = 0x200000000000ull;
 inline constexpr uint64_t kRankStride = 0x10000000000ull;  // 1 TiB
 inline constexpr uint64_t kDefaultDeviceSize = 64ull << 30;
 }  // namespace cuda

@@ -315,6 +315,21 @@ int Measure(const std::string& fatbin) {
       bw("shm_file_registered", shared);
       b->UnregisterSharedHost(shared);
     }
+    // As the agent sees it: the file is registered while still holes, the
+    // pages are written afterwards (raw cudaHostRegister, no pre-faulting).
+    const std::string path2 = path + "b";
+    int fd2 = open(path2.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd2 >= 0 && ftruncate(fd2, bytes) == 0) {
+      void* fresh = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd2, 0);
+      if (::cudaHostRegister(fresh, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable) ==
+          cudaSuccess) {
+        bw("shm_file_registered_as_holes", fresh);
+        ::cudaHostUnregister(fresh);
+      }
+      munmap(fresh, bytes);
+    }
+    if (fd2 >= 0) close(fd2);
+    unlink(path2.c_str());
     void* anon = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     std::memset(anon, 1, bytes);
     if (b->RegisterSharedHost(anon, bytes, 0) == cudaSuccess) {
