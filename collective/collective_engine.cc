@@ -26,7 +26,7 @@ size_t DataTypeSize(DataType t) {
       return 8;
     case DataType::kFloat16:
     case DataType::kBfloat16:
-      return 0;  // not supported yet
+      return 2;
   }
   return 0;
 }
@@ -85,6 +85,85 @@ void Fold(const void* contribs, int n, size_t count, RedOp op, void* out) {
   }
 }
 
+// IEEE binary16 <-> float, round to nearest even.
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf / nan
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalize
+    exp = 113;
+    while ((mant & 0x400) == 0) {
+      mant <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  const uint32_t abs = x & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00;  // nan
+  if (abs >= 0x477ff000u) return sign | 0x7c00;  // overflow (incl. inf) after rounding
+  if (abs < 0x33000001u) return sign;            // underflows to zero
+  int exp = static_cast<int>(abs >> 23) - 127 + 15;
+  uint32_t mant = (abs & 0x7fffff) | 0x800000;
+  int shift = 13;
+  if (exp <= 0) {  // subnormal half
+    shift += 1 - exp;
+    exp = 0;
+  }
+  uint32_t r = mant >> shift;
+  const uint32_t rem = mant & ((1u << shift) - 1);
+  const uint32_t half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (r & 1))) ++r;
+  uint32_t out = exp == 0 ? r : ((static_cast<uint32_t>(exp) << 10) + (r - 0x400));
+  return static_cast<uint16_t>(sign | out);  // a mantissa carry rolls into the exponent
+}
+
+float Bf16ToFloat(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // nan
+  x += 0x7fff + ((x >> 16) & 1);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+// 16-bit floats: every step computes in float and rounds back to 16 bits,
+// as 16-bit arithmetic would.
+void Fold16(const void* contribs, int n, size_t count, RedOp op, void* out,
+            float (*to)(uint16_t), uint16_t (*from)(float)) {
+  const uint16_t* c = static_cast<const uint16_t*>(contribs);
+  uint16_t* o = static_cast<uint16_t*>(out);
+  for (size_t i = 0; i < count; ++i) {
+    uint16_t acc = c[i];
+    for (int r = 1; r < n; ++r) {
+      acc = from(Apply<float>(op, to(acc), to(c[static_cast<size_t>(r) * count + i])));
+    }
+    if (op == RedOp::kAvg) acc = from(to(acc) / static_cast<float>(n));
+    o[i] = acc;
+  }
+}
+
 }  // namespace
 
 absl::Status FoldInOrder(const void* contribs, int n, size_t count, DataType t, RedOp op,
@@ -102,6 +181,10 @@ absl::Status FoldInOrder(const void* contribs, int n, size_t count, DataType t, 
     case DataType::kUint64: Fold<uint64_t>(contribs, n, count, op, out); break;
     case DataType::kFloat32: Fold<float>(contribs, n, count, op, out); break;
     case DataType::kFloat64: Fold<double>(contribs, n, count, op, out); break;
+    case DataType::kFloat16: Fold16(contribs, n, count, op, out, HalfToFloat, FloatToHalf); break;
+    case DataType::kBfloat16:
+      Fold16(contribs, n, count, op, out, Bf16ToFloat, FloatToBf16);
+      break;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("unsupported data type ", static_cast<int>(t)));

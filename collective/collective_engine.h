@@ -47,7 +47,9 @@ namespace revenant {
 namespace collective {
 
 // Mirrors ncclDataType_t (same numeric values, so a cast translates).
-// Half and bfloat16 are not supported yet (kInvalidArgument).
+// Half and bfloat16 reduce in float with every step rounded back to 16 bits
+// (round to nearest even); NCCL's fp8 types are not supported
+// (kInvalidArgument).
 enum class DataType : int {
   kInt8 = 0,
   kUint8 = 1,
@@ -151,7 +153,8 @@ class CollectiveEngine {
 
 // Folds n contributions (each `count` elements, contiguous in `contribs`,
 // application rank order) into `out` in order 0..n-1; avg divides the sum
-// by n at the end. `out` may alias nothing in `contribs`.
+// by n at the end (integers: truncating division). `out` may alias nothing
+// in `contribs`.
 absl::Status FoldInOrder(const void* contribs, int n, size_t count, DataType t, RedOp op,
                          void* out);
 

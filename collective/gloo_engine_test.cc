@@ -96,6 +96,13 @@ TEST_P(Sizes, AllReduceEveryOpAndType) {
     std::vector<int64_t> l(2, int64_t{1} << 40);
     ASSERT_TRUE(e->AllReduce(l.data(), l.data(), 2, DataType::kInt64, RedOp::kSum).ok());
     EXPECT_EQ(l[1], (int64_t{1} << 40) * n);
+    std::vector<uint16_t> h(3, 0x3e00);  // half 1.5
+    ASSERT_TRUE(e->AllReduce(h.data(), h.data(), 3, DataType::kFloat16, RedOp::kSum).ok());
+    const uint16_t half_sum[] = {0, 0x3e00, 0x4200, 0, 0x4600};  // 1.5, 3, -, 6
+    EXPECT_EQ(h[1], half_sum[n]);
+    std::vector<uint16_t> bf(2, 0x3fc0);  // bfloat16 1.5
+    ASSERT_TRUE(e->AllReduce(bf.data(), bf.data(), 2, DataType::kBfloat16, RedOp::kMax).ok());
+    EXPECT_EQ(bf[0], 0x3fc0);
     std::vector<float> f(4, 1.5f);
     ASSERT_TRUE(e->AllReduce(f.data(), f.data(), 4, DataType::kFloat32, RedOp::kAvg).ok());
     EXPECT_EQ(f[0], 1.5f);
@@ -236,6 +243,29 @@ TEST(GlooEngine, ReductionsAreBitwiseDeterministicInRankOrder) {
   }
 }
 
+TEST(FoldInOrder, SixteenBitFloatsRoundEveryStep) {
+  // half: 2048 + 1 rounds back to 2048 (ties to even), twice; a float sum would give 2050.
+  const uint16_t h[] = {0x6800, 0x3c00, 0x3c00};
+  uint16_t out = 0;
+  ASSERT_TRUE(FoldInOrder(h, 3, 1, DataType::kFloat16, RedOp::kSum, &out).ok());
+  EXPECT_EQ(out, 0x6800);
+  // The other order differs: 1 + 1 = 2, then 2048 + 2 = 2050 (0x6801).
+  const uint16_t h2[] = {0x3c00, 0x3c00, 0x6800};
+  ASSERT_TRUE(FoldInOrder(h2, 3, 1, DataType::kFloat16, RedOp::kSum, &out).ok());
+  EXPECT_EQ(out, 0x6801);
+  // bfloat16: 256 + 1 stays 256.
+  const uint16_t b[] = {0x4380, 0x3f80};
+  ASSERT_TRUE(FoldInOrder(b, 2, 1, DataType::kBfloat16, RedOp::kSum, &out).ok());
+  EXPECT_EQ(out, 0x4380);
+  // Subnormal and overflow edges of half: 2^-24 + 2^-24 = 2^-23; 65504 + 65504 = inf.
+  const uint16_t sub[] = {0x0001, 0x0001};
+  ASSERT_TRUE(FoldInOrder(sub, 2, 1, DataType::kFloat16, RedOp::kSum, &out).ok());
+  EXPECT_EQ(out, 0x0002);
+  const uint16_t big[] = {0x7bff, 0x7bff};
+  ASSERT_TRUE(FoldInOrder(big, 2, 1, DataType::kFloat16, RedOp::kSum, &out).ok());
+  EXPECT_EQ(out, 0x7c00);
+}
+
 TEST(GlooEngine, MismatchedCountsFailEverywhereAndTheEngineStaysUsable) {
   RunRanks(3, [](int r, CollectiveEngine* e) {
     std::vector<float> buf(16, 1.0f);
@@ -257,8 +287,9 @@ TEST(GlooEngine, MismatchedCountsFailEverywhereAndTheEngineStaysUsable) {
     ASSERT_TRUE(e->AllReduce(buf.data(), buf.data(), 16, DataType::kFloat32, RedOp::kSum).ok());
     EXPECT_EQ(buf[15], 3.0f);
     // Unsupported types are refused locally (and agreed upon).
-    EXPECT_EQ(e->AllReduce(buf.data(), buf.data(), 2, DataType::kFloat16, RedOp::kSum).code(),
-              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(e->AllReduce(buf.data(), buf.data(), 2, static_cast<DataType>(10), RedOp::kSum)
+                  .code(),
+              absl::StatusCode::kInvalidArgument);  // fp8: not supported
   });
 }
 

@@ -1,6 +1,6 @@
 // collectives_all: every NCCL collective of Revenant's API surface, with
 // result checks, on WORLD_SIZE ranks (collectives_bootstrap.h):
-// all-reduce with each op, broadcast, bcast, reduce, all-gather,
+// all-reduce with each op (and half/bfloat16 sums), broadcast, bcast, reduce, all-gather,
 // reduce-scatter, all-to-all, gather, scatter, a send/recv ring in a group,
 // and the communicator queries. Prints "PASS collectives_all".
 #include <cuda_runtime.h>
@@ -88,6 +88,19 @@ int main() {
       EXPECT_APP(fgot[i] == static_cast<float>(fwant), "float all-reduce op %d [%zu]: %g vs %g",
                  static_cast<int>(op), i, fgot[i], fwant);
     }
+  }
+
+  // Half and bfloat16 sums of 1.0 (as raw bits): n exactly, for n <= 4.
+  if (n <= 4) {
+    uint16_t* h = ToDevice(std::vector<uint16_t>(kCount, 0x3c00));
+    uint16_t* b = ToDevice(std::vector<uint16_t>(kCount, 0x3f80));
+    CHECK_NCCL(ncclAllReduce(h, h, kCount, ncclFloat16, ncclSum, comm, s));
+    CHECK_NCCL(ncclAllReduce(b, b, kCount, ncclBfloat16, ncclSum, comm, s));
+    std::vector<uint16_t> hg = ToHost(h, kCount, s), bg = ToHost(b, kCount, s);
+    const uint16_t half_n[] = {0, 0x3c00, 0x4000, 0x4200, 0x4400};
+    const uint16_t bf16_n[] = {0, 0x3f80, 0x4000, 0x4040, 0x4080};
+    EXPECT_APP(hg[kCount - 1] == half_n[n], "half all-reduce: 0x%04x", hg[kCount - 1]);
+    EXPECT_APP(bg[0] == bf16_n[n], "bfloat16 all-reduce: 0x%04x", bg[0]);
   }
 
   // Broadcast from the last rank; bcast (in place) from rank 0.

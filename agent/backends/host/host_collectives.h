@@ -33,8 +33,10 @@
 // involved are ordered before and after it with events), so send/recv pairs
 // in any order do not deadlock. Members must issue the same groups.
 //
-// Not supported: ncclCommSplit/ncclCommShrink (ncclInvalidUsage), half and
-// bfloat16 and fp8 (ncclInvalidArgument), user-defined reduction ops.
+// Types: all of NCCL's integer and float types, half and bfloat16 included
+// (collective_engine.h); fp8 is refused (ncclInvalidArgument).
+// Not supported: ncclCommSplit/ncclCommShrink (ncclInvalidUsage),
+// user-defined reduction ops, ncclMemAlloc and buffer registration.
 // Recovery: the engine maps application ranks to engine ranks
 // (collective::VirtualRanks), identity here.
 #ifndef REVENANT_AGENT_BACKENDS_HOST_HOST_COLLECTIVES_H_
