@@ -2,6 +2,8 @@
 
 #include <nccl.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -189,6 +191,29 @@ TEST(HostCollectives, GroupAcrossTwoStreamsKeepsBothInOrder) {
     ASSERT_EQ(b->cudaStreamSynchronize(s1), cudaSuccess);
     EXPECT_EQ(HostCopy(b, a, 8)[0], 3);
   });
+}
+
+TEST(HostCollectives, PeerThatNeverCallsIsASystemErrorAfterTheTimeout) {
+  setenv("REVENANT_COLLECTIVE_TIMEOUT_S", "1", 1);
+  auto b0 = NewBackend(0);
+  auto b1 = NewBackend(1);
+  ncclUniqueId id;
+  ASSERT_EQ(b0->ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t c0 = nullptr, c1 = nullptr;
+  std::thread t([&] { ASSERT_EQ(b1->ncclCommInitRank(&c1, 2, id, 1), ncclSuccess); });
+  ASSERT_EQ(b0->ncclCommInitRank(&c0, 2, id, 0), ncclSuccess);
+  t.join();
+  unsetenv("REVENANT_COLLECTIVE_TIMEOUT_S");
+  float* x = DeviceCopy(b0.get(), std::vector<float>(32, 1.0f));
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(b0->ncclAllReduce(x, x, 32, ncclFloat, ncclSum, c0, nullptr), ncclSuccess);
+  EXPECT_EQ(b0->cudaStreamSynchronize(nullptr), cudaErrorLaunchTimeout);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  ncclResult_t async = ncclSuccess;
+  EXPECT_EQ(b0->ncclCommGetAsyncError(c0, &async), ncclSuccess);
+  EXPECT_EQ(async, ncclSystemError);
+  EXPECT_EQ(b0->ncclCommAbort(c0), ncclSuccess);
+  EXPECT_EQ(b1->ncclCommAbort(c1), ncclSuccess);
 }
 
 }  // namespace
