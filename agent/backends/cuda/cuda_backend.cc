@@ -114,6 +114,12 @@ class CudaBackend : public Backend {
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
   cudaError_t UnregisterSharedHost(void* addr) override;
   cudaError_t EnqueueHostCallback(cudaStream_t stream, std::function<void()> fn) override;
+  // Replay of a compacted journal: the next allocation lands at `addr`
+  // (physical memory is mapped up to the highest allocation, wherever it is).
+  void ExpectNextAllocation(uint64_t addr) override {
+    absl::MutexLock lock(&mu_);
+    allocator_.ExpectNext(addr);
+  }
   cudaError_t Reset() override;
 
   // --- api::BackendApi ---------------------------------------------------------
