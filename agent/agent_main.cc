@@ -40,6 +40,11 @@ ABSL_FLAG(std::string, host_kernels, "",
 ABSL_FLAG(bool, die_with_parent, false, "exit when the launching process exits");
 ABSL_FLAG(std::string, job, "local", "job id (recorded in the journal)");
 ABSL_FLAG(bool, journal, true, "journal every journaled call (needed for recovery)");
+ABSL_FLAG(uint64_t, chaos_after_calls, 0, "fault injection: SIGKILL at this request (1-based)");
+ABSL_FLAG(uint64_t, chaos_minibatch, 0, "fault injection: SIGKILL in this minibatch...");
+ABSL_FLAG(uint64_t, chaos_calls_into_minibatch, 1, "...at this request of it");
+ABSL_FLAG(std::string, chaos_point, "after_append",
+          "where the chaos kill happens: before_append, after_append, after_execute");
 ABSL_FLAG(std::string, minibatch, "auto",
           "minibatch boundaries: auto (detected from the call stream) or manual "
           "(revenantMarkStep() only)");
@@ -103,6 +108,13 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
     if (!j.ok()) return refuse("cannot open the journal: " + j.status().ToString());
     options.journal = std::move(*j);
   }
+  options.chaos.after_calls = absl::GetFlag(FLAGS_chaos_after_calls);
+  options.chaos.minibatch = absl::GetFlag(FLAGS_chaos_minibatch);
+  options.chaos.calls_into_minibatch = absl::GetFlag(FLAGS_chaos_calls_into_minibatch);
+  const std::string point = absl::GetFlag(FLAGS_chaos_point);
+  options.chaos.point = point == "before_append"   ? SessionOptions::Chaos::Point::kBeforeAppend
+                        : point == "after_execute" ? SessionOptions::Chaos::Point::kAfterExecute
+                                                   : SessionOptions::Chaos::Point::kAfterAppend;
   Session session(backend, std::move(*ch), fd, job_dir, std::move(options));
   if (recover) {
     // A replacement for an agent that died: rebuild its state before the
@@ -173,6 +185,14 @@ int Main(int argc, char** argv) {
     REVENANT_LOG(ERROR, "agent") << "cannot listen on " << socket_path << ": "
                                  << listen_fd.status();
     return 1;
+  }
+  {
+    // For revenant-chaos and operators: which process serves this rank.
+    std::FILE* f = std::fopen((job_dir + "/agent.pid").c_str(), "w");
+    if (f != nullptr) {
+      std::fprintf(f, "%d\n", getpid());
+      std::fclose(f);
+    }
   }
   REVENANT_LOG(DEBUG, "agent") << "rank " << options.rank << " ready on " << socket_path << " ("
                                << (*backend)->name() << " backend)";

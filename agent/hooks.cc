@@ -115,9 +115,11 @@ int32_t CallbackHook(DispatchContext& ctx, wire::Decoder& in) {
   rec.user_data = user_data;
   rec.stream = virtual_stream;
   rec.kind = kind;
-  return B(ctx)->EnqueueHostCallback(reinterpret_cast<cudaStream_t>(stream), [session, rec] {
-    session->RunClientCallback(rec);
-  });
+  const bool replayed = session->replaying();
+  return B(ctx)->EnqueueHostCallback(reinterpret_cast<cudaStream_t>(stream),
+                                     [session, rec, replayed] {
+                                       session->RunClientCallback(rec, replayed);
+                                     });
 }
 
 int32_t NotYet(const char* name) {

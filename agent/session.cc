@@ -1,6 +1,7 @@
 #include "agent/session.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -104,12 +105,15 @@ void Session::Execute(const transport::RecordHeader& rec) {
     }
     return;
   }
+  ++requests_seen_;
+  MaybeChaos(SessionOptions::Chaos::Point::kBeforeAppend);
   if (options_.journal != nullptr) {
     // Log before apply.
     if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec)); !s.ok()) {
       JournalFailed(s);
     }
   }
+  MaybeChaos(SessionOptions::Chaos::Point::kAfterAppend);
   thread_local std::vector<char> scratch(64 << 10);
   char* reply = has_reply ? channel_->ReplyBuffer(rec.reply_slot) : scratch.data();
   const uint32_t capacity = has_reply ? channel_->reply_data_size() : scratch.size();
@@ -130,6 +134,7 @@ void Session::Execute(const transport::RecordHeader& rec) {
     REVENANT_LOG(ERROR, "agent") << traits.name << ": reply does not fit the reply slot";
     status = nccl ? ncclInternalError : cudaErrorInvalidValue;
   }
+  MaybeChaos(SessionOptions::Chaos::Point::kAfterExecute);
   if (has_reply) {
     ReplyPrefix prefix;
     prefix.deferred_error = deferred_error_;
@@ -163,6 +168,22 @@ absl::string_view Session::CapturedPayload(const transport::RecordHeader& rec) c
   const void* p = reinterpret_cast<const void*>(src);
   if (!IsSharedHost(p, count)) return {};
   return absl::string_view(static_cast<const char*>(p), count);
+}
+
+void Session::MaybeChaos(SessionOptions::Chaos::Point point) {
+  const SessionOptions::Chaos& c = options_.chaos;
+  if (point != c.point) return;
+  bool hit = false;
+  if (c.after_calls != 0) hit = requests_seen_ == c.after_calls;
+  if (c.minibatch != 0 && options_.journal != nullptr &&
+      options_.journal->minibatch() == c.minibatch) {
+    hit = ++chaos_minibatch_calls_ == std::max<uint64_t>(c.calls_into_minibatch, 1);
+  }
+  if (!hit) return;
+  REVENANT_LOG(WARNING, "agent") << "chaos: killing this agent at request " << requests_seen_
+                                 << " (minibatch "
+                                 << (options_.journal ? options_.journal->minibatch() : 0) << ")";
+  raise(SIGKILL);
 }
 
 void Session::JournalFailed(const absl::Status& status) {
@@ -233,11 +254,11 @@ const KernelInfo* Session::FindKernel(const void* backend_handle) const {
   return it == kernels_.end() ? nullptr : &it->second;
 }
 
-void Session::RunClientCallback(const hooks::CallbackRecord& record) {
+void Session::RunClientCallback(const hooks::CallbackRecord& record, bool replayed) {
   uint64_t ticket = 0;
   {
     std::lock_guard<std::mutex> lock(callback_mu_);
-    if (callbacks_to_suppress_ > 0) {
+    if (replayed && callbacks_to_suppress_ > 0) {
       // The application already ran (or holds) this callback.
       --callbacks_to_suppress_;
       return;
@@ -252,6 +273,11 @@ void Session::RunClientCallback(const hooks::CallbackRecord& record) {
     w->header().api_id = 1;
     channel_->callbacks().Commit(std::move(*w));
     ticket = ++callbacks_sent_;
+  }
+  if (replayed) {
+    // The application reconnects only after the replay: it runs this
+    // callback then. Waiting here would deadlock the replay.
+    return;
   }
   absl::Status s =
       channel_->WaitCallbacksDone(ticket, absl::Now() + options_.callback_timeout);
@@ -401,11 +427,9 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
     }
     ++replayed;
   }
+  // Replayed callbacks may still be on their way through the streams: the
+  // suppression count drains as they arrive.
   replaying_ = false;
-  {
-    std::lock_guard<std::mutex> lock(callback_mu_);
-    callbacks_to_suppress_ = 0;
-  }
   if (divergences > 0) {
     return absl::AbortedError(absl::StrCat(divergences, " of ", replayed,
                                            " replayed requests diverged from the journal"));

@@ -38,6 +38,18 @@ struct SessionOptions {
   absl::Duration callback_timeout = absl::Seconds(300);
   // Journal every journaled request (docs/design.md, "Journal"); null: off.
   std::unique_ptr<RequestJournal> journal;
+
+  // Fault injection (revenant-run --chaos): the agent kills itself with
+  // SIGKILL at a chosen request, to test recovery from exactly that point.
+  struct Chaos {
+    enum class Point { kBeforeAppend, kAfterAppend, kAfterExecute };
+    // Kill at the `after_calls`-th request (counting from 1); 0: never.
+    uint64_t after_calls = 0;
+    // Or: at the `calls_into_minibatch`-th request of minibatch `minibatch`.
+    uint64_t minibatch = 0;
+    uint64_t calls_into_minibatch = 0;
+    Point point = Point::kAfterAppend;
+  } chaos;
 };
 
 class Session {
@@ -78,7 +90,10 @@ class Session {
 
   // Asks the application to run a host callback and waits (bounded) until
   // it ran. Called from the backend's stream threads, in stream order.
-  void RunClientCallback(const hooks::CallbackRecord& record);
+  // `replayed`: the callback comes from a replayed request (the dead agent
+  // may already have posted it: then it is suppressed).
+  void RunClientCallback(const hooks::CallbackRecord& record, bool replayed);
+  bool replaying() const { return replaying_.load(); }
 
   // The reply of the request being executed, for hooks that write bulk data
   // (nullptr for asynchronous requests).
@@ -117,7 +132,11 @@ class Session {
   uint64_t callbacks_sent_ = 0;
   // Host callbacks a replay regenerates that the dead agent already posted.
   uint64_t callbacks_to_suppress_ = 0;
-  bool replaying_ = false;
+  std::atomic<bool> replaying_{false};
+  uint64_t requests_seen_ = 0;
+  uint64_t chaos_minibatch_calls_ = 0;
+  // Kills the agent if the chaos plan says this is the point.
+  void MaybeChaos(SessionOptions::Chaos::Point point);
 };
 
 }  // namespace agent

@@ -58,6 +58,10 @@ ABSL_FLAG(bool, quiet, false, "no progress lines from revenant-run itself");
 ABSL_FLAG(bool, recover, true,
           "replace an agent that dies and let its rank continue (the journal rebuilds it)");
 ABSL_FLAG(int, max_recoveries, 16, "give up replacing agents after this many");
+ABSL_FLAG(std::string, chaos, "",
+          "fault injection for the first agent of one rank, e.g. rank=1,calls=500 or "
+          "rank=1,minibatch=3,calls=40,point=after_execute (points: before_append, "
+          "after_append, after_execute)");
 ABSL_FLAG(double, recovery_timeout, 60,
           "seconds a rank waits for a replacement agent before its calls fail");
 
@@ -138,8 +142,12 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     execvpe(args[0], args.data(), envp.data());
-    const char msg[] = "revenant-run: exec failed\n";
-    ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    const char* why = strerror(errno);
+    ssize_t ignored = write(STDERR_FILENO, "revenant-run: cannot execute ", 29);
+    ignored = write(STDERR_FILENO, args[0], strlen(args[0]));
+    ignored = write(STDERR_FILENO, ": ", 2);
+    ignored = write(STDERR_FILENO, why, strlen(why));
+    ignored = write(STDERR_FILENO, "\n", 1);
     (void)ignored;
     _exit(127);
   }
@@ -269,6 +277,22 @@ int Main(int argc, char** argv) {
     if (std::strncmp(*e, "LD_PRELOAD=", 11) != 0) base_env.emplace_back(*e);
   }
 
+  // --chaos=key=value,...
+  std::map<std::string, std::string> chaos;
+  for (absl::string_view kv : absl::StrSplit(absl::GetFlag(FLAGS_chaos), ',', absl::SkipEmpty())) {
+    std::vector<std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+    if (p.size() != 2) {
+      std::fprintf(stderr, "revenant-run: bad --chaos entry '%s'\n", std::string(kv).c_str());
+      return 2;
+    }
+    chaos[p[0]] = p[1];
+  }
+  int chaos_rank = -1;
+  if (!chaos.empty()) {
+    chaos_rank = chaos.count("rank") ? std::atoi(chaos["rank"].c_str()) : 0;
+    Say(absl::StrCat("chaos: ", absl::GetFlag(FLAGS_chaos)));
+  }
+
   const absl::Time start = absl::Now();
   for (int r = 0; r < n; ++r) {
     const std::string rank_dir = absl::StrCat(job_dir, "/rank", r);
@@ -281,7 +305,16 @@ int Main(int argc, char** argv) {
                                      "--host_kernels=" + host_kernels,
                                      "--job=" + job,
                                      "--die_with_parent"};
-    agent_args[r] = args;
+    agent_args[r] = args;  // replacements get no chaos
+    if (chaos_rank == r) {
+      if (chaos.count("minibatch")) {
+        args.push_back("--chaos_minibatch=" + chaos["minibatch"]);
+        args.push_back("--chaos_calls_into_minibatch=" + (chaos.count("calls") ? chaos["calls"] : "1"));
+      } else if (chaos.count("calls")) {
+        args.push_back("--chaos_after_calls=" + chaos["calls"]);
+      }
+      if (chaos.count("point")) args.push_back("--chaos_point=" + chaos["point"]);
+    }
     pid_t pid = Spawn(args, base_env, absl::StrCat("a", r), &pipes);
     if (pid < 0) {
       std::fprintf(stderr, "revenant-run: cannot start the agent of rank %d\n", r);
