@@ -3,7 +3,11 @@
 //   RESULT <metric> <value> <unit>
 // lines that bench/compare.sh turns into a ratio table (shim / native).
 //
-//   ./shim_bench.bin [--quick]
+//   ./shim_bench.bin [--quick] [--small]
+//
+// --small shrinks the training step's kernels to 256 elements: under the host
+// backend (kernels run on the CPU) the step then measures the launch path,
+// not the CPU's arithmetic.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,12 +27,7 @@
     }                                                                                 \
   } while (0)
 
-__global__ void empty_kernel() {}
-
-__global__ void axpy(float* y, const float* x, float a, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = a * x[i] + y[i];
-}
+#include "bench/bench_kernels.cuh"
 
 namespace {
 
@@ -51,7 +50,11 @@ void Result(const char* metric, double value, const char* unit) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false, small = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--small") == 0) small = true;
+  }
   const int reps = quick ? 5 : 1;
   CHECK(cudaSetDevice(0));
   cudaStream_t s;
@@ -151,7 +154,7 @@ int main(int argc, char** argv) {
   }
   // 7. Training-like step: 2000 small kernels, then the loss read back.
   {
-    const int n = 1 << 16;
+    const int n = small ? 256 : 1 << 16;
     float *x = nullptr, *y = nullptr;
     CHECK(cudaMalloc(&x, n * sizeof(float)));
     CHECK(cudaMalloc(&y, n * sizeof(float)));
@@ -161,7 +164,7 @@ int main(int argc, char** argv) {
     const int steps = quick ? 8 : 30;
     for (int step = 0; step < steps + 3; ++step) {
       auto t0 = Clock::now();
-      for (int i = 0; i < 2000; ++i) axpy<<<n / 256, 256, 0, s>>>(y, x, 0.5f, n);
+      for (int i = 0; i < 2000; ++i) axpy<<<(n + 255) / 256, 256, 0, s>>>(y, x, 0.5f, n);
       CHECK(cudaGetLastError());
       float loss = 0;
       CHECK(cudaMemcpyAsync(&loss, y, 4, cudaMemcpyDeviceToHost, s));

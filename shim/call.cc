@@ -104,7 +104,11 @@ bool Call::Send() {
   }
   status_ = static_cast<int32_t>(r->status);
   reply_ = wire::Decoder(r->data + kReplyPrefixSize, r->length - kReplyPrefixSize);
-  if (status_ != 0 && traits_.library != api::Library::kNccl) SetLastError(status_);
+  // cudaErrorNotReady (a query of pending work) is a result, not an error:
+  // CUDA does not make it the last error.
+  if (status_ != 0 && status_ != cudaErrorNotReady && traits_.library != api::Library::kNccl) {
+    SetLastError(status_);
+  }
   return true;
 }
 
