@@ -39,6 +39,9 @@ ABSL_FLAG(std::string, host_kernels, "",
           "colon-separated host kernel libraries (default: $REVENANT_HOST_KERNELS)");
 ABSL_FLAG(bool, die_with_parent, false, "exit when the launching process exits");
 ABSL_FLAG(std::string, job, "local", "job id (recorded in the journal)");
+ABSL_FLAG(double, recovery_timeout_s, 0,
+          "when a peer of a collective dies, wait this long for the job's recovery "
+          "(revenant-run declares epochs in <job>/epoch); 0: fail the collective");
 ABSL_FLAG(bool, journal, true, "journal every journaled call (needed for recovery)");
 ABSL_FLAG(uint64_t, chaos_after_calls, 0, "fault injection: SIGKILL at this request (1-based)");
 ABSL_FLAG(uint64_t, chaos_minibatch, 0, "fault injection: SIGKILL in this minibatch...");
@@ -167,6 +170,8 @@ int Main(int argc, char** argv) {
 
   BackendOptions options;
   options.rank = absl::GetFlag(FLAGS_rank);
+  options.job_dir = job_dir;
+  options.recovery_timeout_s = absl::GetFlag(FLAGS_recovery_timeout_s);
   std::string libs = absl::GetFlag(FLAGS_host_kernels);
   if (libs.empty() && std::getenv("REVENANT_HOST_KERNELS") != nullptr) {
     libs = std::getenv("REVENANT_HOST_KERNELS");

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <vector>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -72,6 +73,13 @@ class FixedRangeAllocator {
   // Free, this is the coalesced block the memory went back to: every page
   // wholly inside it may be returned to the OS.
   std::pair<uint64_t, uint64_t> FreeBlockContaining(uint64_t addr) const;
+
+  // Every live allocation as (start, requested size), by address.
+  std::vector<std::pair<uint64_t, uint64_t>> Allocations() const {
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    for (const auto& [addr, live] : live_) out.emplace_back(addr, live.requested);
+    return out;
+  }
 
   // Drops every allocation (cudaDeviceReset).
   void Clear();

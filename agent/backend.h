@@ -51,7 +51,16 @@ struct BackendOptions {
   DeviceRange device_range;   // 0 = the backend's default for `rank`
   // Host kernel libraries (host backend): REVENANT_HOST_KERNELS entries.
   std::vector<std::string> host_kernel_libraries;
+  // This rank's job directory (/dev/shm/revenant-<job>/rank<r>); its parent
+  // holds the job's recovery epoch file.
+  std::string job_dir;
+  // How long a survivor whose collective failed waits for the job's next
+  // recovery epoch before failing the collective; 0: no recovery.
+  double recovery_timeout_s = 0;
 };
+
+// Where a replayed request comes from (Backend::SetReplayPhase).
+enum class ReplayPhase { kNone, kSetupLog, kMinibatchLog };
 
 // One kernel as the backend knows it.
 struct KernelInfo {
@@ -116,6 +125,22 @@ class Backend : public api::BackendApi {
   // restoring the address the application holds). Backends whose allocator
   // is not FixedRangeAllocator ignore it.
   virtual void ExpectNextAllocation(uint64_t addr) { (void)addr; }
+  // The requests that follow come from the setup log (collectives there are
+  // history: skipped), the minibatch log, or the application (kNone).
+  virtual void SetReplayPhase(ReplayPhase phase) { (void)phase; }
+  // A replacement joins the job's recovery after replaying its setup log:
+  // it receives the replicated device state from a survivor and the results
+  // of the collectives the survivors completed in the current minibatch.
+  // *behind is set when the survivors are already past minibatch
+  // `minibatch` (the rest of it is then skipped). kUnimplemented for
+  // backends without collectives.
+  virtual absl::Status JoinRecovery(uint64_t minibatch, bool* behind) {
+    (void)minibatch;
+    (void)behind;
+    return absl::UnimplementedError("this backend has no collectives to recover through");
+  }
+  // A minibatch boundary (collective ordinals restart per minibatch).
+  virtual void MarkBoundary(uint64_t minibatch) { (void)minibatch; }
 
   // --- Device state -------------------------------------------------------------
   // Drops every allocation, stream, event, graph and module (cudaDeviceReset).

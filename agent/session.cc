@@ -109,9 +109,29 @@ void Session::Execute(const transport::RecordHeader& rec) {
   MaybeChaos(SessionOptions::Chaos::Point::kBeforeAppend);
   if (options_.journal != nullptr) {
     // Log before apply.
+    const uint64_t minibatch = options_.journal->minibatch();
     if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec)); !s.ok()) {
       JournalFailed(s);
     }
+    if (options_.journal->minibatch() != minibatch) {
+      backend_->MarkBoundary(options_.journal->minibatch());
+      if (skip_until_minibatch_ != 0 && options_.journal->minibatch() >= skip_until_minibatch_) {
+        REVENANT_LOG(INFO, "agent") << "caught up with the job at minibatch "
+                                    << options_.journal->minibatch();
+        skip_until_minibatch_ = 0;
+      }
+    }
+  }
+  if (skip_until_minibatch_ != 0 &&
+      api::Traits(static_cast<uint32_t>(rec.api_id)).journal == api::JournalClass::kReplay) {
+    // The survivors were past this minibatch when this agent replaced a dead
+    // one: its device work is superseded by the state they handed over.
+    if (rec.reply_slot >= 0 && static_cast<uint32_t>(rec.reply_slot) < channel_->reply_slots()) {
+      ReplyPrefix prefix;
+      std::memcpy(channel_->ReplyBuffer(rec.reply_slot), &prefix, sizeof(prefix));
+      channel_->PostReply(rec.reply_slot, rec.seq, 0, kReplyPrefixSize);
+    }
+    return;
   }
   MaybeChaos(SessionOptions::Chaos::Point::kAfterAppend);
   thread_local std::vector<char> scratch(64 << 10);
@@ -359,23 +379,28 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
     return absl::OkStatus();
   };
   if (absl::Status s = (*reader)->ReadSetup(collect); !s.ok()) return s;
+  const size_t setup_entries = entries.size();
   if (absl::Status s = (*reader)->ReadMinibatch(collect); !s.ok() && !absl::IsNotFound(s)) {
     return s;
   }
   const uint64_t minibatch = (*reader)->minibatch_header().minibatch();
-  if (minibatch > 0) {
-    // Past the first boundary the device state is the product of every
-    // earlier minibatch, which the journal does not keep: it comes from a
-    // healthy data-parallel replica.
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the journal is at minibatch ", minibatch,
-        ": rebuilding that state needs a healthy replica (a data-parallel peer), and this "
-        "rank has none"));
+  // Merge both logs back into request order; remember where each came from.
+  std::vector<std::pair<journal::JournalEntry, bool>> merged;  // (entry, from minibatch log)
+  for (size_t i = 0; i < entries.size(); ++i) {
+    merged.emplace_back(std::move(entries[i]), i >= setup_entries);
   }
-  std::stable_sort(entries.begin(), entries.end(),
-                   [](const journal::JournalEntry& a, const journal::JournalEntry& b) {
-                     return a.seq() < b.seq();
-                   });
+  std::stable_sort(merged.begin(), merged.end(), [](const auto& a, const auto& b) {
+    return a.first.seq() < b.first.seq();
+  });
+  entries.clear();
+  std::vector<bool> from_minibatch;
+  for (auto& [e, mb] : merged) {
+    entries.push_back(std::move(e));
+    from_minibatch.push_back(mb);
+  }
+  bool behind = false;
+  bool joined = minibatch == 0;  // a first-minibatch replacement joins lazily
+  backend_->SetReplayPhase(minibatch == 0 ? ReplayPhase::kMinibatchLog : ReplayPhase::kSetupLog);
 
   {
     std::lock_guard<std::mutex> lock(callback_mu_);
@@ -395,6 +420,26 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
     }
     const uint64_t seq = e.seq() / 2;
     last_request = std::max(last_request, seq);
+    if (from_minibatch[i] && !joined) {
+      // The setup log is replayed: join the survivors, take the replicated
+      // state from one of them, then replay the current minibatch with them.
+      // The setup replay's device work must be done before the state
+      // arrives, or it would overwrite it.
+      backend_->cudaDeviceSynchronize();
+      backend_->MarkBoundary(minibatch);
+      backend_->SetReplayPhase(ReplayPhase::kMinibatchLog);
+      absl::Status j = backend_->JoinRecovery(minibatch, &behind);
+      if (!j.ok()) {
+        backend_->SetReplayPhase(ReplayPhase::kNone);
+        replaying_ = false;
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the journal is at minibatch ", minibatch,
+            ": its state comes from a healthy data-parallel peer, and none answered: ",
+            j.ToString()));
+      }
+      joined = true;
+    }
+    if (from_minibatch[i] && behind) continue;  // superseded by the survivors' state
     if (IsCopyIntoSharedHost(e, *this)) continue;
     // Put back what the application holds: addresses and handle ids.
     if (outcome != nullptr && outcome->status() == 0) {
@@ -430,6 +475,25 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   // Replayed callbacks may still be on their way through the streams: the
   // suppression count drains as they arrive.
   replaying_ = false;
+  if (!joined && minibatch > 0) {
+    // The minibatch log was empty: join now.
+    backend_->cudaDeviceSynchronize();
+    backend_->MarkBoundary(minibatch);
+    if (absl::Status j = backend_->JoinRecovery(minibatch, &behind); !j.ok()) {
+      backend_->SetReplayPhase(ReplayPhase::kNone);
+      return absl::FailedPreconditionError(
+          absl::StrCat("the journal is at minibatch ", minibatch,
+                       ": its state comes from a healthy data-parallel peer: ", j.ToString()));
+    }
+  }
+  backend_->SetReplayPhase(ReplayPhase::kNone);
+  if (behind) {
+    skip_until_minibatch_ = minibatch + 1;
+    REVENANT_LOG(WARNING, "agent")
+        << "the survivors were past minibatch " << minibatch
+        << ": this rank skips the rest of it (its model state comes from them; results of "
+           "that minibatch it had not yet returned to the application are not reproduced)";
+  }
   if (divergences > 0) {
     return absl::AbortedError(absl::StrCat(divergences, " of ", replayed,
                                            " replayed requests diverged from the journal"));

@@ -133,6 +133,9 @@ class Session {
   // Host callbacks a replay regenerates that the dead agent already posted.
   uint64_t callbacks_to_suppress_ = 0;
   std::atomic<bool> replaying_{false};
+  // After a replacement found the survivors past its minibatch: device work
+  // of the application is skipped until this minibatch starts (0: none).
+  uint64_t skip_until_minibatch_ = 0;
   uint64_t requests_seen_ = 0;
   uint64_t chaos_minibatch_calls_ = 0;
   // Kills the agent if the chaos plan says this is the point.

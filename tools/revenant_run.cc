@@ -305,6 +305,9 @@ int Main(int argc, char** argv) {
                                      "--host_kernels=" + host_kernels,
                                      "--job=" + job,
                                      "--die_with_parent"};
+    if (absl::GetFlag(FLAGS_recover)) {
+      args.push_back(absl::StrCat("--recovery_timeout_s=", absl::GetFlag(FLAGS_recovery_timeout)));
+    }
     agent_args[r] = args;  // replacements get no chaos
     if (chaos_rank == r) {
       if (chaos.count("minibatch")) {
@@ -458,8 +461,18 @@ int Main(int argc, char** argv) {
             if (absl::GetFlag(FLAGS_recover) && recoveries < absl::GetFlag(FLAGS_max_recoveries) &&
                 WIFSIGNALED(status)) {
               // A replacement on the same socket: the rank's shim reconnects
-              // and hands it the channel; it replays the journal.
+              // and hands it the channel; it replays the journal. The new
+              // epoch tells survivors to rebuild their communicators.
               ++recoveries;
+              {
+                const std::string tmp = job_dir + "/epoch.tmp";
+                std::FILE* f = std::fopen(tmp.c_str(), "w");
+                if (f != nullptr) {
+                  std::fprintf(f, "%d\n", recoveries);
+                  std::fclose(f);
+                  std::rename(tmp.c_str(), (job_dir + "/epoch").c_str());
+                }
+              }
               pid_t pid = Spawn(agent_args[c.rank], base_env, absl::StrCat("a", c.rank), &pipes);
               if (pid > 0) {
                 replacements.push_back({pid, absl::StrCat("a", c.rank), true, c.rank});

@@ -194,6 +194,11 @@ class HostBackend : public Backend {
   cudaError_t EnqueueFallible(cudaStream_t stream, HostStream::Op op) {
     return Enqueue(stream, std::move(op), nullptr);
   }
+  // Live device allocations (start, size), for state transfer on recovery.
+  std::vector<std::pair<uint64_t, uint64_t>> LiveAllocations() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return allocator_.Allocations();
+  }
 
  private:
   struct Event {

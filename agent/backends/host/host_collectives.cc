@@ -7,7 +7,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -115,8 +117,15 @@ absl::StatusOr<std::unique_ptr<HostCollectiveBackend>> HostCollectiveBackend::Cr
     return absl::AlreadyExistsError(absl::StrCat(
         "cannot map the device range at 0x", absl::Hex(range.base), ": already in use"));
   }
-  return std::unique_ptr<HostCollectiveBackend>(
+  auto backend = std::unique_ptr<HostCollectiveBackend>(
       new HostCollectiveBackend(range, std::move(registry)));
+  if (!options.job_dir.empty()) {
+    backend->job_root_ = options.job_dir.substr(0, options.job_dir.find_last_of('/'));
+  }
+  if (options.recovery_timeout_s > 0) {
+    backend->recovery_timeout_ = absl::Seconds(options.recovery_timeout_s);
+  }
+  return backend;
 }
 
 HostCollectiveBackend::HostCollectiveBackend(
@@ -189,7 +198,19 @@ ncclResult_t HostCollectiveBackend::ncclCommInitRankConfig(ncclComm_t* comm, int
   auto c = std::make_shared<Comm>();
   c->rank = rank;
   c->nranks = nranks;
+  c->token = token;
   c->dir = absl::StrCat("/dev/shm/revenant-collectives-", token);
+  if (replay_phase_ != ReplayPhase::kNone) {
+    // A replacement replaying its journal: the other members connected long
+    // ago; this communicator joins them at the recovery's epoch
+    // (JoinRecovery), not here.
+    c->joining = true;
+    std::lock_guard<std::mutex> lock(nccl_mu_);
+    Comm* raw = c.get();
+    comms_.emplace(raw, std::move(c));
+    *comm = reinterpret_cast<ncclComm_t>(raw);
+    return ncclSuccess;
+  }
   collective::GlooEngineOptions o;
   o.rendezvous_dir = c->dir;
   o.prefix = "comm";
@@ -327,9 +348,16 @@ ncclResult_t HostCollectiveBackend::Launch(std::shared_ptr<Comm> comm, std::vect
     if (cudaEventRecord(ev, before) == cudaSuccess) (void)cudaStreamWaitEvent(after, ev, 0);
     (void)cudaEventDestroy(ev);
   };
+  const Ordinal ordinal{comm->minibatch, comm->next_index++};
+  if (replay_phase_ == ReplayPhase::kSetupLog) {
+    // History: every member ran this unit long ago. The state it produced
+    // arrives with the recovery's state transfer.
+    return ncclSuccess;
+  }
   for (size_t k = 1; k < streams.size(); ++k) order(streams[k], launch);
-  const cudaError_t err = EnqueueFallible(launch, [comm, ops = std::move(ops)]() -> cudaError_t {
-    const absl::Status s = comm->engine->Run(ops);
+  const cudaError_t err = EnqueueFallible(launch, [this, comm, ordinal,
+                                                   ops = std::move(ops)]() -> cudaError_t {
+    const absl::Status s = RunUnit(*comm, ordinal, ops);
     if (s.ok()) return cudaSuccess;
     if (comm->aborted.load()) return cudaSuccess;  // the application asked for it
     int expected = ncclSuccess;
@@ -478,6 +506,331 @@ ncclResult_t HostCollectiveBackend::ncclRecv(void* recvbuff, size_t count,
                                              ncclDataType_t datatype, int peer, ncclComm_t comm,
                                              cudaStream_t stream) {
   return Submit(comm, Op(Kind::kRecv, nullptr, recvbuff, count, datatype, ncclSum, peer), stream);
+}
+
+// ---------------------------------------------------------------------------
+// Recovery. Protocol and reasoning: docs/recovery.md.
+
+namespace {
+
+struct Report {
+  uint64_t pending_minibatch;
+  uint64_t pending_index;
+  uint64_t replacement;  // 1 for a replacement
+  uint64_t minibatch;    // a replacement's journal minibatch
+};
+
+bool operator<(const Report& a, const Report& b) {
+  return std::make_pair(a.pending_minibatch, a.pending_index) <
+         std::make_pair(b.pending_minibatch, b.pending_index);
+}
+
+}  // namespace
+
+std::vector<size_t> HostCollectiveBackend::RecvBytes(const Comm& comm,
+                                                     const std::vector<Operation>& ops) {
+  std::vector<size_t> out;
+  const size_t n = static_cast<size_t>(comm.nranks);
+  for (const Operation& op : ops) {
+    const size_t es = collective::DataTypeSize(op.dtype);
+    const bool root = op.root == comm.rank;
+    size_t elems = op.count;
+    switch (op.kind) {
+      case Kind::kAllGather:
+      case Kind::kAllToAll: elems = op.count * n; break;
+      case Kind::kGather: elems = root ? op.count * n : 0; break;
+      case Kind::kReduce: elems = root ? op.count : 0; break;
+      case Kind::kSend: elems = 0; break;
+      default: break;
+    }
+    out.push_back(op.recv == nullptr ? 0 : elems * es);
+  }
+  return out;
+}
+
+int HostCollectiveBackend::ReadEpoch() const {
+  std::ifstream f(job_root_ + "/epoch");
+  int e = 0;
+  if (f >> e) return e;
+  return 0;
+}
+
+void HostCollectiveBackend::SetReplayPhase(ReplayPhase phase) { replay_phase_ = phase; }
+
+void HostCollectiveBackend::MarkBoundary(uint64_t minibatch) {
+  std::vector<std::shared_ptr<Comm>> comms;
+  {
+    std::lock_guard<std::mutex> lock(nccl_mu_);
+    for (auto& [raw, c] : comms_) comms.push_back(c);
+  }
+  for (auto& c : comms) {
+    c->minibatch = minibatch;
+    c->next_index = 0;
+    std::lock_guard<std::mutex> lock(c->rmu);
+    // Keep the current and the previous minibatch's results.
+    for (auto it = c->cache.begin(); it != c->cache.end();) {
+      it = it->first.first + 1 < minibatch ? c->cache.erase(it) : std::next(it);
+    }
+  }
+}
+
+absl::Status HostCollectiveBackend::RunUnit(Comm& comm, Ordinal ordinal,
+                                            const std::vector<Operation>& ops) {
+  const std::vector<size_t> sizes = RecvBytes(comm, ops);
+  auto from_prereceived = [&]() -> bool {
+    std::lock_guard<std::mutex> lock(comm.rmu);
+    auto it = comm.prereceived.find(ordinal);
+    if (it == comm.prereceived.end()) return false;
+    for (size_t k = 0; k < ops.size() && k < it->second.size(); ++k) {
+      if (sizes[k] > 0 && it->second[k].size() == sizes[k]) {
+        std::memcpy(ops[k].recv, it->second[k].data(), sizes[k]);
+      }
+    }
+    comm.prereceived.erase(it);
+    return true;
+  };
+  absl::Status s;
+  if (comm.engine == nullptr && comm.joining) {
+    // A replacement still in its first minibatch: nothing to transfer, the
+    // replay rebuilt everything; join for the collectives' results.
+    bool behind = false;
+    s = RecoverComm(comm, ordinal, /*replacement=*/true, comm.minibatch, &behind);
+    if (!s.ok()) return s;
+    comm.joining = false;
+  }
+  if (!from_prereceived()) {
+    s = comm.engine != nullptr ? comm.engine->Run(ops)
+                               : absl::UnavailableError("the communicator has no engine");
+    // A member died (or stopped answering): recover and retry, as long as
+    // the job recovers and the application did not abort the communicator.
+    while (!s.ok() && recovery_timeout_ > absl::ZeroDuration() && !comm.aborted.load() &&
+           (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsAborted(s))) {
+      REVENANT_LOG(WARNING, kLog) << "rank " << comm.rank << ": collective (" << ordinal.first
+                                  << ", " << ordinal.second << ") failed (" << s
+                                  << "); waiting for the job's recovery";
+      bool behind = false;
+      absl::Status r = RecoverComm(comm, ordinal, /*replacement=*/false, comm.minibatch, &behind);
+      if (!r.ok()) {
+        s = r;
+        break;
+      }
+      s = from_prereceived() ? absl::OkStatus() : comm.engine->Run(ops);
+    }
+  }
+  if (!s.ok()) return s;
+  std::vector<std::string> results;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    results.emplace_back(static_cast<const char*>(ops[k].recv), sizes[k]);
+  }
+  std::lock_guard<std::mutex> lock(comm.rmu);
+  comm.cache[ordinal] = std::move(results);
+  return absl::OkStatus();
+}
+
+absl::Status HostCollectiveBackend::RecoverComm(Comm& comm, Ordinal pending, bool replacement,
+                                                uint64_t minibatch, bool* behind) {
+  const absl::Time deadline = absl::Now() + recovery_timeout_;
+  absl::Status last = absl::DeadlineExceededError("no recovery epoch was declared");
+  while (absl::Now() < deadline) {
+    // The job's next epoch (revenant-run declares it when it replaces agents).
+    int epoch = 0;
+    {
+      std::lock_guard<std::mutex> lock(comm.rmu);
+      epoch = comm.epoch;
+    }
+    int declared = ReadEpoch();
+    while (declared <= epoch && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+      declared = ReadEpoch();
+    }
+    if (declared <= epoch) break;
+    {
+      std::lock_guard<std::mutex> lock(comm.rmu);
+      comm.epoch = declared;
+    }
+    const absl::Time start = absl::Now();
+    collective::GlooEngineOptions o;
+    o.rendezvous_dir = absl::StrCat(comm.dir, "-e", declared);
+    o.prefix = "comm";
+    o.rank = comm.rank;
+    o.size = comm.nranks;
+    o.timeout = std::min(absl::Seconds(30), deadline - absl::Now());
+    absl::StatusOr<std::unique_ptr<collective::GlooEngine>> engine =
+        collective::GlooEngine::Create(o);
+    if (!engine.ok()) {
+      last = engine.status();
+      REVENANT_LOG(WARNING, kLog) << "rank " << comm.rank << ": epoch " << declared
+                                  << " did not form: " << last;
+      continue;  // a member died during recovery: the next epoch
+    }
+    if (comm.rank == 0) RemoveTree(o.rendezvous_dir);
+    collective::CollectiveEngine& e = **engine;
+    const size_t n = static_cast<size_t>(comm.nranks);
+    auto step = [&]() -> absl::Status {
+      // 1. Where everyone stands.
+      Report mine{pending.first, pending.second, replacement ? 1u : 0u, minibatch};
+      std::vector<Report> all(n);
+      if (absl::Status s = e.AllGather(&mine, all.data(), sizeof(Report), DataType::kUint8);
+          !s.ok()) {
+        return s;
+      }
+      int provider = -1;           // the survivor furthest ahead
+      int first_replacement = -1;  // whose minibatch decides the state source
+      Report min_pending = all[0];
+      for (size_t r = 0; r < n; ++r) {
+        if (all[r] < min_pending) min_pending = all[r];
+        if (all[r].replacement) {
+          if (first_replacement < 0) first_replacement = static_cast<int>(r);
+          continue;
+        }
+        if (provider < 0 || all[provider] < all[r]) provider = static_cast<int>(r);
+      }
+      if (provider < 0) return absl::FailedPreconditionError("no survivor holds the job's state");
+      // 2. State: from a survivor still in the replacement's minibatch (its
+      // parameters are at that minibatch's boundary), else the first one.
+      if (first_replacement >= 0 && all[first_replacement].minibatch > 0) {
+        const uint64_t m_r = all[first_replacement].minibatch;
+        int source = -1;
+        for (size_t r = 0; r < n; ++r) {
+          if (!all[r].replacement && all[r].pending_minibatch == m_r) {
+            source = static_cast<int>(r);
+            break;
+          }
+        }
+        if (source < 0) {
+          for (size_t r = 0; r < n; ++r) {
+            if (!all[r].replacement) {
+              source = static_cast<int>(r);
+              break;
+            }
+          }
+          if (replacement && behind != nullptr) *behind = all[source].pending_minibatch > m_r;
+        }
+        // Allocations travel as offsets into the device range: every rank
+        // makes the same allocations, each in its own range.
+        const uint64_t base = device_range().base;
+        std::vector<std::pair<uint64_t, uint64_t>> allocs;
+        if (comm.rank == source) {
+          allocs = LiveAllocations();
+          for (auto& a : allocs) a.first -= base;
+        }
+        uint64_t count = allocs.size();
+        if (absl::Status s = e.Broadcast(&count, &count, 1, DataType::kUint64, source); !s.ok()) {
+          return s;
+        }
+        allocs.resize(count);
+        if (absl::Status s = e.Broadcast(allocs.data(), allocs.data(), 2 * count,
+                                         DataType::kUint64, source);
+            !s.ok()) {
+          return s;
+        }
+        std::vector<std::pair<uint64_t, uint64_t>> local;
+        if (replacement) {
+          local = LiveAllocations();
+          for (auto& a : local) a.first -= base;
+        }
+        std::string scratch;
+        size_t matched = 0;
+        for (const auto& [offset, size] : allocs) {
+          void* buf = nullptr;
+          if (comm.rank == source) {
+            buf = reinterpret_cast<void*>(base + offset);
+          } else if (replacement &&
+                     std::find(local.begin(), local.end(), std::make_pair(offset, size)) !=
+                         local.end()) {
+            buf = reinterpret_cast<void*>(base + offset);
+            ++matched;
+          } else {
+            scratch.resize(size);
+            buf = scratch.data();
+          }
+          if (absl::Status s = e.Broadcast(buf, buf, size, DataType::kUint8, source); !s.ok()) {
+            return s;
+          }
+        }
+        if (replacement && matched != count) {
+          REVENANT_LOG(WARNING, kLog) << "rank " << comm.rank << ": only " << matched << " of "
+                                      << count << " allocations of rank " << source
+                                      << " exist here";
+        }
+        REVENANT_LOG(INFO, kLog) << "rank " << comm.rank << ": state of " << count
+                                 << " allocations from rank " << source;
+      }
+      // 3. Results of the units some members completed and others did not.
+      std::vector<std::pair<Ordinal, std::vector<std::string>>> units;
+      if (comm.rank == provider) {
+        std::lock_guard<std::mutex> lock(comm.rmu);
+        const Ordinal from{min_pending.pending_minibatch, min_pending.pending_index};
+        const Ordinal to{all[provider].pending_minibatch, all[provider].pending_index};
+        for (const auto& [ord, bufs] : comm.cache) {
+          if (!(ord < from) && ord < to) units.emplace_back(ord, bufs);
+        }
+      }
+      uint64_t nunits = units.size();
+      if (absl::Status s = e.Broadcast(&nunits, &nunits, 1, DataType::kUint64, provider);
+          !s.ok()) {
+        return s;
+      }
+      units.resize(nunits);
+      for (auto& [ord, bufs] : units) {
+        uint64_t head[3] = {ord.first, ord.second, bufs.size()};
+        if (absl::Status s = e.Broadcast(head, head, 3, DataType::kUint64, provider); !s.ok()) {
+          return s;
+        }
+        ord = {head[0], head[1]};
+        bufs.resize(head[2]);
+        for (std::string& b : bufs) {
+          uint64_t len = b.size();
+          if (absl::Status s = e.Broadcast(&len, &len, 1, DataType::kUint64, provider); !s.ok()) {
+            return s;
+          }
+          b.resize(len);
+          if (absl::Status s = e.Broadcast(b.data(), b.data(), len, DataType::kUint8, provider);
+              !s.ok()) {
+            return s;
+          }
+        }
+      }
+      if (comm.rank != provider) {
+        std::lock_guard<std::mutex> lock(comm.rmu);
+        for (auto& [ord, bufs] : units) {
+          if (!(ord < pending)) comm.prereceived[ord] = bufs;
+        }
+      }
+      REVENANT_LOG(INFO, kLog) << "rank " << comm.rank << ": recovery epoch " << comm.epoch
+                               << " done in " << absl::ToInt64Milliseconds(absl::Now() - start)
+                               << " ms (" << nunits << " completed collectives from rank "
+                               << provider << ")";
+      return absl::OkStatus();
+    };
+    absl::Status s = step();
+    if (s.ok()) {
+      comm.engine = *std::move(engine);
+      return absl::OkStatus();
+    }
+    last = s;
+    REVENANT_LOG(WARNING, kLog) << "rank " << comm.rank << ": recovery epoch " << declared
+                                << " failed: " << s;
+  }
+  return last;
+}
+
+absl::Status HostCollectiveBackend::JoinRecovery(uint64_t minibatch, bool* behind) {
+  std::vector<std::shared_ptr<Comm>> comms;
+  {
+    std::lock_guard<std::mutex> lock(nccl_mu_);
+    for (auto& [raw, c] : comms_) comms.push_back(c);
+  }
+  if (comms.empty()) return absl::UnimplementedError("no communicator to recover through");
+  *behind = false;
+  for (auto& c : comms) {
+    bool b = false;
+    absl::Status s = RecoverComm(*c, Ordinal{minibatch, 0}, /*replacement=*/true, minibatch, &b);
+    if (!s.ok()) return s;
+    c->joining = false;
+    *behind |= b;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeHostCollectiveBackend(const BackendOptions& options) {

@@ -45,6 +45,8 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <map>
+#include <utility>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -53,6 +55,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "agent/backend.h"
 #include "agent/backends/host/host_backend.h"
 #include "collective/collective_engine.h"
@@ -119,14 +122,39 @@ class HostCollectiveBackend : public HostBackend {
   ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                         ncclComm_t comm, cudaStream_t stream) override;
 
+  // --- Recovery (docs/recovery.md) ---------------------------------------------
+  void SetReplayPhase(ReplayPhase phase) override;
+  absl::Status JoinRecovery(uint64_t minibatch, bool* behind) override;
+  void MarkBoundary(uint64_t minibatch) override;
+
  private:
+  // A collective unit's place in the job: (minibatch, index within it).
+  // Every rank issues the same units in the same order, so ordinals agree
+  // across ranks and survive an agent's replacement (its journal gives the
+  // minibatch, the replay the index).
+  using Ordinal = std::pair<uint64_t, uint64_t>;
+
   struct Comm {
     int rank = 0;
     int nranks = 0;
-    std::string dir;  // rendezvous directory
+    std::string dir;  // rendezvous directory (epoch 0)
+    std::string token;
     std::unique_ptr<collective::CollectiveEngine> engine;
     std::atomic<int> async_error{ncclSuccess};
     std::atomic<bool> aborted{false};
+    // Created by a replacement's replay: joins the others at the first unit
+    // it runs (or in JoinRecovery).
+    bool joining = false;
+    // Recovery state. `minibatch`/`next_index` belong to the executor thread.
+    uint64_t minibatch = 0;
+    uint64_t next_index = 0;
+    std::mutex rmu;
+    int epoch = 0;  // guarded by rmu
+    // Results (receive buffers) of completed units of the current and the
+    // previous minibatch: what survivors hand a replacement that replays
+    // them, and each other when they stopped at different units.
+    std::map<Ordinal, std::vector<std::string>> cache;        // guarded by rmu
+    std::map<Ordinal, std::vector<std::string>> prereceived;  // guarded by rmu
   };
   struct Queued {
     std::shared_ptr<Comm> comm;
@@ -146,6 +174,23 @@ class HostCollectiveBackend : public HostBackend {
   // the other streams around it.
   ncclResult_t Launch(std::shared_ptr<Comm> comm, std::vector<collective::Operation> ops,
                       std::vector<cudaStream_t> streams);
+  // Runs one unit on the stream's worker: from results received during a
+  // recovery, else through the engine, recovering when a peer died.
+  absl::Status RunUnit(Comm& comm, Ordinal ordinal, const std::vector<collective::Operation>& ops);
+  // The recovery protocol of one communicator at the job's next epoch:
+  // a new engine over all ranks (replacements included), reports, state
+  // transfer to replacements, results of completed units to whoever lacks
+  // them. `pending` is the unit this rank is about to run.
+  absl::Status RecoverComm(Comm& comm, Ordinal pending, bool replacement, uint64_t minibatch,
+                           bool* behind);
+  // Byte extents of each operation's receive buffer.
+  static std::vector<size_t> RecvBytes(const Comm& comm,
+                                       const std::vector<collective::Operation>& ops);
+  int ReadEpoch() const;
+
+  ReplayPhase replay_phase_ = ReplayPhase::kNone;  // executor thread
+  std::string job_root_;
+  absl::Duration recovery_timeout_ = absl::ZeroDuration();
 
   std::mutex nccl_mu_;
   absl::flat_hash_map<Comm*, std::shared_ptr<Comm>> comms_ ABSL_GUARDED_BY(nccl_mu_);
