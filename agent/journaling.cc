@@ -135,7 +135,6 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   // reply of a replayed request the application still waits for.
   e.set_flags((rec.flags & 0xffffu) | (static_cast<uint32_t>(rec.reply_slot + 1) << 16));
   e.set_minibatch(minibatch_);
-  if (!payload.empty()) e.set_inline_payload(payload.data(), payload.size());
   if (IsFree(id) || traits.destroys != api::HandleKind::kNone) {
     e.add_destroys(FirstU64(body));
   }
@@ -144,7 +143,11 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   const bool setup = traits.journal == api::JournalClass::kState || minibatch_ == 0;
   last_in_setup_ = setup;
   last_journaled_ = true;
-  return setup ? journal_->AppendSetup(std::move(e)) : journal_->AppendMinibatch(std::move(e));
+  // The payload (a pinned source, possibly hundreds of MiB) goes to the
+  // journal by reference: written to the payload file straight from the
+  // shared memory, never copied into the entry.
+  return setup ? journal_->AppendSetup(std::move(e), payload)
+               : journal_->AppendMinibatch(std::move(e), payload);
 }
 
 absl::Status RequestJournal::AfterExecute(const transport::RecordHeader& rec, int32_t status,

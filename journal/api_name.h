@@ -1,9 +1,8 @@
 // The name of an API table id, for revenant-journal's output.
 //
-//   std::cout << ApiName(entry.api_id());   // "17" for now
+//   std::cout << ApiName(entry.api_id());   // "cudaGetLastError"
 //
-// The journal stores only numeric ids; names come from the API table (api/),
-// which is not linked here yet. This is the one hook to change when it is.
+// The journal stores only numeric ids; names come from the API table (api/).
 #ifndef REVENANT_JOURNAL_API_NAME_H_
 #define REVENANT_JOURNAL_API_NAME_H_
 
@@ -13,7 +12,8 @@
 namespace revenant {
 namespace journal {
 
-// Returns the API's name; currently its id as decimal text.
+// Returns the API's name, or its id as decimal text if the table does not
+// know it.
 std::string ApiName(uint32_t id);
 
 }  // namespace journal

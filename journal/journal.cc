@@ -252,31 +252,50 @@ class SegmentWriter {
   }
 
   // Appends `entry` (setting prev_seq, moving a large payload out of line);
-  // *bytes receives what it occupies in the files.
-  absl::Status Append(JournalEntry* entry, uint64_t* bytes) {
+  // `payload` is the entry's payload by reference (see Journal::AppendSetup).
+  // *bytes receives what the entry occupies in the files.
+  absl::Status Append(JournalEntry* entry, absl::string_view payload, uint64_t* bytes) {
     if (!status_.ok()) return status_;
     const bool sync = options_.sync == SyncPolicy::kEveryRecord;
-    uint64_t payload_bytes = 0;
-    if (entry->has_inline_payload() &&
+    // An inline payload over the threshold (an entry read back with its
+    // payload loaded: re-open, compaction) takes the same out-of-line path.
+    std::string moved;
+    if (payload.empty() && entry->has_inline_payload() &&
         entry->inline_payload().size() > options_.inline_payload_threshold) {
-      // The payload goes first, so a record never points at bytes not written.
-      std::string data = std::move(*entry->mutable_inline_payload());
+      moved = std::move(*entry->mutable_inline_payload());
+      entry->clear_inline_payload();
+      payload = moved;
+    }
+    uint64_t payload_bytes = 0;
+    if (payload.size() > options_.inline_payload_threshold) {
+      // The payload goes first, so a record never points at bytes not
+      // written. Written from the caller's memory: no copy into the entry.
       PayloadRef* ref = entry->mutable_payload_ref();
       ref->set_offset(payload_length_);
-      ref->set_length(data.size());
-      ref->set_crc32c(crc32c::Value(data.data(), data.size()));
-      absl::Status s = payload_file_->Append(data);
+      ref->set_length(payload.size());
+      ref->set_crc32c(crc32c::Value(payload.data(), payload.size()));
+      absl::Status s = payload_file_->Append(payload);
       if (s.ok() && sync) s = payload_file_->Sync();
       if (!s.ok()) {
         status_ = s;
         return s;
       }
-      payload_length_ += data.size();
-      payload_bytes = data.size();
+      payload_length_ += payload.size();
+      payload_bytes = payload.size();
+    } else if (!payload.empty()) {
+      entry->set_inline_payload(payload.data(), payload.size());
     }
     entry->set_prev_seq(last_seq_);
     const uint64_t before = writer_->file_length();
-    if (absl::Status s = writer_->AddRecord(entry->SerializeAsString(), sync); !s.ok()) {
+    // The serialization buffer is reused: no allocation per record.
+    record_.clear();
+    if (!entry->AppendToString(&record_)) {
+      status_ = absl::InternalError("cannot serialize journal entry");
+      return status_;
+    }
+    absl::Status s = writer_->AddRecord(record_, sync);
+    if (record_.capacity() > (size_t{1} << 20)) std::string().swap(record_);
+    if (!s.ok()) {
       status_ = s;
       return s;
     }
@@ -324,6 +343,7 @@ class SegmentWriter {
   uint64_t header_bytes_ = 0;
   uint64_t last_seq_ = 0;
   absl::Status status_;
+  std::string record_;  // serialized entry, reused
 };
 
 }  // namespace journal_internal
@@ -398,7 +418,7 @@ absl::Status Journal::Init() {
           log_path, payload_path, old.kind, /*load_payloads=*/true, &old_header,
           [&](JournalEntry& entry) {
             last = entry.seq();
-            return AppendLocked(old.kind, &entry, /*check_seq=*/false);
+            return AppendLocked(old.kind, &entry, {}, /*check_seq=*/false);
           });
       if (!s.ok()) return s;
       if (!old_header.job_id().empty() &&
@@ -432,18 +452,21 @@ absl::Status Journal::Init() {
   return MaybeCompact();
 }
 
-absl::Status Journal::AppendSetup(JournalEntry entry) {
+absl::Status Journal::AppendSetup(JournalEntry entry, absl::string_view payload) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = AppendLocked(SETUP, &entry, /*check_seq=*/true); !s.ok()) return s;
+  if (absl::Status s = AppendLocked(SETUP, &entry, payload, /*check_seq=*/true); !s.ok()) {
+    return s;
+  }
   return MaybeCompact();
 }
 
-absl::Status Journal::AppendMinibatch(JournalEntry entry) {
+absl::Status Journal::AppendMinibatch(JournalEntry entry, absl::string_view payload) {
   absl::MutexLock lock(&mu_);
-  return AppendLocked(MINIBATCH, &entry, /*check_seq=*/true);
+  return AppendLocked(MINIBATCH, &entry, payload, /*check_seq=*/true);
 }
 
-absl::Status Journal::AppendLocked(LogKind kind, JournalEntry* entry, bool check_seq) {
+absl::Status Journal::AppendLocked(LogKind kind, JournalEntry* entry, absl::string_view payload,
+                                   bool check_seq) {
   if (!status_.ok()) return status_;
   if (check_seq) {
     if (entry->seq() <= last_seq_) {
@@ -453,10 +476,14 @@ absl::Status Journal::AppendLocked(LogKind kind, JournalEntry* entry, bool check
     if (entry->has_payload_ref()) {
       return absl::InvalidArgumentError("payload_ref is set by the journal, not the caller");
     }
+    if (!payload.empty() && entry->has_inline_payload()) {
+      return absl::InvalidArgumentError(
+          "a journal entry has an inline payload and a payload by reference");
+    }
   }
   SegmentWriter* w = kind == SETUP ? setup_.get() : minibatch_.get();
   uint64_t bytes = 0;
-  if (absl::Status s = w->Append(entry, &bytes); !s.ok()) {
+  if (absl::Status s = w->Append(entry, payload, &bytes); !s.ok()) {
     status_ = s;
     return s;
   }
@@ -571,7 +598,7 @@ absl::Status Journal::CompactLocked() {
         auto it = entries_.find(entry.seq());
         if (it == entries_.end()) return absl::OkStatus();
         uint64_t bytes = 0;
-        absl::Status a = fresh->Append(&entry, &bytes);
+        absl::Status a = fresh->Append(&entry, {}, &bytes);
         if (!a.ok()) return a;
         it->second.bytes = bytes;
         live += bytes;

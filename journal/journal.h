@@ -40,6 +40,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/journal.pb.h"
 
@@ -106,8 +107,16 @@ class Journal {
   // caller must not set payload_ref. Cost: one write(2) per file touched; an
   // AppendSetup can also trigger a compaction (rewrites the live entries).
   // After an IO error every later call fails with that error (sticky).
-  absl::Status AppendSetup(JournalEntry entry);
-  absl::Status AppendMinibatch(JournalEntry entry);
+  //
+  // `payload`, if not empty, is the entry's payload given by reference
+  // (entry.inline_payload must then be empty, else kInvalidArgument): up to
+  // the inline threshold it is copied into the entry; above it, it is written
+  // to the payload file straight from `payload` (one write(2), CRC32C
+  // computed once over the same bytes) and never copied in memory. The bytes
+  // must not change during the call; reading the entry back yields them as
+  // inline_payload either way.
+  absl::Status AppendSetup(JournalEntry entry, absl::string_view payload = {});
+  absl::Status AppendMinibatch(JournalEntry entry, absl::string_view payload = {});
 
   // Clears the minibatch log: the calls before the boundary of `minibatch`
   // will not be replayed. Starts a fresh minibatch segment and deletes the
@@ -134,8 +143,8 @@ class Journal {
   Journal(std::string dir, std::string job, uint32_t rank, const JournalOptions& options);
 
   absl::Status Init() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AppendLocked(LogKind kind, JournalEntry* entry, bool check_seq)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AppendLocked(LogKind kind, JournalEntry* entry, absl::string_view payload,
+                            bool check_seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps the liveness of setup entries; `bytes` is what the entry occupies.
   void TrackSetupEntry(const JournalEntry& entry, uint64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -20,7 +20,8 @@ absl::Status Writer::AddRecord(absl::string_view record, bool sync) {
   if (!status_.ok()) return status_;
   const char* ptr = record.data();
   size_t left = record.size();
-  std::string out;
+  std::string& out = out_;
+  out.clear();
   out.reserve(left + kHeaderSize * (left / kBlockSize + 2));
   size_t block_offset = block_offset_;
 
@@ -61,6 +62,8 @@ absl::Status Writer::AddRecord(absl::string_view record, bool sync) {
   }
   block_offset_ = block_offset;
   file_length_ += out.size();
+  // A rare huge record must not pin its buffer for the writer's lifetime.
+  if (out.capacity() > (size_t{1} << 20)) std::string().swap(out);
   return absl::OkStatus();
 }
 

@@ -50,6 +50,9 @@ class Writer {
   absl::Status status_;
   // crc32c of each type byte, precomputed: the CRC covers type + data.
   uint32_t type_crc_[kMaxRecordType + 1];
+  // The framed bytes of the record being added; kept to reuse its capacity
+  // (no allocation per record).
+  std::string out_;
 };
 
 }  // namespace log

@@ -1,0 +1,117 @@
+// Cost of the journal on the agent's hot path, in one process (no shim, no
+// transport): what RequestJournal does per launch request (a small entry in
+// the minibatch log, and in the setup log before the first boundary) and per
+// 256 MiB pinned host-to-device copy (an out-of-line payload).
+//
+//   bazel run //journal:journal_bench -- [--launches] [dir]   # default /dev/shm/...
+//
+// --launches measures the small entries only (for profiling them).
+//
+// Prints "RESULT <metric> <value> <unit>" lines like bench/shim_bench.cu.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "journal/journal.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using revenant::journal::Journal;
+using revenant::journal::JournalEntry;
+
+double Us(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+void Result(const char* metric, double value, const char* unit) {
+  std::printf("RESULT %s %.4f %s\n", metric, value, unit);
+  std::fflush(stdout);
+}
+
+int Fail(const absl::Status& s) {
+  std::printf("FAIL %s\n", s.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool launches_only = false;
+  std::string dir = "/dev/shm/revenant-journal-bench-" + std::to_string(getpid());
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--launches") == 0) {
+      launches_only = true;
+    } else {
+      dir = argv[i];
+    }
+  }
+  std::filesystem::remove_all(dir);
+  auto j = Journal::Open(dir, "bench", 0, revenant::journal::JournalOptions());
+  if (!j.ok()) return Fail(j.status());
+  // A launch request body: handle, grid, block, shared bytes, stream, 32
+  // bytes of packed kernel arguments (what cudaLaunchKernel puts on the wire).
+  std::string args(96, '\x5a');
+  uint64_t seq = 0;
+  auto append = [&](bool setup, int n) -> absl::Status {
+    for (int i = 0; i < n; ++i) {
+      JournalEntry e;
+      e.set_seq(++seq * 2);
+      e.set_api_id(200);
+      e.set_args(args);
+      e.set_flags(0);
+      e.set_minibatch(setup ? 0 : 1);
+      absl::Status s = setup ? (*j)->AppendSetup(std::move(e)) : (*j)->AppendMinibatch(std::move(e));
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+  for (bool setup : {true, false}) {
+    std::vector<double> per;
+    for (int r = 0; r < 5; ++r) {
+      if (!setup) {
+        if (absl::Status s = (*j)->MarkBoundary(r + 1); !s.ok()) return Fail(s);
+      }
+      const int n = 20000;
+      auto t0 = Clock::now();
+      if (absl::Status s = append(setup, n); !s.ok()) return Fail(s);
+      per.push_back(Us(t0, Clock::now()) / n);
+    }
+    std::sort(per.begin(), per.end());
+    Result(setup ? "append_launch_setup" : "append_launch_minibatch", per[per.size() / 2], "us");
+  }
+  // 256 MiB pinned H2D copy: the payload comes from memory shared with the
+  // application (here: a page-aligned, touched buffer).
+  if (launches_only) {
+    std::filesystem::remove_all(dir);
+    return 0;
+  }
+  const size_t bytes = size_t{256} << 20;
+  std::vector<char> src(bytes, 1);
+  std::vector<double> per;
+  for (int r = 0; r < 4; ++r) {
+    if (absl::Status s = (*j)->MarkBoundary(100 + r); !s.ok()) return Fail(s);
+    src[r] = static_cast<char>(r);
+    auto t0 = Clock::now();
+    JournalEntry e;
+    e.set_seq(++seq * 2);
+    e.set_api_id(100);
+    e.set_args(args);
+    e.set_minibatch(100 + r);
+    absl::Status s = (*j)->AppendMinibatch(std::move(e), absl::string_view(src.data(), bytes));
+    if (!s.ok()) return Fail(s);
+    per.push_back(Us(t0, Clock::now()) / 1000.0);
+  }
+  std::sort(per.begin(), per.end());
+  Result("append_256mib_payload", per[per.size() / 2], "ms");
+  j->reset();
+  std::filesystem::remove_all(dir);
+  std::printf("PASS journal_bench\n");
+  return 0;
+}
