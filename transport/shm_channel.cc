@@ -152,23 +152,44 @@ inline void CpuPause() {
 #endif
 }
 
-constexpr int kSpinIterations = 200;
-constexpr int kYieldIterations = 4;
+// Spin-then-sleep. A synchronous call's round trip (request, agent
+// journals and executes, reply) takes a few to a few tens of microseconds;
+// sleeping on the futex instead costs a wake syscall on the other side plus
+// a scheduler wake-up (tens of microseconds in a VM), so a waiter first
+// spins for a bounded time, measured by the clock rather than by iteration
+// count (a pause instruction costs 10-150 cycles depending on the CPU). The
+// spin yields the CPU every few microseconds so that on an oversubscribed
+// machine (tests: many processes on 2 cores) the peer it waits for can run.
+constexpr int64_t kSpinNanos = 50 * 1000;
+constexpr int kPausesPerCheck = 16;     // a clock read every ~16 pauses
+constexpr int64_t kYieldEveryNanos = 10 * 1000;
 constexpr absl::Duration kMaxSleepSlice = absl::Milliseconds(50);
 
-// Waits until ready() holds: spin, yield, then futex sleeps in slices so a
+inline int64_t MonotonicNanos() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+// Waits until ready() holds: bounded spin, then futex sleeps in slices so a
 // dead-peer flag is noticed even without a wake.
 template <typename Ready>
 absl::Status WaitFor(Ready&& ready, std::atomic<uint32_t>* futex_word,
                      std::atomic<uint32_t>* waiting, absl::Time deadline,
                      const std::atomic<bool>* dead, const char* what) {
-  for (int i = 0; i < kSpinIterations + kYieldIterations; ++i) {
-    if (ready()) return absl::OkStatus();
-    if (dead->load(std::memory_order_relaxed)) break;
-    if (i < kSpinIterations) {
+  if (ready()) return absl::OkStatus();
+  const int64_t start = MonotonicNanos();
+  int64_t next_yield = start + kYieldEveryNanos;
+  while (!dead->load(std::memory_order_relaxed)) {
+    for (int i = 0; i < kPausesPerCheck; ++i) {
       CpuPause();
-    } else {
+      if (ready()) return absl::OkStatus();
+    }
+    const int64_t now = MonotonicNanos();
+    if (now - start >= kSpinNanos) break;
+    if (now >= next_yield) {
       sched_yield();
+      next_yield = now + kYieldEveryNanos;
     }
   }
   while (true) {
