@@ -46,6 +46,7 @@ ABSL_FLAG(bool, journal, true, "journal every journaled call (needed for recover
 ABSL_FLAG(uint64_t, chaos_after_calls, 0, "fault injection: SIGKILL at this request (1-based)");
 ABSL_FLAG(uint64_t, chaos_minibatch, 0, "fault injection: SIGKILL in this minibatch...");
 ABSL_FLAG(uint64_t, chaos_calls_into_minibatch, 1, "...at this request of it");
+ABSL_FLAG(bool, chaos_in_recovery, false, "fault injection: SIGKILL when recovering as a survivor");
 ABSL_FLAG(std::string, chaos_point, "after_append",
           "where the chaos kill happens: before_append, after_append, after_execute");
 ABSL_FLAG(std::string, minibatch, "auto",
@@ -172,6 +173,7 @@ int Main(int argc, char** argv) {
   options.rank = absl::GetFlag(FLAGS_rank);
   options.job_dir = job_dir;
   options.recovery_timeout_s = absl::GetFlag(FLAGS_recovery_timeout_s);
+  options.chaos_kill_in_recovery = absl::GetFlag(FLAGS_chaos_in_recovery);
   std::string libs = absl::GetFlag(FLAGS_host_kernels);
   if (libs.empty() && std::getenv("REVENANT_HOST_KERNELS") != nullptr) {
     libs = std::getenv("REVENANT_HOST_KERNELS");

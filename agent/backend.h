@@ -57,6 +57,9 @@ struct BackendOptions {
   // How long a survivor whose collective failed waits for the job's next
   // recovery epoch before failing the collective; 0: no recovery.
   double recovery_timeout_s = 0;
+  // Fault injection: SIGKILL this agent when it starts recovering a
+  // communicator as a survivor (a failure during recovery).
+  bool chaos_kill_in_recovery = false;
 };
 
 // Where a replayed request comes from (Backend::SetReplayPhase).

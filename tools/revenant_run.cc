@@ -277,21 +277,26 @@ int Main(int argc, char** argv) {
     if (std::strncmp(*e, "LD_PRELOAD=", 11) != 0) base_env.emplace_back(*e);
   }
 
-  // --chaos=key=value,...
-  std::map<std::string, std::string> chaos;
-  for (absl::string_view kv : absl::StrSplit(absl::GetFlag(FLAGS_chaos), ',', absl::SkipEmpty())) {
-    std::vector<std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
-    if (p.size() != 2) {
-      std::fprintf(stderr, "revenant-run: bad --chaos entry '%s'\n", std::string(kv).c_str());
+  // --chaos=key=value,...[;key=value,...]: one plan per rank.
+  std::map<int, std::map<std::string, std::string>> chaos_plans;
+  for (absl::string_view plan : absl::StrSplit(absl::GetFlag(FLAGS_chaos), ';', absl::SkipEmpty())) {
+    std::map<std::string, std::string> chaos;
+    for (absl::string_view kv : absl::StrSplit(plan, ',', absl::SkipEmpty())) {
+      std::vector<std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      if (p.size() != 2) {
+        std::fprintf(stderr, "revenant-run: bad --chaos entry '%s'\n", std::string(kv).c_str());
+        return 2;
+      }
+      chaos[p[0]] = p[1];
+    }
+    const int rank = chaos.count("rank") ? std::atoi(chaos["rank"].c_str()) : 0;
+    if (rank < 0 || rank >= n) {
+      std::fprintf(stderr, "revenant-run: --chaos names rank %d of %d\n", rank, n);
       return 2;
     }
-    chaos[p[0]] = p[1];
+    chaos_plans[rank] = chaos;
   }
-  int chaos_rank = -1;
-  if (!chaos.empty()) {
-    chaos_rank = chaos.count("rank") ? std::atoi(chaos["rank"].c_str()) : 0;
-    Say(absl::StrCat("chaos: ", absl::GetFlag(FLAGS_chaos)));
-  }
+  if (!chaos_plans.empty()) Say(absl::StrCat("chaos: ", absl::GetFlag(FLAGS_chaos)));
 
   const absl::Time start = absl::Now();
   for (int r = 0; r < n; ++r) {
@@ -309,7 +314,9 @@ int Main(int argc, char** argv) {
       args.push_back(absl::StrCat("--recovery_timeout_s=", absl::GetFlag(FLAGS_recovery_timeout)));
     }
     agent_args[r] = args;  // replacements get no chaos
-    if (chaos_rank == r) {
+    if (chaos_plans.count(r)) {
+      std::map<std::string, std::string>& chaos = chaos_plans[r];
+      if (chaos.count("recovery")) args.push_back("--chaos_in_recovery");
       if (chaos.count("minibatch")) {
         args.push_back("--chaos_minibatch=" + chaos["minibatch"]);
         args.push_back("--chaos_calls_into_minibatch=" + (chaos.count("calls") ? chaos["calls"] : "1"));
@@ -408,6 +415,9 @@ int Main(int argc, char** argv) {
   };
   absl::Time kill_deadline = absl::InfiniteFuture();
   int recoveries = 0;
+  int epoch = 0;
+  std::vector<int> to_replace;
+  absl::Time replace_at = absl::InfiniteFuture();
 
   while (true) {
     std::vector<pollfd> pfds;
@@ -464,21 +474,10 @@ int Main(int argc, char** argv) {
               // and hands it the channel; it replays the journal. The new
               // epoch tells survivors to rebuild their communicators.
               ++recoveries;
-              {
-                const std::string tmp = job_dir + "/epoch.tmp";
-                std::FILE* f = std::fopen(tmp.c_str(), "w");
-                if (f != nullptr) {
-                  std::fprintf(f, "%d\n", recoveries);
-                  std::fclose(f);
-                  std::rename(tmp.c_str(), (job_dir + "/epoch").c_str());
-                }
-              }
-              pid_t pid = Spawn(agent_args[c.rank], base_env, absl::StrCat("a", c.rank), &pipes);
-              if (pid > 0) {
-                replacements.push_back({pid, absl::StrCat("a", c.rank), true, c.rank});
-                Say(absl::StrCat("recovery ", recoveries, ": replacement agent for rank ", c.rank,
-                                 " started (pid ", pid, ")"));
-              }
+              // Deaths close together (two ranks at once) share one epoch:
+              // the replacements start together a moment later.
+              if (to_replace.empty()) replace_at = absl::Now() + absl::Milliseconds(250);
+              to_replace.push_back(c.rank);
             }
           }
         } else {
@@ -489,6 +488,24 @@ int Main(int argc, char** argv) {
           }
         }
       }
+    }
+    if (!to_replace.empty() && absl::Now() >= replace_at && !stopping) {
+      ++epoch;
+      const std::string tmp = job_dir + "/epoch.tmp";
+      if (std::FILE* f = std::fopen(tmp.c_str(), "w"); f != nullptr) {
+        std::fprintf(f, "%d\n", epoch);
+        std::fclose(f);
+        std::rename(tmp.c_str(), (job_dir + "/epoch").c_str());
+      }
+      for (int rank : to_replace) {
+        pid_t pid = Spawn(agent_args[rank], base_env, absl::StrCat("a", rank), &pipes);
+        if (pid > 0) {
+          replacements.push_back({pid, absl::StrCat("a", rank), true, rank});
+          Say(absl::StrCat("recovery epoch ", epoch, ": replacement agent for rank ", rank,
+                           " started (pid ", pid, ")"));
+        }
+      }
+      to_replace.clear();
     }
     for (Child& c : replacements) children.push_back(c);
     if (!stopping && absl::Now() > job_deadline) {

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <sys/mman.h>
@@ -125,6 +126,7 @@ absl::StatusOr<std::unique_ptr<HostCollectiveBackend>> HostCollectiveBackend::Cr
   if (options.recovery_timeout_s > 0) {
     backend->recovery_timeout_ = absl::Seconds(options.recovery_timeout_s);
   }
+  backend->chaos_kill_in_recovery_ = options.chaos_kill_in_recovery;
   return backend;
 }
 
@@ -629,6 +631,10 @@ absl::Status HostCollectiveBackend::RunUnit(Comm& comm, Ordinal ordinal,
 
 absl::Status HostCollectiveBackend::RecoverComm(Comm& comm, Ordinal pending, bool replacement,
                                                 uint64_t minibatch, bool* behind) {
+  if (chaos_kill_in_recovery_ && !replacement) {
+    REVENANT_LOG(WARNING, kLog) << "chaos: killing this agent during recovery";
+    raise(SIGKILL);
+  }
   const absl::Time deadline = absl::Now() + recovery_timeout_;
   absl::Status last = absl::DeadlineExceededError("no recovery epoch was declared");
   while (absl::Now() < deadline) {
@@ -654,7 +660,9 @@ absl::Status HostCollectiveBackend::RecoverComm(Comm& comm, Ordinal pending, boo
     o.prefix = "comm";
     o.rank = comm.rank;
     o.size = comm.nranks;
-    o.timeout = std::min(absl::Seconds(30), deadline - absl::Now());
+    // Short: a member that died during the recovery makes the epoch fail,
+    // and the next one (with its replacement) is formed.
+    o.timeout = std::min(absl::Seconds(10), deadline - absl::Now());
     absl::StatusOr<std::unique_ptr<collective::GlooEngine>> engine =
         collective::GlooEngine::Create(o);
     if (!engine.ok()) {

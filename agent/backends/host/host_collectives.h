@@ -191,6 +191,7 @@ class HostCollectiveBackend : public HostBackend {
   ReplayPhase replay_phase_ = ReplayPhase::kNone;  // executor thread
   std::string job_root_;
   absl::Duration recovery_timeout_ = absl::ZeroDuration();
+  bool chaos_kill_in_recovery_ = false;
 
   std::mutex nccl_mu_;
   absl::flat_hash_map<Comm*, std::shared_ptr<Comm>> comms_ ABSL_GUARDED_BY(nccl_mu_);
