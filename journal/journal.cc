@@ -220,6 +220,83 @@ absl::Status ReadSegment(const std::string& log_path, const std::string& payload
   return check_reporter();
 }
 
+namespace {
+
+inline void PutVarint(uint64_t v, std::string* out) {
+  char buf[10];
+  int n = 0;
+  while (v >= 0x80) {
+    buf[n++] = static_cast<char>(v | 0x80);
+    v >>= 7;
+  }
+  buf[n++] = static_cast<char>(v);
+  out->append(buf, n);
+}
+
+inline int VarintSize(uint64_t v) {
+  int n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+// Field tags: (number << 3) | wire type (0 varint, 2 length-delimited).
+inline void PutVarintField(int number, uint64_t v, std::string* out) {
+  if (v == 0) return;
+  PutVarint(static_cast<uint64_t>(number) << 3, out);
+  PutVarint(v, out);
+}
+
+inline void PutBytesField(int number, const std::string& v, bool always, std::string* out) {
+  if (v.empty() && !always) return;
+  PutVarint((static_cast<uint64_t>(number) << 3) | 2, out);
+  PutVarint(v.size(), out);
+  out->append(v);
+}
+
+template <typename Repeated>
+void PutPackedField(int number, const Repeated& values, std::string* out) {
+  if (values.empty()) return;
+  size_t bytes = 0;
+  for (uint64_t v : values) bytes += VarintSize(v);
+  PutVarint((static_cast<uint64_t>(number) << 3) | 2, out);
+  PutVarint(bytes, out);
+  for (uint64_t v : values) PutVarint(v, out);
+}
+
+}  // namespace
+
+void EncodeEntry(const JournalEntry& e, std::string* out) {
+  PutVarintField(1, e.seq(), out);
+  PutVarintField(2, e.api_id(), out);
+  PutBytesField(3, e.args(), false, out);
+  PutVarintField(4, e.flags(), out);
+  if (e.has_inline_payload()) PutBytesField(5, e.inline_payload(), true, out);
+  if (e.has_payload_ref()) {
+    const PayloadRef& r = e.payload_ref();
+    const size_t bytes = (r.offset() ? 1 + VarintSize(r.offset()) : 0) +
+                         (r.length() ? 1 + VarintSize(r.length()) : 0) +
+                         (r.crc32c() ? 1 + VarintSize(r.crc32c()) : 0);
+    PutVarint((6 << 3) | 2, out);
+    PutVarint(bytes, out);
+    PutVarintField(1, r.offset(), out);
+    PutVarintField(2, r.length(), out);
+    PutVarintField(3, r.crc32c(), out);
+  }
+  PutVarintField(7, e.minibatch(), out);
+  PutPackedField(8, e.creates(), out);
+  PutPackedField(9, e.destroys(), out);
+  PutPackedField(10, e.touches(), out);
+  PutPackedField(11, e.overwrites(), out);
+  PutVarintField(12, e.prev_seq(), out);
+  PutVarintField(13, e.completes(), out);
+  // int32: a negative value is encoded as its 64-bit sign extension.
+  PutVarintField(14, static_cast<uint64_t>(static_cast<int64_t>(e.status())), out);
+  PutBytesField(15, e.outputs(), false, out);
+}
+
 // One segment being written: its log and payload files.
 class SegmentWriter {
  public:
@@ -289,10 +366,7 @@ class SegmentWriter {
     const uint64_t before = writer_->file_length();
     // The serialization buffer is reused: no allocation per record.
     record_.clear();
-    if (!entry->AppendToString(&record_)) {
-      status_ = absl::InternalError("cannot serialize journal entry");
-      return status_;
-    }
+    EncodeEntry(*entry, &record_);
     absl::Status s = writer_->AddRecord(record_, sync);
     if (record_.capacity() > (size_t{1} << 20)) std::string().swap(record_);
     if (!s.ok()) {

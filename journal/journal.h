@@ -235,6 +235,12 @@ absl::StatusOr<DirListing> ListJournalDir(const std::string& dir);
 std::string SegmentLogName(LogKind kind, uint64_t number);
 std::string SegmentPayloadName(LogKind kind, uint64_t number);
 
+// Appends the protobuf wire encoding of `entry` to *out: the bytes
+// entry.SerializeAsString() gives (fields in number order, proto3 defaults
+// omitted, repeated keys packed), built by hand because it runs once per
+// journaled request. journal_test checks the two agree.
+void EncodeEntry(const JournalEntry& entry, std::string* out);
+
 // Reads one segment; see JournalReader::ReadSetup.
 absl::Status ReadSegment(const std::string& log_path, const std::string& payload_path,
                          LogKind kind, bool load_payloads, SegmentHeader* header,
