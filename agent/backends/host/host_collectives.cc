@@ -127,6 +127,10 @@ absl::StatusOr<std::unique_ptr<HostCollectiveBackend>> HostCollectiveBackend::Cr
     backend->recovery_timeout_ = absl::Seconds(options.recovery_timeout_s);
   }
   backend->chaos_kill_in_recovery_ = options.chaos_kill_in_recovery;
+  if (backend->recovery_timeout_ > absl::ZeroDuration() && !backend->job_root_.empty()) {
+    HostCollectiveBackend* raw = backend.get();
+    backend->watcher_ = std::thread([raw] { raw->WatchEpochs(); });
+  }
   return backend;
 }
 
@@ -134,7 +138,31 @@ HostCollectiveBackend::HostCollectiveBackend(
     DeviceRange range, std::unique_ptr<hostkernel::HostKernelRegistry> registry)
     : HostBackend(range, std::move(registry)) {}
 
+void HostCollectiveBackend::WatchEpochs() {
+  while (!stop_watcher_.load()) {
+    absl::SleepFor(absl::Milliseconds(100));
+    const int declared = ReadEpoch();
+    if (declared == 0) continue;
+    std::vector<std::shared_ptr<Comm>> comms;
+    {
+      std::lock_guard<std::mutex> lock(nccl_mu_);
+      for (auto& [raw, c] : comms_) comms.push_back(c);
+    }
+    for (auto& c : comms) {
+      std::lock_guard<std::mutex> lock(c->rmu);
+      if (declared > c->epoch && c->engine != nullptr && !c->recovering) {
+        REVENANT_LOG(INFO, kLog) << "rank " << c->rank << ": recovery epoch " << declared
+                                 << " declared; aborting the collective in flight";
+        c->engine->Abort();
+        c->recovering = true;
+      }
+    }
+  }
+}
+
 HostCollectiveBackend::~HostCollectiveBackend() {
+  stop_watcher_.store(true);
+  if (watcher_.joinable()) watcher_.join();
   // Queued operations hold their communicator; finish them before the
   // engines go (the base destructor drains the streams too, later).
   cudaDeviceSynchronize();
@@ -662,7 +690,7 @@ absl::Status HostCollectiveBackend::RecoverComm(Comm& comm, Ordinal pending, boo
     o.size = comm.nranks;
     // Short: a member that died during the recovery makes the epoch fail,
     // and the next one (with its replacement) is formed.
-    o.timeout = std::min(absl::Seconds(10), deadline - absl::Now());
+    o.timeout = std::min(absl::Seconds(20), deadline - absl::Now());
     absl::StatusOr<std::unique_ptr<collective::GlooEngine>> engine =
         collective::GlooEngine::Create(o);
     if (!engine.ok()) {
@@ -813,7 +841,13 @@ absl::Status HostCollectiveBackend::RecoverComm(Comm& comm, Ordinal pending, boo
     };
     absl::Status s = step();
     if (s.ok()) {
-      comm.engine = *std::move(engine);
+      std::unique_ptr<collective::CollectiveEngine> old;
+      {
+        std::lock_guard<std::mutex> lock(comm.rmu);
+        old = std::move(comm.engine);
+        comm.engine = *std::move(engine);
+        comm.recovering = false;
+      }
       return absl::OkStatus();
     }
     last = s;

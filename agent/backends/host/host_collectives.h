@@ -45,6 +45,7 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <thread>
 #include <map>
 #include <utility>
 #include <memory>
@@ -150,6 +151,7 @@ class HostCollectiveBackend : public HostBackend {
     uint64_t next_index = 0;
     std::mutex rmu;
     int epoch = 0;  // guarded by rmu
+    bool recovering = false;  // guarded by rmu: the engine was aborted for an epoch
     // Results (receive buffers) of completed units of the current and the
     // previous minibatch: what survivors hand a replacement that replays
     // them, and each other when they stopped at different units.
@@ -192,6 +194,12 @@ class HostCollectiveBackend : public HostBackend {
   std::string job_root_;
   absl::Duration recovery_timeout_ = absl::ZeroDuration();
   bool chaos_kill_in_recovery_ = false;
+  // When the job declares a recovery epoch, a survivor may still be blocked
+  // in a collective with the dead member (a send that never fails on its
+  // own): this thread aborts such engines so the survivor joins promptly.
+  void WatchEpochs();
+  std::thread watcher_;
+  std::atomic<bool> stop_watcher_{false};
 
   std::mutex nccl_mu_;
   absl::flat_hash_map<Comm*, std::shared_ptr<Comm>> comms_ ABSL_GUARDED_BY(nccl_mu_);

@@ -1,0 +1,14 @@
+#!/bin/bash
+# Runs more seeded random recovery trials of the 4-rank training job than CI
+# does (host backend, no GPU needed):
+#   bash scripts/chaos.sh [TRIALS=200] [SEED=$(date +%s)] [RANKS=4] [ITERS=12]
+# Every trial kills one or two agents at a random request and crash point and
+# checks that the final parameters are bitwise equal to a fault-free run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+trials="${1:-200}"; seed="${2:-$(date +%s)}"; ranks="${3:-4}"; iters="${4:-12}"
+bazel build //tools:revenant-run //tests/apps:train_mlp //tests/apps:train_mlp_host_kernels
+B="$(bazel info bazel-bin 2>/dev/null)"
+exec bash tests/integration/recovery_train_test.sh "$B/tools/revenant-run" \
+  "$B/tests/apps/train_mlp.bin" "$B/tests/apps/libtrain_mlp_host_kernels.so" \
+  "$ranks" "$iters" random "$trials" "$seed"

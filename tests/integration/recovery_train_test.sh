@@ -1,0 +1,66 @@
+#!/bin/bash
+# Recovery of a data-parallel training job (host backend, Gloo): the agent
+# of a rank is killed at chosen and at seeded random points; every run must
+# end with all ranks printing the final parameter checksum of a fault-free
+# run of the same job (bitwise equal), and none may hang.
+#   recovery_train_test.sh RUN APP KERNELS RANKS ITERS MODE [TRIALS SEED]
+# MODE: scenarios (the named kill points) or random (TRIALS seeded trials).
+set -u
+run="$1"; app="$2"; kernels="$3"; ranks="$4"; iters="$5"; mode="$6"
+trials="${7:-50}"; seed="${8:-20261129}"
+common=(-n "$ranks" --backend=host --timeout=90 --host_kernels="$kernels")
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+"$run" "${common[@]}" -- "$app" --iters "$iters" >"$tmp/ref.log" 2>&1 || {
+  echo "FAIL: the fault-free run failed"; cat "$tmp/ref.log"; exit 1; }
+ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/ref.log")
+[ -n "$ref" ] || { echo "FAIL: no checksum in the fault-free run"; cat "$tmp/ref.log"; exit 1; }
+echo "fault-free: $ranks ranks, $iters iterations, final checksum $ref"
+
+fails=0
+trial() {  # name chaos-spec
+  local name="$1" spec="$2" log="$tmp/trial.log"
+  local t0=$(date +%s%N)
+  "$run" "${common[@]}" --chaos="$spec" -- "$app" --iters "$iters" >"$log" 2>&1
+  local rc=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  local same=$(grep -c "^\[r[0-9]*\] final checksum $ref\$" "$log")
+  local recoveries=$(grep -c "replacement agent for rank" "$log")
+  if [ "$rc" -eq 0 ] && [ "$same" -eq "$ranks" ] && [ "$recoveries" -ge 1 ]; then
+    echo "ok   $name [$spec]: $recoveries replacement(s), $ranks/$ranks ranks bitwise equal, ${ms} ms"
+  else
+    echo "FAIL $name [$spec]: rc=$rc, $same/$ranks ranks equal, $recoveries replacement(s)"
+    grep -v "revenant hostkernel" "$log" | tail -40
+    fails=$((fails + 1))
+  fi
+}
+
+if [ "$mode" = scenarios ]; then
+  # Request numbers within a minibatch of train_mlp: 1 input copy, 2 label
+  # copy, 3-9 forward/backward kernels, 10-13 gradient all-reduces, 14 SGD.
+  trial "iteration start"        "rank=1,minibatch=3,calls=1,point=before_append"
+  trial "mid-backward"           "rank=2,minibatch=4,calls=8"
+  trial "mid-all-reduce"         "rank=3,minibatch=5,calls=11,point=after_execute"
+  trial "mid-optimizer-step"     "rank=1,minibatch=6,calls=13,point=after_execute"
+  trial "after the step"         "rank=1,minibatch=6,calls=15,point=before_append"
+  trial "during recovery"        "rank=1,minibatch=4,calls=5;rank=2,recovery=1"
+  trial "two ranks at once"      "rank=1,minibatch=4,calls=8;rank=2,minibatch=4,calls=8"
+  total=7
+else
+  echo "seed=$seed trials=$trials"
+  RANDOM=$seed
+  points=(before_append after_append after_execute)
+  for t in $(seq 1 "$trials"); do
+    r1=$((RANDOM % ranks)); m=$((1 + RANDOM % (iters - 2))); c=$((1 + RANDOM % 15))
+    p=${points[$((RANDOM % 3))]}
+    spec="rank=$r1,minibatch=$m,calls=$c,point=$p"
+    if [ $((RANDOM % 5)) -eq 0 ]; then  # sometimes a second rank too
+      r2=$(( (r1 + 1 + RANDOM % (ranks - 1)) % ranks ))
+      spec="$spec;rank=$r2,minibatch=$m,calls=$((1 + RANDOM % 15))"
+    fi
+    trial "random $t" "$spec"
+  done
+  total=$trials
+fi
+echo "$((total - fails)) of $total recoveries bitwise equal to the fault-free run"
+[ "$fails" -eq 0 ]
