@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "journal/journal.h"
 
+#include "common/events.h"
 #include "common/logging.h"
 #include "shim/wire_prefix.h"
 #include "transport/control_socket.h"
@@ -370,6 +371,8 @@ bool IsCopyIntoSharedHost(const journal::JournalEntry& e, const Session& session
 absl::Status Session::Recover(const std::string& journal_dir, const std::string& job, int rank,
                               const RequestJournal::Options& journal_options) {
   const absl::Time start = absl::Now();
+  const std::string job_root = JobRootOf(job_dir_);
+  RecordEvent(job_root, "replacement_replay_started", rank, 0);
   absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
       journal::JournalReader::Open(journal_dir);
   if (!reader.ok()) return reader.status();
@@ -438,6 +441,8 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
             j.ToString()));
       }
       joined = true;
+      RecordEvent(job_root, "replacement_state_received", rank, 0,
+                  absl::StrCat("minibatch ", minibatch));
     }
     if (from_minibatch[i] && behind) continue;  // superseded by the survivors' state
     if (IsCopyIntoSharedHost(e, *this)) continue;
@@ -506,6 +511,8 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   // release: they were just replayed.
   if (absl::Status s = channel_->SkipThrough(last_request); !s.ok()) return s;
   channel_->Release(last_request);
+  RecordEvent(job_root, "replacement_replay_done", rank, 0,
+              absl::StrCat(replayed, " requests replayed, minibatch ", minibatch));
   REVENANT_LOG(INFO, "agent") << "recovered: replayed " << replayed << " requests (minibatch "
                               << minibatch << ") in "
                               << absl::ToInt64Milliseconds(absl::Now() - start) << " ms";

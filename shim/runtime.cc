@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "api/hook_protocol.h"
+#include "common/events.h"
 #include "common/kv.h"
 #include "common/logging.h"
 
@@ -213,6 +214,8 @@ void Runtime::Reconnect() {
   recovering_ = false;
   if (ok) {
     channel_->ClearPeerDead();
+    RecordEvent(JobRootOf(job_dir_), "application_resumed", agent_.rank, 0,
+                absl::StrCat("waited ", absl::ToInt64Milliseconds(absl::Now() - start), " ms"));
     REVENANT_LOG(INFO, "shim") << "rank " << agent_.rank << " continues with agent pid "
                                << agent_.agent_pid << " after "
                                << absl::ToInt64Milliseconds(absl::Now() - start) << " ms";

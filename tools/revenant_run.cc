@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -38,10 +39,12 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/events.h"
 
 extern char** environ;
 
@@ -58,6 +61,8 @@ ABSL_FLAG(bool, quiet, false, "no progress lines from revenant-run itself");
 ABSL_FLAG(bool, recover, true,
           "replace an agent that dies and let its rank continue (the journal rebuilds it)");
 ABSL_FLAG(int, max_recoveries, 16, "give up replacing agents after this many");
+ABSL_FLAG(std::string, events_file, "",
+          "copy the job's recovery events (JSON lines) here before the job directory goes");
 ABSL_FLAG(std::string, chaos, "",
           "fault injection for the first agent of one rank, e.g. rank=1,calls=500 or "
           "rank=1,minibatch=3,calls=40,point=after_execute (points: before_append, "
@@ -204,6 +209,38 @@ int ExitCode(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 1;
+}
+
+// Prints each recovery's timeline: milliseconds from the agent's death.
+void PrintTimeline(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  long long t0 = -1;
+  int shown = 0;
+  while (std::getline(in, line)) {
+    auto field = [&](const std::string& key) -> std::string {
+      const std::string k = "\"" + key + "\":";
+      size_t p = line.find(k);
+      if (p == std::string::npos) return "";
+      p += k.size();
+      if (line[p] == '"') {
+        size_t e = line.find('"', p + 1);
+        return line.substr(p + 1, e - p - 1);
+      }
+      size_t e = line.find_first_of(",}", p);
+      return line.substr(p, e - p);
+    };
+    const long long t = std::atoll(field("t_us").c_str());
+    const std::string event = field("event");
+    if (event == "agent_died" && (t0 < 0 || shown == 0)) {
+      t0 = t;
+      Say("recovery timeline (ms after the agent's death):");
+    }
+    if (t0 < 0) continue;
+    Say(absl::StrFormat("  %+8.1f  rank %s  %-28s %s", (t - t0) / 1000.0, field("rank"), event,
+                        field("detail")));
+    ++shown;
+  }
 }
 
 int Main(int argc, char** argv) {
@@ -464,6 +501,9 @@ int Main(int argc, char** argv) {
         const int code = ExitCode(status);
         if (c.agent) {
           if (!stopping) {
+            RecordEvent(job_dir, "agent_died", c.rank, epoch,
+                        WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status))
+                                            : absl::StrCat("status ", code));
             Say(absl::StrCat("the agent of rank ", c.rank, " exited (",
                              WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status))
                                                  : absl::StrCat("status ", code),
@@ -500,6 +540,7 @@ int Main(int argc, char** argv) {
       for (int rank : to_replace) {
         pid_t pid = Spawn(agent_args[rank], base_env, absl::StrCat("a", rank), &pipes);
         if (pid > 0) {
+          RecordEvent(job_dir, "replacement_started", rank, epoch, absl::StrCat("pid ", pid));
           replacements.push_back({pid, absl::StrCat("a", rank), true, rank});
           Say(absl::StrCat("recovery epoch ", epoch, ": replacement agent for rank ", rank,
                            " started (pid ", pid, ")"));
@@ -529,6 +570,12 @@ int Main(int argc, char** argv) {
       stop_all(SIGKILL);
       kill_deadline = absl::Now() + absl::Seconds(2);
     }
+  }
+  PrintTimeline(job_dir + "/events.jsonl");
+  if (!absl::GetFlag(FLAGS_events_file).empty()) {
+    std::error_code ec;
+    fs::copy_file(job_dir + "/events.jsonl", absl::GetFlag(FLAGS_events_file),
+                  fs::copy_options::overwrite_existing, ec);
   }
   cleanup_dir();
   Say(absl::StrCat("job ", job, " finished with status ", result, " after ",

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collective/gloo_engine.h"
+#include "common/events.h"
 #include "common/logging.h"
 
 namespace revenant {
@@ -635,6 +636,8 @@ absl::Status HostCollectiveBackend::RunUnit(Comm& comm, Ordinal ordinal,
     // the job recovers and the application did not abort the communicator.
     while (!s.ok() && recovery_timeout_ > absl::ZeroDuration() && !comm.aborted.load() &&
            (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsAborted(s))) {
+      RecordEvent(job_root_, "survivor_collective_failed", comm.rank, 0,
+                  absl::StrCat("collective (", ordinal.first, ", ", ordinal.second, ")"));
       REVENANT_LOG(WARNING, kLog) << "rank " << comm.rank << ": collective (" << ordinal.first
                                   << ", " << ordinal.second << ") failed (" << s
                                   << "); waiting for the job's recovery";
@@ -833,6 +836,9 @@ absl::Status HostCollectiveBackend::RecoverComm(Comm& comm, Ordinal pending, boo
           if (!(ord < pending)) comm.prereceived[ord] = bufs;
         }
       }
+      RecordEvent(job_root_, replacement ? "replacement_joined" : "survivor_joined", comm.rank,
+                  comm.epoch,
+                  absl::StrCat(nunits, " completed collectives from rank ", provider));
       REVENANT_LOG(INFO, kLog) << "rank " << comm.rank << ": recovery epoch " << comm.epoch
                                << " done in " << absl::ToInt64Milliseconds(absl::Now() - start)
                                << " ms (" << nunits << " completed collectives from rank "
