@@ -35,6 +35,7 @@ ABSL_FLAG(std::string, socket, "", "Unix socket to listen on (required)");
 ABSL_FLAG(std::string, job_dir, "", "this rank's job directory (required)");
 ABSL_FLAG(int, rank, 0, "the rank this agent serves");
 ABSL_FLAG(std::string, backend, "host", "host (CPU device) or cuda");
+ABSL_FLAG(int, device, -1, "GPU ordinal for the cuda backend (-1: the rank)");
 ABSL_FLAG(std::string, host_kernels, "",
           "colon-separated host kernel libraries (default: $REVENANT_HOST_KERNELS)");
 ABSL_FLAG(bool, die_with_parent, false, "exit when the launching process exits");
@@ -171,6 +172,7 @@ int Main(int argc, char** argv) {
 
   BackendOptions options;
   options.rank = absl::GetFlag(FLAGS_rank);
+  options.device = absl::GetFlag(FLAGS_device) >= 0 ? absl::GetFlag(FLAGS_device) : options.rank;
   options.job_dir = job_dir;
   options.recovery_timeout_s = absl::GetFlag(FLAGS_recovery_timeout_s);
   options.chaos_kill_in_recovery = absl::GetFlag(FLAGS_chaos_in_recovery);

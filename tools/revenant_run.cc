@@ -347,6 +347,8 @@ int Main(int argc, char** argv) {
                                      "--host_kernels=" + host_kernels,
                                      "--job=" + job,
                                      "--die_with_parent"};
+    // The agent uses the GPU of its local rank (one node: local rank = rank).
+    if (absl::GetFlag(FLAGS_backend) == "cuda") args.push_back(absl::StrCat("--device=", r));
     if (absl::GetFlag(FLAGS_recover)) {
       args.push_back(absl::StrCat("--recovery_timeout_s=", absl::GetFlag(FLAGS_recovery_timeout)));
     }
