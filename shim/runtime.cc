@@ -139,7 +139,7 @@ bool Runtime::Connect() {
   return true;
 }
 
-bool Runtime::Handshake(int fd, bool recover, absl::Time deadline) {
+bool Runtime::Handshake(int fd, bool recover, absl::Time deadline, bool* refused) {
   absl::Status sent = transport::SendFrame(
       fd, FormatKv({{"op", "hello"},
                     {"version", "1"},
@@ -155,6 +155,7 @@ bool Runtime::Handshake(int fd, bool recover, absl::Time deadline) {
   std::map<std::string, std::string> m = ParseKv(*welcome);
   if (m["op"] != "welcome") {
     REVENANT_LOG(ERROR, "shim") << "the agent refused us: " << m["error"];
+    if (refused != nullptr) *refused = true;
     return false;
   }
   agent_.agent_pid = static_cast<int>(ParseU64(m, "pid"));
@@ -201,9 +202,17 @@ void Runtime::Reconnect() {
   while (!ok && absl::Now() < deadline) {
     absl::StatusOr<int> fd = transport::ConnectUnix(socket_path_, deadline);
     if (!fd.ok()) break;
-    if (!transport::CheckPeerUid(*fd).ok() || !Handshake(*fd, /*recover=*/true, deadline)) {
+    bool refused = false;
+    if (!transport::CheckPeerUid(*fd).ok()) {
       close(*fd);
-      break;  // refused: recovery failed for good
+      break;
+    }
+    if (!Handshake(*fd, /*recover=*/true, deadline, &refused)) {
+      close(*fd);
+      if (refused) break;  // the replacement could not recover: final
+      // A broken connection (an agent that was going away): try again.
+      absl::SleepFor(absl::Milliseconds(50));
+      continue;
     }
     close(control_fd_);
     control_fd_ = *fd;

@@ -91,7 +91,9 @@ class Runtime {
   bool Connect();
   // Says hello on a fresh control socket; `recover` asks the agent to take
   // over from a dead predecessor. Fills agent_ from the welcome.
-  bool Handshake(int fd, bool recover, absl::Time deadline);
+  // *refused is set when the agent answered with a refusal (final), as
+  // opposed to a broken connection (worth retrying).
+  bool Handshake(int fd, bool recover, absl::Time deadline, bool* refused = nullptr);
   void StartMonitor();
   void OnAgentDeath();
   void Reconnect();
