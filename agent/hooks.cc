@@ -19,11 +19,18 @@ namespace {
 
 Backend* B(DispatchContext& ctx) { return static_cast<Backend*>(ctx.backend); }
 
+// Hooks that need the application connection (shared host memory, staging,
+// kernels, callbacks) refuse a request that arrives without one (a
+// dispatcher driven outside a session, as in tests and fuzzers).
+#define REVENANT_NEED_SESSION(ctx) \
+  if ((ctx).session == nullptr) return cudaErrorInvalidValue
+
 bool TranslateStream(DispatchContext& ctx, uint64_t* stream) {
   return ctx.handles->ToBackendRaw(api::HandleKind::kStream, stream);
 }
 
 int32_t Copy(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out, bool async_api) {
+  REVENANT_NEED_SESSION(ctx);
   uint64_t dst = 0, src = 0, count = 0, stream = 0;
   int32_t kind = 0;
   uint8_t mode = 0;
@@ -79,6 +86,7 @@ int32_t Copy(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out, bool a
 }
 
 int32_t LaunchHook(DispatchContext& ctx, wire::Decoder& in, bool cooperative_api) {
+  REVENANT_NEED_SESSION(ctx);
   uint64_t function_id = 0, shared = 0, stream = 0;
   dim3 grid, block;
   uint8_t cooperative = 0;
@@ -100,6 +108,7 @@ int32_t LaunchHook(DispatchContext& ctx, wire::Decoder& in, bool cooperative_api
 }
 
 int32_t CallbackHook(DispatchContext& ctx, wire::Decoder& in) {
+  REVENANT_NEED_SESSION(ctx);
   uint64_t stream = 0, fn = 0, user_data = 0;
   uint8_t kind = 0;
   uint32_t flags = 0;
@@ -130,12 +139,14 @@ int32_t NotYet(const char* name) {
 }  // namespace
 
 int32_t Hook_cudaDeviceReset(DispatchContext& ctx, wire::Decoder& in, wire::Encoder&) {
+  REVENANT_NEED_SESSION(ctx);
   if (in.remaining() != 0) return cudaErrorInvalidValue;
   ctx.session->ForgetDeviceState();
   return cudaSuccess;
 }
 
 int32_t Hook_cudaHostAlloc(DispatchContext& ctx, wire::Decoder& in, wire::Encoder&) {
+  REVENANT_NEED_SESSION(ctx);
   uint64_t addr = 0, size = 0;
   uint32_t flags = 0;
   const char* path = nullptr;
@@ -152,6 +163,7 @@ int32_t Hook_cudaMallocHost(DispatchContext& ctx, wire::Decoder& in, wire::Encod
 }
 
 int32_t Hook_cudaFreeHost(DispatchContext& ctx, wire::Decoder& in, wire::Encoder&) {
+  REVENANT_NEED_SESSION(ctx);
   uint64_t addr = 0;
   if (!in.Get(&addr)) return cudaErrorInvalidValue;
   return ctx.session->UnmapSharedHost(addr);
@@ -199,6 +211,7 @@ int32_t Hook___cudaLaunchKernel_ptsz(DispatchContext& ctx, wire::Decoder& in, wi
 
 int32_t Hook___cudaRegisterFatBinaryEnd(DispatchContext& ctx, wire::Decoder& in,
                                         wire::Encoder& out) {
+  REVENANT_NEED_SESSION(ctx);
   uint64_t module_key = 0;
   bool has_image = false;
   const char* image = nullptr;
