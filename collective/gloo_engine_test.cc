@@ -25,6 +25,14 @@ namespace revenant {
 namespace collective {
 namespace {
 
+// Writing to a dead peer's socket raises SIGPIPE; the agent ignores it (its
+// main does), so must the tests that kill peers.
+const bool kIgnoreSigpipe = [] {
+  signal(SIGPIPE, SIG_IGN);
+  return true;
+}();
+
+
 using ::testing::HasSubstr;
 
 std::string NewDir() {

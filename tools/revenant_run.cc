@@ -67,7 +67,7 @@ ABSL_FLAG(std::string, chaos, "",
           "fault injection for the first agent of one rank, e.g. rank=1,calls=500 or "
           "rank=1,minibatch=3,calls=40,point=after_execute (points: before_append, "
           "after_append, after_execute)");
-ABSL_FLAG(double, recovery_timeout, 60,
+ABSL_FLAG(double, recovery_timeout, 120,
           "seconds a rank waits for a replacement agent before its calls fail");
 
 namespace revenant {
@@ -518,7 +518,7 @@ int Main(int argc, char** argv) {
               ++recoveries;
               // Deaths close together (two ranks at once) share one epoch:
               // the replacements start together a moment later.
-              if (to_replace.empty()) replace_at = absl::Now() + absl::Milliseconds(250);
+              if (to_replace.empty()) replace_at = absl::Now() + absl::Milliseconds(800);
               to_replace.push_back(c.rank);
             }
           }

@@ -8,7 +8,7 @@
 set -u
 run="$1"; app="$2"; kernels="$3"; ranks="$4"; iters="$5"; mode="$6"
 trials="${7:-50}"; seed="${8:-20261129}"
-common=(-n "$ranks" --backend=host --timeout=90 --host_kernels="$kernels")
+common=(-n "$ranks" --backend=host --timeout=150 --host_kernels="$kernels")
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 

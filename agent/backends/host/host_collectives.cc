@@ -693,7 +693,7 @@ absl::Status HostCollectiveBackend::RecoverComm(Comm& comm, Ordinal pending, boo
     o.size = comm.nranks;
     // Short: a member that died during the recovery makes the epoch fail,
     // and the next one (with its replacement) is formed.
-    o.timeout = std::min(absl::Seconds(20), deadline - absl::Now());
+    o.timeout = std::min(absl::Seconds(8), deadline - absl::Now());
     absl::StatusOr<std::unique_ptr<collective::GlooEngine>> engine =
         collective::GlooEngine::Create(o);
     if (!engine.ok()) {

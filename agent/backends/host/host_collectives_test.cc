@@ -1,5 +1,6 @@
 #include "agent/backends/host/host_collectives.h"
 
+#include <csignal>
 #include <nccl.h>
 
 #include <chrono>
@@ -16,6 +17,14 @@ namespace revenant {
 namespace agent {
 namespace host {
 namespace {
+
+// Writing to a dead peer's socket raises SIGPIPE; the agent ignores it (its
+// main does), so must the tests that kill peers.
+const bool kIgnoreSigpipe = [] {
+  signal(SIGPIPE, SIG_IGN);
+  return true;
+}();
+
 
 std::unique_ptr<HostCollectiveBackend> NewBackend(int rank) {
   BackendOptions o;
