@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/allocator.h"
+#include "agent/backends/cuda/cuda_nccl.h"
 #include "common/logging.h"
 
 namespace revenant {
@@ -121,6 +122,128 @@ class CudaBackend : public Backend {
     allocator_.ExpectNext(addr);
   }
   cudaError_t Reset() override;
+  // Recovery over NCCL is not implemented: NCCL rows refuse during a replay.
+  void SetReplayPhase(ReplayPhase phase) override {
+    nccl_->SetReplaying(phase != ReplayPhase::kNone);
+  }
+
+  // --- NCCL (cuda_nccl.h) ---------------------------------------------------------
+  ncclResult_t ncclGetVersion(int* version) override { return nccl_->GetVersion(version); }
+  ncclResult_t ncclGetUniqueId(ncclUniqueId* id) override {
+    Bind();
+    return nccl_->GetUniqueId(id);
+  }
+  ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id,
+                                int rank) override {
+    Bind();
+    return nccl_->CommInitRankConfig(comm, nranks, id, rank, nullptr);
+  }
+  ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
+                                      ncclConfig_t* config) override {
+    Bind();
+    return nccl_->CommInitRankConfig(comm, nranks, id, rank, config);
+  }
+  ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                             ncclConfig_t* config) override {
+    Bind();
+    return nccl_->CommSplit(comm, color, key, newcomm, config);
+  }
+  ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int exclude_count,
+                              ncclComm_t* newcomm, ncclConfig_t* config, int flags) override {
+    Bind();
+    return nccl_->CommShrink(comm, exclude, exclude_count, newcomm, config, flags);
+  }
+  ncclResult_t ncclCommFinalize(ncclComm_t comm) override {
+    Bind();
+    return nccl_->CommFinalize(comm);
+  }
+  ncclResult_t ncclCommAbort(ncclComm_t comm) override {
+    Bind();
+    return nccl_->CommAbort(comm);
+  }
+  ncclResult_t ncclCommDestroy(ncclComm_t comm) override {
+    Bind();
+    return nccl_->CommDestroy(comm);
+  }
+  ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) override {
+    Bind();
+    return nccl_->CommGetAsyncError(comm, error);
+  }
+  ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) override {
+    Bind();
+    return nccl_->CommCount(comm, count);
+  }
+  ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) override {
+    Bind();
+    return nccl_->CommUserRank(comm, rank);
+  }
+  ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) override {
+    Bind();
+    return nccl_->CommCuDevice(comm, device);
+  }
+  ncclResult_t ncclGroupStart() override {
+    Bind();
+    return nccl_->GroupStart();
+  }
+  ncclResult_t ncclGroupEnd() override {
+    Bind();
+    return nccl_->GroupEnd();
+  }
+  ncclResult_t ncclAllReduce(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
+                             ncclComm_t comm, cudaStream_t stream) override {
+    Bind();
+    return nccl_->AllReduce(s, r, n, t, op, comm, stream);
+  }
+  ncclResult_t ncclAllGather(const void* s, void* r, size_t n, ncclDataType_t t, ncclComm_t comm,
+                             cudaStream_t stream) override {
+    Bind();
+    return nccl_->AllGather(s, r, n, t, comm, stream);
+  }
+  ncclResult_t ncclBroadcast(const void* s, void* r, size_t n, ncclDataType_t t, int root,
+                             ncclComm_t comm, cudaStream_t stream) override {
+    Bind();
+    return nccl_->Broadcast(s, r, n, t, root, comm, stream);
+  }
+  ncclResult_t ncclBcast(void* buff, size_t n, ncclDataType_t t, int root, ncclComm_t comm,
+                         cudaStream_t stream) override {
+    Bind();
+    return nccl_->Broadcast(buff, buff, n, t, root, comm, stream);
+  }
+  ncclResult_t ncclReduce(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
+                          int root, ncclComm_t comm, cudaStream_t stream) override {
+    Bind();
+    return nccl_->Reduce(s, r, n, t, op, root, comm, stream);
+  }
+  ncclResult_t ncclReduceScatter(const void* s, void* r, size_t n, ncclDataType_t t,
+                                 ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) override {
+    Bind();
+    return nccl_->ReduceScatter(s, r, n, t, op, comm, stream);
+  }
+  ncclResult_t ncclAlltoAll(const void* s, void* r, size_t n, ncclDataType_t t, ncclComm_t comm,
+                            cudaStream_t stream) override {
+    Bind();
+    return nccl_->AlltoAll(s, r, n, t, comm, stream);
+  }
+  ncclResult_t ncclGather(const void* s, void* r, size_t n, ncclDataType_t t, int root,
+                          ncclComm_t comm, cudaStream_t stream) override {
+    Bind();
+    return nccl_->Gather(s, r, n, t, root, comm, stream);
+  }
+  ncclResult_t ncclScatter(const void* s, void* r, size_t n, ncclDataType_t t, int root,
+                           ncclComm_t comm, cudaStream_t stream) override {
+    Bind();
+    return nccl_->Scatter(s, r, n, t, root, comm, stream);
+  }
+  ncclResult_t ncclSend(const void* s, size_t n, ncclDataType_t t, int peer, ncclComm_t comm,
+                        cudaStream_t stream) override {
+    Bind();
+    return nccl_->Send(s, n, t, peer, comm, stream);
+  }
+  ncclResult_t ncclRecv(void* r, size_t n, ncclDataType_t t, int peer, ncclComm_t comm,
+                        cudaStream_t stream) override {
+    Bind();
+    return nccl_->Recv(r, n, t, peer, comm, stream);
+  }
 
   // --- api::BackendApi ---------------------------------------------------------
   cudaError_t cudaGetDeviceCount(int* count) override {
@@ -277,7 +400,8 @@ class CudaBackend : public Backend {
   }
   cudaError_t cudaEventSynchronize(cudaEvent_t event) override {
     Bind();
-    return ::cudaEventSynchronize(event);
+    CudaNccl::SyncScope sync(nccl_.get());
+    return sync.Result(::cudaEventSynchronize(event));
   }
   cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) override {
     Bind();
@@ -354,8 +478,10 @@ class CudaBackend : public Backend {
     CUmemGenericAllocationHandle handle;
   };
 
-  CudaBackend(const Driver& drv, int device, CUcontext ctx, DeviceRange range, uint64_t gran)
+  CudaBackend(const Driver& drv, int device, CUcontext ctx, DeviceRange range, uint64_t gran,
+              const std::string& job_dir)
       : drv_(drv), device_(device), ctx_(ctx), range_(range), granularity_(gran),
+        nccl_(std::make_unique<CudaNccl>(device, job_dir)),
         allocator_(range.base, range.size), mapped_end_(range.base) {}
 
   // Makes the device and its primary context current on the calling thread
@@ -414,6 +540,7 @@ class CudaBackend : public Backend {
   const CUcontext ctx_;
   const DeviceRange range_;
   const uint64_t granularity_;
+  std::unique_ptr<CudaNccl> nccl_;  // reset first at destruction: aborts what is left
 
   mutable absl::Mutex mu_;
   FixedRangeAllocator allocator_ ABSL_GUARDED_BY(mu_);
@@ -494,14 +621,18 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOp
                           : absl::StrCat(": driver error ", static_cast<int>(r)),
         "; something else occupies these addresses (another agent of the same rank?)"));
   }
+  CudaNccl::LogEnvironment();
   REVENANT_LOG(DEBUG, kLog) << absl::StrCat("GPU ", options.device, ": device range 0x",
                                           absl::Hex(range.base), " + ", range.size >> 20,
                                           " MiB");
   return std::unique_ptr<CudaBackend>(
-      new CudaBackend(drv, options.device, ctx, range, granularity));
+      new CudaBackend(drv, options.device, ctx, range, granularity, options.job_dir));
 }
 
 CudaBackend::~CudaBackend() {
+  Bind();
+  nccl_.reset();
+  nccl_ = std::make_unique<CudaNccl>(device_, "");  // Reset() below may still sync
   Reset();
   Bind();
   drv_.cuMemAddressFree(range_.base, range_.size);
@@ -725,10 +856,11 @@ cudaError_t CudaBackend::Memcpy(void* dst, const void* src, size_t count, cudaMe
   // An asynchronous copy from private (pageable) bytes is safe: CUDA stages a
   // pageable source before cudaMemcpyAsync returns.
   if (async) return ::cudaMemcpyAsync(dst, src, count, kind, stream);
-  if (stream == nullptr) return ::cudaMemcpy(dst, src, count, kind);
+  CudaNccl::SyncScope sync(nccl_.get());
+  if (stream == nullptr) return sync.Result(::cudaMemcpy(dst, src, count, kind));
   cudaError_t e = ::cudaMemcpyAsync(dst, src, count, kind, stream);
   if (e != cudaSuccess) return e;
-  return ::cudaStreamSynchronize(stream);
+  return sync.Result(::cudaStreamSynchronize(stream));
 }
 
 cudaError_t CudaBackend::RegisterSharedHost(void* addr, size_t size, unsigned int) {
@@ -783,14 +915,16 @@ cudaError_t CudaBackend::EnqueueHostCallback(cudaStream_t stream, std::function<
 
 cudaError_t CudaBackend::cudaDeviceSynchronize() {
   Bind();
-  cudaError_t e = ::cudaDeviceSynchronize();
+  CudaNccl::SyncScope sync(nccl_.get());
+  cudaError_t e = sync.Result(::cudaDeviceSynchronize());
   ReleasePendingFrees(nullptr, /*all=*/true);
   return e;
 }
 
 cudaError_t CudaBackend::cudaStreamSynchronize(cudaStream_t stream) {
   Bind();
-  cudaError_t e = ::cudaStreamSynchronize(stream);
+  CudaNccl::SyncScope sync(nccl_.get());
+  cudaError_t e = sync.Result(::cudaStreamSynchronize(stream));
   if (e == cudaSuccess) ReleasePendingFrees(stream, /*all=*/false);
   return e;
 }

@@ -1,0 +1,168 @@
+// CudaNccl: the cuda backend's NCCL rows, through the real libnccl.
+//
+//   CudaNccl nccl(/*device=*/0, job_dir);
+//   ncclUniqueId id;  nccl.GetUniqueId(&id);
+//   ncclComm_t c;     nccl.CommInitRankConfig(&c, n, id, r, /*config=*/nullptr);
+//   nccl.AllReduce(send, recv, count, ncclFloat, ncclSum, c, stream);
+//
+// Communicators are created non-blocking (the application's config, merged
+// with blocking = 0), so no NCCL call can block the agent forever: after
+// every call that may answer ncclInProgress, the agent polls
+// ncclCommGetAsyncError (every 100 us) until the operation settled, bounded
+// by REVENANT_COLLECTIVE_TIMEOUT_S (default 60 s); on timeout the
+// communicator is aborted (ncclCommAbort on a detached thread, joined with a
+// bound) and the call fails with ncclSystemError. The application still sees
+// blocking semantics (it never gets ncclInProgress). Error messages carry
+// ncclGetLastError(comm).
+//
+// A watchdog thread (started with the first communicator) aborts every
+// communicator when
+//   - one reports an asynchronous error (a peer died, a network error),
+//   - the job declares a recovery epoch (<job>/epoch, as revenant-run does),
+//   - a synchronization (SyncScope) has been blocked longer than the
+//     timeout while communicators exist (a collective waiting for a peer
+//     that is gone: NCCL kernels spin until aborted),
+// so a survivor's blocked stream synchronization returns; SyncScope then
+// turns its result into cudaErrorLaunchFailure (async error, epoch) or
+// cudaErrorLaunchTimeout (timeout). Later calls on an aborted communicator
+// answer its error without touching NCCL; ncclCommDestroy/Abort on it succeed.
+//
+// Recovery over NCCL is not implemented: during a replay (a replacement
+// agent) every NCCL row answers ncclInvalidUsage and says so.
+//
+// Thread safety: all methods may be called from several threads.
+#ifndef REVENANT_AGENT_BACKENDS_CUDA_CUDA_NCCL_H_
+#define REVENANT_AGENT_BACKENDS_CUDA_CUDA_NCCL_H_
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+
+namespace revenant {
+namespace agent {
+namespace cuda {
+
+class CudaNccl {
+ public:
+  // `job_dir`: this rank's job directory (its parent holds the epoch file);
+  // empty: no epoch watching.
+  CudaNccl(int device, const std::string& job_dir);
+  ~CudaNccl();
+  CudaNccl(const CudaNccl&) = delete;
+  CudaNccl& operator=(const CudaNccl&) = delete;
+
+  // Logs the NCCL_* environment (once per process).
+  static void LogEnvironment();
+  // REVENANT_COLLECTIVE_TIMEOUT_S, default 60 s.
+  static absl::Duration TimeoutFromEnv();
+
+  void SetReplaying(bool replaying) { replaying_.store(replaying); }
+
+  ncclResult_t GetVersion(int* version);
+  ncclResult_t GetUniqueId(ncclUniqueId* id);
+  ncclResult_t CommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
+                                  ncclConfig_t* config);
+  ncclResult_t CommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                         ncclConfig_t* config);
+  ncclResult_t CommShrink(ncclComm_t comm, int* exclude, int exclude_count, ncclComm_t* newcomm,
+                          ncclConfig_t* config, int flags);
+  ncclResult_t CommFinalize(ncclComm_t comm);
+  ncclResult_t CommDestroy(ncclComm_t comm);
+  ncclResult_t CommAbort(ncclComm_t comm);
+  ncclResult_t CommGetAsyncError(ncclComm_t comm, ncclResult_t* error);
+  ncclResult_t CommCount(ncclComm_t comm, int* count);
+  ncclResult_t CommUserRank(ncclComm_t comm, int* rank);
+  ncclResult_t CommCuDevice(ncclComm_t comm, int* device);
+  ncclResult_t GroupStart();
+  ncclResult_t GroupEnd();
+  ncclResult_t AllReduce(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
+                         ncclComm_t comm, cudaStream_t stream);
+  ncclResult_t Broadcast(const void* s, void* r, size_t n, ncclDataType_t t, int root,
+                         ncclComm_t comm, cudaStream_t stream);
+  ncclResult_t Reduce(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
+                      int root, ncclComm_t comm, cudaStream_t stream);
+  ncclResult_t AllGather(const void* s, void* r, size_t n, ncclDataType_t t, ncclComm_t comm,
+                         cudaStream_t stream);
+  ncclResult_t ReduceScatter(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
+                             ncclComm_t comm, cudaStream_t stream);
+  ncclResult_t AlltoAll(const void* s, void* r, size_t n, ncclDataType_t t, ncclComm_t comm,
+                        cudaStream_t stream);
+  ncclResult_t Gather(const void* s, void* r, size_t n, ncclDataType_t t, int root,
+                      ncclComm_t comm, cudaStream_t stream);
+  ncclResult_t Scatter(const void* s, void* r, size_t n, ncclDataType_t t, int root,
+                       ncclComm_t comm, cudaStream_t stream);
+  ncclResult_t Send(const void* s, size_t n, ncclDataType_t t, int peer, ncclComm_t comm,
+                    cudaStream_t stream);
+  ncclResult_t Recv(void* r, size_t n, ncclDataType_t t, int peer, ncclComm_t comm,
+                    cudaStream_t stream);
+
+  // Brackets a blocking synchronization (stream, event, device, copy): lets
+  // the watchdog abort stuck collectives, and turns `e` into the abort's
+  // CUDA error when communicators were aborted meanwhile.
+  class SyncScope {
+   public:
+    explicit SyncScope(CudaNccl* n);
+    ~SyncScope();
+    cudaError_t Result(cudaError_t e) const;
+
+   private:
+    CudaNccl* n_;
+    uint64_t generation_;
+  };
+
+ private:
+  struct Comm {
+    ncclComm_t comm = nullptr;
+    std::atomic<bool> aborted{false};
+    std::atomic<int> error{ncclSuccess};  // after an abort: what the calls answer
+    std::string why;
+  };
+
+  // The live state of `comm`; nullptr when unknown.
+  std::shared_ptr<Comm> Find(ncclComm_t comm);
+  // Runs `call` on a known, live communicator and settles it.
+  template <typename F>
+  ncclResult_t OnComm(ncclComm_t comm, const char* what, F call);
+  // Polls until `c`'s pending operation settled (bounded); aborts on timeout.
+  ncclResult_t Settle(Comm& c, const char* what);
+  // Aborts `c` (bounded), recording `error` as what its later calls answer.
+  void AbortComm(Comm& c, ncclResult_t error, const std::string& why);
+  ncclResult_t Refused(const char* what);
+  void Register(ncclComm_t comm);
+  void Watch();
+  int ReadEpoch() const;
+
+  const int device_;
+  const std::string job_root_;
+  const absl::Duration timeout_;
+  std::atomic<bool> replaying_{false};
+
+  std::mutex mu_;  // serializes NCCL calls with the watchdog's polls and aborts
+  absl::flat_hash_map<ncclComm_t, std::shared_ptr<Comm>> comms_;  // guarded by mu_
+  int group_depth_ = 0;                                            // guarded by mu_
+  std::vector<std::shared_ptr<Comm>> group_comms_;                 // guarded by mu_
+
+  // Watchdog.
+  std::thread watchdog_;
+  std::atomic<bool> stop_{false};
+  int epoch_at_start_ = 0;
+  std::atomic<int64_t> sync_since_ns_{0};  // 0: no synchronization blocked
+  std::atomic<int> syncs_{0};
+  std::atomic<uint64_t> abort_generation_{0};
+  std::atomic<int> abort_cuda_error_{cudaSuccess};
+};
+
+}  // namespace cuda
+}  // namespace agent
+}  // namespace revenant
+
+#endif  // REVENANT_AGENT_BACKENDS_CUDA_CUDA_NCCL_H_
