@@ -179,7 +179,9 @@ class CudaBackend : public Backend {
   }
   ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) override {
     Bind();
-    return nccl_->CommCuDevice(comm, device);
+    ncclResult_t r = nccl_->CommCuDevice(comm, device);
+    if (r == ncclSuccess && device != nullptr) *device = 0;  // the application's ordinal
+    return r;
   }
   ncclResult_t ncclGroupStart() override {
     Bind();
@@ -246,9 +248,12 @@ class CudaBackend : public Backend {
   }
 
   // --- api::BackendApi ---------------------------------------------------------
+  // The application sees one device, ordinal 0 (the shim answers
+  // cudaSetDevice/cudaGetDevice that way): this agent's GPU.
   cudaError_t cudaGetDeviceCount(int* count) override {
-    Bind();
-    return ::cudaGetDeviceCount(count);
+    if (count == nullptr) return cudaErrorInvalidValue;
+    *count = 1;
+    return cudaSuccess;
   }
   cudaError_t cudaSetDeviceFlags(unsigned int flags) override {
     Bind();
@@ -260,15 +265,18 @@ class CudaBackend : public Backend {
   }
   cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) override {
     Bind();
-    return ::cudaGetDeviceProperties(prop, device);
+    if (device != 0) return cudaErrorInvalidDevice;
+    return ::cudaGetDeviceProperties(prop, device_);
   }
   cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) override {
     Bind();
-    return ::cudaDeviceGetAttribute(value, attr, device);
+    if (device != 0) return cudaErrorInvalidDevice;
+    return ::cudaDeviceGetAttribute(value, attr, device_);
   }
   cudaError_t cudaDeviceCanAccessPeer(int* can_access, int device, int peer) override {
     Bind();
-    return ::cudaDeviceCanAccessPeer(can_access, device, peer);
+    if (device != 0 || peer != 0) return cudaErrorInvalidDevice;
+    return ::cudaDeviceCanAccessPeer(can_access, device_, device_);
   }
   cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) override {
     Bind();
@@ -276,7 +284,8 @@ class CudaBackend : public Backend {
   }
   cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) override {
     Bind();
-    return ::cudaDeviceGetDefaultMemPool(pool, device);
+    if (device != 0) return cudaErrorInvalidDevice;
+    return ::cudaDeviceGetDefaultMemPool(pool, device_);
   }
   cudaError_t cudaDeviceSynchronize() override;
   cudaError_t cudaDriverGetVersion(int* version) override {

@@ -1,0 +1,180 @@
+// Revenant benchmark: all-reduce through NCCL as the application sees it.
+// The same binary runs natively and under `revenant-run --backend=cuda`;
+// every rank runs, rank 0 prints
+//   RESULT <metric> <value> <unit>
+// lines for bench/compare.sh (ratio = revenant / native).
+//
+//   RANK=r WORLD_SIZE=n LOCAL_RANK=r MASTER_PORT=p ./nccl_bench.bin [--quick]
+//
+// Metrics, per message size (float sum, in place, one stream):
+//   allreduce_<size>_algbw   bytes / time per all-reduce (GB/s)
+//   allreduce_<size>_busbw   algbw * 2(n-1)/n, as nccl-tests reports it
+//                            (only for n > 1: the factor is 0 on one rank)
+//   allreduce_4k_latency     one 4 KiB all-reduce + stream synchronize (us)
+// Times are host-clock over a burst of back-to-back all-reduces closed by
+// one cudaStreamSynchronize (what a training loop does), after a warm-up.
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <nccl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define CHECK(call)                                                                       \
+  do {                                                                                    \
+    cudaError_t e_ = (call);                                                              \
+    if (e_ != cudaSuccess) {                                                              \
+      std::printf("FAIL %s:%d: %s returned %s\n", __FILE__, __LINE__, #call,              \
+                  cudaGetErrorName(e_));                                                  \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+#define CHECK_NCCL(call)                                                                  \
+  do {                                                                                    \
+    ncclResult_t r_ = (call);                                                             \
+    if (r_ != ncclSuccess) {                                                              \
+      std::printf("FAIL %s:%d: %s returned %s\n", __FILE__, __LINE__, #call,              \
+                  ncclGetErrorString(r_));                                                \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Rank 0 writes the id to /dev/shm/revenant-bench-<port>/id (atomically);
+// the others poll for it for at most 60 s.
+ncclUniqueId ExchangeId(int rank, const std::string& port) {
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  const std::string dir = "/dev/shm/revenant-bench-" + port;
+  const std::string path = dir + "/id";
+  if (rank == 0) {
+    CHECK_NCCL(ncclGetUniqueId(&id));
+    if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      std::printf("FAIL mkdir %s\n", dir.c_str());
+      std::exit(1);
+    }
+    FILE* f = std::fopen((path + ".tmp").c_str(), "wb");
+    if (f == nullptr || std::fwrite(&id, sizeof(id), 1, f) != 1 || std::fclose(f) != 0 ||
+        std::rename((path + ".tmp").c_str(), path.c_str()) != 0) {
+      std::printf("FAIL cannot publish the NCCL id at %s\n", path.c_str());
+      std::exit(1);
+    }
+    return id;
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (f != nullptr) {
+      const bool ok = std::fread(&id, sizeof(id), 1, f) == 1;
+      std::fclose(f);
+      if (ok) return id;
+    }
+    if (Clock::now() > deadline) {
+      std::printf("FAIL rank %d: no NCCL id at %s after 60 s\n", rank, path.c_str());
+      std::exit(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) quick = quick || std::strcmp(argv[i], "--quick") == 0;
+  const int rank = EnvInt("RANK", 0);
+  const int world = EnvInt("WORLD_SIZE", 1);
+  const int local = EnvInt("LOCAL_RANK", rank);
+  const std::string port = std::getenv("MASTER_PORT") ? std::getenv("MASTER_PORT") : "0";
+  int count = 0;
+  CHECK(cudaGetDeviceCount(&count));
+  CHECK(cudaSetDevice(local % count));
+
+  const ncclUniqueId id = ExchangeId(rank, port);
+  ncclComm_t comm;
+  CHECK_NCCL(ncclCommInitRank(&comm, world, id, rank));
+  if (rank == 0) {
+    const std::string dir = "/dev/shm/revenant-bench-" + port;
+    std::remove((dir + "/id").c_str());
+    rmdir(dir.c_str());
+  }
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+  const size_t max_bytes = 256ull << 20;
+  float* buf;
+  CHECK(cudaMalloc(&buf, max_bytes));
+  CHECK(cudaMemset(buf, 0, max_bytes));
+  CHECK(cudaDeviceSynchronize());
+
+  struct Size {
+    const char* name;
+    size_t bytes;
+    int iters;
+  };
+  const Size sizes[] = {{"1mib", 1ull << 20, 200}, {"16mib", 16ull << 20, 60},
+                        {"256mib", 256ull << 20, 12}};
+  const int reps = quick ? 3 : 5;
+  const double bus = world > 1 ? 2.0 * (world - 1) / world : 0.0;
+  for (const Size& z : sizes) {
+    const size_t n = z.bytes / sizeof(float);
+    for (int w = 0; w < 5; ++w) CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, s));
+    CHECK(cudaStreamSynchronize(s));
+    std::vector<double> sec;
+    for (int r = 0; r < reps; ++r) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < z.iters; ++i) {
+        CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, s));
+      }
+      CHECK(cudaStreamSynchronize(s));
+      sec.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / z.iters);
+    }
+    const double algbw = z.bytes / Median(sec) / 1e9;
+    if (rank == 0) {
+      std::printf("RESULT allreduce_%s_algbw %.4f GB/s\n", z.name, algbw);
+      if (world > 1) std::printf("RESULT allreduce_%s_busbw %.4f GB/s\n", z.name, algbw * bus);
+    }
+  }
+  {
+    const size_t n = 1024;  // 4 KiB
+    std::vector<double> us;
+    for (int i = 0; i < (quick ? 200 : 1000); ++i) {
+      const auto t0 = Clock::now();
+      CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, s));
+      CHECK(cudaStreamSynchronize(s));
+      us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
+    if (rank == 0) std::printf("RESULT allreduce_4k_latency %.4f us\n", Median(us));
+  }
+  ncclResult_t async = ncclSuccess;
+  CHECK_NCCL(ncclCommGetAsyncError(comm, &async));
+  if (async != ncclSuccess) {
+    std::printf("FAIL async error %s\n", ncclGetErrorString(async));
+    return 1;
+  }
+  CHECK_NCCL(ncclCommDestroy(comm));
+  CHECK(cudaFree(buf));
+  CHECK(cudaStreamDestroy(s));
+  std::printf("PASS nccl_bench rank %d of %d\n", rank, world);
+  return 0;
+}
