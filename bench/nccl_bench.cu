@@ -6,7 +6,8 @@
 //
 //   RANK=r WORLD_SIZE=n LOCAL_RANK=r MASTER_PORT=p ./nccl_bench.bin [--quick]
 //
-// Metrics, per message size (float sum, in place, one stream):
+// Metrics, per message size (float sum, out of place -- in place on one
+// rank NCCL has nothing to move -- one stream):
 //   allreduce_<size>_algbw   bytes / time per all-reduce (GB/s)
 //   allreduce_<size>_busbw   algbw * 2(n-1)/n, as nccl-tests reports it
 //                            (only for n > 1: the factor is 0 on one rank)
@@ -122,8 +123,9 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s));
   const size_t max_bytes = 256ull << 20;
-  float* buf;
+  float *buf, *out;
   CHECK(cudaMalloc(&buf, max_bytes));
+  CHECK(cudaMalloc(&out, max_bytes));
   CHECK(cudaMemset(buf, 0, max_bytes));
   CHECK(cudaDeviceSynchronize());
 
@@ -138,13 +140,13 @@ int main(int argc, char** argv) {
   const double bus = world > 1 ? 2.0 * (world - 1) / world : 0.0;
   for (const Size& z : sizes) {
     const size_t n = z.bytes / sizeof(float);
-    for (int w = 0; w < 5; ++w) CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, s));
+    for (int w = 0; w < 5; ++w) CHECK_NCCL(ncclAllReduce(buf, out, n, ncclFloat, ncclSum, comm, s));
     CHECK(cudaStreamSynchronize(s));
     std::vector<double> sec;
     for (int r = 0; r < reps; ++r) {
       const auto t0 = Clock::now();
       for (int i = 0; i < z.iters; ++i) {
-        CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, s));
+        CHECK_NCCL(ncclAllReduce(buf, out, n, ncclFloat, ncclSum, comm, s));
       }
       CHECK(cudaStreamSynchronize(s));
       sec.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / z.iters);
@@ -160,7 +162,7 @@ int main(int argc, char** argv) {
     std::vector<double> us;
     for (int i = 0; i < (quick ? 200 : 1000); ++i) {
       const auto t0 = Clock::now();
-      CHECK_NCCL(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, comm, s));
+      CHECK_NCCL(ncclAllReduce(buf, out, n, ncclFloat, ncclSum, comm, s));
       CHECK(cudaStreamSynchronize(s));
       us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     }
@@ -174,6 +176,7 @@ int main(int argc, char** argv) {
   }
   CHECK_NCCL(ncclCommDestroy(comm));
   CHECK(cudaFree(buf));
+  CHECK(cudaFree(out));
   CHECK(cudaStreamDestroy(s));
   std::printf("PASS nccl_bench rank %d of %d\n", rank, world);
   return 0;

@@ -184,23 +184,35 @@ native() {
 checksum() { grep -m1 "^\[r0\] final checksum" "$1" | awk '{print $4}'; }
 now() { date +%s.%N; }
 calc() { awk "BEGIN { print $1 }"; }
-# train_mlp step time: (time of --iters 1020 - time of --iters 20) / 1000,
-# whole-job wall clock (start-up cancels out), native then revenant.
+# train_mlp step time: (time of --iters 5020 - time of --iters 20) / 5000,
+# whole-job wall clock (start-up cancels out), the fastest of 3 runs each,
+# native then revenant.
+walltime() {  # the fastest of 3 runs of "$@", in seconds
+  local best="" t0 t1 d i
+  for i in 1 2 3; do
+    t0=$(now); "$@"; t1=$(now)
+    d=$(calc "$t1 - $t0")
+    if [ -z "$best" ] || [ "$(calc "($d < $best) ? 1 : 0")" = 1 ]; then best=$d; fi
+  done
+  echo "$best"
+}
+revrun() {  # N LOG CMD...: under revenant-run, cuda backend
+  local n=$1 log=$2; shift 2
+  timeout 200 $RUN -n "$n" --backend=cuda --timeout=180 -- "$@" >"$log" 2>&1
+}
 steptime() {  # N TAG
-  local n=$1 tag=$2 t0 t1 t2 t3 nat rev
-  t0=$(now); native "$n" "$LOGS/step.n$n.20.log" "$G/apps/train_mlp.bin" --iters 20; t1=$(now)
-  native "$n" "$LOGS/step.n$n.1020.log" "$G/apps/train_mlp.bin" --iters 1020; t2=$(now)
-  nat=$(calc "($t2 - $t1 - ($t1 - $t0)) * 1000")
-  t0=$(now); timeout 200 $RUN -n "$n" --backend=cuda --timeout=180 -- "$G/apps/train_mlp.bin" --iters 20 \
-    >"$LOGS/step.rev.n$n.20.log" 2>&1; t1=$(now)
-  timeout 200 $RUN -n "$n" --backend=cuda --timeout=180 -- "$G/apps/train_mlp.bin" --iters 1020 \
-    >"$LOGS/step.rev.n$n.1020.log" 2>&1; t2=$(now)
-  rev=$(calc "($t2 - $t1 - ($t1 - $t0)) * 1000")
+  local n=$1 tag=$2 a b nat rev
+  a=$(walltime native "$n" "$LOGS/step.n$n.20.log" "$G/apps/train_mlp.bin" --iters 20)
+  b=$(walltime native "$n" "$LOGS/step.n$n.5020.log" "$G/apps/train_mlp.bin" --iters 5020)
+  nat=$(calc "($b - $a) * 1e6 / 5000")
+  a=$(walltime revrun "$n" "$LOGS/step.rev.n$n.20.log" "$G/apps/train_mlp.bin" --iters 20)
+  b=$(walltime revrun "$n" "$LOGS/step.rev.n$n.5020.log" "$G/apps/train_mlp.bin" --iters 5020)
+  rev=$(calc "($b - $a) * 1e6 / 5000")
   printf 'RESULT train_mlp_step_%s %.4f us\n' "$tag" "$nat" >"$LOGS/step.native.$tag.txt"
   printf 'RESULT train_mlp_step_%s %.4f us\n' "$tag" "$rev" >"$LOGS/step.rev.$tag.txt"
-  if grep -q "PASS train_mlp" "$LOGS/step.n$n.1020.log" && grep -q "PASS train_mlp" "$LOGS/step.rev.n$n.1020.log"; then
+  if grep -q "PASS train_mlp" "$LOGS/step.n$n.5020.log" && grep -q "PASS train_mlp" "$LOGS/step.rev.n$n.5020.log"; then
     s=PASS; else s=FAIL; fi
-  record "train_mlp step time, $n rank(s)" "$s" "$LOGS/step.rev.n$n.1020.log"
+  record "train_mlp step time, $n rank(s)" "$s" "$LOGS/step.rev.n$n.5020.log"
 }
 # One block per world size: train_mlp checksums, collectives_all, benchmarks.
 for n in 1 2; do
@@ -239,6 +251,20 @@ for n in 1 2; do
   cat "$rlog" "$LOGS/step.rev.${n}rank.txt" >"$LOGS/nccl_rev.n$n.txt"
   bash "$G/bench/compare.sh" "$LOGS/nccl_native.n$n.txt" "$LOGS/nccl_rev.n$n.txt" | tee "$LOGS/nccl_table.n$n.txt"
 done
+# With one GPU: the same with 1 rank (its only agent dies; the replacement's
+# replay meets the NCCL rows, which refuse during a replay).
+if [ "$NGPU" -eq 1 ]; then
+  log="$LOGS/chaos.n1.cuda.log"
+  t0=$(now)
+  REVENANT_COLLECTIVE_TIMEOUT_S=20 timeout 170 $RUN -n 1 --backend=cuda --timeout=150 \
+    --chaos="rank=0,minibatch=4,calls=8" -- "$G/apps/train_mlp.bin" --iters 200 >"$log" 2>&1; rc=$?
+  t1=$(now)
+  el=$(calc "$t1 - $t0")
+  printf '   chaos job: rc=%s after %.1f s\n' "$rc" "$el"
+  grep -iE "chaos|recover|epoch|abort|refused|FAIL|PASS|timeout|cannot|replay|job " "$log" | head -40 | sed 's/^/   | /'
+  if [ $rc -ne 124 ] && [ $rc -ne 137 ] && ! grep -q "timeout after" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+  record "chaos kill, 1 rank: ended, bounded (rc=$rc, ${el%.*} s)" "$s" "$log"
+fi
 # A chaos kill with real NCCL: rank 1's agent dies in minibatch 4. Recovery
 # over NCCL is not implemented in the cuda backend: the job must end
 # (failed, with a reason), bounded, not hang.
