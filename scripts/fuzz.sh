@@ -4,6 +4,7 @@
 #   bash scripts/fuzz.sh            # 10 s per target
 #   bash scripts/fuzz.sh 60         # 60 s per target
 #   bash scripts/fuzz.sh 60 dispatch journal_reader   # only these targets
+#   bash scripts/fuzz.sh 0 build  # build only (and .fuzz/bin/make_seeds)
 # Targets (tests/fuzz/<name>_fuzzer.cc): dispatch, journal_reader, log_reader,
 # handshake. Seeds: tests/fuzz/corpus/<name>/. Build and working corpora go to
 # .fuzz/ (git-ignored); a crash leaves .fuzz/crash-<name>-* and fails the run.
@@ -28,7 +29,9 @@ JOBS=${JOBS:-2}
 FUZZ_SEED=${FUZZ_SEED:-1}
 ALL_TARGETS=(dispatch journal_reader log_reader handshake)
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL_TARGETS[@]}")
+# "build": build only, run nothing.
+[ "${1:-}" != build ] || { TARGETS=(); BUILD_ONLY=1; }
+[ ${#TARGETS[@]} -gt 0 ] || [ -n "${BUILD_ONLY:-}" ] || TARGETS=("${ALL_TARGETS[@]}")
 
 die() { echo "fuzz.sh: $*" >&2; exit 1; }
 command -v "$CXX" >/dev/null || die "$CXX not found: install clang (apt-get install -y clang; scripts/setup.sh does)"
@@ -65,7 +68,11 @@ ABSL_LIBS="-labsl_statusor -labsl_status -labsl_strerror -labsl_str_format_inter
   -labsl_spinlock_wait -labsl_int128 -labsl_throw_delegate -labsl_raw_logging_internal
   -labsl_log_severity -labsl_time_zone"
 LIBS="$ABSL_LIBS -lprotobuf -lisal -ldl -lpthread"
-SAN=(-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
+# -fno-sanitize=enum: enum arguments arrive from the application as raw integers
+# (as they reach the CUDA driver natively) and the backends reject unknown
+# values; see docs/reliability.md.
+SAN=(-fsanitize=address,undefined -fno-sanitize=enum -fno-sanitize-recover=undefined
+     -fno-omit-frame-pointer)
 CXXFLAGS=(-std=c++17 -O1 -g "${SAN[@]}" -fsanitize=fuzzer-no-link -I"$ROOT" -I"$GEN_DIR"
           -I/usr/local/cuda/include -w)
 
@@ -93,10 +100,16 @@ for t in "${!SRCS[@]}"; do
   objs=$(for s in ${SRCS[$t]}; do echo "$OUT/obj/$(echo "${s#GEN:}" | tr / _).o"; done | sort -u)
   "$CXX" "${SAN[@]}" -fsanitize=fuzzer -o "$OUT/bin/${t}_fuzzer" $objs $LIBS
 done
+# The seed writer of the journal corpora (tests/fuzz/make_seeds.cc).
+$CXX $CXXFLAGS_STR -c "$ROOT/tests/fuzz/make_seeds.cc" -o "$OUT/obj/make_seeds.o"
+objs=$(for s in ${SRCS[journal_reader]}; do echo "$OUT/obj/$(echo "${s#GEN:}" | tr / _).o"; done |
+  grep -v fuzzer | sort -u)
+"$CXX" "${SAN[@]}" -o "$OUT/bin/make_seeds" "$OUT/obj/make_seeds.o" $objs $LIBS
 echo "$stamp" > "$OUT/stamp"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+[ -z "${BUILD_ONLY:-}" ] || { echo "fuzz.sh: built $OUT/bin"; exit 0; }
 failed=()
 for t in "${TARGETS[@]}"; do
   [ -n "${SRCS[$t]:-}" ] || die "unknown target $t (known: ${ALL_TARGETS[*]})"
