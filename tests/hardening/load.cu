@@ -1,0 +1,152 @@
+// Load test program: kThreads application threads, each on its own stream,
+// issue a mixed stream of asynchronous calls (memset, kernel launch, event
+// record, device-to-host copy) for a fixed time, then each sends a burst of
+// inline host-to-device copies larger than the whole request ring. At the end
+// every thread checks on the device that no request was lost, duplicated or
+// reordered, and that the burst arrived byte for byte.
+//
+//   load <seconds>      prints "LOAD calls=<n> seconds=<s> threads=<t>" and
+//                       "PASS hardening_load"
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "tests/apps/app_check.h"
+#include "tests/hardening/load_kernels.cuh"
+
+namespace {
+
+constexpr int kThreads = 8;
+constexpr int kMaxSteps = 1 << 18;  // hist capacity per thread
+constexpr int kSyncEvery = 256;      // steps between checkpoints
+// The burst: 24 copies of 512 KiB per thread = 12 MiB per thread, 96 MiB
+// in all, against an 8 MiB request ring.
+constexpr int kBurstCopies = 24;
+constexpr size_t kBurstBytes = 512 << 10;
+
+unsigned char Pattern(int thread, int copy, size_t i) {
+  return static_cast<unsigned char>((thread * 131 + copy * 31 + i * 7 + (i >> 9)) & 0xff);
+}
+
+struct Result {
+  long long calls = 0;
+  int steps = 0;
+};
+
+void Worker(int t, double seconds, Result* result) {
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int *state, *hist, *errors;
+  unsigned char* marker;
+  CHECK_CUDA(cudaMalloc(&state, sizeof(int)));
+  CHECK_CUDA(cudaMalloc(&hist, sizeof(int) * (kMaxSteps + 1)));
+  CHECK_CUDA(cudaMalloc(&errors, 2 * sizeof(int)));
+  CHECK_CUDA(cudaMalloc(&marker, 1));
+  CHECK_CUDA(cudaMemsetAsync(state, 0, sizeof(int), s));
+  CHECK_CUDA(cudaMemsetAsync(hist, 0, sizeof(int) * (kMaxSteps + 1), s));
+  CHECK_CUDA(cudaMemsetAsync(errors, 0, 2 * sizeof(int), s));
+  // Checkpoints read back into pinned memory (a file of the job directory
+  // shared with the agent; the privacy test checks its mode).
+  int* now = nullptr;
+  CHECK_CUDA(cudaHostAlloc(&now, sizeof(int), cudaHostAllocDefault));
+  cudaEvent_t ev;
+  CHECK_CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  long long calls = 8;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int seq = 0;
+  while (seq < kMaxSteps) {
+    ++seq;
+    CHECK_CUDA(cudaMemsetAsync(marker, seq & 0xff, 1, s));
+    seq_step<<<1, 1, 0, s>>>(state, hist, marker, errors, seq);
+    calls += 2;
+    if (seq % 16 == 0) {
+      CHECK_CUDA(cudaEventRecord(ev, s));
+      cudaError_t q = cudaEventQuery(ev);
+      EXPECT_APP(q == cudaSuccess || q == cudaErrorNotReady, "cudaEventQuery: %d", q);
+      calls += 2;
+    }
+    if (seq % kSyncEvery == 0) {
+      *now = -1;
+      CHECK_CUDA(cudaMemcpyAsync(now, state, sizeof(int), cudaMemcpyDeviceToHost, s));
+      CHECK_CUDA(cudaStreamSynchronize(s));
+      calls += 2;
+      EXPECT_APP(*now == seq, "thread %d: state %d after step %d", t, *now, seq);
+      if (std::chrono::steady_clock::now() >= end) break;
+    }
+  }
+  // The burst: no synchronization until all of it is queued.
+  std::vector<unsigned char*> dst(kBurstCopies);
+  std::vector<unsigned char> src(kBurstBytes);
+  for (int c = 0; c < kBurstCopies; ++c) {
+    CHECK_CUDA(cudaMalloc(&dst[c], kBurstBytes));
+    ++calls;
+  }
+  for (int c = 0; c < kBurstCopies; ++c) {
+    for (size_t i = 0; i < kBurstBytes; ++i) src[i] = Pattern(t, c, i);
+    CHECK_CUDA(cudaMemcpyAsync(dst[c], src.data(), kBurstBytes, cudaMemcpyHostToDevice, s));
+    ++calls;
+  }
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  std::vector<unsigned char> back(kBurstBytes);
+  for (int c = 0; c < kBurstCopies; ++c) {
+    CHECK_CUDA(cudaMemcpy(back.data(), dst[c], kBurstBytes, cudaMemcpyDeviceToHost));
+    ++calls;
+    for (size_t i = 0; i < kBurstBytes; ++i) {
+      EXPECT_APP(back[i] == Pattern(t, c, i), "thread %d: burst copy %d byte %zu differs", t, c,
+                 i);
+    }
+    CHECK_CUDA(cudaFree(dst[c]));
+    ++calls;
+  }
+  // Every step exactly once, in order.
+  std::vector<int> h(kMaxSteps + 1);
+  int err[2] = {-1, -1}, final_state = -1;
+  CHECK_CUDA(cudaMemcpy(h.data(), hist, sizeof(int) * (kMaxSteps + 1), cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(err, errors, sizeof(err), cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(&final_state, state, sizeof(int), cudaMemcpyDeviceToHost));
+  calls += 3;
+  EXPECT_APP(final_state == seq, "thread %d: final state %d, expected %d", t, final_state, seq);
+  EXPECT_APP(err[0] == 0, "thread %d: %d steps ran out of order", t, err[0]);
+  EXPECT_APP(err[1] == 0, "thread %d: %d steps saw another memset's marker", t, err[1]);
+  for (int i = 1; i <= kMaxSteps; ++i) {
+    const int want = i <= seq ? 1 : 0;
+    EXPECT_APP(h[i] == want, "thread %d: step %d ran %d times (expected %d)", t, i, h[i], want);
+  }
+  CHECK_CUDA(cudaEventDestroy(ev));
+  CHECK_CUDA(cudaStreamDestroy(s));
+  CHECK_CUDA(cudaFreeHost(now));
+  calls += 3;
+  result->calls = calls;
+  result->steps = seq;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const double seconds = argc > 1 ? std::atof(argv[1]) : 10.0;
+  std::vector<Result> results(kThreads);
+  std::vector<std::thread> threads;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int t = 0; t < kThreads; ++t) threads.emplace_back(Worker, t, seconds, &results[t]);
+  for (std::thread& th : threads) th.join();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  long long calls = 0;
+  int min_steps = kMaxSteps;
+  for (const Result& r : results) {
+    calls += r.calls;
+    if (r.steps < min_steps) min_steps = r.steps;
+  }
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::printf("LOAD calls=%lld seconds=%.2f threads=%d min_steps=%d\n", calls, elapsed, kThreads,
+              min_steps);
+  EXPECT_APP(min_steps >= kSyncEvery, "a thread made fewer than %d steps", kSyncEvery);
+  std::printf("PASS hardening_load\n");
+  return 0;
+}
