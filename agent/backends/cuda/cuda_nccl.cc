@@ -323,7 +323,13 @@ ncclResult_t CudaNccl::CommShrink(ncclComm_t comm, int* exclude, int exclude_cou
 }
 
 ncclResult_t CudaNccl::CommFinalize(ncclComm_t comm) {
-  return OnComm(comm, "ncclCommFinalize", [](ncclComm_t c) { return ::ncclCommFinalize(c); });
+  ncclResult_t r =
+      OnComm(comm, "ncclCommFinalize", [](ncclComm_t c) { return ::ncclCommFinalize(c); });
+  if (r == ncclSuccess) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (std::shared_ptr<Comm> c = Find(comm)) c->finalized = true;
+  }
+  return r;
 }
 
 ncclResult_t CudaNccl::CommDestroy(ncclComm_t comm) {
@@ -332,7 +338,8 @@ ncclResult_t CudaNccl::CommDestroy(ncclComm_t comm) {
   if (c == nullptr) return ncclInvalidArgument;
   comms_.erase(comm);
   if (c->aborted.load()) return ncclSuccess;  // its resources went with the abort
-  ncclResult_t r = ::ncclCommFinalize(comm);
+  // Finalize first (flushes outstanding work) unless the application did.
+  ncclResult_t r = c->finalized ? ncclSuccess : ::ncclCommFinalize(comm);
   if (r == ncclInProgress) r = Settle(*c, "ncclCommFinalize (destroy)");
   if (c->aborted.load()) return ncclSuccess;
   if (r == ncclSuccess) {

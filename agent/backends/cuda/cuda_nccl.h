@@ -123,6 +123,7 @@ class CudaNccl {
   struct Comm {
     ncclComm_t comm = nullptr;
     std::atomic<bool> aborted{false};
+    bool finalized = false;  // guarded by mu_: the application finalized it
     std::atomic<int> error{ncclSuccess};  // after an abort: what the calls answer
     std::string why;
   };
