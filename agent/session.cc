@@ -87,6 +87,13 @@ void Session::Run() {
     ch->Release(seq);
     ++executed;
   }
+  if (options_.journal != nullptr) {
+    const journal::JournalStats st = options_.journal->stats();
+    REVENANT_LOG(INFO, "agent") << "journal at exit: setup " << st.setup_file_bytes
+                                << " bytes (" << st.setup_live_entries << " live entries), minibatch "
+                                << st.minibatch_file_bytes << " bytes, " << st.compactions
+                                << " compactions, minibatch " << options_.journal->minibatch();
+  }
   REVENANT_LOG(DEBUG, "agent") << "application pid " << pid << " disconnected after "
                                << executed << " requests";
 }

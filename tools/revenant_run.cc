@@ -61,6 +61,7 @@ ABSL_FLAG(bool, quiet, false, "no progress lines from revenant-run itself");
 ABSL_FLAG(bool, recover, true,
           "replace an agent that dies and let its rank continue (the journal rebuilds it)");
 ABSL_FLAG(int, max_recoveries, 16, "give up replacing agents after this many");
+ABSL_FLAG(bool, journal, true, "agents journal calls (needed for recovery; off to measure its cost)");
 ABSL_FLAG(std::string, events_file, "",
           "copy the job's recovery events (JSON lines) here before the job directory goes");
 ABSL_FLAG(std::string, chaos, "",
@@ -346,6 +347,7 @@ int Main(int argc, char** argv) {
                                      "--backend=" + absl::GetFlag(FLAGS_backend),
                                      "--host_kernels=" + host_kernels,
                                      "--job=" + job,
+                                     absl::StrCat("--journal=", absl::GetFlag(FLAGS_journal)),
                                      "--die_with_parent"};
     // The agent uses the GPU of its local rank (one node: local rank = rank).
     if (absl::GetFlag(FLAGS_backend) == "cuda") args.push_back(absl::StrCat("--device=", r));
