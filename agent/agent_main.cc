@@ -26,6 +26,8 @@
 #include "agent/backends/cuda/cuda_backend.h"
 #include "agent/backends/host/host_collectives.h"
 #include "agent/session.h"
+#include "common/daemon_paths.h"
+#include "common/events.h"
 #include "common/kv.h"
 #include "common/logging.h"
 #include "transport/control_socket.h"
@@ -40,6 +42,10 @@ ABSL_FLAG(std::string, host_kernels, "",
           "colon-separated host kernel libraries (default: $REVENANT_HOST_KERNELS)");
 ABSL_FLAG(bool, die_with_parent, false, "exit when the launching process exits");
 ABSL_FLAG(std::string, job, "local", "job id (recorded in the journal)");
+ABSL_FLAG(int, gpu, -1,
+          "standalone mode for jobs started by other launchers: serve GPU I at "
+          "/dev/shm/revenant-daemon-<uid>/gpuI/agent.sock (rank and device I), where the shim "
+          "finds it by LOCAL_RANK");
 ABSL_FLAG(double, recovery_timeout_s, 0,
           "when a peer of a collective dies, wait this long for the job's recovery "
           "(revenant-run declares epochs in <job>/epoch); 0: fail the collective");
@@ -158,10 +164,23 @@ int Main(int argc, char** argv) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() == 1) return 0;  // the launcher is already gone
   }
-  const std::string socket_path = absl::GetFlag(FLAGS_socket);
-  const std::string job_dir = absl::GetFlag(FLAGS_job_dir);
+  std::string socket_path = absl::GetFlag(FLAGS_socket);
+  std::string job_dir = absl::GetFlag(FLAGS_job_dir);
+  const int gpu = absl::GetFlag(FLAGS_gpu);
+  if (gpu >= 0) {
+    if (job_dir.empty()) job_dir = DaemonDir(gpu);
+    if (socket_path.empty()) socket_path = job_dir + "/agent.sock";
+    const std::string parent = JobRootOf(job_dir);
+    mkdir(parent.c_str(), 0700);
+    mkdir(job_dir.c_str(), 0700);
+    struct stat st {};
+    if (stat(parent.c_str(), &st) != 0 || st.st_uid != getuid() || (st.st_mode & 077) != 0) {
+      REVENANT_LOG(ERROR, "agent") << parent << " must be a directory of ours with mode 0700";
+      return 2;
+    }
+  }
   if (socket_path.empty() || job_dir.empty()) {
-    REVENANT_LOG(ERROR, "agent") << "--socket and --job_dir are required";
+    REVENANT_LOG(ERROR, "agent") << "--socket and --job_dir (or --gpu) are required";
     return 2;
   }
   struct sigaction sa {};
@@ -171,7 +190,7 @@ int Main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   BackendOptions options;
-  options.rank = absl::GetFlag(FLAGS_rank);
+  options.rank = gpu >= 0 ? gpu : absl::GetFlag(FLAGS_rank);
   options.device = absl::GetFlag(FLAGS_device) >= 0 ? absl::GetFlag(FLAGS_device) : options.rank;
   options.job_dir = job_dir;
   options.recovery_timeout_s = absl::GetFlag(FLAGS_recovery_timeout_s);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -114,6 +115,16 @@ void Session::Execute(const transport::RecordHeader& rec) {
     return;
   }
   ++requests_seen_;
+  static const bool diagnostics = [] {
+    const char* d = std::getenv("REVENANT_DIAGNOSTICS");
+    return d != nullptr && std::string(d) == "1";
+  }();
+  if (diagnostics) {
+    REVENANT_LOG(INFO, "agent") << "submit seq " << rec.seq << " "
+                                << api::Traits(static_cast<uint32_t>(rec.api_id)).name << " ("
+                                << rec.body_size() << " bytes"
+                                << (rec.reply_slot >= 0 ? ", sync" : ", async") << ")";
+  }
   MaybeChaos(SessionOptions::Chaos::Point::kBeforeAppend);
   if (options_.journal != nullptr) {
     // Log before apply.

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "api/hook_protocol.h"
+#include "common/daemon_paths.h"
 #include "common/events.h"
 #include "common/kv.h"
 #include "common/logging.h"
@@ -92,11 +93,23 @@ transport::ShmClientChannel* Runtime::Channel() {
 bool Runtime::Connect() {
   const char* socket_path = Env("REVENANT_AGENT_SOCKET");
   const char* job_dir = Env("REVENANT_JOB_DIR");
+  std::string daemon_dir, daemon_socket;
+  if (socket_path == nullptr && job_dir == nullptr) {
+    // Started by another launcher: a standalone agent serves our GPU.
+    daemon_dir = DaemonDir(LocalRankFromEnvironment());
+    daemon_socket = daemon_dir + "/agent.sock";
+    if (access(daemon_socket.c_str(), F_OK) == 0) {
+      socket_path = daemon_socket.c_str();
+      job_dir = daemon_dir.c_str();
+    }
+  }
   if (socket_path == nullptr || job_dir == nullptr) {
     REVENANT_LOG(ERROR, "shim")
-        << "no Revenant agent configured (REVENANT_AGENT_SOCKET/REVENANT_JOB_DIR unset): "
-           "start the program with revenant-run; CUDA calls fail with "
-           "cudaErrorDevicesUnavailable";
+        << "no Revenant agent configured (REVENANT_AGENT_SOCKET/REVENANT_JOB_DIR unset, no "
+           "standalone agent at "
+        << DaemonDir(LocalRankFromEnvironment())
+        << "): start the program with revenant-run or start revenant-agent --gpu; CUDA calls "
+           "fail with cudaErrorDevicesUnavailable";
     return false;
   }
   job_dir_ = job_dir;
