@@ -123,6 +123,97 @@ class Backend : public api::BackendApi {
   virtual cudaError_t EnqueueHostCallback(cudaStream_t stream,
                                           std::function<void()> fn) = 0;
 
+  // --- Graphs built node by node -------------------------------------------------
+  // Backend handles throughout (the agent translated the virtual ones).
+  // `deps` are nodes of `graph` the new node runs after. Every operation
+  // answers cudaErrorNotSupported unless the backend implements it.
+  virtual cudaError_t AddKernelNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                    const std::vector<cudaGraphNode_t>& deps,
+                                    const KernelInfo& kernel, dim3 grid, dim3 block,
+                                    size_t shared_bytes, const void* packed_args) {
+    (void)node; (void)graph; (void)deps; (void)kernel; (void)grid; (void)block;
+    (void)shared_bytes; (void)packed_args;
+    return cudaErrorNotSupported;
+  }
+  virtual cudaError_t AddMemsetNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                    const std::vector<cudaGraphNode_t>& deps,
+                                    const cudaMemsetParams& params) {
+    (void)node; (void)graph; (void)deps; (void)params;
+    return cudaErrorNotSupported;
+  }
+  // Host sides are memory the agent may touch (shared with the application).
+  virtual cudaError_t AddMemcpyNode1D(cudaGraphNode_t* node, cudaGraph_t graph,
+                                      const std::vector<cudaGraphNode_t>& deps, void* dst,
+                                      const void* src, size_t count, cudaMemcpyKind kind) {
+    (void)node; (void)graph; (void)deps; (void)dst; (void)src; (void)count; (void)kind;
+    return cudaErrorNotSupported;
+  }
+  // `fn` runs each time the node runs and returns once the application ran
+  // its host function (as EnqueueHostCallback's).
+  virtual cudaError_t AddHostNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                  const std::vector<cudaGraphNode_t>& deps,
+                                  std::function<void()> fn) {
+    (void)node; (void)graph; (void)deps; (void)fn;
+    return cudaErrorNotSupported;
+  }
+  virtual cudaError_t AddEmptyNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                   const std::vector<cudaGraphNode_t>& deps) {
+    (void)node; (void)graph; (void)deps;
+    return cudaErrorNotSupported;
+  }
+  // Device memory owned by the graph; *dptr is its address.
+  virtual cudaError_t AddMemAllocNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                      const std::vector<cudaGraphNode_t>& deps, size_t bytesize,
+                                      void** dptr) {
+    (void)node; (void)graph; (void)deps; (void)bytesize; (void)dptr;
+    return cudaErrorNotSupported;
+  }
+  virtual cudaError_t AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                     const std::vector<cudaGraphNode_t>& deps, void* dptr) {
+    (void)node; (void)graph; (void)deps; (void)dptr;
+    return cudaErrorNotSupported;
+  }
+  // The graph's nodes in creation order (captured work included).
+  virtual cudaError_t GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) {
+    (void)graph; (void)nodes;
+    return cudaErrorNotSupported;
+  }
+  // New parameters for kernel node `node` (of the graph `exec` came from).
+  virtual cudaError_t ExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                              const KernelInfo& kernel, dim3 grid, dim3 block,
+                                              size_t shared_bytes, const void* packed_args) {
+    (void)exec; (void)node; (void)kernel; (void)grid; (void)block; (void)shared_bytes;
+    (void)packed_args;
+    return cudaErrorNotSupported;
+  }
+  // Takes the parameters of `graph` (same topology) into `exec`.
+  virtual cudaError_t ExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph,
+                                 cudaGraphExecUpdateResultInfo* info) {
+    (void)exec; (void)graph; (void)info;
+    return cudaErrorNotSupported;
+  }
+  // Stream capture appended to an existing graph after `deps`.
+  virtual cudaError_t BeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                          const std::vector<cudaGraphNode_t>& deps,
+                                          cudaStreamCaptureMode mode) {
+    (void)stream; (void)graph; (void)deps; (void)mode;
+    return cudaErrorNotSupported;
+  }
+  // `graph` and `deps` are set only while the stream captures.
+  virtual cudaError_t GetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status,
+                                     unsigned long long* id, cudaGraph_t* graph,
+                                     std::vector<cudaGraphNode_t>* deps) {
+    (void)stream; (void)status; (void)id; (void)graph; (void)deps;
+    return cudaErrorNotSupported;
+  }
+  // flags: cudaStreamAddCaptureDependencies or cudaStreamSetCaptureDependencies.
+  virtual cudaError_t UpdateCaptureDependencies(cudaStream_t stream,
+                                                const std::vector<cudaGraphNode_t>& deps,
+                                                unsigned int flags) {
+    (void)stream; (void)deps; (void)flags;
+    return cudaErrorNotSupported;
+  }
+
   // --- Replay ---------------------------------------------------------------------
   // The next device allocation must land at `addr` (a replacement agent
   // restoring the address the application holds). Backends whose allocator

@@ -157,7 +157,11 @@ std::shared_ptr<Marker> HostBackend::EnqueueLocked(HostStream* s,
   auto capture = captures_.find(s);
   if (capture != captures_.end()) {
     // Recorded, not run: the caller gets a marker that is already done.
-    if (op) capture->second->ops.push_back(std::move(op));
+    if (op) {
+      Graph* g = capture->second;
+      AddNodeLocked(g, NodeKind::kCaptured, g->capture_deps, std::move(op));
+      g->capture_deps = {g->nodes.size() - 1};
+    }
     return Marker::Done();
   }
   auto add = [&deps](std::shared_ptr<Marker> m) {
@@ -342,14 +346,11 @@ absl::StatusOr<KernelInfo> HostBackend::GetKernel(uint64_t module_key,
   return info;
 }
 
-cudaError_t HostBackend::LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 block,
-                                      size_t shared_bytes, cudaStream_t stream,
-                                      const void* packed_args, bool cooperative) {
-  std::lock_guard<std::mutex> lock(mu_);
+cudaError_t HostBackend::KernelOpLocked(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                        size_t shared_bytes, const void* packed_args,
+                                        bool cooperative, HostStream::Op* op) {
   if (!KnownKernel(kernel.handle)) return cudaErrorInvalidDeviceFunction;
   const auto* k = static_cast<const hostkernel::HostKernel*>(kernel.handle);
-  HostStream* s = ResolveStream(stream);
-  if (s == nullptr) return cudaErrorInvalidResourceHandle;
   // Configuration errors are the launch's own return value, as on a GPU.
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 ||
       block.z == 0) {
@@ -371,13 +372,28 @@ cudaError_t HostBackend::LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 
       static_cast<const char*>(packed_args),
       static_cast<const char*>(packed_args) + (packed_args == nullptr ? 0 : k->args_size));
   hostkernel::Dim3 g{grid.x, grid.y, grid.z}, b{block.x, block.y, block.z};
-  EnqueueLocked(s, {}, [k, g, b, shared_bytes, args, cooperative]() {
+  *op = [k, g, b, shared_bytes, args, cooperative]() {
     absl::Status st = k->Launch(g, b, shared_bytes, args->empty() ? nullptr : args->data(),
                                 cooperative);
     if (st.ok()) return cudaSuccess;
     REVENANT_LOG(WARNING, kLog) << "kernel launch failed: " << st;
     return static_cast<cudaError_t>(hostkernel::CudaErrorOf(st));
-  });
+  };
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                      size_t shared_bytes, cudaStream_t stream,
+                                      const void* packed_args, bool cooperative) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!KnownKernel(kernel.handle)) return cudaErrorInvalidDeviceFunction;
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  HostStream::Op op;
+  cudaError_t err =
+      KernelOpLocked(kernel, grid, block, shared_bytes, packed_args, cooperative, &op);
+  if (err != cudaSuccess) return err;
+  EnqueueLocked(s, {}, std::move(op));
   return cudaSuccess;
 }
 
@@ -493,6 +509,8 @@ cudaError_t HostBackend::cudaFree(void* ptr) {
   for (const PendingFree& f : pending_frees_) {
     if (f.addr == Addr(ptr)) return cudaErrorInvalidValue;  // already freed (async)
   }
+  // Graph memory freed by the application: its graphs no longer free it.
+  graph_allocs_.erase(Addr(ptr));
   absl::Status s = FreeBlock(Addr(ptr));
   ReleasePendingFrees(nullptr);
   if (!s.ok()) {
@@ -958,6 +976,7 @@ cudaError_t HostBackend::cudaStreamBeginCapture(cudaStream_t stream, cudaStreamC
   if (Capturing(s)) return cudaErrorIllegalState;
   auto g = std::make_unique<Graph>();
   g->origin = s;
+  g->capture_id = ++capture_serial_;
   captures_[s] = g.get();
   graphs_.emplace(g.get(), std::move(g));
   return cudaSuccess;
@@ -1018,21 +1037,40 @@ cudaError_t HostBackend::cudaGraphCreate(cudaGraph_t* graph, unsigned int flags)
 }
 
 cudaError_t HostBackend::cudaGraphDestroy(cudaGraph_t graph) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Graph* g = reinterpret_cast<Graph*>(graph);
-  for (const auto& [stream, captured] : captures_) {
-    if (captured == g) return cudaErrorIllegalState;  // still being captured
+  bool owns_memory = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Graph* g = ResolveGraph(graph);
+    if (g == nullptr) return cudaErrorInvalidValue;
+    for (const auto& [stream, captured] : captures_) {
+      if (captured == g) return cudaErrorIllegalState;  // still being captured
+    }
+    owns_memory = !g->allocs.empty();
   }
-  if (graphs_.erase(g) == 0) return cudaErrorInvalidValue;
+  // Memory it may free goes back only once no queued work can use it.
+  if (owns_memory) WaitAll();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = graphs_.find(reinterpret_cast<Graph*>(graph));
+  if (it == graphs_.end()) return cudaErrorInvalidValue;
+  ReleaseGraphAllocsLocked(it->second->allocs);
+  graphs_.erase(it);
   return cudaSuccess;
 }
 
 cudaError_t HostBackend::cudaGraphClone(cudaGraph_t* clone, cudaGraph_t original) {
   if (clone == nullptr) return cudaErrorInvalidValue;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = graphs_.find(reinterpret_cast<Graph*>(original));
-  if (it == graphs_.end()) return cudaErrorInvalidValue;
-  auto g = std::make_unique<Graph>(*it->second);
+  Graph* from = ResolveGraph(original);
+  if (from == nullptr) return cudaErrorInvalidValue;
+  auto g = std::make_unique<Graph>();
+  for (const std::unique_ptr<Node>& n : from->nodes) {
+    AddNodeLocked(g.get(), n->kind, n->deps, n->op);
+  }
+  g->allocs = from->allocs;
+  for (uint64_t a : g->allocs) {
+    auto held = graph_allocs_.find(a);
+    if (held != graph_allocs_.end()) ++held->second;
+  }
   *clone = reinterpret_cast<cudaGraph_t>(g.get());
   graphs_.emplace(g.get(), std::move(g));
   return cudaSuccess;
@@ -1042,11 +1080,24 @@ cudaError_t HostBackend::cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t
                                               unsigned long long) {
   if (exec == nullptr) return cudaErrorInvalidValue;
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = graphs_.find(reinterpret_cast<Graph*>(graph));
-  if (it == graphs_.end()) return cudaErrorInvalidValue;
+  Graph* g = ResolveGraph(graph);
+  if (g == nullptr) return cudaErrorInvalidValue;
   // A snapshot: later changes to the graph do not reach the executable.
+  // Creation order is a topological order of the nodes.
   auto e = std::make_unique<GraphExec>();
-  e->ops = std::make_shared<const std::vector<HostStream::Op>>(it->second->ops);
+  auto ops = std::make_shared<std::vector<HostStream::Op>>();
+  for (const std::unique_ptr<Node>& n : g->nodes) {
+    ops->push_back(n->op);
+    e->kinds.push_back(n->kind);
+    e->deps.push_back(n->deps);
+  }
+  e->ops = std::move(ops);
+  e->index = g->index;
+  e->allocs = g->allocs;
+  for (uint64_t a : e->allocs) {
+    auto held = graph_allocs_.find(a);
+    if (held != graph_allocs_.end()) ++held->second;
+  }
   *exec = reinterpret_cast<cudaGraphExec_t>(e.get());
   execs_.emplace(e.get(), std::move(e));
   return cudaSuccess;
@@ -1062,6 +1113,7 @@ cudaError_t HostBackend::cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stre
   EnqueueLocked(s, {}, [ops]() {
     cudaError_t first = cudaSuccess;
     for (const HostStream::Op& op : *ops) {
+      if (!op) continue;
       cudaError_t err = op();
       if (first == cudaSuccess) first = err;
     }
@@ -1071,9 +1123,338 @@ cudaError_t HostBackend::cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stre
 }
 
 cudaError_t HostBackend::cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  bool owns_memory = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = execs_.find(reinterpret_cast<GraphExec*>(exec));
+    if (it == execs_.end()) return cudaErrorInvalidValue;
+    owns_memory = !it->second->allocs.empty();
+  }
+  if (owns_memory) WaitAll();
   std::lock_guard<std::mutex> lock(mu_);
   // A launch in flight holds its own reference to the operations.
-  if (execs_.erase(reinterpret_cast<GraphExec*>(exec)) == 0) return cudaErrorInvalidValue;
+  auto it = execs_.find(reinterpret_cast<GraphExec*>(exec));
+  if (it == execs_.end()) return cudaErrorInvalidValue;
+  ReleaseGraphAllocsLocked(it->second->allocs);
+  execs_.erase(it);
+  return cudaSuccess;
+}
+
+HostBackend::Graph* HostBackend::ResolveGraph(cudaGraph_t graph) {
+  auto it = graphs_.find(reinterpret_cast<Graph*>(graph));
+  return it == graphs_.end() ? nullptr : it->second.get();
+}
+
+bool HostBackend::DepIndices(const Graph* g, const std::vector<cudaGraphNode_t>& deps,
+                             std::vector<size_t>* out) const {
+  out->clear();
+  for (cudaGraphNode_t d : deps) {
+    auto it = g->index.find(reinterpret_cast<const Node*>(d));
+    if (it == g->index.end()) return false;
+    if (std::find(out->begin(), out->end(), it->second) != out->end()) return false;
+    out->push_back(it->second);
+  }
+  return true;
+}
+
+HostBackend::Node* HostBackend::AddNodeLocked(Graph* g, NodeKind kind, std::vector<size_t> deps,
+                                              HostStream::Op op) {
+  auto n = std::make_unique<Node>();
+  n->kind = kind;
+  n->deps = std::move(deps);
+  n->op = std::move(op);
+  Node* raw = n.get();
+  g->index[raw] = g->nodes.size();
+  g->nodes.push_back(std::move(n));
+  return raw;
+}
+
+cudaError_t HostBackend::AddChecked(cudaGraphNode_t* node, cudaGraph_t graph,
+                                    const std::vector<cudaGraphNode_t>& deps, NodeKind kind,
+                                    HostStream::Op op) {
+  if (node == nullptr) return cudaErrorInvalidValue;
+  Graph* g = ResolveGraph(graph);
+  if (g == nullptr) return cudaErrorInvalidValue;
+  for (const auto& [stream, captured] : captures_) {
+    if (captured == g) return cudaErrorIllegalState;  // being captured into
+  }
+  std::vector<size_t> indices;
+  if (!DepIndices(g, deps, &indices)) return cudaErrorInvalidValue;
+  *node = reinterpret_cast<cudaGraphNode_t>(AddNodeLocked(g, kind, std::move(indices),
+                                                          std::move(op)));
+  return cudaSuccess;
+}
+
+void HostBackend::ReleaseGraphAllocsLocked(const std::vector<uint64_t>& allocs) {
+  for (uint64_t a : allocs) {
+    auto it = graph_allocs_.find(a);
+    if (it == graph_allocs_.end() || --it->second > 0) continue;
+    graph_allocs_.erase(it);
+    absl::Status s = FreeBlock(a);
+    if (!s.ok()) {
+      REVENANT_LOG(DEBUG, kLog) << "graph memory: " << s;
+    }
+  }
+}
+
+cudaError_t HostBackend::AddKernelNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                       const std::vector<cudaGraphNode_t>& deps,
+                                       const KernelInfo& kernel, dim3 grid, dim3 block,
+                                       size_t shared_bytes, const void* packed_args) {
+  std::lock_guard<std::mutex> lock(mu_);
+  HostStream::Op op;
+  cudaError_t err = KernelOpLocked(kernel, grid, block, shared_bytes, packed_args, false, &op);
+  if (err != cudaSuccess) return err;
+  return AddChecked(node, graph, deps, NodeKind::kKernel, std::move(op));
+}
+
+cudaError_t HostBackend::AddMemsetNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                       const std::vector<cudaGraphNode_t>& deps,
+                                       const cudaMemsetParams& p) {
+  const size_t elem = p.elementSize;
+  if (elem != 1 && elem != 2 && elem != 4) return cudaErrorInvalidValue;
+  if (p.width == 0 || p.height == 0 || p.dst == nullptr) return cudaErrorInvalidValue;
+  const size_t row = p.width * elem;
+  const size_t pitch = p.height > 1 ? p.pitch : row;
+  if (pitch < row) return cudaErrorInvalidValue;
+  const size_t span = pitch * (p.height - 1) + row;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!DeviceAccessible(p.dst, span)) return cudaErrorInvalidValue;
+  char* dst = static_cast<char*>(p.dst);
+  const unsigned int value = p.value;
+  const size_t width = p.width, height = p.height;
+  return AddChecked(node, graph, deps, NodeKind::kMemset,
+                    [dst, value, elem, width, height, pitch]() {
+                      for (size_t y = 0; y < height; ++y) {
+                        char* r = dst + y * pitch;
+                        for (size_t x = 0; x < width; ++x) {
+                          if (elem == 1) {
+                            r[x] = static_cast<char>(value);
+                          } else if (elem == 2) {
+                            const uint16_t v = static_cast<uint16_t>(value);
+                            std::memcpy(r + 2 * x, &v, 2);
+                          } else {
+                            const uint32_t v = value;
+                            std::memcpy(r + 4 * x, &v, 4);
+                          }
+                        }
+                      }
+                      return cudaSuccess;
+                    });
+}
+
+cudaError_t HostBackend::AddMemcpyNode1D(cudaGraphNode_t* node, cudaGraph_t graph,
+                                         const std::vector<cudaGraphNode_t>& deps, void* dst,
+                                         const void* src, size_t count, cudaMemcpyKind kind) {
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) {
+    return cudaErrorInvalidMemcpyDirection;
+  }
+  if (count == 0 || dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(mu_);
+  // Both sides must stay valid for every launch: device memory, or host
+  // memory shared with the application.
+  auto ok = [&](const void* p) {
+    return InDeviceRange(p) ? DeviceAccessible(p, count) : IsSharedHost(p, count);
+  };
+  if (!ok(dst) || !ok(src)) return cudaErrorInvalidValue;
+  return AddChecked(node, graph, deps, NodeKind::kMemcpy, [dst, src, count]() {
+    std::memmove(dst, src, count);
+    return cudaSuccess;
+  });
+}
+
+cudaError_t HostBackend::AddHostNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                     const std::vector<cudaGraphNode_t>& deps,
+                                     std::function<void()> fn) {
+  if (!fn) return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(mu_);
+  return AddChecked(node, graph, deps, NodeKind::kHost, [fn = std::move(fn)]() {
+    fn();
+    return cudaSuccess;
+  });
+}
+
+cudaError_t HostBackend::AddEmptyNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                      const std::vector<cudaGraphNode_t>& deps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return AddChecked(node, graph, deps, NodeKind::kEmpty, nullptr);
+}
+
+cudaError_t HostBackend::AddMemAllocNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                         const std::vector<cudaGraphNode_t>& deps,
+                                         size_t bytesize, void** dptr) {
+  if (dptr == nullptr || bytesize == 0 || node == nullptr) return cudaErrorInvalidValue;
+  std::unique_lock<std::mutex> lock(mu_);
+  {
+    Graph* g = ResolveGraph(graph);
+    std::vector<size_t> indices;
+    if (g == nullptr || !DepIndices(g, deps, &indices)) return cudaErrorInvalidValue;
+  }
+  void* p = nullptr;
+  cudaError_t err = AllocateLocked(lock, &p, bytesize);  // may release the lock
+  if (err != cudaSuccess) return err;
+  err = AddChecked(node, graph, deps, NodeKind::kMemAlloc, nullptr);
+  if (err != cudaSuccess) {
+    (void)FreeBlock(Addr(p));
+    return err;
+  }
+  ResolveGraph(graph)->allocs.push_back(Addr(p));
+  graph_allocs_[Addr(p)] = 1;
+  *dptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                        const std::vector<cudaGraphNode_t>& deps, void* dptr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Graph memory stays with its graph (see the class comment): the node orders only.
+  if (!graph_allocs_.contains(Addr(dptr))) return cudaErrorInvalidValue;
+  return AddChecked(node, graph, deps, NodeKind::kMemFree, nullptr);
+}
+
+cudaError_t HostBackend::GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Graph* g = ResolveGraph(graph);
+  if (g == nullptr || nodes == nullptr) return cudaErrorInvalidValue;
+  nodes->clear();
+  for (const std::unique_ptr<Node>& n : g->nodes) {
+    nodes->push_back(reinterpret_cast<cudaGraphNode_t>(n.get()));
+  }
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::ExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                 const KernelInfo& kernel, dim3 grid, dim3 block,
+                                                 size_t shared_bytes, const void* packed_args) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = execs_.find(reinterpret_cast<GraphExec*>(exec));
+  if (it == execs_.end()) return cudaErrorInvalidValue;
+  GraphExec* e = it->second.get();
+  auto at = e->index.find(reinterpret_cast<const Node*>(node));
+  if (at == e->index.end() || e->kinds[at->second] != NodeKind::kKernel) {
+    return cudaErrorInvalidValue;
+  }
+  HostStream::Op op;
+  cudaError_t err = KernelOpLocked(kernel, grid, block, shared_bytes, packed_args, false, &op);
+  if (err != cudaSuccess) return err;
+  auto ops = std::make_shared<std::vector<HostStream::Op>>(*e->ops);
+  (*ops)[at->second] = std::move(op);
+  e->ops = std::move(ops);
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::ExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph,
+                                    cudaGraphExecUpdateResultInfo* info) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = execs_.find(reinterpret_cast<GraphExec*>(exec));
+  Graph* g = ResolveGraph(graph);
+  if (it == execs_.end() || g == nullptr) return cudaErrorInvalidValue;
+  GraphExec* e = it->second.get();
+  cudaGraphExecUpdateResultInfo result{};
+  result.result = cudaGraphExecUpdateSuccess;
+  // Nodes pair up by creation order; kinds and edges must match.
+  if (g->nodes.size() != e->kinds.size()) {
+    result.result = cudaGraphExecUpdateErrorTopologyChanged;
+  } else {
+    for (size_t i = 0; i < g->nodes.size(); ++i) {
+      const Node& n = *g->nodes[i];
+      if (n.kind != e->kinds[i]) {
+        result.result = cudaGraphExecUpdateErrorNodeTypeChanged;
+      } else if (n.deps != e->deps[i]) {
+        result.result = cudaGraphExecUpdateErrorTopologyChanged;
+      } else if (n.kind == NodeKind::kMemAlloc || n.kind == NodeKind::kMemFree) {
+        // Memory nodes cannot change; the executable keeps its own.
+        continue;
+      } else {
+        continue;
+      }
+      result.errorNode = reinterpret_cast<cudaGraphNode_t>(g->nodes[i].get());
+      break;
+    }
+  }
+  if (info != nullptr) *info = result;
+  if (result.result != cudaGraphExecUpdateSuccess) return cudaErrorGraphExecUpdateFailure;
+  auto ops = std::make_shared<std::vector<HostStream::Op>>(*e->ops);
+  for (size_t i = 0; i < g->nodes.size(); ++i) {
+    const Node& n = *g->nodes[i];
+    if (n.kind == NodeKind::kMemAlloc || n.kind == NodeKind::kMemFree) continue;
+    (*ops)[i] = n.op;
+  }
+  e->ops = std::move(ops);
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::BeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                             const std::vector<cudaGraphNode_t>& deps,
+                                             cudaStreamCaptureMode mode) {
+  if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
+      mode != cudaStreamCaptureModeRelaxed) {
+    return cudaErrorInvalidValue;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (s->legacy()) return cudaErrorStreamCaptureUnsupported;
+  if (Capturing(s)) return cudaErrorIllegalState;
+  Graph* g = ResolveGraph(graph);
+  if (g == nullptr) return cudaErrorInvalidValue;
+  for (const auto& [stream_ptr, captured] : captures_) {
+    if (captured == g) return cudaErrorIllegalState;
+  }
+  std::vector<size_t> indices;
+  if (!DepIndices(g, deps, &indices)) return cudaErrorInvalidValue;
+  g->origin = s;
+  g->capture_deps = std::move(indices);
+  g->capture_id = ++capture_serial_;
+  captures_[s] = g;
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::GetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status,
+                                        unsigned long long* id, cudaGraph_t* graph,
+                                        std::vector<cudaGraphNode_t>* deps) {
+  if (status == nullptr) return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(mu_);
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  auto it = captures_.find(s);
+  if (it == captures_.end()) {
+    *status = cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+  }
+  const Graph* g = it->second;
+  *status = cudaStreamCaptureStatusActive;
+  if (id != nullptr) *id = g->capture_id;
+  if (graph != nullptr) *graph = reinterpret_cast<cudaGraph_t>(it->second);
+  if (deps != nullptr) {
+    deps->clear();
+    for (size_t i : g->capture_deps) {
+      deps->push_back(reinterpret_cast<cudaGraphNode_t>(g->nodes[i].get()));
+    }
+  }
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::UpdateCaptureDependencies(cudaStream_t stream,
+                                                   const std::vector<cudaGraphNode_t>& deps,
+                                                   unsigned int flags) {
+  if (flags != cudaStreamAddCaptureDependencies && flags != cudaStreamSetCaptureDependencies) {
+    return cudaErrorInvalidValue;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  auto it = captures_.find(s);
+  if (it == captures_.end()) return cudaErrorIllegalState;
+  Graph* g = it->second;
+  std::vector<size_t> indices;
+  if (!DepIndices(g, deps, &indices)) return cudaErrorInvalidValue;
+  if (flags == cudaStreamSetCaptureDependencies) g->capture_deps.clear();
+  for (size_t i : indices) {
+    if (std::find(g->capture_deps.begin(), g->capture_deps.end(), i) == g->capture_deps.end()) {
+      g->capture_deps.push_back(i);
+    }
+  }
   return cudaSuccess;
 }
 
@@ -1253,6 +1634,7 @@ cudaError_t HostBackend::Reset() {
     captures_.clear();
     graphs_.clear();
     execs_.clear();
+    graph_allocs_.clear();
     capture_mode_ = cudaStreamCaptureModeGlobal;
     modules_.clear();
     kernels_.clear();

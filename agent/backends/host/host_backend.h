@@ -41,6 +41,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -185,6 +186,52 @@ class HostBackend : public Backend {
   cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) override;
   cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) override;
 
+  // Graphs built node by node: a graph is a DAG of nodes in creation order
+  // (a node can only depend on nodes that exist, so creation order is a
+  // topological order); work captured into a graph becomes nodes too, each
+  // after the capture's current dependencies. Instantiating snapshots the
+  // nodes' operations in that order; a launch runs them one after another as
+  // one operation of the launch stream (a valid schedule of the DAG). Memory
+  // of alloc nodes is allocated when the node is added and stays until the
+  // last graph or executable holding it is destroyed (free nodes only order).
+  // Memcpy nodes reach device memory and host memory shared with the
+  // application only.
+  cudaError_t AddKernelNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                            const std::vector<cudaGraphNode_t>& deps, const KernelInfo& kernel,
+                            dim3 grid, dim3 block, size_t shared_bytes,
+                            const void* packed_args) override;
+  cudaError_t AddMemsetNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                            const std::vector<cudaGraphNode_t>& deps,
+                            const cudaMemsetParams& params) override;
+  cudaError_t AddMemcpyNode1D(cudaGraphNode_t* node, cudaGraph_t graph,
+                              const std::vector<cudaGraphNode_t>& deps, void* dst,
+                              const void* src, size_t count, cudaMemcpyKind kind) override;
+  cudaError_t AddHostNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                          const std::vector<cudaGraphNode_t>& deps,
+                          std::function<void()> fn) override;
+  cudaError_t AddEmptyNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                           const std::vector<cudaGraphNode_t>& deps) override;
+  cudaError_t AddMemAllocNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                              const std::vector<cudaGraphNode_t>& deps, size_t bytesize,
+                              void** dptr) override;
+  cudaError_t AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                             const std::vector<cudaGraphNode_t>& deps, void* dptr) override;
+  cudaError_t GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) override;
+  cudaError_t ExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                      const KernelInfo& kernel, dim3 grid, dim3 block,
+                                      size_t shared_bytes, const void* packed_args) override;
+  cudaError_t ExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph,
+                         cudaGraphExecUpdateResultInfo* info) override;
+  cudaError_t BeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                  const std::vector<cudaGraphNode_t>& deps,
+                                  cudaStreamCaptureMode mode) override;
+  cudaError_t GetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status,
+                             unsigned long long* id, cudaGraph_t* graph,
+                             std::vector<cudaGraphNode_t>* deps) override;
+  cudaError_t UpdateCaptureDependencies(cudaStream_t stream,
+                                        const std::vector<cudaGraphNode_t>& deps,
+                                        unsigned int flags) override;
+
  protected:
   // For subclasses (host_collectives.h): `range` is already mapped, as
   // Create maps it; the destructor unmaps it.
@@ -220,14 +267,30 @@ class HostBackend : public Backend {
   struct MemPool {
     std::map<int, uint64_t> attrs;
   };
+  enum class NodeKind { kCaptured, kKernel, kMemset, kMemcpy, kHost, kEmpty, kMemAlloc, kMemFree };
+  struct Node {
+    NodeKind kind = NodeKind::kEmpty;
+    std::vector<size_t> deps;  // creation indices of the nodes it runs after
+    HostStream::Op op;         // empty: an ordering point only
+  };
   struct Graph {
-    // In capture order: calls arrive in an order their dependencies allow,
-    // so running them one after another is a valid schedule of the graph.
-    std::vector<HostStream::Op> ops;
+    // In creation order, which is a topological order; captured calls arrive
+    // in an order their dependencies allow.
+    std::vector<std::unique_ptr<Node>> nodes;
+    absl::flat_hash_map<const Node*, size_t> index;  // node -> creation index
     HostStream* origin = nullptr;  // the stream that began the capture
+    std::vector<size_t> capture_deps;  // while captured into: what the next node follows
+    unsigned long long capture_id = 0;
+    std::vector<uint64_t> allocs;  // memory of its alloc nodes (graph_allocs_ counts holders)
   };
   struct GraphExec {
+    // Copied on change: a launch in flight keeps the operations it started with.
     std::shared_ptr<const std::vector<HostStream::Op>> ops;
+    // The graph it came from: node -> creation index, kinds and edges.
+    absl::flat_hash_map<const Node*, size_t> index;
+    std::vector<NodeKind> kinds;
+    std::vector<std::vector<size_t>> deps;
+    std::vector<uint64_t> allocs;
   };
 
   // The stream object for an application stream value, null if not live.
@@ -259,6 +322,25 @@ class HostBackend : public Backend {
   cudaError_t TakeStreamError(HostStream* stream);
   bool KnownKernel(const void* func) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Capturing(HostStream* s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The graph for a handle, null if not live.
+  Graph* ResolveGraph(cudaGraph_t graph) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Creation indices of `deps` in `g`; false if one is not a node of `g`.
+  bool DepIndices(const Graph* g, const std::vector<cudaGraphNode_t>& deps,
+                  std::vector<size_t>* out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends a node to `g` and returns it.
+  Node* AddNodeLocked(Graph* g, NodeKind kind, std::vector<size_t> deps, HostStream::Op op)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Resolves, checks and appends (the common part of the Add*Node calls).
+  cudaError_t AddChecked(cudaGraphNode_t* node, cudaGraph_t graph,
+                         const std::vector<cudaGraphNode_t>& deps, NodeKind kind,
+                         HostStream::Op op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks a launch and builds the operation that runs it.
+  cudaError_t KernelOpLocked(const KernelInfo& kernel, dim3 grid, dim3 block,
+                             size_t shared_bytes, const void* packed_args, bool cooperative,
+                             HostStream::Op* op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops one holder of each graph allocation; frees those nobody holds.
+  void ReleaseGraphAllocsLocked(const std::vector<uint64_t>& allocs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the capture of graph `g` on every stream that joined it.
   void EndCaptureLocked(Graph* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -284,6 +366,9 @@ class HostBackend : public Backend {
   // Capturing streams and the graph each records into (owned by graphs_).
   absl::flat_hash_map<HostStream*, Graph*> captures_ ABSL_GUARDED_BY(mu_);
   cudaStreamCaptureMode capture_mode_ ABSL_GUARDED_BY(mu_) = cudaStreamCaptureModeGlobal;
+  unsigned long long capture_serial_ ABSL_GUARDED_BY(mu_) = 0;
+  // Graph-owned allocations -> how many graphs and executables hold each.
+  absl::flat_hash_map<uint64_t, int> graph_allocs_ ABSL_GUARDED_BY(mu_);
 
   std::mutex error_mu_;
   std::vector<std::pair<HostStream*, cudaError_t>> errors_ ABSL_GUARDED_BY(error_mu_);
