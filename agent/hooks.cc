@@ -4,7 +4,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "agent/backend.h"
 #include "agent/dispatch.h"
@@ -251,25 +253,318 @@ int32_t Hook___cudaRegisterFatBinaryEnd(DispatchContext& ctx, wire::Decoder& in,
   return cudaSuccess;
 }
 
-#define REVENANT_NOT_YET(name)                                                  \
-  int32_t Hook_##name(DispatchContext&, wire::Decoder&, wire::Encoder&) {       \
-    return NotYet(#name);                                                       \
+// --- Graphs (layouts: shim/hooks_graph.cc) ----------------------------------------------
+
+namespace {
+
+// bytes of u64 virtual GRAPH_NODE ids -> backend nodes.
+bool GetNodes(DispatchContext& ctx, wire::Decoder& in, std::vector<cudaGraphNode_t>* nodes) {
+  const char* data = nullptr;
+  uint64_t n = 0;
+  if (!in.GetBytes(&data, &n) || n % 8 != 0) return false;
+  nodes->clear();
+  for (uint64_t i = 0; i < n; i += 8) {
+    uint64_t id = 0;
+    std::memcpy(&id, data + i, 8);
+    if (!ctx.handles->ToBackendRaw(api::HandleKind::kGraphNode, &id)) return false;
+    nodes->push_back(reinterpret_cast<cudaGraphNode_t>(id));
   }
-REVENANT_NOT_YET(cudaStreamBeginCaptureToGraph)
-REVENANT_NOT_YET(cudaStreamGetCaptureInfo)
-REVENANT_NOT_YET(cudaStreamUpdateCaptureDependencies)
-REVENANT_NOT_YET(cudaGraphGetNodes)
-REVENANT_NOT_YET(cudaGraphAddNode)
-REVENANT_NOT_YET(cudaGraphAddKernelNode)
-REVENANT_NOT_YET(cudaGraphAddMemcpyNode)
-REVENANT_NOT_YET(cudaGraphAddMemcpyNode1D)
-REVENANT_NOT_YET(cudaGraphAddMemsetNode)
-REVENANT_NOT_YET(cudaGraphAddHostNode)
-REVENANT_NOT_YET(cudaGraphAddMemAllocNode)
-REVENANT_NOT_YET(cudaGraphAddMemFreeNode)
-REVENANT_NOT_YET(cudaGraphExecKernelNodeSetParams)
-REVENANT_NOT_YET(cudaGraphExecUpdate)
-#undef REVENANT_NOT_YET
+  return true;
+}
+
+bool GetGraph(DispatchContext& ctx, wire::Decoder& in, cudaGraph_t* graph) {
+  uint64_t id = 0;
+  if (!in.Get(&id) || !ctx.handles->ToBackendRaw(api::HandleKind::kGraph, &id)) return false;
+  *graph = reinterpret_cast<cudaGraph_t>(id);
+  return true;
+}
+
+// u64 function_id, dim3 grid, dim3 block, u64 shared_bytes, bytes packed_args.
+struct KernelParams {
+  const KernelInfo* kernel = nullptr;
+  dim3 grid, block;
+  uint64_t shared = 0;
+  const char* args = nullptr;
+};
+int32_t GetKernelParams(DispatchContext& ctx, wire::Decoder& in, KernelParams* k) {
+  uint64_t function_id = 0, args_size = 0;
+  if (!in.Get(&function_id) || !in.Get(&k->grid) || !in.Get(&k->block) || !in.Get(&k->shared) ||
+      !in.GetBytes(&k->args, &args_size)) {
+    return cudaErrorInvalidValue;
+  }
+  if (!ctx.handles->ToBackendRaw(api::HandleKind::kFunction, &function_id))
+    return cudaErrorInvalidDeviceFunction;
+  k->kernel = ctx.session->FindKernel(reinterpret_cast<const void*>(function_id));
+  if (k->kernel == nullptr) return cudaErrorInvalidDeviceFunction;
+  if (args_size != k->kernel->args_size) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+// u64 dst, u64 pitch, u32 value, u32 element_size, u64 width, u64 height.
+bool GetMemsetParams(wire::Decoder& in, cudaMemsetParams* p) {
+  uint64_t dst = 0, pitch = 0, width = 0, height = 0;
+  uint32_t value = 0, elem = 0;
+  if (!in.Get(&dst) || !in.Get(&pitch) || !in.Get(&value) || !in.Get(&elem) || !in.Get(&width) ||
+      !in.Get(&height)) {
+    return false;
+  }
+  *p = cudaMemsetParams{};
+  p->dst = reinterpret_cast<void*>(dst);
+  p->pitch = pitch;
+  p->value = value;
+  p->elementSize = elem;
+  p->width = width;
+  p->height = height;
+  return true;
+}
+
+// The application's host function, run through the callback ring each time
+// the node runs (as cudaLaunchHostFunc's).
+std::function<void()> HostNodeFn(DispatchContext& ctx, uint64_t fn, uint64_t user_data) {
+  Session* session = ctx.session;
+  hooks::CallbackRecord rec{};
+  rec.fn = fn;
+  rec.user_data = user_data;
+  rec.kind = hooks::kCallbackHostFn;
+  return [session, rec] { session->RunClientCallback(rec, session->replaying()); };
+}
+
+void PutNode(DispatchContext& ctx, wire::Encoder& out, cudaGraphNode_t node) {
+  out.Put(ctx.handles->RegisterRaw(api::HandleKind::kGraphNode, reinterpret_cast<uint64_t>(node)));
+}
+
+// The node-specific part of cudaGraphAdd*Node after graph and dependencies.
+int32_t AddNodeOfType(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out,
+                      cudaGraph_t graph, const std::vector<cudaGraphNode_t>& deps,
+                      cudaGraphNodeType type) {
+  cudaGraphNode_t node = nullptr;
+  cudaError_t err = cudaErrorInvalidValue;
+  void* dptr = nullptr;
+  switch (type) {
+    case cudaGraphNodeTypeKernel: {
+      KernelParams k;
+      if (int32_t e = GetKernelParams(ctx, in, &k); e != cudaSuccess) return e;
+      err = B(ctx)->AddKernelNode(&node, graph, deps, *k.kernel, k.grid, k.block, k.shared,
+                                  k.args);
+      break;
+    }
+    case cudaGraphNodeTypeMemset: {
+      cudaMemsetParams p;
+      if (!GetMemsetParams(in, &p)) return cudaErrorInvalidValue;
+      err = B(ctx)->AddMemsetNode(&node, graph, deps, p);
+      break;
+    }
+    case cudaGraphNodeTypeMemcpy: {
+      uint64_t dst = 0, src = 0, count = 0;
+      int32_t kind = 0;
+      if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count) || !in.Get(&kind))
+        return cudaErrorInvalidValue;
+      // Host sides must be memory shared with the application (the backend
+      // checks the device sides).
+      auto host_ok = [&](uint64_t p) {
+        const DeviceRange r = B(ctx)->device_range();
+        return (p >= r.base && p - r.base < r.size) ||
+               ctx.session->IsSharedHost(reinterpret_cast<const void*>(p), count);
+      };
+      if (!host_ok(dst) || !host_ok(src)) return cudaErrorInvalidValue;
+      err = B(ctx)->AddMemcpyNode1D(&node, graph, deps, reinterpret_cast<void*>(dst),
+                                    reinterpret_cast<const void*>(src), count,
+                                    static_cast<cudaMemcpyKind>(kind));
+      break;
+    }
+    case cudaGraphNodeTypeHost: {
+      uint64_t fn = 0, user_data = 0;
+      if (!in.Get(&fn) || !in.Get(&user_data) || fn == 0) return cudaErrorInvalidValue;
+      err = B(ctx)->AddHostNode(&node, graph, deps, HostNodeFn(ctx, fn, user_data));
+      break;
+    }
+    case cudaGraphNodeTypeEmpty:
+      err = B(ctx)->AddEmptyNode(&node, graph, deps);
+      break;
+    case cudaGraphNodeTypeMemAlloc: {
+      uint64_t bytesize = 0;
+      if (!in.Get(&bytesize)) return cudaErrorInvalidValue;
+      err = B(ctx)->AddMemAllocNode(&node, graph, deps, bytesize, &dptr);
+      break;
+    }
+    case cudaGraphNodeTypeMemFree: {
+      uint64_t p = 0;
+      if (!in.Get(&p)) return cudaErrorInvalidValue;
+      err = B(ctx)->AddMemFreeNode(&node, graph, deps, reinterpret_cast<void*>(p));
+      break;
+    }
+    default:
+      return NotYet("cudaGraphAddNode of this node type");
+  }
+  if (err != cudaSuccess) return err;
+  PutNode(ctx, out, node);
+  if (type == cudaGraphNodeTypeMemAlloc) out.Put(reinterpret_cast<uint64_t>(dptr));
+  return cudaSuccess;
+}
+
+// u64 graph, bytes deps, then the node's parameters.
+int32_t AddNodeHook(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out,
+                    cudaGraphNodeType type) {
+  REVENANT_NEED_SESSION(ctx);
+  cudaGraph_t graph = nullptr;
+  std::vector<cudaGraphNode_t> deps;
+  if (!GetGraph(ctx, in, &graph) || !GetNodes(ctx, in, &deps)) return cudaErrorInvalidValue;
+  return AddNodeOfType(ctx, in, out, graph, deps, type);
+}
+
+}  // namespace
+
+// u64 stream, u64 graph, bytes deps, i32 mode.
+int32_t Hook_cudaStreamBeginCaptureToGraph(DispatchContext& ctx, wire::Decoder& in,
+                                           wire::Encoder&) {
+  uint64_t stream = 0;
+  cudaGraph_t graph = nullptr;
+  std::vector<cudaGraphNode_t> deps;
+  int32_t mode = 0;
+  if (!in.Get(&stream) || !GetGraph(ctx, in, &graph) || !GetNodes(ctx, in, &deps) ||
+      !in.Get(&mode)) {
+    return cudaErrorInvalidValue;
+  }
+  if (!TranslateStream(ctx, &stream)) return cudaErrorInvalidResourceHandle;
+  return B(ctx)->BeginCaptureToGraph(reinterpret_cast<cudaStream_t>(stream), graph, deps,
+                                     static_cast<cudaStreamCaptureMode>(mode));
+}
+
+// u64 stream, flag want_graph; reply: i32 status, u64 id, u64 graph (0 unless
+// asked for and capturing), bytes deps (u64 node ids).
+int32_t Hook_cudaStreamGetCaptureInfo(DispatchContext& ctx, wire::Decoder& in,
+                                      wire::Encoder& out) {
+  uint64_t stream = 0;
+  bool want_graph = false;
+  if (!in.Get(&stream) || !in.GetFlag(&want_graph)) return cudaErrorInvalidValue;
+  if (!TranslateStream(ctx, &stream)) return cudaErrorInvalidResourceHandle;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  cudaGraph_t graph = nullptr;
+  std::vector<cudaGraphNode_t> deps;
+  cudaError_t err = B(ctx)->GetCaptureInfo(reinterpret_cast<cudaStream_t>(stream), &status, &id,
+                                           &graph, &deps);
+  if (err != cudaSuccess) return err;
+  out.Put(static_cast<int32_t>(status));
+  out.Put(static_cast<uint64_t>(id));
+  uint64_t g = 0;
+  if (want_graph && graph != nullptr) {
+    g = ctx.handles->ToVirtualRaw(api::HandleKind::kGraph, reinterpret_cast<uint64_t>(graph));
+  }
+  out.Put(g);
+  std::vector<uint64_t> ids;
+  for (cudaGraphNode_t n : deps) {
+    ids.push_back(
+        ctx.handles->ToVirtualRaw(api::HandleKind::kGraphNode, reinterpret_cast<uint64_t>(n)));
+  }
+  out.PutBytes(ids.data(), ids.size() * 8);
+  return cudaSuccess;
+}
+
+// u64 stream, bytes deps, u32 flags.
+int32_t Hook_cudaStreamUpdateCaptureDependencies(DispatchContext& ctx, wire::Decoder& in,
+                                                 wire::Encoder&) {
+  uint64_t stream = 0;
+  std::vector<cudaGraphNode_t> deps;
+  uint32_t flags = 0;
+  if (!in.Get(&stream) || !GetNodes(ctx, in, &deps) || !in.Get(&flags))
+    return cudaErrorInvalidValue;
+  if (!TranslateStream(ctx, &stream)) return cudaErrorInvalidResourceHandle;
+  return B(ctx)->UpdateCaptureDependencies(reinterpret_cast<cudaStream_t>(stream), deps, flags);
+}
+
+// u64 graph, u64 capacity; reply: u64 count (all nodes), bytes ids (at most
+// capacity, creation order).
+int32_t Hook_cudaGraphGetNodes(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  cudaGraph_t graph = nullptr;
+  uint64_t capacity = 0;
+  if (!GetGraph(ctx, in, &graph) || !in.Get(&capacity)) return cudaErrorInvalidValue;
+  std::vector<cudaGraphNode_t> nodes;
+  if (cudaError_t err = B(ctx)->GraphGetNodes(graph, &nodes); err != cudaSuccess) return err;
+  out.Put(static_cast<uint64_t>(nodes.size()));
+  std::vector<uint64_t> ids;
+  for (size_t i = 0; i < nodes.size() && i < capacity; ++i) {
+    ids.push_back(ctx.handles->ToVirtualRaw(api::HandleKind::kGraphNode,
+                                            reinterpret_cast<uint64_t>(nodes[i])));
+  }
+  out.PutBytes(ids.data(), ids.size() * 8);
+  return cudaSuccess;
+}
+
+// u64 graph, bytes deps, i32 type, then the parameters of that type (as the
+// Add*Node rows); reply: u64 node [, u64 dptr for an alloc node].
+int32_t Hook_cudaGraphAddNode(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  REVENANT_NEED_SESSION(ctx);
+  cudaGraph_t graph = nullptr;
+  std::vector<cudaGraphNode_t> deps;
+  int32_t type = 0;
+  if (!GetGraph(ctx, in, &graph) || !GetNodes(ctx, in, &deps) || !in.Get(&type))
+    return cudaErrorInvalidValue;
+  return AddNodeOfType(ctx, in, out, graph, deps, static_cast<cudaGraphNodeType>(type));
+}
+int32_t Hook_cudaGraphAddKernelNode(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeKernel);
+}
+int32_t Hook_cudaGraphAddMemcpyNode1D(DispatchContext& ctx, wire::Decoder& in,
+                                      wire::Encoder& out) {
+  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeMemcpy);
+}
+int32_t Hook_cudaGraphAddMemsetNode(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeMemset);
+}
+int32_t Hook_cudaGraphAddHostNode(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeHost);
+}
+int32_t Hook_cudaGraphAddMemAllocNode(DispatchContext& ctx, wire::Decoder& in,
+                                      wire::Encoder& out) {
+  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeMemAlloc);
+}
+int32_t Hook_cudaGraphAddMemFreeNode(DispatchContext& ctx, wire::Decoder& in,
+                                     wire::Encoder& out) {
+  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeMemFree);
+}
+// 3D copies: refused by the shim already.
+int32_t Hook_cudaGraphAddMemcpyNode(DispatchContext&, wire::Decoder&, wire::Encoder&) {
+  return NotYet("cudaGraphAddMemcpyNode");
+}
+
+// u64 exec, u64 node, kernel parameters.
+int32_t Hook_cudaGraphExecKernelNodeSetParams(DispatchContext& ctx, wire::Decoder& in,
+                                              wire::Encoder&) {
+  REVENANT_NEED_SESSION(ctx);
+  uint64_t exec = 0, node = 0;
+  if (!in.Get(&exec) || !in.Get(&node)) return cudaErrorInvalidValue;
+  if (!ctx.handles->ToBackendRaw(api::HandleKind::kGraphExec, &exec) ||
+      !ctx.handles->ToBackendRaw(api::HandleKind::kGraphNode, &node)) {
+    return cudaErrorInvalidValue;
+  }
+  KernelParams k;
+  if (int32_t e = GetKernelParams(ctx, in, &k); e != cudaSuccess) return e;
+  return B(ctx)->ExecKernelNodeSetParams(reinterpret_cast<cudaGraphExec_t>(exec),
+                                         reinterpret_cast<cudaGraphNode_t>(node), *k.kernel,
+                                         k.grid, k.block, k.shared, k.args);
+}
+
+// u64 exec, u64 graph; reply (also on failure): i32 result, u64 error_node,
+// u64 error_from_node.
+int32_t Hook_cudaGraphExecUpdate(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  uint64_t exec = 0;
+  cudaGraph_t graph = nullptr;
+  if (!in.Get(&exec) || !GetGraph(ctx, in, &graph)) return cudaErrorInvalidValue;
+  if (!ctx.handles->ToBackendRaw(api::HandleKind::kGraphExec, &exec)) return cudaErrorInvalidValue;
+  cudaGraphExecUpdateResultInfo info{};
+  info.result = cudaGraphExecUpdateError;
+  cudaError_t err = B(ctx)->ExecUpdate(reinterpret_cast<cudaGraphExec_t>(exec), graph, &info);
+  auto node_id = [&](cudaGraphNode_t n) -> uint64_t {
+    return n == nullptr ? 0
+                        : ctx.handles->ToVirtualRaw(api::HandleKind::kGraphNode,
+                                                    reinterpret_cast<uint64_t>(n));
+  };
+  out.Put(static_cast<int32_t>(info.result));
+  out.Put(node_id(info.errorNode));
+  out.Put(node_id(info.errorFromNode));
+  return err;
+}
 
 }  // namespace agent
 }  // namespace revenant
