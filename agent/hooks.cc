@@ -329,8 +329,12 @@ std::function<void()> HostNodeFn(DispatchContext& ctx, uint64_t fn, uint64_t use
   return [session, rec] { session->RunClientCallback(rec, session->replaying()); };
 }
 
+// A created node: its virtual id as an 8-byte field (the journal keys the
+// created handle on the reply's first byte field, as for generated rows).
 void PutNode(DispatchContext& ctx, wire::Encoder& out, cudaGraphNode_t node) {
-  out.Put(ctx.handles->RegisterRaw(api::HandleKind::kGraphNode, reinterpret_cast<uint64_t>(node)));
+  const uint64_t id =
+      ctx.handles->RegisterRaw(api::HandleKind::kGraphNode, reinterpret_cast<uint64_t>(node));
+  out.PutBytes(&id, sizeof(id));
 }
 
 // The node-specific part of cudaGraphAdd*Node after graph and dependencies.
@@ -492,7 +496,7 @@ int32_t Hook_cudaGraphGetNodes(DispatchContext& ctx, wire::Decoder& in, wire::En
 }
 
 // u64 graph, bytes deps, i32 type, then the parameters of that type (as the
-// Add*Node rows); reply: u64 node [, u64 dptr for an alloc node].
+// Add*Node rows); reply: bytes node (one u64) [, u64 dptr for an alloc node].
 int32_t Hook_cudaGraphAddNode(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
   REVENANT_NEED_SESSION(ctx);
   cudaGraph_t graph = nullptr;

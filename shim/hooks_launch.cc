@@ -127,6 +127,16 @@ cudaError_t Fail(cudaError_t e) {
   return e;
 }
 
+// Packs `args` (one pointer per parameter) at `f`'s layout.
+cudaError_t PackArgs(const Function& f, void** args, std::vector<char>* packed) {
+  packed->assign(f.args_size, 0);
+  for (size_t i = 0; i < f.params.size(); ++i) {
+    if (args == nullptr || args[i] == nullptr) return cudaErrorInvalidValue;
+    std::memcpy(packed->data() + f.params[i].first, args[i], f.params[i].second);
+  }
+  return cudaSuccess;
+}
+
 cudaError_t Launch(Function* f, dim3 grid, dim3 block, void** args, size_t shared,
                    cudaStream_t stream, bool cooperative) {
   if (f == nullptr) return Fail(cudaErrorInvalidDeviceFunction);
@@ -140,11 +150,8 @@ cudaError_t Launch(Function* f, dim3 grid, dim3 block, void** args, size_t share
     return Fail(cudaErrorInvalidValue);  // what CUDA 13 answers (measured on an H200)
   }
   if (shared > f->max_dynamic_shared) return Fail(cudaErrorInvalidValue);
-  std::vector<char> packed(f->args_size, 0);
-  for (size_t i = 0; i < f->params.size(); ++i) {
-    if (args == nullptr || args[i] == nullptr) return Fail(cudaErrorInvalidValue);
-    std::memcpy(packed.data() + f->params[i].first, args[i], f->params[i].second);
-  }
+  std::vector<char> packed;
+  if (cudaError_t e = PackArgs(*f, args, &packed); e != cudaSuccess) return Fail(e);
   wire::Sizer sz;
   sz.Put(uint64_t{}); sz.Put(dim3{}); sz.Put(dim3{}); sz.Put(uint64_t{}); sz.Put(uint64_t{});
   sz.Put(uint8_t{}); sz.PutBytes(packed.data(), packed.size());
@@ -164,6 +171,21 @@ cudaError_t Launch(Function* f, dim3 grid, dim3 block, void** args, size_t share
 }
 
 }  // namespace
+
+// Resolves the kernel of `host_stub` and packs `args` at its parameter
+// layout, exactly as a launch does (graph kernel nodes reuse it). Must be
+// called with no Call open: resolving may make a call of its own.
+cudaError_t PackKernelArgs(const void* host_stub, void** args, uint64_t* function_id,
+                           std::vector<char>* packed) {
+  Function* f = FindFunction(host_stub);
+  if (f == nullptr) return cudaErrorInvalidDeviceFunction;
+  if (!f->resolved) {
+    return static_cast<cudaError_t>(f->error ? f->error : cudaErrorDevicesUnavailable);
+  }
+  if (f->error != 0) return static_cast<cudaError_t>(f->error);
+  *function_id = f->id;
+  return PackArgs(*f, args, packed);
+}
 
 uint64_t FunctionToWire(const void* host_stub) {
   Function* f = FindFunction(host_stub);

@@ -1,0 +1,472 @@
+// Hand-written shim hooks of the graph rows whose arguments hold arrays of
+// node handles or structs holding handles, host functions and kernel
+// arguments. The agent side is in agent/hooks.cc.
+//
+// Layouts (wire fields, api/wire.h). `deps` is one byte field of u64 virtual
+// GRAPH_NODE ids (as the application holds them); `kernel` is u64
+// function_id, dim3 grid, dim3 block, u64 shared_bytes, bytes packed_args
+// (packed at the kernel's parameter layout, as a launch packs them);
+// `memset` is u64 dst, u64 pitch, u32 value, u32 element_size, u64 width,
+// u64 height; `memcpy` is u64 dst, u64 src, u64 count, i32 kind; `host` is
+// u64 fn, u64 user_data (the function runs in the application, through the
+// callback ring, each time the node runs); `alloc` is u64 bytesize; `free` is
+// u64 dptr. A created node comes back as a byte field holding its u64 id.
+//
+//   cudaGraphAdd{Kernel,Memset,MemcpyNode1D,Host,MemAlloc,MemFree}Node:
+//       u64 graph, deps, <params>; reply: bytes node [, u64 dptr (alloc)]
+//   cudaGraphAddNode:  u64 graph, deps, i32 type, <params of that type>
+//   cudaGraphGetNodes: u64 graph, u64 capacity; reply: u64 count, bytes ids
+//   cudaGraphExecKernelNodeSetParams: u64 exec, u64 node, kernel
+//   cudaGraphExecUpdate: u64 exec, u64 graph;
+//       reply (also on failure): i32 result, u64 error_node, u64 error_from_node
+//   cudaStreamBeginCaptureToGraph: u64 stream, u64 graph, deps, i32 mode
+//   cudaStreamGetCaptureInfo: u64 stream, flag want_graph;
+//       reply: i32 status, u64 id, u64 graph, bytes deps
+//   cudaStreamUpdateCaptureDependencies: u64 stream, deps, u32 flags
+//
+// Kernels are resolved (FunctionToWire / PackKernelArgs) before a Call is
+// opened: an open Call holds the request ring, and resolving makes a call.
+// Edge data (cudaGraphEdgeData) other than the default is not supported.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <vector>
+
+#include "shim/call.h"
+#include "shim/runtime.h"
+
+namespace revenant {
+namespace shim {
+// shim/hooks_launch.cc
+cudaError_t PackKernelArgs(const void* host_stub, void** args, uint64_t* function_id,
+                           std::vector<char>* packed);
+}  // namespace shim
+}  // namespace revenant
+
+namespace {
+
+using revenant::api::ApiId;
+using revenant::shim::Call;
+
+cudaError_t Fail(cudaError_t e) {
+  revenant::shim::SetLastError(e);
+  return e;
+}
+
+cudaError_t Unreachable(const Call& call) {
+  return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+}
+
+cudaError_t NotSupported(const char* what) {
+  revenant::shim::LogNotSupported(what);
+  return Fail(cudaErrorNotSupported);
+}
+
+// Edge data: only the default (all zero: a full dependency) is supported.
+bool DefaultEdges(const cudaGraphEdgeData* edges, size_t n) {
+  if (edges == nullptr) return true;
+  const cudaGraphEdgeData zero{};
+  for (size_t i = 0; i < n; ++i) {
+    if (std::memcmp(&edges[i], &zero, sizeof(zero)) != 0) return false;
+  }
+  return true;
+}
+
+uint64_t Wire(const void* handle) { return reinterpret_cast<uint64_t>(handle); }
+
+struct Kernel {
+  uint64_t id = 0;
+  dim3 grid, block;
+  uint64_t shared = 0;
+  std::vector<char> packed;
+
+  template <typename W>
+  void Encode(W& w) const {
+    w.Put(id);
+    w.Put(grid);
+    w.Put(block);
+    w.Put(shared);
+    w.PutBytes(packed.data(), packed.size());
+  }
+};
+
+cudaError_t PrepareKernel(const cudaKernelNodeParams* p, Kernel* k) {
+  if (p == nullptr || p->func == nullptr) return cudaErrorInvalidValue;
+  if (p->extra != nullptr) return cudaErrorNotSupported;
+  cudaError_t e = revenant::shim::PackKernelArgs(p->func, p->kernelParams, &k->id, &k->packed);
+  if (e != cudaSuccess) return e;
+  k->grid = p->gridDim;
+  k->block = p->blockDim;
+  k->shared = p->sharedMemBytes;
+  // An empty byte field must still be present (not null).
+  if (k->packed.empty()) k->packed.reserve(1);
+  return cudaSuccess;
+}
+
+struct Memset {
+  cudaMemsetParams p;
+  template <typename W>
+  void Encode(W& w) const {
+    w.Put(Wire(p.dst));
+    w.Put(static_cast<uint64_t>(p.pitch));
+    w.Put(static_cast<uint32_t>(p.value));
+    w.Put(static_cast<uint32_t>(p.elementSize));
+    w.Put(static_cast<uint64_t>(p.width));
+    w.Put(static_cast<uint64_t>(p.height));
+  }
+};
+
+struct Memcpy1D {
+  void* dst;
+  const void* src;
+  size_t count;
+  cudaMemcpyKind kind;
+  template <typename W>
+  void Encode(W& w) const {
+    w.Put(Wire(dst));
+    w.Put(Wire(src));
+    w.Put(static_cast<uint64_t>(count));
+    w.Put(static_cast<int32_t>(kind));
+  }
+};
+
+struct Host {
+  cudaHostNodeParams p;
+  template <typename W>
+  void Encode(W& w) const {
+    w.Put(Wire(reinterpret_cast<const void*>(p.fn)));
+    w.Put(Wire(p.userData));
+  }
+};
+
+struct Scalar {
+  uint64_t v;
+  template <typename W>
+  void Encode(W& w) const {
+    w.Put(v);
+  }
+};
+
+struct Nothing {
+  template <typename W>
+  void Encode(W&) const {}
+};
+
+// Encodes the dependency array; an empty one as a present, empty field.
+template <typename W>
+void EncodeNodes(W& w, const cudaGraphNode_t* nodes, size_t n) {
+  static const uint64_t kNone = 0;
+  w.PutBytes(n == 0 ? static_cast<const void*>(&kNone) : static_cast<const void*>(nodes),
+             n * sizeof(uint64_t));
+}
+
+// One node-adding call: graph, deps, [type], params; reply: node [, dptr].
+template <typename Params>
+cudaError_t AddNodeCall(ApiId id, cudaGraphNode_t* node, cudaGraph_t graph,
+                        const cudaGraphNode_t* deps, size_t n, const int32_t* type,
+                        const Params& params, void** dptr) {
+  static_assert(sizeof(cudaGraphNode_t) == sizeof(uint64_t), "node handles are u64 ids");
+  if (node == nullptr || (n > 0 && deps == nullptr)) return Fail(cudaErrorInvalidValue);
+  revenant::wire::Sizer sz;
+  sz.Put(uint64_t{});
+  EncodeNodes(sz, deps, n);
+  if (type != nullptr) sz.Put(*type);
+  params.Encode(sz);
+  Call call(id, sz.size());
+  if (!call.ok()) return Unreachable(call);
+  revenant::wire::Encoder& a = call.args();
+  a.Put(Wire(graph));
+  EncodeNodes(a, deps, n);
+  if (type != nullptr) a.Put(*type);
+  params.Encode(a);
+  if (!call.Send()) return Unreachable(call);
+  if (call.status() != 0) return static_cast<cudaError_t>(call.status());
+  revenant::wire::Decoder& r = call.reply();
+  const char* data = nullptr;
+  uint64_t len = 0;
+  if (!r.GetBytes(&data, &len) || data == nullptr || len != sizeof(uint64_t)) {
+    return Fail(cudaErrorUnknown);
+  }
+  std::memcpy(node, data, sizeof(uint64_t));
+  if (dptr != nullptr) {
+    uint64_t p = 0;
+    if (!r.Get(&p)) return Fail(cudaErrorUnknown);
+    *dptr = reinterpret_cast<void*>(p);
+  }
+  return cudaSuccess;
+}
+
+// Where cudaStreamGetCaptureInfo's dependency array lives: owned here, valid
+// until the thread's next call, as the runtime's own array is.
+thread_local std::vector<cudaGraphNode_t> tls_capture_deps;
+
+}  // namespace
+
+extern "C" REVENANT_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(
+    cudaStream_t stream, cudaGraph_t graph, const cudaGraphNode_t* dependencies,
+    const cudaGraphEdgeData* dependencyData, size_t numDependencies,
+    cudaStreamCaptureMode mode) {
+  if (numDependencies > 0 && dependencies == nullptr) return Fail(cudaErrorInvalidValue);
+  if (!DefaultEdges(dependencyData, numDependencies)) {
+    return NotSupported("cudaStreamBeginCaptureToGraph with edge data");
+  }
+  revenant::wire::Sizer sz;
+  sz.Put(uint64_t{});
+  sz.Put(uint64_t{});
+  EncodeNodes(sz, dependencies, numDependencies);
+  sz.Put(int32_t{});
+  Call call(ApiId::cudaStreamBeginCaptureToGraph, sz.size());
+  if (!call.ok()) return Unreachable(call);
+  call.args().Put(Wire(stream));
+  call.args().Put(Wire(graph));
+  EncodeNodes(call.args(), dependencies, numDependencies);
+  call.args().Put(static_cast<int32_t>(mode));
+  if (!call.Send()) return Unreachable(call);
+  return static_cast<cudaError_t>(call.status());
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaStreamGetCaptureInfo(
+    cudaStream_t stream, cudaStreamCaptureStatus* captureStatus_out,
+    unsigned long long* id_out, cudaGraph_t* graph_out,
+    const cudaGraphNode_t** dependencies_out, const cudaGraphEdgeData** edgeData_out,
+    size_t* numDependencies_out) {
+  if (captureStatus_out == nullptr) return Fail(cudaErrorInvalidValue);
+  revenant::wire::Sizer sz;
+  sz.Put(uint64_t{});
+  sz.PutFlag();
+  Call call(ApiId::cudaStreamGetCaptureInfo, sz.size());
+  if (!call.ok()) return Unreachable(call);
+  call.args().Put(Wire(stream));
+  call.args().PutFlag(graph_out != nullptr);
+  if (!call.Send()) return Unreachable(call);
+  if (call.status() != 0) return static_cast<cudaError_t>(call.status());
+  revenant::wire::Decoder& r = call.reply();
+  int32_t status = 0;
+  uint64_t id = 0, graph = 0;
+  const char* deps = nullptr;
+  uint64_t len = 0;
+  if (!r.Get(&status) || !r.Get(&id) || !r.Get(&graph) || !r.GetBytes(&deps, &len) ||
+      len % sizeof(uint64_t) != 0) {
+    return Fail(cudaErrorUnknown);
+  }
+  *captureStatus_out = static_cast<cudaStreamCaptureStatus>(status);
+  if (status != cudaStreamCaptureStatusActive) return cudaSuccess;
+  if (id_out != nullptr) *id_out = id;
+  if (graph_out != nullptr) *graph_out = reinterpret_cast<cudaGraph_t>(graph);
+  tls_capture_deps.resize(len / sizeof(uint64_t));
+  if (len > 0) std::memcpy(tls_capture_deps.data(), deps, len);
+  if (dependencies_out != nullptr) {
+    *dependencies_out = tls_capture_deps.empty() ? nullptr : tls_capture_deps.data();
+  }
+  if (edgeData_out != nullptr) *edgeData_out = nullptr;  // all default edges
+  if (numDependencies_out != nullptr) *numDependencies_out = tls_capture_deps.size();
+  return cudaSuccess;
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaStreamUpdateCaptureDependencies(
+    cudaStream_t stream, cudaGraphNode_t* dependencies, const cudaGraphEdgeData* dependencyData,
+    size_t numDependencies, unsigned int flags) {
+  if (numDependencies > 0 && dependencies == nullptr) return Fail(cudaErrorInvalidValue);
+  if (!DefaultEdges(dependencyData, numDependencies)) {
+    return NotSupported("cudaStreamUpdateCaptureDependencies with edge data");
+  }
+  revenant::wire::Sizer sz;
+  sz.Put(uint64_t{});
+  EncodeNodes(sz, dependencies, numDependencies);
+  sz.Put(uint32_t{});
+  Call call(ApiId::cudaStreamUpdateCaptureDependencies, sz.size());
+  if (!call.ok()) return Unreachable(call);
+  call.args().Put(Wire(stream));
+  EncodeNodes(call.args(), dependencies, numDependencies);
+  call.args().Put(static_cast<uint32_t>(flags));
+  if (!call.Send()) return Unreachable(call);
+  return static_cast<cudaError_t>(call.status());
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph,
+                                                         cudaGraphNode_t* nodes,
+                                                         size_t* numNodes) {
+  if (numNodes == nullptr) return Fail(cudaErrorInvalidValue);
+  const uint64_t capacity = nodes == nullptr ? 0 : *numNodes;
+  revenant::wire::Sizer sz;
+  sz.Put(uint64_t{});
+  sz.Put(uint64_t{});
+  Call call(ApiId::cudaGraphGetNodes, sz.size());
+  if (!call.ok()) return Unreachable(call);
+  call.args().Put(Wire(graph));
+  call.args().Put(capacity);
+  if (!call.Send()) return Unreachable(call);
+  if (call.status() != 0) return static_cast<cudaError_t>(call.status());
+  revenant::wire::Decoder& r = call.reply();
+  uint64_t count = 0, len = 0;
+  const char* ids = nullptr;
+  if (!r.Get(&count) || !r.GetBytes(&ids, &len) || len % sizeof(uint64_t) != 0 ||
+      len / sizeof(uint64_t) > capacity) {
+    return Fail(cudaErrorUnknown);
+  }
+  if (nodes == nullptr) {
+    *numNodes = count;
+    return cudaSuccess;
+  }
+  const size_t got = len / sizeof(uint64_t);
+  if (got > 0) std::memcpy(nodes, ids, len);
+  for (size_t i = got; i < capacity; ++i) nodes[i] = nullptr;
+  *numNodes = got;
+  return cudaSuccess;
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t* pGraphNode,
+                                                        cudaGraph_t graph,
+                                                        const cudaGraphNode_t* pDependencies,
+                                                        const cudaGraphEdgeData* dependencyData,
+                                                        size_t numDependencies,
+                                                        cudaGraphNodeParams* nodeParams) {
+  if (nodeParams == nullptr) return Fail(cudaErrorInvalidValue);
+  if (!DefaultEdges(dependencyData, numDependencies)) {
+    return NotSupported("cudaGraphAddNode with edge data");
+  }
+  const int32_t type = nodeParams->type;
+  switch (nodeParams->type) {
+    case cudaGraphNodeTypeKernel: {
+      Kernel k;
+      const cudaKernelNodeParams kp{nodeParams->kernel.func, nodeParams->kernel.gridDim,
+                                    nodeParams->kernel.blockDim,
+                                    nodeParams->kernel.sharedMemBytes,
+                                    nodeParams->kernel.kernelParams, nodeParams->kernel.extra};
+      if (cudaError_t e = PrepareKernel(&kp, &k); e != cudaSuccess) return Fail(e);
+      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
+                         numDependencies, &type, k, nullptr);
+    }
+    case cudaGraphNodeTypeMemset: {
+      Memset m;
+      m.p = cudaMemsetParams{};
+      m.p.dst = nodeParams->memset.dst;
+      m.p.pitch = nodeParams->memset.pitch;
+      m.p.value = nodeParams->memset.value;
+      m.p.elementSize = nodeParams->memset.elementSize;
+      m.p.width = nodeParams->memset.width;
+      m.p.height = nodeParams->memset.height;
+      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
+                         numDependencies, &type, m, nullptr);
+    }
+    case cudaGraphNodeTypeHost: {
+      if (nodeParams->host.fn == nullptr) return Fail(cudaErrorInvalidValue);
+      Host h;
+      h.p.fn = nodeParams->host.fn;
+      h.p.userData = nodeParams->host.userData;
+      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
+                         numDependencies, &type, h, nullptr);
+    }
+    case cudaGraphNodeTypeEmpty:
+      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
+                         numDependencies, &type, Nothing{}, nullptr);
+    case cudaGraphNodeTypeMemAlloc:
+      if (nodeParams->alloc.poolProps.location.type != cudaMemLocationTypeDevice ||
+          nodeParams->alloc.accessDescCount != 0) {
+        return NotSupported("cudaGraphAddNode: alloc node outside the device or with peer access");
+      }
+      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
+                         numDependencies, &type, Scalar{nodeParams->alloc.bytesize},
+                         &nodeParams->alloc.dptr);
+    case cudaGraphNodeTypeMemFree:
+      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
+                         numDependencies, &type, Scalar{Wire(nodeParams->free.dptr)}, nullptr);
+    default:
+      return NotSupported("cudaGraphAddNode of this node type");
+  }
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddKernelNode(
+    cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
+    size_t numDependencies, const cudaKernelNodeParams* pNodeParams) {
+  Kernel k;
+  if (cudaError_t e = PrepareKernel(pNodeParams, &k); e != cudaSuccess) return Fail(e);
+  return AddNodeCall(ApiId::cudaGraphAddKernelNode, pGraphNode, graph, pDependencies,
+                     numDependencies, nullptr, k, nullptr);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t*, cudaGraph_t,
+                                                              const cudaGraphNode_t*, size_t,
+                                                              const cudaMemcpy3DParms*) {
+  return NotSupported("cudaGraphAddMemcpyNode");
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(
+    cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
+    size_t numDependencies, void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  return AddNodeCall(ApiId::cudaGraphAddMemcpyNode1D, pGraphNode, graph, pDependencies,
+                     numDependencies, nullptr, Memcpy1D{dst, src, count, kind}, nullptr);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddMemsetNode(
+    cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
+    size_t numDependencies, const cudaMemsetParams* pMemsetParams) {
+  if (pMemsetParams == nullptr) return Fail(cudaErrorInvalidValue);
+  return AddNodeCall(ApiId::cudaGraphAddMemsetNode, pGraphNode, graph, pDependencies,
+                     numDependencies, nullptr, Memset{*pMemsetParams}, nullptr);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddHostNode(
+    cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
+    size_t numDependencies, const cudaHostNodeParams* pNodeParams) {
+  if (pNodeParams == nullptr || pNodeParams->fn == nullptr) return Fail(cudaErrorInvalidValue);
+  return AddNodeCall(ApiId::cudaGraphAddHostNode, pGraphNode, graph, pDependencies,
+                     numDependencies, nullptr, Host{*pNodeParams}, nullptr);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddMemAllocNode(
+    cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
+    size_t numDependencies, cudaMemAllocNodeParams* nodeParams) {
+  if (nodeParams == nullptr) return Fail(cudaErrorInvalidValue);
+  if (nodeParams->poolProps.location.type != cudaMemLocationTypeDevice ||
+      nodeParams->accessDescCount != 0) {
+    return NotSupported("cudaGraphAddMemAllocNode outside the device or with peer access");
+  }
+  return AddNodeCall(ApiId::cudaGraphAddMemAllocNode, pGraphNode, graph, pDependencies,
+                     numDependencies, nullptr, Scalar{nodeParams->bytesize}, &nodeParams->dptr);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddMemFreeNode(
+    cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
+    size_t numDependencies, void* dptr) {
+  return AddNodeCall(ApiId::cudaGraphAddMemFreeNode, pGraphNode, graph, pDependencies,
+                     numDependencies, nullptr, Scalar{Wire(dptr)}, nullptr);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(
+    cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const cudaKernelNodeParams* pNodeParams) {
+  Kernel k;
+  if (cudaError_t e = PrepareKernel(pNodeParams, &k); e != cudaSuccess) return Fail(e);
+  revenant::wire::Sizer sz;
+  sz.Put(uint64_t{});
+  sz.Put(uint64_t{});
+  k.Encode(sz);
+  Call call(ApiId::cudaGraphExecKernelNodeSetParams, sz.size());
+  if (!call.ok()) return Unreachable(call);
+  call.args().Put(Wire(hGraphExec));
+  call.args().Put(Wire(node));
+  k.Encode(call.args());
+  if (!call.Send()) return Unreachable(call);
+  return static_cast<cudaError_t>(call.status());
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphExecUpdate(
+    cudaGraphExec_t hGraphExec, cudaGraph_t hGraph, cudaGraphExecUpdateResultInfo* resultInfo) {
+  revenant::wire::Sizer sz;
+  sz.Put(uint64_t{});
+  sz.Put(uint64_t{});
+  Call call(ApiId::cudaGraphExecUpdate, sz.size());
+  if (!call.ok()) return Unreachable(call);
+  call.args().Put(Wire(hGraphExec));
+  call.args().Put(Wire(hGraph));
+  if (!call.Send()) return Unreachable(call);
+  revenant::wire::Decoder& r = call.reply();
+  int32_t result = cudaGraphExecUpdateError;
+  uint64_t error_node = 0, error_from = 0;
+  if (r.Get(&result) && r.Get(&error_node) && r.Get(&error_from) && resultInfo != nullptr) {
+    resultInfo->result = static_cast<cudaGraphExecUpdateResult>(result);
+    resultInfo->errorNode = reinterpret_cast<cudaGraphNode_t>(error_node);
+    resultInfo->errorFromNode = reinterpret_cast<cudaGraphNode_t>(error_from);
+  }
+  return static_cast<cudaError_t>(call.status());
+}
