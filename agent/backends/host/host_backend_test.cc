@@ -763,6 +763,232 @@ TEST_F(HostBackendTest, CaptureForksAndJoinsOtherStreams) {
   EXPECT_EQ(order.size(), 4u);
 }
 
+// add_one(d, n) arguments packed at the kernel's layout.
+std::vector<char> AddOneArgs(const KernelInfo& k, int* d, int n) {
+  std::vector<char> args(k.args_size);
+  std::memcpy(args.data() + k.params[0].offset, &d, sizeof(d));
+  std::memcpy(args.data() + k.params[1].offset, &n, sizeof(n));
+  return args;
+}
+
+TEST_F(HostBackendTest, ExplicitGraphNodesRunInDependencyOrder) {
+  KernelInfo k = Kernel("_Z7add_onePii");
+  constexpr int kN = 64;
+  int* d = static_cast<int*>(Malloc(kN * sizeof(int)));
+  int* copy = static_cast<int*>(Malloc(kN * sizeof(int)));
+  cudaStream_t s = Stream(cudaStreamNonBlocking);
+  cudaGraph_t g;
+  ASSERT_EQ(b_->cudaGraphCreate(&g, 0), cudaSuccess);
+  cudaMemsetParams mp = {};
+  mp.dst = d;
+  mp.value = 7;
+  mp.elementSize = sizeof(int);
+  mp.width = kN;
+  mp.height = 1;
+  cudaGraphNode_t memset_node, kernel_node, copy_node, host_node, empty_node;
+  ASSERT_EQ(b_->AddMemsetNode(&memset_node, g, {}, mp), cudaSuccess);
+  std::vector<char> args = AddOneArgs(k, d, kN);
+  ASSERT_EQ(b_->AddKernelNode(&kernel_node, g, {memset_node}, k, dim3(1), dim3(kN), 0,
+                              args.data()),
+            cudaSuccess);
+  ASSERT_EQ(b_->AddMemcpyNode1D(&copy_node, g, {kernel_node}, copy, d, kN * sizeof(int),
+                                cudaMemcpyDeviceToDevice),
+            cudaSuccess);
+  std::vector<int> seen;
+  ASSERT_EQ(b_->AddHostNode(&host_node, g, {copy_node},
+                            [&] {
+                              int v = 0;
+                              std::memcpy(&v, copy + kN - 1, sizeof(v));
+                              seen.push_back(v);
+                            }),
+            cudaSuccess);
+  ASSERT_EQ(b_->AddEmptyNode(&empty_node, g, {memset_node, host_node}), cudaSuccess);
+
+  // Bad requests: a dependency repeated or from nowhere, memory that is not
+  // the device's, a bad element size.
+  cudaGraphNode_t bad;
+  EXPECT_EQ(b_->AddEmptyNode(&bad, g, {memset_node, memset_node}), cudaErrorInvalidValue);
+  EXPECT_EQ(b_->AddEmptyNode(&bad, g, {reinterpret_cast<cudaGraphNode_t>(&mp)}),
+            cudaErrorInvalidValue);
+  int pageable[4];
+  EXPECT_EQ(b_->AddMemcpyNode1D(&bad, g, {}, pageable, d, sizeof(pageable),
+                                cudaMemcpyDeviceToHost),
+            cudaErrorInvalidValue);
+  cudaMemsetParams bad_mp = mp;
+  bad_mp.elementSize = 3;
+  EXPECT_EQ(b_->AddMemsetNode(&bad, g, {}, bad_mp), cudaErrorInvalidValue);
+
+  std::vector<cudaGraphNode_t> nodes;
+  ASSERT_EQ(b_->GraphGetNodes(g, &nodes), cudaSuccess);
+  EXPECT_EQ(nodes, (std::vector<cudaGraphNode_t>{memset_node, kernel_node, copy_node, host_node,
+                                                  empty_node}));
+
+  cudaGraphExec_t exec;
+  ASSERT_EQ(b_->cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(seen, (std::vector<int>{8, 8}));
+
+  // New kernel parameters on the executable only: the graph keeps its own.
+  std::vector<char> half = AddOneArgs(k, d, kN / 2);
+  ASSERT_EQ(b_->ExecKernelNodeSetParams(exec, kernel_node, k, dim3(1), dim3(kN), 0, half.data()),
+            cudaSuccess);
+  EXPECT_EQ(b_->ExecKernelNodeSetParams(exec, memset_node, k, dim3(1), dim3(kN), 0, half.data()),
+            cudaErrorInvalidValue);
+  ASSERT_EQ(b_->cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(seen.back(), 7);  // the last element is no longer incremented
+
+  // A whole-graph update from a graph of the same shape.
+  cudaGraph_t g2;
+  ASSERT_EQ(b_->cudaGraphCreate(&g2, 0), cudaSuccess);
+  mp.value = 40;
+  cudaGraphNode_t n2[5];
+  ASSERT_EQ(b_->AddMemsetNode(&n2[0], g2, {}, mp), cudaSuccess);
+  ASSERT_EQ(b_->AddKernelNode(&n2[1], g2, {n2[0]}, k, dim3(1), dim3(kN), 0, args.data()),
+            cudaSuccess);
+  ASSERT_EQ(b_->AddMemcpyNode1D(&n2[2], g2, {n2[1]}, copy, d, kN * sizeof(int),
+                                cudaMemcpyDeviceToDevice),
+            cudaSuccess);
+  ASSERT_EQ(b_->AddHostNode(&n2[3], g2, {n2[2]}, [&] { seen.push_back(-1); }), cudaSuccess);
+  cudaGraphExecUpdateResultInfo info;
+  // One node short: the topology differs.
+  EXPECT_EQ(b_->ExecUpdate(exec, g2, &info), cudaErrorGraphExecUpdateFailure);
+  EXPECT_EQ(info.result, cudaGraphExecUpdateErrorTopologyChanged);
+  ASSERT_EQ(b_->AddEmptyNode(&n2[4], g2, {n2[0], n2[3]}), cudaSuccess);
+  ASSERT_EQ(b_->ExecUpdate(exec, g2, &info), cudaSuccess);
+  EXPECT_EQ(info.result, cudaGraphExecUpdateSuccess);
+  ASSERT_EQ(b_->cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(seen.back(), -1);
+  int last = 0;
+  ASSERT_EQ(b_->Memcpy(&last, copy + kN - 1, sizeof(last), cudaMemcpyDeviceToHost, s, false),
+            cudaSuccess);
+  EXPECT_EQ(last, 41);
+
+  // A clone has nodes of its own and the original's parameters.
+  cudaGraph_t clone;
+  ASSERT_EQ(b_->cudaGraphClone(&clone, g), cudaSuccess);
+  std::vector<cudaGraphNode_t> cloned;
+  ASSERT_EQ(b_->GraphGetNodes(clone, &cloned), cudaSuccess);
+  ASSERT_EQ(cloned.size(), 5u);
+  EXPECT_NE(cloned[0], memset_node);
+  EXPECT_EQ(b_->AddEmptyNode(&bad, clone, {memset_node}), cudaErrorInvalidValue);
+  cudaGraphExec_t clone_exec;
+  ASSERT_EQ(b_->cudaGraphInstantiate(&clone_exec, clone, 0), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphLaunch(clone_exec, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(seen.back(), 8);
+
+  EXPECT_EQ(b_->cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(b_->cudaGraphExecDestroy(clone_exec), cudaSuccess);
+  for (cudaGraph_t x : {g, g2, clone}) EXPECT_EQ(b_->cudaGraphDestroy(x), cudaSuccess);
+  EXPECT_EQ(b_->GraphGetNodes(g, &nodes), cudaErrorInvalidValue);
+}
+
+TEST_F(HostBackendTest, CaptureIntoAnExistingGraphAfterGivenNodes) {
+  KernelInfo k = Kernel("_Z7add_onePii");
+  constexpr int kN = 32;
+  int* d = static_cast<int*>(Malloc(kN * sizeof(int)));
+  cudaStream_t s = Stream(cudaStreamNonBlocking);
+  cudaGraph_t g;
+  ASSERT_EQ(b_->cudaGraphCreate(&g, 0), cudaSuccess);
+  cudaMemsetParams mp = {};
+  mp.dst = d;
+  mp.elementSize = sizeof(int);
+  mp.width = kN;
+  mp.height = 1;
+  cudaGraphNode_t first;
+  ASSERT_EQ(b_->AddMemsetNode(&first, g, {}, mp), cudaSuccess);
+
+  cudaStreamCaptureStatus status;
+  unsigned long long id = 0;
+  cudaGraph_t captured = nullptr;
+  std::vector<cudaGraphNode_t> deps;
+  ASSERT_EQ(b_->GetCaptureInfo(s, &status, &id, &captured, &deps), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  EXPECT_EQ(b_->UpdateCaptureDependencies(s, {first}, cudaStreamSetCaptureDependencies),
+            cudaErrorIllegalState);
+
+  ASSERT_EQ(b_->BeginCaptureToGraph(s, g, {first}, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(b_->GetCaptureInfo(s, &status, &id, &captured, &deps), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  EXPECT_NE(id, 0u);
+  EXPECT_EQ(captured, g);
+  EXPECT_EQ(deps, std::vector<cudaGraphNode_t>{first});
+  cudaGraphNode_t bad;
+  EXPECT_EQ(b_->AddEmptyNode(&bad, g, {}), cudaErrorIllegalState);  // being captured into
+
+  std::vector<char> args = AddOneArgs(k, d, kN);
+  ASSERT_EQ(b_->LaunchKernel(k, dim3(1), dim3(kN), 0, s, args.data(), false), cudaSuccess);
+  ASSERT_EQ(b_->GetCaptureInfo(s, &status, &id, &captured, &deps), cudaSuccess);
+  ASSERT_EQ(deps.size(), 1u);
+  EXPECT_NE(deps[0], first);  // the captured kernel
+  const cudaGraphNode_t kernel = deps[0];
+  ASSERT_EQ(b_->UpdateCaptureDependencies(s, {first}, cudaStreamSetCaptureDependencies),
+            cudaSuccess);
+  ASSERT_EQ(b_->UpdateCaptureDependencies(s, {kernel}, cudaStreamAddCaptureDependencies),
+            cudaSuccess);
+  ASSERT_EQ(b_->GetCaptureInfo(s, &status, &id, &captured, &deps), cudaSuccess);
+  EXPECT_EQ(deps, (std::vector<cudaGraphNode_t>{first, kernel}));
+  EXPECT_EQ(b_->UpdateCaptureDependencies(s, {first}, 7), cudaErrorInvalidValue);
+  ASSERT_EQ(b_->LaunchKernel(k, dim3(1), dim3(kN), 0, s, args.data(), false), cudaSuccess);
+  cudaGraph_t out = nullptr;
+  ASSERT_EQ(b_->cudaStreamEndCapture(s, &out), cudaSuccess);
+  EXPECT_EQ(out, g);
+  std::vector<cudaGraphNode_t> nodes;
+  ASSERT_EQ(b_->GraphGetNodes(g, &nodes), cudaSuccess);
+  EXPECT_EQ(nodes.size(), 3u);
+
+  ASSERT_EQ(b_->cudaMemset(d, 0x7f, kN * sizeof(int)), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(b_->cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  std::vector<int> h(kN);
+  ASSERT_EQ(b_->Memcpy(h.data(), d, kN * sizeof(int), cudaMemcpyDeviceToHost, s, false),
+            cudaSuccess);
+  EXPECT_EQ(h, std::vector<int>(kN, 2));  // memset, then both kernels
+  EXPECT_EQ(b_->cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(b_->cudaGraphDestroy(g), cudaSuccess);
+}
+
+TEST_F(HostBackendTest, AllocNodeMemoryLivesWithItsGraph) {
+  KernelInfo k = Kernel("_Z7add_onePii");
+  constexpr int kN = 16;
+  cudaStream_t s = Stream(cudaStreamNonBlocking);
+  cudaGraph_t g;
+  ASSERT_EQ(b_->cudaGraphCreate(&g, 0), cudaSuccess);
+  cudaGraphNode_t alloc, kernel, free_node;
+  void* p = nullptr;
+  ASSERT_EQ(b_->AddMemAllocNode(&alloc, g, {}, kN * sizeof(int), &p), cudaSuccess);
+  ASSERT_NE(p, nullptr);
+  const DeviceRange r = b_->device_range();
+  EXPECT_GE(reinterpret_cast<uint64_t>(p), r.base);
+  EXPECT_LT(reinterpret_cast<uint64_t>(p), r.base + r.size);
+  std::vector<char> args = AddOneArgs(k, static_cast<int*>(p), kN);
+  ASSERT_EQ(b_->AddKernelNode(&kernel, g, {alloc}, k, dim3(1), dim3(kN), 0, args.data()),
+            cudaSuccess);
+  ASSERT_EQ(b_->AddMemFreeNode(&free_node, g, {kernel}, p), cudaSuccess);
+  cudaGraphNode_t bad;
+  EXPECT_EQ(b_->AddMemFreeNode(&bad, g, {}, Malloc(64)), cudaErrorInvalidValue);  // not graph memory
+  cudaGraphExec_t exec;
+  ASSERT_EQ(b_->cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  int v = 0;
+  ASSERT_EQ(b_->Memcpy(&v, p, sizeof(v), cudaMemcpyDeviceToHost, s, false), cudaSuccess);
+  EXPECT_EQ(v, 2);
+  // The executable still holds the memory after the graph is gone.
+  ASSERT_EQ(b_->cudaGraphDestroy(g), cudaSuccess);
+  ASSERT_EQ(b_->Memcpy(&v, p, sizeof(v), cudaMemcpyDeviceToHost, s, false), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(b_->Memcpy(&v, p, sizeof(v), cudaMemcpyDeviceToHost, s, false),
+            cudaErrorInvalidValue);
+}
+
 TEST_F(HostBackendTest, ResetDropsEverything) {
   void* p = Malloc(1 << 20);
   ASSERT_EQ(b_->cudaMemset(p, 1, 1 << 20), cudaSuccess);
