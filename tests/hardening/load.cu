@@ -5,9 +5,11 @@
 // every thread checks on the device that no request was lost, duplicated or
 // reordered, and that the burst arrived byte for byte.
 //
-//   load <seconds>      prints "LOAD calls=<n> seconds=<s> threads=<t>" and
+//   load <seconds> [--no_mark_steps]
+//                       prints "LOAD calls=<n> seconds=<s> threads=<t>" and
 //                       "PASS hardening_load"
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <atomic>
 #include <chrono>
@@ -33,6 +35,19 @@ constexpr size_t kBurstBytes = 512 << 10;
 unsigned char Pattern(int thread, int copy, size_t i) {
   return static_cast<unsigned char>((thread * 131 + copy * 31 + i * 7 + (i >> 9)) & 0xff);
 }
+
+// revenantMarkStep() when running under Revenant (nullptr natively): thread 0
+// marks a minibatch boundary at each of its checkpoints, as a training loop
+// does once per step, so the journal's minibatch log is cleared as it would
+// be in training. (This loop uploads no input batch, so the automatic
+// boundary detector finds none; without marks every call stays in the setup
+// log: see docs/reliability.md.)
+using MarkStepFn = void (*)();
+MarkStepFn MarkStep() {
+  static MarkStepFn fn = reinterpret_cast<MarkStepFn>(dlsym(RTLD_DEFAULT, "revenantMarkStep"));
+  return fn;
+}
+bool g_mark_steps = true;
 
 struct Result {
   long long calls = 0;
@@ -77,6 +92,7 @@ void Worker(int t, double seconds, Result* result) {
       CHECK_CUDA(cudaStreamSynchronize(s));
       calls += 2;
       EXPECT_APP(*now == seq, "thread %d: state %d after step %d", t, *now, seq);
+      if (t == 0 && g_mark_steps && MarkStep() != nullptr) MarkStep()();
       if (std::chrono::steady_clock::now() >= end) break;
     }
   }
@@ -130,6 +146,7 @@ void Worker(int t, double seconds, Result* result) {
 
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 10.0;
+  g_mark_steps = !(argc > 2 && std::strcmp(argv[2], "--no_mark_steps") == 0);
   std::vector<Result> results(kThreads);
   std::vector<std::thread> threads;
   const auto t0 = std::chrono::steady_clock::now();
