@@ -59,7 +59,9 @@ uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
   X(cuLaunchCooperativeKernel)                            \
   X(cuFuncGetAttribute)                                   \
   X(cuFuncSetAttribute)                                   \
-  X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) \
+  X(cuGraphAddKernelNode)                                 \
+  X(cuGraphExecKernelNodeSetParams)
 
 struct Driver {
 #define REVENANT_DECLARE(name) decltype(&::name) name = nullptr;
@@ -90,6 +92,9 @@ struct Driver {
 // calls used here return (invalid value, out of memory, invalid handle,
 // launch failures, cooperative launch too large...).
 cudaError_t FromCu(CUresult r) { return static_cast<cudaError_t>(r); }
+
+// Host nodes: the function lives as long as the backend's graphs (until Reset).
+void HostNodeTrampoline(void* data) { (*static_cast<std::function<void()>*>(data))(); }
 
 void HostFuncTrampoline(void* data) {
   auto* fn = static_cast<std::function<void()>*>(data);
@@ -476,6 +481,56 @@ class CudaBackend : public Backend {
     return ::cudaGraphExecDestroy(exec);
   }
 
+  // Graphs built node by node: the runtime's graphs, kernel nodes through the
+  // driver (kernels are CUfunctions). Memory alloc/free nodes are not
+  // supported (the default): graph memory would come from the runtime's
+  // pools, outside the fixed device range the agent checks and replays.
+  cudaError_t AddKernelNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                            const std::vector<cudaGraphNode_t>& deps, const KernelInfo& kernel,
+                            dim3 grid, dim3 block, size_t shared_bytes,
+                            const void* packed_args) override;
+  cudaError_t AddMemsetNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                            const std::vector<cudaGraphNode_t>& deps,
+                            const cudaMemsetParams& params) override;
+  cudaError_t AddMemcpyNode1D(cudaGraphNode_t* node, cudaGraph_t graph,
+                              const std::vector<cudaGraphNode_t>& deps, void* dst,
+                              const void* src, size_t count, cudaMemcpyKind kind) override;
+  cudaError_t AddHostNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                          const std::vector<cudaGraphNode_t>& deps,
+                          std::function<void()> fn) override;
+  cudaError_t AddEmptyNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                           const std::vector<cudaGraphNode_t>& deps) override {
+    Bind();
+    return ::cudaGraphAddEmptyNode(node, graph, deps.data(), deps.size());
+  }
+  cudaError_t GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) override;
+  cudaError_t ExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                      const KernelInfo& kernel, dim3 grid, dim3 block,
+                                      size_t shared_bytes, const void* packed_args) override;
+  cudaError_t ExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph,
+                         cudaGraphExecUpdateResultInfo* info) override {
+    Bind();
+    return ::cudaGraphExecUpdate(exec, graph, info);
+  }
+  cudaError_t BeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
+                                  const std::vector<cudaGraphNode_t>& deps,
+                                  cudaStreamCaptureMode mode) override {
+    Bind();
+    return ::cudaStreamBeginCaptureToGraph(stream, graph, deps.data(), nullptr, deps.size(),
+                                           mode);
+  }
+  cudaError_t GetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status,
+                             unsigned long long* id, cudaGraph_t* graph,
+                             std::vector<cudaGraphNode_t>* deps) override;
+  cudaError_t UpdateCaptureDependencies(cudaStream_t stream,
+                                        const std::vector<cudaGraphNode_t>& deps,
+                                        unsigned int flags) override {
+    Bind();
+    std::vector<cudaGraphNode_t> copy = deps;
+    return ::cudaStreamUpdateCaptureDependencies(stream, copy.data(), nullptr, copy.size(),
+                                                 flags);
+  }
+
  private:
   struct PendingFree {
     uint64_t addr;
@@ -567,6 +622,8 @@ class CudaBackend : public Backend {
   };
   absl::flat_hash_map<uint64_t, Module> modules_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<CUfunction> kernels_ ABSL_GUARDED_BY(mu_);
+  // Functions of host nodes (a graph and its clones and executables may run them).
+  std::vector<std::unique_ptr<std::function<void()>>> host_node_fns_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOptions& options) {
@@ -1026,6 +1083,147 @@ cudaError_t CudaBackend::LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 
   return FromCu(r);
 }
 
+// --- Graphs built node by node --------------------------------------------------------------
+
+namespace {
+// The driver's view of a kernel node (pointers into `packed_args`, which the
+// driver copies when the node is created or updated).
+CUDA_KERNEL_NODE_PARAMS DriverKernelParams(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                           size_t shared_bytes, const void* packed_args,
+                                           std::vector<void*>* params) {
+  params->clear();
+  const char* base = static_cast<const char*>(packed_args);
+  for (const KernelInfo::Param& p : kernel.params) {
+    params->push_back(const_cast<char*>(base + p.offset));
+  }
+  CUDA_KERNEL_NODE_PARAMS kp = {};
+  kp.func = static_cast<CUfunction>(const_cast<void*>(kernel.handle));
+  kp.gridDimX = grid.x;
+  kp.gridDimY = grid.y;
+  kp.gridDimZ = grid.z;
+  kp.blockDimX = block.x;
+  kp.blockDimY = block.y;
+  kp.blockDimZ = block.z;
+  kp.sharedMemBytes = static_cast<unsigned int>(shared_bytes);
+  kp.kernelParams = params->empty() ? nullptr : params->data();
+  return kp;
+}
+}  // namespace
+
+cudaError_t CudaBackend::AddKernelNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                       const std::vector<cudaGraphNode_t>& deps,
+                                       const KernelInfo& kernel, dim3 grid, dim3 block,
+                                       size_t shared_bytes, const void* packed_args) {
+  Bind();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!KnownKernel(kernel.handle)) return cudaErrorInvalidDeviceFunction;
+  }
+  if (!kernel.params.empty() && packed_args == nullptr) return cudaErrorInvalidValue;
+  if (shared_bytes > 0xffffffffull) return cudaErrorInvalidValue;
+  std::vector<void*> params;
+  CUDA_KERNEL_NODE_PARAMS kp =
+      DriverKernelParams(kernel, grid, block, shared_bytes, packed_args, &params);
+  CUgraphNode n = nullptr;
+  CUresult r = drv_.cuGraphAddKernelNode(&n, reinterpret_cast<CUgraph>(graph),
+                                         reinterpret_cast<const CUgraphNode*>(deps.data()),
+                                         deps.size(), &kp);
+  if (r != CUDA_SUCCESS) return FromCu(r);
+  *node = reinterpret_cast<cudaGraphNode_t>(n);
+  return cudaSuccess;
+}
+
+cudaError_t CudaBackend::ExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                 const KernelInfo& kernel, dim3 grid, dim3 block,
+                                                 size_t shared_bytes, const void* packed_args) {
+  Bind();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!KnownKernel(kernel.handle)) return cudaErrorInvalidDeviceFunction;
+  }
+  if (!kernel.params.empty() && packed_args == nullptr) return cudaErrorInvalidValue;
+  if (shared_bytes > 0xffffffffull) return cudaErrorInvalidValue;
+  std::vector<void*> params;
+  CUDA_KERNEL_NODE_PARAMS kp =
+      DriverKernelParams(kernel, grid, block, shared_bytes, packed_args, &params);
+  return FromCu(drv_.cuGraphExecKernelNodeSetParams(reinterpret_cast<CUgraphExec>(exec),
+                                                    reinterpret_cast<CUgraphNode>(node), &kp));
+}
+
+cudaError_t CudaBackend::AddMemsetNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                       const std::vector<cudaGraphNode_t>& deps,
+                                       const cudaMemsetParams& p) {
+  Bind();
+  if (p.width == 0 || p.height == 0 || (p.elementSize != 1 && p.elementSize != 2 &&
+                                        p.elementSize != 4)) {
+    return cudaErrorInvalidValue;
+  }
+  const size_t row = p.width * p.elementSize;
+  const size_t pitch = p.height > 1 ? p.pitch : row;
+  if (pitch < row) return cudaErrorInvalidValue;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!DeviceAccessible(p.dst, pitch * (p.height - 1) + row)) return cudaErrorInvalidValue;
+  }
+  return ::cudaGraphAddMemsetNode(node, graph, deps.data(), deps.size(), &p);
+}
+
+cudaError_t CudaBackend::AddMemcpyNode1D(cudaGraphNode_t* node, cudaGraph_t graph,
+                                         const std::vector<cudaGraphNode_t>& deps, void* dst,
+                                         const void* src, size_t count, cudaMemcpyKind kind) {
+  Bind();
+  if (count == 0 || dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+  {
+    // Both sides stay valid for every launch: device memory or shared host memory.
+    absl::MutexLock lock(&mu_);
+    if (!DeviceAccessible(dst, count) || !DeviceAccessible(src, count)) {
+      return cudaErrorInvalidValue;
+    }
+  }
+  return ::cudaGraphAddMemcpyNode1D(node, graph, deps.data(), deps.size(), dst, src, count, kind);
+}
+
+cudaError_t CudaBackend::AddHostNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                     const std::vector<cudaGraphNode_t>& deps,
+                                     std::function<void()> fn) {
+  if (!fn) return cudaErrorInvalidValue;
+  Bind();
+  auto heap = std::make_unique<std::function<void()>>(std::move(fn));
+  cudaHostNodeParams hp = {};
+  hp.fn = HostNodeTrampoline;
+  hp.userData = heap.get();
+  cudaError_t e = ::cudaGraphAddHostNode(node, graph, deps.data(), deps.size(), &hp);
+  if (e == cudaSuccess) {
+    absl::MutexLock lock(&mu_);
+    host_node_fns_.push_back(std::move(heap));
+  }
+  return e;
+}
+
+cudaError_t CudaBackend::GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) {
+  Bind();
+  size_t n = 0;
+  cudaError_t e = ::cudaGraphGetNodes(graph, nullptr, &n);
+  if (e != cudaSuccess) return e;
+  nodes->assign(n, nullptr);
+  if (n == 0) return cudaSuccess;
+  e = ::cudaGraphGetNodes(graph, nodes->data(), &n);
+  nodes->resize(n);
+  return e;
+}
+
+cudaError_t CudaBackend::GetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status,
+                                        unsigned long long* id, cudaGraph_t* graph,
+                                        std::vector<cudaGraphNode_t>* deps) {
+  Bind();
+  const cudaGraphNode_t* d = nullptr;
+  size_t n = 0;
+  cudaError_t e = ::cudaStreamGetCaptureInfo(stream, status, id, graph, &d, nullptr, &n);
+  if (e != cudaSuccess) return e;
+  if (deps != nullptr) deps->assign(d, d == nullptr ? d : d + n);
+  return cudaSuccess;
+}
+
 cudaError_t CudaBackend::cudaFuncGetAttributes(struct cudaFuncAttributes* attr,
                                                const void* func) {
   if (attr == nullptr) return cudaErrorInvalidValue;
@@ -1098,6 +1296,7 @@ cudaError_t CudaBackend::Reset() {
   execs_.clear();
   for (cudaGraph_t g : graphs_) ::cudaGraphDestroy(g);
   graphs_.clear();
+  host_node_fns_.clear();
   for (cudaEvent_t ev : events_) ::cudaEventDestroy(ev);
   events_.clear();
   for (cudaStream_t s : streams_) ::cudaStreamDestroy(s);
