@@ -4,7 +4,6 @@
 //
 // Input: up to four parts separated by "#REVSEG#": the setup log, the setup
 // payload file, the minibatch log and the minibatch payload file (segment 1).
-#include <dirent.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -22,12 +21,22 @@ constexpr absl::string_view kSeparator = "#REVSEG#";
 const char* const kNames[] = {"setup-000001.log", "setup-000001.payload",
                               "minibatch-000001.log", "minibatch-000001.payload"};
 
+const std::string& Dir();
+
+void RemoveDir() {
+  for (const char* name : kNames) unlink((Dir() + "/" + name).c_str());
+  rmdir(Dir().c_str());
+}
+
+// One directory per process, removed at exit.
 const std::string& Dir() {
   static const std::string dir = [] {
     char tmpl[] = "/tmp/revenant-journal-fuzz-XXXXXX";
     if (mkdtemp(tmpl) == nullptr) std::abort();
     return std::string(tmpl);
   }();
+  static const bool registered = std::atexit(RemoveDir) == 0;
+  (void)registered;
   return dir;
 }
 
