@@ -155,6 +155,8 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
 
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // Journals, pid files and shared mappings are private to this user.
+  umask(077);
   const std::string minibatch = absl::GetFlag(FLAGS_minibatch);
   if (minibatch != "auto" && minibatch != "manual") {
     REVENANT_LOG(ERROR, "agent") << "--minibatch must be auto or manual, not " << minibatch;

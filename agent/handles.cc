@@ -11,7 +11,12 @@ bool HandleTable::IsPassThrough(api::HandleKind kind, uint64_t value) {
 uint64_t HandleTable::RegisterRaw(api::HandleKind kind, uint64_t backend_value) {
   PerKind& k = kinds_[static_cast<int>(kind)];
   auto it = k.to_virtual.find(backend_value);
-  if (it != k.to_virtual.end()) return it->second;
+  if (it != k.to_virtual.end()) {
+    // A replay's expected id belongs to this registration even when the
+    // object is already known: do not leave it for the next new handle.
+    k.expected = 0;
+    return it->second;
+  }
   uint64_t v = kVirtualTag | (static_cast<uint64_t>(kind) << 40) | k.next_serial++;
   if (k.expected != 0) {
     v = k.expected;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -243,10 +244,20 @@ int Session::MapSharedHost(uint64_t addr, uint64_t size, unsigned int flags,
     return cudaErrorInvalidValue;
   }
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return cudaErrorInvalidValue;
   void* want = reinterpret_cast<void*>(addr);
-  void* got = mmap(want, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
-  close(fd);
+  void* got = MAP_FAILED;
+  if (fd >= 0) {
+    got = mmap(want, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+    close(fd);
+  } else if (replaying_.load() && errno == ENOENT) {
+    // Replaying memory the application has freed since (its file is gone):
+    // the work replayed against it writes dead data, so private scratch at
+    // the same address serves; the replayed cudaFreeHost unmaps it.
+    got = mmap(want, size, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  } else {
+    return cudaErrorInvalidValue;
+  }
   if (got != want) {
     if (got != MAP_FAILED) munmap(got, size);
     REVENANT_LOG(ERROR, "agent") << "cannot map shared host memory at " << want << ": "
