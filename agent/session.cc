@@ -473,7 +473,19 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
       RecordEvent(job_root, "replacement_state_received", rank, 0,
                   absl::StrCat("minibatch ", minibatch));
     }
-    if (from_minibatch[i] && behind) continue;  // superseded by the survivors' state
+    if (from_minibatch[i] && behind) {
+      // Superseded by the survivors' state. A synchronous request the
+      // application still waits for is answered (without results: see
+      // docs/recovery.md, "When the survivors are a minibatch ahead").
+      const int slot = RequestJournal::ReplySlotOf(e);
+      if (slot >= 0 && static_cast<uint32_t>(slot) < channel_->reply_slots() &&
+          channel_->ReplySeq(slot) < seq) {
+        ReplyPrefix prefix;
+        std::memcpy(channel_->ReplyBuffer(slot), &prefix, sizeof(prefix));
+        channel_->PostReply(slot, seq, 0, kReplyPrefixSize);
+      }
+      continue;
+    }
     if (IsCopyIntoSharedHost(e, *this)) continue;
     // Put back what the application holds: addresses and handle ids.
     if (outcome != nullptr && outcome->status() == 0) {

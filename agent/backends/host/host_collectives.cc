@@ -693,9 +693,38 @@ absl::Status HostCollectiveBackend::RecoverComm(Comm& comm, Ordinal pending, boo
     o.size = comm.nranks;
     // Short: a member that died during the recovery makes the epoch fail,
     // and the next one (with its replacement) is formed.
-    o.timeout = std::min(absl::Seconds(8), deadline - absl::Now());
+    // Bounds the rendezvous (a member that died during the recovery makes
+    // the epoch fail and the next one form) and every later collective.
+    o.timeout = std::min(absl::Seconds(60), deadline - absl::Now());
+    // The rendezvous runs on a thread of its own so that a newer epoch
+    // (another member died meanwhile and was replaced) preempts it: every
+    // member then moves to the newest epoch instead of timing out in turn.
+    struct Pending {
+      std::mutex mu;
+      bool done = false;
+      absl::StatusOr<std::unique_ptr<collective::GlooEngine>> result =
+          absl::UnknownError("not finished");
+    };
+    auto rendezvous = std::make_shared<Pending>();
+    std::thread([rendezvous, o] {
+      auto r = collective::GlooEngine::Create(o);
+      std::lock_guard<std::mutex> lock(rendezvous->mu);
+      rendezvous->result = std::move(r);
+      rendezvous->done = true;
+    }).detach();
     absl::StatusOr<std::unique_ptr<collective::GlooEngine>> engine =
-        collective::GlooEngine::Create(o);
+        absl::AbortedError("a newer recovery epoch was declared");
+    while (true) {
+      {
+        std::lock_guard<std::mutex> lock(rendezvous->mu);
+        if (rendezvous->done) {
+          engine = std::move(rendezvous->result);
+          break;
+        }
+      }
+      if (ReadEpoch() > declared) break;  // abandoned: the thread cleans up
+      absl::SleepFor(absl::Milliseconds(20));
+    }
     if (!engine.ok()) {
       last = engine.status();
       REVENANT_LOG(WARNING, kLog) << "rank " << comm.rank << ": epoch " << declared
