@@ -55,7 +55,8 @@ std::map<int, size_t> DefaultLimits() {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<HostBackend>> HostBackend::Create(const BackendOptions& options) {
+absl::Status HostBackend::PrepareDevice(const BackendOptions& options, DeviceRange* range_out,
+                                        std::unique_ptr<hostkernel::HostKernelRegistry>* registry_out) {
   DeviceRange range = options.device_range;
   if (range.base == 0 && range.size == 0) {
     range.base = kDefaultDeviceBase + static_cast<uint64_t>(options.rank) * kDefaultDeviceSize;
@@ -103,6 +104,15 @@ absl::StatusOr<std::unique_ptr<HostBackend>> HostBackend::Create(const BackendOp
   REVENANT_LOG(DEBUG, kLog) << "device range [0x" << std::hex << range.base << ", 0x"
                             << range.base + range.size << std::dec << ") mapped, "
                             << (registry ? registry->Names().size() : 0) << " host kernels";
+  *range_out = range;
+  *registry_out = std::move(registry);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<HostBackend>> HostBackend::Create(const BackendOptions& options) {
+  DeviceRange range;
+  std::unique_ptr<hostkernel::HostKernelRegistry> registry;
+  if (absl::Status s = PrepareDevice(options, &range, &registry); !s.ok()) return s;
   return std::unique_ptr<HostBackend>(new HostBackend(range, std::move(registry)));
 }
 

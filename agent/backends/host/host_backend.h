@@ -233,6 +233,11 @@ class HostBackend : public Backend {
                                         unsigned int flags) override;
 
  protected:
+  // What Create does before constructing: picks the device range (the
+  // default for options.rank), loads the host kernel libraries and maps the
+  // range. For subclasses' factories.
+  static absl::Status PrepareDevice(const BackendOptions& options, DeviceRange* range,
+                                    std::unique_ptr<hostkernel::HostKernelRegistry>* registry);
   // For subclasses (host_collectives.h): `range` is already mapped, as
   // Create maps it; the destructor unmaps it.
   HostBackend(DeviceRange range, std::unique_ptr<hostkernel::HostKernelRegistry> registry);

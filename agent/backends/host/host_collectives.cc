@@ -81,44 +81,9 @@ bool ReadRandom(void* out, size_t n) {
 
 absl::StatusOr<std::unique_ptr<HostCollectiveBackend>> HostCollectiveBackend::Create(
     const BackendOptions& options) {
-  // Same preparation as HostBackend::Create: the range, the kernels, the map.
-  DeviceRange range = options.device_range;
-  if (range.base == 0 && range.size == 0) {
-    range.base = kDefaultDeviceBase + static_cast<uint64_t>(options.rank) * kDefaultDeviceSize;
-    range.size = kDefaultDeviceSize;
-  }
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  if (range.base == 0 || range.size == 0 || range.base % page != 0 || range.size % page != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("device range [0x", absl::Hex(range.base),
-                                                   ", +", range.size,
-                                                   ") must be non-empty and page aligned"));
-  }
+  DeviceRange range;
   std::unique_ptr<hostkernel::HostKernelRegistry> registry;
-  if (!options.host_kernel_libraries.empty()) {
-    absl::StatusOr<std::unique_ptr<hostkernel::HostKernelRegistry>> loaded =
-        hostkernel::HostKernelRegistry::Load(options.host_kernel_libraries);
-    if (!loaded.ok()) {
-      return absl::Status(loaded.status().code(),
-                          absl::StrCat("loading host kernel libraries (",
-                                       absl::StrJoin(options.host_kernel_libraries, ":"),
-                                       "): ", loaded.status().message()));
-    }
-    registry = std::move(*loaded);
-  }
-  void* mapped = mmap(reinterpret_cast<void*>(range.base), range.size, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-  if (mapped == MAP_FAILED) {
-    const int err = errno;
-    return absl::Status(
-        err == EEXIST ? absl::StatusCode::kAlreadyExists : absl::StatusCode::kResourceExhausted,
-        absl::StrCat("cannot map the device range at 0x", absl::Hex(range.base), ": ",
-                     strerror(err)));
-  }
-  if (mapped != reinterpret_cast<void*>(range.base)) {
-    munmap(mapped, range.size);
-    return absl::AlreadyExistsError(absl::StrCat(
-        "cannot map the device range at 0x", absl::Hex(range.base), ": already in use"));
-  }
+  if (absl::Status s = PrepareDevice(options, &range, &registry); !s.ok()) return s;
   auto backend = std::unique_ptr<HostCollectiveBackend>(
       new HostCollectiveBackend(range, std::move(registry)));
   if (!options.job_dir.empty()) {
