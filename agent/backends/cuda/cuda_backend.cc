@@ -481,6 +481,11 @@ class CudaBackend : public Backend {
     return ::cudaGraphExecDestroy(exec);
   }
 
+  // Validates a kernel node's launch and builds its driver parameters
+  // (`params` keeps the argument pointers alive for the call).
+  cudaError_t KernelNodeParams(const KernelInfo& kernel, dim3 grid, dim3 block,
+                               size_t shared_bytes, const void* packed_args,
+                               std::vector<void*>* params, CUDA_KERNEL_NODE_PARAMS* kp);
   // Graphs built node by node: the runtime's graphs, kernel nodes through the
   // driver (kernels are CUfunctions). Memory alloc/free nodes are not
   // supported (the default): graph memory would come from the runtime's
@@ -1110,10 +1115,10 @@ CUDA_KERNEL_NODE_PARAMS DriverKernelParams(const KernelInfo& kernel, dim3 grid, 
 }
 }  // namespace
 
-cudaError_t CudaBackend::AddKernelNode(cudaGraphNode_t* node, cudaGraph_t graph,
-                                       const std::vector<cudaGraphNode_t>& deps,
-                                       const KernelInfo& kernel, dim3 grid, dim3 block,
-                                       size_t shared_bytes, const void* packed_args) {
+cudaError_t CudaBackend::KernelNodeParams(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                          size_t shared_bytes, const void* packed_args,
+                                          std::vector<void*>* params,
+                                          CUDA_KERNEL_NODE_PARAMS* kp) {
   Bind();
   {
     absl::MutexLock lock(&mu_);
@@ -1121,9 +1126,20 @@ cudaError_t CudaBackend::AddKernelNode(cudaGraphNode_t* node, cudaGraph_t graph,
   }
   if (!kernel.params.empty() && packed_args == nullptr) return cudaErrorInvalidValue;
   if (shared_bytes > 0xffffffffull) return cudaErrorInvalidValue;
+  *kp = DriverKernelParams(kernel, grid, block, shared_bytes, packed_args, params);
+  return cudaSuccess;
+}
+
+cudaError_t CudaBackend::AddKernelNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                       const std::vector<cudaGraphNode_t>& deps,
+                                       const KernelInfo& kernel, dim3 grid, dim3 block,
+                                       size_t shared_bytes, const void* packed_args) {
   std::vector<void*> params;
-  CUDA_KERNEL_NODE_PARAMS kp =
-      DriverKernelParams(kernel, grid, block, shared_bytes, packed_args, &params);
+  CUDA_KERNEL_NODE_PARAMS kp;
+  if (cudaError_t e = KernelNodeParams(kernel, grid, block, shared_bytes, packed_args, &params, &kp);
+      e != cudaSuccess) {
+    return e;
+  }
   CUgraphNode n = nullptr;
   CUresult r = drv_.cuGraphAddKernelNode(&n, reinterpret_cast<CUgraph>(graph),
                                          reinterpret_cast<const CUgraphNode*>(deps.data()),
@@ -1136,16 +1152,12 @@ cudaError_t CudaBackend::AddKernelNode(cudaGraphNode_t* node, cudaGraph_t graph,
 cudaError_t CudaBackend::ExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
                                                  const KernelInfo& kernel, dim3 grid, dim3 block,
                                                  size_t shared_bytes, const void* packed_args) {
-  Bind();
-  {
-    absl::MutexLock lock(&mu_);
-    if (!KnownKernel(kernel.handle)) return cudaErrorInvalidDeviceFunction;
-  }
-  if (!kernel.params.empty() && packed_args == nullptr) return cudaErrorInvalidValue;
-  if (shared_bytes > 0xffffffffull) return cudaErrorInvalidValue;
   std::vector<void*> params;
-  CUDA_KERNEL_NODE_PARAMS kp =
-      DriverKernelParams(kernel, grid, block, shared_bytes, packed_args, &params);
+  CUDA_KERNEL_NODE_PARAMS kp;
+  if (cudaError_t e = KernelNodeParams(kernel, grid, block, shared_bytes, packed_args, &params, &kp);
+      e != cudaSuccess) {
+    return e;
+  }
   return FromCu(drv_.cuGraphExecKernelNodeSetParams(reinterpret_cast<CUgraphExec>(exec),
                                                     reinterpret_cast<CUgraphNode>(node), &kp));
 }

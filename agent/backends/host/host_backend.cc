@@ -973,11 +973,15 @@ cudaError_t HostBackend::cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
 
 // --- Graphs ------------------------------------------------------------------------------
 
+namespace {
+bool ValidCaptureMode(cudaStreamCaptureMode mode) {
+  return mode == cudaStreamCaptureModeGlobal || mode == cudaStreamCaptureModeThreadLocal ||
+         mode == cudaStreamCaptureModeRelaxed;
+}
+}  // namespace
+
 cudaError_t HostBackend::cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode) {
-  if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
-      mode != cudaStreamCaptureModeRelaxed) {
-    return cudaErrorInvalidValue;
-  }
+  if (!ValidCaptureMode(mode)) return cudaErrorInvalidValue;
   std::lock_guard<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
@@ -1397,10 +1401,7 @@ cudaError_t HostBackend::ExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph,
 cudaError_t HostBackend::BeginCaptureToGraph(cudaStream_t stream, cudaGraph_t graph,
                                              const std::vector<cudaGraphNode_t>& deps,
                                              cudaStreamCaptureMode mode) {
-  if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal &&
-      mode != cudaStreamCaptureModeRelaxed) {
-    return cudaErrorInvalidValue;
-  }
+  if (!ValidCaptureMode(mode)) return cudaErrorInvalidValue;
   std::lock_guard<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
