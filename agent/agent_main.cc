@@ -38,6 +38,8 @@ ABSL_FLAG(std::string, job_dir, "", "this rank's job directory (required)");
 ABSL_FLAG(int, rank, 0, "the rank this agent serves");
 ABSL_FLAG(std::string, backend, "host", "host (CPU device) or cuda");
 ABSL_FLAG(int, device, -1, "GPU ordinal for the cuda backend (-1: the rank)");
+ABSL_FLAG(std::string, collectives, "nccl",
+          "engine of the NCCL rows on the cuda backend: nccl or gloo (staged via host memory)");
 ABSL_FLAG(std::string, host_kernels, "",
           "colon-separated host kernel libraries (default: $REVENANT_HOST_KERNELS)");
 ABSL_FLAG(bool, die_with_parent, false, "exit when the launching process exits");
@@ -195,6 +197,12 @@ int Main(int argc, char** argv) {
   options.rank = gpu >= 0 ? gpu : absl::GetFlag(FLAGS_rank);
   options.device = absl::GetFlag(FLAGS_device) >= 0 ? absl::GetFlag(FLAGS_device) : options.rank;
   options.job_dir = job_dir;
+  options.collectives = absl::GetFlag(FLAGS_collectives);
+  if (options.collectives != "nccl" && options.collectives != "gloo") {
+    std::fprintf(stderr, "revenant-agent: --collectives must be nccl or gloo, not '%s'\n",
+                 options.collectives.c_str());
+    return 2;
+  }
   options.recovery_timeout_s = absl::GetFlag(FLAGS_recovery_timeout_s);
   options.chaos_kill_in_recovery = absl::GetFlag(FLAGS_chaos_in_recovery);
   std::string libs = absl::GetFlag(FLAGS_host_kernels);

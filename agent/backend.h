@@ -60,6 +60,10 @@ struct BackendOptions {
   // Fault injection: SIGKILL this agent when it starts recovering a
   // communicator as a survivor (a failure during recovery).
   bool chaos_kill_in_recovery = false;
+  // Collective engine behind the NCCL rows (cuda backend): "nccl" (the real
+  // libnccl) or "gloo" (Gloo staged through pinned host memory, so several
+  // ranks can share one GPU). The host backend always uses Gloo.
+  std::string collectives = "nccl";
 };
 
 // Where a replayed request comes from (Backend::SetReplayPhase).

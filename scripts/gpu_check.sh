@@ -5,6 +5,7 @@
 #   scripts/gpu_check.sh            # here: build + pack
 #   bash .gpu/run_gpu.sh            # on the GPU machine (carry .gpu)
 #   bash .gpu/run_gpu.sh nccl       # only the NCCL section (below)
+#   bash .gpu/run_gpu.sh MODE       # only the sections of scripts/gpu/ that run for MODE
 #
 # The runner executes every tests/apps program natively and under
 # `revenant-run --backend=cuda`, the integration programs under the cuda
@@ -46,6 +47,8 @@ cp "$root/tests/integration/agent_death_test.sh" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_gpu_test" "$bin/agent/backends/cuda/gpu_test_kernels.fatbin" "$out/"
 cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$root/bench/compare.sh" "$out/bench/"
 cp "$bin/tests/apps/train_mlp.bin" "$bin/tests/apps/collectives_all.bin" "$out/apps/"
+mkdir -p "$out/sections"
+cp "$root"/scripts/gpu/*.sh "$out/sections/" 2>/dev/null || true
 chmod -R u+w "$out"
 
 # Shared libraries the GPU machine may lack: everything our binaries import
@@ -159,6 +162,7 @@ bash "$G/bench/compare.sh" "$LOGS/bench.native.2.log" "$slog" | tee "$LOGS/bench
 fi  # MODE = all
 
 # ---- NCCL: real NCCL through the cuda backend ----------------------------------------
+if [ "$MODE" = all ] || [ "$MODE" = nccl ]; then
 export NCCL_NVLS_ENABLE=0
 if ldd "$G/revenant-agent" | grep -q "libnccl.*not found"; then
   d=$(dirname "$(find / -xdev -name 'libnccl.so.2' 2>/dev/null | head -1)")
@@ -281,6 +285,15 @@ if [ "$NGPU" -ge 2 ]; then
   if [ $rc -ne 124 ] && [ $rc -ne 137 ] && ! grep -q "timeout after" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
   record "chaos kill, 2 ranks: ended, bounded (rc=$rc, ${el%.*} s)" "$s" "$log"
 fi
+fi  # MODE = all or nccl
+# Sections of their own (scripts/gpu/*.sh, packed into sections/): each is
+# sourced here with MODE, G, RUN, LOGS and the helpers above (record, native,
+# revrun, checksum, walltime, now, calc) and decides from MODE whether it runs.
+for section in "$G"/sections/*.sh; do
+  [ -e "$section" ] || continue
+  # shellcheck disable=SC1090
+  . "$section"
+done
 echo
 echo "=== summary"
 pass=0; fail=0

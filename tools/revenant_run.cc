@@ -50,6 +50,11 @@ extern char** environ;
 
 ABSL_FLAG(int, n, 1, "number of ranks (application processes, one agent each)");
 ABSL_FLAG(std::string, backend, "host", "agent backend: host (CPU device) or cuda");
+ABSL_FLAG(std::string, collectives, "nccl",
+          "cuda backend: engine of the NCCL calls, nccl (real NCCL, one GPU per rank) or gloo "
+          "(staged through pinned host memory; several ranks may share a GPU)");
+ABSL_FLAG(int, gpus, 0,
+          "cuda backend: GPUs to spread the ranks over (rank r uses GPU r % gpus); 0: GPU r");
 ABSL_FLAG(std::string, host_kernels, "",
           "colon-separated host kernel libraries for the host backend");
 ABSL_FLAG(std::string, job_root, "/dev/shm", "where the per-job directory is made (tmpfs)");
@@ -246,7 +251,8 @@ void PrintTimeline(const std::string& path) {
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "revenant-run [-n N] [--backend=host|cuda] [--host_kernels=a.so:b.so] -- program args...");
+      "revenant-run [-n N] [--backend=host|cuda] [--collectives=nccl|gloo] [--gpus=G] "
+      "[--host_kernels=a.so:b.so] -- program args...");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   g_quiet = absl::GetFlag(FLAGS_quiet);
   std::vector<std::string> program(rest.begin() + 1, rest.end());
@@ -256,6 +262,14 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const int n = absl::GetFlag(FLAGS_n);
+  if (absl::GetFlag(FLAGS_collectives) != "nccl" && absl::GetFlag(FLAGS_collectives) != "gloo") {
+    std::fprintf(stderr, "revenant-run: --collectives must be nccl or gloo\n");
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_gpus) < 0) {
+    std::fprintf(stderr, "revenant-run: --gpus must be >= 0\n");
+    return 2;
+  }
   if (n < 1 || n > 1024) {
     std::fprintf(stderr, "revenant-run: -n must be between 1 and 1024\n");
     return 2;
@@ -350,7 +364,11 @@ int Main(int argc, char** argv) {
                                      absl::StrCat("--journal=", absl::GetFlag(FLAGS_journal)),
                                      "--die_with_parent"};
     // The agent uses the GPU of its local rank (one node: local rank = rank).
-    if (absl::GetFlag(FLAGS_backend) == "cuda") args.push_back(absl::StrCat("--device=", r));
+    if (absl::GetFlag(FLAGS_backend) == "cuda") {
+      const int gpus = absl::GetFlag(FLAGS_gpus);
+      args.push_back(absl::StrCat("--device=", gpus > 0 ? r % gpus : r));
+      args.push_back("--collectives=" + absl::GetFlag(FLAGS_collectives));
+    }
     if (absl::GetFlag(FLAGS_recover)) {
       args.push_back(absl::StrCat("--recovery_timeout_s=", absl::GetFlag(FLAGS_recovery_timeout)));
     }
