@@ -456,19 +456,26 @@ class CudaBackend : public Backend {
   cudaError_t cudaGraphDestroy(cudaGraph_t graph) override {
     Bind();
     if (!Untrack(&graphs_, graph)) return cudaErrorInvalidValue;
+    ReleaseGraphMemory(&graph_memory_, graph);
     return ::cudaGraphDestroy(graph);
   }
   cudaError_t cudaGraphClone(cudaGraph_t* clone, cudaGraph_t original) override {
     Bind();
     cudaError_t e = ::cudaGraphClone(clone, original);
-    if (e == cudaSuccess) Track(&graphs_, *clone);
+    if (e == cudaSuccess) {
+      Track(&graphs_, *clone);
+      ShareGraphMemory(original, &graph_memory_, *clone);
+    }
     return e;
   }
   cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
                                    unsigned long long flags) override {
     Bind();
     cudaError_t e = ::cudaGraphInstantiate(exec, graph, flags);
-    if (e == cudaSuccess) Track(&execs_, *exec);
+    if (e == cudaSuccess) {
+      Track(&execs_, *exec);
+      ShareGraphMemory(graph, &exec_memory_, *exec);
+    }
     return e;
   }
   cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) override {
@@ -478,6 +485,7 @@ class CudaBackend : public Backend {
   cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) override {
     Bind();
     if (!Untrack(&execs_, exec)) return cudaErrorInvalidValue;
+    ReleaseGraphMemory(&exec_memory_, exec);
     return ::cudaGraphExecDestroy(exec);
   }
 
@@ -487,9 +495,15 @@ class CudaBackend : public Backend {
                                size_t shared_bytes, const void* packed_args,
                                std::vector<void*>* params, CUDA_KERNEL_NODE_PARAMS* kp);
   // Graphs built node by node: the runtime's graphs, kernel nodes through the
-  // driver (kernels are CUfunctions). Memory alloc/free nodes are not
-  // supported (the default): graph memory would come from the runtime's
-  // pools, outside the fixed device range the agent checks and replays.
+  // driver (kernels are CUfunctions). Graph memory comes from the fixed
+  // device range, not from the runtime's pools: an alloc node allocates when
+  // it is added (so its address is deterministic and replayable) and becomes
+  // an empty node of the runtime's graph; a free node becomes an empty node
+  // too (it orders, nothing more). The memory lives as long as a graph or
+  // executable holding it (the graph, its clones, their executables), or
+  // until the application frees it with cudaFree/cudaFreeAsync; it goes back
+  // to the allocator at the next device-wide synchronization after that
+  // (a launch may still be using it), a point fixed by the call sequence.
   cudaError_t AddKernelNode(cudaGraphNode_t* node, cudaGraph_t graph,
                             const std::vector<cudaGraphNode_t>& deps, const KernelInfo& kernel,
                             dim3 grid, dim3 block, size_t shared_bytes,
@@ -508,6 +522,11 @@ class CudaBackend : public Backend {
     Bind();
     return ::cudaGraphAddEmptyNode(node, graph, deps.data(), deps.size());
   }
+  cudaError_t AddMemAllocNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                              const std::vector<cudaGraphNode_t>& deps, size_t bytesize,
+                              void** dptr) override;
+  cudaError_t AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                             const std::vector<cudaGraphNode_t>& deps, void* dptr) override;
   cudaError_t GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) override;
   cudaError_t ExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
                                       const KernelInfo& kernel, dim3 grid, dim3 block,
@@ -540,7 +559,14 @@ class CudaBackend : public Backend {
   struct PendingFree {
     uint64_t addr;
     cudaStream_t stream;
+    // Released only by a device-wide synchronization (graph memory: any
+    // stream may still run a launch that uses it).
+    bool device_wide = false;
   };
+  // Graph memory held by each graph or executable (addresses; the same
+  // address may be held by several: a graph, its clones and executables).
+  template <typename H>
+  using GraphMemory = absl::flat_hash_map<H, std::vector<uint64_t>>;
   struct Mapping {
     uint64_t start;
     uint64_t size;
@@ -603,6 +629,16 @@ class CudaBackend : public Backend {
   // `all`) to the allocator. Called only after a synchronize that covers them.
   void ReleasePendingFrees(cudaStream_t stream, bool all) ABSL_LOCKS_EXCLUDED(mu_);
   bool IsCapturing(cudaStream_t stream) const;
+  // Graph memory: `to` (a clone or an executable) holds what `from` holds;
+  // `holder` (destroyed) holds nothing any more, and memory nothing holds
+  // goes back at the next device-wide synchronization.
+  template <typename H>
+  void ShareGraphMemory(cudaGraph_t from, GraphMemory<H>* map, H to) ABSL_LOCKS_EXCLUDED(mu_);
+  template <typename H>
+  void ReleaseGraphMemory(GraphMemory<H>* map, H holder) ABSL_LOCKS_EXCLUDED(mu_);
+  // The application freed graph memory itself: no graph releases it again
+  // (nor, once the address is reused, the memory of another graph).
+  void ForgetGraphMemoryLocked(uint64_t addr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Driver drv_;
   const int device_;
@@ -629,6 +665,10 @@ class CudaBackend : public Backend {
   absl::flat_hash_set<CUfunction> kernels_ ABSL_GUARDED_BY(mu_);
   // Functions of host nodes (a graph and its clones and executables may run them).
   std::vector<std::unique_ptr<std::function<void()>>> host_node_fns_ ABSL_GUARDED_BY(mu_);
+  GraphMemory<cudaGraph_t> graph_memory_ ABSL_GUARDED_BY(mu_);
+  GraphMemory<cudaGraphExec_t> exec_memory_ ABSL_GUARDED_BY(mu_);
+  // Graph memory address -> how many graphs and executables hold it.
+  absl::flat_hash_map<uint64_t, int> graph_memory_refs_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOptions& options) {
@@ -785,7 +825,7 @@ cudaError_t CudaBackend::AllocateLocked(void** ptr, size_t size) {
 void CudaBackend::ReleasePendingFrees(cudaStream_t stream, bool all) {
   absl::MutexLock lock(&mu_);
   auto released = [&](const PendingFree& f) {
-    if (!all && f.stream != stream) return false;
+    if (!all && (f.device_wide || f.stream != stream)) return false;
     (void)allocator_.Free(f.addr);
     return true;
   };
@@ -822,6 +862,7 @@ cudaError_t CudaBackend::cudaFree(void* ptr) {
       if (f.addr == Addr(ptr)) return cudaErrorInvalidValue;  // already freed (async)
     }
     if (!allocator_.Free(Addr(ptr)).ok()) return cudaErrorInvalidValue;
+    ForgetGraphMemoryLocked(Addr(ptr));
   }
   ReleasePendingFrees(nullptr, /*all=*/true);
   return sync;
@@ -851,6 +892,7 @@ cudaError_t CudaBackend::cudaFreeAsync(void* ptr, cudaStream_t stream) {
     if (f.addr == Addr(ptr)) return cudaErrorInvalidValue;
   }
   pending_frees_.push_back(PendingFree{Addr(ptr), stream});
+  ForgetGraphMemoryLocked(Addr(ptr));
   return cudaSuccess;
 }
 
@@ -1212,6 +1254,83 @@ cudaError_t CudaBackend::AddHostNode(cudaGraphNode_t* node, cudaGraph_t graph,
   return e;
 }
 
+cudaError_t CudaBackend::AddMemAllocNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                         const std::vector<cudaGraphNode_t>& deps,
+                                         size_t bytesize, void** dptr) {
+  if (node == nullptr || dptr == nullptr || bytesize == 0) return cudaErrorInvalidValue;
+  Bind();
+  void* p = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!graphs_.contains(graph)) return cudaErrorInvalidValue;
+    // From the fixed range, now: the same sequence of calls gives the same
+    // address in a replacement agent, and copies and memsets accept it.
+    if (cudaError_t e = AllocateLocked(&p, bytesize); e != cudaSuccess) return e;
+  }
+  cudaError_t e = ::cudaGraphAddEmptyNode(node, graph, deps.data(), deps.size());
+  absl::MutexLock lock(&mu_);
+  if (e != cudaSuccess) {
+    (void)allocator_.Free(Addr(p));  // never handed out
+    return e;
+  }
+  graph_memory_[graph].push_back(Addr(p));
+  graph_memory_refs_[Addr(p)] = 1;
+  *dptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t CudaBackend::AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                        const std::vector<cudaGraphNode_t>& deps, void* dptr) {
+  if (node == nullptr) return cudaErrorInvalidValue;
+  Bind();
+  {
+    absl::MutexLock lock(&mu_);
+    // Only graph memory (of this or another graph) may be freed by a node.
+    if (!graph_memory_refs_.contains(Addr(dptr))) return cudaErrorInvalidValue;
+  }
+  return ::cudaGraphAddEmptyNode(node, graph, deps.data(), deps.size());
+}
+
+template <typename H>
+void CudaBackend::ShareGraphMemory(cudaGraph_t from, GraphMemory<H>* map, H to) {
+  absl::MutexLock lock(&mu_);
+  auto it = graph_memory_.find(from);
+  if (it == graph_memory_.end() || it->second.empty()) return;
+  std::vector<uint64_t>& held = (*map)[to];
+  for (uint64_t a : it->second) {
+    auto ref = graph_memory_refs_.find(a);
+    if (ref == graph_memory_refs_.end()) continue;
+    ++ref->second;
+    held.push_back(a);
+  }
+}
+
+template <typename H>
+void CudaBackend::ReleaseGraphMemory(GraphMemory<H>* map, H holder) {
+  absl::MutexLock lock(&mu_);
+  auto it = map->find(holder);
+  if (it == map->end()) return;
+  for (uint64_t a : it->second) {
+    auto ref = graph_memory_refs_.find(a);
+    if (ref == graph_memory_refs_.end() || --ref->second > 0) continue;
+    graph_memory_refs_.erase(ref);
+    // A launch of an executable holding it may still run on any stream.
+    pending_frees_.push_back(PendingFree{a, nullptr, /*device_wide=*/true});
+  }
+  map->erase(it);
+}
+
+void CudaBackend::ForgetGraphMemoryLocked(uint64_t addr) {
+  if (graph_memory_refs_.erase(addr) == 0) return;
+  auto drop = [addr](auto* map) {
+    for (auto& [holder, held] : *map) {
+      held.erase(std::remove(held.begin(), held.end(), addr), held.end());
+    }
+  };
+  drop(&graph_memory_);
+  drop(&exec_memory_);
+}
+
 cudaError_t CudaBackend::GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) {
   Bind();
   size_t n = 0;
@@ -1309,6 +1428,9 @@ cudaError_t CudaBackend::Reset() {
   for (cudaGraph_t g : graphs_) ::cudaGraphDestroy(g);
   graphs_.clear();
   host_node_fns_.clear();
+  graph_memory_.clear();
+  exec_memory_.clear();
+  graph_memory_refs_.clear();
   for (cudaEvent_t ev : events_) ::cudaEventDestroy(ev);
   events_.clear();
   for (cudaStream_t s : streams_) ::cudaStreamDestroy(s);

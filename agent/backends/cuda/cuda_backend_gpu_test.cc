@@ -8,7 +8,8 @@
 // then runs ranks 0 and 1 concurrently, and checks that a second backend of a
 // rank whose range is taken fails with a clear error. Each child also checks
 // copies, memsets, pointer validation, streams, events, host callbacks, a
-// kernel from a fat binary, function attributes, occupancy and Reset.
+// kernel from a fat binary, function attributes, occupancy, graph memory
+// (alloc/free nodes) and Reset.
 // Prints "PASS cuda_backend_gpu_test" as its last line on success.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -64,6 +65,87 @@ std::string Flag(int argc, char** argv, const std::string& name, const std::stri
 
 void Addr(const char* name, const void* p) {
   std::printf("ADDR %s %p\n", name, p);
+}
+
+// Graph memory: alloc/free nodes take memory from the fixed range when they
+// are added (the addresses are printed, so the two agents compare them); the
+// memory lives with the graphs and executables holding it. `fill` is
+// fill_u32, `out` a device buffer of at least 4096 bytes.
+void GraphMemory(Backend* b, const KernelInfo& fill, void* out, const DeviceRange& range) {
+  constexpr uint32_t kCount = 1024;
+  cudaStream_t s = nullptr;
+  EXPECT_ERR(b->cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaGraph_t g = nullptr;
+  EXPECT_ERR(b->cudaGraphCreate(&g, 0), cudaSuccess);
+  cudaGraphNode_t alloc = nullptr, kernel = nullptr, copy = nullptr, free_node = nullptr;
+  void* gm = nullptr;
+  EXPECT_ERR(b->AddMemAllocNode(&alloc, g, {}, kCount * 4, &gm), cudaSuccess);
+  const uint64_t ga = reinterpret_cast<uint64_t>(gm);
+  EXPECT(ga >= range.base && ga - range.base < range.size);
+  Addr("graph_alloc", gm);
+  std::vector<char> args(fill.args_size, 0);
+  const uint32_t count = kCount, value = 100;
+  const unsigned char add = 1;
+  std::memcpy(args.data() + fill.params[0].offset, &gm, 8);
+  std::memcpy(args.data() + fill.params[1].offset, &count, 4);
+  std::memcpy(args.data() + fill.params[2].offset, &value, 4);
+  std::memcpy(args.data() + fill.params[3].offset, &add, 1);
+  EXPECT_ERR(b->AddKernelNode(&kernel, g, {alloc}, fill, dim3(kCount / 128), dim3(128), 0,
+                              args.data()),
+             cudaSuccess);
+  // The graph's memory is a valid source for a copy node, as a device buffer is.
+  EXPECT_ERR(b->AddMemcpyNode1D(&copy, g, {kernel}, out, gm, kCount * 4,
+                                cudaMemcpyDeviceToDevice),
+             cudaSuccess);
+  EXPECT_ERR(b->AddMemFreeNode(&free_node, g, {copy}, gm), cudaSuccess);
+  cudaGraphNode_t bad = nullptr;
+  EXPECT_ERR(b->AddMemFreeNode(&bad, g, {}, out), cudaErrorInvalidValue);  // not graph memory
+  void* none = nullptr;
+  EXPECT_ERR(b->AddMemAllocNode(&bad, reinterpret_cast<cudaGraph_t>(0x10), {}, 64, &none),
+             cudaErrorInvalidValue);
+  std::vector<cudaGraphNode_t> nodes;
+  EXPECT_ERR(b->GraphGetNodes(g, &nodes), cudaSuccess);
+  EXPECT(nodes.size() == 4);
+  cudaGraph_t clone = nullptr;
+  EXPECT_ERR(b->cudaGraphClone(&clone, g), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  EXPECT_ERR(b->cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  EXPECT_ERR(b->cudaMemsetAsync(out, 0, kCount * 4, s), cudaSuccess);
+  EXPECT_ERR(b->cudaGraphLaunch(exec, s), cudaSuccess);
+  EXPECT_ERR(b->cudaGraphLaunch(exec, s), cudaSuccess);  // the same address every launch
+  EXPECT_ERR(b->cudaStreamSynchronize(s), cudaSuccess);
+  std::vector<uint32_t> got(kCount, 0);
+  EXPECT_ERR(b->Memcpy(got.data(), out, kCount * 4, cudaMemcpyDeviceToHost, s, false),
+             cudaSuccess);
+  EXPECT(got[0] == 100 && got[kCount - 1] == 100 + kCount - 1);
+
+  // Held by the clone after the graph and its executable are gone.
+  EXPECT_ERR(b->cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_ERR(b->cudaGraphDestroy(g), cudaSuccess);
+  EXPECT_ERR(b->cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_ERR(b->Memcpy(got.data(), gm, 4, cudaMemcpyDeviceToHost, nullptr, false), cudaSuccess);
+  EXPECT_ERR(b->cudaGraphDestroy(clone), cudaSuccess);
+  // Released at the next device-wide synchronization, then reused.
+  EXPECT_ERR(b->cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_ERR(b->Memcpy(got.data(), gm, 4, cudaMemcpyDeviceToHost, nullptr, false),
+             cudaErrorInvalidValue);
+
+  // Graph memory the application frees itself is not freed again with its graph.
+  cudaGraph_t g2 = nullptr;
+  void* gm2 = nullptr;
+  void* reused = nullptr;
+  EXPECT_ERR(b->cudaGraphCreate(&g2, 0), cudaSuccess);
+  EXPECT_ERR(b->AddMemAllocNode(&alloc, g2, {}, kCount * 4, &gm2), cudaSuccess);
+  Addr("graph_alloc_2", gm2);
+  EXPECT_ERR(b->cudaFree(gm2), cudaSuccess);
+  EXPECT_ERR(b->cudaMalloc(&reused, kCount * 4), cudaSuccess);
+  Addr("after_graph_free", reused);
+  EXPECT_ERR(b->cudaGraphDestroy(g2), cudaSuccess);
+  EXPECT_ERR(b->cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_ERR(b->Memcpy(got.data(), reused, 4, cudaMemcpyDeviceToHost, nullptr, false),
+             cudaSuccess);
+  EXPECT_ERR(b->cudaFree(reused), cudaSuccess);
+  EXPECT_ERR(b->cudaStreamDestroy(s), cudaSuccess);
 }
 
 // One agent's life: a fixed call sequence.
@@ -199,6 +281,7 @@ int Child(int rank, const std::string& fatbin, int hold_ms, bool block_range) {
                cudaSuccess);
     EXPECT_ERR(b->cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(0x1234)),
                cudaErrorInvalidDeviceFunction);
+    GraphMemory(b, *k, f, range);
   }
 
   if (hold_ms > 0) {
