@@ -1,0 +1,47 @@
+# GPU section: graphs on the cuda backend (sourced by .gpu/run_gpu.sh with MODE,
+# G, RUN, LOGS and record; runs for MODE "all" or "graphs").
+#
+# The main runner already runs tests/apps/graphs natively and under the cuda
+# backend. This section adds:
+#   1. the same run under the cuda backend with REVENANT_DIAGNOSTICS=1 (every
+#      submission logged by the agent); on failure it prints the last
+#      submissions and the agent's warnings, so the failing row is named;
+#   2. the same run with the agent's journal off (tells a graph failure of the
+#      backend from one of the journal);
+#   3. the cuda backend's GPU test in graphs mode only (MODE all runs it in the
+#      main runner): graph memory from the fixed range, same addresses in a
+#      second agent (the graph_alloc lines).
+if [ "$MODE" = all ] || [ "$MODE" = graphs ]; then
+  echo
+  echo "=== graphs on the cuda backend"
+  log="$LOGS/graphs.cuda.diag.log"
+  REVENANT_DIAGNOSTICS=1 timeout 150 $RUN -n 1 --backend=cuda --timeout=120 -- \
+    "$G/apps/graphs.bin" >"$log" 2>&1; rc=$?
+  if [ $rc -eq 0 ] && grep -q "^\[r0\] PASS graphs" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+  record "graphs cuda, REVENANT_DIAGNOSTICS=1" "$s" "$log"
+  if [ "$s" != PASS ]; then
+    echo "   last submissions before the failure:"
+    grep "submit seq" "$log" | tail -n 12 | sed 's/^/   | /'
+    echo "   failures and agent warnings:"
+    grep -E "FAIL|not supported|WARNING|ERROR|error" "$log" | grep -v "submit seq" | head -n 12 |
+      sed 's/^/   | /'
+  fi
+  echo "   submissions logged: $(grep -c "submit seq" "$log" || true); graph rows among them:"
+  grep "submit seq" "$log" | grep -o "cudaGraph[A-Za-z0-9]*" | sort | uniq -c | sed 's/^/   | /'
+
+  log="$LOGS/graphs.cuda.nojournal.log"
+  timeout 150 $RUN --journal=false -n 1 --backend=cuda --timeout=120 -- \
+    "$G/apps/graphs.bin" >"$log" 2>&1; rc=$?
+  if [ $rc -eq 0 ] && grep -q "^\[r0\] PASS graphs" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+  record "graphs cuda, agent journal off" "$s" "$log"
+
+  if [ "$MODE" = graphs ]; then
+    log="$LOGS/cuda_backend_gpu_test.graphs.log"
+    timeout 240 "$G/cuda_backend_gpu_test" --fatbin="$G/gpu_test_kernels.fatbin" >"$log" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q "^PASS cuda_backend_gpu_test" "$log"; then s=PASS
+    else s="FAIL (rc=$rc)"; fi
+    record "cuda_backend_gpu_test (graph memory, same addresses)" "$s" "$log"
+    grep -E "^ADDR graph|^ADDR after_graph|same device|^FAIL" "$log" | head -n 12 | sed 's/^/   | /'
+  fi
+fi
