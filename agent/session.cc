@@ -179,6 +179,10 @@ void Session::Execute(const transport::RecordHeader& rec) {
     ReplyPrefix prefix;
     prefix.deferred_error = deferred_error_;
     deferred_error_ = 0;
+    if (nccl && CarriesNcclDeferredError(static_cast<api::ApiId>(rec.api_id))) {
+      prefix.nccl_deferred_error = nccl_deferred_error_;
+      nccl_deferred_error_ = 0;
+    }
     std::memcpy(reply, &prefix, sizeof(prefix));
     if (options_.journal != nullptr) {
       absl::Status s = options_.journal->AfterExecute(
@@ -190,8 +194,17 @@ void Session::Execute(const transport::RecordHeader& rec) {
   } else if (status != 0) {
     REVENANT_LOG(DEBUG, "agent") << traits.name << " (async, seq " << rec.seq
                                  << ") failed with " << status;
-    if (deferred_error_ == 0) deferred_error_ = status;
+    // An NCCL error is NCCL's, never a CUDA error: it waits for the next
+    // synchronous NCCL call (docs/design.md, "NCCL calls").
+    int32_t& deferred = nccl ? nccl_deferred_error_ : deferred_error_;
+    if (deferred == 0) deferred = status;
   }
+}
+
+bool Session::CarriesNcclDeferredError(api::ApiId id) {
+  // Every synchronous NCCL row that names or creates a communicator; the
+  // library-wide queries (version, unique id) do not.
+  return id != api::ApiId::ncclGetVersion && id != api::ApiId::ncclGetUniqueId;
 }
 
 absl::string_view Session::CapturedPayload(const transport::RecordHeader& rec) const {

@@ -121,6 +121,10 @@ class Session {
 
   // First error of an asynchronous request since the last reply.
   int32_t deferred_error_ = 0;
+  // First error of an asynchronous NCCL request since the last reply to a
+  // synchronous NCCL request that carries it (CarriesNcclDeferredError).
+  int32_t nccl_deferred_error_ = 0;
+  static bool CarriesNcclDeferredError(api::ApiId id);
 
   mutable std::mutex shared_mu_;
   std::map<uint64_t, uint64_t> shared_host_;  // addr -> size

@@ -156,6 +156,8 @@ void Validate(const std::vector<Function>& fns) {
       if (p.handle() != pb::NO_HANDLE && k == Kind::kInBytes)
         Die(f.name() + "." + p.name() + ": a handle cannot be a byte buffer");
     }
+    if ((!f.shim_check().empty() || !f.shim_done().empty()) && f.support() != pb::GENERATED)
+      Die(f.name() + ": shim_check/shim_done belong to generated stubs");
     if (f.mode() == pb::ASYNC && out_params > 0)
       Die(f.name() + ": an ASYNC call cannot have OUT parameters");
     if (f.mode() == pb::LOCAL && f.support() == pb::GENERATED)
@@ -250,6 +252,11 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
       << "  return " << NotSupported(f) << ";\n}\n\n";
     return;
   }
+  // Checks the native library makes at the call, before anything is sent.
+  if (!f.shim_check().empty()) {
+    s << "  {\n    const int32_t check_ = static_cast<int32_t>(" << f.shim_check() << ");\n"
+      << "    if (check_ != 0) return static_cast<" << f.returns() << ">(check_);\n  }\n";
+  }
   // Kernel handles are resolved before the request is opened: resolving may
   // itself send a request, and an open Call holds the ring.
   for (const Param& p : f.params()) {
@@ -300,9 +307,12 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
     << unreachable << "));\n";
   bool has_out = false;
   for (const Param& p : f.params()) has_out |= KindOf(f, p) != Kind::kValue && KindOf(f, p) != Kind::kInBytes;
-  if (has_out) {
-    s << "  if (call_.status() == 0) {\n"
-      << "    ::revenant::wire::Decoder& reply_ = call_.reply();\n";
+  // OUT values and shim_done follow the agent's own status: a deferred NCCL
+  // error returned by this call (docs/design.md, "NCCL calls") does not undo
+  // what the call did.
+  if (has_out || !f.shim_done().empty()) {
+    s << "  if (call_.executed_status() == 0) {\n";
+    if (has_out) s << "    ::revenant::wire::Decoder& reply_ = call_.reply();\n";
     for (const Param& p : f.params()) {
       Kind k = KindOf(f, p);
       if (k == Kind::kValue || k == Kind::kInBytes) continue;
@@ -310,6 +320,7 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
       s << "    if (" << n << " != nullptr) call_.CopyOut(reply_, " << n << ", "
         << (k == Kind::kOutBytes ? "(" + p.length() + ")" : "sizeof(*" + n + ")") << ");\n";
     }
+    if (!f.shim_done().empty()) s << "    " << f.shim_done() << ";\n";
     s << "  }\n";
   }
   s << "  return static_cast<" << f.returns() << ">(call_.status());\n}\n\n";
@@ -323,7 +334,7 @@ void EmitShim(const std::vector<Function>& fns, const std::string& dir) {
     << "// hand-written shim hook. Compiled against the real headers, so a row whose\n"
     << "// signature differs from CUDA's or NCCL's fails to compile.\n"
     << "#include <cuda_profiler_api.h>\n#include <cuda_runtime_api.h>\n#include <nccl.h>\n\n"
-    << "#include \"api/wire.h\"\n#include \"shim/call.h\"\n\n";
+    << "#include \"api/wire.h\"\n#include \"shim/call.h\"\n#include \"shim/nccl_checks.h\"\n\n";
   for (const Function& f : fns)
     if (HasGeneratedShim(f)) EmitShimStub(f, s);
   // NCCL's profiling aliases: pncclX is ncclX.

@@ -103,6 +103,13 @@ bool Call::Send() {
     SetLastError(prefix.deferred_error);
   }
   status_ = static_cast<int32_t>(r->status);
+  executed_status_ = status_;
+  if (traits_.library == api::Library::kNccl && prefix.nccl_deferred_error != 0) {
+    // An earlier asynchronous NCCL call failed in the agent: this call
+    // reports it (it was executed all the same).
+    nccl_deferred_error_ = prefix.nccl_deferred_error;
+    if (status_ == 0) status_ = nccl_deferred_error_;
+  }
   reply_ = wire::Decoder(r->data + kReplyPrefixSize, r->length - kReplyPrefixSize);
   // cudaErrorNotReady (a query of pending work) is a result, not an error:
   // CUDA does not make it the last error.

@@ -49,8 +49,15 @@ class Call {
   // False when the agent died or did not answer in time.
   bool Send();
 
-  // The API's return value (cudaError_t/ncclResult_t as int32_t).
+  // The API's return value (cudaError_t/ncclResult_t as int32_t). For an
+  // NCCL row it is the deferred NCCL error the reply carries when the call
+  // itself succeeded (docs/design.md, "NCCL calls").
   int32_t status() const { return status_; }
+  // What the agent's execution of this call returned (OUT values are valid
+  // when it is 0).
+  int32_t executed_status() const { return executed_status_; }
+  // The deferred NCCL error this reply carried (0: none).
+  int32_t nccl_deferred_error() const { return nccl_deferred_error_; }
   wire::Decoder& reply() { return reply_; }
 
   // Copies the next byte field of the reply into `dst` (at most `size`
@@ -71,6 +78,8 @@ class Call {
   bool sent_ = false;
   int reply_slot_ = -1;
   int32_t status_ = 0;
+  int32_t executed_status_ = 0;
+  int32_t nccl_deferred_error_ = 0;
   int32_t failure_ = 0;
   bool has_failure_ = false;
   std::optional<transport::RecordWriter> writer_;

@@ -13,7 +13,10 @@ namespace revenant {
 
 struct ReplyPrefix {
   int32_t deferred_error = 0;
-  uint32_t reserved = 0;
+  // The first error an asynchronous NCCL call of this process hit in the
+  // agent, carried only by replies to synchronous NCCL calls that name or
+  // create a communicator (docs/design.md, "NCCL calls"); never a CUDA error.
+  int32_t nccl_deferred_error = 0;
 };
 inline constexpr uint32_t kReplyPrefixSize = sizeof(ReplyPrefix);
 static_assert(kReplyPrefixSize == 8, "keeps OUT values 8-byte aligned");

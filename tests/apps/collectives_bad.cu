@@ -2,7 +2,14 @@
 // crash (for Revenant; real NCCL may hang on the mismatched counts).
 //   - an id that did not come from ncclGetUniqueId, a rank out of range:
 //     ncclCommInitRank returns ncclInvalidArgument at once;
-//   - an invalid communicator: ncclInvalidArgument;
+//   - an invalid communicator: ncclInvalidArgument at the call;
+//   - a bad data type or reduction operation, a null buffer with count > 0,
+//     a root out of range: ncclInvalidArgument at the call; ncclGroupEnd
+//     without ncclGroupStart: ncclInvalidUsage at the call;
+//   - under Revenant only (natively undefined): an all-reduce on a destroyed
+//     stream is refused by the agent after the call returned; the error is
+//     deferred to the next synchronous NCCL call (docs/design.md, "NCCL
+//     calls"): ncclCommGetAsyncError reports it once, CUDA calls never see it;
 //   - all-reduce counts that differ between ranks: the operation fails on
 //     every rank; the stream's synchronization reports an error and
 //     ncclCommGetAsyncError a non-success code.
@@ -11,6 +18,7 @@
 #include <nccl.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -40,17 +48,65 @@ int main() {
   CHECK_CUDA(cudaMalloc(&buf, 256 * sizeof(float)));
   CHECK_CUDA(cudaMemset(buf, 0, 256 * sizeof(float)));
 
+  const bool remoted = std::getenv("REVENANT_JOB_DIR") != nullptr;
   ncclComm_t bogus = reinterpret_cast<ncclComm_t>(static_cast<uintptr_t>(0x5151));
-  rc = ncclAllReduce(buf, buf, 16, ncclFloat, ncclSum, bogus, s);
-  // Refused at the call, or (an asynchronous call under a remoting layer)
-  // reported later, by the next synchronization or cudaGetLastError.
-  cudaError_t bogus_sync = cudaStreamSynchronize(s);
-  cudaError_t bogus_last = cudaGetLastError();
-  std::printf("invalid communicator: call %d, sync %d, last error %d\n", static_cast<int>(rc),
-              static_cast<int>(bogus_sync), static_cast<int>(bogus_last));
-  EXPECT_APP(rc == ncclInvalidArgument ||
-                 (rc == ncclSuccess && (bogus_sync != cudaSuccess || bogus_last != cudaSuccess)),
-             "all-reduce on an invalid communicator went unnoticed");
+  if (remoted) {
+    // Natively a pointer that is no communicator is undefined behaviour;
+    // Revenant refuses it at the call.
+    rc = ncclAllReduce(buf, buf, 16, ncclFloat, ncclSum, bogus, s);
+    EXPECT_APP(rc == ncclInvalidArgument, "all-reduce on an invalid communicator returned %d",
+               static_cast<int>(rc));
+  }
+  rc = ncclAllReduce(buf, buf, 16, ncclFloat, ncclSum, nullptr, s);
+  EXPECT_APP(rc == ncclInvalidArgument, "all-reduce on a null communicator returned %d",
+             static_cast<int>(rc));
+  rc = ncclAllReduce(buf, buf, 16, static_cast<ncclDataType_t>(ncclNumTypes), ncclSum, comm, s);
+  EXPECT_APP(rc == ncclInvalidArgument, "bad data type returned %d", static_cast<int>(rc));
+  rc = ncclAllReduce(buf, buf, 16, ncclFloat, static_cast<ncclRedOp_t>(ncclNumOps), comm, s);
+  EXPECT_APP(rc == ncclInvalidArgument, "bad reduction op returned %d", static_cast<int>(rc));
+  rc = ncclBroadcast(buf, buf, 16, ncclFloat, l.world, comm, s);
+  EXPECT_APP(rc == ncclInvalidArgument, "root %d of %d returned %d", l.world, l.world,
+             static_cast<int>(rc));
+  if (remoted) {
+    // NCCL checks pointers only with NCCL_CHECK_POINTERS=1; Revenant always.
+    rc = ncclAllReduce(nullptr, buf, 16, ncclFloat, ncclSum, comm, s);
+    EXPECT_APP(rc == ncclInvalidArgument, "null send buffer returned %d", static_cast<int>(rc));
+  }
+  rc = ncclGroupEnd();
+  EXPECT_APP(rc == ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart returned %d",
+             static_cast<int>(rc));
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  EXPECT_APP(cudaGetLastError() == cudaSuccess, "refused NCCL calls left a CUDA error");
+
+  if (remoted) {
+    // An error only the agent sees: the stream is gone there.
+    cudaStream_t gone;
+    CHECK_CUDA(cudaStreamCreate(&gone));
+    CHECK_CUDA(cudaStreamDestroy(gone));
+    rc = ncclAllReduce(buf, buf, 16, ncclFloat, ncclSum, comm, gone);
+    EXPECT_APP(rc == ncclSuccess, "asynchronous all-reduce returned %d at the call",
+               static_cast<int>(rc));
+    CHECK_CUDA(cudaStreamSynchronize(s));  // CUDA calls do not carry NCCL errors
+    EXPECT_APP(cudaGetLastError() == cudaSuccess, "an NCCL error reached CUDA's error state");
+    ncclResult_t deferred = ncclSuccess;
+    CHECK_NCCL(ncclCommGetAsyncError(comm, &deferred));
+    EXPECT_APP(deferred == ncclInvalidArgument, "deferred error reported as %d",
+               static_cast<int>(deferred));
+    CHECK_NCCL(ncclCommGetAsyncError(comm, &deferred));
+    EXPECT_APP(deferred == ncclSuccess, "the deferred error was reported twice (%d)",
+               static_cast<int>(deferred));
+    // The same through another synchronous NCCL call: it executes and
+    // returns the error.
+    rc = ncclAllReduce(buf, buf, 16, ncclFloat, ncclSum, comm, gone);
+    EXPECT_APP(rc == ncclSuccess, "asynchronous all-reduce returned %d", static_cast<int>(rc));
+    int count = 0;
+    rc = ncclCommCount(comm, &count);
+    EXPECT_APP(rc == ncclInvalidArgument && count == l.world,
+               "ncclCommCount after a failed all-reduce: %d (count %d)", static_cast<int>(rc),
+               count);
+    CHECK_NCCL(ncclCommCount(comm, &count));
+    std::printf("deferred NCCL error: reported once by the next synchronous NCCL call\n");
+  }
 
   // Rank 0 reduces 256 elements, the others 128.
   rc = ncclAllReduce(buf, buf, l.rank == 0 ? 256 : 128, ncclFloat, ncclSum, comm, s);

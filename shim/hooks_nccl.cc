@@ -1,0 +1,117 @@
+// NCCL in the shim: the checks the asynchronous NCCL rows make at the call
+// (shim/nccl_checks.h) and ncclCommGetAsyncError, which also reports the
+// deferred error of an earlier asynchronous NCCL call.
+#include <nccl.h>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "api/wire.h"
+#include "common/logging.h"
+#include "shim/call.h"
+#include "shim/nccl_checks.h"
+
+namespace revenant {
+namespace shim {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<ncclComm_t, int> comms;  // communicator -> nranks (-1: unknown)
+};
+
+Registry& Comms() {
+  static Registry* r = new Registry();  // never destroyed: used from exit handlers
+  return *r;
+}
+
+thread_local int tls_group_depth = 0;
+
+int32_t Invalid(const char* why, long long value) {
+  REVENANT_LOG(WARNING, "shim") << "NCCL call refused: " << why << " (" << value << ")";
+  return ncclInvalidArgument;
+}
+
+}  // namespace
+
+void NcclCommCreated(ncclComm_t comm, int nranks) {
+  if (comm == nullptr) return;  // ncclCommSplit with NCCL_SPLIT_NOCOLOR
+  Registry& r = Comms();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.comms[comm] = nranks;
+}
+
+void NcclCommGone(ncclComm_t comm) {
+  Registry& r = Comms();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.comms.erase(comm);
+}
+
+int32_t NcclCheckCall(ncclComm_t comm, size_t count, int datatype, bool has_op, int op,
+                      bool has_root, int root, const void* a, bool check_a, const void* b,
+                      bool check_b) {
+  if (comm == nullptr) return Invalid("null communicator", 0);
+  int nranks = -1;
+  {
+    Registry& r = Comms();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.comms.find(comm);
+    if (it == r.comms.end()) {
+      return Invalid("unknown communicator", static_cast<long long>(
+                                                 reinterpret_cast<uintptr_t>(comm)));
+    }
+    nranks = it->second;
+  }
+  if (datatype < 0 || datatype >= ncclNumTypes) return Invalid("invalid data type", datatype);
+  if (has_op && (op < 0 || op >= ncclNumOps)) return Invalid("invalid reduction operation", op);
+  if (has_root && (root < 0 || (nranks >= 0 && root >= nranks))) {
+    return Invalid("root or peer out of range", root);
+  }
+  if (count > 0 && ((check_a && a == nullptr) || (check_b && b == nullptr))) {
+    return Invalid("null buffer with count", static_cast<long long>(count));
+  }
+  return ncclSuccess;
+}
+
+void NcclGroupStarted() { ++tls_group_depth; }
+
+int32_t NcclCheckGroupEnd() {
+  if (tls_group_depth > 0) return ncclSuccess;
+  REVENANT_LOG(WARNING, "shim") << "ncclGroupEnd without ncclGroupStart";
+  return ncclInvalidUsage;
+}
+
+void NcclGroupEnded() {
+  if (tls_group_depth > 0) --tls_group_depth;
+}
+
+}  // namespace shim
+}  // namespace revenant
+
+// ncclCommGetAsyncError: the communicator's state from the agent; when that
+// is ncclSuccess and an earlier asynchronous NCCL call failed in the agent
+// (a deferred error this reply carries), that error is reported instead.
+extern "C" REVENANT_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm,
+                                                               ncclResult_t* asyncError) {
+  using revenant::shim::Call;
+  if (asyncError == nullptr) return ncclInvalidArgument;
+  revenant::wire::Sizer sizer;
+  sizer.Put(comm);
+  sizer.PutFlag();
+  Call call(revenant::api::ApiId::ncclCommGetAsyncError, sizer.size());
+  if (!call.ok()) return static_cast<ncclResult_t>(call.FailureStatus(ncclRemoteError));
+  call.args().Put(comm);
+  call.args().PutFlag(true);
+  if (!call.Send()) return static_cast<ncclResult_t>(call.FailureStatus(ncclRemoteError));
+  if (call.executed_status() != ncclSuccess) return static_cast<ncclResult_t>(call.status());
+  *asyncError = ncclSuccess;
+  call.CopyOut(call.reply(), asyncError, sizeof(*asyncError));
+  if (*asyncError == ncclSuccess && call.nccl_deferred_error() != 0) {
+    *asyncError = static_cast<ncclResult_t>(call.nccl_deferred_error());
+  }
+  return ncclSuccess;
+}
+
+extern "C" REVENANT_EXPORT ncclResult_t pncclCommGetAsyncError(ncclComm_t comm,
+                                                                ncclResult_t* asyncError)
+    __attribute__((alias("ncclCommGetAsyncError")));
