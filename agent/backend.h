@@ -26,6 +26,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -239,6 +240,21 @@ class Backend : public api::BackendApi {
   }
   // A minibatch boundary (collective ordinals restart per minibatch).
   virtual void MarkBoundary(uint64_t minibatch) { (void)minibatch; }
+
+  // --- Validation (agent/validator.h) ------------------------------------------
+  // Live device allocations as (start, requested size), by address.
+  virtual std::vector<std::pair<uint64_t, uint64_t>> DeviceAllocations() { return {}; }
+  // The validator replays the current minibatch (since the last
+  // MarkBoundary) to check it reproduces the same device state; its
+  // collectives must not run again. Between these calls every collective
+  // unit takes the receive buffers its first run produced instead of
+  // running. kUnimplemented: the backend keeps no results (the validator then
+  // skips minibatches with collectives). EndValidationReplay is called once
+  // the device synchronized; kDataLoss when a replayed unit had no result.
+  virtual absl::Status BeginValidationReplay() {
+    return absl::UnimplementedError("this backend keeps no collective results to replay from");
+  }
+  virtual absl::Status EndValidationReplay() { return absl::OkStatus(); }
 
   // --- Device state -------------------------------------------------------------
   // Drops every allocation, stream, event, graph and module (cudaDeviceReset).

@@ -54,6 +54,9 @@ class MinibatchDetector {
  public:
   // True when a boundary belongs just before this request.
   bool OnRequest(uint16_t api_id, absl::string_view body);
+  // Whether OnRequest would place a boundary before this request; changes
+  // nothing.
+  bool WouldMark(uint16_t api_id, absl::string_view body) const;
   bool anchored() const { return anchored_; }
   uint64_t anchor() const { return anchor_; }
   // Restores the anchor a predecessor found (a replacement agent).
@@ -104,6 +107,12 @@ class RequestJournal {
                             absl::string_view outputs);
   // An explicit minibatch boundary (revenantMarkStep).
   absl::Status MarkStep();
+  // Whether BeforeExecute(rec) will place a minibatch boundary before `rec`
+  // (the minibatch log still holds the ending minibatch until then).
+  bool BoundaryBefore(const transport::RecordHeader& rec) const {
+    return options_.boundaries == BoundaryMode::kAuto &&
+           detector_.WouldMark(rec.api_id, absl::string_view(rec.body(), rec.body_size()));
+  }
 
   uint64_t minibatch() const { return minibatch_; }
   journal::JournalStats stats() const { return journal_->stats(); }

@@ -127,6 +127,10 @@ class CudaBackend : public Backend {
     allocator_.ExpectNext(addr);
   }
   cudaError_t Reset() override;
+  std::vector<std::pair<uint64_t, uint64_t>> DeviceAllocations() override {
+    absl::MutexLock lock(&mu_);
+    return allocator_.Allocations();
+  }
   // Recovery over NCCL is not implemented: NCCL rows refuse during a replay.
   void SetReplayPhase(ReplayPhase phase) override {
     nccl_->SetReplaying(phase != ReplayPhase::kNone);

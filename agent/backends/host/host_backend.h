@@ -103,6 +103,9 @@ class HostBackend : public Backend {
   cudaError_t EnqueueHostCallback(cudaStream_t stream, std::function<void()> fn) override;
   cudaError_t Reset() override;
   void ExpectNextAllocation(uint64_t addr) override;
+  std::vector<std::pair<uint64_t, uint64_t>> DeviceAllocations() override {
+    return LiveAllocations();
+  }
 
   // --- api::BackendApi ---------------------------------------------------------
   cudaError_t cudaGetDeviceCount(int* count) override;
