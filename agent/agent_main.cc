@@ -58,6 +58,9 @@ ABSL_FLAG(uint64_t, chaos_calls_into_minibatch, 1, "...at this request of it");
 ABSL_FLAG(bool, chaos_in_recovery, false, "fault injection: SIGKILL when recovering as a survivor");
 ABSL_FLAG(std::string, chaos_point, "after_append",
           "where the chaos kill happens: before_append, after_append, after_execute");
+ABSL_FLAG(uint64_t, validate_every, 0,
+          "journal validator: every K-th minibatch is replayed from its boundary and its device "
+          "state compared with the real run's (docs/recovery.md, \"Validator\"); 0: off");
 ABSL_FLAG(std::string, minibatch, "auto",
           "minibatch boundaries: auto (detected from the call stream) or manual "
           "(revenantMarkStep() only)");
@@ -120,6 +123,12 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
         RequestJournal::Open(job_dir + "/journal", absl::GetFlag(FLAGS_job), rank, jopts);
     if (!j.ok()) return refuse("cannot open the journal: " + j.status().ToString());
     options.journal = std::move(*j);
+  }
+  options.validate_every = absl::GetFlag(FLAGS_validate_every);
+  options.rank = rank;
+  if (options.validate_every > 0 && !absl::GetFlag(FLAGS_journal)) {
+    REVENANT_LOG(WARNING, "agent") << "--validate_every needs the journal: validator off";
+    options.validate_every = 0;
   }
   options.chaos.after_calls = absl::GetFlag(FLAGS_chaos_after_calls);
   options.chaos.minibatch = absl::GetFlag(FLAGS_chaos_minibatch);

@@ -76,6 +76,22 @@ bool MinibatchDetector::OnRequest(uint16_t api_id, absl::string_view body) {
   return false;
 }
 
+bool MinibatchDetector::WouldMark(uint16_t api_id, absl::string_view body) const {
+  MinibatchDetector probe;
+  probe.anchored_ = anchored_;
+  probe.anchor_ = anchor_;
+  if (!anchored_) {
+    // Only this request's signature matters: a repeat of an earlier one.
+    const auto id = static_cast<api::ApiId>(api_id);
+    if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return false;
+    wire::Decoder in(body.data(), body.size());
+    uint64_t dst = 0, src = 0, count = 0;
+    if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count)) return false;
+    if (seen_.contains(Mix(dst, count))) probe.seen_.insert(Mix(dst, count));
+  }
+  return probe.OnRequest(api_id, body);
+}
+
 absl::StatusOr<std::unique_ptr<RequestJournal>> RequestJournal::Open(const std::string& dir,
                                                                      const std::string& job,
                                                                      int rank,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "agent/validator.h"
 #include "journal/journal.h"
 
 #include "common/events.h"
@@ -32,6 +33,13 @@ Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> 
   ctx_.backend = backend_;
   ctx_.handles = &handles_;
   ctx_.session = this;
+  if (options_.validate_every > 0) {
+    ValidatorOptions vo;
+    vo.every = options_.validate_every;
+    vo.rank = options_.rank;
+    vo.job_root = JobRootOf(job_dir_);
+    validator_ = std::make_unique<Validator>(this, vo);
+  }
 }
 
 Session::~Session() {
@@ -111,7 +119,13 @@ void Session::Execute(const transport::RecordHeader& rec) {
   }
   if (rec.api_id == hooks::kMarkStepApiId) {
     if (options_.journal != nullptr) {
+      if (validator_ != nullptr) {
+        validator_->MinibatchEnding(options_.journal->minibatch(), options_.journal->dir());
+      }
       if (absl::Status s = options_.journal->MarkStep(); !s.ok()) JournalFailed(s);
+      // Collective ordinals restart per minibatch, as at a detected boundary.
+      backend_->MarkBoundary(options_.journal->minibatch());
+      if (validator_ != nullptr) validator_->MinibatchStarted(options_.journal->minibatch());
     }
     return;
   }
@@ -130,6 +144,9 @@ void Session::Execute(const transport::RecordHeader& rec) {
   if (options_.journal != nullptr) {
     // Log before apply.
     const uint64_t minibatch = options_.journal->minibatch();
+    if (validator_ != nullptr && options_.journal->BoundaryBefore(rec)) {
+      validator_->MinibatchEnding(minibatch, options_.journal->dir());
+    }
     if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec)); !s.ok()) {
       JournalFailed(s);
     }
@@ -139,6 +156,9 @@ void Session::Execute(const transport::RecordHeader& rec) {
         REVENANT_LOG(INFO, "agent") << "caught up with the job at minibatch "
                                     << options_.journal->minibatch();
         skip_until_minibatch_ = 0;
+      }
+      if (validator_ != nullptr && skip_until_minibatch_ == 0) {
+        validator_->MinibatchStarted(options_.journal->minibatch());
       }
     }
   }
@@ -318,6 +338,8 @@ const KernelInfo* Session::FindKernel(const void* backend_handle) const {
 }
 
 void Session::RunClientCallback(const hooks::CallbackRecord& record, bool replayed) {
+  // A validation replay: the application ran this callback already.
+  if (validating_.load()) return;
   uint64_t ticket = 0;
   {
     std::lock_guard<std::mutex> lock(callback_mu_);
@@ -581,7 +603,8 @@ absl::Status Session::ExecuteReplayed(const transport::RecordHeader& rec,
       rec.reply_slot >= 0 && static_cast<uint32_t>(rec.reply_slot) < channel_->reply_slots();
   // Answer only a request the application still waits for: its slot holds
   // no reply to it or to a later request.
-  const bool post = valid_slot && channel_->ReplySeq(rec.reply_slot) < rec.seq;
+  const bool post =
+      !validating_.load() && valid_slot && channel_->ReplySeq(rec.reply_slot) < rec.seq;
   thread_local std::vector<char> scratch(64 << 10);
   char* reply = post ? channel_->ReplyBuffer(rec.reply_slot) : scratch.data();
   const uint32_t capacity = post ? channel_->reply_data_size() : scratch.size();
@@ -606,6 +629,35 @@ absl::Status Session::ExecuteReplayed(const transport::RecordHeader& rec,
     return absl::DataLossError("results differ from what the application was told");
   }
   return absl::OkStatus();
+}
+
+absl::Status Session::ReplaySilently(const journal::JournalEntry& e,
+                                     const journal::JournalEntry* outcome) {
+  if (IsCopyIntoSharedHost(e, *this)) return absl::OkStatus();
+  const auto id = static_cast<api::ApiId>(e.api_id());
+  if (id == api::ApiId::cudaMemcpy || id == api::ApiId::cudaMemcpyAsync) {
+    // A copy into the staging area: the application's next staged copy may
+    // already be there; the bytes only go to its pageable memory anyway.
+    wire::Decoder in(e.args().data(), e.args().size());
+    uint64_t dst = 0, src = 0, count = 0, stream = 0;
+    int32_t kind = 0;
+    uint8_t mode = 0;
+    if (in.Get(&dst) && in.Get(&src) && in.Get(&count) && in.Get(&kind) && in.Get(&stream) &&
+        in.Get(&mode) && mode == hooks::kStagingDest) {
+      return absl::OkStatus();
+    }
+  }
+  const std::string body = ReplayBody(e);
+  std::vector<char> record(sizeof(transport::RecordHeader) + body.size());
+  auto* h = reinterpret_cast<transport::RecordHeader*>(record.data());
+  h->size = static_cast<uint32_t>(record.size());
+  h->api_id = static_cast<uint16_t>(e.api_id());
+  h->flags = static_cast<uint16_t>(e.flags() & 0xffff);
+  h->seq = e.seq() / 2;
+  h->reply_slot = RequestJournal::ReplySlotOf(e);
+  h->body_crc_or_reserved = 0;
+  std::memcpy(record.data() + sizeof(*h), body.data(), body.size());
+  return ExecuteReplayed(*h, outcome);
 }
 
 }  // namespace agent

@@ -50,7 +50,15 @@ struct SessionOptions {
     uint64_t calls_into_minibatch = 0;
     Point point = Point::kAfterAppend;
   } chaos;
+
+  // Journal validator (agent/validator.h): every `validate_every`-th
+  // minibatch is replayed from its boundary and compared; 0: off. Needs the
+  // journal. `rank` names this agent in its reports.
+  uint64_t validate_every = 0;
+  int rank = 0;
 };
+
+class Validator;
 
 class Session {
  public:
@@ -95,6 +103,23 @@ class Session {
   void RunClientCallback(const hooks::CallbackRecord& record, bool replayed);
   bool replaying() const { return replaying_.load(); }
 
+  // Validation replay (agent/validator.h): replays one request of the
+  // minibatch log with nothing delivered to the application (no reply, no
+  // host callback while validating; copies into shared host memory or the
+  // staging area skipped) and compares a synchronous request's result with
+  // `outcome` (may be null).
+  absl::Status ReplaySilently(const journal::JournalEntry& entry,
+                              const journal::JournalEntry* outcome);
+  void set_validating(bool on) { validating_.store(on); }
+  // Waits for all device work. An error it returns belongs to the
+  // application's work: it is kept for its next reply, as an asynchronous
+  // request's error is, and returned.
+  int32_t SynchronizeKeepingErrors() {
+    const int32_t e = backend_->cudaDeviceSynchronize();
+    if (e != 0 && deferred_error_ == 0) deferred_error_ = e;
+    return e;
+  }
+
   // The reply of the request being executed, for hooks that write bulk data
   // (nullptr for asynchronous requests).
   void ForgetDeviceState();
@@ -137,6 +162,8 @@ class Session {
   // Host callbacks a replay regenerates that the dead agent already posted.
   uint64_t callbacks_to_suppress_ = 0;
   std::atomic<bool> replaying_{false};
+  std::atomic<bool> validating_{false};
+  std::unique_ptr<Validator> validator_;
   // After a replacement found the survivors past its minibatch: device work
   // of the application is skipped until this minibatch starts (0: none).
   uint64_t skip_until_minibatch_ = 0;

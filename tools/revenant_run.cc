@@ -66,6 +66,9 @@ ABSL_FLAG(bool, quiet, false, "no progress lines from revenant-run itself");
 ABSL_FLAG(bool, recover, true,
           "replace an agent that dies and let its rank continue (the journal rebuilds it)");
 ABSL_FLAG(int, max_recoveries, 16, "give up replacing agents after this many");
+ABSL_FLAG(uint64_t, validate_every, 0,
+          "agents replay every K-th minibatch from its boundary and report device state that "
+          "does not reproduce (docs/recovery.md, \"Validator\"); 0: off");
 ABSL_FLAG(bool, journal, true, "agents journal calls (needed for recovery; off to measure its cost)");
 ABSL_FLAG(std::string, events_file, "",
           "copy the job's recovery events (JSON lines) here before the job directory goes");
@@ -368,6 +371,9 @@ int Main(int argc, char** argv) {
       const int gpus = absl::GetFlag(FLAGS_gpus);
       args.push_back(absl::StrCat("--device=", gpus > 0 ? r % gpus : r));
       args.push_back("--collectives=" + absl::GetFlag(FLAGS_collectives));
+    }
+    if (absl::GetFlag(FLAGS_validate_every) > 0) {
+      args.push_back(absl::StrCat("--validate_every=", absl::GetFlag(FLAGS_validate_every)));
     }
     if (absl::GetFlag(FLAGS_recover)) {
       args.push_back(absl::StrCat("--recovery_timeout_s=", absl::GetFlag(FLAGS_recovery_timeout)));

@@ -1,0 +1,310 @@
+#include "agent/validator.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "agent/session.h"
+#include "api/traits.h"
+#include "common/events.h"
+#include "common/logging.h"
+#include "journal/crc32c.h"
+#include "journal/journal.h"
+
+namespace revenant {
+namespace agent {
+namespace {
+
+constexpr char kLog[] = "validator";
+
+std::string Hex(uint64_t v) { return absl::StrFormat("0x%x", v); }
+
+absl::Status ReadDevice(Backend* backend, uint64_t addr, uint64_t size, char* out) {
+  const cudaError_t e = backend->Memcpy(out, reinterpret_cast<const void*>(addr), size,
+                                        cudaMemcpyDeviceToHost, nullptr, /*async=*/false);
+  if (e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("reading ", size, " bytes at ", Hex(addr),
+                                            " from the device failed: error ", e));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteDevice(Backend* backend, uint64_t addr, const std::vector<char>& bytes) {
+  const cudaError_t e =
+      backend->Memcpy(reinterpret_cast<void*>(addr), bytes.data(), bytes.size(),
+                      cudaMemcpyHostToDevice, nullptr, /*async=*/false);
+  if (e != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("writing ", bytes.size(), " bytes at ", Hex(addr),
+                                            " to the device failed: error ", e));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+uint64_t FirstDifference(const char* a, const char* b, uint64_t n) {
+  // Word-wise first, then the bytes of the first differing word.
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t x, y;
+    std::memcpy(&x, a + i, 8);
+    std::memcpy(&y, b + i, 8);
+    if (x != y) break;
+  }
+  for (; i < n; ++i) {
+    if (a[i] != b[i]) return i;
+  }
+  return n;
+}
+
+absl::StatusOr<DeviceSnapshot> DeviceSnapshot::Take(Backend* backend) {
+  DeviceSnapshot snap;
+  for (const auto& [addr, size] : backend->DeviceAllocations()) {
+    Block b;
+    b.addr = addr;
+    b.size = size;
+    b.bytes.resize(size);
+    if (size > 0) {
+      if (absl::Status s = ReadDevice(backend, addr, size, b.bytes.data()); !s.ok()) return s;
+    }
+    b.crc = journal::crc32c::Value(b.bytes.data(), b.bytes.size());
+    snap.blocks_.push_back(std::move(b));
+  }
+  return snap;
+}
+
+absl::Status DeviceSnapshot::Restore(Backend* backend) const {
+  for (const Block& b : blocks_) {
+    if (b.size == 0) continue;
+    if (absl::Status s = WriteDevice(backend, b.addr, b.bytes); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<DeviceSnapshot::Difference>> DeviceSnapshot::Compare(
+    Backend* backend, bool restore) const {
+  std::vector<Difference> out;
+  std::vector<char> now;
+  for (const Block& b : blocks_) {
+    if (b.size == 0) continue;
+    now.resize(b.size);
+    if (absl::Status s = ReadDevice(backend, b.addr, b.size, now.data()); !s.ok()) return s;
+    const uint32_t crc = journal::crc32c::Value(now.data(), now.size());
+    // The checksums decide; the bytes give the offset (and catch the rare
+    // collision).
+    const uint64_t first = FirstDifference(b.bytes.data(), now.data(), b.size);
+    if (crc == b.crc && first == b.size) continue;
+    Difference d;
+    d.addr = b.addr;
+    d.size = b.size;
+    d.first_offset = first;
+    d.expected_crc = b.crc;
+    d.actual_crc = crc;
+    out.push_back(d);
+    if (restore) {
+      if (absl::Status s = WriteDevice(backend, b.addr, b.bytes); !s.ok()) return s;
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> DeviceSnapshot::allocations() const {
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (const Block& b : blocks_) out.emplace_back(b.addr, b.size);
+  return out;
+}
+
+uint64_t DeviceSnapshot::bytes() const {
+  uint64_t n = 0;
+  for (const Block& b : blocks_) n += b.size;
+  return n;
+}
+
+Validator::Validator(Session* session, ValidatorOptions options)
+    : session_(session), options_(std::move(options)) {
+  REVENANT_LOG(INFO, kLog) << "rank " << options_.rank << ": validating every "
+                           << options_.every << " minibatches";
+}
+
+Validator::~Validator() {
+  if (stats_.validated + stats_.skipped > 0) {
+    REVENANT_LOG(INFO, kLog) << "rank " << options_.rank << ": " << stats_.validated
+                             << " minibatches validated, " << stats_.failed
+                             << " did not reproduce, " << stats_.skipped << " skipped";
+  }
+}
+
+void Validator::Event(const std::string& name, const std::string& detail) {
+  if (!options_.job_root.empty()) RecordEvent(options_.job_root, name, options_.rank, 0, detail);
+}
+
+void Validator::Skip(uint64_t minibatch, const std::string& why) {
+  ++stats_.skipped;
+  REVENANT_LOG(WARNING, kLog) << "rank " << options_.rank << ": minibatch " << minibatch
+                              << " not validated: " << why;
+  Event("validation_skipped", absl::StrCat("minibatch ", minibatch, ": ", why));
+}
+
+void Validator::MinibatchStarted(uint64_t minibatch) {
+  if (start_ != nullptr) {
+    // The previous one's end was not seen (a boundary this validator was
+    // not told about beforehand): its log is gone.
+    Skip(start_minibatch_, "its end was not observed before its log was cleared");
+    start_.reset();
+  }
+  if (options_.every == 0 || minibatch == 0 || minibatch % options_.every != 0) return;
+  if (session_->SynchronizeKeepingErrors() != 0) {
+    Skip(minibatch, "the device reported an error at its boundary");
+    return;
+  }
+  absl::StatusOr<DeviceSnapshot> snap = DeviceSnapshot::Take(session_->backend());
+  if (!snap.ok()) {
+    Skip(minibatch, absl::StrCat("cannot copy the device state: ", snap.status().ToString()));
+    return;
+  }
+  start_ = std::make_unique<DeviceSnapshot>(std::move(*snap));
+  start_minibatch_ = minibatch;
+}
+
+void Validator::MinibatchEnding(uint64_t minibatch, const std::string& journal_dir) {
+  if (start_ == nullptr || start_minibatch_ != minibatch) return;
+  absl::Status s = Check(minibatch, journal_dir);
+  start_.reset();
+  if (!s.ok()) Skip(minibatch, s.ToString());
+}
+
+absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir) {
+  const absl::Time t0 = absl::Now();
+  Backend* backend = session_->backend();
+  if (session_->SynchronizeKeepingErrors() != 0) {
+    return absl::FailedPreconditionError("the device reported an error at its end");
+  }
+  if (backend->DeviceAllocations() != start_->allocations()) {
+    return absl::FailedPreconditionError(
+        "device memory was allocated or freed during it (only minibatches whose allocations "
+        "stay the same are replayed)");
+  }
+
+  // The minibatch log, as a replacement agent would read it.
+  absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
+      journal::JournalReader::Open(journal_dir);
+  if (!reader.ok()) return reader.status();
+  std::vector<journal::JournalEntry> entries;
+  absl::Status rs = (*reader)->ReadMinibatch([&](const journal::JournalEntry& e) {
+    entries.push_back(e);
+    return absl::OkStatus();
+  });
+  if (!rs.ok() && !absl::IsNotFound(rs)) return rs;
+  if ((*reader)->minibatch_header().minibatch() != minibatch) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the journal's minibatch log is of minibatch ",
+                     (*reader)->minibatch_header().minibatch()));
+  }
+  bool collectives = false;
+  size_t requests = 0;
+  for (const journal::JournalEntry& e : entries) {
+    if (e.api_id() == journal::kOutcomeApiId) continue;
+    ++requests;
+    collectives |= api::Traits(e.api_id()).library == api::Library::kNccl;
+  }
+  if (collectives) {
+    absl::Status b = backend->BeginValidationReplay();
+    if (!b.ok()) {
+      if (!warned_collectives_) {
+        warned_collectives_ = true;
+        REVENANT_LOG(WARNING, kLog) << "minibatches with collectives cannot be validated here: "
+                                    << b;
+      }
+      return absl::UnimplementedError(absl::StrCat("it has collectives: ", b.message()));
+    }
+  }
+
+  // The real run's state, then the boundary's, then the replay.
+  absl::StatusOr<DeviceSnapshot> real = DeviceSnapshot::Take(backend);
+  absl::Status restored = real.ok() ? start_->Restore(backend) : real.status();
+  if (!restored.ok()) {
+    if (collectives) (void)backend->EndValidationReplay();
+    if (real.ok()) (void)real->Restore(backend);
+    return restored;
+  }
+  session_->set_validating(true);
+  uint64_t diverged = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const journal::JournalEntry& e = entries[i];
+    if (e.api_id() == journal::kOutcomeApiId) continue;
+    const journal::JournalEntry* outcome = nullptr;
+    if (i + 1 < entries.size() && entries[i + 1].api_id() == journal::kOutcomeApiId &&
+        entries[i + 1].completes() == e.seq()) {
+      outcome = &entries[i + 1];
+    }
+    if (absl::Status r = session_->ReplaySilently(e, outcome); !r.ok()) {
+      ++diverged;
+      REVENANT_LOG(ERROR, kLog) << "rank " << options_.rank << ": minibatch " << minibatch
+                                << ": replayed request " << e.seq() / 2 << " ("
+                                << api::Traits(e.api_id()).name
+                                << ") differs from what the application was told: " << r;
+      Event("validation_mismatch",
+            absl::StrCat("minibatch ", minibatch, " request ", e.seq() / 2, " (",
+                         api::Traits(e.api_id()).name, "): ", r.message()));
+    }
+  }
+  const cudaError_t replay_error = backend->cudaDeviceSynchronize();
+  session_->set_validating(false);
+  absl::Status end = collectives ? backend->EndValidationReplay() : absl::OkStatus();
+
+  absl::StatusOr<std::vector<DeviceSnapshot::Difference>> diffs =
+      real->Compare(backend, /*restore=*/true);
+  if (!diffs.ok()) {
+    // Whatever the comparison did, the real run's state goes back.
+    (void)real->Restore(backend);
+    return diffs.status();
+  }
+  bool failed = diverged > 0 || replay_error != cudaSuccess || !end.ok() || !diffs->empty();
+  if (replay_error != cudaSuccess) {
+    REVENANT_LOG(ERROR, kLog) << "rank " << options_.rank << ": minibatch " << minibatch
+                              << ": its replay failed on the device with error "
+                              << static_cast<int>(replay_error);
+    Event("validation_mismatch", absl::StrCat("minibatch ", minibatch,
+                                              ": replay failed with error ",
+                                              static_cast<int>(replay_error)));
+  }
+  if (!end.ok()) {
+    REVENANT_LOG(ERROR, kLog) << "rank " << options_.rank << ": minibatch " << minibatch
+                              << ": " << end;
+    Event("validation_mismatch", absl::StrCat("minibatch ", minibatch, ": ", end.message()));
+  }
+  for (const DeviceSnapshot::Difference& d : *diffs) {
+    REVENANT_LOG(ERROR, kLog)
+        << "rank " << options_.rank << ": minibatch " << minibatch
+        << " does not replay to the same state: allocation " << Hex(d.addr) << " (" << d.size
+        << " bytes) differs from byte " << d.first_offset << " on (crc32c "
+        << absl::StrFormat("%08x", d.expected_crc) << " run, "
+        << absl::StrFormat("%08x", d.actual_crc)
+        << " replay); the device state depends on something the journal does not capture";
+    Event("validation_mismatch",
+          absl::StrCat("minibatch ", minibatch, " allocation ", Hex(d.addr), " size ", d.size,
+                       " first_offset ", d.first_offset));
+  }
+  ++stats_.validated;
+  stats_.mismatched_allocations += diffs->size();
+  stats_.diverged_results += diverged;
+  const int64_t ms = absl::ToInt64Milliseconds(absl::Now() - t0);
+  const std::string summary =
+      absl::StrCat("minibatch ", minibatch, ": ", requests, " requests replayed, ",
+                   start_->blocks().size(), " allocations (", start_->bytes(), " bytes) compared, ",
+                   diffs->size(), " differ, ", diverged, " results differ, ", ms, " ms");
+  if (failed) {
+    ++stats_.failed;
+    Event("validation_failed", summary);
+  } else {
+    REVENANT_LOG(INFO, kLog) << "rank " << options_.rank << ": validated " << summary;
+    Event("validation_passed", summary);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace agent
+}  // namespace revenant
