@@ -2,9 +2,16 @@
 # Ratio table of two shim_bench runs: compare.sh NATIVE_OUTPUT SHIM_OUTPUT
 # (RESULT lines, optionally behind a "[r0] " prefix). Ratio = shim / native;
 # the goal column says which way is good. Exit status 0 always: goals are
-# reported, not asserted.
+# reported, not asserted. The first line says whether the agent of the shim
+# run journaled (an agent with a journal logs "journal at exit"), so a round
+# meant to run without the journal cannot silently measure with it.
 set -u
 native="$1"; shim="$2"
+if grep -q "journal at exit" "$shim"; then
+  echo "agent journal in the revenant run: on"
+else
+  echo "agent journal in the revenant run: off (the agent reported no journal)"
+fi
 awk '
   FNR == 1 { file++ }
   { sub(/^\[r[0-9]+\] /, "") }

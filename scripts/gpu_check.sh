@@ -70,13 +70,6 @@ cat > "$out/agent_cuda.sh" <<'WRAP'
 exec "$(dirname "$0")/revenant-agent" --backend=cuda "$@"
 WRAP
 chmod +x "$out/agent_cuda.sh"
-# The agent without its recovery journal: splits the journal's share of the
-# shim's overhead from the transport's (benchmark round 3).
-cat > "$out/agent_nojournal.sh" <<'WRAP'
-#!/bin/bash
-exec "$(dirname "$0")/revenant-agent" --journal=false "$@"
-WRAP
-chmod +x "$out/agent_nojournal.sh"
 
 cat > "$out/run_gpu.sh" <<'RUNNER'
 #!/bin/bash
@@ -152,8 +145,10 @@ done
 # Round 3: the same against the round-2 native run, agent journal off (no
 # recovery possible in this mode; for attributing costs only).
 slog="$LOGS/bench.cuda.nojournal.log"
-timeout 260 "$G/revenant-run" --agent="$G/agent_nojournal.sh" --shim="$G/librevenant_shim.so" \
-  -n 1 --backend=cuda --timeout=240 -- "$G/bench/shim_bench.bin" >"$slog" 2>&1; rc=$?
+# revenant-run passes --journal to every agent it starts (a wrapper adding
+# --journal=false to the agent's flags is overridden by it).
+timeout 260 $RUN --journal=false -n 1 --backend=cuda --timeout=240 -- \
+  "$G/bench/shim_bench.bin" >"$slog" 2>&1; rc=$?
 if [ $rc -eq 0 ] && grep -q "PASS shim_bench" "$slog"; then s=PASS; else s="FAIL (rc=$rc)"; fi
 record "bench revenant --backend=cuda, agent --journal=false" "$s" "$slog"
 echo
