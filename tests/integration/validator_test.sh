@@ -1,0 +1,117 @@
+#!/bin/bash
+# The journal validator (revenant-run --validate_every=K, docs/recovery.md
+# "Validator") under the host backend, N ranks:
+#   - replay_unsafe (kernel reads managed memory the host rewrites every step):
+#     every validated minibatch is reported on every rank (validation_failed
+#     events, an ERROR line naming the allocation and first differing offset);
+#   - replay_unsafe --safe (same values through a journaled copy) and
+#     train_mlp: every validated minibatch passes, nothing reported;
+#   - in every case the job still passes with the same final checksum as
+#     without the validator (the device is left as the real run left it).
+#
+#   validator_test.sh RUN UNSAFE_APP UNSAFE_KERNELS MLP_APP MLP_KERNELS N
+set -u
+run="$1"; unsafe="$2"; unsafe_kernels="$3"; mlp="$4"; mlp_kernels="$5"; n="$6"
+seed=20261129
+iters=9
+every=2
+# Minibatch m is iteration m (the boundary sits before each input upload from
+# iteration 1 on); m = 2, 4, 6 are validated (m = 8 has no end boundary).
+validated=3
+echo "validator test: $n rank(s), seed $seed, $iters iterations, --validate_every=$every"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+# run_job NAME APP KERNELS VALIDATE -- ARGS: runs, checks exit 0, PASS lines and
+# rank agreement; sets $sum to the final checksum, leaves events in $tmp/NAME.events.
+run_job() {
+  local name="$1" app="$2" kernels="$3" validate="$4"; shift 5
+  local out="$tmp/$name.out" events="$tmp/$name.events"
+  local app_name; app_name="$(basename "$app" .bin)"
+  : >"$events"
+  REVENANT_COLLECTIVE_TIMEOUT_S=30 "$run" -n "$n" --backend=host --timeout=180 \
+    --host_kernels="$kernels" --validate_every="$validate" --events_file="$events" \
+    -- "$app" "$@" >"$out" 2>&1
+  local rc=$?
+  if [ $rc -ne 0 ]; then cat "$out"; echo "FAIL: $name exited $rc"; exit 1; fi
+  local r
+  for ((r = 0; r < n; r++)); do
+    if ! grep -q "^\[r$r\] PASS $app_name\$" "$out"; then
+      cat "$out"; echo "FAIL: $name: rank $r printed no 'PASS $app_name'"; exit 1
+    fi
+  done
+  sum="$(grep -o '^\[r0\] final checksum [0-9a-f]*' "$out" | awk '{print $4}')"
+  if [ -z "$sum" ]; then cat "$out"; echo "FAIL: $name: no final checksum"; exit 1; fi
+}
+
+count() {  # EVENT FILE [RANK]
+  if [ $# -ge 3 ]; then
+    grep -c "\"event\":\"$1\",\"rank\":$3," "$2"
+  else
+    grep -c "\"event\":\"$1\"" "$2"
+  fi
+}
+
+expect_silent() {  # NAME: every due minibatch passed on every rank, nothing else
+  local name="$1" ev="$tmp/$1.events" r
+  for ((r = 0; r < n; r++)); do
+    local p; p="$(count validation_passed "$ev" "$r")"
+    if [ "$p" -ne "$validated" ]; then
+      cat "$tmp/$name.out" "$ev"
+      echo "FAIL: $name: rank $r passed $p validations, expected $validated"; exit 1
+    fi
+  done
+  for e in validation_failed validation_mismatch validation_skipped; do
+    if [ "$(count "$e" "$ev")" -ne 0 ]; then
+      cat "$tmp/$name.out" "$ev"; echo "FAIL: $name: unexpected $e events"; exit 1
+    fi
+  done
+  if grep -q "does not replay" "$tmp/$name.out"; then
+    cat "$tmp/$name.out"; echo "FAIL: $name: the validator reported a safe program"; exit 1
+  fi
+}
+
+# --- replay_unsafe: reported ------------------------------------------------------
+run_job unsafe_ref "$unsafe" "$unsafe_kernels" 0 -- --iters "$iters" --seed "$seed"
+ref="$sum"
+run_job unsafe "$unsafe" "$unsafe_kernels" "$every" -- --iters "$iters" --seed "$seed"
+if [ "$sum" != "$ref" ]; then
+  echo "FAIL: unsafe: final checksum $sum with the validator, $ref without"; exit 1
+fi
+ev="$tmp/unsafe.events"
+for ((r = 0; r < n; r++)); do
+  f="$(count validation_failed "$ev" "$r")"
+  if [ "$f" -ne "$validated" ]; then
+    cat "$tmp/unsafe.out" "$ev"
+    echo "FAIL: unsafe: rank $r reported $f failed validations, expected $validated"; exit 1
+  fi
+  if [ "$(count validation_passed "$ev" "$r")" -ne 0 ]; then
+    cat "$ev"; echo "FAIL: unsafe: rank $r passed a validation"; exit 1
+  fi
+  if ! grep -q "^\[a$r\].*does not replay to the same state: allocation 0x[0-9a-f]* ([0-9]* bytes) differs from byte [0-9]*" "$tmp/unsafe.out"; then
+    cat "$tmp/unsafe.out"; echo "FAIL: unsafe: no mismatch line from agent $r"; exit 1
+  fi
+done
+if [ "$(count validation_mismatch "$ev")" -lt $((validated * n)) ]; then
+  cat "$ev"; echo "FAIL: unsafe: too few validation_mismatch events"; exit 1
+fi
+echo "ok: replay_unsafe reported on every rank ($(count validation_mismatch "$ev") mismatches in $((validated * n)) validations), checksum $sum as without the validator"
+grep -m1 "does not replay" "$tmp/unsafe.out"
+
+# --- replay_unsafe --safe: silent ---------------------------------------------------
+run_job safe_ref "$unsafe" "$unsafe_kernels" 0 -- --iters "$iters" --seed "$seed" --safe
+ref="$sum"
+run_job safe "$unsafe" "$unsafe_kernels" "$every" -- --iters "$iters" --seed "$seed" --safe
+if [ "$sum" != "$ref" ]; then echo "FAIL: safe: checksum $sum, $ref without"; exit 1; fi
+expect_silent safe
+echo "ok: replay_unsafe --safe: $validated validations passed per rank, checksum $sum"
+
+# --- train_mlp: silent ----------------------------------------------------------------
+run_job mlp_ref "$mlp" "$mlp_kernels" 0 -- --iters "$iters" --hidden 64 --batch 16
+ref="$sum"
+run_job mlp "$mlp" "$mlp_kernels" "$every" -- --iters "$iters" --hidden 64 --batch 16
+if [ "$sum" != "$ref" ]; then echo "FAIL: train_mlp: checksum $sum, $ref without"; exit 1; fi
+expect_silent mlp
+echo "ok: train_mlp: $validated validations passed per rank, checksum $sum"
+grep "validation_passed" "$tmp/mlp.events" | head -2
+echo "PASS validator_test ($n rank(s))"
