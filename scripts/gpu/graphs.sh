@@ -8,7 +8,9 @@
 #      submissions and the agent's warnings, so the failing row is named;
 #   2. the same run with the agent's journal off (tells a graph failure of the
 #      backend from one of the journal);
-#   3. the cuda backend's GPU test in graphs mode only (MODE all runs it in the
+#   3. a chaos kill of the agent at two points of the program, recovered by a
+#      replacement agent (the journal replayed on the GPU);
+#   4. the cuda backend's GPU test in graphs mode only (MODE all runs it in the
 #      main runner): graph memory from the fixed range, same addresses in a
 #      second agent (the graph_alloc lines).
 if [ "$MODE" = all ] || [ "$MODE" = graphs ]; then
@@ -34,6 +36,20 @@ if [ "$MODE" = all ] || [ "$MODE" = graphs ]; then
     "$G/apps/graphs.bin" >"$log" 2>&1; rc=$?
   if [ $rc -eq 0 ] && grep -q "^\[r0\] PASS graphs" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
   record "graphs cuda, agent journal off" "$s" "$log"
+
+  # Recovery: the agent is killed at request 45 (explicit graph being built)
+  # and 66 (after the alloc/free nodes: the replacement must place the graph
+  # memory at the address the application baked into its kernel node) and a
+  # replacement replays the journal. Passes only if the kill happened.
+  for calls in 45 66; do
+    log="$LOGS/graphs.cuda.chaos$calls.log"
+    timeout 150 $RUN --recover --chaos="rank=0,calls=$calls" -n 1 --backend=cuda --timeout=120 -- \
+      "$G/apps/graphs.bin" >"$log" 2>&1; rc=$?
+    if [ $rc -eq 0 ] && grep -q "^\[r0\] PASS graphs" "$log" && grep -q "recovered: replayed" "$log"
+    then s=PASS; else s="FAIL (rc=$rc)"; fi
+    record "graphs cuda, agent killed at request $calls" "$s" "$log"
+    grep -E "chaos: killing|recovered: replayed" "$log" | head -n 2 | sed 's/^/   | /'
+  done
 
   if [ "$MODE" = graphs ]; then
     log="$LOGS/cuda_backend_gpu_test.graphs.log"
