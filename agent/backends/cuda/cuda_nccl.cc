@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -10,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "agent/backends/cuda/cuda_nccl_start.h"
 #include "common/logging.h"
 
 extern char** environ;
@@ -61,7 +64,9 @@ CudaNccl::CudaNccl(int device, const std::string& job_dir)
     : device_(device),
       job_root_(job_dir.empty() ? "" : job_dir.substr(0, job_dir.find_last_of('/'))),
       timeout_(TimeoutFromEnv()) {
-  epoch_at_start_ = ReadEpoch();
+  epoch_at_start_.store(ReadEpoch());
+  const char* w = std::getenv("REVENANT_NCCL_WARMUP");
+  warm_up_ = w == nullptr || std::string(w) != "0";
 }
 
 CudaNccl::~CudaNccl() {
@@ -82,10 +87,23 @@ int CudaNccl::ReadEpoch() const {
   return 0;
 }
 
-ncclResult_t CudaNccl::Refused(const char* what) {
-  REVENANT_LOG(ERROR, kLog) << what << " during a replay: recovery over NCCL is not "
-                            << "implemented in the cuda backend";
+ncclResult_t CudaNccl::Refused(const char* what, int nranks) {
+  REVENANT_LOG(ERROR, kLog)
+      << what << " during a replay: a communicator of " << nranks
+      << " ranks over real NCCL cannot be re-created by a replacement agent (its peers' NCCL "
+         "state cannot take a new member: NCCL 2.28 has ncclCommShrink but no ncclCommGrow, "
+         "and the survivors' queued work behind the failed collective runs once it is "
+         "aborted; docs/recovery.md, Limits). Only 1-rank communicators are recovered.";
   return ncclInvalidUsage;
+}
+
+void CudaNccl::SetReplaying(bool replaying) {
+  if (replaying) {
+    // A spare started before the job declared this epoch: the epoch that
+    // made it a replacement is not a reason to abort what it re-creates.
+    epoch_at_start_.store(ReadEpoch());
+  }
+  replaying_.store(replaying);
 }
 
 std::shared_ptr<CudaNccl::Comm> CudaNccl::Find(ncclComm_t comm) {
@@ -152,7 +170,8 @@ ncclResult_t CudaNccl::Settle(Comm& c, const char* what) {
 template <typename F>
 ncclResult_t CudaNccl::OnComm(ncclComm_t comm, const char* what, F call) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (replaying_.load()) return Refused(what);
+  // During a replay every communicator this agent knows was re-created by
+  // it, hence has one rank (CommInitRankConfig): its calls run for real.
   std::shared_ptr<Comm> c = Find(comm);
   if (c == nullptr) return ncclInvalidArgument;
   if (c->aborted.load()) return static_cast<ncclResult_t>(c->error.load());
@@ -182,7 +201,7 @@ void CudaNccl::Watch() {
     ncclResult_t error = ncclSuccess;
     cudaError_t cuda_error = cudaSuccess;
     const int epoch = ReadEpoch();
-    if (!epoch_seen && epoch > epoch_at_start_) {
+    if (!epoch_seen && epoch > epoch_at_start_.load()) {
       epoch_seen = true;
       why = absl::StrCat("the job declared recovery epoch ", epoch,
                          " (recovery over NCCL is not implemented in the cuda backend)");
@@ -239,20 +258,163 @@ cudaError_t CudaNccl::SyncScope::Result(cudaError_t e) const {
   return e;
 }
 
+// --- Start agreement and warm-up ----------------------------------------------------------
+
+ncclResult_t CudaNccl::AgreeToStart(int nranks, int rank, const ncclUniqueId& id) {
+  if (start_agreed_) return ncclSuccess;
+  if (!start_refusal_.empty()) {
+    REVENANT_LOG(ERROR, kLog) << start_refusal_;
+    return ncclInvalidUsage;
+  }
+  StartRankInfo self;
+  self.rank = rank;
+  (void)::ncclGetVersion(&self.nccl_version);
+  cudaDeviceProp prop;
+  if (::cudaGetDeviceProperties(&prop, device_) == cudaSuccess) {
+    char hex[2 * sizeof(prop.uuid.bytes) + 1];
+    for (size_t i = 0; i < sizeof(prop.uuid.bytes); ++i) {
+      std::snprintf(hex + 2 * i, 3, "%02x", static_cast<unsigned char>(prop.uuid.bytes[i]));
+    }
+    self.device_uuid = hex;
+  }
+  char pci[64] = {0};
+  if (::cudaDeviceGetPCIBusId(pci, sizeof(pci), device_) == cudaSuccess) self.pci_bus_id = pci;
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) == 0) self.host = host;
+  std::vector<StartRankInfo> all;
+  if (nranks == 1 || job_root_.empty()) {
+    if (nranks > 1) {
+      REVENANT_LOG(WARNING, kLog) << "no job directory: the NCCL start agreement covers this "
+                                     "rank only";
+    }
+    all.assign(nranks, StartRankInfo{});
+    for (int r = 0; r < nranks; ++r) {  // the others' facts are unknown here
+      all[r].rank = r;
+      all[r].nccl_version = kMinNcclVersion;
+    }
+    all[rank] = self;
+  } else {
+    const std::string dir =
+        StartDirFor(job_root_, absl::string_view(id.internal, sizeof(id.internal)));
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::vector<StartRankInfo>> got =
+        ExchangeStartInfo(dir, self, nranks, start + timeout_);
+    if (!got.ok()) {
+      // Not cached: a rank that did not come may come next time.
+      REVENANT_LOG(ERROR, kLog) << "NCCL start agreement failed (rank " << rank << " of "
+                                << nranks << ", bound " << absl::FormatDuration(timeout_)
+                                << ", REVENANT_COLLECTIVE_TIMEOUT_S): " << got.status().message();
+      return absl::IsDeadlineExceeded(got.status()) ? ncclSystemError : ncclInvalidUsage;
+    }
+    all = std::move(*got);
+    REVENANT_LOG(DEBUG, kLog) << "NCCL start agreement of " << nranks << " ranks took "
+                              << absl::FormatDuration(absl::Now() - start);
+  }
+  const StartVerdict v = DecideStart(all, nranks, kMinNcclVersion);
+  if (!v.ok) {
+    start_refusal_ = absl::StrCat("rank ", rank, ": ", v.message);
+    REVENANT_LOG(ERROR, kLog) << start_refusal_;
+    return ncclInvalidUsage;
+  }
+  start_agreed_ = true;
+  REVENANT_LOG(INFO, kLog) << "NCCL start agreement: " << nranks << " rank(s), NCCL "
+                           << self.nccl_version << ", every rank on its own GPU";
+  return ncclSuccess;
+}
+
+ncclResult_t CudaNccl::WarmUp(Comm& c) {
+  // One small all-reduce on a stream of its own, so connection setup is
+  // not charged to the application's first collective. Every rank runs it
+  // right after the same init, so it matches across ranks.
+  const absl::Time start = absl::Now();
+  cudaStream_t s = nullptr;
+  void* buf = nullptr;
+  constexpr size_t kCount = 256;
+  if (::cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+      ::cudaMalloc(&buf, kCount * sizeof(float)) != cudaSuccess ||
+      ::cudaMemsetAsync(buf, 0, kCount * sizeof(float), s) != cudaSuccess) {
+    REVENANT_LOG(WARNING, kLog) << "warm-up skipped: no stream or memory for it";
+    if (buf != nullptr) ::cudaFree(buf);
+    if (s != nullptr) ::cudaStreamDestroy(s);
+    (void)::cudaGetLastError();
+    return ncclSuccess;
+  }
+  ncclResult_t r = ::ncclAllReduce(buf, buf, kCount, ncclFloat, ncclSum, c.comm, s);
+  if (r == ncclInProgress) r = Settle(c, "warm-up all-reduce");
+  cudaError_t e = cudaSuccess;
+  if (r == ncclSuccess) {
+    // Bounded wait for the GPU (a peer that never arrives leaves the NCCL
+    // kernel spinning: the communicator is then aborted).
+    const absl::Time deadline = absl::Now() + timeout_;
+    while ((e = ::cudaStreamQuery(s)) == cudaErrorNotReady) {
+      ncclResult_t state = ncclSuccess;
+      if (::ncclCommGetAsyncError(c.comm, &state) == ncclSuccess && state != ncclSuccess &&
+          state != ncclInProgress) {
+        r = state;
+        break;
+      }
+      if (absl::Now() >= deadline) {
+        r = ncclSystemError;
+        AbortComm(c, r, absl::StrCat("the warm-up all-reduce did not complete in ",
+                                     absl::FormatDuration(timeout_)));
+        break;
+      }
+      absl::SleepFor(kPoll);
+    }
+  }
+  if (r == ncclSuccess && e != cudaSuccess) {
+    REVENANT_LOG(ERROR, kLog) << "warm-up all-reduce: " << ::cudaGetErrorString(e);
+    r = ncclUnhandledCudaError;
+  }
+  if (!c.aborted.load()) {
+    ::cudaStreamSynchronize(s);  // complete (or failed) by now
+    ::cudaFree(buf);
+    ::cudaStreamDestroy(s);
+  }
+  if (r == ncclSuccess) {
+    REVENANT_LOG(DEBUG, kLog) << "warm-up all-reduce: "
+                              << absl::FormatDuration(absl::Now() - start);
+  } else {
+    REVENANT_LOG(ERROR, kLog) << "warm-up all-reduce failed: " << ::ncclGetErrorString(r)
+                              << ": " << LastError(c.comm);
+  }
+  return r;
+}
+
+ncclResult_t CudaNccl::CheckReplayable(Comm& parent, const char* what) {
+  if (!replaying_.load()) return ncclSuccess;
+  int n = 0;
+  if (::ncclCommCount(parent.comm, &n) != ncclSuccess) n = -1;
+  return n == 1 ? ncclSuccess : Refused(what, n);
+}
+
 // --- Rows ------------------------------------------------------------------------------------
 
 ncclResult_t CudaNccl::GetVersion(int* version) { return ::ncclGetVersion(version); }
 
-ncclResult_t CudaNccl::GetUniqueId(ncclUniqueId* id) {
-  if (replaying_.load()) return Refused("ncclGetUniqueId");
-  return ::ncclGetUniqueId(id);
-}
+ncclResult_t CudaNccl::GetUniqueId(ncclUniqueId* id) { return ::ncclGetUniqueId(id); }
 
 ncclResult_t CudaNccl::CommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id,
                                           int rank, ncclConfig_t* config) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (replaying_.load()) return Refused("ncclCommInitRank");
-  if (comm == nullptr) return ncclInvalidArgument;
+  if (comm == nullptr || nranks < 1 || rank < 0 || rank >= nranks) {
+    REVENANT_LOG(WARNING, kLog) << "ncclCommInitRank: rank " << rank << " of " << nranks
+                                << " is invalid";
+    return ncclInvalidArgument;
+  }
+  if (replaying_.load()) {
+    if (nranks != 1) return Refused("ncclCommInitRank", nranks);
+    // The journaled id's bootstrap died with the old agent; one rank needs
+    // no peer, so a fresh id re-creates the same communicator.
+    ncclResult_t r = ::ncclGetUniqueId(&id);
+    if (r != ncclSuccess) {
+      REVENANT_LOG(ERROR, kLog) << "replay: no fresh unique id: " << ::ncclGetErrorString(r);
+      return r;
+    }
+    REVENANT_LOG(INFO, kLog) << "replay: re-creating a 1-rank communicator with a fresh "
+                                "unique id";
+  }
+  if (ncclResult_t a = AgreeToStart(nranks, rank, id); a != ncclSuccess) return a;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   if (config != nullptr) cfg = *config;
   cfg.blocking = 0;
@@ -279,16 +441,25 @@ ncclResult_t CudaNccl::CommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniq
   }
   REVENANT_LOG(DEBUG, kLog) << "communicator " << static_cast<void*>(*comm) << ": rank " << rank
                             << " of " << nranks << " on GPU " << device_;
+  if (warm_up_) {
+    r = WarmUp(*c);
+    if (r != ncclSuccess) {
+      if (!c->aborted.load()) AbortComm(*c, r, "the warm-up all-reduce failed");
+      comms_.erase(*comm);
+      *comm = nullptr;
+      return r;
+    }
+  }
   return ncclSuccess;
 }
 
 ncclResult_t CudaNccl::CommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                  ncclConfig_t* config) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (replaying_.load()) return Refused("ncclCommSplit");
   std::shared_ptr<Comm> parent = Find(comm);
   if (parent == nullptr || newcomm == nullptr) return ncclInvalidArgument;
   if (parent->aborted.load()) return static_cast<ncclResult_t>(parent->error.load());
+  if (ncclResult_t x = CheckReplayable(*parent, "ncclCommSplit"); x != ncclSuccess) return x;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   if (config != nullptr) cfg = *config;
   cfg.blocking = 0;
@@ -305,10 +476,10 @@ ncclResult_t CudaNccl::CommSplit(ncclComm_t comm, int color, int key, ncclComm_t
 ncclResult_t CudaNccl::CommShrink(ncclComm_t comm, int* exclude, int exclude_count,
                                   ncclComm_t* newcomm, ncclConfig_t* config, int flags) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (replaying_.load()) return Refused("ncclCommShrink");
   std::shared_ptr<Comm> parent = Find(comm);
   if (parent == nullptr || newcomm == nullptr) return ncclInvalidArgument;
   if (parent->aborted.load()) return static_cast<ncclResult_t>(parent->error.load());
+  if (ncclResult_t x = CheckReplayable(*parent, "ncclCommShrink"); x != ncclSuccess) return x;
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   if (config != nullptr) cfg = *config;
   cfg.blocking = 0;
@@ -385,7 +556,6 @@ ncclResult_t CudaNccl::CommCuDevice(ncclComm_t comm, int* device) {
 
 ncclResult_t CudaNccl::GroupStart() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (replaying_.load()) return Refused("ncclGroupStart");
   ncclResult_t r = ::ncclGroupStart();
   if (r == ncclSuccess) ++group_depth_;
   return r;
@@ -393,7 +563,6 @@ ncclResult_t CudaNccl::GroupStart() {
 
 ncclResult_t CudaNccl::GroupEnd() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (replaying_.load()) return Refused("ncclGroupEnd");
   if (group_depth_ == 0) return ncclInvalidUsage;
   ncclResult_t r = ::ncclGroupEnd();
   if (--group_depth_ > 0) return r == ncclInProgress ? ncclSuccess : r;

@@ -27,8 +27,23 @@
 // cudaErrorLaunchTimeout (timeout). Later calls on an aborted communicator
 // answer its error without touching NCCL; ncclCommDestroy/Abort on it succeed.
 //
-// Recovery over NCCL is not implemented: during a replay (a replacement
-// agent) every NCCL row answers ncclInvalidUsage and says so.
+// Start agreement (cuda_nccl_start.h): before the first communicator this
+// agent creates, every rank of it checks that its NCCL is >= 2.22 and that no
+// two ranks drive the same GPU, exchanging one line each through the job
+// directory's parent (bounded by the timeout); one verdict, the same on every
+// rank. A refusal is ncclInvalidUsage and a log line naming the offending
+// ranks on every rank (cached: later inits are refused the same way); a rank
+// that never joins makes the others fail with ncclSystemError.
+// Warm-up: right after a communicator is created (outside a group), one
+// small all-reduce on a stream of its own, waited for with the same bound,
+// so connection setup is not charged to the application's first step
+// (REVENANT_NCCL_WARMUP=0 turns it off).
+//
+// Replay (a replacement agent): a 1-rank communicator is re-created with a
+// fresh unique id (the journaled id's bootstrap died with the old agent) and
+// its collectives run for real. A communicator of several ranks is refused
+// (ncclInvalidUsage and a log line saying why; docs/recovery.md, Limits),
+// as are splits/shrinks of one.
 //
 // Thread safety: all methods may be called from several threads.
 #ifndef REVENANT_AGENT_BACKENDS_CUDA_CUDA_NCCL_H_
@@ -65,7 +80,8 @@ class CudaNccl {
   // REVENANT_COLLECTIVE_TIMEOUT_S, default 60 s.
   static absl::Duration TimeoutFromEnv();
 
-  void SetReplaying(bool replaying) { replaying_.store(replaying); }
+  // A replay starts (true) or ends; a spare's epoch baseline is refreshed.
+  void SetReplaying(bool replaying);
 
   ncclResult_t GetVersion(int* version);
   ncclResult_t GetUniqueId(ncclUniqueId* id);
@@ -137,7 +153,14 @@ class CudaNccl {
   ncclResult_t Settle(Comm& c, const char* what);
   // Aborts `c` (bounded), recording `error` as what its later calls answer.
   void AbortComm(Comm& c, ncclResult_t error, const std::string& why);
-  ncclResult_t Refused(const char* what);
+  // Logs why `what` cannot be replayed for a communicator of `nranks`.
+  ncclResult_t Refused(const char* what, int nranks);
+  // During a replay: ncclSuccess when `parent` has one rank, else Refused.
+  ncclResult_t CheckReplayable(Comm& parent, const char* what);
+  // The start agreement (once per agent; mu_ held).
+  ncclResult_t AgreeToStart(int nranks, int rank, const ncclUniqueId& id);
+  // One small all-reduce on `c`, bounded (mu_ held).
+  ncclResult_t WarmUp(Comm& c);
   void Register(ncclComm_t comm);
   void Watch();
   int ReadEpoch() const;
@@ -146,6 +169,9 @@ class CudaNccl {
   const std::string job_root_;
   const absl::Duration timeout_;
   std::atomic<bool> replaying_{false};
+  bool warm_up_ = true;
+  bool start_agreed_ = false;        // guarded by mu_
+  std::string start_refusal_;        // guarded by mu_: the cached refusal
 
   std::mutex mu_;  // serializes NCCL calls with the watchdog's polls and aborts
   absl::flat_hash_map<ncclComm_t, std::shared_ptr<Comm>> comms_;  // guarded by mu_
@@ -155,7 +181,7 @@ class CudaNccl {
   // Watchdog.
   std::thread watchdog_;
   std::atomic<bool> stop_{false};
-  int epoch_at_start_ = 0;
+  std::atomic<int> epoch_at_start_{0};
   std::atomic<int64_t> sync_since_ns_{0};  // 0: no synchronization blocked
   std::atomic<int> syncs_{0};
   std::atomic<uint64_t> abort_generation_{0};

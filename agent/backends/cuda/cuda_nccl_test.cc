@@ -1,12 +1,15 @@
 // Runs everywhere (CI has no GPU): the cuda backend's NCCL rows link the real
-// libnccl, answer the version, refuse unknown communicators, refuse during a
-// replay, and either create a 1-rank communicator (a GPU is there) or fail
-// cleanly and promptly (no GPU) -- never a crash or a hang.
+// libnccl, answer the version, refuse unknown communicators and bad ranks,
+// refuse to re-create a communicator of several ranks during a replay, and
+// either create a 1-rank communicator (a GPU is there; in a replay with a
+// fresh unique id) or fail cleanly and promptly (no GPU) -- never a crash or
+// a hang.
 #include "agent/backends/cuda/cuda_nccl.h"
 
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <cstring>
 
 #include "gtest/gtest.h"
 
@@ -41,14 +44,54 @@ TEST(CudaNcclTest, UnknownCommunicatorsAreRefused) {
   EXPECT_EQ(nccl.GroupEnd(), ncclInvalidUsage);  // no group open
 }
 
-TEST(CudaNcclTest, ReplayIsRefused) {
+TEST(CudaNcclTest, ReplayRefusesSeveralRanksAtOnce) {
   CudaNccl nccl(0, "");
   nccl.SetReplaying(true);
   ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
   ncclComm_t comm = nullptr;
-  EXPECT_EQ(nccl.GetUniqueId(&id), ncclInvalidUsage);
-  EXPECT_EQ(nccl.CommInitRankConfig(&comm, 1, id, 0, nullptr), ncclInvalidUsage);
-  EXPECT_EQ(nccl.GroupStart(), ncclInvalidUsage);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(nccl.CommInitRankConfig(&comm, 2, id, 0, nullptr), ncclInvalidUsage);
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+            1.0);
+}
+
+TEST(CudaNcclTest, BadRanksAreRefusedBeforeAnyAgreement) {
+  CudaNccl nccl(0, "");
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  ncclComm_t comm = nullptr;
+  EXPECT_EQ(nccl.CommInitRankConfig(&comm, 2, id, 2, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(nccl.CommInitRankConfig(&comm, 0, id, 0, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(nccl.CommInitRankConfig(nullptr, 1, id, 0, nullptr), ncclInvalidArgument);
+}
+
+TEST(CudaNcclTest, ReplayRecreatesOneRankWithAFreshIdOrFailsCleanly) {
+  const bool gpu = HaveGpu();
+  CudaNccl nccl(0, "");
+  nccl.SetReplaying(true);
+  // The journaled id: its bootstrap is gone (here: never existed).
+  ncclUniqueId stale;
+  std::memset(&stale, 0x5a, sizeof(stale));
+  ncclComm_t comm = nullptr;
+  const auto start = std::chrono::steady_clock::now();
+  ncclResult_t r = nccl.CommInitRankConfig(&comm, 1, stale, 0, nullptr);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+            30.0);
+  if (!gpu) {
+    EXPECT_NE(r, ncclSuccess);
+    EXPECT_NE(r, ncclInProgress);
+    EXPECT_EQ(comm, nullptr);
+    return;
+  }
+  ASSERT_EQ(r, ncclSuccess);
+  int count = 0;
+  EXPECT_EQ(nccl.CommCount(comm, &count), ncclSuccess);
+  EXPECT_EQ(count, 1);
+  EXPECT_EQ(nccl.GroupStart(), ncclSuccess);
+  EXPECT_EQ(nccl.GroupEnd(), ncclSuccess);
+  EXPECT_EQ(nccl.CommDestroy(comm), ncclSuccess);
 }
 
 TEST(CudaNcclTest, OneRankCommunicatorOrACleanFailure) {

@@ -1,0 +1,80 @@
+// The NCCL engine's start agreement: before a job's first communicator is
+// created, every rank checks that it can run the engine and that no two
+// ranks drive the same GPU, and all ranks reach one verdict.
+//
+//   StartRankInfo self = {rank, version, uuid, pci_bus_id, host};
+//   absl::StatusOr<std::vector<StartRankInfo>> all =
+//       ExchangeStartInfo(dir, self, nranks, absl::Now() + bound);
+//   StartVerdict v = DecideStart(*all, nranks, kMinNcclVersion);
+//   if (!v.ok) ... ncclInvalidUsage, log v.message (names the ranks)
+//
+// The exchange goes through a directory every rank of the communicator can
+// reach (the job directory's parent, /dev/shm/revenant-<job>/, under a name
+// derived from the communicator's unique id): each rank writes its line to
+// rank<r> (atomically: a temporary file, then rename) and polls, with a
+// bound, until all nranks lines are there. Every rank then decides from the
+// same nranks lines with the same pure function, so the verdict is the same
+// everywhere. A rank that never writes is named in the timeout's message.
+//
+// Rules (DecideStart):
+//   - every rank's NCCL (the library loaded at run time) is at least
+//     kMinNcclVersion (2.22.0: ncclCommInitRankConfig with non-blocking
+//     communicators, ncclCommGetAsyncError polling, runtime connection);
+//   - no two ranks on the same host use the same GPU (same device UUID, or
+//     same PCI bus id): NCCL refuses that ("Duplicate GPU") or worse.
+//
+// Thread safety: the functions are pure or touch only their own files.
+#ifndef REVENANT_AGENT_BACKENDS_CUDA_CUDA_NCCL_START_H_
+#define REVENANT_AGENT_BACKENDS_CUDA_CUDA_NCCL_START_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace revenant {
+namespace agent {
+namespace cuda {
+
+inline constexpr int kMinNcclVersion = 22200;  // NCCL 2.22.0
+
+struct StartRankInfo {
+  int rank = -1;
+  int nccl_version = 0;
+  std::string device_uuid;  // hex, as nvidia-smi's GPU-... without the prefix
+  std::string pci_bus_id;   // cudaDeviceGetPCIBusId
+  std::string host;
+};
+
+// One line: "rank=R version=V uuid=U pci=P host=H" (no spaces in values).
+std::string FormatStartInfo(const StartRankInfo& info);
+absl::StatusOr<StartRankInfo> ParseStartInfo(absl::string_view line);
+
+struct StartVerdict {
+  bool ok = false;
+  // Empty when ok; otherwise one sentence naming the offending ranks.
+  std::string message;
+  std::vector<int> offending;  // sorted, unique
+};
+
+// `all` holds one entry per rank 0..nranks-1 (any order).
+StartVerdict DecideStart(const std::vector<StartRankInfo>& all, int nranks, int min_version);
+
+// Writes `self` to dir/rank<r> (making dir, 0700) and waits until dir holds
+// rank0..rank<n-1> (polls every 2 ms) or `deadline` passes. kDeadlineExceeded
+// names the ranks that did not write; kInvalidArgument for a bad rank or a
+// line that does not parse (naming the file).
+absl::StatusOr<std::vector<StartRankInfo>> ExchangeStartInfo(const std::string& dir,
+                                                             const StartRankInfo& self,
+                                                             int nranks, absl::Time deadline);
+
+// The exchange directory of a communicator: job_root/nccl-start-<hash of id>.
+std::string StartDirFor(const std::string& job_root, absl::string_view unique_id_bytes);
+
+}  // namespace cuda
+}  // namespace agent
+}  // namespace revenant
+
+#endif  // REVENANT_AGENT_BACKENDS_CUDA_CUDA_NCCL_START_H_
