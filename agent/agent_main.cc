@@ -55,12 +55,21 @@ ABSL_FLAG(bool, journal, true, "journal every journaled call (needed for recover
 ABSL_FLAG(uint64_t, chaos_after_calls, 0, "fault injection: SIGKILL at this request (1-based)");
 ABSL_FLAG(uint64_t, chaos_minibatch, 0, "fault injection: SIGKILL in this minibatch...");
 ABSL_FLAG(uint64_t, chaos_calls_into_minibatch, 1, "...at this request of it");
+ABSL_FLAG(bool, chaos_corrupt_snapshot, false,
+          "fault injection: with a snapshot --chaos_point, damage that boundary's snapshot first");
 ABSL_FLAG(bool, chaos_in_recovery, false, "fault injection: SIGKILL when recovering as a survivor");
 ABSL_FLAG(std::string, chaos_point, "after_append",
-          "where the chaos kill happens: before_append, after_append, after_execute");
+          "where the chaos kill happens: before_append, after_append, after_execute; at the "
+          "boundary of --chaos_minibatch with snapshots on: snapshot_partial, after_snapshot, "
+          "after_boundary");
 ABSL_FLAG(uint64_t, validate_every, 0,
           "journal validator: every K-th minibatch is replayed from its boundary and its device "
           "state compared with the real run's (docs/recovery.md, \"Validator\"); 0: off");
+ABSL_FLAG(std::string, snapshots, "auto",
+          "boundary snapshots of the device state, so that a rank without a replica can be "
+          "recovered past its first minibatch boundary (docs/recovery.md): on, off, or auto "
+          "(on when --world_size is 1)");
+ABSL_FLAG(int, world_size, 0, "ranks in the job (0: unknown); --snapshots=auto uses it");
 ABSL_FLAG(std::string, minibatch, "auto",
           "minibatch boundaries: auto (detected from the call stream) or manual "
           "(revenantMarkStep() only)");
@@ -130,13 +139,27 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
     REVENANT_LOG(WARNING, "agent") << "--validate_every needs the journal: validator off";
     options.validate_every = 0;
   }
+  {
+    const std::string snap = absl::GetFlag(FLAGS_snapshots);
+    options.snapshots =
+        snap == "on" || (snap == "auto" && absl::GetFlag(FLAGS_world_size) == 1);
+    if (options.snapshots && !absl::GetFlag(FLAGS_journal)) {
+      REVENANT_LOG(WARNING, "agent") << "boundary snapshots need the journal: off";
+      options.snapshots = false;
+    }
+  }
   options.chaos.after_calls = absl::GetFlag(FLAGS_chaos_after_calls);
   options.chaos.minibatch = absl::GetFlag(FLAGS_chaos_minibatch);
   options.chaos.calls_into_minibatch = absl::GetFlag(FLAGS_chaos_calls_into_minibatch);
+  options.chaos.corrupt_snapshot = absl::GetFlag(FLAGS_chaos_corrupt_snapshot);
   const std::string point = absl::GetFlag(FLAGS_chaos_point);
   options.chaos.point = point == "before_append"   ? SessionOptions::Chaos::Point::kBeforeAppend
                         : point == "after_execute" ? SessionOptions::Chaos::Point::kAfterExecute
-                                                   : SessionOptions::Chaos::Point::kAfterAppend;
+                        : point == "snapshot_partial"
+                            ? SessionOptions::Chaos::Point::kSnapshotPartial
+                        : point == "after_snapshot" ? SessionOptions::Chaos::Point::kAfterSnapshot
+                        : point == "after_boundary" ? SessionOptions::Chaos::Point::kAfterBoundary
+                                                    : SessionOptions::Chaos::Point::kAfterAppend;
   Session session(backend, std::move(*ch), fd, job_dir, std::move(options));
   if (recover) {
     // A replacement for an agent that died: rebuild its state before the
@@ -171,6 +194,11 @@ int Main(int argc, char** argv) {
   const std::string minibatch = absl::GetFlag(FLAGS_minibatch);
   if (minibatch != "auto" && minibatch != "manual") {
     REVENANT_LOG(ERROR, "agent") << "--minibatch must be auto or manual, not " << minibatch;
+    return 2;
+  }
+  const std::string snapshots = absl::GetFlag(FLAGS_snapshots);
+  if (snapshots != "auto" && snapshots != "on" && snapshots != "off") {
+    REVENANT_LOG(ERROR, "agent") << "--snapshots must be auto, on or off, not " << snapshots;
     return 2;
   }
   if (absl::GetFlag(FLAGS_die_with_parent)) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "agent/validator.h"
 #include "journal/journal.h"
 
@@ -33,6 +35,9 @@ Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> 
   ctx_.backend = backend_;
   ctx_.handles = &handles_;
   ctx_.session = this;
+  if (options_.snapshots) {
+    snapshots_ = std::make_unique<SnapshotStore>(job_dir_ + "/snapshots", options_.rank);
+  }
   if (options_.validate_every > 0) {
     ValidatorOptions vo;
     vo.every = options_.validate_every;
@@ -104,6 +109,14 @@ void Session::Run() {
                                 << st.minibatch_file_bytes << " bytes, " << st.compactions
                                 << " compactions, minibatch " << options_.journal->minibatch();
   }
+  if (snapshots_ != nullptr && snapshot_totals_.count > 0) {
+    const SnapshotTotals& t = snapshot_totals_;
+    REVENANT_LOG(INFO, "agent") << absl::StrFormat(
+        "snapshots at exit: %d boundaries, %.1f MiB per boundary, %.2f ms mean, %.2f ms max "
+        "per boundary%s",
+        t.count, t.bytes / 1048576.0 / t.count, t.ms / t.count, t.max_ms,
+        t.failures ? absl::StrCat(", ", t.failures, " FAILED") : std::string());
+  }
   REVENANT_LOG(DEBUG, "agent") << "application pid " << pid << " disconnected after "
                                << executed << " requests";
 }
@@ -122,7 +135,9 @@ void Session::Execute(const transport::RecordHeader& rec) {
       if (validator_ != nullptr) {
         validator_->MinibatchEnding(options_.journal->minibatch(), options_.journal->dir());
       }
+      if (snapshots_ != nullptr) SnapshotBoundary(options_.journal->minibatch() + 1, rec.seq);
       if (absl::Status s = options_.journal->MarkStep(); !s.ok()) JournalFailed(s);
+      if (snapshots_ != nullptr) SnapshotRecorded(options_.journal->minibatch());
       // Collective ordinals restart per minibatch, as at a detected boundary.
       backend_->MarkBoundary(options_.journal->minibatch());
       if (validator_ != nullptr) validator_->MinibatchStarted(options_.journal->minibatch());
@@ -147,10 +162,14 @@ void Session::Execute(const transport::RecordHeader& rec) {
     if (validator_ != nullptr && options_.journal->BoundaryBefore(rec)) {
       validator_->MinibatchEnding(minibatch, options_.journal->dir());
     }
+    if (snapshots_ != nullptr && options_.journal->BoundaryBefore(rec)) {
+      SnapshotBoundary(minibatch + 1, rec.seq);
+    }
     if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec)); !s.ok()) {
       JournalFailed(s);
     }
     if (options_.journal->minibatch() != minibatch) {
+      if (snapshots_ != nullptr) SnapshotRecorded(options_.journal->minibatch());
       backend_->MarkBoundary(options_.journal->minibatch());
       if (skip_until_minibatch_ != 0 && options_.journal->minibatch() >= skip_until_minibatch_) {
         REVENANT_LOG(INFO, "agent") << "caught up with the job at minibatch "
@@ -257,6 +276,76 @@ void Session::MaybeChaos(SessionOptions::Chaos::Point point) {
                                  << " (minibatch "
                                  << (options_.journal ? options_.journal->minibatch() : 0) << ")";
   raise(SIGKILL);
+}
+
+void Session::MaybeSnapshotChaos(SessionOptions::Chaos::Point point, uint64_t minibatch) {
+  const SessionOptions::Chaos& c = options_.chaos;
+  if (point != c.point || c.minibatch != minibatch) return;
+  if (c.corrupt_snapshot && point != SessionOptions::Chaos::Point::kSnapshotPartial) {
+    const std::string path = snapshots_->PathOf(minibatch);
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    struct stat st {};
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0) {
+      const off_t at = st.st_size - 1 - st.st_size / 3;
+      char byte = 0;
+      if (pread(fd, &byte, 1, at) == 1) {
+        byte ^= 0x5a;
+        if (pwrite(fd, &byte, 1, at) == 1) {
+          REVENANT_LOG(WARNING, "agent") << "chaos: damaged byte " << at << " of " << path;
+        }
+      }
+    }
+    if (fd >= 0) close(fd);
+  }
+  REVENANT_LOG(WARNING, "agent") << "chaos: killing this agent at the boundary of minibatch "
+                                 << minibatch;
+  raise(SIGKILL);
+}
+
+void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
+  // The state at the boundary: every request before it was executed (one
+  // executor thread), but device work may still be queued.
+  if (const int32_t e = backend_->cudaDeviceSynchronize(); e != 0 && deferred_error_ == 0) {
+    deferred_error_ = e;  // the application's error: its next reply carries it
+  }
+  const AllocationTable table = backend_->DeviceAllocations();
+  Backend* b = backend_;
+  DeviceRead read = [b](uint64_t addr, void* dst, size_t n) -> absl::Status {
+    const cudaError_t e = b->Memcpy(dst, reinterpret_cast<const void*>(addr), n,
+                                    cudaMemcpyDeviceToHost, nullptr, /*async=*/false);
+    if (e != cudaSuccess) return absl::InternalError(absl::StrCat("device copy error ", e));
+    return absl::OkStatus();
+  };
+  absl::StatusOr<SnapshotWriteStats> st = snapshots_->Write(
+      minibatch, seq, table, read,
+      [this, minibatch] { MaybeSnapshotChaos(SessionOptions::Chaos::Point::kSnapshotPartial,
+                                             minibatch); });
+  if (!st.ok()) {
+    // Training goes on; a recovery past this boundary will find no snapshot
+    // of its minibatch and refuse, saying so.
+    ++snapshot_totals_.failures;
+    REVENANT_LOG(ERROR, "agent") << "snapshot of minibatch " << minibatch
+                                 << " failed (this rank cannot be recovered past it): "
+                                 << st.status();
+    return;
+  }
+  SnapshotTotals& t = snapshot_totals_;
+  ++t.count;
+  t.bytes += st->bytes;
+  t.ms += st->ms;
+  t.max_ms = std::max(t.max_ms, st->ms);
+  if (t.count <= 2 || t.count % 100 == 0) {
+    REVENANT_LOG(INFO, "agent") << absl::StrFormat(
+        "snapshot of minibatch %d: %d allocations, %d bytes in %.2f ms", minibatch,
+        st->allocations, st->bytes, st->ms);
+  }
+  MaybeSnapshotChaos(SessionOptions::Chaos::Point::kAfterSnapshot, minibatch);
+}
+
+void Session::SnapshotRecorded(uint64_t minibatch) {
+  MaybeSnapshotChaos(SessionOptions::Chaos::Point::kAfterBoundary, minibatch);
+  // The journal is at `minibatch` now: older snapshots can never be needed.
+  snapshots_->DropBefore(minibatch);
 }
 
 void Session::JournalFailed(const absl::Status& status) {
@@ -467,6 +556,80 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   }
   bool behind = false;
   bool joined = minibatch == 0;  // a first-minibatch replacement joins lazily
+  // Past the first boundary, a rank with boundary snapshots takes its state
+  // at the boundary from the snapshot of the journal's minibatch; one that
+  // is missing or corrupt refuses the recovery (docs/recovery.md).
+  std::unique_ptr<Snapshot> snapshot;
+  if (snapshots_ != nullptr && minibatch > 0) {
+    absl::StatusOr<std::unique_ptr<Snapshot>> opened = snapshots_->Open(minibatch);
+    if (!opened.ok()) {
+      RecordEvent(job_root, "replacement_snapshot_refused", rank, 0,
+                  std::string(opened.status().message()));
+      return absl::Status(opened.status().code(),
+                          absl::StrCat("the journal is at minibatch ", minibatch,
+                                       " and its boundary snapshot cannot be used: ",
+                                       opened.status().message()));
+    }
+    snapshot = std::move(*opened);
+  }
+  // Brings the replayed state to the journal's minibatch boundary: from the
+  // snapshot, and/or from the survivors of a data-parallel job.
+  auto restore_boundary = [&]() -> absl::Status {
+    // The setup replay's device work must be done before the state arrives,
+    // or it would overwrite it.
+    backend_->cudaDeviceSynchronize();
+    backend_->MarkBoundary(minibatch);
+    backend_->SetReplayPhase(ReplayPhase::kMinibatchLog);
+    if (snapshot != nullptr) {
+      const absl::Time t0 = absl::Now();
+      Backend* b = backend_;
+      DeviceWrite write = [b](uint64_t addr, const void* src, size_t n) -> absl::Status {
+        const cudaError_t e = b->Memcpy(reinterpret_cast<void*>(addr), src, n,
+                                        cudaMemcpyHostToDevice, nullptr, /*async=*/false);
+        if (e != cudaSuccess) return absl::InternalError(absl::StrCat("device copy error ", e));
+        return absl::OkStatus();
+      };
+      uint64_t skipped = 0;
+      if (absl::Status s = snapshot->Load(write, backend_->DeviceAllocations(), &skipped);
+          !s.ok()) {
+        return s;
+      }
+      backend_->cudaDeviceSynchronize();
+      const std::string detail = absl::StrCat(
+          "minibatch ", minibatch, ", ", snapshot->allocations().size() - skipped,
+          " allocations, ", snapshot->bytes(), " bytes, ",
+          absl::ToInt64Milliseconds(absl::Now() - t0), " ms");
+      RecordEvent(job_root, "replacement_snapshot_loaded", rank, 0, detail);
+      REVENANT_LOG(INFO, "agent") << "boundary snapshot loaded: " << detail;
+      if (skipped > 0) {
+        REVENANT_LOG(WARNING, "agent") << skipped << " allocations of the snapshot no longer "
+                                       << "exist after the replay (freed later): not loaded";
+      }
+      // Communicators with peers still rejoin them (their state then
+      // supersedes the snapshot); without any, the snapshot is the state.
+      absl::Status j = backend_->JoinRecovery(minibatch, &behind);
+      if (absl::IsUnimplemented(j)) return absl::OkStatus();
+      if (!j.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the journal is at minibatch ", minibatch, ": rejoining the peers failed: ",
+            j.ToString()));
+      }
+      RecordEvent(job_root, "replacement_state_received", rank, 0,
+                  absl::StrCat("minibatch ", minibatch));
+      return absl::OkStatus();
+    }
+    absl::Status j = backend_->JoinRecovery(minibatch, &behind);
+    if (!j.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the journal is at minibatch ", minibatch,
+          ": its state comes from a healthy data-parallel peer, and none answered (a rank "
+          "without a replica needs boundary snapshots: --snapshots=on): ",
+          j.ToString()));
+    }
+    RecordEvent(job_root, "replacement_state_received", rank, 0,
+                absl::StrCat("minibatch ", minibatch));
+    return absl::OkStatus();
+  };
   backend_->SetReplayPhase(minibatch == 0 ? ReplayPhase::kMinibatchLog : ReplayPhase::kSetupLog);
 
   {
@@ -487,26 +650,19 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
     }
     const uint64_t seq = e.seq() / 2;
     last_request = std::max(last_request, seq);
-    if (from_minibatch[i] && !joined) {
-      // The setup log is replayed: join the survivors, take the replicated
-      // state from one of them, then replay the current minibatch with them.
-      // The setup replay's device work must be done before the state
-      // arrives, or it would overwrite it.
-      backend_->cudaDeviceSynchronize();
-      backend_->MarkBoundary(minibatch);
-      backend_->SetReplayPhase(ReplayPhase::kMinibatchLog);
-      absl::Status j = backend_->JoinRecovery(minibatch, &behind);
-      if (!j.ok()) {
+    // The boundary comes before the first entry of the minibatch log (or,
+    // with a snapshot, before the first request the snapshot does not
+    // include: setup-log entries after it, such as an allocation made in
+    // this minibatch, replay on top of the snapshot).
+    if (!joined && (snapshot != nullptr ? seq >= snapshot->boundary_seq() : from_minibatch[i])) {
+      // The setup log is replayed: take the state at the boundary, then
+      // replay the current minibatch (with the survivors, if any).
+      if (absl::Status j = restore_boundary(); !j.ok()) {
         backend_->SetReplayPhase(ReplayPhase::kNone);
         replaying_ = false;
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the journal is at minibatch ", minibatch,
-            ": its state comes from a healthy data-parallel peer, and none answered: ",
-            j.ToString()));
+        return j;
       }
       joined = true;
-      RecordEvent(job_root, "replacement_state_received", rank, 0,
-                  absl::StrCat("minibatch ", minibatch));
     }
     if (from_minibatch[i] && behind) {
       // Superseded by the survivors' state. A synchronous request the
@@ -557,14 +713,10 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   // suppression count drains as they arrive.
   replaying_ = false;
   if (!joined && minibatch > 0) {
-    // The minibatch log was empty: join now.
-    backend_->cudaDeviceSynchronize();
-    backend_->MarkBoundary(minibatch);
-    if (absl::Status j = backend_->JoinRecovery(minibatch, &behind); !j.ok()) {
+    // The minibatch log was empty: take the boundary state now.
+    if (absl::Status j = restore_boundary(); !j.ok()) {
       backend_->SetReplayPhase(ReplayPhase::kNone);
-      return absl::FailedPreconditionError(
-          absl::StrCat("the journal is at minibatch ", minibatch,
-                       ": its state comes from a healthy data-parallel peer: ", j.ToString()));
+      return j;
     }
   }
   backend_->SetReplayPhase(ReplayPhase::kNone);

@@ -27,6 +27,7 @@
 #include "agent/dispatch.h"
 #include "agent/handles.h"
 #include "agent/journaling.h"
+#include "agent/snapshot.h"
 #include "api/hook_protocol.h"
 #include "transport/shm_channel.h"
 
@@ -42,14 +43,34 @@ struct SessionOptions {
   // Fault injection (revenant-run --chaos): the agent kills itself with
   // SIGKILL at a chosen request, to test recovery from exactly that point.
   struct Chaos {
-    enum class Point { kBeforeAppend, kAfterAppend, kAfterExecute };
+    // kSnapshotPartial, kAfterSnapshot, kAfterBoundary: at the boundary that
+    // starts `minibatch` (boundary snapshots on): the snapshot's temporary
+    // file is written but not renamed / the snapshot is renamed but the
+    // journal has not recorded the boundary / the journal recorded it but
+    // the older snapshot is not deleted yet.
+    enum class Point {
+      kBeforeAppend,
+      kAfterAppend,
+      kAfterExecute,
+      kSnapshotPartial,
+      kAfterSnapshot,
+      kAfterBoundary
+    };
     // Kill at the `after_calls`-th request (counting from 1); 0: never.
     uint64_t after_calls = 0;
     // Or: at the `calls_into_minibatch`-th request of minibatch `minibatch`.
     uint64_t minibatch = 0;
     uint64_t calls_into_minibatch = 0;
     Point point = Point::kAfterAppend;
+    // With a snapshot point: first damage one byte of that boundary's
+    // snapshot (a replacement must refuse it).
+    bool corrupt_snapshot = false;
   } chaos;
+
+  // Boundary snapshots (agent/snapshot.h): at every minibatch boundary the
+  // device state is written to <job_dir>/snapshots, so that a replacement
+  // can restore a rank that has no replica past its first boundary.
+  bool snapshots = false;
 
   // Journal validator (agent/validator.h): every `validate_every`-th
   // minibatch is replayed from its boundary and compared; 0: off. Needs the
@@ -171,6 +192,18 @@ class Session {
   uint64_t chaos_minibatch_calls_ = 0;
   // Kills the agent if the chaos plan says this is the point.
   void MaybeChaos(SessionOptions::Chaos::Point point);
+
+  // Boundary snapshots: SnapshotBoundary before the journal records the
+  // boundary that starts `minibatch` (`seq`: the request the boundary comes
+  // before), SnapshotRecorded after it did.
+  void SnapshotBoundary(uint64_t minibatch, uint64_t seq);
+  void SnapshotRecorded(uint64_t minibatch);
+  void MaybeSnapshotChaos(SessionOptions::Chaos::Point point, uint64_t minibatch);
+  std::unique_ptr<SnapshotStore> snapshots_;
+  struct SnapshotTotals {
+    uint64_t count = 0, bytes = 0, failures = 0;
+    double ms = 0, max_ms = 0;
+  } snapshot_totals_;
 };
 
 }  // namespace agent

@@ -69,13 +69,18 @@ ABSL_FLAG(int, max_recoveries, 16, "give up replacing agents after this many");
 ABSL_FLAG(uint64_t, validate_every, 0,
           "agents replay every K-th minibatch from its boundary and report device state that "
           "does not reproduce (docs/recovery.md, \"Validator\"); 0: off");
+ABSL_FLAG(std::string, snapshots, "auto",
+          "boundary snapshots of each rank's device state (docs/recovery.md): on, off, or auto "
+          "(on when the job has one rank, which has no replica to recover from)");
 ABSL_FLAG(bool, journal, true, "agents journal calls (needed for recovery; off to measure its cost)");
 ABSL_FLAG(std::string, events_file, "",
           "copy the job's recovery events (JSON lines) here before the job directory goes");
 ABSL_FLAG(std::string, chaos, "",
           "fault injection for the first agent of one rank, e.g. rank=1,calls=500 or "
           "rank=1,minibatch=3,calls=40,point=after_execute (points: before_append, "
-          "after_append, after_execute)");
+          "after_append, after_execute; with snapshots, at the boundary of `minibatch`: "
+          "snapshot_partial, after_snapshot, after_boundary, and corrupt_snapshot=1 to damage "
+          "the snapshot first)");
 ABSL_FLAG(double, recovery_timeout, 120,
           "seconds a rank waits for a replacement agent before its calls fail");
 
@@ -273,6 +278,11 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "revenant-run: --gpus must be >= 0\n");
     return 2;
   }
+  const std::string snapshots = absl::GetFlag(FLAGS_snapshots);
+  if (snapshots != "auto" && snapshots != "on" && snapshots != "off") {
+    std::fprintf(stderr, "revenant-run: --snapshots must be auto, on or off\n");
+    return 2;
+  }
   if (n < 1 || n > 1024) {
     std::fprintf(stderr, "revenant-run: -n must be between 1 and 1024\n");
     return 2;
@@ -365,6 +375,8 @@ int Main(int argc, char** argv) {
                                      "--host_kernels=" + host_kernels,
                                      "--job=" + job,
                                      absl::StrCat("--journal=", absl::GetFlag(FLAGS_journal)),
+                                     "--snapshots=" + snapshots,
+                                     absl::StrCat("--world_size=", n),
                                      "--die_with_parent"};
     // The agent uses the GPU of its local rank (one node: local rank = rank).
     if (absl::GetFlag(FLAGS_backend) == "cuda") {
@@ -389,6 +401,7 @@ int Main(int argc, char** argv) {
         args.push_back("--chaos_after_calls=" + chaos["calls"]);
       }
       if (chaos.count("point")) args.push_back("--chaos_point=" + chaos["point"]);
+      if (chaos.count("corrupt_snapshot")) args.push_back("--chaos_corrupt_snapshot");
     }
     pid_t pid = Spawn(args, base_env, absl::StrCat("a", r), &pipes);
     if (pid < 0) {
