@@ -356,6 +356,35 @@ int Measure(const std::string& fatbin) {
   }
   std::sort(lat.begin(), lat.end());
   std::printf("MEASURE backend_d2h_4b %.3f us\n", lat[lat.size() / 2]);
+  // 4-byte reads into pageable memory (as the agent reads into a reply slot)
+  // and into registered host memory (what registering the reply area would
+  // give), on the legacy stream and on a created one.
+  auto d2h_4b = [&](const char* what, void* dst, cudaStream_t stream) {
+    std::vector<double> t;
+    for (int i = 0; i < 2000; ++i) {
+      double a = Now();
+      b->Memcpy(dst, d, 4, cudaMemcpyDeviceToHost, stream, false);
+      t.push_back(Now() - a);
+    }
+    std::sort(t.begin(), t.end());
+    std::printf("MEASURE backend_d2h_4b_%s %.3f us\n", what, t[t.size() / 2]);
+  };
+  d2h_4b("pageable_stream", &h, s);
+  {
+    const std::string small_path = "/dev/shm/revenant-measure-4b-" + std::to_string(getpid());
+    int sfd = open(small_path.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (sfd >= 0 && ftruncate(sfd, 2 << 20) == 0) {
+      void* area = mmap(nullptr, 2 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+      if (area != MAP_FAILED && b->RegisterSharedHost(area, 2 << 20, 0) == cudaSuccess) {
+        d2h_4b("registered", area, nullptr);
+        d2h_4b("registered_stream", area, s);
+        b->UnregisterSharedHost(area);
+      }
+      if (area != MAP_FAILED) munmap(area, 2 << 20);
+    }
+    if (sfd >= 0) close(sfd);
+    unlink(small_path.c_str());
+  }
   // 256 MiB copies from host memory shared the way the agent shares it (a
   // /dev/shm file mapped MAP_SHARED, registered), and from cudaMallocHost.
   const size_t bytes = 256ull << 20;
