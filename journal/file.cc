@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -106,6 +107,90 @@ absl::StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::strin
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return PosixError(absl::StrCat("open ", path), errno);
   return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
+}
+
+absl::StatusOr<std::unique_ptr<MappedLogFile>> MappedLogFile::Create(const std::string& path,
+                                                                   size_t first_chunk,
+                                                                   size_t max_chunk) {
+  if (first_chunk == 0 || max_chunk < first_chunk) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("mapped log chunk sizes ", first_chunk, "/", max_chunk));
+  }
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return PosixError(absl::StrCat("open ", path), errno);
+  return std::unique_ptr<MappedLogFile>(new MappedLogFile(path, fd, first_chunk, max_chunk));
+}
+
+MappedLogFile::~MappedLogFile() {
+  if (base_ != nullptr) ::munmap(base_, chunk_end_ - chunk_begin_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::StatusOr<char*> MappedLogFile::SpanSlow(uint64_t offset, size_t n) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, " is closed"));
+  if (offset < chunk_end_ || n > max_chunk_) {
+    // Behind the mapped chunk, straddling its end, or larger than a chunk:
+    // the writer never asks that (records stay inside blocks, chunks are
+    // whole blocks).
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": range ", offset, "+", n,
+                                                   " is outside the mapped chunk ",
+                                                   chunk_begin_, "..", chunk_end_));
+  }
+  // Map the chunks that follow until one holds the range. Chunks are
+  // contiguous: the next one starts where the last one ended.
+  while (!(offset >= chunk_begin_ && offset + n <= chunk_end_)) {
+    const uint64_t begin = chunk_end_;
+    const size_t size = next_chunk_;
+    // fallocate gives the chunk real (zeroed) pages on tmpfs: later stores do
+    // not fail for want of memory with SIGBUS, and nothing faults twice.
+    int rc;
+    do {
+      rc = ::fallocate(fd_, 0, static_cast<off_t>(begin), static_cast<off_t>(size));
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+      if (errno != EOPNOTSUPP) return PosixError(absl::StrCat("fallocate ", path_), errno);
+      if (::ftruncate(fd_, static_cast<off_t>(begin + size)) != 0) {
+        return PosixError(absl::StrCat("ftruncate ", path_), errno);
+      }
+    }
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_,
+                     static_cast<off_t>(begin));
+    if (p == MAP_FAILED) return PosixError(absl::StrCat("mmap ", path_), errno);
+    if (base_ != nullptr) ::munmap(base_, chunk_end_ - chunk_begin_);
+    base_ = static_cast<char*>(p);
+    chunk_begin_ = begin;
+    chunk_end_ = begin + size;
+    allocated_ = chunk_end_;
+    next_chunk_ = std::min(next_chunk_ * 2, max_chunk_);
+  }
+  return base_ + (offset - chunk_begin_);
+}
+
+absl::Status MappedLogFile::Sync(uint64_t length) {
+  if (base_ == nullptr || length <= chunk_begin_) return absl::OkStatus();
+  // Earlier chunks were unmapped, which leaves their pages in the page cache;
+  // fdatasync covers them, msync the mapped one.
+  const uint64_t end = std::min<uint64_t>(length, chunk_end_);
+  if (::msync(base_, end - chunk_begin_, MS_SYNC) != 0) {
+    return PosixError(absl::StrCat("msync ", path_), errno);
+  }
+  if (::fdatasync(fd_) != 0) return PosixError(absl::StrCat("fdatasync ", path_), errno);
+  return absl::OkStatus();
+}
+
+absl::Status MappedLogFile::Close(uint64_t length) {
+  if (fd_ < 0) return absl::OkStatus();
+  if (base_ != nullptr) ::munmap(base_, chunk_end_ - chunk_begin_);
+  base_ = nullptr;
+  chunk_begin_ = chunk_end_ = 0;
+  absl::Status s;
+  if (::ftruncate(fd_, static_cast<off_t>(length)) != 0) {
+    s = PosixError(absl::StrCat("ftruncate ", path_), errno);
+  }
+  allocated_ = length;
+  if (::close(fd_) != 0 && s.ok()) s = PosixError(absl::StrCat("close ", path_), errno);
+  fd_ = -1;
+  return s;
 }
 
 absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) {

@@ -5,8 +5,9 @@
 //       NewAppendableFile("/dev/shm/revenant-job/rank0/journal/setup-000001.log");
 //   log::Writer writer(f->get());
 //
-// Files are written with plain write(2): on tmpfs the bytes survive the death
-// of the writing process once the call returns (docs/journal_format.md).
+// Files are written with plain write(2), or (MappedLogFile) through a shared
+// mapping: on tmpfs the bytes survive the death of the writing process once
+// the call returns / the store executed (docs/journal_format.md).
 #ifndef REVENANT_JOURNAL_FILE_H_
 #define REVENANT_JOURNAL_FILE_H_
 
@@ -32,6 +33,58 @@ class WritableFile {
   // Makes appended data durable (fdatasync for POSIX files).
   virtual absl::Status Sync() = 0;
   virtual absl::Status Close() = 0;
+};
+
+// A new log file written through a shared memory mapping (docs/journal_format.md,
+// "Mapped log files"): stores into it land in the page cache like write(2)'d
+// bytes, without a system call. The file grows in chunks of whole log blocks,
+// preallocated (zero-filled) and mapped one at a time; the first chunk is
+// `first_chunk` bytes, each next one twice the last, at most `max_chunk`.
+// Both must be multiples of log::kBlockSize. Not thread-safe.
+//
+//   auto f = MappedLogFile::Create(path, 32 << 10, 1 << 20);
+//   absl::StatusOr<char*> p = (*f)->Span(offset, n);   // [offset, offset + n)
+//   ... store into p ...
+//   (*f)->Close(length);   // truncates the file to `length`
+class MappedLogFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<MappedLogFile>> Create(const std::string& path,
+                                                               size_t first_chunk,
+                                                               size_t max_chunk);
+  ~MappedLogFile();
+  MappedLogFile(const MappedLogFile&) = delete;
+  MappedLogFile& operator=(const MappedLogFile&) = delete;
+
+  // Writable memory of the file bytes [offset, offset + n). The range must lie
+  // in one block; offsets only move forward: a chunk before the current one
+  // is no longer mapped (kInvalidArgument). Grows the file as needed.
+  absl::StatusOr<char*> Span(uint64_t offset, size_t n) {
+    if (offset >= chunk_begin_ && offset + n <= chunk_end_) {
+      return base_ + (offset - chunk_begin_);
+    }
+    return SpanSlow(offset, n);
+  }
+  // Writes the mapped pages of [0, length) back to the file (msync).
+  absl::Status Sync(uint64_t length);
+  // Unmaps, truncates the file to `length` (the log's length: no zero tail
+  // left) and closes it. Idempotent.
+  absl::Status Close(uint64_t length);
+  // The file's allocated size (log length plus the zero-filled tail).
+  uint64_t allocated() const { return allocated_; }
+
+ private:
+  MappedLogFile(std::string path, int fd, size_t first_chunk, size_t max_chunk)
+      : path_(std::move(path)), fd_(fd), next_chunk_(first_chunk), max_chunk_(max_chunk) {}
+  absl::StatusOr<char*> SpanSlow(uint64_t offset, size_t n);
+
+  const std::string path_;
+  int fd_;
+  size_t next_chunk_;
+  const size_t max_chunk_;
+  char* base_ = nullptr;  // mapping of [chunk_begin_, chunk_end_)
+  uint64_t chunk_begin_ = 0;
+  uint64_t chunk_end_ = 0;
+  uint64_t allocated_ = 0;
 };
 
 // A source read front to back. Not thread-safe.

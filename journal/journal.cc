@@ -141,7 +141,8 @@ absl::Status ReadSegment(const std::string& log_path, const std::string& payload
   if (!header->ParseFromString(record)) {
     return DataLoss(log_path, "unparseable segment header at offset 0");
   }
-  if (header->format_version() != kFormatVersion) {
+  if (header->format_version() < kMinFormatVersion ||
+      header->format_version() > kFormatVersion) {
     return DataLoss(log_path, absl::StrCat("unsupported format version ",
                                            header->format_version(), " (this reader knows ",
                                            kFormatVersion, ")"));
@@ -314,11 +315,20 @@ class SegmentWriter {
     absl::StatusOr<std::unique_ptr<WritableFile>> payload =
         NewAppendableFile(w->payload_path_ + suffix);
     if (!payload.ok()) return payload.status();
-    absl::StatusOr<std::unique_ptr<WritableFile>> log = NewAppendableFile(w->log_path_ + suffix);
-    if (!log.ok()) return log.status();
     w->payload_file_ = std::move(*payload);
-    w->log_file_ = std::move(*log);
-    w->writer_ = std::make_unique<log::Writer>(w->log_file_.get(), 0);
+    if (options.mapped_logs && options.sync == SyncPolicy::kNone) {
+      absl::StatusOr<std::unique_ptr<MappedLogFile>> log =
+          MappedLogFile::Create(w->log_path_ + suffix, kFirstChunk, kMaxChunk);
+      if (!log.ok()) return log.status();
+      w->mapped_log_ = std::move(*log);
+      w->writer_ = std::make_unique<log::Writer>(w->mapped_log_.get());
+    } else {
+      absl::StatusOr<std::unique_ptr<WritableFile>> log =
+          NewAppendableFile(w->log_path_ + suffix);
+      if (!log.ok()) return log.status();
+      w->log_file_ = std::move(*log);
+      w->writer_ = std::make_unique<log::Writer>(w->log_file_.get(), 0);
+    }
     if (absl::Status s = w->writer_->AddRecord(header.SerializeAsString(),
                                                options.sync == SyncPolicy::kEveryRecord);
         !s.ok()) {
@@ -379,7 +389,8 @@ class SegmentWriter {
   }
 
   absl::Status Close() {
-    absl::Status a = log_file_->Close();
+    // A mapped log is truncated to the log's length: no zero tail remains.
+    absl::Status a = mapped_log_ ? mapped_log_->Close(writer_->file_length()) : log_file_->Close();
     absl::Status b = payload_file_->Close();
     return a.ok() ? b : a;
   }
@@ -410,7 +421,13 @@ class SegmentWriter {
   SegmentHeader header_;
   std::string log_path_;
   std::string payload_path_;
-  std::unique_ptr<WritableFile> log_file_;
+  // Mapped log files grow by chunks: a small first one (a minibatch segment
+  // lives for one training step), doubling up to kMaxChunk.
+  static constexpr size_t kFirstChunk = log::kBlockSize;
+  static constexpr size_t kMaxChunk = 32 * log::kBlockSize;
+
+  std::unique_ptr<WritableFile> log_file_;      // written with write(2), or
+  std::unique_ptr<MappedLogFile> mapped_log_;   // through a mapping
   std::unique_ptr<WritableFile> payload_file_;
   std::unique_ptr<log::Writer> writer_;
   uint64_t payload_length_ = 0;

@@ -25,8 +25,9 @@
 // last minibatch boundary. Their sizes therefore follow the live state, not
 // the number of training iterations.
 //
-// Files are written with write(2) into tmpfs: they survive the agent's death;
-// machine crashes are out of scope (see the format document).
+// Log files are written through a shared mapping of tmpfs pages, payload
+// files with write(2): both survive the agent's death; machine crashes are
+// out of scope (see the format document).
 #ifndef REVENANT_JOURNAL_JOURNAL_H_
 #define REVENANT_JOURNAL_JOURNAL_H_
 
@@ -47,7 +48,10 @@
 namespace revenant {
 namespace journal {
 
-inline constexpr uint32_t kFormatVersion = 1;
+// 2: log files may be written through a mapping (a zero-filled tail after an
+// uncommitted record); readers accept every version from kMinFormatVersion.
+inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kMinFormatVersion = 1;
 
 // api_id of an outcome entry (see JournalEntry.completes); no API has id 0.
 inline constexpr uint32_t kOutcomeApiId = 0;
@@ -68,6 +72,10 @@ struct JournalOptions {
   // over).
   uint64_t compaction_min_dead_bytes = 1 << 20;
   bool compaction_enabled = true;
+  // Write log files through a shared mapping (no system call per record;
+  // docs/journal_format.md, "Mapped log files"). With SyncPolicy::kEveryRecord
+  // logs are written with write(2) regardless.
+  bool mapped_logs = true;
 };
 
 struct JournalStats {

@@ -1,5 +1,7 @@
 #include "journal/log_reader.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "journal/crc32c.h"
 
@@ -92,7 +94,7 @@ unsigned int Reader::ReadPhysicalRecord(absl::string_view* result, uint64_t* off
       if (!eof_) {
         // The previous block is done; anything left is its zero-filled tail.
         buffer_ = absl::string_view();
-        absl::Status s = file_->Read(kBlockSize, &backing_store_, &buffer_);
+        absl::Status s = ReadBlock();
         end_of_buffer_offset_ += buffer_.size();
         if (!s.ok()) {
           buffer_ = absl::string_view();
@@ -126,6 +128,14 @@ unsigned int Reader::ReadPhysicalRecord(absl::string_view* result, uint64_t* off
       return kEof;
     }
 
+    if (type == kZeroType && RestIsZero(kHeaderSize + length)) {
+      // An uncommitted record followed by the zero-filled tail of a mapped
+      // file: the end of the log (docs/journal_format.md).
+      buffer_ = absl::string_view();
+      eof_ = true;
+      return kEof;
+    }
+
     const uint32_t expected_crc = crc32c::Unmask(
         static_cast<uint32_t>(header[0]) | (static_cast<uint32_t>(header[1]) << 8) |
         (static_cast<uint32_t>(header[2]) << 16) | (static_cast<uint32_t>(header[3]) << 24));
@@ -142,6 +152,43 @@ unsigned int Reader::ReadPhysicalRecord(absl::string_view* result, uint64_t* off
     *result = absl::string_view(buffer_.data() + kHeaderSize, length);
     buffer_.remove_prefix(kHeaderSize + length);
     return type;
+  }
+}
+
+absl::Status Reader::ReadBlock() {
+  if (ahead_pos_ < ahead_.size()) {
+    const size_t n = std::min(kBlockSize, ahead_.size() - ahead_pos_);
+    backing_store_.assign(ahead_, ahead_pos_, n);
+    ahead_pos_ += n;
+    if (ahead_pos_ == ahead_.size()) {
+      ahead_.clear();
+      ahead_pos_ = 0;
+    }
+    buffer_ = backing_store_;
+    return absl::OkStatus();
+  }
+  return file_->Read(kBlockSize, &backing_store_, &buffer_);
+}
+
+bool Reader::RestIsZero(size_t from) {
+  for (size_t i = from; i < buffer_.size(); ++i) {
+    if (buffer_[i] != 0) return false;
+  }
+  if (eof_) return true;
+  // Blocks already read ahead (by an earlier call) come first.
+  for (size_t i = ahead_pos_; i < ahead_.size(); ++i) {
+    if (ahead_[i] != 0) return false;
+  }
+  if (!ahead_.empty() && ahead_.size() % kBlockSize != 0) return true;  // reached the end
+  std::string block;
+  absl::string_view got;
+  while (true) {
+    if (!file_->Read(kBlockSize, &block, &got).ok()) return false;  // ReadBlock reports it
+    ahead_.append(got.data(), got.size());
+    for (char c : got) {
+      if (c != 0) return false;
+    }
+    if (got.size() < kBlockSize) return true;
   }
 }
 

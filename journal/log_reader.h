@@ -10,7 +10,9 @@
 // status naming the file offset) and carries on after the damage; the caller
 // chooses the policy (the journal turns any report into data loss). A torn
 // tail -- an incomplete last record, which is what a writer killed in the
-// middle of write(2) leaves -- is a clean end and is not reported.
+// middle of write(2) leaves, or an uncommitted record (type byte 0) followed
+// only by zeros, which is what a writer of a mapped, preallocated file leaves
+// -- is a clean end and is not reported.
 #ifndef REVENANT_JOURNAL_LOG_READER_H_
 #define REVENANT_JOURNAL_LOG_READER_H_
 
@@ -58,6 +60,12 @@ class Reader {
   // kBadRecord (already reported).
   unsigned int ReadPhysicalRecord(absl::string_view* result, uint64_t* offset);
   void ReportCorruption(size_t bytes, uint64_t offset, absl::string_view reason);
+  // Reads the next block of the file (or of the read-ahead) into buffer_.
+  absl::Status ReadBlock();
+  // Whether buffer_ from `from` on and the whole rest of the file are zero
+  // (the preallocated tail of a mapped file). Reads ahead; what it read is
+  // kept for ReadBlock.
+  bool RestIsZero(size_t from);
 
   SequentialFile* const file_;
   Reporter* const reporter_;
@@ -67,6 +75,9 @@ class Reader {
   // File offset just past the end of buffer_.
   uint64_t end_of_buffer_offset_ = 0;
   uint64_t last_record_offset_ = 0;
+  // Blocks RestIsZero read past buffer_, served by ReadBlock first.
+  std::string ahead_;
+  size_t ahead_pos_ = 0;
 };
 
 }  // namespace log

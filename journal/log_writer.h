@@ -4,8 +4,10 @@
 //   log::Writer writer(file.get(), /*dest_length=*/0);
 //   absl::Status s = writer.AddRecord(entry.SerializeAsString());
 //
-// Each AddRecord issues a single Append (one write(2)) for all the fragments
-// of the record, so an agent killed mid-call leaves a torn tail, never a hole.
+// On a WritableFile, each AddRecord issues a single Append (one write(2)) for
+// all the fragments of the record; on a MappedLogFile, it stores the
+// fragments in place and commits each by its type byte. Either way an agent
+// killed mid-call leaves a torn tail, never a hole.
 // Errors are sticky: after one failed Append or Sync every later AddRecord
 // fails with the same status, because the file's block position is no longer
 // known and pretending otherwise would write records the reader cannot find.
@@ -29,6 +31,11 @@ class Writer {
   // "*dest" must outlive this Writer. `dest_length` is the current length of
   // the file (0 for a new file); appending continues in its last block.
   explicit Writer(WritableFile* dest, uint64_t dest_length = 0);
+  // Writes a new mapped file (docs/journal_format.md, "Mapped log files"):
+  // each physical record is stored length first, then its data and
+  // checksum, and committed by storing its type byte last. No system call
+  // per record (only when the file grows by a chunk).
+  explicit Writer(MappedLogFile* dest);
 
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
@@ -43,8 +50,10 @@ class Writer {
 
  private:
   void EmitPhysicalRecord(RecordType type, const char* data, size_t n, std::string* out);
+  absl::Status AddRecordMapped(absl::string_view record, bool sync);
 
   WritableFile* const dest_;
+  MappedLogFile* const mapped_;
   size_t block_offset_;  // Current offset in the block.
   uint64_t file_length_;
   absl::Status status_;
