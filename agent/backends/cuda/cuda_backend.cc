@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/allocator.h"
+#include "agent/backends/cuda/cuda_gloo.h"
 #include "agent/backends/cuda/cuda_nccl.h"
 #include "common/logging.h"
 
@@ -126,133 +127,180 @@ class CudaBackend : public Backend {
     absl::MutexLock lock(&mu_);
     allocator_.ExpectNext(addr);
   }
-  cudaError_t Reset() override;
   std::vector<std::pair<uint64_t, uint64_t>> DeviceAllocations() override {
     absl::MutexLock lock(&mu_);
     return allocator_.Allocations();
   }
+  cudaError_t Reset() override;
   // Recovery over NCCL is not implemented: NCCL rows refuse during a replay.
+  // With --collectives=gloo, recovery is GlooCollectives' (cuda_gloo.h).
   void SetReplayPhase(ReplayPhase phase) override {
+    if (gloo_) return gloo_->nccl().SetReplayPhase(phase);
     nccl_->SetReplaying(phase != ReplayPhase::kNone);
   }
+  absl::Status JoinRecovery(uint64_t minibatch, bool* behind) override {
+    if (!gloo_) return Backend::JoinRecovery(minibatch, behind);
+    Bind();
+    return gloo_->nccl().JoinRecovery(minibatch, behind);
+  }
+  void MarkBoundary(uint64_t minibatch) override {
+    if (gloo_) gloo_->nccl().MarkBoundary(minibatch);
+  }
+  // Validation replays answer collectives from Gloo's cached results; real
+  // NCCL keeps none (the validator skips such minibatches).
+  absl::Status BeginValidationReplay() override {
+    if (!gloo_) return Backend::BeginValidationReplay();
+    return gloo_->nccl().BeginValidationReplay();
+  }
+  absl::Status EndValidationReplay() override {
+    return gloo_ ? gloo_->nccl().EndValidationReplay() : absl::OkStatus();
+  }
 
-  // --- NCCL (cuda_nccl.h) ---------------------------------------------------------
-  ncclResult_t ncclGetVersion(int* version) override { return nccl_->GetVersion(version); }
+  // --- NCCL (cuda_nccl.h, or cuda_gloo.h with --collectives=gloo) ---------------------------------------------------------
+  ncclResult_t ncclGetVersion(int* version) override {
+    if (gloo_) return gloo_->nccl().ncclGetVersion(version);
+    return nccl_->GetVersion(version);
+  }
   ncclResult_t ncclGetUniqueId(ncclUniqueId* id) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclGetUniqueId(id);
     return nccl_->GetUniqueId(id);
   }
   ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id,
                                 int rank) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclCommInitRankConfig(comm, nranks, id, rank, nullptr);
     return nccl_->CommInitRankConfig(comm, nranks, id, rank, nullptr);
   }
   ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
                                       ncclConfig_t* config) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclCommInitRankConfig(comm, nranks, id, rank, config);
     return nccl_->CommInitRankConfig(comm, nranks, id, rank, config);
   }
   ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                              ncclConfig_t* config) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclCommSplit(comm, color, key, newcomm, config);
     return nccl_->CommSplit(comm, color, key, newcomm, config);
   }
   ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int exclude_count,
                               ncclComm_t* newcomm, ncclConfig_t* config, int flags) override {
     Bind();
+    if (gloo_) return ncclInvalidUsage;  // not with Gloo (gloo_collectives.h)
     return nccl_->CommShrink(comm, exclude, exclude_count, newcomm, config, flags);
   }
   ncclResult_t ncclCommFinalize(ncclComm_t comm) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclCommFinalize(comm);
     return nccl_->CommFinalize(comm);
   }
   ncclResult_t ncclCommAbort(ncclComm_t comm) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclCommAbort(comm);
     return nccl_->CommAbort(comm);
   }
   ncclResult_t ncclCommDestroy(ncclComm_t comm) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclCommDestroy(comm);
     return nccl_->CommDestroy(comm);
   }
   ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* error) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclCommGetAsyncError(comm, error);
     return nccl_->CommGetAsyncError(comm, error);
   }
   ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclCommCount(comm, count);
     return nccl_->CommCount(comm, count);
   }
   ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclCommUserRank(comm, rank);
     return nccl_->CommUserRank(comm, rank);
   }
   ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclCommCuDevice(comm, device);
     ncclResult_t r = nccl_->CommCuDevice(comm, device);
     if (r == ncclSuccess && device != nullptr) *device = 0;  // the application's ordinal
     return r;
   }
   ncclResult_t ncclGroupStart() override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclGroupStart();
     return nccl_->GroupStart();
   }
   ncclResult_t ncclGroupEnd() override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclGroupEnd();
     return nccl_->GroupEnd();
   }
   ncclResult_t ncclAllReduce(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
                              ncclComm_t comm, cudaStream_t stream) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclAllReduce(s, r, n, t, op, comm, stream);
     return nccl_->AllReduce(s, r, n, t, op, comm, stream);
   }
   ncclResult_t ncclAllGather(const void* s, void* r, size_t n, ncclDataType_t t, ncclComm_t comm,
                              cudaStream_t stream) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclAllGather(s, r, n, t, comm, stream);
     return nccl_->AllGather(s, r, n, t, comm, stream);
   }
   ncclResult_t ncclBroadcast(const void* s, void* r, size_t n, ncclDataType_t t, int root,
                              ncclComm_t comm, cudaStream_t stream) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclBroadcast(s, r, n, t, root, comm, stream);
     return nccl_->Broadcast(s, r, n, t, root, comm, stream);
   }
   ncclResult_t ncclBcast(void* buff, size_t n, ncclDataType_t t, int root, ncclComm_t comm,
                          cudaStream_t stream) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclBroadcast(buff, buff, n, t, root, comm, stream);
     return nccl_->Broadcast(buff, buff, n, t, root, comm, stream);
   }
   ncclResult_t ncclReduce(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
                           int root, ncclComm_t comm, cudaStream_t stream) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclReduce(s, r, n, t, op, root, comm, stream);
     return nccl_->Reduce(s, r, n, t, op, root, comm, stream);
   }
   ncclResult_t ncclReduceScatter(const void* s, void* r, size_t n, ncclDataType_t t,
                                  ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclReduceScatter(s, r, n, t, op, comm, stream);
     return nccl_->ReduceScatter(s, r, n, t, op, comm, stream);
   }
   ncclResult_t ncclAlltoAll(const void* s, void* r, size_t n, ncclDataType_t t, ncclComm_t comm,
                             cudaStream_t stream) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclAlltoAll(s, r, n, t, comm, stream);
     return nccl_->AlltoAll(s, r, n, t, comm, stream);
   }
   ncclResult_t ncclGather(const void* s, void* r, size_t n, ncclDataType_t t, int root,
                           ncclComm_t comm, cudaStream_t stream) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclGather(s, r, n, t, root, comm, stream);
     return nccl_->Gather(s, r, n, t, root, comm, stream);
   }
   ncclResult_t ncclScatter(const void* s, void* r, size_t n, ncclDataType_t t, int root,
                            ncclComm_t comm, cudaStream_t stream) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclScatter(s, r, n, t, root, comm, stream);
     return nccl_->Scatter(s, r, n, t, root, comm, stream);
   }
   ncclResult_t ncclSend(const void* s, size_t n, ncclDataType_t t, int peer, ncclComm_t comm,
                         cudaStream_t stream) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclSend(s, n, t, peer, comm, stream);
     return nccl_->Send(s, n, t, peer, comm, stream);
   }
   ncclResult_t ncclRecv(void* r, size_t n, ncclDataType_t t, int peer, ncclComm_t comm,
                         cudaStream_t stream) override {
     Bind();
+    if (gloo_) return gloo_->nccl().ncclRecv(r, n, t, peer, comm, stream);
     return nccl_->Recv(r, n, t, peer, comm, stream);
   }
 
@@ -419,7 +467,7 @@ class CudaBackend : public Backend {
   cudaError_t cudaEventSynchronize(cudaEvent_t event) override {
     Bind();
     CudaNccl::SyncScope sync(nccl_.get());
-    return sync.Result(::cudaEventSynchronize(event));
+    return Settled(sync, ::cudaEventSynchronize(event));
   }
   cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) override {
     Bind();
@@ -583,6 +631,13 @@ class CudaBackend : public Backend {
         nccl_(std::make_unique<CudaNccl>(device, job_dir)),
         allocator_(range.base, range.size), mapped_end_(range.base) {}
 
+  // A synchronization's result: the abort's error (cuda_nccl.h), else the
+  // first failed Gloo unit's since the last synchronization (cuda_gloo.h).
+  cudaError_t Settled(const CudaNccl::SyncScope& sync, cudaError_t e) const {
+    e = sync.Result(e);
+    if (e == cudaSuccess && gloo_) e = gloo_->TakeDeferredError();
+    return e;
+  }
   // Makes the device and its primary context current on the calling thread
   // (the agent calls from one executor thread per client).
   void Bind() const {
@@ -650,6 +705,7 @@ class CudaBackend : public Backend {
   const DeviceRange range_;
   const uint64_t granularity_;
   std::unique_ptr<CudaNccl> nccl_;  // reset first at destruction: aborts what is left
+  std::unique_ptr<CudaGloo> gloo_;  // --collectives=gloo: serves the NCCL rows instead
 
   mutable absl::Mutex mu_;
   FixedRangeAllocator allocator_ ABSL_GUARDED_BY(mu_);
@@ -740,12 +796,33 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOp
   REVENANT_LOG(DEBUG, kLog) << absl::StrCat("GPU ", options.device, ": device range 0x",
                                           absl::Hex(range.base), " + ", range.size >> 20,
                                           " MiB");
-  return std::unique_ptr<CudaBackend>(
+  auto backend = std::unique_ptr<CudaBackend>(
       new CudaBackend(drv, options.device, ctx, range, granularity, options.job_dir));
+  if (options.collectives == "gloo") {
+    CudaBackend* b = backend.get();
+    CudaGlooHooks hooks;
+    hooks.accessible = [b](const void* p, size_t n) {
+      absl::MutexLock lock(&b->mu_);
+      return b->DeviceAccessible(p, n);
+    };
+    hooks.known_stream = [b](cudaStream_t s) {
+      absl::MutexLock lock(&b->mu_);
+      return b->streams_.contains(s);
+    };
+    hooks.live_allocations = [b] {
+      absl::MutexLock lock(&b->mu_);
+      return b->allocator_.Allocations();
+    };
+    absl::StatusOr<std::unique_ptr<CudaGloo>> g = CudaGloo::Create(options, range, hooks);
+    if (!g.ok()) return g.status();
+    backend->gloo_ = std::move(*g);
+  }
+  return backend;
 }
 
 CudaBackend::~CudaBackend() {
   Bind();
+  gloo_.reset();  // opens every gate its units hold
   nccl_.reset();
   nccl_ = std::make_unique<CudaNccl>(device_, "");  // Reset() below may still sync
   Reset();
@@ -974,10 +1051,10 @@ cudaError_t CudaBackend::Memcpy(void* dst, const void* src, size_t count, cudaMe
   // pageable source before cudaMemcpyAsync returns.
   if (async) return ::cudaMemcpyAsync(dst, src, count, kind, stream);
   CudaNccl::SyncScope sync(nccl_.get());
-  if (stream == nullptr) return sync.Result(::cudaMemcpy(dst, src, count, kind));
+  if (stream == nullptr) return Settled(sync, ::cudaMemcpy(dst, src, count, kind));
   cudaError_t e = ::cudaMemcpyAsync(dst, src, count, kind, stream);
   if (e != cudaSuccess) return e;
-  return sync.Result(::cudaStreamSynchronize(stream));
+  return Settled(sync, ::cudaStreamSynchronize(stream));
 }
 
 cudaError_t CudaBackend::RegisterSharedHost(void* addr, size_t size, unsigned int) {
@@ -1033,7 +1110,7 @@ cudaError_t CudaBackend::EnqueueHostCallback(cudaStream_t stream, std::function<
 cudaError_t CudaBackend::cudaDeviceSynchronize() {
   Bind();
   CudaNccl::SyncScope sync(nccl_.get());
-  cudaError_t e = sync.Result(::cudaDeviceSynchronize());
+  cudaError_t e = Settled(sync, ::cudaDeviceSynchronize());
   ReleasePendingFrees(nullptr, /*all=*/true);
   return e;
 }
@@ -1041,7 +1118,7 @@ cudaError_t CudaBackend::cudaDeviceSynchronize() {
 cudaError_t CudaBackend::cudaStreamSynchronize(cudaStream_t stream) {
   Bind();
   CudaNccl::SyncScope sync(nccl_.get());
-  cudaError_t e = sync.Result(::cudaStreamSynchronize(stream));
+  cudaError_t e = Settled(sync, ::cudaStreamSynchronize(stream));
   if (e == cudaSuccess) ReleasePendingFrees(stream, /*all=*/false);
   return e;
 }
