@@ -261,14 +261,29 @@ cudaError_t CudaNccl::SyncScope::Result(cudaError_t e) const {
 // --- Start agreement and warm-up ----------------------------------------------------------
 
 ncclResult_t CudaNccl::AgreeToStart(int nranks, int rank, const ncclUniqueId& id) {
-  if (start_agreed_) return ncclSuccess;
-  if (!start_refusal_.empty()) {
-    REVENANT_LOG(ERROR, kLog) << start_refusal_;
-    return ncclInvalidUsage;
-  }
   StartRankInfo self;
   self.rank = rank;
   (void)::ncclGetVersion(&self.nccl_version);
+  if (nranks == 1 || job_root_.empty()) {
+    // Nobody to share a GPU with (or no directory to meet in): this rank's
+    // own engine is all there is to check.
+    if (nranks > 1) {
+      REVENANT_LOG(WARNING, kLog) << "no job directory: the NCCL start agreement covers this "
+                                     "rank only";
+    }
+    if (self.nccl_version < kMinNcclVersion) {
+      REVENANT_LOG(ERROR, kLog) << "rank " << rank << ": NCCL " << self.nccl_version
+                                << " is older than " << kMinNcclVersion
+                                << ": the NCCL engine cannot start";
+      return ncclInvalidUsage;
+    }
+    static std::once_flag logged;
+    std::call_once(logged, [&] {
+      REVENANT_LOG(INFO, kLog) << "NCCL start agreement: " << nranks << " rank(s), NCCL "
+                               << self.nccl_version;
+    });
+    return ncclSuccess;
+  }
   cudaDeviceProp prop;
   if (::cudaGetDeviceProperties(&prop, device_) == cudaSuccess) {
     char hex[2 * sizeof(prop.uuid.bytes) + 1];
@@ -279,46 +294,32 @@ ncclResult_t CudaNccl::AgreeToStart(int nranks, int rank, const ncclUniqueId& id
   }
   char pci[64] = {0};
   if (::cudaDeviceGetPCIBusId(pci, sizeof(pci), device_) == cudaSuccess) self.pci_bus_id = pci;
+  (void)::cudaGetLastError();
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) == 0) self.host = host;
-  std::vector<StartRankInfo> all;
-  if (nranks == 1 || job_root_.empty()) {
-    if (nranks > 1) {
-      REVENANT_LOG(WARNING, kLog) << "no job directory: the NCCL start agreement covers this "
-                                     "rank only";
-    }
-    all.assign(nranks, StartRankInfo{});
-    for (int r = 0; r < nranks; ++r) {  // the others' facts are unknown here
-      all[r].rank = r;
-      all[r].nccl_version = kMinNcclVersion;
-    }
-    all[rank] = self;
-  } else {
-    const std::string dir =
-        StartDirFor(job_root_, absl::string_view(id.internal, sizeof(id.internal)));
-    const absl::Time start = absl::Now();
-    absl::StatusOr<std::vector<StartRankInfo>> got =
-        ExchangeStartInfo(dir, self, nranks, start + timeout_);
-    if (!got.ok()) {
-      // Not cached: a rank that did not come may come next time.
-      REVENANT_LOG(ERROR, kLog) << "NCCL start agreement failed (rank " << rank << " of "
-                                << nranks << ", bound " << absl::FormatDuration(timeout_)
-                                << ", REVENANT_COLLECTIVE_TIMEOUT_S): " << got.status().message();
-      return absl::IsDeadlineExceeded(got.status()) ? ncclSystemError : ncclInvalidUsage;
-    }
-    all = std::move(*got);
-    REVENANT_LOG(DEBUG, kLog) << "NCCL start agreement of " << nranks << " ranks took "
-                              << absl::FormatDuration(absl::Now() - start);
+  // Every communicator of several ranks agrees in a directory of its own
+  // (named after its unique id), so ranks that formed other communicators
+  // before still meet every member of this one.
+  const std::string dir =
+      StartDirFor(job_root_, absl::string_view(id.internal, sizeof(id.internal)));
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<StartRankInfo>> all =
+      ExchangeStartInfo(dir, self, nranks, start + timeout_);
+  if (!all.ok()) {
+    REVENANT_LOG(ERROR, kLog) << "rank " << rank << " of " << nranks
+                              << ": NCCL start agreement failed (bound "
+                              << absl::FormatDuration(timeout_)
+                              << ", REVENANT_COLLECTIVE_TIMEOUT_S): " << all.status().message();
+    return absl::IsDeadlineExceeded(all.status()) ? ncclSystemError : ncclInvalidUsage;
   }
-  const StartVerdict v = DecideStart(all, nranks, kMinNcclVersion);
+  const StartVerdict v = DecideStart(*all, nranks, kMinNcclVersion);
   if (!v.ok) {
-    start_refusal_ = absl::StrCat("rank ", rank, ": ", v.message);
-    REVENANT_LOG(ERROR, kLog) << start_refusal_;
+    REVENANT_LOG(ERROR, kLog) << "rank " << rank << ": " << v.message;
     return ncclInvalidUsage;
   }
-  start_agreed_ = true;
-  REVENANT_LOG(INFO, kLog) << "NCCL start agreement: " << nranks << " rank(s), NCCL "
-                           << self.nccl_version << ", every rank on its own GPU";
+  REVENANT_LOG(INFO, kLog) << "NCCL start agreement: " << nranks << " ranks, NCCL "
+                           << self.nccl_version << ", every rank on its own GPU ("
+                           << absl::FormatDuration(absl::Now() - start) << ")";
   return ncclSuccess;
 }
 

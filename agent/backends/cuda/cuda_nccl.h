@@ -27,13 +27,14 @@
 // cudaErrorLaunchTimeout (timeout). Later calls on an aborted communicator
 // answer its error without touching NCCL; ncclCommDestroy/Abort on it succeed.
 //
-// Start agreement (cuda_nccl_start.h): before the first communicator this
-// agent creates, every rank of it checks that its NCCL is >= 2.22 and that no
-// two ranks drive the same GPU, exchanging one line each through the job
-// directory's parent (bounded by the timeout); one verdict, the same on every
-// rank. A refusal is ncclInvalidUsage and a log line naming the offending
-// ranks on every rank (cached: later inits are refused the same way); a rank
-// that never joins makes the others fail with ncclSystemError.
+// Start agreement (cuda_nccl_start.h): before a communicator is created with
+// ncclCommInitRank*, every rank of it checks that its NCCL is >= 2.22 and
+// that no two ranks drive the same GPU, exchanging one line each through the
+// job directory's parent (a directory per unique id; bounded by the
+// timeout); one verdict, the same on every rank. A refusal is
+// ncclInvalidUsage and a log line naming the offending ranks on every rank;
+// a rank that never joins makes the others fail with ncclSystemError. A
+// 1-rank communicator only checks its own NCCL version.
 // Warm-up: right after a communicator is created (outside a group), one
 // small all-reduce on a stream of its own, waited for with the same bound,
 // so connection setup is not charged to the application's first step
@@ -157,7 +158,7 @@ class CudaNccl {
   ncclResult_t Refused(const char* what, int nranks);
   // During a replay: ncclSuccess when `parent` has one rank, else Refused.
   ncclResult_t CheckReplayable(Comm& parent, const char* what);
-  // The start agreement (once per agent; mu_ held).
+  // The start agreement of one communicator (mu_ held).
   ncclResult_t AgreeToStart(int nranks, int rank, const ncclUniqueId& id);
   // One small all-reduce on `c`, bounded (mu_ held).
   ncclResult_t WarmUp(Comm& c);
@@ -170,8 +171,6 @@ class CudaNccl {
   const absl::Duration timeout_;
   std::atomic<bool> replaying_{false};
   bool warm_up_ = true;
-  bool start_agreed_ = false;        // guarded by mu_
-  std::string start_refusal_;        // guarded by mu_: the cached refusal
 
   std::mutex mu_;  // serializes NCCL calls with the watchdog's polls and aborts
   absl::flat_hash_map<ncclComm_t, std::shared_ptr<Comm>> comms_;  // guarded by mu_
