@@ -8,18 +8,23 @@
 // at a time: each connection's peer uid must be ours, its channel file must
 // live in the job directory. revenant-run starts one agent per rank; jobs
 // started by other launchers start agents themselves (see docs/running.md).
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/backend.h"
@@ -65,6 +70,11 @@ ABSL_FLAG(std::string, chaos_point, "after_append",
 ABSL_FLAG(uint64_t, validate_every, 0,
           "journal validator: every K-th minibatch is replayed from its boundary and its device "
           "state compared with the real run's (docs/recovery.md, \"Validator\"); 0: off");
+ABSL_FLAG(bool, spare, false,
+          "a spare agent (revenant-run --spares): start the backend (on the cuda backend the "
+          "CUDA context) on a range of its own (--rank names a rank outside the job), then wait "
+          "on stdin for an assignment (socket, job_dir, rank, device) and serve that rank");
+ABSL_FLAG(double, spare_wait_s, 3600, "how long a spare waits for an assignment before it exits");
 ABSL_FLAG(std::string, snapshots, "auto",
           "boundary snapshots of the device state, so that a rank without a replica can be "
           "recovered past its first minibatch boundary (docs/recovery.md): on, off, or auto "
@@ -82,6 +92,32 @@ std::atomic<bool> g_stop{false};
 std::atomic<bool> g_recovery_failed{false};
 
 void OnSignal(int) { g_stop.store(true); }
+
+// A spare's assignment: key=value lines on stdin ending with a line "end".
+// Waits in slices of 500 ms (for stop signals), at most `wait`.
+absl::StatusOr<std::map<std::string, std::string>> WaitForAssignment(absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
+  std::string text;
+  while (!g_stop.load()) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no assignment within ", absl::FormatDuration(wait)));
+    }
+    pollfd p{STDIN_FILENO, POLLIN, 0};
+    const int ms = static_cast<int>(std::min<int64_t>(500, absl::ToInt64Milliseconds(left) + 1));
+    if (poll(&p, 1, ms) <= 0) continue;
+    char buf[4096];
+    const ssize_t k = read(STDIN_FILENO, buf, sizeof(buf));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return absl::CancelledError("the launcher closed the assignment channel");
+    text.append(buf, static_cast<size_t>(k));
+    if (text.rfind("end\n", 0) == 0 || text.find("\nend\n") != std::string::npos) {
+      return ParseKv(text);
+    }
+  }
+  return absl::CancelledError("stopped");
+}
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& name,
                                                      const BackendOptions& options) {
@@ -220,7 +256,8 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
-  if (socket_path.empty() || job_dir.empty()) {
+  const bool spare = absl::GetFlag(FLAGS_spare);
+  if (!spare && (socket_path.empty() || job_dir.empty())) {
     REVENANT_LOG(ERROR, "agent") << "--socket and --job_dir (or --gpu) are required";
     return 2;
   }
@@ -254,6 +291,45 @@ int Main(int argc, char** argv) {
   if (!backend.ok()) {
     REVENANT_LOG(ERROR, "agent") << "cannot start the backend: " << backend.status();
     return 1;
+  }
+  if (spare) {
+    // The backend just made is a warm-up on a range no rank uses: what is
+    // slow to start (the CUDA context, the driver, host kernel libraries)
+    // stays with this process, so the rank's own backend starts quickly.
+    std::unique_ptr<Backend> warm = std::move(*backend);
+    REVENANT_LOG(DEBUG, "agent") << "spare ready (" << warm->name() << " backend)";
+    absl::StatusOr<std::map<std::string, std::string>> a =
+        WaitForAssignment(absl::Seconds(absl::GetFlag(FLAGS_spare_wait_s)));
+    if (!a.ok()) {
+      REVENANT_LOG(INFO, "agent") << "spare leaves without an assignment: " << a.status();
+      return 0;
+    }
+    std::map<std::string, std::string>& m = *a;
+    int rank = -1, device = -1;
+    if (m["op"] != "assign" || m["socket"].empty() || m["job_dir"].empty() ||
+        !absl::SimpleAtoi(m["rank"], &rank) || !absl::SimpleAtoi(m["device"], &device) ||
+        rank < 0) {
+      REVENANT_LOG(ERROR, "agent") << "spare: malformed assignment";
+      return 2;
+    }
+    const absl::Time t0 = absl::Now();
+    socket_path = m["socket"];
+    job_dir = m["job_dir"];
+    options.rank = rank;
+    options.device = device >= 0 ? device : rank;
+    options.job_dir = job_dir;
+    backend = MakeBackend(absl::GetFlag(FLAGS_backend), options);
+    if (!backend.ok()) {
+      REVENANT_LOG(ERROR, "agent") << "spare: cannot start the backend of rank " << rank << ": "
+                                   << backend.status();
+      return 1;
+    }
+    warm.reset();
+    const std::string detail =
+        absl::StrCat("pid ", getpid(), ", backend of rank ", rank, " ready in ",
+                     absl::ToInt64Milliseconds(absl::Now() - t0), " ms");
+    RecordEvent(JobRootOf(job_dir), "spare_assigned", rank, 0, detail);
+    REVENANT_LOG(INFO, "agent") << "spare takes rank " << rank << ": " << detail;
   }
   absl::StatusOr<int> listen_fd = transport::ListenUnix(socket_path);
   if (!listen_fd.ok()) {

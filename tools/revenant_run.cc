@@ -40,11 +40,13 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/events.h"
+#include "common/kv.h"
 
 extern char** environ;
 
@@ -69,6 +71,9 @@ ABSL_FLAG(int, max_recoveries, 16, "give up replacing agents after this many");
 ABSL_FLAG(uint64_t, validate_every, 0,
           "agents replay every K-th minibatch from its boundary and report device state that "
           "does not reproduce (docs/recovery.md, \"Validator\"); 0: off");
+ABSL_FLAG(int, spares, 0,
+          "pre-start this many spare agents (backend and CUDA context initialized); a dead "
+          "agent's rank goes to a spare instead of a new process, and a new spare is started");
 ABSL_FLAG(std::string, snapshots, "auto",
           "boundary snapshots of each rank's device state (docs/recovery.md): on, off, or auto "
           "(on when the job has one rank, which has no replica to recover from)");
@@ -123,11 +128,14 @@ std::string Locate(const std::string& flag_value, const char* env, const std::st
 
 struct Child {
   pid_t pid = -1;
-  std::string label;  // "r0" / "a0"
+  std::string label;  // "r0" / "a0" / "s0" (a spare agent)
   bool agent = false;
   int rank = 0;
   bool exited = false;
   int status = 0;
+  // A spare agent waiting for an assignment on `assign_fd` (its stdin).
+  bool spare = false;
+  int assign_fd = -1;
 };
 
 struct Pipe {
@@ -135,14 +143,18 @@ struct Pipe {
   int target;  // STDOUT_FILENO / STDERR_FILENO
   std::string label;
   std::string partial;
+  pid_t pid = -1;  // whose output
 };
 
 // fork + exec with stdout/stderr into pipes, a process group of its own and
 // a parent-death signal so nothing outlives revenant-run.
+// `stdin_write`: when not null, the child's stdin is a pipe whose write end
+// is returned there (a spare's assignment channel).
 pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-            const std::string& label, std::vector<Pipe>* pipes) {
-  int out[2], err[2];
+            const std::string& label, std::vector<Pipe>* pipes, int* stdin_write = nullptr) {
+  int out[2], err[2], in[2] = {-1, -1};
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return -1;
+  if (stdin_write != nullptr && pipe2(in, O_CLOEXEC) != 0) return -1;
   std::vector<char*> args, envp;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -157,6 +169,7 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>
     setpgid(0, 0);
     dup2(out[1], STDOUT_FILENO);
     dup2(err[1], STDERR_FILENO);
+    if (in[0] >= 0) dup2(in[0], STDIN_FILENO);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -172,14 +185,17 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>
   }
   close(out[1]);
   close(err[1]);
+  if (in[0] >= 0) close(in[0]);
   if (pid < 0) {
     close(out[0]);
     close(err[0]);
+    if (in[1] >= 0) close(in[1]);
     return -1;
   }
   setpgid(pid, pid);
-  pipes->push_back({out[0], STDOUT_FILENO, label, ""});
-  pipes->push_back({err[0], STDERR_FILENO, label, ""});
+  pipes->push_back({out[0], STDOUT_FILENO, label, "", pid});
+  pipes->push_back({err[0], STDERR_FILENO, label, "", pid});
+  if (stdin_write != nullptr) *stdin_write = in[1];
   return pid;
 }
 
@@ -449,6 +465,8 @@ int Main(int argc, char** argv) {
                    absl::ToInt64Milliseconds(absl::Now() - start), " ms"));
 
   const int port = FreePort();
+  const double timeout_s = absl::GetFlag(FLAGS_timeout);
+  const double timeout_s_flag = timeout_s;
   for (int r = 0; r < n; ++r) {
     const std::string rank_dir = absl::StrCat(job_dir, "/rank", r);
     std::vector<std::string> env = base_env;
@@ -476,7 +494,55 @@ int Main(int argc, char** argv) {
     children.push_back({pid, absl::StrCat("r", r), false, r});
   }
 
-  const double timeout_s = absl::GetFlag(FLAGS_timeout);
+  // Spare agents: the arguments of rank 0's agent without its rank, socket,
+  // directory and GPU; the warm-up backend uses rank n's range (no rank of
+  // the job has it) and, on the cuda backend, GPU (i mod GPUs).
+  const int spares_wanted = std::max(0, absl::GetFlag(FLAGS_spares));
+  int spare_seq = 0;
+  const std::string spare_dir = job_dir + "/spares";
+  if (spares_wanted > 0) mkdir(spare_dir.c_str(), 0700);
+  auto device_of = [&](int rank) {
+    const int gpus = absl::GetFlag(FLAGS_gpus);
+    return gpus > 0 ? rank % gpus : rank;
+  };
+  auto start_spare = [&](std::vector<Child>* out) {
+    const int index = spare_seq++;
+    std::vector<std::string> args;
+    for (const std::string& a : agent_args[0]) {
+      if (absl::StartsWith(a, "--socket=") || absl::StartsWith(a, "--job_dir=") ||
+          absl::StartsWith(a, "--rank=") || absl::StartsWith(a, "--device=")) {
+        continue;
+      }
+      args.push_back(a);
+    }
+    args.push_back("--spare");
+    args.push_back("--job_dir=" + spare_dir);
+    args.push_back(absl::StrCat("--rank=", n));
+    if (absl::GetFlag(FLAGS_backend) == "cuda") {
+      const int gpus = absl::GetFlag(FLAGS_gpus);
+      args.push_back(absl::StrCat("--device=", index % (gpus > 0 ? gpus : n)));
+    }
+    args.push_back(absl::StrCat("--spare_wait_s=", timeout_s_flag > 0 ? timeout_s_flag + 10 : 3600));
+    int assign_fd = -1;
+    const std::string label = absl::StrCat("s", index);
+    pid_t pid = Spawn(args, base_env, label, &pipes, &assign_fd);
+    if (pid < 0) {
+      Say("cannot start a spare agent");
+      return;
+    }
+    Child c{pid, label, true, -1};
+    c.spare = true;
+    c.assign_fd = assign_fd;
+    out->push_back(c);
+    RecordEvent(job_dir, "spare_started", -1, 0, absl::StrCat("pid ", pid));
+  };
+  {
+    std::vector<Child> spares;
+    for (int i = 0; i < spares_wanted; ++i) start_spare(&spares);
+    for (Child& c : spares) children.push_back(c);
+    if (spares_wanted > 0) Say(absl::StrCat(spares.size(), " spare agent(s) started"));
+  }
+
   const absl::Time job_deadline =
       timeout_s > 0 ? absl::Now() + absl::Seconds(timeout_s) : absl::InfiniteFuture();
   int result = 0;
@@ -540,7 +606,15 @@ int Main(int argc, char** argv) {
         c.exited = true;
         c.status = status;
         const int code = ExitCode(status);
-        if (c.agent) {
+        if (c.spare) {
+          // A spare that left without an assignment (its wait ended): keep K.
+          if (c.assign_fd >= 0) close(c.assign_fd);
+          c.assign_fd = -1;
+          if (!stopping) {
+            Say(absl::StrCat("spare agent ", c.label, " exited (status ", code, ")"));
+            if (WIFEXITED(status) && code == 0) start_spare(&replacements);
+          }
+        } else if (c.agent) {
           if (!stopping) {
             RecordEvent(job_dir, "agent_died", c.rank, epoch,
                         WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status))
@@ -579,9 +653,49 @@ int Main(int argc, char** argv) {
         std::rename(tmp.c_str(), (job_dir + "/epoch").c_str());
       }
       for (int rank : to_replace) {
+        // A spare takes the rank if one is waiting: its backend is up.
+        Child* spare = nullptr;
+        for (Child& c : children) {
+          if (c.spare && !c.exited && c.assign_fd >= 0) {
+            spare = &c;
+            break;
+          }
+        }
+        if (spare != nullptr) {
+          const std::string rank_dir = absl::StrCat(job_dir, "/rank", rank);
+          const std::string msg =
+              FormatKv({{"op", "assign"},
+                        {"socket", rank_dir + "/agent.sock"},
+                        {"job_dir", rank_dir},
+                        {"rank", std::to_string(rank)},
+                        {"device", std::to_string(device_of(rank))}}) +
+              "\nend\n";
+          const bool sent = write(spare->assign_fd, msg.data(), msg.size()) ==
+                            static_cast<ssize_t>(msg.size());
+          close(spare->assign_fd);
+          spare->assign_fd = -1;  // never offered again
+          if (sent) {
+            spare->spare = false;  // an agent of the job from now on
+            spare->rank = rank;
+            spare->label = absl::StrCat("a", rank);
+            for (Pipe& p : pipes) {
+              if (p.pid == spare->pid) p.label = spare->label;
+            }
+            RecordEvent(job_dir, "replacement_started", rank, epoch,
+                        absl::StrCat("spare, pid ", spare->pid));
+            Say(absl::StrCat("recovery epoch ", epoch, ": spare agent pid ", spare->pid,
+                             " takes rank ", rank));
+            if (spares_wanted > 0) start_spare(&replacements);
+            continue;
+          }
+          // The spare is gone: a new process instead.
+          Say(absl::StrCat("spare agent pid ", spare->pid, " did not take the assignment"));
+          kill(-spare->pid, SIGKILL);
+        }
         pid_t pid = Spawn(agent_args[rank], base_env, absl::StrCat("a", rank), &pipes);
         if (pid > 0) {
-          RecordEvent(job_dir, "replacement_started", rank, epoch, absl::StrCat("pid ", pid));
+          RecordEvent(job_dir, "replacement_started", rank, epoch,
+                      absl::StrCat("new process, pid ", pid));
           replacements.push_back({pid, absl::StrCat("a", rank), true, rank});
           Say(absl::StrCat("recovery epoch ", epoch, ": replacement agent for rank ", rank,
                            " started (pid ", pid, ")"));
