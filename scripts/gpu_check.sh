@@ -31,6 +31,7 @@ targets=(
   //tests/apps:all_apps
   //tests/integration:async_launch //tests/integration:agent_death //tests/integration:maps_probe
   //agent/backends/cuda:cuda_backend_gpu_test //agent/backends/cuda:gpu_test_kernels
+  //agent/backends/cuda:cuda_backend_test
   //bench:shim_bench //bench:nccl_bench
   //tests/apps:train_mlp //tests/apps:collectives_all
 )
@@ -45,6 +46,7 @@ for a in $APPS; do cp "$bin/tests/apps/$a.bin" "$out/apps/"; done
 for p in $PROGRAMS; do cp "$bin/tests/integration/$p.bin" "$out/apps/"; done
 cp "$root/tests/integration/agent_death_test.sh" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_gpu_test" "$bin/agent/backends/cuda/gpu_test_kernels.fatbin" "$out/"
+cp "$bin/agent/backends/cuda/cuda_backend_test" "$out/"
 cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$root/bench/compare.sh" "$out/bench/"
 cp "$bin/tests/apps/train_mlp.bin" "$bin/tests/apps/collectives_all.bin" "$out/apps/"
 mkdir -p "$out/sections"
@@ -54,7 +56,7 @@ chmod -R u+w "$out"
 # Shared libraries the GPU machine may lack: everything our binaries import
 # except glibc itself and the CUDA runtime (the GPU machine has its own).
 for f in "$out/revenant-run" "$out/revenant-agent" "$out/librevenant_shim.so" \
-         "$out/cuda_backend_gpu_test"; do
+         "$out/cuda_backend_gpu_test" "$out/cuda_backend_test"; do
   ldd "$f" | awk '$3 ~ /^\// { print $3 }'
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in

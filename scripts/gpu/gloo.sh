@@ -37,6 +37,18 @@ if [ "$MODE" = all ] || [ "$MODE" = gloo ]; then
     return $rc
   }
 
+  # 0. The backend alone (no shim): a 1-rank in-place all-reduce through the
+  #    staging and the stream gate, results copied back.
+  log="$LOGS/gloo.cuda_backend_test.log"
+  if [ -x "$G/cuda_backend_test" ]; then
+    timeout 120 "$G/cuda_backend_test" --gtest_filter='*Gloo*' >"$log" 2>&1; rc=$?
+    grep -E "^\[ +(OK|FAILED|RUN) +\]|Failure|cuda-gloo" "$log" | head -12 | sed 's/^/   | /'
+    if [ $rc -eq 0 ] && grep -q "PASSED.*2 tests" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+    record "gloo cuda backend test (1 rank, no shim)" "$s" "$log"
+  else
+    record "gloo cuda backend test (1 rank, no shim)" "NOT RUN (not packed)" /dev/null
+  fi
+
   # 1. train_mlp twice (determinism).
   gloo_ref=()
   for round in 1 2; do

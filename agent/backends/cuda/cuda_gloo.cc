@@ -63,24 +63,24 @@ void CudaGloo::GateFn(void* data) {
   }
 }
 
-namespace {
-
-// Host function (CUDA's callback thread: no CUDA calls): staging buffers
-// back to the pool once the results were copied out of them.
-struct Release {
-  std::shared_ptr<void> pool;  // CudaGloo::Pool, kept alive
-  std::mutex* mu;
-  std::multimap<size_t, void*>* free;
+// What goes back to the pool once a unit's results were copied out.
+struct CudaGloo::Release {
+  std::shared_ptr<Pool> pool;
+  std::shared_ptr<Work> work;  // null: nothing ran on the buffers
   std::vector<std::pair<size_t, void*>> buffers;
 };
 
-void ReleaseFn(void* data) {
+void CudaGloo::ReleaseFn(void* data) {
   std::unique_ptr<Release> r(static_cast<Release*>(data));
-  std::lock_guard<std::mutex> lock(*r->mu);
-  for (auto& [cap, p] : r->buffers) r->free->emplace(cap, p);
+  if (r->work != nullptr) {
+    // A gate that gave up lets the stream pass while the unit may still
+    // write into its staging: such buffers are never reused.
+    std::lock_guard<std::mutex> lock(r->work->mu);
+    if (!r->work->finished) return;
+  }
+  std::lock_guard<std::mutex> lock(r->pool->mu);
+  for (auto& [cap, p] : r->buffers) r->pool->free.emplace(cap, p);
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaGloo>> CudaGloo::Create(const BackendOptions& options,
                                                            DeviceRange range,
@@ -194,8 +194,6 @@ cudaError_t CudaGloo::EnqueueUnit(const std::vector<cudaStream_t>& streams, Unit
   w->timeout = gate_timeout_;
   auto release = std::make_unique<Release>();
   release->pool = pool_;
-  release->mu = &pool_->mu;
-  release->free = &pool_->free;
   // Staging buffers: send bytes go down before the gate, results come back
   // after it.
   w->staged = unit.ops;
@@ -252,6 +250,7 @@ cudaError_t CudaGloo::EnqueueUnit(const std::vector<cudaStream_t>& streams, Unit
                                             unit.recv_bytes[k], cudaMemcpyDefault, launch);
     if (after == cudaSuccess) after = c;
   }
+  release->work = w;
   Release* raw_release = release.release();
   if (::cudaLaunchHostFunc(launch, ReleaseFn, raw_release) != cudaSuccess) {
     delete raw_release;  // buffers not reused (a copy may still read them)

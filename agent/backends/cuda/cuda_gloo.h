@@ -124,8 +124,11 @@ class CudaGloo : public CollectiveDevice {
   };
 
   CudaGloo(int device, DeviceRange range, CudaGlooHooks hooks, absl::Duration gate_timeout);
-  // The gate: a host function (CUDA's callback thread; no CUDA calls).
+  // Host functions (CUDA's callback thread; no CUDA calls): the gate, and
+  // the return of a unit's staging buffers to the pool.
+  struct Release;
   static void GateFn(void* data);
+  static void ReleaseFn(void* data);
   // A pinned buffer of at least `bytes` (nullptr when pinned memory ran out).
   std::pair<void*, size_t> Take(size_t bytes);
   // Waits (bounded) for the private copy stream.
