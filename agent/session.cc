@@ -467,6 +467,18 @@ namespace revenant {
 namespace agent {
 namespace {
 
+// The address of graph memory in the reply of an alloc node (u64 after the
+// node's id: cudaGraphAddMemAllocNode, cudaGraphAddNode of an alloc node); 0
+// for any other reply.
+uint64_t AllocNodeAddress(api::ApiId id, const std::string& outputs) {
+  if (id != api::ApiId::cudaGraphAddMemAllocNode && id != api::ApiId::cudaGraphAddNode) return 0;
+  wire::Decoder d(outputs.data(), outputs.size());
+  const char* node = nullptr;
+  uint64_t n = 0, dptr = 0;
+  if (!d.GetBytes(&node, &n) || !d.Get(&dptr)) return 0;
+  return dptr;
+}
+
 uint64_t FirstOutU64(const std::string& outputs) {
   wire::Decoder d(outputs.data(), outputs.size());
   const char* data = nullptr;
@@ -688,6 +700,12 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
         if (key != 0) backend_->ExpectNextAllocation(key);
       } else if (traits.creates != api::HandleKind::kNone && key != 0) {
         handles_.ExpectNext(traits.creates, key);
+        // A graph alloc node also puts its memory back where it was.
+        if (const uint64_t dptr = AllocNodeAddress(id, outcome->outputs()); dptr != 0) {
+          backend_->ExpectNextAllocation(dptr);
+          REVENANT_LOG(DEBUG, "agent")
+              << absl::StrCat("replay: graph memory expected at 0x", absl::Hex(dptr));
+        }
       } else if (id == api::ApiId::__cudaRegisterFatBinaryEnd && key != 0) {
         handles_.ExpectNext(api::HandleKind::kFunction, key);
       }
