@@ -68,6 +68,9 @@ ABSL_FLAG(bool, quiet, false, "no progress lines from revenant-run itself");
 ABSL_FLAG(bool, recover, true,
           "replace an agent that dies and let its rank continue (the journal rebuilds it)");
 ABSL_FLAG(int, max_recoveries, 16, "give up replacing agents after this many");
+ABSL_FLAG(std::string, minibatch, "auto",
+          "minibatch boundaries in the agents: auto (detected from the call stream) or manual "
+          "(only the application's revenantMarkStep calls)");
 ABSL_FLAG(uint64_t, validate_every, 0,
           "agents replay every K-th minibatch from its boundary and report device state that "
           "does not reproduce (docs/recovery.md, \"Validator\"); 0: off");
@@ -286,6 +289,10 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const int n = absl::GetFlag(FLAGS_n);
+  if (absl::GetFlag(FLAGS_minibatch) != "auto" && absl::GetFlag(FLAGS_minibatch) != "manual") {
+    std::fprintf(stderr, "revenant-run: --minibatch must be auto or manual\n");
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_collectives) != "nccl" && absl::GetFlag(FLAGS_collectives) != "gloo") {
     std::fprintf(stderr, "revenant-run: --collectives must be nccl or gloo\n");
     return 2;
@@ -402,6 +409,9 @@ int Main(int argc, char** argv) {
     }
     if (absl::GetFlag(FLAGS_validate_every) > 0) {
       args.push_back(absl::StrCat("--validate_every=", absl::GetFlag(FLAGS_validate_every)));
+    }
+    if (absl::GetFlag(FLAGS_minibatch) != "auto") {
+      args.push_back("--minibatch=" + absl::GetFlag(FLAGS_minibatch));
     }
     if (absl::GetFlag(FLAGS_recover)) {
       args.push_back(absl::StrCat("--recovery_timeout_s=", absl::GetFlag(FLAGS_recovery_timeout)));

@@ -4,6 +4,7 @@
 // validator (revenant-run --validate_every=K) must report it.
 //
 //   RANK=r WORLD_SIZE=n MASTER_PORT=p replay_unsafe [--iters 9] [--seed 7] [--safe]
+//                                                   [--mark_steps]
 //
 // Per iteration (one minibatch): the host writes this step's scale factors,
 // uploads its input x from pinned memory (the boundary's anchor), then
@@ -13,10 +14,13 @@
 // The scale factors live in managed memory the kernel reads directly: the
 // host rewrites them every step, so a replay of step s reads step s + 1's
 // values. With --safe they travel through a journaled copy from pinned
-// memory instead, and a replay reproduces the state exactly.
+// memory instead, and a replay reproduces the state exactly. With
+// --mark_steps each step starts with revenantMarkStep() (found with dlsym:
+// only under the Revenant shim), for agents that place boundaries only there.
 // Deterministic (fixed seed, printed); every rank prints "final checksum
 // <hex>" (FNV-1a of the parameters) and "PASS replay_unsafe".
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
 
 #include <cstdint>
@@ -75,6 +79,12 @@ int main(int argc, char** argv) {
   const int iters = IntFlag(argc, argv, "--iters", 9);
   const uint64_t seed = static_cast<uint64_t>(IntFlag(argc, argv, "--seed", 7));
   const bool safe = BoolFlag(argc, argv, "--safe");
+  using MarkStepFn = void (*)();
+  MarkStepFn mark_step = nullptr;
+  if (BoolFlag(argc, argv, "--mark_steps")) {
+    mark_step = reinterpret_cast<MarkStepFn>(dlsym(RTLD_DEFAULT, "revenantMarkStep"));
+    EXPECT_APP(mark_step != nullptr, "--mark_steps needs the Revenant shim (revenantMarkStep)");
+  }
   const Launch l = ReadLaunch();
   std::printf("replay_unsafe: rank %d of %d, %d iterations, seed %llu, %s\n", l.rank, l.world,
               iters, static_cast<unsigned long long>(seed),
@@ -116,6 +126,7 @@ int main(int argc, char** argv) {
       pinned_x[i] = Value(seed, it, l.rank, i);
       scale_host[i] = 0.5f + 0.5f * Value(seed, it, 1000, i);
     }
+    if (mark_step != nullptr) mark_step();  // where a detected boundary would sit
     CHECK_CUDA(cudaMemcpyAsync(x, pinned_x, bytes, cudaMemcpyHostToDevice, stream));
     const float* scale = managed_scale;
     if (safe) {

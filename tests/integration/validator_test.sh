@@ -7,7 +7,8 @@
 #   - replay_unsafe --safe (same values through a journaled copy) and
 #     train_mlp: every validated minibatch passes, nothing reported;
 #   - in every case the job still passes with the same final checksum as
-#     without the validator (the device is left as the real run left it).
+#     without the validator (the device is left as the real run left it);
+#   - the same with boundaries only from revenantMarkStep (--minibatch=manual).
 #
 #   validator_test.sh RUN UNSAFE_APP UNSAFE_KERNELS MLP_APP MLP_KERNELS N
 set -u
@@ -15,22 +16,27 @@ run="$1"; unsafe="$2"; unsafe_kernels="$3"; mlp="$4"; mlp_kernels="$5"; n="$6"
 seed=20261129
 iters=9
 every=2
-# Minibatch m is iteration m (the boundary sits before each input upload from
-# iteration 1 on); m = 2, 4, 6 are validated (m = 8 has no end boundary).
-validated=3
+# Detected boundaries: minibatch m is iteration m (the boundary sits before
+# each input upload from iteration 1 on); m = 2, 4, 6 are validated (m = 8
+# has no end boundary). Marked boundaries (one per iteration, from iteration
+# 0): minibatch m is iteration m - 1; m = 2, 4, 6, 8 are validated.
+auto_validated=3
+marked_validated=4
 echo "validator test: $n rank(s), seed $seed, $iters iterations, --validate_every=$every"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-# run_job NAME APP KERNELS VALIDATE -- ARGS: runs, checks exit 0, PASS lines and
-# rank agreement; sets $sum to the final checksum, leaves events in $tmp/NAME.events.
+# run_job NAME APP KERNELS VALIDATE BOUNDARIES -- ARGS: runs, checks exit 0 and
+# PASS lines; sets $sum to rank 0's final checksum, leaves events in
+# $tmp/NAME.events.
 run_job() {
-  local name="$1" app="$2" kernels="$3" validate="$4"; shift 5
+  local name="$1" app="$2" kernels="$3" validate="$4" boundaries="$5"; shift 6
   local out="$tmp/$name.out" events="$tmp/$name.events"
   local app_name; app_name="$(basename "$app" .bin)"
   : >"$events"
   REVENANT_COLLECTIVE_TIMEOUT_S=30 "$run" -n "$n" --backend=host --timeout=180 \
-    --host_kernels="$kernels" --validate_every="$validate" --events_file="$events" \
+    --host_kernels="$kernels" --validate_every="$validate" --minibatch="$boundaries" \
+    --events_file="$events" \
     -- "$app" "$@" >"$out" 2>&1
   local rc=$?
   if [ $rc -ne 0 ]; then cat "$out"; echo "FAIL: $name exited $rc"; exit 1; fi
@@ -52,8 +58,8 @@ count() {  # EVENT FILE [RANK]
   fi
 }
 
-expect_silent() {  # NAME: every due minibatch passed on every rank, nothing else
-  local name="$1" ev="$tmp/$1.events" r
+expect_silent() {  # NAME VALIDATED: every due minibatch passed on every rank, nothing else
+  local name="$1" validated="$2" ev="$tmp/$1.events" r
   for ((r = 0; r < n; r++)); do
     local p; p="$(count validation_passed "$ev" "$r")"
     if [ "$p" -ne "$validated" ]; then
@@ -71,47 +77,64 @@ expect_silent() {  # NAME: every due minibatch passed on every rank, nothing els
   fi
 }
 
+expect_reported() {  # NAME VALIDATED: every due minibatch failed on every rank
+  local name="$1" validated="$2" ev="$tmp/$1.events" r
+  for ((r = 0; r < n; r++)); do
+    local f; f="$(count validation_failed "$ev" "$r")"
+    if [ "$f" -ne "$validated" ]; then
+      cat "$tmp/$name.out" "$ev"
+      echo "FAIL: $name: rank $r reported $f failed validations, expected $validated"; exit 1
+    fi
+    if [ "$(count validation_passed "$ev" "$r")" -ne 0 ]; then
+      cat "$ev"; echo "FAIL: $name: rank $r passed a validation"; exit 1
+    fi
+    if ! grep -q "^\[a$r\].*does not replay to the same state: allocation 0x[0-9a-f]* ([0-9]* bytes) differs from byte [0-9]*" "$tmp/$name.out"; then
+      cat "$tmp/$name.out"; echo "FAIL: $name: no mismatch line from agent $r"; exit 1
+    fi
+  done
+  if [ "$(count validation_mismatch "$ev")" -lt $((validated * n)) ]; then
+    cat "$ev"; echo "FAIL: $name: too few validation_mismatch events"; exit 1
+  fi
+  echo "ok: $name reported on every rank ($(count validation_mismatch "$ev") mismatches in $((validated * n)) validations), checksum $sum as without the validator"
+  grep -m1 "does not replay" "$tmp/$name.out"
+}
+
+same_sum() {  # NAME REF
+  if [ "$sum" != "$2" ]; then
+    echo "FAIL: $1: final checksum $sum with the validator, $2 without"; exit 1
+  fi
+}
+
 # --- replay_unsafe: reported ------------------------------------------------------
-run_job unsafe_ref "$unsafe" "$unsafe_kernels" 0 -- --iters "$iters" --seed "$seed"
+run_job unsafe_ref "$unsafe" "$unsafe_kernels" 0 auto -- --iters "$iters" --seed "$seed"
 ref="$sum"
-run_job unsafe "$unsafe" "$unsafe_kernels" "$every" -- --iters "$iters" --seed "$seed"
-if [ "$sum" != "$ref" ]; then
-  echo "FAIL: unsafe: final checksum $sum with the validator, $ref without"; exit 1
-fi
-ev="$tmp/unsafe.events"
-for ((r = 0; r < n; r++)); do
-  f="$(count validation_failed "$ev" "$r")"
-  if [ "$f" -ne "$validated" ]; then
-    cat "$tmp/unsafe.out" "$ev"
-    echo "FAIL: unsafe: rank $r reported $f failed validations, expected $validated"; exit 1
-  fi
-  if [ "$(count validation_passed "$ev" "$r")" -ne 0 ]; then
-    cat "$ev"; echo "FAIL: unsafe: rank $r passed a validation"; exit 1
-  fi
-  if ! grep -q "^\[a$r\].*does not replay to the same state: allocation 0x[0-9a-f]* ([0-9]* bytes) differs from byte [0-9]*" "$tmp/unsafe.out"; then
-    cat "$tmp/unsafe.out"; echo "FAIL: unsafe: no mismatch line from agent $r"; exit 1
-  fi
-done
-if [ "$(count validation_mismatch "$ev")" -lt $((validated * n)) ]; then
-  cat "$ev"; echo "FAIL: unsafe: too few validation_mismatch events"; exit 1
-fi
-echo "ok: replay_unsafe reported on every rank ($(count validation_mismatch "$ev") mismatches in $((validated * n)) validations), checksum $sum as without the validator"
-grep -m1 "does not replay" "$tmp/unsafe.out"
+run_job unsafe "$unsafe" "$unsafe_kernels" "$every" auto -- --iters "$iters" --seed "$seed"
+same_sum unsafe "$ref"
+expect_reported unsafe "$auto_validated"
+run_job unsafe_marked "$unsafe" "$unsafe_kernels" "$every" manual -- \
+  --iters "$iters" --seed "$seed" --mark_steps
+same_sum unsafe_marked "$ref"
+expect_reported unsafe_marked "$marked_validated"
 
 # --- replay_unsafe --safe: silent ---------------------------------------------------
-run_job safe_ref "$unsafe" "$unsafe_kernels" 0 -- --iters "$iters" --seed "$seed" --safe
+run_job safe_ref "$unsafe" "$unsafe_kernels" 0 auto -- --iters "$iters" --seed "$seed" --safe
 ref="$sum"
-run_job safe "$unsafe" "$unsafe_kernels" "$every" -- --iters "$iters" --seed "$seed" --safe
-if [ "$sum" != "$ref" ]; then echo "FAIL: safe: checksum $sum, $ref without"; exit 1; fi
-expect_silent safe
-echo "ok: replay_unsafe --safe: $validated validations passed per rank, checksum $sum"
+run_job safe "$unsafe" "$unsafe_kernels" "$every" auto -- --iters "$iters" --seed "$seed" --safe
+same_sum safe "$ref"
+expect_silent safe "$auto_validated"
+echo "ok: replay_unsafe --safe: $auto_validated validations passed per rank, checksum $sum"
+run_job safe_marked "$unsafe" "$unsafe_kernels" "$every" manual -- \
+  --iters "$iters" --seed "$seed" --safe --mark_steps
+same_sum safe_marked "$ref"
+expect_silent safe_marked "$marked_validated"
+echo "ok: replay_unsafe --safe --mark_steps: $marked_validated validations passed per rank"
 
 # --- train_mlp: silent ----------------------------------------------------------------
-run_job mlp_ref "$mlp" "$mlp_kernels" 0 -- --iters "$iters" --hidden 64 --batch 16
+run_job mlp_ref "$mlp" "$mlp_kernels" 0 auto -- --iters "$iters" --hidden 64 --batch 16
 ref="$sum"
-run_job mlp "$mlp" "$mlp_kernels" "$every" -- --iters "$iters" --hidden 64 --batch 16
-if [ "$sum" != "$ref" ]; then echo "FAIL: train_mlp: checksum $sum, $ref without"; exit 1; fi
-expect_silent mlp
-echo "ok: train_mlp: $validated validations passed per rank, checksum $sum"
+run_job mlp "$mlp" "$mlp_kernels" "$every" auto -- --iters "$iters" --hidden 64 --batch 16
+same_sum train_mlp "$ref"
+expect_silent mlp "$auto_validated"
+echo "ok: train_mlp: $auto_validated validations passed per rank, checksum $sum"
 grep "validation_passed" "$tmp/mlp.events" | head -2
 echo "PASS validator_test ($n rank(s))"
