@@ -12,6 +12,12 @@
 //   allreduce_<size>_busbw   algbw * 2(n-1)/n, as nccl-tests reports it
 //                            (only for n > 1: the factor is 0 on one rank)
 //   allreduce_4k_latency     one 4 KiB all-reduce + stream synchronize (us)
+//   allreduce_first_call     the first 4 KiB all-reduce after ncclCommInitRank,
+//                            + stream synchronize (us): connection setup
+//                            not taken out by a warm-up lands here
+//   allreduce_issue          what issuing one 4 KiB all-reduce costs the
+//                            application (a burst of 500, no synchronize
+//                            inside; us per call; median of the reps)
 // Times are host-clock over a burst of back-to-back all-reduces closed by
 // one cudaStreamSynchronize (what a training loop does), after a warm-up.
 #include <cuda_runtime.h>
@@ -128,6 +134,13 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&out, max_bytes));
   CHECK(cudaMemset(buf, 0, max_bytes));
   CHECK(cudaDeviceSynchronize());
+  {
+    const auto t0 = Clock::now();
+    CHECK_NCCL(ncclAllReduce(buf, out, 1024, ncclFloat, ncclSum, comm, s));
+    CHECK(cudaStreamSynchronize(s));
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (rank == 0) std::printf("RESULT allreduce_first_call %.4f us\n", us);
+  }
 
   struct Size {
     const char* name;
@@ -167,6 +180,19 @@ int main(int argc, char** argv) {
       us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     }
     if (rank == 0) std::printf("RESULT allreduce_4k_latency %.4f us\n", Median(us));
+  }
+  {
+    const int calls = 500;
+    std::vector<double> us;
+    for (int r = 0; r < reps; ++r) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < calls; ++i) {
+        CHECK_NCCL(ncclAllReduce(buf, out, 1024, ncclFloat, ncclSum, comm, s));
+      }
+      us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / calls);
+      CHECK(cudaStreamSynchronize(s));
+    }
+    if (rank == 0) std::printf("RESULT allreduce_issue %.4f us\n", Median(us));
   }
   ncclResult_t async = ncclSuccess;
   CHECK_NCCL(ncclCommGetAsyncError(comm, &async));
