@@ -181,6 +181,9 @@ void Session::Execute(const transport::RecordHeader& rec) {
       }
     }
   }
+  if (validator_ != nullptr && traits.journal == api::JournalClass::kState) {
+    validator_->NoteStateRequest(traits.name);
+  }
   if (skip_until_minibatch_ != 0 &&
       api::Traits(static_cast<uint32_t>(rec.api_id)).journal == api::JournalClass::kReplay) {
     // The survivors were past this minibatch when this agent replaced a dead

@@ -167,6 +167,11 @@ void Validator::MinibatchStarted(uint64_t minibatch) {
   }
   start_ = std::make_unique<DeviceSnapshot>(std::move(*snap));
   start_minibatch_ = minibatch;
+  state_request_.clear();
+}
+
+void Validator::NoteStateRequest(const char* api_name) {
+  if (start_ != nullptr && state_request_.empty()) state_request_ = api_name;
 }
 
 void Validator::MinibatchEnding(uint64_t minibatch, const std::string& journal_dir) {
@@ -181,6 +186,11 @@ absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir
   Backend* backend = session_->backend();
   if (session_->SynchronizeKeepingErrors() != 0) {
     return absl::FailedPreconditionError("the device reported an error at its end");
+  }
+  if (!state_request_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "it made state-class requests (", state_request_,
+        " first), which its minibatch log does not hold"));
   }
   if (backend->DeviceAllocations() != start_->allocations()) {
     return absl::FailedPreconditionError(

@@ -21,10 +21,11 @@
 //     <job>/events.jsonl, then put the real run's state back.
 //
 // The device is left exactly as the real run left it; the application sees
-// a pause. Minibatches whose live allocations changed (memory allocated or
-// freed inside the minibatch) are skipped, as are minibatches with
-// collectives on a backend that keeps no collective results (the cuda
-// backend's NCCL): both logged, with a `validation_skipped` event.
+// a pause. Minibatches that made state-class requests (allocations, frees,
+// handles created or destroyed: they are not in the minibatch log) are
+// skipped, as are minibatches with collectives on a backend that keeps no
+// collective results (the cuda backend's NCCL): both logged, with a
+// `validation_skipped` event.
 //
 //   ValidatorOptions o;  o.every = 4;  o.rank = 0;  o.job_root = "/dev/shm/revenant-job";
 //   Validator v(&session, o);
@@ -114,6 +115,10 @@ class Validator {
   // Minibatch `minibatch` is about to end (its requests executed, its log
   // in `journal_dir` not yet cleared): checks it if it was snapshotted.
   void MinibatchEnding(uint64_t minibatch, const std::string& journal_dir);
+  // A state-class request (allocation, free, handle creation or
+  // destruction, module...) executed: the minibatch it is in is not
+  // replayable on its own (its log holds no such request) and is skipped.
+  void NoteStateRequest(const char* api_name);
 
   const ValidatorStats& stats() const { return stats_; }
 
@@ -129,6 +134,7 @@ class Validator {
   // The state at the boundary of `start_minibatch_`, while one is due.
   std::unique_ptr<DeviceSnapshot> start_;
   uint64_t start_minibatch_ = 0;
+  std::string state_request_;  // the first state-class request in it, if any
   bool warned_collectives_ = false;
 };
 

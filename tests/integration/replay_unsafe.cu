@@ -4,7 +4,7 @@
 // validator (revenant-run --validate_every=K) must report it.
 //
 //   RANK=r WORLD_SIZE=n MASTER_PORT=p replay_unsafe [--iters 9] [--seed 7] [--safe]
-//                                                   [--mark_steps]
+//                                                   [--mark_steps] [--event_each_step]
 //
 // Per iteration (one minibatch): the host writes this step's scale factors,
 // uploads its input x from pinned memory (the boundary's anchor), then
@@ -17,6 +17,8 @@
 // memory instead, and a replay reproduces the state exactly. With
 // --mark_steps each step starts with revenantMarkStep() (found with dlsym:
 // only under the Revenant shim), for agents that place boundaries only there.
+// With --event_each_step each step also creates and destroys an event
+// (state-class requests: the validator skips such minibatches).
 // Deterministic (fixed seed, printed); every rank prints "final checksum
 // <hex>" (FNV-1a of the parameters) and "PASS replay_unsafe".
 #include <cuda_runtime.h>
@@ -79,6 +81,7 @@ int main(int argc, char** argv) {
   const int iters = IntFlag(argc, argv, "--iters", 9);
   const uint64_t seed = static_cast<uint64_t>(IntFlag(argc, argv, "--seed", 7));
   const bool safe = BoolFlag(argc, argv, "--safe");
+  const bool event_each_step = BoolFlag(argc, argv, "--event_each_step");
   using MarkStepFn = void (*)();
   MarkStepFn mark_step = nullptr;
   if (BoolFlag(argc, argv, "--mark_steps")) {
@@ -142,6 +145,13 @@ int main(int argc, char** argv) {
     }
     ru_update<<<blocks, kThreads, 0, stream>>>(params, total, kLearningRate, kN);
     CHECK_CUDA(cudaGetLastError());
+    if (event_each_step) {
+      cudaEvent_t done;
+      CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+      CHECK_CUDA(cudaEventRecord(done, stream));
+      CHECK_CUDA(cudaEventSynchronize(done));
+      CHECK_CUDA(cudaEventDestroy(done));
+    }
   }
   CHECK_CUDA(cudaStreamSynchronize(stream));
 

@@ -8,7 +8,8 @@
 #     train_mlp: every validated minibatch passes, nothing reported;
 #   - in every case the job still passes with the same final checksum as
 #     without the validator (the device is left as the real run left it);
-#   - the same with boundaries only from revenantMarkStep (--minibatch=manual).
+#   - the same with boundaries only from revenantMarkStep (--minibatch=manual);
+#   - minibatches that create and destroy an event are skipped, not reported.
 #
 #   validator_test.sh RUN UNSAFE_APP UNSAFE_KERNELS MLP_APP MLP_KERNELS N
 set -u
@@ -108,6 +109,7 @@ same_sum() {  # NAME REF
 # --- replay_unsafe: reported ------------------------------------------------------
 run_job unsafe_ref "$unsafe" "$unsafe_kernels" 0 auto -- --iters "$iters" --seed "$seed"
 ref="$sum"
+unsafe_ref="$sum"
 run_job unsafe "$unsafe" "$unsafe_kernels" "$every" auto -- --iters "$iters" --seed "$seed"
 same_sum unsafe "$ref"
 expect_reported unsafe "$auto_validated"
@@ -128,6 +130,24 @@ run_job safe_marked "$unsafe" "$unsafe_kernels" "$every" manual -- \
 same_sum safe_marked "$ref"
 expect_silent safe_marked "$marked_validated"
 echo "ok: replay_unsafe --safe --mark_steps: $marked_validated validations passed per rank"
+
+# --- state-class requests inside the minibatch: skipped, never misreported ------------
+run_job events "$unsafe" "$unsafe_kernels" "$every" auto -- \
+  --iters "$iters" --seed "$seed" --event_each_step
+same_sum events "$unsafe_ref"
+ev="$tmp/events.events"
+for ((r = 0; r < n; r++)); do
+  k="$(count validation_skipped "$ev" "$r")"
+  if [ "$k" -ne "$auto_validated" ] || [ "$(count validation_failed "$ev" "$r")" -ne 0 ] ||
+     [ "$(count validation_passed "$ev" "$r")" -ne 0 ]; then
+    cat "$tmp/events.out" "$ev"
+    echo "FAIL: events: rank $r skipped $k of $auto_validated validations"; exit 1
+  fi
+done
+if ! grep -q "state-class requests (cudaEvent" "$ev"; then
+  cat "$ev"; echo "FAIL: events: the skip does not say why"; exit 1
+fi
+echo "ok: minibatches with state-class requests skipped ($(count validation_skipped "$ev") events)"
 
 # --- train_mlp: silent ----------------------------------------------------------------
 run_job mlp_ref "$mlp" "$mlp_kernels" 0 auto -- --iters "$iters" --hidden 64 --batch 16
