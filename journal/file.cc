@@ -166,6 +166,21 @@ absl::StatusOr<char*> MappedLogFile::SpanSlow(uint64_t offset, size_t n) {
   return base_ + (offset - chunk_begin_);
 }
 
+absl::Status MappedLogFile::Rename(const std::string& to) {
+  if (absl::Status s = RenameFile(path_, to); !s.ok()) return s;
+  path_ = to;
+  return absl::OkStatus();
+}
+
+absl::Status MappedLogFile::Recycle(uint64_t length, const std::string& to) {
+  if (fd_ < 0 || base_ == nullptr || chunk_begin_ != 0 || length > chunk_end_) {
+    return absl::FailedPreconditionError(absl::StrCat(path_, ": not reusable"));
+  }
+  if (absl::Status s = Rename(to); !s.ok()) return s;
+  std::memset(base_, 0, length);
+  return absl::OkStatus();
+}
+
 absl::Status MappedLogFile::Sync(uint64_t length) {
   if (base_ == nullptr || length <= chunk_begin_) return absl::OkStatus();
   // Earlier chunks were unmapped, which leaves their pages in the page cache;

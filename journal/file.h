@@ -72,12 +72,22 @@ class MappedLogFile {
   // The file's allocated size (log length plus the zero-filled tail).
   uint64_t allocated() const { return allocated_; }
 
+  // Renames the file (the mapping stays valid).
+  absl::Status Rename(const std::string& to);
+  // Records that the file was renamed by someone else.
+  void set_path(const std::string& path) { path_ = path; }
+  const std::string& path() const { return path_; }
+  // Makes the file reusable from offset 0: renames it to `to`, then zeroes
+  // its first `length` bytes. Only while its first chunk is the mapped one
+  // (kFailedPrecondition otherwise: nothing changed).
+  absl::Status Recycle(uint64_t length, const std::string& to);
+
  private:
   MappedLogFile(std::string path, int fd, size_t first_chunk, size_t max_chunk)
       : path_(std::move(path)), fd_(fd), next_chunk_(first_chunk), max_chunk_(max_chunk) {}
   absl::StatusOr<char*> SpanSlow(uint64_t offset, size_t n);
 
-  const std::string path_;
+  std::string path_;
   int fd_;
   size_t next_chunk_;
   const size_t max_chunk_;

@@ -301,30 +301,31 @@ void EncodeEntry(const JournalEntry& e, std::string* out) {
 // One segment being written: its log and payload files.
 class SegmentWriter {
  public:
-  // Creates the files (under "<name>.tmp" if `tmp`) and writes `header`.
-  static absl::StatusOr<std::unique_ptr<SegmentWriter>> Create(const std::string& dir,
-                                                               const SegmentHeader& header,
-                                                               const JournalOptions& options,
-                                                               bool tmp) {
+  // Creates the log file (under "<name>.tmp" if `tmp`) and writes `header`.
+  // The payload file is created when the first out-of-line payload comes.
+  // `spare`, if given (mapped logs only), is an all-zero mapped file that
+  // becomes the log file: the header is written into it, then it is renamed
+  // into place (no new mapping, see Journal::MarkBoundary).
+  static absl::StatusOr<std::unique_ptr<SegmentWriter>> Create(
+      const std::string& dir, const SegmentHeader& header, const JournalOptions& options,
+      bool tmp, std::unique_ptr<MappedLogFile> spare = nullptr) {
     std::unique_ptr<SegmentWriter> w(new SegmentWriter(options));
     w->header_ = header;
     w->log_path_ = JoinPath(dir, SegmentLogName(header.kind(), header.segment_number()));
     w->payload_path_ = JoinPath(dir, SegmentPayloadName(header.kind(), header.segment_number()));
-    const std::string suffix = tmp ? ".tmp" : "";
-    // The payload file first: a log file is what makes a segment visible.
-    absl::StatusOr<std::unique_ptr<WritableFile>> payload =
-        NewAppendableFile(w->payload_path_ + suffix);
-    if (!payload.ok()) return payload.status();
-    w->payload_file_ = std::move(*payload);
+    w->suffix_ = tmp ? ".tmp" : "";
     if (options.mapped_logs && options.sync == SyncPolicy::kNone) {
-      absl::StatusOr<std::unique_ptr<MappedLogFile>> log =
-          MappedLogFile::Create(w->log_path_ + suffix, kFirstChunk, kMaxChunk);
-      if (!log.ok()) return log.status();
-      w->mapped_log_ = std::move(*log);
+      if (spare == nullptr) {
+        absl::StatusOr<std::unique_ptr<MappedLogFile>> log =
+            MappedLogFile::Create(w->log_path_ + w->suffix_, kFirstChunk, kMaxChunk);
+        if (!log.ok()) return log.status();
+        spare = std::move(*log);
+      }
+      w->mapped_log_ = std::move(spare);
       w->writer_ = std::make_unique<log::Writer>(w->mapped_log_.get());
     } else {
       absl::StatusOr<std::unique_ptr<WritableFile>> log =
-          NewAppendableFile(w->log_path_ + suffix);
+          NewAppendableFile(w->log_path_ + w->suffix_);
       if (!log.ok()) return log.status();
       w->log_file_ = std::move(*log);
       w->writer_ = std::make_unique<log::Writer>(w->log_file_.get(), 0);
@@ -334,8 +335,34 @@ class SegmentWriter {
         !s.ok()) {
       return s;
     }
+    if (w->mapped_log_ != nullptr && w->mapped_log_->path() != w->log_path_ + w->suffix_) {
+      // A recycled spare: it appears under the segment's name with its
+      // header already committed.
+      if (absl::Status s = w->mapped_log_->Rename(w->log_path_ + w->suffix_); !s.ok()) return s;
+    }
     w->header_bytes_ = w->writer_->file_length();
     return w;
+  }
+
+  // Gives the mapped log file up for reuse as an all-zero spare named
+  // `spare_path`, or null if it cannot be reused (not mapped, or grown past
+  // its first chunk); in both cases the segment's files are gone afterwards
+  // (the segment must already be superseded).
+  std::unique_ptr<MappedLogFile> RecycleLog(const std::string& spare_path) {
+    std::unique_ptr<MappedLogFile> log;
+    if (mapped_log_ != nullptr && status_.ok() &&
+        mapped_log_->Recycle(writer_->file_length(), spare_path).ok()) {
+      log = std::move(mapped_log_);
+    }
+    Close().IgnoreError();
+    if (log == nullptr) {
+      if (absl::Status r = Remove(); !r.ok()) {
+        REVENANT_LOG(WARNING, "journal") << "cannot remove old segment: " << r;
+      }
+    } else if (payload_file_ != nullptr) {
+      RemoveFile(payload_path_ + suffix_).IgnoreError();
+    }
+    return log;
   }
 
   // Appends `entry` (setting prev_seq, moving a large payload out of line);
@@ -361,7 +388,17 @@ class SegmentWriter {
       ref->set_offset(payload_length_);
       ref->set_length(payload.size());
       ref->set_crc32c(crc32c::Value(payload.data(), payload.size()));
-      absl::Status s = payload_file_->Append(payload);
+      absl::Status s;
+      if (payload_file_ == nullptr) {
+        absl::StatusOr<std::unique_ptr<WritableFile>> f =
+            NewAppendableFile(payload_path_ + suffix_);
+        if (f.ok()) {
+          payload_file_ = std::move(*f);
+        } else {
+          s = f.status();
+        }
+      }
+      if (s.ok()) s = payload_file_->Append(payload);
       if (s.ok() && sync) s = payload_file_->Sync();
       if (!s.ok()) {
         status_ = s;
@@ -390,21 +427,31 @@ class SegmentWriter {
 
   absl::Status Close() {
     // A mapped log is truncated to the log's length: no zero tail remains.
-    absl::Status a = mapped_log_ ? mapped_log_->Close(writer_->file_length()) : log_file_->Close();
-    absl::Status b = payload_file_->Close();
+    absl::Status a;
+    if (mapped_log_ != nullptr) {
+      a = mapped_log_->Close(writer_->file_length());
+    } else if (log_file_ != nullptr) {
+      a = log_file_->Close();
+    }
+    absl::Status b = payload_file_ ? payload_file_->Close() : absl::OkStatus();
     return a.ok() ? b : a;
   }
 
-  // Makes a segment created with tmp=true visible: the payload file first,
-  // then the log file, each by an atomic rename.
+  // Makes a segment created with tmp=true visible: the payload file first
+  // (if there is one), then the log file, each by an atomic rename.
   absl::Status Publish() {
-    if (absl::Status s = RenameFile(payload_path_ + ".tmp", payload_path_); !s.ok()) return s;
-    return RenameFile(log_path_ + ".tmp", log_path_);
+    if (payload_file_ != nullptr) {
+      if (absl::Status s = RenameFile(payload_path_ + ".tmp", payload_path_); !s.ok()) return s;
+    }
+    if (absl::Status s = RenameFile(log_path_ + ".tmp", log_path_); !s.ok()) return s;
+    if (mapped_log_ != nullptr) mapped_log_->set_path(log_path_);
+    suffix_.clear();
+    return absl::OkStatus();
   }
 
   absl::Status Remove() {
-    absl::Status a = RemoveFile(log_path_);
-    absl::Status b = RemoveFile(payload_path_);
+    absl::Status a = RemoveFile(log_path_ + suffix_);
+    absl::Status b = payload_file_ ? RemoveFile(payload_path_ + suffix_) : absl::OkStatus();
     return a.ok() ? b : a;
   }
 
@@ -421,6 +468,7 @@ class SegmentWriter {
   SegmentHeader header_;
   std::string log_path_;
   std::string payload_path_;
+  std::string suffix_;  // ".tmp" until published
   // Mapped log files grow by chunks: a small first one (a minibatch segment
   // lives for one training step), doubling up to kMaxChunk.
   static constexpr size_t kFirstChunk = log::kBlockSize;
@@ -448,6 +496,10 @@ Journal::~Journal() {
   absl::MutexLock lock(&mu_);
   if (setup_) setup_->Close().IgnoreError();
   if (minibatch_) minibatch_->Close().IgnoreError();
+  if (spare_log_) {
+    spare_log_->Close(0).IgnoreError();
+    RemoveFile(spare_log_->path()).IgnoreError();
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
@@ -459,8 +511,8 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
   return journal;
 }
 
-absl::StatusOr<std::unique_ptr<SegmentWriter>> Journal::NewSegment(LogKind kind, bool tmp,
-                                                                   uint64_t minibatch) {
+absl::StatusOr<std::unique_ptr<SegmentWriter>> Journal::NewSegment(
+    LogKind kind, bool tmp, uint64_t minibatch, std::unique_ptr<MappedLogFile> spare) {
   SegmentHeader header;
   header.set_format_version(kFormatVersion);
   header.set_job_id(job_);
@@ -470,7 +522,7 @@ absl::StatusOr<std::unique_ptr<SegmentWriter>> Journal::NewSegment(LogKind kind,
   header.set_creation_time_unix_micros(absl::ToUnixMicros(absl::Now()));
   header.set_segment_number(next_segment_number_++);
   header.set_minibatch(minibatch);
-  return SegmentWriter::Create(dir_, header, options_, tmp);
+  return SegmentWriter::Create(dir_, header, options_, tmp, std::move(spare));
 }
 
 absl::Status Journal::Init() {
@@ -718,20 +770,22 @@ absl::Status Journal::CompactLocked() {
 absl::Status Journal::MarkBoundary(uint64_t minibatch) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
+  // The new segment's log is the spare the previous boundary left (an
+  // all-zero mapped file, already preallocated and mapped): a boundary per
+  // training step then costs two renames, not a new mapping and an unmap.
   absl::StatusOr<std::unique_ptr<SegmentWriter>> seg =
-      NewSegment(MINIBATCH, /*tmp=*/false, minibatch);
+      NewSegment(MINIBATCH, /*tmp=*/false, minibatch, std::move(spare_log_));
   if (!seg.ok()) {
     status_ = seg.status();
     return status_;
   }
   // The new, higher-numbered segment is the live one from here on; a crash
-  // before the removal below leaves only stale files.
+  // before the old one is renamed or removed below leaves only stale files.
   std::unique_ptr<SegmentWriter> old = std::move(minibatch_);
   minibatch_ = std::move(*seg);
-  old->Close().IgnoreError();
-  if (absl::Status r = old->Remove(); !r.ok()) {
-    REVENANT_LOG(WARNING, "journal") << "cannot remove old minibatch segment: " << r;
-  }
+  // The old log becomes the next spare: renamed to a ".tmp" name (which no
+  // reader looks at), then zeroed.
+  spare_log_ = old->RecycleLog(journal_internal::JoinPath(dir_, "minibatch-spare.log.tmp"));
   current_minibatch_ = minibatch;
   minibatch_entries_ = 0;
   return absl::OkStatus();

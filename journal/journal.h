@@ -43,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "journal/file.h"
 #include "proto/journal.pb.h"
 
 namespace revenant {
@@ -160,7 +161,8 @@ class Journal {
   absl::Status MaybeCompact() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CompactLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::unique_ptr<journal_internal::SegmentWriter>> NewSegment(
-      LogKind kind, bool tmp, uint64_t minibatch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      LogKind kind, bool tmp, uint64_t minibatch, std::unique_ptr<MappedLogFile> spare = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string dir_;
   const std::string job_;
@@ -176,6 +178,8 @@ class Journal {
   uint64_t compactions_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<journal_internal::SegmentWriter> setup_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<journal_internal::SegmentWriter> minibatch_ ABSL_GUARDED_BY(mu_);
+  // The previous minibatch log, zeroed, for the next boundary (mapped logs).
+  std::unique_ptr<MappedLogFile> spare_log_ ABSL_GUARDED_BY(mu_);
   // Live setup entries by seq; dead ones are erased.
   absl::flat_hash_map<uint64_t, EntryState> entries_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, KeyState> keys_ ABSL_GUARDED_BY(mu_);

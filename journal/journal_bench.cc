@@ -1,11 +1,14 @@
 // Cost of the journal on the agent's hot path, in one process (no shim, no
 // transport): what RequestJournal does per launch request (a small entry in
-// the minibatch log, and in the setup log before the first boundary) and per
-// 256 MiB pinned host-to-device copy (an out-of-line payload).
+// the minibatch log, and in the setup log before the first boundary), per
+// launch request of a training step (32 entries, then a minibatch boundary)
+// and per 256 MiB pinned host-to-device copy (an out-of-line payload).
 //
-//   bazel run //journal:journal_bench -- [--launches] [dir]   # default /dev/shm/...
+//   bazel run //journal:journal_bench -- [--launches] [--write] [dir]   # default /dev/shm/...
 //
-// --launches measures the small entries only (for profiling them).
+// --launches measures the small entries only (for profiling them); --write
+// writes the log files with write(2) instead of through a mapping (the
+// format's other writer, JournalOptions::mapped_logs = false) to compare.
 //
 // Prints "RESULT <metric> <value> <unit>" lines like bench/shim_bench.cu.
 #include <unistd.h>
@@ -44,16 +47,22 @@ int Fail(const absl::Status& s) {
 
 int main(int argc, char** argv) {
   bool launches_only = false;
+  bool write_logs = false;
   std::string dir = "/dev/shm/revenant-journal-bench-" + std::to_string(getpid());
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--launches") == 0) {
       launches_only = true;
+    } else if (std::strcmp(argv[i], "--write") == 0) {
+      write_logs = true;
     } else {
       dir = argv[i];
     }
   }
   std::filesystem::remove_all(dir);
-  auto j = Journal::Open(dir, "bench", 0, revenant::journal::JournalOptions());
+  revenant::journal::JournalOptions options;
+  options.mapped_logs = !write_logs;
+  std::printf("log files written %s\n", write_logs ? "with write(2)" : "through a mapping");
+  auto j = Journal::Open(dir, "bench", 0, options);
   if (!j.ok()) return Fail(j.status());
   // A launch request body: handle, grid, block, shared bytes, stream, 32
   // bytes of packed kernel arguments (what cudaLaunchKernel puts on the wire).
@@ -85,6 +94,24 @@ int main(int argc, char** argv) {
     }
     std::sort(per.begin(), per.end());
     Result(setup ? "append_launch_setup" : "append_launch_minibatch", per[per.size() / 2], "us");
+  }
+  // A training step: 32 launch entries in the minibatch log, then a boundary
+  // (what the agent does per step; the cost per entry includes the
+  // boundary's share).
+  {
+    std::vector<double> per;
+    uint64_t minibatch = 1000;
+    for (int r = 0; r < 5; ++r) {
+      const int steps = 1000;
+      auto t0 = Clock::now();
+      for (int i = 0; i < steps; ++i) {
+        if (absl::Status s = (*j)->MarkBoundary(++minibatch); !s.ok()) return Fail(s);
+        if (absl::Status s = append(false, 32); !s.ok()) return Fail(s);
+      }
+      per.push_back(Us(t0, Clock::now()) / (steps * 32));
+    }
+    std::sort(per.begin(), per.end());
+    Result("append_launch_step32", per[per.size() / 2], "us");
   }
   // 256 MiB pinned H2D copy: the payload comes from memory shared with the
   // application (here: a page-aligned, touched buffer).
