@@ -7,7 +7,8 @@
 #      final checksums equal within a run, and equal across the two runs;
 #   2. collectives_all, 4 ranks: every rank PASS;
 #   3. chaos kills (train_mlp --iters 200): rank 1's agent killed mid-backward
-#      of minibatch 4, and rank 3's mid-all-reduce of minibatch 5; each job
+#      of minibatch 4, rank 3's mid-all-reduce of minibatch 5, ranks 1 and 2
+#      at once mid-backward of minibatch 6; each job
 #      must recover (a replacement agent) and end with all 4 checksums equal
 #      to the fault-free 4-rank run's; the recovery timeline is printed.
 # Every job is bounded (revenant-run --timeout and timeout(1)).
@@ -92,8 +93,9 @@ if [ "$MODE" = all ] || [ "$MODE" = gloo ]; then
     s="FAIL (rc=$rc)"; ref=""; gloo_diag "$log"
   fi
   record "gloo cuda train_mlp 200 iterations (reference)" "$s" "$log"
-  for spec in "rank=1,minibatch=4,calls=8" "rank=3,minibatch=5,calls=11,point=after_execute"; do
-    tag=$(echo "$spec" | tr ',=' '__')
+  for spec in "rank=1,minibatch=4,calls=8" "rank=3,minibatch=5,calls=11,point=after_execute" \
+              "rank=1,minibatch=6,calls=8;rank=2,minibatch=6,calls=8"; do
+    tag=$(echo "$spec" | tr ',=;' '___')
     log="$LOGS/gloo.chaos.$tag.log"
     events="$LOGS/gloo.chaos.$tag.events.jsonl"
     gloo_train "$log" 200 --chaos="$spec" --events_file="$events"; rc=$?
