@@ -57,8 +57,9 @@ int32_t NcclCheckCall(ncclComm_t comm, size_t count, int datatype, bool has_op, 
     std::lock_guard<std::mutex> lock(r.mu);
     auto it = r.comms.find(comm);
     if (it == r.comms.end()) {
-      return Invalid("unknown communicator", static_cast<long long>(
-                                                 reinterpret_cast<uintptr_t>(comm)));
+      REVENANT_LOG(WARNING, "shim") << "NCCL call refused: unknown communicator "
+                                    << static_cast<const void*>(comm);
+      return ncclInvalidArgument;
     }
     nranks = it->second;
   }
