@@ -1,0 +1,234 @@
+#include "agent/backends/cuda/testdata/fake_cudart.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace fake_cudart {
+namespace {
+
+// Runs queued closures in order on a thread of its own.
+class Queue {
+ public:
+  Queue() : thread_([this] { Run(); }) {}
+  ~Queue() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Push(std::function<void()> op) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ops_.push_back(std::move(op));
+    ++pending_;
+    cv_.notify_all();
+  }
+  bool Idle() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pending_ == 0;
+  }
+  bool WaitIdle(double seconds) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::duration<double>(seconds),
+                        [&] { return pending_ == 0; });
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || !ops_.empty(); });
+      if (ops_.empty()) return;
+      std::function<void()> op = std::move(ops_.front());
+      ops_.pop_front();
+      lock.unlock();
+      op();
+      lock.lock();
+      --pending_;
+      cv_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> ops_;
+  long pending_ = 0;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the rest exists
+};
+
+struct Device {
+  Queue callbacks;  // the context's one host-function thread
+  std::unique_ptr<Queue> legacy = std::make_unique<Queue>();
+};
+
+struct Stream {
+  int device = 0;
+  Queue queue;
+};
+
+// One recorded point of a stream: done once the stream passed it.
+struct Marker {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+};
+struct Event {
+  std::shared_ptr<Marker> last;
+};
+
+std::mutex g_mu;
+std::map<int, std::unique_ptr<Device>>& Devices() {
+  static auto* d = new std::map<int, std::unique_ptr<Device>>;
+  return *d;
+}
+thread_local int t_device = 0;
+std::atomic<long> g_host_functions{0};
+
+Device& DeviceOf(int ordinal) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto& d = Devices()[ordinal];
+  if (d == nullptr) d = std::make_unique<Device>();
+  return *d;
+}
+
+Queue& QueueOf(cudaStream_t s) {
+  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) {
+    return *DeviceOf(t_device).legacy;
+  }
+  return reinterpret_cast<Stream*>(s)->queue;
+}
+
+int DeviceOfStream(cudaStream_t s) {
+  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return t_device;
+  return reinterpret_cast<Stream*>(s)->device;
+}
+
+}  // namespace
+
+void Enqueue(cudaStream_t stream, std::function<void()> op) { QueueOf(stream).Push(std::move(op)); }
+
+bool Synchronize(cudaStream_t stream, double seconds) {
+  return QueueOf(stream).WaitIdle(seconds);
+}
+
+long HostFunctionsRun() { return g_host_functions.load(); }
+
+}  // namespace fake_cudart
+
+using fake_cudart::DeviceOf;
+using fake_cudart::DeviceOfStream;
+using fake_cudart::QueueOf;
+
+extern "C" {
+
+cudaError_t cudaSetDevice(int device) {
+  fake_cudart::t_device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+
+const char* cudaGetErrorString(cudaError_t error) {
+  return error == cudaSuccess ? "no error" : "fake CUDA error";
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
+  auto* s = new fake_cudart::Stream;
+  s->device = fake_cudart::t_device;
+  *stream = reinterpret_cast<cudaStream_t>(s);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  auto* s = reinterpret_cast<fake_cudart::Stream*>(stream);
+  s->queue.WaitIdle(60);
+  delete s;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  return QueueOf(stream).Idle() ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
+  *status = cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int) {
+  *p = std::malloc(size);
+  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind,
+                            cudaStream_t stream) {
+  QueueOf(stream).Push([=] { std::memcpy(dst, src, count); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* data) {
+  fake_cudart::Device& d = DeviceOf(DeviceOfStream(stream));
+  fake_cudart::Queue* callbacks = &d.callbacks;
+  // The stream waits until the context's callback thread ran the function.
+  QueueOf(stream).Push([=] {
+    auto done = std::make_shared<fake_cudart::Marker>();
+    callbacks->Push([=] {
+      fn(data);
+      fake_cudart::g_host_functions.fetch_add(1);
+      std::lock_guard<std::mutex> lock(done->mu);
+      done->done = true;
+      done->cv.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(done->mu);
+    done->cv.wait(lock, [&] { return done->done; });
+  });
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+  *event = reinterpret_cast<cudaEvent_t>(new fake_cudart::Event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<fake_cudart::Event*>(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  auto marker = std::make_shared<fake_cudart::Marker>();
+  reinterpret_cast<fake_cudart::Event*>(event)->last = marker;
+  QueueOf(stream).Push([marker] {
+    std::lock_guard<std::mutex> lock(marker->mu);
+    marker->done = true;
+    marker->cv.notify_all();
+  });
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  std::shared_ptr<fake_cudart::Marker> marker =
+      reinterpret_cast<fake_cudart::Event*>(event)->last;
+  if (marker == nullptr) return cudaSuccess;
+  QueueOf(stream).Push([marker] {
+    std::unique_lock<std::mutex> lock(marker->mu);
+    marker->cv.wait(lock, [&] { return marker->done; });
+  });
+  return cudaSuccess;
+}
+
+}  // extern "C"

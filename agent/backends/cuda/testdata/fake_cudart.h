@@ -1,0 +1,30 @@
+// A fake of the CUDA runtime calls agent/backends/cuda/cuda_gloo.cc makes,
+// for testing its staging, gates and recovery without a GPU (linked instead
+// of libcudart into cuda_gloo_test only).
+//
+// Model: "device memory" is host memory; each stream runs its operations in
+// order on a thread of its own; the legacy stream (0) is one more stream per
+// device. As in CUDA, the host functions (cudaLaunchHostFunc) of one device
+// (context) all run on one callback thread, so a host function that waits
+// holds the host functions of every other stream of that device. Events order
+// streams (cudaEventRecord / cudaStreamWaitEvent). Nothing else of CUDA is
+// modelled.
+#ifndef REVENANT_AGENT_BACKENDS_CUDA_TESTDATA_FAKE_CUDART_H_
+#define REVENANT_AGENT_BACKENDS_CUDA_TESTDATA_FAKE_CUDART_H_
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+
+namespace fake_cudart {
+
+// Queues `op` on `stream` (of the calling thread's device), as a kernel.
+void Enqueue(cudaStream_t stream, std::function<void()> op);
+// Waits until `stream`'s queued work ran; false after `seconds`.
+bool Synchronize(cudaStream_t stream, double seconds);
+// Host functions run so far (all devices).
+long HostFunctionsRun();
+
+}  // namespace fake_cudart
+
+#endif  // REVENANT_AGENT_BACKENDS_CUDA_TESTDATA_FAKE_CUDART_H_
