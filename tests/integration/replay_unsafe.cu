@@ -11,6 +11,9 @@
 //   acc = acc / 2 + x * scale        (ru_accumulate)
 //   total = all-reduce(acc)          (ncclSum over the ranks; a copy on 1 rank)
 //   params -= lr * total             (ru_update)
+// and then a host callback counts the step and params[0] is copied back (a
+// synchronous copy to pageable memory): a validation replay must deliver
+// neither again (the program checks the count and the values it got).
 // The scale factors live in managed memory the kernel reads directly: the
 // host rewrites them every step, so a replay of step s reads step s + 1's
 // values. With --safe they travel through a journaled copy from pinned
@@ -36,6 +39,8 @@
 #include "tests/integration/replay_unsafe_kernels.cuh"
 
 namespace {
+
+void CountStep(void* count) { ++*static_cast<int*>(count); }
 
 constexpr int kN = 4096;
 constexpr int kThreads = 128;
@@ -121,6 +126,8 @@ int main(int argc, char** argv) {
     RemoveUniqueId(l, "nccl-id");
   }
 
+  int callbacks = 0;
+  std::vector<float> first_params;  // params[0] after each step, as copied back
   for (int it = 0; it < iters; ++it) {
     // The previous step is done: its inputs may be rewritten.
     CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -145,6 +152,10 @@ int main(int argc, char** argv) {
     }
     ru_update<<<blocks, kThreads, 0, stream>>>(params, total, kLearningRate, kN);
     CHECK_CUDA(cudaGetLastError());
+    CHECK_CUDA(cudaLaunchHostFunc(stream, CountStep, &callbacks));
+    float p0 = 0;
+    CHECK_CUDA(cudaMemcpy(&p0, params, sizeof(p0), cudaMemcpyDeviceToHost));
+    first_params.push_back(p0);
     if (event_each_step) {
       cudaEvent_t done;
       CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
@@ -157,6 +168,9 @@ int main(int argc, char** argv) {
 
   std::vector<float> final_params(kN);
   CHECK_CUDA(cudaMemcpy(final_params.data(), params, bytes, cudaMemcpyDeviceToHost));
+  EXPECT_APP(callbacks == iters, "%d host callbacks ran for %d steps", callbacks, iters);
+  EXPECT_APP(first_params.back() == final_params[0], "params[0] copied back %g, final %g",
+             first_params.back(), final_params[0]);
   std::printf("final checksum %016llx\n",
               static_cast<unsigned long long>(Fnv1a(final_params.data(), bytes)));
   if (comm != nullptr) CHECK_NCCL(ncclCommDestroy(comm));
