@@ -153,9 +153,19 @@ absl::StatusOr<char*> MappedLogFile::SpanSlow(uint64_t offset, size_t n) {
         return PosixError(absl::StrCat("ftruncate ", path_), errno);
       }
     }
-    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_,
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_,
                      static_cast<off_t>(begin));
     if (p == MAP_FAILED) return PosixError(absl::StrCat("mmap ", path_), errno);
+    // Map every page writable now: a store into a page mapped for reading
+    // only (what MAP_POPULATE does for a shared mapping) takes a fault, which
+    // costs more than the record being stored.
+#ifdef MADV_POPULATE_WRITE
+    if (::madvise(p, size, MADV_POPULATE_WRITE) != 0 && errno != EINVAL) {
+      const int err = errno;
+      ::munmap(p, size);
+      return PosixError(absl::StrCat("madvise(MADV_POPULATE_WRITE) ", path_), err);
+    }
+#endif
     if (base_ != nullptr) ::munmap(base_, chunk_end_ - chunk_begin_);
     base_ = static_cast<char*>(p);
     chunk_begin_ = begin;
