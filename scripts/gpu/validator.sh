@@ -14,7 +14,8 @@
 #      NCCL keeps no results to replay collectives from), job PASS;
 #   4. train_mlp 1 rank and replay_unsafe 2 ranks with --collectives=gloo
 #      --gpus=1: passes / reports on every rank, collectives answered from
-#      their first run.
+#      their first run;
+#   5. cost figures (wall time with and without, mean time per validation).
 # Every job is bounded (revenant-run --timeout and timeout(1)).
 if [ "$MODE" = all ] || [ "$MODE" = validator ]; then
   echo
@@ -53,7 +54,8 @@ if [ "$MODE" = all ] || [ "$MODE" = validator ]; then
      [ "$(val_count validation_passed "$ev")" -eq 0 ] &&
      grep -q "does not replay to the same state" "$LOGS/validator.unsafe.log" &&
      [ -n "$val_native" ] && [ "$(val_sum "$LOGS/validator.unsafe.log")" = "$val_native" ]; then
-    s=PASS; else s="FAIL (rc=$rc)"; fi
+    s=PASS; else
+    s="FAIL (rc=$rc, checksum $(val_sum "$LOGS/validator.unsafe.log") vs native $val_native)"; fi
   record "validator: replay_unsafe reported (cuda)" "$s" "$LOGS/validator.unsafe.log"
 
   # 2. Safe: silent.
@@ -66,7 +68,8 @@ if [ "$MODE" = all ] || [ "$MODE" = validator ]; then
      [ "$(val_count validation_failed "$ev")" -eq 0 ] &&
      [ "$(val_count validation_skipped "$ev")" -eq 0 ] &&
      [ -n "$val_native_safe" ] && [ "$(val_sum "$LOGS/validator.safe.log")" = "$val_native_safe" ]; then
-    s=PASS; else s="FAIL (rc=$rc)"; fi
+    s=PASS; else
+    s="FAIL (rc=$rc, checksum $(val_sum "$LOGS/validator.safe.log") vs native $val_native_safe)"; fi
   record "validator: replay_unsafe --safe silent (cuda)" "$s" "$LOGS/validator.safe.log"
 
   # 3. Real NCCL: minibatches with collectives are skipped, the job goes on.
@@ -96,4 +99,26 @@ if [ "$MODE" = all ] || [ "$MODE" = validator ]; then
     s=PASS; else s="FAIL (rc=$rc)"; fi
   record "validator: replay_unsafe 2 ranks gloo reported (cuda)" "$s" \
     "$LOGS/validator.unsafe_gloo2.log"
+
+  # 5. Cost (figures for docs/recovery.md): train_mlp --hidden 1024, 60
+  #    iterations, 1 rank over Gloo, without the validator and with every
+  #    5th minibatch validated; wall times and the mean time per validation.
+  val_cost=()
+  for every in 0 5; do
+    log="$LOGS/validator.cost.$every.log" ev="$LOGS/validator.cost.$every.events"
+    rm -f "$ev"
+    t0=$(now)
+    timeout 200 $RUN -n 1 --backend=cuda --collectives=gloo --gpus=1 --timeout=180 \
+      --validate_every=$every --events_file="$ev" -- "$G/apps/train_mlp.bin" --iters 60 \
+      --hidden 1024 >"$log" 2>&1; rc=$?
+    el=$(calc "$(now) - $t0")
+    ms=$(grep -o 'differ, [0-9]* ms' "$ev" 2>/dev/null |
+         awk '{s += $2; n++} END {if (n) printf "%.1f ms mean over %d validations", s / n, n}')
+    printf '   cost: --validate_every=%s: rc=%s, %.2f s wall %s\n' "$every" "$rc" "$el" "$ms"
+    val_cost+=("$rc")
+  done
+  if [ "${val_cost[0]}" -eq 0 ] && [ "${val_cost[1]}" -eq 0 ] &&
+     [ "$(val_count validation_passed "$LOGS/validator.cost.5.events")" -gt 0 ]; then
+    s=PASS; else s="FAIL (rc ${val_cost[*]})"; fi
+  record "validator: cost figures train_mlp (cuda)" "$s" "$LOGS/validator.cost.5.log"
 fi
