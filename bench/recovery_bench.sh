@@ -1,29 +1,60 @@
 #!/bin/bash
-# Recovery time of the data-parallel training job on the host backend:
-# kill -> the application resumes (from the job's events), for two model
-# sizes and two kill points, to show it does not grow with the iteration
-# count (the journal holds the setup state and one minibatch, not history).
-#   bash bench/recovery_bench.sh [RANKS=2] [EARLY=100] [LATE=10000]
+# Recovery time of the training job on the host backend: kill -> the
+# application resumes (from the job's events), for two model sizes and two
+# kill points, to show it does not grow with the iteration count (the journal
+# holds the setup state and one minibatch, not history).
+#   bash bench/recovery_bench.sh [RANKS=2] [EARLY=100] [LATE=10000] [SPARES=0]
+# SPARES=1: revenant-run --spares 1 (the replacement is a pre-started spare
+# agent, not a new process). RANKS=1: the lone rank is recovered from its
+# boundary snapshot; the snapshot cost per boundary is printed too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ranks="${1:-2}"; early="${2:-100}"; late="${3:-10000}"
+ranks="${1:-2}"; early="${2:-100}"; late="${3:-10000}"; spares="${4:-0}"
 bazel build //tools:revenant-run //tests/apps:train_mlp //tests/apps:train_mlp_host_kernels >/dev/null 2>&1
 B="$(bazel info bazel-bin 2>/dev/null)"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-echo "ranks=$ranks host backend; recovery = agent killed -> application resumed (ms)"
-printf "%-8s %-10s %-12s %-36s %s\n" hidden kill_at recovery_ms replay final_checksum
+# Private copies: bazel-bin is rewritten by other builds.
+mkdir -p "$tmp/bin"
+cp "$B/tools/revenant-run" "$B/agent/revenant-agent" "$B/shim/librevenant_shim.so" \
+  "$B/tests/apps/train_mlp.bin" "$B/tests/apps/libtrain_mlp_host_kernels.so" "$tmp/bin/"
+victim=$(( ranks > 1 ? 1 : 0 ))
+echo "ranks=$ranks spares=$spares host backend; recovery = agent killed -> application resumed (ms)"
+# ready_ms: replacement started (or spare assigned) -> it took the rank's
+# connection back (backend up, listening, handshake done).
+printf "%-7s %-8s %-12s %-9s %-12s %-36s %-24s %s\n" hidden kill_at recovery_ms ready_ms path \
+  replay snapshot_per_boundary final_checksum
 for hidden in 64 512; do
   for at in "$early" "$late"; do
     ev="$tmp/events-$hidden-$at.jsonl"
-    "$B/tools/revenant-run" -n "$ranks" --backend=host --quiet --timeout=3600 \
-      --host_kernels="$B/tests/apps/libtrain_mlp_host_kernels.so" --events_file="$ev" \
-      --chaos="rank=1,minibatch=$at,calls=8" -- "$B/tests/apps/train_mlp.bin" \
+    "$tmp/bin/revenant-run" -n "$ranks" --spares "$spares" --backend=host --quiet --timeout=3600 \
+      --host_kernels="$tmp/bin/libtrain_mlp_host_kernels.so" --events_file="$ev" \
+      --chaos="rank=$victim,minibatch=$at,calls=8" -- "$tmp/bin/train_mlp.bin" \
       --iters $((at + 3)) --hidden "$hidden" --batch 8 >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
     died=$(grep '"agent_died"' "$ev" | head -1 | sed 's/.*"t_us":\([0-9]*\).*/\1/')
     resumed=$(grep '"application_resumed"' "$ev" | head -1 | sed 's/.*"t_us":\([0-9]*\).*/\1/')
+    started=$(grep '"replacement_started"' "$ev" | head -1 | sed 's/.*"t_us":\([0-9]*\).*/\1/')
+    ready=$(grep '"replacement_replay_started"' "$ev" | head -1 | sed 's/.*"t_us":\([0-9]*\).*/\1/')
     replayed=$(grep '"replacement_replay_done"' "$ev" | head -1 | sed 's/.*"detail":"\([^"]*\)".*/\1/')
+    path=$(grep '"replacement_started"' "$ev" | head -1 | sed 's/.*"detail":"\([a-z ]*\),.*/\1/')
+    snap=$(grep -o "snapshots at exit: .*" "$tmp/log" | head -1 |
+           sed 's/snapshots at exit: [0-9]* boundaries, \([0-9.]*\) MiB per boundary, \([0-9.]*\) ms mean.*/\1 MiB, \2 ms/' || true)
     sum=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/log")
-    printf "%-8s %-10s %-12s %-36s %s\n" "$hidden" "$at" "$(( (resumed - died) / 1000 ))" \
-      "$replayed" "$sum"
+    printf "%-7s %-8s %-12s %-9s %-12s %-36s %-24s %s\n" "$hidden" "$at" \
+      "$(( (resumed - died) / 1000 ))" "$(( (ready - started) / 1000 ))" "$path" "$replayed" \
+      "${snap:--}" "$sum"
   done
 done
+if [ "$ranks" -eq 1 ]; then
+  # What snapshots cost a fault-free run: wall time with them on vs off.
+  echo "fault-free 1-rank run, $late iterations: snapshots on vs off (wall seconds)"
+  for hidden in 64 512; do
+    for mode in off on; do
+      t0=$(date +%s%N)
+      "$tmp/bin/revenant-run" -n 1 --snapshots=$mode --backend=host --quiet --timeout=3600 \
+        --host_kernels="$tmp/bin/libtrain_mlp_host_kernels.so" -- "$tmp/bin/train_mlp.bin" \
+        --iters "$late" --hidden "$hidden" --batch 8 >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
+      eval "t_$mode=\$(( (\$(date +%s%N) - t0) / 1000000 ))"
+    done
+    echo "  hidden $hidden: off ${t_off} ms, on ${t_on} ms, ratio $(awk "BEGIN{printf \"%.3f\", $t_on/$t_off}")"
+  done
+fi

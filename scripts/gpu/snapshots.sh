@@ -1,0 +1,88 @@
+# GPU section: boundary snapshots and spare agents on the cuda backend
+# (sourced by .gpu/run_gpu.sh with MODE, G, RUN, LOGS and the helpers record,
+# native, revrun, checksum, now, calc; runs for MODE "all" or "snapshots").
+#
+#   1. a fault-free 1-rank train_mlp (200 iterations) under the cuda backend
+#      takes a snapshot at every boundary (auto: 1 rank) and ends with the
+#      native checksum; the agent's cost per boundary is printed, also for a
+#      larger model (--hidden 4096);
+#   2. killed past the first boundary (minibatch 6, 8 calls in) with the
+#      default collectives (real NCCL), then with --collectives=gloo: the
+#      replacement restores the snapshot of minibatch 6, replays, and the
+#      final checksum equals the native run's; the timeline is printed;
+#   3. killed at the boundary itself (snapshot renamed, journal boundary not
+#      recorded): recovered from the previous boundary's snapshot;
+#   4. a corrupted snapshot: refused with a data-loss error, the application
+#      fails cleanly, the job ends well within its bound;
+#   5. --spares 1: the same kill, the rank goes to the spare (CUDA context
+#      already up); the time from the replacement's start to its taking the
+#      connection is printed for both paths.
+if [ "$MODE" = all ] || [ "$MODE" = snapshots ]; then
+  echo
+  echo "=== boundary snapshots and spares (1 rank, cuda backend)"
+  export NCCL_NVLS_ENABLE=0
+  iters=200
+  snlog="$LOGS/snap.native.log"
+  native 1 "$snlog" "$G/apps/train_mlp.bin" --iters $iters; rc=$?
+  sref=$(checksum "$snlog")
+  echo "   native checksum ($iters iterations): ${sref:-none} (rc=$rc)"
+
+  # 1. Fault-free, snapshot cost per boundary.
+  for hidden in 128 4096; do
+    log="$LOGS/snap.faultfree.h$hidden.log"
+    timeout 200 $RUN -n 1 --backend=cuda --timeout=180 -- "$G/apps/train_mlp.bin" \
+      --iters $iters --hidden $hidden >"$log" 2>&1; rc=$?
+    grep -E "snapshot of minibatch [12]:|snapshots at exit" "$log" | head -3 | sed 's/^/   | /'
+    if [ "$hidden" = 128 ]; then
+      got=$(checksum "$log")
+      if [ $rc -eq 0 ] && [ -n "$sref" ] && [ "$got" = "$sref" ] &&
+         grep -q "snapshots at exit" "$log"; then s=PASS; else s="FAIL (rc=$rc, $got vs $sref)"; fi
+      record "snapshots: fault-free 1 rank = native" "$s" "$log"
+    else
+      if [ $rc -eq 0 ] && grep -q "snapshots at exit" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+      record "snapshots: cost, hidden 4096" "$s" "$log"
+    fi
+  done
+
+  # 2.-3. Kills past the first boundary and at the boundary.
+  snap_kill() {  # file-tag name extra-flags chaos
+    local file=$1 tag=$2 extra=$3 spec=$4 log="$LOGS/snap.$1.log" t0 el got
+    t0=$(now)
+    REVENANT_COLLECTIVE_TIMEOUT_S=20 timeout 200 $RUN -n 1 --backend=cuda $extra --timeout=180 \
+      --chaos="rank=0,$spec" -- "$G/apps/train_mlp.bin" --iters $iters >"$log" 2>&1; rc=$?
+    el=$(calc "$(now) - $t0")
+    got=$(checksum "$log")
+    printf '   %s [%s %s]: rc=%s after %.1f s, checksum %s (native %s)\n' "$tag" "$extra" "$spec" \
+      "$rc" "$el" "${got:-none}" "${sref:-none}"
+    grep -A14 "recovery timeline" "$log" | grep "revenant-run\]  " | sed 's/^/   | /'
+    grep -E "cannot recover|refus|diverged" "$log" | head -4 | sed 's/^/   | /'
+    if [ $rc -eq 0 ] && [ -n "$sref" ] && [ "$got" = "$sref" ] &&
+       grep -q "replacement_snapshot_loaded" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+    record "snapshots: $tag" "$s" "$log"
+  }
+  snap_kill kill6_nccl "kill minibatch 6 (nccl)" "" "minibatch=6,calls=8"
+  snap_kill kill6_gloo "kill minibatch 6 (gloo)" "--collectives=gloo" "minibatch=6,calls=8"
+  snap_kill boundary6 "kill at boundary 6 (after_snapshot)" "" "minibatch=6,point=after_snapshot"
+  snap_kill kill6_spare "kill minibatch 6, spare (nccl)" "--spares 1" "minibatch=6,calls=8"
+  for tag in kill6_nccl kill6_spare; do
+    f="$LOGS/snap.$tag.log"
+    st=$(grep -o '+ *[0-9.]*  rank 0  replacement_started' "$f" | head -1 | awk '{print $1}')
+    rd=$(grep -o '+ *[0-9.]*  rank 0  replacement_replay_started' "$f" | head -1 | awk '{print $1}')
+    path=$(grep -o 'replacement_started *[a-z ]*,' "$f" | head -1 | sed 's/replacement_started *//')
+    echo "   $tag: replacement started at ${st:-?} ms, took the connection at ${rd:-?} ms ($path)"
+  done
+
+  # 4. A corrupt snapshot is refused.
+  log="$LOGS/snap.corrupt.log"
+  t0=$(now)
+  REVENANT_COLLECTIVE_TIMEOUT_S=20 timeout 200 $RUN -n 1 --backend=cuda --timeout=180 \
+    --recovery_timeout=30 --chaos="rank=0,minibatch=6,point=after_boundary,corrupt_snapshot=1" \
+    -- "$G/apps/train_mlp.bin" --iters $iters >"$log" 2>&1; rc=$?
+  el=$(calc "$(now) - $t0")
+  printf '   corrupt snapshot: rc=%s after %.1f s\n' "$rc" "$el"
+  grep -E "cannot recover|is corrupt|DevicesUnavailable" "$log" | head -3 | sed 's/^/   | /'
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "DATA_LOSS: .*snapshot .* is corrupt" "$log" &&
+     ! grep -q "PASS train_mlp" "$log" && [ "$(calc "($el < 100) ? 1 : 0")" = 1 ]; then
+    s=PASS; else s="FAIL (rc=$rc)"; fi
+  record "snapshots: corrupt snapshot refused" "$s" "$log"
+fi
