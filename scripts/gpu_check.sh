@@ -160,7 +160,6 @@ bash "$G/bench/compare.sh" "$LOGS/bench.native.2.log" "$slog" | tee "$LOGS/bench
 fi  # MODE = all
 
 # ---- NCCL: real NCCL through the cuda backend ----------------------------------------
-if [ "$MODE" = all ] || [ "$MODE" = nccl ]; then
 export NCCL_NVLS_ENABLE=0
 if ldd "$G/revenant-agent" | grep -q "libnccl.*not found"; then
   d=$(dirname "$(find / -xdev -name 'libnccl.so.2' 2>/dev/null | head -1)")
@@ -217,6 +216,7 @@ steptime() {  # N TAG
     s=PASS; else s=FAIL; fi
   record "train_mlp step time, $n rank(s)" "$s" "$LOGS/step.rev.n$n.20020.log"
 }
+if [ "$MODE" = all ] || [ "$MODE" = nccl ]; then
 # One block per world size: train_mlp checksums, collectives_all, benchmarks.
 for n in 1 2; do
   if [ "$n" -gt "$NGPU" ]; then

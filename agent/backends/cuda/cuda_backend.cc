@@ -1377,8 +1377,11 @@ void CudaBackend::ShareGraphMemory(cudaGraph_t from, GraphMemory<H>* map, H to) 
   absl::MutexLock lock(&mu_);
   auto it = graph_memory_.find(from);
   if (it == graph_memory_.end() || it->second.empty()) return;
+  // A copy: inserting `to` may rehash `map`, which is graph_memory_ itself
+  // for a clone, and invalidate `it`.
+  const std::vector<uint64_t> from_held = it->second;
   std::vector<uint64_t>& held = (*map)[to];
-  for (uint64_t a : it->second) {
+  for (uint64_t a : from_held) {
     auto ref = graph_memory_refs_.find(a);
     if (ref == graph_memory_refs_.end()) continue;
     ++ref->second;
