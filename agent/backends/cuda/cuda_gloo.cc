@@ -328,14 +328,16 @@ void CudaGloo::Serve(Worker* worker) {
     }
     {
       std::lock_guard<std::mutex> lock(w->mu);
-      w->finished = true;
       if (w->gate_gone && result == cudaSuccess) result = cudaErrorLaunchTimeout;
+      // Deferred before the gate opens: a synchronization that returns once
+      // the stream passed the gate sees it.
+      if (result != cudaSuccess) {
+        int expected = 0;
+        deferred_.compare_exchange_strong(expected, static_cast<int>(result));
+      }
+      w->finished = true;
     }
     w->cv.notify_all();
-    if (result != cudaSuccess) {
-      int expected = 0;
-      deferred_.compare_exchange_strong(expected, static_cast<int>(result));
-    }
   }
 }
 
