@@ -7,6 +7,10 @@
 #include <vector>
 
 #include "agent/backends/host/host_collectives.h"
+#include "agent/journaling.h"
+#include "api/hook_protocol.h"
+#include "api/traits.h"
+#include "api/wire.h"
 #include "gtest/gtest.h"
 
 namespace revenant {
@@ -39,6 +43,42 @@ std::vector<char> Read(Backend* b, const void* p, size_t n) {
 void Write(Backend* b, void* p, const std::vector<char>& v) {
   EXPECT_EQ(b->Memcpy(p, v.data(), v.size(), cudaMemcpyHostToDevice, nullptr, false),
             cudaSuccess);
+}
+
+// The body of a cudaMemcpyAsync request as the shim encodes it.
+std::string CopyBody(uint64_t dst, uint64_t count, int32_t kind) {
+  const uint64_t src = 0x600000000000, stream = 0;
+  const uint8_t mode = hooks::kDirect;
+  wire::Sizer sz;
+  sz.Put(dst); sz.Put(src); sz.Put(count); sz.Put(kind); sz.Put(stream); sz.Put(mode);
+  std::string body(sz.size(), '\0');
+  wire::Encoder e(body.data(), body.size());
+  e.Put(dst); e.Put(src); e.Put(count); e.Put(kind); e.Put(stream); e.Put(mode);
+  return body;
+}
+
+// The validator learns of a boundary before the journal places it: WouldMark
+// must predict OnRequest exactly, and change nothing.
+TEST(MinibatchDetector, WouldMarkPredictsOnRequestWithoutChangingIt) {
+  const auto api = static_cast<uint16_t>(api::ApiId::cudaMemcpyAsync);
+  const std::vector<std::string> stream = {
+      CopyBody(0x1000, 64, cudaMemcpyHostToDevice),    // weights: once
+      CopyBody(0x2000, 32, cudaMemcpyHostToDevice),    // input of step 0
+      CopyBody(0x3000, 8, cudaMemcpyDeviceToHost),     // not an upload
+      CopyBody(0x2000, 32, cudaMemcpyHostToDevice),    // step 1: the anchor
+      CopyBody(0x4000, 32, cudaMemcpyHostToDevice),    // another upload
+      CopyBody(0x2000, 32, cudaMemcpyHostToDevice),    // step 2
+      CopyBody(0x2000, 16, cudaMemcpyHostToDevice),    // same buffer, other size
+  };
+  const std::vector<bool> boundaries = {false, false, false, true, false, true, false};
+  MinibatchDetector d;
+  for (size_t i = 0; i < stream.size(); ++i) {
+    const bool predicted = d.WouldMark(api, stream[i]);
+    EXPECT_EQ(d.WouldMark(api, stream[i]), predicted) << i;  // asking twice changes nothing
+    EXPECT_EQ(d.OnRequest(api, stream[i]), predicted) << i;
+    EXPECT_EQ(predicted, boundaries[i]) << i;
+  }
+  EXPECT_FALSE(d.WouldMark(static_cast<uint16_t>(api::ApiId::cudaMemset), stream[1]));
 }
 
 TEST(FirstDifference, FindsTheFirstDifferingByte) {

@@ -9,7 +9,9 @@
 #   - in every case the job still passes with the same final checksum as
 #     without the validator (the device is left as the real run left it);
 #   - the same with boundaries only from revenantMarkStep (--minibatch=manual);
-#   - minibatches that create and destroy an event are skipped, not reported.
+#   - minibatches that create and destroy an event are skipped, not reported;
+#   - (2+ ranks) train_mlp with rank 1's agent killed: recovery still ends
+#     bitwise equal to the fault-free run, the replacement validates too.
 #
 #   validator_test.sh RUN UNSAFE_APP UNSAFE_KERNELS MLP_APP MLP_KERNELS N
 set -u
@@ -157,4 +159,28 @@ same_sum train_mlp "$ref"
 expect_silent mlp "$auto_validated"
 echo "ok: train_mlp: $auto_validated validations passed per rank, checksum $sum"
 grep "validation_passed" "$tmp/mlp.events" | head -2
+
+# --- with recovery: rank 1's agent killed in minibatch 4 (validated: 3, 6, 9) ---------
+if [ "$n" -ge 2 ]; then
+  run_job mlp_kill_ref "$mlp" "$mlp_kernels" 0 auto -- --iters 12 --hidden 64 --batch 16
+  ref="$sum"
+  out="$tmp/mlp_kill.out" ev="$tmp/mlp_kill.events"
+  REVENANT_COLLECTIVE_TIMEOUT_S=30 "$run" -n "$n" --backend=host --timeout=180 \
+    --host_kernels="$mlp_kernels" --validate_every=3 --chaos=rank=1,minibatch=4,calls=10 \
+    --events_file="$ev" -- "$mlp" --iters 12 --hidden 64 --batch 16 >"$out" 2>&1 ||
+    { cat "$out"; echo "FAIL: mlp_kill exited non-zero"; exit 1; }
+  sums="$(grep -o '^\[r[0-9]*\] final checksum [0-9a-f]*' "$out" | awk '{print $4}' | sort -u)"
+  if [ "$sums" != "$ref" ] || [ "$(count replacement_replay_done "$ev")" -lt 1 ]; then
+    cat "$out" "$ev"; echo "FAIL: mlp_kill: checksums '$sums' (want $ref) or no recovery"; exit 1
+  fi
+  for ((r = 0; r < n; r++)); do
+    if [ "$(count validation_passed "$ev" "$r")" -ne 3 ]; then
+      cat "$out" "$ev"; echo "FAIL: mlp_kill: rank $r did not pass 3 validations"; exit 1
+    fi
+  done
+  for e in validation_failed validation_mismatch validation_skipped; do
+    if [ "$(count "$e" "$ev")" -ne 0 ]; then cat "$ev"; echo "FAIL: mlp_kill: $e"; exit 1; fi
+  done
+  echo "ok: train_mlp with rank 1's agent killed: recovered, checksum $ref, 3 validations passed per rank"
+fi
 echo "PASS validator_test ($n rank(s))"
