@@ -3,6 +3,7 @@
 // deferred error of an earlier asynchronous NCCL call.
 #include <nccl.h>
 
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 
@@ -18,7 +19,18 @@ namespace {
 struct Registry {
   std::mutex mu;
   std::unordered_map<ncclComm_t, int> comms;  // communicator -> nranks (-1: unknown)
+  // Bumped (under mu) whenever `comms` changes: a thread's cached lookup is
+  // valid while the generation it saw is current.
+  std::atomic<uint64_t> generation{1};
 };
+
+// The last communicator this thread checked (a training loop uses one).
+struct CachedComm {
+  ncclComm_t comm = nullptr;
+  int nranks = -1;
+  uint64_t generation = 0;
+};
+thread_local CachedComm tls_cached;
 
 Registry& Comms() {
   static Registry* r = new Registry();  // never destroyed: used from exit handlers
@@ -39,12 +51,14 @@ void NcclCommCreated(ncclComm_t comm, int nranks) {
   Registry& r = Comms();
   std::lock_guard<std::mutex> lock(r.mu);
   r.comms[comm] = nranks;
+  r.generation.fetch_add(1, std::memory_order_release);
 }
 
 void NcclCommGone(ncclComm_t comm) {
   Registry& r = Comms();
   std::lock_guard<std::mutex> lock(r.mu);
   r.comms.erase(comm);
+  r.generation.fetch_add(1, std::memory_order_release);
 }
 
 int32_t NcclCheckCall(ncclComm_t comm, size_t count, int datatype, bool has_op, int op,
@@ -52,8 +66,11 @@ int32_t NcclCheckCall(ncclComm_t comm, size_t count, int datatype, bool has_op, 
                       bool check_b) {
   if (comm == nullptr) return Invalid("null communicator", 0);
   int nranks = -1;
-  {
-    Registry& r = Comms();
+  Registry& r = Comms();
+  if (tls_cached.comm == comm &&
+      tls_cached.generation == r.generation.load(std::memory_order_acquire)) {
+    nranks = tls_cached.nranks;
+  } else {
     std::lock_guard<std::mutex> lock(r.mu);
     auto it = r.comms.find(comm);
     if (it == r.comms.end()) {
@@ -62,6 +79,7 @@ int32_t NcclCheckCall(ncclComm_t comm, size_t count, int datatype, bool has_op, 
       return ncclInvalidArgument;
     }
     nranks = it->second;
+    tls_cached = {comm, nranks, r.generation.load(std::memory_order_relaxed)};
   }
   if (datatype < 0 || datatype >= ncclNumTypes) return Invalid("invalid data type", datatype);
   if (has_op && (op < 0 || op >= ncclNumOps)) return Invalid("invalid reduction operation", op);
