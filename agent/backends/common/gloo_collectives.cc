@@ -200,6 +200,9 @@ ncclResult_t GlooCollectives::ncclCommInitRankConfig(ncclComm_t* comm, int nrank
     *comm = reinterpret_cast<ncclComm_t>(raw);
     return ncclSuccess;
   }
+  // Recovery epochs declared before this communicator existed (a one-rank
+  // communicator re-created by a replacement) are not its own to recover from.
+  c->epoch = ReadEpoch();
   collective::GlooEngineOptions o;
   o.rendezvous_dir = c->dir;
   o.prefix = "comm";
