@@ -257,8 +257,18 @@ absl::string_view Session::CapturedPayload(const transport::RecordHeader& rec) c
   int32_t kind = 0;
   uint8_t mode = 0;
   if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count) || !in.Get(&kind) || !in.Get(&stream) ||
-      !in.Get(&mode) || mode != hooks::kDirect) {
+      !in.Get(&mode) || (mode != hooks::kDirect && mode != hooks::kStagingSource)) {
     return {};
+  }
+  if (mode == hooks::kStagingSource) {
+    // A large copy from pageable memory: the application's next staged copy
+    // reuses the staging area, so its bytes are kept too.
+    uint64_t offset = 0;
+    if (!in.Get(&offset) || offset > channel_->staging_size() ||
+        count > channel_->staging_size() - offset) {
+      return {};
+    }
+    return absl::string_view(channel_->staging() + offset, count);
   }
   const void* p = reinterpret_cast<const void*>(src);
   if (!IsSharedHost(p, count)) return {};
@@ -491,8 +501,9 @@ uint64_t FirstOutU64(const std::string& outputs) {
   return v;
 }
 
-// A copy from shared host memory replays from the bytes captured when it was
-// journaled: the application may have reused its buffer since.
+// A copy from shared host memory or the staging area replays from the bytes
+// captured when it was journaled: the application may have reused its buffer
+// (or the staging area) since.
 std::string ReplayBody(const journal::JournalEntry& e) {
   const auto id = static_cast<api::ApiId>(e.api_id());
   if ((id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) ||
@@ -504,7 +515,8 @@ std::string ReplayBody(const journal::JournalEntry& e) {
   int32_t kind = 0;
   uint8_t mode = 0;
   if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count) || !in.Get(&kind) || !in.Get(&stream) ||
-      !in.Get(&mode) || mode != hooks::kDirect || count != e.inline_payload().size()) {
+      !in.Get(&mode) || (mode != hooks::kDirect && mode != hooks::kStagingSource) ||
+      count != e.inline_payload().size()) {
     return e.args();
   }
   wire::Sizer sz;

@@ -159,7 +159,8 @@ class Session {
   int control_fd_;
   const std::string job_dir_;
   SessionOptions options_;
-  // Bytes a request reads from shared host memory, for the journal.
+  // Bytes a request reads from shared host memory or the staging area, for
+  // the journal (both may be reused by the application once it ran).
   absl::string_view CapturedPayload(const transport::RecordHeader& rec) const;
   HandleTable handles_;
   DispatchContext ctx_;

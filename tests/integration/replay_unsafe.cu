@@ -5,6 +5,7 @@
 //
 //   RANK=r WORLD_SIZE=n MASTER_PORT=p replay_unsafe [--iters 9] [--seed 7] [--safe]
 //                                                   [--mark_steps] [--event_each_step]
+//                                                   [--big_pageable]
 //
 // Per iteration (one minibatch): the host writes this step's scale factors,
 // uploads its input x from pinned memory (the boundary's anchor), then
@@ -22,6 +23,11 @@
 // only under the Revenant shim), for agents that place boundaries only there.
 // With --event_each_step each step also creates and destroys an event
 // (state-class requests: the validator skips such minibatches).
+// With --big_pageable each step also uploads 2 MiB from pageable memory: a
+// copy that large travels through the shim's staging area, whose bytes the
+// journal does not keep; the step waits for its input upload first and ends
+// with a staged upload of constant bytes, so a replay of the step reads those
+// instead of the step's own, deterministically.
 // Deterministic (fixed seed, printed); every rank prints "final checksum
 // <hex>" (FNV-1a of the parameters) and "PASS replay_unsafe".
 #include <cuda_runtime.h>
@@ -87,6 +93,10 @@ int main(int argc, char** argv) {
   const uint64_t seed = static_cast<uint64_t>(IntFlag(argc, argv, "--seed", 7));
   const bool safe = BoolFlag(argc, argv, "--safe");
   const bool event_each_step = BoolFlag(argc, argv, "--event_each_step");
+  const bool big_pageable = BoolFlag(argc, argv, "--big_pageable");
+  constexpr size_t kBig = size_t{2} << 20;  // above the shim's 1 MiB inline limit
+  std::vector<char> big_host(kBig), big_const(kBig, 0x5a);
+  void *big_dev = nullptr, *big_scratch = nullptr;
   using MarkStepFn = void (*)();
   MarkStepFn mark_step = nullptr;
   if (BoolFlag(argc, argv, "--mark_steps")) {
@@ -113,6 +123,10 @@ int main(int argc, char** argv) {
   std::vector<float> init(kN);
   for (int i = 0; i < kN; ++i) init[i] = Value(seed, 0xffff, 0, i);
   CHECK_CUDA(cudaMemcpy(params, init.data(), bytes, cudaMemcpyHostToDevice));
+  if (big_pageable) {
+    CHECK_CUDA(cudaMalloc(&big_dev, kBig));
+    CHECK_CUDA(cudaMalloc(&big_scratch, kBig));
+  }
 
   float *pinned_x, *pinned_scale, *managed_scale;
   CHECK_CUDA(cudaMallocHost(&pinned_x, bytes));
@@ -143,6 +157,11 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cudaMemcpyAsync(scale_dev, pinned_scale, bytes, cudaMemcpyHostToDevice, stream));
       scale = scale_dev;
     }
+    if (big_pageable) {
+      CHECK_CUDA(cudaStreamSynchronize(stream));  // the boundary is behind us
+      for (size_t i = 0; i < kBig; ++i) big_host[i] = static_cast<char>(it * 31 + i * 7);
+      CHECK_CUDA(cudaMemcpy(big_dev, big_host.data(), kBig, cudaMemcpyHostToDevice));
+    }
     ru_accumulate<<<blocks, kThreads, 0, stream>>>(x, scale, acc, kN);
     CHECK_CUDA(cudaGetLastError());
     if (comm != nullptr) {
@@ -156,6 +175,9 @@ int main(int argc, char** argv) {
     float p0 = 0;
     CHECK_CUDA(cudaMemcpy(&p0, params, sizeof(p0), cudaMemcpyDeviceToHost));
     first_params.push_back(p0);
+    if (big_pageable) {
+      CHECK_CUDA(cudaMemcpy(big_scratch, big_const.data(), kBig, cudaMemcpyHostToDevice));
+    }
     if (event_each_step) {
       cudaEvent_t done;
       CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
@@ -178,6 +200,10 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaFreeHost(pinned_scale));
   CHECK_CUDA(cudaFreeHost(pinned_x));
   for (float* p : {x, acc, total, params, scale_dev}) CHECK_CUDA(cudaFree(p));
+  if (big_pageable) {
+    CHECK_CUDA(cudaFree(big_dev));
+    CHECK_CUDA(cudaFree(big_scratch));
+  }
   CHECK_CUDA(cudaStreamDestroy(stream));
   std::printf("PASS replay_unsafe\n");
   return 0;

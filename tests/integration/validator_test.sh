@@ -10,6 +10,7 @@
 #     without the validator (the device is left as the real run left it);
 #   - the same with boundaries only from revenantMarkStep (--minibatch=manual);
 #   - minibatches that create and destroy an event are skipped, not reported;
+#   - --safe with 2 MiB pageable uploads per step (staged copies): silent;
 #   - (2+ ranks) train_mlp with rank 1's agent killed: recovery still ends
 #     bitwise equal to the fault-free run, the replacement validates too.
 #
@@ -132,6 +133,14 @@ run_job safe_marked "$unsafe" "$unsafe_kernels" "$every" manual -- \
 same_sum safe_marked "$ref"
 expect_silent safe_marked "$marked_validated"
 echo "ok: replay_unsafe --safe --mark_steps: $marked_validated validations passed per rank"
+# 2 MiB uploads from pageable memory go through the staging area, which the
+# application reuses: the journal keeps their bytes (the validator found they
+# were replayed from whatever the staging area held).
+run_job safe_big "$unsafe" "$unsafe_kernels" "$every" auto -- \
+  --iters "$iters" --seed "$seed" --safe --big_pageable
+same_sum safe_big "$ref"
+expect_silent safe_big "$auto_validated"
+echo "ok: replay_unsafe --safe --big_pageable: $auto_validated validations passed per rank"
 
 # --- state-class requests inside the minibatch: skipped, never misreported ------------
 run_job events "$unsafe" "$unsafe_kernels" "$every" auto -- \
