@@ -132,7 +132,8 @@ class CudaBackend : public Backend {
     return allocator_.Allocations();
   }
   cudaError_t Reset() override;
-  // Recovery over NCCL is not implemented: NCCL rows refuse during a replay.
+  // Real NCCL during a replay: 1-rank communicators are re-created and run,
+  // several ranks are refused (cuda_nccl.h).
   // With --collectives=gloo, recovery is GlooCollectives' (cuda_gloo.h).
   void SetReplayPhase(ReplayPhase phase) override {
     if (gloo_) return gloo_->nccl().SetReplayPhase(phase);
