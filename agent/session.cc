@@ -112,7 +112,7 @@ void Session::Run() {
   if (snapshots_ != nullptr && snapshot_totals_.count > 0) {
     const SnapshotTotals& t = snapshot_totals_;
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
-        "snapshots at exit: %d boundaries, %.1f MiB per boundary, %.2f ms mean, %.2f ms max "
+        "snapshots at exit: %d boundaries, %.3f MiB per boundary, %.2f ms mean, %.2f ms max "
         "per boundary%s",
         t.count, t.bytes / 1048576.0 / t.count, t.ms / t.count, t.max_ms,
         t.failures ? absl::StrCat(", ", t.failures, " FAILED") : std::string());
