@@ -8,7 +8,8 @@
 // Communicators are created non-blocking (the application's config, merged
 // with blocking = 0), so no NCCL call can block the agent forever: after
 // every call that may answer ncclInProgress, the agent polls
-// ncclCommGetAsyncError (every 100 us) until the operation settled, bounded
+// ncclCommGetAsyncError (every 5 us for the first 20 polls, then every
+// 100 us) until the operation settled, bounded
 // by REVENANT_COLLECTIVE_TIMEOUT_S (default 60 s); on timeout the
 // communicator is aborted (ncclCommAbort on a detached thread, joined with a
 // bound) and the call fails with ncclSystemError. The application still sees
