@@ -34,7 +34,7 @@ targets=(
   //agent/backends/cuda:cuda_backend_gpu_test //agent/backends/cuda:gpu_test_kernels
   //agent/backends/cuda:cuda_backend_test
   //bench:shim_bench //bench:nccl_bench
-  //tests/apps:train_mlp //tests/apps:collectives_all
+  //tests/apps:train_mlp //tests/apps:collectives_all //tests/apps:collectives_bad
 )
 bazel build "${targets[@]}"
 bin="$(bazel info bazel-bin 2>/dev/null)"
@@ -49,7 +49,8 @@ cp "$root/tests/integration/agent_death_test.sh" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_gpu_test" "$bin/agent/backends/cuda/gpu_test_kernels.fatbin" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_test" "$out/"
 cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$root/bench/compare.sh" "$out/bench/"
-cp "$bin/tests/apps/train_mlp.bin" "$bin/tests/apps/collectives_all.bin" "$out/apps/"
+cp "$bin/tests/apps/train_mlp.bin" "$bin/tests/apps/collectives_all.bin" \
+  "$bin/tests/apps/collectives_bad.bin" "$out/apps/"
 mkdir -p "$out/sections"
 cp "$root"/scripts/gpu/*.sh "$out/sections/" 2>/dev/null || true
 chmod -R u+w "$out"

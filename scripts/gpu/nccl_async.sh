@@ -13,7 +13,10 @@
 #      re-creates the communicator with a fresh unique id, replays the
 #      collectives for real, and the final checksum equals the native run's;
 #   4. the same past a minibatch boundary (minibatch 4, 8 calls in; needs
-#      the boundary snapshots of a 1-rank job): recovered, checksum equal.
+#      the boundary snapshots of a 1-rank job): recovered, checksum equal;
+#   5. collectives_bad with one rank, natively and under the cuda backend:
+#      NCCL's codes at the call for bad input, and (under Revenant) the
+#      agent's error deferred to the next synchronous NCCL call, never CUDA's.
 if [ "$MODE" = all ] || [ "$MODE" = nccl ]; then
   echo
   echo "=== NCCL path: start agreement, warm-up, 1-rank recovery over real NCCL"
@@ -68,4 +71,19 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl ]; then
        grep -q "fresh unique id" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
     record "NCCL 1 rank recovered, chaos $point" "$s" "$log"
   done
+
+  # 5. Bad input with real NCCL, one rank.
+  if [ -x "$G/apps/collectives_bad.bin" ]; then
+    nlog="$LOGS/collectives_bad.n1.native.log"; rlog="$LOGS/collectives_bad.n1.cuda.log"
+    native 1 "$nlog" "$G/apps/collectives_bad.bin"; rc=$?
+    if [ $rc -eq 0 ] && grep -q "PASS collectives_bad" "$nlog"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+    record "collectives_bad native, 1 rank" "$s" "$nlog"
+    timeout 150 $RUN -n 1 --backend=cuda --timeout=120 -- "$G/apps/collectives_bad.bin" \
+      >"$rlog" 2>&1; rc=$?
+    if [ $rc -eq 0 ] && grep -q "PASS collectives_bad" "$rlog" &&
+       grep -q "deferred NCCL error: reported once" "$rlog"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+    record "collectives_bad revenant cuda, 1 rank" "$s" "$rlog"
+  else
+    record "collectives_bad, 1 rank" "NOT RUN (not packed)" /dev/null
+  fi
 fi
