@@ -110,9 +110,12 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::Write(uint64_t minibatch, uint
                                                         const DeviceRead& read,
                                                         const SnapshotCrashHook& before_rename) {
   const absl::Time start = absl::Now();
-  if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot create the snapshot directory ", dir_, ": ", std::strerror(errno)));
+  if (!dir_ready_) {
+    if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
+      return absl::UnavailableError(absl::StrCat("cannot create the snapshot directory ", dir_,
+                                                 ": ", std::strerror(errno)));
+    }
+    dir_ready_ = true;
   }
   const std::string tmp = absl::StrCat(dir_, "/.tmp-snap-", minibatch);
   const std::string path = PathOf(minibatch);
@@ -173,6 +176,9 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::Write(uint64_t minibatch, uint
     return absl::UnavailableError(
         absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(err)));
   }
+  if (std::find(written_.begin(), written_.end(), minibatch) == written_.end()) {
+    written_.push_back(minibatch);
+  }
   SnapshotWriteStats stats;
   stats.allocations = table.size();
   stats.bytes = bytes;
@@ -181,6 +187,19 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::Write(uint64_t minibatch, uint
 }
 
 void SnapshotStore::DropBefore(uint64_t minibatch) {
+  if (scanned_) {
+    // Only this store's snapshots can be left: no directory scan per boundary.
+    for (auto it = written_.begin(); it != written_.end();) {
+      if (*it < minibatch) {
+        unlink(PathOf(*it).c_str());
+        it = written_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return;
+  }
+  scanned_ = true;
   DIR* d = opendir(dir_.c_str());
   if (d == nullptr) return;
   std::vector<std::string> doomed;
@@ -195,6 +214,9 @@ void SnapshotStore::DropBefore(uint64_t minibatch) {
   }
   closedir(d);
   for (const std::string& p : doomed) unlink(p.c_str());
+  written_.erase(std::remove_if(written_.begin(), written_.end(),
+                                [minibatch](uint64_t m) { return m < minibatch; }),
+                 written_.end());
 }
 
 std::vector<uint64_t> SnapshotStore::List() const {

@@ -106,8 +106,9 @@ class SnapshotStore {
                                            const AllocationTable& table, const DeviceRead& read,
                                            const SnapshotCrashHook& before_rename = nullptr);
 
-  // Deletes the snapshots of minibatches before `minibatch` and every
-  // leftover temporary file (call it between writes).
+  // Deletes the snapshots of minibatches before `minibatch`. The first call
+  // scans the directory (a dead agent's snapshots, leftover temporary
+  // files); later ones delete what this store wrote (call it between writes).
   void DropBefore(uint64_t minibatch);
 
   // Opens and verifies (every CRC, the file size) the snapshot of
@@ -123,6 +124,9 @@ class SnapshotStore {
  private:
   const std::string dir_;
   const int rank_;
+  bool dir_ready_ = false;
+  bool scanned_ = false;
+  std::vector<uint64_t> written_;  // renamed snapshots not yet dropped
 };
 
 }  // namespace agent

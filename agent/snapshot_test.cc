@@ -142,6 +142,22 @@ TEST_F(SnapshotTest, EveryCorruptionIsRefused) {
   EXPECT_TRUE(absl::IsDataLoss(store.Open(3).status()));
 }
 
+TEST_F(SnapshotTest, DropBeforeKeepsOnlyTheNeededSnapshots) {
+  FakeDevice d = MakeDevice(7);
+  SnapshotStore dead(dir_, 0);  // a dead agent's snapshots
+  ASSERT_TRUE(dead.Write(3, 10, d.Table(), d.Reader()).ok());
+  ASSERT_TRUE(dead.Write(4, 20, d.Table(), d.Reader()).ok());
+  SnapshotStore store(dir_, 0);  // its replacement
+  ASSERT_TRUE(store.Write(5, 30, d.Table(), d.Reader()).ok());
+  store.DropBefore(5);  // the first call scans: the dead agent's go too
+  EXPECT_EQ(store.List(), std::vector<uint64_t>{5});
+  ASSERT_TRUE(store.Write(6, 40, d.Table(), d.Reader()).ok());
+  EXPECT_EQ(store.List(), (std::vector<uint64_t>{5, 6}));
+  store.DropBefore(6);
+  EXPECT_EQ(store.List(), std::vector<uint64_t>{6});
+  EXPECT_TRUE(store.Open(6).ok());
+}
+
 TEST_F(SnapshotTest, OtherRankOrRenamedFileIsRefused) {
   FakeDevice d = MakeDevice(3);
   SnapshotStore store(dir_, 0);
