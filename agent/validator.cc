@@ -215,10 +215,19 @@ absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir
   }
   bool collectives = false;
   size_t requests = 0;
+  int64_t group_depth = 0;
+  bool groups_nest = true;
   for (const journal::JournalEntry& e : entries) {
     if (e.api_id() == journal::kOutcomeApiId) continue;
     ++requests;
     collectives |= api::Traits(e.api_id()).library == api::Library::kNccl;
+    const auto id = static_cast<api::ApiId>(e.api_id());
+    if (id == api::ApiId::ncclGroupStart) ++group_depth;
+    if (id == api::ApiId::ncclGroupEnd && --group_depth < 0) groups_nest = false;
+  }
+  if (!groups_nest || group_depth != 0) {
+    // Replaying half a group would mix its operations with the real run's.
+    return absl::FailedPreconditionError("an NCCL group spans its boundary");
   }
   if (collectives) {
     absl::Status b = backend->BeginValidationReplay();
