@@ -156,6 +156,13 @@ void Validator::MinibatchStarted(uint64_t minibatch) {
     start_.reset();
   }
   if (options_.every == 0 || minibatch == 0 || minibatch % options_.every != 0) return;
+  uint64_t live = 0;
+  for (const auto& [addr, size] : session_->backend()->DeviceAllocations()) live += size;
+  if (live > options_.max_bytes) {
+    Skip(minibatch, absl::StrCat(live, " bytes of device memory are live, above the validator's ",
+                                 options_.max_bytes, " (it holds two host copies)"));
+    return;
+  }
   if (session_->SynchronizeKeepingErrors() != 0) {
     Skip(minibatch, "the device reported an error at its boundary");
     return;
@@ -178,7 +185,15 @@ void Validator::MinibatchEnding(uint64_t minibatch, const std::string& journal_d
   if (start_ == nullptr || start_minibatch_ != minibatch) return;
   absl::Status s = Check(minibatch, journal_dir);
   start_.reset();
-  if (!s.ok()) Skip(minibatch, s.ToString());
+  if (absl::IsDataLoss(s)) {
+    // The journal itself is unreadable: a replacement could not replay it.
+    ++stats_.failed;
+    REVENANT_LOG(ERROR, kLog) << "rank " << options_.rank << ": minibatch " << minibatch
+                              << ": the journal cannot be read back: " << s;
+    Event("validation_failed", absl::StrCat("minibatch ", minibatch, ": ", s.message()));
+  } else if (!s.ok()) {
+    Skip(minibatch, s.ToString());
+  }
 }
 
 absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir) {

@@ -92,6 +92,9 @@ struct ValidatorOptions {
   uint64_t every = 0;    // validate minibatches every, 2·every, ...; 0: off
   int rank = 0;          // for reports
   std::string job_root;  // where events.jsonl lives ("" : no events)
+  // A validation holds two host copies of the device state: a minibatch
+  // whose live device memory exceeds this is skipped (logged).
+  uint64_t max_bytes = uint64_t{8} << 30;
 };
 
 // Totals over the session, for logs and tests.
