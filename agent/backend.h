@@ -240,6 +240,11 @@ class Backend : public api::BackendApi {
   }
   // A minibatch boundary (collective ordinals restart per minibatch).
   virtual void MarkBoundary(uint64_t minibatch) { (void)minibatch; }
+  // A replacement restored its state at the boundary of `minibatch` from a
+  // boundary snapshot (agent/snapshot.h), before JoinRecovery: when every
+  // member of a communicator is such a replacement at the same minibatch,
+  // the recovery needs no survivor.
+  virtual void NoteStateRestored(uint64_t minibatch) { (void)minibatch; }
 
   // --- Validation (agent/validator.h) ------------------------------------------
   // Live device allocations as (start, requested size), by address.

@@ -634,6 +634,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
       }
       // Communicators with peers still rejoin them (their state then
       // supersedes the snapshot); without any, the snapshot is the state.
+      backend_->NoteStateRestored(minibatch);
       absl::Status j = backend_->JoinRecovery(minibatch, &behind);
       if (absl::IsUnimplemented(j)) return absl::OkStatus();
       if (!j.ok()) {

@@ -8,7 +8,9 @@
 # final checksum of a fault-free run and show the snapshot was loaded. Then:
 # a corrupted snapshot makes the recovery refuse with a data-loss error and
 # the application fail cleanly (bounded); with snapshots off the replacement
-# refuses clearly instead of waiting for peers that do not exist.
+# refuses clearly instead of waiting for peers that do not exist. Last, a
+# 2-rank job with both ranks killed at once: recovered from their snapshots
+# with --snapshots=on, refused at once without.
 #   recovery_snapshot_test.sh RUN APP KERNELS [TRIALS=8] [SEED=20261129] [ITERS=12]
 set -u
 run="$1"; app="$2"; kernels="$3"; trials="${4:-8}"; seed="${5:-20261129}"; iters="${6:-12}"
@@ -82,6 +84,39 @@ else
   fails=$((fails + 1))
 fi
 
-total=$((trials + 2))
+# A data-parallel job (2 ranks) whose ranks all die at once: with snapshots
+# on, every replacement restores its own snapshot and they replay together;
+# without, the replacements refuse at once (no survivor holds the state).
+"$run" -n 2 --backend=host --timeout=60 --host_kernels="$kernels" -- "$app" --iters "$iters" \
+  >"$tmp/ref2.log" 2>&1 || { echo "FAIL: the fault-free 2-rank run failed"; exit 1; }
+ref2=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/ref2.log")
+both="rank=0,minibatch=5,calls=8;rank=1,minibatch=5,calls=8"
+log="$tmp/both.log"
+"$run" -n 2 --backend=host --timeout=60 --recovery_timeout=15 --host_kernels="$kernels" \
+  --snapshots=on --chaos="$both" -- "$app" --iters "$iters" >"$log" 2>&1
+rc=$?
+if [ "$rc" -eq 0 ] && [ "$(grep -c "^\[r[01]\] final checksum $ref2\$" "$log")" -eq 2 ] &&
+   [ "$(grep -c "every member restored minibatch 5 from its boundary snapshot" "$log")" -ge 2 ]; then
+  echo "ok   2 ranks killed at once, snapshots on: both restored their snapshots, 2/2 bitwise equal ($ref2)"
+else
+  echo "FAIL 2 ranks killed at once, snapshots on: rc=$rc"
+  grep -v "revenant hostkernel" "$log" | tail -30
+  fails=$((fails + 1))
+fi
+log="$tmp/both_off.log"
+t0=$(date +%s%N)
+"$run" -n 2 --backend=host --timeout=60 --recovery_timeout=15 --host_kernels="$kernels" \
+  --chaos="$both" -- "$app" --iters "$iters" >"$log" 2>&1
+rc=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "cannot recover rank .*no survivor holds" "$log" &&
+   ! grep -q "PASS train_mlp" "$log" && [ "$ms" -lt 15000 ]; then
+  echo "ok   2 ranks killed at once, snapshots off: refused (no survivor), rc=$rc, ${ms} ms"
+else
+  echo "FAIL 2 ranks killed at once, snapshots off: rc=$rc, ${ms} ms"
+  grep -v "revenant hostkernel" "$log" | tail -30
+  fails=$((fails + 1))
+fi
+
+total=$((trials + 4))
 echo "$((total - fails)) of $total cases as expected"
 [ "$fails" -eq 0 ]

@@ -521,6 +521,7 @@ struct Report {
   uint64_t pending_index;
   uint64_t replacement;  // 1 for a replacement
   uint64_t minibatch;    // a replacement's journal minibatch
+  uint64_t restored;     // 1: a replacement restored from its boundary snapshot
 };
 
 bool operator<(const Report& a, const Report& b) {
@@ -770,9 +771,12 @@ absl::Status GlooCollectives::RecoverComm(Comm& comm, Ordinal pending, bool repl
     if (comm.rank == 0) RemoveTree(o.rendezvous_dir);
     collective::CollectiveEngine& e = **engine;
     const size_t n = static_cast<size_t>(comm.nranks);
+    bool no_survivor = false;
     auto step = [&]() -> absl::Status {
       // 1. Where everyone stands.
-      Report mine{pending.first, pending.second, replacement ? 1u : 0u, minibatch};
+      const uint64_t restored =
+          replacement && minibatch > 0 && restored_minibatch_.load() == minibatch ? 1u : 0u;
+      Report mine{pending.first, pending.second, replacement ? 1u : 0u, minibatch, restored};
       std::vector<Report> all(n);
       if (absl::Status s = e.AllGather(&mine, all.data(), sizeof(Report), DataType::kUint8);
           !s.ok()) {
@@ -789,7 +793,28 @@ absl::Status GlooCollectives::RecoverComm(Comm& comm, Ordinal pending, bool repl
         }
         if (provider < 0 || all[provider] < all[r]) provider = static_cast<int>(r);
       }
-      if (provider < 0) return absl::FailedPreconditionError("no survivor holds the job's state");
+      if (provider < 0) {
+        // Every member is a replacement. Each restored its own state from
+        // a boundary snapshot of the same minibatch: they replay it together.
+        bool all_restored = true;
+        for (size_t r = 0; r < n; ++r) {
+          all_restored &= all[r].restored == 1 && all[r].minibatch == all[0].minibatch &&
+                          !(all[r] < all[0]) && !(all[0] < all[r]);
+        }
+        if (!all_restored) {
+          no_survivor = true;
+          return absl::FailedPreconditionError(
+              "no survivor holds the job's state (every member is a replacement, and not all "
+              "of them restored a boundary snapshot of the same minibatch)");
+        }
+        RecordEvent(job_root_, "replacement_joined", comm.rank, comm.epoch,
+                    absl::StrCat("every member restored minibatch ", all[0].minibatch,
+                                 " from its boundary snapshot"));
+        REVENANT_LOG(INFO, kLog) << log_name_ << " rank " << comm.rank << ": recovery epoch "
+                                 << comm.epoch << ": every member restored minibatch "
+                                 << all[0].minibatch << " from its boundary snapshot";
+        return absl::OkStatus();
+      }
       // 2. State: from a survivor still in the replacement's minibatch (its
       // parameters are at that minibatch's boundary), else the first one.
       if (first_replacement >= 0 && all[first_replacement].minibatch > 0) {
@@ -876,6 +901,8 @@ absl::Status GlooCollectives::RecoverComm(Comm& comm, Ordinal pending, bool repl
     last = s;
     REVENANT_LOG(WARNING, kLog) << "rank " << comm.rank << ": recovery epoch " << declared
                                 << " failed: " << s;
+    // No survivor: a later epoch cannot bring one back.
+    if (no_survivor) break;
   }
   return last;
 }

@@ -212,6 +212,7 @@ class GlooCollectives {
   void SetReplayPhase(ReplayPhase phase);
   absl::Status JoinRecovery(uint64_t minibatch, bool* behind);
   void MarkBoundary(uint64_t minibatch);
+  void NoteStateRestored(uint64_t minibatch) { restored_minibatch_.store(minibatch); }
   // Validation replay (Backend's contract, agent/validator.h): units of the
   // current minibatch, counted again from its first, take the results
   // cached from their first run instead of running.
@@ -293,6 +294,9 @@ class GlooCollectives {
   absl::Duration recovery_timeout_ = absl::ZeroDuration();
   bool chaos_kill_in_recovery_ = false;
   std::atomic<ReplayPhase> replay_phase_{ReplayPhase::kNone};
+  // The minibatch whose boundary state a boundary snapshot restored (a
+  // replacement), 0: none.
+  std::atomic<uint64_t> restored_minibatch_{0};
   // Validation replay (executor thread): each communicator's unit counter
   // as the real run left it (restored at the end); units that found no
   // cached result (counted where units run).

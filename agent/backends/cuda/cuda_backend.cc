@@ -147,6 +147,9 @@ class CudaBackend : public Backend {
   void MarkBoundary(uint64_t minibatch) override {
     if (gloo_) gloo_->nccl().MarkBoundary(minibatch);
   }
+  void NoteStateRestored(uint64_t minibatch) override {
+    if (gloo_) gloo_->nccl().NoteStateRestored(minibatch);
+  }
   // Validation replays answer collectives from Gloo's cached results; real
   // NCCL keeps none (the validator skips such minibatches).
   absl::Status BeginValidationReplay() override {

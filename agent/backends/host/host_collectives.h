@@ -146,6 +146,7 @@ class HostCollectiveBackend : public HostBackend, private CollectiveDevice {
     return nccl_->JoinRecovery(minibatch, behind);
   }
   void MarkBoundary(uint64_t minibatch) override { nccl_->MarkBoundary(minibatch); }
+  void NoteStateRestored(uint64_t minibatch) override { nccl_->NoteStateRestored(minibatch); }
   absl::Status BeginValidationReplay() override { return nccl_->BeginValidationReplay(); }
   absl::Status EndValidationReplay() override { return nccl_->EndValidationReplay(); }
 
