@@ -642,7 +642,8 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
             "the journal is at minibatch ", minibatch, ": rejoining the peers failed: ",
             j.ToString()));
       }
-      RecordEvent(job_root, "replacement_state_received", rank, 0,
+      // A survivor's state superseded the snapshot, if there was a survivor.
+      RecordEvent(job_root, "replacement_rejoined", rank, 0,
                   absl::StrCat("minibatch ", minibatch));
       return absl::OkStatus();
     }

@@ -16,7 +16,9 @@
 #      fails cleanly, the job ends well within its bound;
 #   5. --spares 1: the same kill, the rank goes to the spare (CUDA context
 #      already up); the time from the replacement's start to its taking the
-#      connection is printed for both paths.
+#      connection is printed for both paths;
+#   6. 2 ranks on the GPU with Gloo staging, --snapshots=on, both killed at
+#      once: each replacement restores its own snapshot, checksums equal.
 if [ "$MODE" = all ] || [ "$MODE" = snapshots ]; then
   echo
   echo "=== boundary snapshots and spares (1 rank, cuda backend)"
@@ -71,6 +73,25 @@ if [ "$MODE" = all ] || [ "$MODE" = snapshots ]; then
     path=$(grep -o 'replacement_started *[a-z ]*,' "$f" | head -1 | sed 's/replacement_started *//')
     echo "   $tag: replacement started at ${st:-?} ms, took the connection at ${rd:-?} ms ($path)"
   done
+
+  # 2 ranks on the one GPU (Gloo staging), snapshots on, both killed at once:
+  # each replacement restores its own snapshot and they replay together.
+  log="$LOGS/snap.both2.log"
+  timeout 200 $RUN -n 2 --backend=cuda --collectives=gloo --gpus=1 --timeout=180 \
+    -- "$G/apps/train_mlp.bin" --iters 40 >"$LOGS/snap.both2.ref.log" 2>&1
+  ref2=$(checksum "$LOGS/snap.both2.ref.log")
+  REVENANT_COLLECTIVE_TIMEOUT_S=20 timeout 200 $RUN -n 2 --backend=cuda --collectives=gloo \
+    --gpus=1 --snapshots=on --timeout=180 \
+    --chaos="rank=0,minibatch=5,calls=8;rank=1,minibatch=5,calls=8" \
+    -- "$G/apps/train_mlp.bin" --iters 40 >"$log" 2>&1; rc=$?
+  got=$(checksum "$log")
+  printf '   2 ranks (gloo, 1 GPU) killed at once, snapshots on: rc=%s, checksum %s (fault-free %s)\n' \
+    "$rc" "${got:-none}" "${ref2:-none}"
+  grep -A16 "recovery timeline" "$log" | grep "revenant-run\]  " | sed 's/^/   | /'
+  if [ $rc -eq 0 ] && [ -n "$ref2" ] && [ "$got" = "$ref2" ] &&
+     [ "$(grep -c "^\[r[01]\] final checksum $ref2\$" "$log")" -eq 2 ] &&
+     grep -q "every member restored minibatch 5" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+  record "snapshots: 2 ranks killed at once (gloo)" "$s" "$log"
 
   # 4. A corrupt snapshot is refused.
   log="$LOGS/snap.corrupt.log"
