@@ -2,7 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <filesystem>
 #include <fstream>
 
@@ -118,15 +121,44 @@ absl::StatusOr<std::unique_ptr<RequestJournal>> RequestJournal::Continue(
   return rj;
 }
 
+RequestJournal::RequestJournal(std::unique_ptr<journal::Journal> journal, Options options)
+    : journal_(std::move(journal)), options_(options), timing_([] {
+        const char* t = std::getenv("REVENANT_JOURNAL_TIMING");
+        return t != nullptr && std::string(t) == "1";
+      }()) {}
+
+// Adds the lifetime of the object to busy_ns_ when timing is on.
+class RequestJournal::Timed {
+ public:
+  explicit Timed(RequestJournal* j) : j_(j->timing_ ? j : nullptr) {
+    if (j_ != nullptr) t0_ = std::chrono::steady_clock::now();
+  }
+  ~Timed() {
+    if (j_ == nullptr) return;
+    j_->busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now() - t0_)
+                        .count();
+    ++j_->calls_;
+  }
+
+ private:
+  RequestJournal* const j_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 absl::Status RequestJournal::Boundary() {
   ++minibatch_;
   return journal_->MarkBoundary(minibatch_);
 }
 
-absl::Status RequestJournal::MarkStep() { return Boundary(); }
+absl::Status RequestJournal::MarkStep() {
+  Timed timed(this);
+  return Boundary();
+}
 
 absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
                                            absl::string_view payload) {
+  Timed timed(this);
   last_journaled_ = false;
   const auto id = static_cast<api::ApiId>(rec.api_id);
   const api::ApiTraits& traits = api::Traits(static_cast<uint32_t>(rec.api_id));
@@ -168,6 +200,7 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
 
 absl::Status RequestJournal::AfterExecute(const transport::RecordHeader& rec, int32_t status,
                                           absl::string_view outputs) {
+  Timed timed(this);
   if (!last_journaled_) return absl::OkStatus();
   last_journaled_ = false;
   const auto id = static_cast<api::ApiId>(rec.api_id);

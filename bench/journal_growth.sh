@@ -77,5 +77,8 @@ echo "step time (median of $reps, $((steps - warm)) steps each): journal on $m_o
 echo "step time ratio journal on / off: median $m_ratio (per-rep ratios: $(tr '\n' ' ' <"$tmp/ratio")) (goal <= 1.02)"
 echo "CPU time per step (all processes, median): journal on $(col 2 "$tmp/on") ms, off $(col 2 "$tmp/off") ms, ratio median $(median <"$tmp/cpu_ratio")"
 [ -s "$tmp/snap" ] && echo "journal + boundary snapshots (auto): step time median $(col 1 "$tmp/snap") ms, ratio to off $(awk -v a="$(col 1 "$tmp/snap")" -v b="$m_off" 'BEGIN { printf "%.4f", a / b }')"
-echo "per-record append cost (journal_bench, one process):"
-"$tmp/journal_bench" --launches | sed 's/^/  /'
+echo "per-record append cost (journal_bench, one process; mapped logs, then write(2) logs):"
+for i in 1 2 3; do
+  "$tmp/journal_bench" --launches | grep RESULT | sed 's/^/  mapped   /'
+  "$tmp/journal_bench" --launches --write | grep RESULT | sed 's/^/  write(2) /'
+done

@@ -186,7 +186,9 @@ absl::Status MappedLogFile::Recycle(uint64_t length, const std::string& to) {
   if (fd_ < 0 || base_ == nullptr || chunk_begin_ != 0 || length > chunk_end_) {
     return absl::FailedPreconditionError(absl::StrCat(path_, ": not reusable"));
   }
-  if (absl::Status s = Rename(to); !s.ok()) return s;
+  if (to != path_) {
+    if (absl::Status s = Rename(to); !s.ok()) return s;
+  }
   std::memset(base_, 0, length);
   return absl::OkStatus();
 }

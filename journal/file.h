@@ -77,8 +77,8 @@ class MappedLogFile {
   // Records that the file was renamed by someone else.
   void set_path(const std::string& path) { path_ = path; }
   const std::string& path() const { return path_; }
-  // Makes the file reusable from offset 0: renames it to `to`, then zeroes
-  // its first `length` bytes. Only while its first chunk is the mapped one
+  // Makes the file reusable from offset 0: renames it to `to` (unless that is
+  // its name already), then zeroes its first `length` bytes. Only while its first chunk is the mapped one
   // (kFailedPrecondition otherwise: nothing changed).
   absl::Status Recycle(uint64_t length, const std::string& to);
 

@@ -344,14 +344,15 @@ class SegmentWriter {
     return w;
   }
 
-  // Gives the mapped log file up for reuse as an all-zero spare named
-  // `spare_path`, or null if it cannot be reused (not mapped, or grown past
-  // its first chunk); in both cases the segment's files are gone afterwards
-  // (the segment must already be superseded).
-  std::unique_ptr<MappedLogFile> RecycleLog(const std::string& spare_path) {
+  // Gives the mapped log file up for reuse as an all-zero spare, keeping its
+  // name, or returns null if it cannot be reused (not mapped, or grown past
+  // its first chunk: then its files are removed). The segment must already
+  // be superseded (a higher-numbered segment of its log exists), so its
+  // file, zeroed or not, is a stale one no reader looks at.
+  std::unique_ptr<MappedLogFile> RecycleLog() {
     std::unique_ptr<MappedLogFile> log;
     if (mapped_log_ != nullptr && status_.ok() &&
-        mapped_log_->Recycle(writer_->file_length(), spare_path).ok()) {
+        mapped_log_->Recycle(writer_->file_length(), mapped_log_->path()).ok()) {
       log = std::move(mapped_log_);
     }
     Close().IgnoreError();
@@ -770,9 +771,9 @@ absl::Status Journal::CompactLocked() {
 absl::Status Journal::MarkBoundary(uint64_t minibatch) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
-  // The new segment's log is the spare the previous boundary left (an
-  // all-zero mapped file, already preallocated and mapped): a boundary per
-  // training step then costs two renames, not a new mapping and an unmap.
+  // The new segment's log is the spare the previous boundary left (the log
+  // of the segment before, zeroed, still mapped): a boundary per training
+  // step then costs one rename, not a new file, mapping and unmap.
   absl::StatusOr<std::unique_ptr<SegmentWriter>> seg =
       NewSegment(MINIBATCH, /*tmp=*/false, minibatch, std::move(spare_log_));
   if (!seg.ok()) {
@@ -783,9 +784,9 @@ absl::Status Journal::MarkBoundary(uint64_t minibatch) {
   // before the old one is renamed or removed below leaves only stale files.
   std::unique_ptr<SegmentWriter> old = std::move(minibatch_);
   minibatch_ = std::move(*seg);
-  // The old log becomes the next spare: renamed to a ".tmp" name (which no
-  // reader looks at), then zeroed.
-  spare_log_ = old->RecycleLog(journal_internal::JoinPath(dir_, "minibatch-spare.log.tmp"));
+  // The old log becomes the next spare: superseded now, it is zeroed in
+  // place under its own (stale) name.
+  spare_log_ = old->RecycleLog();
   current_minibatch_ = minibatch;
   minibatch_entries_ = 0;
   return absl::OkStatus();

@@ -383,12 +383,15 @@ TEST(JournalTest, BoundaryClearsMinibatchLog) {
   Read after = ReadLog(dir, MINIBATCH);
   ASSERT_TRUE(after.status.ok());
   EXPECT_TRUE(after.entries.empty());
-  EXPECT_NE(old_log, OnlyFile(dir, "minibatch-", ".log"));  // also: only one left
+  // The new segment has a higher number; the old log is kept, zeroed, under
+  // its stale name as the log of the next boundary's segment.
+  EXPECT_EQ(2, CountFiles(dir, "minibatch-", ".log"));
+  EXPECT_EQ(std::string(*FileSize(old_log), '\0'), Contents(old_log));
+  const std::string live_log = JournalReader::Open(dir).value()->minibatch_log_path();
+  EXPECT_NE(old_log, live_log);
   // A payload file is created with the segment's first out-of-line payload.
   EXPECT_EQ(0, CountFiles(dir, "minibatch-", ".payload"));
-  // The old log is kept (zeroed, under a name no reader looks at) as the log
-  // of the next boundary's segment.
-  EXPECT_EQ(1, CountFiles(dir, "minibatch-spare", ".tmp"));
+
   ASSERT_TRUE(j->AppendMinibatch(Entry(++seq)).ok());
   ASSERT_TRUE(j->AppendSetup(Entry(++seq)).ok());
   auto reader = JournalReader::Open(dir);
@@ -872,6 +875,37 @@ TEST(KillMidWriteTest, EveryCutOfTheLastRecordIsACleanPrefix) {
   // And the full file still has all six.
   SetContents(log_path, full);
   EXPECT_EQ(6u, ReadLog(dir, SETUP).entries.size());
+}
+
+// Boundaries reuse the previous minibatch log when it stayed within its
+// first chunk and start a fresh file when it grew: either way every segment
+// reads back exactly, and at most one stale minibatch log (the spare) stays.
+TEST(JournalTest, BoundariesReuseOrReplaceTheMinibatchLog) {
+  const std::string dir = TestDir("boundaries");
+  auto j = OpenJournal(dir);
+  uint64_t seq = 0;
+  for (uint64_t b = 1; b <= 40; ++b) {
+    ASSERT_TRUE(j->MarkBoundary(b).ok());
+    // Every 8th minibatch is large (about 300 KiB of log: several chunks).
+    const int n = b % 8 == 0 ? 3000 : static_cast<int>(b % 5) * 7;
+    std::vector<uint64_t> want;
+    for (int i = 0; i < n; ++i) {
+      JournalEntry e = Entry(++seq);
+      e.set_inline_payload(std::string(seq % 90, 'q'));
+      ASSERT_TRUE(j->AppendMinibatch(e).ok());
+      want.push_back(seq);
+    }
+    Read r = ReadLog(dir, MINIBATCH);
+    ASSERT_TRUE(r.status.ok()) << "minibatch " << b << ": " << r.status;
+    ASSERT_EQ(want, r.seqs()) << "minibatch " << b;
+    for (const auto& e : r.entries) ASSERT_EQ(std::string(e.seq() % 90, 'q'), e.inline_payload());
+    ASSERT_LE(CountFiles(dir, "minibatch-", ".log"), 2) << "minibatch " << b;
+  }
+  j.reset();
+  // Closed: the stale spare is gone, the live log is trimmed to its records.
+  EXPECT_EQ(1, CountFiles(dir, "minibatch-", ".log"));
+  const std::string live = OnlyFile(dir, "minibatch-", ".log");
+  EXPECT_EQ(*FileSize(live), WrittenExtent(live));
 }
 
 // A process killed with SIGKILL while it journals a training loop (mapped
