@@ -108,6 +108,13 @@ void Session::Run() {
                                 << " bytes (" << st.setup_live_entries << " live entries), minibatch "
                                 << st.minibatch_file_bytes << " bytes, " << st.compactions
                                 << " compactions, minibatch " << options_.journal->minibatch();
+    if (options_.journal->timing()) {
+      const RequestJournal& j = *options_.journal;
+      REVENANT_LOG(INFO, "agent") << absl::StrFormat(
+          "journal time at exit: %.3f ms in %d calls (%.3f us per call), %d minibatches",
+          j.busy_ns() / 1e6, j.calls(), j.calls() ? j.busy_ns() / 1e3 / j.calls() : 0.0,
+          j.minibatch());
+    }
   }
   if (snapshots_ != nullptr && snapshot_totals_.count > 0) {
     const SnapshotTotals& t = snapshot_totals_;
