@@ -201,18 +201,25 @@ walltime() {  # the fastest of 3 runs of "$@", in seconds
 }
 revrun() {  # N LOG CMD...: under revenant-run, cuda backend
   local n=$1 log=$2; shift 2
-  timeout 200 $RUN -n "$n" --backend=cuda --timeout=180 -- "$@" >"$log" 2>&1
+  timeout 200 $RUN -n "$n" --backend=cuda --timeout=180 ${REVRUN_FLAGS:-} -- "$@" >"$log" 2>&1
 }
 steptime() {  # N TAG
   local n=$1 tag=$2 a b nat rev
   a=$(walltime native "$n" "$LOGS/step.n$n.20.log" "$G/apps/train_mlp.bin" --iters 20)
   b=$(walltime native "$n" "$LOGS/step.n$n.20020.log" "$G/apps/train_mlp.bin" --iters 20020)
   nat=$(calc "($b - $a) * 1e6 / 20000")
-  a=$(walltime revrun "$n" "$LOGS/step.rev.n$n.20.log" "$G/apps/train_mlp.bin" --iters 20)
-  b=$(walltime revrun "$n" "$LOGS/step.rev.n$n.20020.log" "$G/apps/train_mlp.bin" --iters 20020)
+  # The NCCL path alone: boundary snapshots (on by default for a lone rank,
+  # docs/recovery.md) are measured separately below.
+  a=$(REVRUN_FLAGS=--snapshots=off walltime revrun "$n" "$LOGS/step.rev.n$n.20.log" "$G/apps/train_mlp.bin" --iters 20)
+  b=$(REVRUN_FLAGS=--snapshots=off walltime revrun "$n" "$LOGS/step.rev.n$n.20020.log" "$G/apps/train_mlp.bin" --iters 20020)
   rev=$(calc "($b - $a) * 1e6 / 20000")
+  a=$(walltime revrun "$n" "$LOGS/step.revsnap.n$n.20.log" "$G/apps/train_mlp.bin" --iters 20)
+  b=$(walltime revrun "$n" "$LOGS/step.revsnap.n$n.20020.log" "$G/apps/train_mlp.bin" --iters 20020)
+  snap=$(calc "($b - $a) * 1e6 / 20000")
   printf 'RESULT train_mlp_step_%s %.4f us\n' "$tag" "$nat" >"$LOGS/step.native.$tag.txt"
+  printf 'RESULT train_mlp_step_%s_default_snapshots %.4f us\n' "$tag" "$nat" >>"$LOGS/step.native.$tag.txt"
   printf 'RESULT train_mlp_step_%s %.4f us\n' "$tag" "$rev" >"$LOGS/step.rev.$tag.txt"
+  printf 'RESULT train_mlp_step_%s_default_snapshots %.4f us\n' "$tag" "$snap" >>"$LOGS/step.rev.$tag.txt"
   if grep -q "PASS train_mlp" "$LOGS/step.n$n.20020.log" && grep -q "PASS train_mlp" "$LOGS/step.rev.n$n.20020.log"; then
     s=PASS; else s=FAIL; fi
   record "train_mlp step time, $n rank(s)" "$s" "$LOGS/step.rev.n$n.20020.log"
