@@ -164,34 +164,16 @@ absl::Status ReadSegment(const std::string& log_path, const std::string& payload
   uint64_t prev_seq = 0;
   JournalEntry entry;
   std::string payload;
-  while (reader.ReadRecord(&record)) {
-    // A report while reading this record means bytes before it were lost.
-    if (absl::Status s = check_reporter(); !s.ok()) return s;
-    const uint64_t offset = reader.LastRecordOffset();
-    if (!entry.ParseFromString(record)) {
-      return DataLoss(log_path, absl::StrCat("unparseable entry at offset ", offset));
-    }
-    if (entry.seq() == 0 || entry.seq() <= prev_seq || entry.seq() < header->first_seq()) {
-      return DataLoss(log_path, absl::StrCat("sequence out of order at offset ", offset,
-                                             ": entry seq ", entry.seq(), " after seq ",
-                                             prev_seq, " (segment first_seq ",
-                                             header->first_seq(), ")"));
-    }
-    if (entry.prev_seq() != prev_seq) {
-      return DataLoss(log_path,
-                      absl::StrCat("sequence gap at offset ", offset, ": entry seq ", entry.seq(),
-                                   " follows seq ", entry.prev_seq(),
-                                   " but the previous entry read is seq ", prev_seq));
-    }
-    prev_seq = entry.seq();
-    if (load_payloads && entry.has_payload_ref()) {
-      const PayloadRef ref = entry.payload_ref();
+  // Loads an entry's out-of-line payload (checking it) and hands it over.
+  auto deliver = [&](JournalEntry& e, uint64_t offset) -> absl::Status {
+    if (load_payloads && e.has_payload_ref()) {
+      const PayloadRef ref = e.payload_ref();
       if (payload_fd < 0) {
         payload_fd = ::open(payload_path.c_str(), O_RDONLY | O_CLOEXEC);
         if (payload_fd < 0) {
           if (errno == ENOENT) {
             return DataLoss(payload_path, absl::StrCat("payload file missing (entry seq ",
-                                                       entry.seq(), " at ", log_path, " offset ",
+                                                       e.seq(), " at ", log_path, " offset ",
                                                        offset, ")"));
           }
           return PosixError(absl::StrCat("open ", payload_path), errno);
@@ -201,7 +183,7 @@ absl::Status ReadSegment(const std::string& log_path, const std::string& payload
       if (absl::IsOutOfRange(s)) {
         return DataLoss(payload_path,
                         absl::StrCat("truncated payload at offset ", ref.offset(), ": entry seq ",
-                                     entry.seq(), " needs ", ref.length(), " bytes, ",
+                                     e.seq(), " needs ", ref.length(), " bytes, ",
                                      payload.size(), " present"));
       }
       if (!s.ok()) return s;
@@ -210,15 +192,70 @@ absl::Status ReadSegment(const std::string& log_path, const std::string& payload
         return DataLoss(payload_path, absl::StrFormat(
                                           "payload checksum mismatch at offset %d (%d bytes, "
                                           "entry seq %d): stored crc32c %08x, computed %08x",
-                                          ref.offset(), ref.length(), entry.seq(), ref.crc32c(),
+                                          ref.offset(), ref.length(), e.seq(), ref.crc32c(),
                                           crc));
       }
-      entry.set_inline_payload(std::move(payload));
+      e.set_inline_payload(std::move(payload));
       payload.clear();
     }
-    if (absl::Status s = callback(entry); !s.ok()) return s;
+    return callback(e);
+  };
+  // A minibatch segment's entries are held back until the end of the
+  // segment: a later boundary marker drops the ones before it. On an error,
+  // the entries read before it are delivered first.
+  std::vector<std::pair<JournalEntry, uint64_t>> pending;
+  auto flush = [&](absl::Status error) -> absl::Status {
+    for (auto& [e, offset] : pending) {
+      if (absl::Status s = deliver(e, offset); !s.ok()) return s;
+    }
+    pending.clear();
+    return error;
+  };
+  while (reader.ReadRecord(&record)) {
+    // A report while reading this record means bytes before it were lost.
+    if (absl::Status s = check_reporter(); !s.ok()) return flush(s);
+    const uint64_t offset = reader.LastRecordOffset();
+    if (!entry.ParseFromString(record)) {
+      return flush(DataLoss(log_path, absl::StrCat("unparseable entry at offset ", offset)));
+    }
+    if (entry.api_id() == kBoundaryApiId) {
+      if (kind != MINIBATCH || entry.seq() != 0) {
+        return flush(DataLoss(log_path, absl::StrCat("boundary marker ",
+                                                     kind != MINIBATCH ? "in a setup log"
+                                                                       : "with a seq",
+                                                     " at offset ", offset)));
+      }
+      if (entry.prev_seq() != prev_seq) {
+        return flush(DataLoss(
+            log_path, absl::StrCat("sequence gap at offset ", offset,
+                                   ": boundary marker follows seq ", entry.prev_seq(),
+                                   " but the previous entry read is seq ", prev_seq)));
+      }
+      header->set_minibatch(entry.minibatch());
+      pending.clear();
+      continue;
+    }
+    if (entry.seq() == 0 || entry.seq() <= prev_seq || entry.seq() < header->first_seq()) {
+      return flush(DataLoss(log_path, absl::StrCat("sequence out of order at offset ", offset,
+                                                   ": entry seq ", entry.seq(), " after seq ",
+                                                   prev_seq, " (segment first_seq ",
+                                                   header->first_seq(), ")")));
+    }
+    if (entry.prev_seq() != prev_seq) {
+      return flush(DataLoss(log_path,
+                            absl::StrCat("sequence gap at offset ", offset, ": entry seq ",
+                                         entry.seq(), " follows seq ", entry.prev_seq(),
+                                         " but the previous entry read is seq ", prev_seq)));
+    }
+    prev_seq = entry.seq();
+    if (kind == MINIBATCH) {
+      pending.emplace_back(std::move(entry), offset);
+      entry.Clear();
+      continue;
+    }
+    if (absl::Status s = deliver(entry, offset); !s.ok()) return s;
   }
-  return check_reporter();
+  return flush(check_reporter());
 }
 
 namespace {
@@ -342,6 +379,27 @@ class SegmentWriter {
     }
     w->header_bytes_ = w->writer_->file_length();
     return w;
+  }
+
+  // Whether a boundary marker may go into this segment instead of a new
+  // segment: a mapped log still inside its first chunk, no payload file.
+  bool CanHoldMarker() const {
+    return status_.ok() && mapped_log_ != nullptr && payload_file_ == nullptr &&
+           writer_->file_length() + kMarkerRoom <= kFirstChunk;
+  }
+
+  // Appends a boundary marker starting `minibatch` (see the format).
+  absl::Status AppendMarker(uint64_t minibatch) {
+    if (!status_.ok()) return status_;
+    JournalEntry marker;
+    marker.set_api_id(kBoundaryApiId);
+    marker.set_minibatch(minibatch);
+    marker.set_prev_seq(last_seq_);
+    record_.clear();
+    EncodeEntry(marker, &record_);
+    absl::Status s = writer_->AddRecord(record_, options_.sync == SyncPolicy::kEveryRecord);
+    if (!s.ok()) status_ = s;
+    return s;
   }
 
   // Gives the mapped log file up for reuse as an all-zero spare, keeping its
@@ -474,6 +532,8 @@ class SegmentWriter {
   // lives for one training step), doubling up to kMaxChunk.
   static constexpr size_t kFirstChunk = log::kBlockSize;
   static constexpr size_t kMaxChunk = 32 * log::kBlockSize;
+  // Bytes kept free in the first chunk for a boundary marker's record.
+  static constexpr size_t kMarkerRoom = 64;
 
   std::unique_ptr<WritableFile> log_file_;      // written with write(2), or
   std::unique_ptr<MappedLogFile> mapped_log_;   // through a mapping
@@ -771,6 +831,16 @@ absl::Status Journal::CompactLocked() {
 absl::Status Journal::MarkBoundary(uint64_t minibatch) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
+  if (minibatch_->CanHoldMarker()) {
+    // Most training steps: a marker in the small live segment, no system call.
+    if (absl::Status s = minibatch_->AppendMarker(minibatch); !s.ok()) {
+      status_ = s;
+      return s;
+    }
+    current_minibatch_ = minibatch;
+    minibatch_entries_ = 0;
+    return absl::OkStatus();
+  }
   // The new segment's log is the spare the previous boundary left (the log
   // of the segment before, zeroed, still mapped): a boundary per training
   // step then costs one rename, not a new file, mapping and unmap.

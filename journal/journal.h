@@ -56,6 +56,9 @@ inline constexpr uint32_t kMinFormatVersion = 1;
 
 // api_id of an outcome entry (see JournalEntry.completes); no API has id 0.
 inline constexpr uint32_t kOutcomeApiId = 0;
+// api_id of a boundary marker in a minibatch segment (docs/journal_format.md,
+// "Boundary markers"); never delivered to readers' callbacks.
+inline constexpr uint32_t kBoundaryApiId = 0xFFFFFFFFu;
 
 enum class SyncPolicy {
   // Rely on write(2) into tmpfs: survives the agent process, not the machine.
@@ -128,8 +131,10 @@ class Journal {
   absl::Status AppendMinibatch(JournalEntry entry, absl::string_view payload = {});
 
   // Clears the minibatch log: the calls before the boundary of `minibatch`
-  // will not be replayed. Starts a fresh minibatch segment and deletes the
-  // old one.
+  // will not be replayed. Appends a boundary marker to the minibatch segment
+  // while it is small (a mapped log in its first chunk, no payload file: no
+  // system call), else starts a fresh minibatch segment and retires the old
+  // one.
   absl::Status MarkBoundary(uint64_t minibatch);
 
   // Compacts the setup log now, regardless of the thresholds.

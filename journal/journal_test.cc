@@ -24,6 +24,7 @@
 #include "journal/file.h"
 #include "journal/log_format.h"
 #include "journal/log_reader.h"
+#include "journal/log_writer.h"
 
 namespace revenant {
 namespace journal {
@@ -898,6 +899,10 @@ TEST(JournalTest, BoundariesReuseOrReplaceTheMinibatchLog) {
     Read r = ReadLog(dir, MINIBATCH);
     ASSERT_TRUE(r.status.ok()) << "minibatch " << b << ": " << r.status;
     ASSERT_EQ(want, r.seqs()) << "minibatch " << b;
+    auto reader = JournalReader::Open(dir);
+    ASSERT_TRUE(reader.ok());
+    ASSERT_TRUE((*reader)->ReadMinibatch([](const JournalEntry&) { return absl::OkStatus(); }).ok());
+    ASSERT_EQ(b, (*reader)->minibatch_header().minibatch());
     for (const auto& e : r.entries) ASSERT_EQ(std::string(e.seq() % 90, 'q'), e.inline_payload());
     ASSERT_LE(CountFiles(dir, "minibatch-", ".log"), 2) << "minibatch " << b;
   }
@@ -908,6 +913,97 @@ TEST(JournalTest, BoundariesReuseOrReplaceTheMinibatchLog) {
   EXPECT_EQ(*FileSize(live), WrittenExtent(live));
 }
 
+// Boundary markers (docs/journal_format.md): a minibatch segment written by
+// hand with markers reads as the entries after the last one; a marker that
+// breaks the prev_seq chain, carries a seq, or sits in a setup log is data
+// loss.
+void WriteSegment(const std::string& path, LogKind kind, const std::vector<JournalEntry>& es) {
+  ::unlink(path.c_str());
+  auto file = NewAppendableFile(path);
+  ASSERT_TRUE(file.ok());
+  log::Writer w(file->get());
+  SegmentHeader h;
+  h.set_format_version(kFormatVersion);
+  h.set_job_id("job7");
+  h.set_rank(3);
+  h.set_kind(kind);
+  h.set_first_seq(1);
+  h.set_segment_number(1);
+  h.set_minibatch(4);
+  ASSERT_TRUE(w.AddRecord(h.SerializeAsString()).ok());
+  for (const JournalEntry& e : es) ASSERT_TRUE(w.AddRecord(e.SerializeAsString()).ok());
+  ASSERT_TRUE((*file)->Close().ok());
+}
+
+JournalEntry Marker(uint64_t minibatch, uint64_t prev_seq) {
+  JournalEntry m;
+  m.set_api_id(kBoundaryApiId);
+  m.set_minibatch(minibatch);
+  m.set_prev_seq(prev_seq);
+  return m;
+}
+
+JournalEntry Linked(uint64_t seq, uint64_t prev) {
+  JournalEntry e = Entry(seq);
+  e.set_prev_seq(prev);
+  return e;
+}
+
+TEST(JournalTest, BoundaryMarkers) {
+  const std::string dir = TestDir("markers");
+  ASSERT_TRUE(CreateDirs(dir).ok());
+  WriteSegment(dir + "/setup-000001.log", SETUP, {Linked(1, 0)});
+  const std::string mb = dir + "/minibatch-000002.log";
+  // Entries 2, 3 (minibatch 4), marker 5, entry 4, marker 6, entries 6, 7.
+  WriteSegment(mb, MINIBATCH,
+               {Linked(2, 0), Linked(3, 2), Marker(5, 3), Linked(4, 3), Marker(6, 4),
+                Linked(6, 4), Linked(7, 6)});
+  Read r = ReadLog(dir, MINIBATCH);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(r.seqs(), ElementsAreArray({6, 7}));
+  auto reader = JournalReader::Open(dir);
+  ASSERT_TRUE((*reader)->ReadMinibatch([](const JournalEntry&) { return absl::OkStatus(); }).ok());
+  EXPECT_EQ(6u, (*reader)->minibatch_header().minibatch());
+  // A marker last: an empty minibatch.
+  WriteSegment(mb, MINIBATCH, {Linked(2, 0), Marker(5, 2)});
+  r = ReadLog(dir, MINIBATCH);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_TRUE(r.entries.empty());
+  // A journal reopened over markers carries the current minibatch only.
+  WriteSegment(mb, MINIBATCH, {Linked(2, 0), Marker(5, 2), Linked(3, 2)});
+  {
+    auto j = OpenJournal(dir);
+    ASSERT_NE(j, nullptr);
+    EXPECT_EQ(1u, j->stats().minibatch_entries);
+  }
+  EXPECT_THAT(ReadLog(dir, MINIBATCH).seqs(), ElementsAreArray({3}));
+
+  // A lost entry between a marker and its neighbours is a gap.
+  TestDir("markers");
+  ASSERT_TRUE(CreateDirs(dir).ok());
+  WriteSegment(dir + "/setup-000001.log", SETUP, {Linked(1, 0)});
+  WriteSegment(mb, MINIBATCH, {Linked(2, 0), Linked(3, 2), Marker(5, 2), Linked(4, 3)});
+  r = ReadLog(dir, MINIBATCH);
+  EXPECT_TRUE(absl::IsDataLoss(r.status)) << r.status;
+  EXPECT_THAT(std::string(r.status.message()), HasSubstr("sequence gap"));
+  EXPECT_THAT(std::string(r.status.message()), HasSubstr("boundary marker follows seq 2"));
+  // The entries before the damage were delivered.
+  EXPECT_THAT(r.seqs(), ElementsAreArray({2, 3}));
+  WriteSegment(mb, MINIBATCH, {Linked(2, 0), Marker(5, 5)});
+  r = ReadLog(dir, MINIBATCH);
+  EXPECT_TRUE(absl::IsDataLoss(r.status)) << r.status;
+  JournalEntry with_seq = Marker(5, 2);
+  with_seq.set_seq(3);
+  WriteSegment(mb, MINIBATCH, {Linked(2, 0), with_seq});
+  r = ReadLog(dir, MINIBATCH);
+  EXPECT_TRUE(absl::IsDataLoss(r.status)) << r.status;
+  EXPECT_THAT(std::string(r.status.message()), HasSubstr("boundary marker with a seq"));
+  WriteSegment(dir + "/setup-000001.log", SETUP, {Linked(1, 0), Marker(5, 1)});
+  r = ReadLog(dir, SETUP);
+  EXPECT_TRUE(absl::IsDataLoss(r.status)) << r.status;
+  EXPECT_THAT(std::string(r.status.message()), HasSubstr("boundary marker in a setup log"));
+}
+
 // A process killed with SIGKILL while it journals a training loop (mapped
 // logs, a boundary every step, some entries to the setup log) leaves a
 // journal that reads back without any report as an exact prefix of what it
@@ -916,7 +1012,10 @@ constexpr int kKillStepRecords = 20;
 uint64_t KillSeq(uint64_t step, int i) { return (step - 1) * kKillStepRecords + i + 1; }
 bool KillIsSetup(int i) { return i % 7 == 0; }
 std::string KillPayload(uint64_t seq) {
-  return std::string(seq % 5 == 0 ? 5000 + seq % 3000 : seq % 300, static_cast<char>('a' + seq % 26));
+  // Now and then out of line (the segment then gets a payload file and the
+  // next boundary starts a new segment; otherwise boundaries are markers).
+  return std::string(seq % 97 == 0 ? 5000 + seq % 3000 : seq % 300,
+                     static_cast<char>('a' + seq % 26));
 }
 
 TEST(JournalTest, SigkillWhileJournalingLeavesAnExactPrefix) {
