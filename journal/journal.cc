@@ -354,7 +354,7 @@ class SegmentWriter {
     if (options.mapped_logs && options.sync == SyncPolicy::kNone) {
       if (spare == nullptr) {
         absl::StatusOr<std::unique_ptr<MappedLogFile>> log =
-            MappedLogFile::Create(w->log_path_ + w->suffix_, kFirstChunk, kMaxChunk);
+            MappedLogFile::Create(w->log_path_ + w->suffix_, w->first_chunk(), kMaxChunk);
         if (!log.ok()) return log.status();
         spare = std::move(*log);
       }
@@ -378,14 +378,20 @@ class SegmentWriter {
       if (absl::Status s = w->mapped_log_->Rename(w->log_path_ + w->suffix_); !s.ok()) return s;
     }
     w->header_bytes_ = w->writer_->file_length();
+    w->minibatch_start_ = w->header_bytes_;
     return w;
   }
 
   // Whether a boundary marker may go into this segment instead of a new
   // segment: a mapped log still inside its first chunk, no payload file.
+  // The next minibatch is expected to be as large as the last one: with
+  // room for two more, the segment stays in its first chunk and can be
+  // reused as a whole when the boundary after next starts a new segment.
   bool CanHoldMarker() const {
+    const uint64_t length = writer_->file_length();
+    const uint64_t last = length - minibatch_start_;
     return status_.ok() && mapped_log_ != nullptr && payload_file_ == nullptr &&
-           writer_->file_length() + kMarkerRoom <= kFirstChunk;
+           length + 2 * (last + kMarkerRoom) <= first_chunk();
   }
 
   // Appends a boundary marker starting `minibatch` (see the format).
@@ -399,6 +405,7 @@ class SegmentWriter {
     EncodeEntry(marker, &record_);
     absl::Status s = writer_->AddRecord(record_, options_.sync == SyncPolicy::kEveryRecord);
     if (!s.ok()) status_ = s;
+    minibatch_start_ = writer_->file_length();
     return s;
   }
 
@@ -516,6 +523,8 @@ class SegmentWriter {
 
   uint64_t file_bytes() const { return writer_->file_length() + payload_length_; }
   uint64_t header_bytes() const { return header_bytes_; }
+  // Log bytes of the minibatches before the last boundary marker.
+  uint64_t finished_bytes() const { return minibatch_start_ - header_bytes_; }
   const SegmentHeader& header() const { return header_; }
   const std::string& log_path() const { return log_path_; }
   const std::string& payload_path() const { return payload_path_; }
@@ -531,6 +540,12 @@ class SegmentWriter {
   // Mapped log files grow by chunks: a small first one (a minibatch segment
   // lives for one training step), doubling up to kMaxChunk.
   static constexpr size_t kFirstChunk = log::kBlockSize;
+  // A minibatch segment holds several training steps between boundary
+  // markers: a larger first chunk means fewer new segments (renames).
+  static constexpr size_t kFirstMinibatchChunk = 4 * log::kBlockSize;
+  size_t first_chunk() const {
+    return header_.kind() == MINIBATCH ? kFirstMinibatchChunk : kFirstChunk;
+  }
   static constexpr size_t kMaxChunk = 32 * log::kBlockSize;
   // Bytes kept free in the first chunk for a boundary marker's record.
   static constexpr size_t kMarkerRoom = 64;
@@ -541,6 +556,7 @@ class SegmentWriter {
   std::unique_ptr<log::Writer> writer_;
   uint64_t payload_length_ = 0;
   uint64_t header_bytes_ = 0;
+  uint64_t minibatch_start_ = 0;  // log length where the current minibatch began
   uint64_t last_seq_ = 0;
   absl::Status status_;
   std::string record_;  // serialized entry, reused
@@ -868,7 +884,9 @@ JournalStats Journal::stats() const {
   stats.setup_file_bytes = setup_ ? setup_->file_bytes() : 0;
   stats.setup_live_bytes = live_bytes_ + (setup_ ? setup_->header_bytes() : 0);
   stats.setup_live_entries = entries_.size();
-  stats.minibatch_file_bytes = minibatch_ ? minibatch_->file_bytes() : 0;
+  stats.minibatch_segment_bytes = minibatch_ ? minibatch_->file_bytes() : 0;
+  stats.minibatch_file_bytes =
+      minibatch_ ? minibatch_->file_bytes() - minibatch_->finished_bytes() : 0;
   stats.minibatch_entries = minibatch_entries_;
   stats.compactions = compactions_;
   stats.last_seq = last_seq_;

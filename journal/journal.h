@@ -86,7 +86,12 @@ struct JournalStats {
   uint64_t setup_file_bytes = 0;      // setup log + payload file sizes
   uint64_t setup_live_bytes = 0;      // of which records/payloads still live
   uint64_t setup_live_entries = 0;
-  uint64_t minibatch_file_bytes = 0;  // minibatch log + payload file sizes
+  // Minibatch log + payload bytes of the current minibatch (the segment's
+  // header and the entries since its last boundary marker).
+  uint64_t minibatch_file_bytes = 0;
+  // The whole live minibatch segment: also the finished minibatches before
+  // its last marker (at most a first chunk of them, docs/journal_format.md).
+  uint64_t minibatch_segment_bytes = 0;
   uint64_t minibatch_entries = 0;
   uint64_t compactions = 0;
   uint64_t last_seq = 0;
