@@ -47,10 +47,16 @@ run() {  # iters journal [snapshots] -> prints "<journal bytes> <wall ns> <cpu n
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 read b_short _ < <(run "$short" true)
+# The long run also reports the executor's time inside the journal (the
+# agent's REVENANT_JOURNAL_TIMING=1; not a timed run).
+export REVENANT_JOURNAL_TIMING=1
 read b_long _ < <(run "$long" true)
+unset REVENANT_JOURNAL_TIMING
+jt_ms=$(sed -n 's/.*\[a0\].*journal time at exit: \([0-9.]*\) ms in \([0-9]*\) calls.*/\1 \2/p' "$tmp/log")
 echo "journal bytes after $short iterations: $b_short"
 echo "journal bytes after $long iterations: $b_long"
 awk -v a="$b_long" -v b="$b_short" 'BEGIN { printf "size ratio (%s / %s iterations): %.3f (goal <= 1.1)\n", "'"$long"'", "'"$short"'", a / b }'
+[ -n "$jt_ms" ] && echo "$jt_ms" | awk -v n="$long" '{ printf "executor time in the journal (%d iterations): %.1f ms in %d calls, %.2f us per call, %.1f us per step\n", n, $1, $2, $1 * 1e3 / $2, $1 * 1e3 / n }'
 
 : >"$tmp/on"; : >"$tmp/off"; : >"$tmp/ratio"; : >"$tmp/cpu_ratio"; : >"$tmp/snap"
 arms="on off"; [ -n "${SNAPSHOTS:-}" ] && arms="on off snap"
