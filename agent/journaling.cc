@@ -175,7 +175,10 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   }
   if (traits.journal == api::JournalClass::kSkip) return absl::OkStatus();
 
-  journal::JournalEntry e;
+  // One entry object, cleared and refilled per record: its strings keep
+  // their capacity, so building the record allocates nothing.
+  journal::JournalEntry& e = entry_;
+  e.Clear();
   e.set_seq(rec.seq * 2);
   e.set_api_id(rec.api_id);
   e.set_args(body.data(), body.size());
@@ -194,8 +197,7 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   // The payload (a pinned source, possibly hundreds of MiB) goes to the
   // journal by reference: written to the payload file straight from the
   // shared memory, never copied into the entry.
-  return setup ? journal_->AppendSetup(std::move(e), payload)
-               : journal_->AppendMinibatch(std::move(e), payload);
+  return setup ? journal_->AppendSetup(&e, payload) : journal_->AppendMinibatch(&e, payload);
 }
 
 absl::Status RequestJournal::AfterExecute(const transport::RecordHeader& rec, int32_t status,
@@ -205,7 +207,8 @@ absl::Status RequestJournal::AfterExecute(const transport::RecordHeader& rec, in
   last_journaled_ = false;
   const auto id = static_cast<api::ApiId>(rec.api_id);
   const api::ApiTraits& traits = api::Traits(static_cast<uint32_t>(rec.api_id));
-  journal::JournalEntry e;
+  journal::JournalEntry& e = entry_;
+  e.Clear();
   e.set_seq(rec.seq * 2 + 1);
   e.set_api_id(journal::kOutcomeApiId);
   e.set_completes(rec.seq * 2);
@@ -216,8 +219,7 @@ absl::Status RequestJournal::AfterExecute(const transport::RecordHeader& rec, in
     const uint64_t key = FirstOutU64(outputs);
     if (key != 0) e.add_creates(key);
   }
-  return last_in_setup_ ? journal_->AppendSetup(std::move(e))
-                        : journal_->AppendMinibatch(std::move(e));
+  return last_in_setup_ ? journal_->AppendSetup(&e) : journal_->AppendMinibatch(&e);
 }
 
 }  // namespace agent

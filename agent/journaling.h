@@ -137,6 +137,8 @@ class RequestJournal {
   // The last journaled request went to the setup log (its outcome follows it).
   bool last_in_setup_ = true;
   bool last_journaled_ = false;
+  // Reused for every record (see BeforeExecute).
+  journal::JournalEntry entry_;
   // See busy_ns().
   class Timed;
   const bool timing_;

@@ -673,16 +673,24 @@ absl::Status Journal::Init() {
 }
 
 absl::Status Journal::AppendSetup(JournalEntry entry, absl::string_view payload) {
+  return AppendSetup(&entry, payload);
+}
+
+absl::Status Journal::AppendMinibatch(JournalEntry entry, absl::string_view payload) {
+  return AppendMinibatch(&entry, payload);
+}
+
+absl::Status Journal::AppendSetup(JournalEntry* entry, absl::string_view payload) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = AppendLocked(SETUP, &entry, payload, /*check_seq=*/true); !s.ok()) {
+  if (absl::Status s = AppendLocked(SETUP, entry, payload, /*check_seq=*/true); !s.ok()) {
     return s;
   }
   return MaybeCompact();
 }
 
-absl::Status Journal::AppendMinibatch(JournalEntry entry, absl::string_view payload) {
+absl::Status Journal::AppendMinibatch(JournalEntry* entry, absl::string_view payload) {
   absl::MutexLock lock(&mu_);
-  return AppendLocked(MINIBATCH, &entry, payload, /*check_seq=*/true);
+  return AppendLocked(MINIBATCH, entry, payload, /*check_seq=*/true);
 }
 
 absl::Status Journal::AppendLocked(LogKind kind, JournalEntry* entry, absl::string_view payload,

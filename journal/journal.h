@@ -134,6 +134,11 @@ class Journal {
   // inline_payload either way.
   absl::Status AppendSetup(JournalEntry entry, absl::string_view payload = {});
   absl::Status AppendMinibatch(JournalEntry entry, absl::string_view payload = {});
+  // The same, appending *entry in place: the journal sets its prev_seq and
+  // may move its payload; the caller can Clear() and reuse it for the next
+  // record (no allocation per record once its fields have grown).
+  absl::Status AppendSetup(JournalEntry* entry, absl::string_view payload = {});
+  absl::Status AppendMinibatch(JournalEntry* entry, absl::string_view payload = {});
 
   // Clears the minibatch log: the calls before the boundary of `minibatch`
   // will not be replayed. Appends a boundary marker to the minibatch segment

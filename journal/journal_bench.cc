@@ -68,15 +68,17 @@ int main(int argc, char** argv) {
   // bytes of packed kernel arguments (what cudaLaunchKernel puts on the wire).
   std::string args(96, '\x5a');
   uint64_t seq = 0;
+  // One entry reused for every record, as the agent does.
+  JournalEntry e;
   auto append = [&](bool setup, int n) -> absl::Status {
     for (int i = 0; i < n; ++i) {
-      JournalEntry e;
+      e.Clear();
       e.set_seq(++seq * 2);
       e.set_api_id(200);
       e.set_args(args);
       e.set_flags(0);
       e.set_minibatch(setup ? 0 : 1);
-      absl::Status s = setup ? (*j)->AppendSetup(std::move(e)) : (*j)->AppendMinibatch(std::move(e));
+      absl::Status s = setup ? (*j)->AppendSetup(&e) : (*j)->AppendMinibatch(&e);
       if (!s.ok()) return s;
     }
     return absl::OkStatus();
