@@ -49,6 +49,7 @@ JOURNAL=(journal/api_name.cc journal/crc32c.cc journal/file.cc journal/journal.c
          journal/log_reader.cc journal/log_writer.cc GEN:proto/journal.pb.cc GEN:api/api_traits.cc)
 TRANSPORT=(transport/control_socket.cc transport/shm_channel.cc)
 AGENT=(agent/handles.cc agent/hooks.cc agent/session.cc agent/journaling.cc agent/allocator.cc
+       agent/snapshot.cc agent/validator.cc
        agent/backends/host/host_backend.cc agent/backends/host/host_stream.cc hostkernel/loader.cc
        GEN:api/api_traits.cc GEN:api/backend_api.cc GEN:api/dispatch.cc)
 declare -A SRCS=(
