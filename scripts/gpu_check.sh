@@ -45,7 +45,7 @@ mkdir -p "$out/apps" "$out/lib" "$out/bench"
 cp "$bin/tools/revenant-run" "$bin/agent/revenant-agent" "$bin/shim/librevenant_shim.so" "$out/"
 for a in $APPS; do cp "$bin/tests/apps/$a.bin" "$out/apps/"; done
 for p in $PROGRAMS; do cp "$bin/tests/integration/$p.bin" "$out/apps/"; done
-cp "$root/tests/integration/agent_death_test.sh" "$out/"
+cp "$root/tests/integration/agent_death_test.sh" "$root/tests/integration/recovery_train_test.sh" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_gpu_test" "$bin/agent/backends/cuda/gpu_test_kernels.fatbin" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_test" "$out/"
 cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$root/bench/compare.sh" "$out/bench/"

@@ -4,11 +4,20 @@
 # end with all ranks printing the final parameter checksum of a fault-free
 # run of the same job (bitwise equal), and none may hang.
 #   recovery_train_test.sh RUN APP KERNELS RANKS ITERS MODE [TRIALS SEED]
+# (the host backend unless RECOVERY_TEST_BACKEND_ARGS says otherwise, below)
 # MODE: scenarios (the named kill points) or random (TRIALS seeded trials).
 set -u
 run="$1"; app="$2"; kernels="$3"; ranks="$4"; iters="$5"; mode="$6"
 trials="${7:-50}"; seed="${8:-20261129}"
-common=(-n "$ranks" --backend=host --timeout=150 --host_kernels="$kernels")
+common=(-n "$ranks" --timeout=150)
+# RECOVERY_TEST_BACKEND_ARGS: another backend's revenant-run options (the GPU
+# runner: "--backend=cuda --collectives=gloo --gpus=1"); KERNELS is unused then.
+if [ -n "${RECOVERY_TEST_BACKEND_ARGS:-}" ]; then
+  read -r -a backend_args <<<"$RECOVERY_TEST_BACKEND_ARGS"
+  common+=("${backend_args[@]}")
+else
+  common+=(--backend=host --host_kernels="$kernels")
+fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
