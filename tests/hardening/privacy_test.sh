@@ -146,13 +146,22 @@ REVENANT_COLLECTIVE_TIMEOUT_S=30 "$run" -n 2 --backend=host --timeout=120 \
   -- "$nccl_app" --iters 20 --hidden 64 >"$root/job2.out" 2>&1 &
 job=$!
 # Gloo's listeners live only until their peer connects: hold rank 1's agent
-# (SIGSTOP, 1.5 s) so rank 0's listener stays up long enough to be sampled.
+# (SIGSTOP) until the sampler has seen a listener, at most 15 s (a loaded
+# machine may take seconds to bring rank 0 to its communicator), so rank 0's
+# listener stays up long enough to be sampled.
 (
   for _ in $(seq 1000); do
     p1=$(cat "$root"/job2/revenant-*/rank1/agent.pid 2>/dev/null) && [ -n "$p1" ] && break
     sleep 0.01
   done
-  [ -n "${p1:-}" ] && kill -STOP "$p1" && sleep 1.5 && kill -CONT "$p1"
+  if [ -n "${p1:-}" ] && kill -STOP "$p1"; then
+    for _ in $(seq 150); do
+      [ -s "$root/nccl.listen" ] && break
+      sleep 0.1
+    done
+    sleep 0.2
+    kill -CONT "$p1"
+  fi
 ) &
 holder=$!
 watch_job "$job" "$root/job2" nccl
