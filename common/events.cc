@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 
 namespace revenant {
 
@@ -33,6 +34,14 @@ void RecordEvent(const std::string& job_root, const std::string& event, int rank
   ssize_t ignored = write(fd, line, static_cast<size_t>(n) < sizeof(line) ? n : sizeof(line) - 1);
   (void)ignored;
   close(fd);
+}
+
+int ReadRecoveryEpoch(const std::string& job_root) {
+  if (job_root.empty()) return 0;
+  std::ifstream f(job_root + "/epoch");
+  int e = 0;
+  if (f >> e) return e;
+  return 0;
 }
 
 }  // namespace revenant

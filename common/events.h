@@ -20,6 +20,11 @@ std::string JobRootOf(const std::string& rank_dir);
 void RecordEvent(const std::string& job_root, const std::string& event, int rank, int epoch,
                  const std::string& detail = "");
 
+// The job's current recovery epoch: the number in <job_root>/epoch, which
+// revenant-run replaces (rename) when it declares one; 0 when there is none
+// (no file, unreadable, or an empty job_root).
+int ReadRecoveryEpoch(const std::string& job_root);
+
 }  // namespace revenant
 
 #endif  // REVENANT_COMMON_EVENTS_H_

@@ -573,12 +573,7 @@ std::vector<size_t> GlooCollectives::RecvBytes(const Comm& comm,
   return out;
 }
 
-int GlooCollectives::ReadEpoch() const {
-  std::ifstream f(job_root_ + "/epoch");
-  int e = 0;
-  if (f >> e) return e;
-  return 0;
-}
+int GlooCollectives::ReadEpoch() const { return ReadRecoveryEpoch(job_root_); }
 
 void GlooCollectives::SetReplayPhase(ReplayPhase phase) { replay_phase_ = phase; }
 

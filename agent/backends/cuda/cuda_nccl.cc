@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "agent/backends/cuda/cuda_nccl_start.h"
+#include "common/events.h"
 #include "common/logging.h"
 
 extern char** environ;
@@ -80,13 +81,7 @@ CudaNccl::~CudaNccl() {
   comms_.clear();
 }
 
-int CudaNccl::ReadEpoch() const {
-  if (job_root_.empty()) return 0;
-  std::ifstream f(job_root_ + "/epoch");
-  int e = 0;
-  if (f >> e) return e;
-  return 0;
-}
+int CudaNccl::ReadEpoch() const { return ReadRecoveryEpoch(job_root_); }
 
 ncclResult_t CudaNccl::Refused(const char* what, int nranks) {
   REVENANT_LOG(ERROR, kLog)
