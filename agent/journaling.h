@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -95,6 +96,17 @@ class RequestJournal {
   // The reply slot a journaled request named (-1: none), from its flags.
   static int ReplySlotOf(const journal::JournalEntry& entry) {
     return static_cast<int>(entry.flags() >> 16) - 1;
+  }
+
+  // The outcome entry of the request entries[i] when it directly follows
+  // it (a synchronous request's), else nullptr.
+  static const journal::JournalEntry* OutcomeOf(
+      const std::vector<journal::JournalEntry>& entries, size_t i) {
+    if (i + 1 < entries.size() && entries[i + 1].api_id() == journal::kOutcomeApiId &&
+        entries[i + 1].completes() == entries[i].seq()) {
+      return &entries[i + 1];
+    }
+    return nullptr;
   }
 
   // Journals `rec` if its row is journaled. `payload` holds bytes the

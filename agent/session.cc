@@ -679,11 +679,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   for (size_t i = 0; i < entries.size(); ++i) {
     const journal::JournalEntry& e = entries[i];
     if (e.api_id() == journal::kOutcomeApiId) continue;
-    const journal::JournalEntry* outcome = nullptr;
-    if (i + 1 < entries.size() && entries[i + 1].api_id() == journal::kOutcomeApiId &&
-        entries[i + 1].completes() == e.seq()) {
-      outcome = &entries[i + 1];
-    }
+    const journal::JournalEntry* outcome = RequestJournal::OutcomeOf(entries, i);
     const uint64_t seq = e.seq() / 2;
     last_request = std::max(last_request, seq);
     // The boundary comes before the first entry of the minibatch log (or,
@@ -734,17 +730,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
         handles_.ExpectNext(api::HandleKind::kFunction, key);
       }
     }
-    const std::string body = ReplayBody(e);
-    std::vector<char> record(sizeof(transport::RecordHeader) + body.size());
-    auto* h = reinterpret_cast<transport::RecordHeader*>(record.data());
-    h->size = static_cast<uint32_t>(record.size());
-    h->api_id = static_cast<uint16_t>(e.api_id());
-    h->flags = static_cast<uint16_t>(e.flags() & 0xffff);
-    h->seq = seq;
-    h->reply_slot = RequestJournal::ReplySlotOf(e);
-    h->body_crc_or_reserved = 0;
-    std::memcpy(record.data() + sizeof(*h), body.data(), body.size());
-    if (absl::Status s = ExecuteReplayed(*h, outcome); !s.ok()) {
+    if (absl::Status s = ExecuteJournaled(e, outcome); !s.ok()) {
       ++divergences;
       REVENANT_LOG(ERROR, "agent") << "replay of request " << seq << " ("
                                    << api::Traits(e.api_id()).name << ") diverged: " << s;
@@ -841,6 +827,11 @@ absl::Status Session::ReplaySilently(const journal::JournalEntry& e,
       return absl::OkStatus();
     }
   }
+  return ExecuteJournaled(e, outcome);
+}
+
+absl::Status Session::ExecuteJournaled(const journal::JournalEntry& e,
+                                       const journal::JournalEntry* outcome) {
   const std::string body = ReplayBody(e);
   std::vector<char> record(sizeof(transport::RecordHeader) + body.size());
   auto* h = reinterpret_cast<transport::RecordHeader*>(record.data());

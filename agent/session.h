@@ -152,6 +152,10 @@ class Session {
   // outcome the dead agent recorded, compared with the replay's.
   absl::Status ExecuteReplayed(const transport::RecordHeader& rec,
                                const journal::JournalEntry* expected);
+  // ExecuteReplayed of a journal entry: its request record rebuilt (body from
+  // ReplayBody: inline payloads restored).
+  absl::Status ExecuteJournaled(const journal::JournalEntry& entry,
+                                const journal::JournalEntry* expected);
   [[noreturn]] static void JournalFailed(const absl::Status& status);
 
   Backend* const backend_;

@@ -269,11 +269,7 @@ absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir
   for (size_t i = 0; i < entries.size(); ++i) {
     const journal::JournalEntry& e = entries[i];
     if (e.api_id() == journal::kOutcomeApiId) continue;
-    const journal::JournalEntry* outcome = nullptr;
-    if (i + 1 < entries.size() && entries[i + 1].api_id() == journal::kOutcomeApiId &&
-        entries[i + 1].completes() == e.seq()) {
-      outcome = &entries[i + 1];
-    }
+    const journal::JournalEntry* outcome = RequestJournal::OutcomeOf(entries, i);
     if (absl::Status r = session_->ReplaySilently(e, outcome); !r.ok()) {
       ++diverged;
       REVENANT_LOG(ERROR, kLog) << "rank " << options_.rank << ": minibatch " << minibatch
