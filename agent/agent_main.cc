@@ -278,6 +278,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   options.recovery_timeout_s = absl::GetFlag(FLAGS_recovery_timeout_s);
+  options.journal = absl::GetFlag(FLAGS_journal);
   options.chaos_kill_in_recovery = absl::GetFlag(FLAGS_chaos_in_recovery);
   std::string libs = absl::GetFlag(FLAGS_host_kernels);
   if (libs.empty() && std::getenv("REVENANT_HOST_KERNELS") != nullptr) {

@@ -65,6 +65,9 @@ struct BackendOptions {
   // libnccl) or "gloo" (Gloo staged through pinned host memory, so several
   // ranks can share one GPU). The host backend always uses Gloo.
   std::string collectives = "nccl";
+  // Whether the agent journals (--journal). Without a journal nothing is
+  // replayed, so collective results are not kept for a replay.
+  bool journal = true;
 };
 
 // Where a replayed request comes from (Backend::SetReplayPhase).

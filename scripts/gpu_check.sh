@@ -48,7 +48,8 @@ for p in $PROGRAMS; do cp "$bin/tests/integration/$p.bin" "$out/apps/"; done
 cp "$root/tests/integration/agent_death_test.sh" "$root/tests/integration/recovery_train_test.sh" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_gpu_test" "$bin/agent/backends/cuda/gpu_test_kernels.fatbin" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_test" "$out/"
-cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$root/bench/compare.sh" "$out/bench/"
+cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$root/bench/compare.sh" \
+  "$root/bench/journal_step.sh" "$out/bench/"
 cp "$bin/tests/apps/train_mlp.bin" "$bin/tests/apps/collectives_all.bin" \
   "$bin/tests/apps/collectives_bad.bin" "$out/apps/"
 mkdir -p "$out/sections"

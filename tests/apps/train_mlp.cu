@@ -1,6 +1,10 @@
 // train_mlp: data-parallel training of a 2-layer MLP with plain CUDA + NCCL.
 //
 //   RANK=r WORLD_SIZE=n MASTER_PORT=p train_mlp [--iters 20] [--hidden 128] [--batch 32]
+//       [--time_after W]
+// With --time_after W (0 < W < iters), rank 0 prints the mean step time of
+// iterations W .. iters-1 (steady clock, the last step's work synchronized)
+// as "RESULT train_step_us <us>": start-up, warm-up and teardown excluded.
 //
 // Deterministic by construction: a fixed-seed synthetic dataset (each rank
 // trains on its own shard), fixed-seed initial parameters (the same on every
@@ -14,6 +18,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -71,7 +76,9 @@ int main(int argc, char** argv) {
   const int iters = IntFlag(argc, argv, "--iters", 20);
   const int hidden = IntFlag(argc, argv, "--hidden", 128);
   const int batch = IntFlag(argc, argv, "--batch", 32);
+  const int time_after = IntFlag(argc, argv, "--time_after", 0);
   EXPECT_APP(iters > 0 && hidden > 0 && batch > 0, "bad arguments");
+  EXPECT_APP(time_after >= 0 && time_after < iters, "--time_after must be in [0, iters)");
   const Launch l = ReadLaunch();
   SelectDevice(l);
 
@@ -150,7 +157,9 @@ int main(int argc, char** argv) {
   RemoveUniqueId(l, "nccl-id");
 
   const float scale = 1.0f / static_cast<float>(l.world);
+  std::chrono::steady_clock::time_point timed_start;
   for (int it = 0; it < iters; ++it) {
+    if (time_after > 0 && it == time_after) timed_start = std::chrono::steady_clock::now();
     // The previous iteration's copies are done once the stream is idle.
     CHECK_CUDA(cudaStreamSynchronize(stream));
     for (int j = 0; j < batch; ++j) {
@@ -196,6 +205,13 @@ int main(int argc, char** argv) {
     }
   }
   CHECK_CUDA(cudaStreamSynchronize(stream));
+  if (time_after > 0 && l.rank == 0) {
+    const double us = std::chrono::duration<double, std::micro>(
+                          std::chrono::steady_clock::now() - timed_start)
+                          .count();
+    std::printf("RESULT train_step_us %.3f (iterations %d..%d)\n", us / (iters - time_after),
+                time_after, iters - 1);
+  }
   ncclResult_t async = ncclSuccess;
   CHECK_NCCL(ncclCommGetAsyncError(comm, &async));
   EXPECT_APP(async == ncclSuccess, "NCCL async error %d", static_cast<int>(async));

@@ -84,6 +84,7 @@ GlooCollectivesOptions GlooCollectivesOptions::From(const BackendOptions& option
   o.job_dir = options.job_dir;
   if (options.recovery_timeout_s > 0) o.recovery_timeout = absl::Seconds(options.recovery_timeout_s);
   o.chaos_kill_in_recovery = options.chaos_kill_in_recovery;
+  o.cache_results = options.journal;
   o.backend = backend;
   return o;
 }
@@ -95,6 +96,7 @@ GlooCollectives::GlooCollectives(CollectiveDevice* device, const GlooCollectives
   }
   recovery_timeout_ = options.recovery_timeout;
   chaos_kill_in_recovery_ = options.chaos_kill_in_recovery;
+  cache_results_ = options.cache_results;
   if (recovery_timeout_ > absl::ZeroDuration() && !job_root_.empty()) {
     watcher_ = std::thread([this] { WatchEpochs(); });
   }
@@ -683,6 +685,7 @@ absl::Status GlooCollectives::RunUnit(Comm& comm, Ordinal ordinal,
     }
   }
   if (!s.ok()) return s;
+  if (!cache_results_) return absl::OkStatus();
   std::vector<std::string> results;
   for (size_t k = 0; k < ops.size(); ++k) {
     results.emplace_back(static_cast<const char*>(ops[k].recv), sizes[k]);

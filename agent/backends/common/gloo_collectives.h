@@ -141,6 +141,10 @@ struct GlooCollectivesOptions {
   // recovery.
   absl::Duration recovery_timeout = absl::ZeroDuration();
   bool chaos_kill_in_recovery = false;
+  // Keep each collective's results for a replay (recovery, validator) until
+  // the minibatch after next begins. Off when the agent does not journal:
+  // without minibatch boundaries the results would pile up.
+  bool cache_results = true;
   // Name in log lines ("host", "cuda").
   std::string backend = "host";
 
@@ -293,6 +297,7 @@ class GlooCollectives {
   std::string job_root_;
   absl::Duration recovery_timeout_ = absl::ZeroDuration();
   bool chaos_kill_in_recovery_ = false;
+  bool cache_results_ = true;
   std::atomic<ReplayPhase> replay_phase_{ReplayPhase::kNone};
   // The minibatch whose boundary state a boundary snapshot restored (a
   // replacement), 0: none.

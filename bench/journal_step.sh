@@ -1,0 +1,93 @@
+#!/bin/bash
+# The journal's cost on the training step: train_mlp under revenant-run with
+# the journal on and off, PAIRS interleaved pairs of runs (the order alternates
+# per pair so that drifting load favours neither side). Each run times its own
+# steady state (train_mlp --time_after WARM: iterations WARM..ITERS-1, start-up
+# and teardown excluded). Prints every pair, the median step time per arm, the
+# ratio of the medians and the median of the per-pair ratios (goal <= 1.02).
+#
+#   bash bench/journal_step.sh PAIRS ITERS WARM REVENANT_RUN [FLAGS...] -- APP [ARGS...]
+#
+# REVENANT_RUN and FLAGS: the revenant-run command without --journal (this
+# script adds --journal=true / --journal=false); boundary snapshots should be
+# off in FLAGS (--snapshots=off) so that the ratio is the journal's alone.
+# NATIVE=1: a third arm runs APP without Revenant (ratio to native printed).
+# EXTRA_ARM="NAME FLAG...": a further arm (revenant-run with these flags
+# added, journal on), e.g. EXTRA_ARM="sync --journal_pipeline=false".
+# Output lines a script can use: "RESULT journal_step_ratio <median ratio>",
+# "RESULT journal_step_us_on <us>", "RESULT journal_step_us_off <us>".
+set -uo pipefail
+if [ $# -lt 6 ]; then
+  sed -n '2,19p' "$0"; exit 2
+fi
+pairs=$1 iters=$2 warm=$3; shift 3
+revrun=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do revrun+=("$1"); shift; done
+[ "${1:-}" = -- ] || { echo "journal_step.sh: missing -- before the application" >&2; exit 2; }
+shift
+app=("$@")
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+extra_name=""; extra_flags=()
+if [ -n "${EXTRA_ARM:-}" ]; then
+  read -r extra_name rest <<<"$EXTRA_ARM"; read -r -a extra_flags <<<"$rest"
+fi
+
+one() {  # ARM -> prints the step time in us (or fails)
+  local arm=$1 log="$tmp/run.log"
+  case $arm in
+    native) RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
+          MASTER_PORT=$((20000 + RANDOM % 20000)) timeout 600 "${app[@]}" --iters "$iters" --time_after "$warm" >"$log" 2>&1 ;;
+    on) timeout 600 "${revrun[0]}" --journal=true "${revrun[@]:1}" -- "${app[@]}" \
+          --iters "$iters" --time_after "$warm" >"$log" 2>&1 ;;
+    off) timeout 600 "${revrun[0]}" --journal=false "${revrun[@]:1}" -- "${app[@]}" \
+          --iters "$iters" --time_after "$warm" >"$log" 2>&1 ;;
+    *) timeout 600 "${revrun[0]}" --journal=true "${extra_flags[@]}" "${revrun[@]:1}" -- \
+          "${app[@]}" --iters "$iters" --time_after "$warm" >"$log" 2>&1 ;;
+  esac
+  local rc=$? us
+  us=$(sed -n 's/.*RESULT train_step_us \([0-9.]*\).*/\1/p' "$log" | head -1)
+  if [ $rc -ne 0 ] || [ -z "$us" ]; then
+    echo "journal_step.sh: $arm run failed (rc=$rc):" >&2; tail -20 "$log" >&2; return 1
+  fi
+  cp "$log" "$tmp/last.$arm.log"
+  echo "$us"
+}
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+arms="on off"
+[ -n "$extra_name" ] && arms="$arms $extra_name"
+[ "${NATIVE:-0}" = 1 ] && arms="$arms native"
+echo "journal step benchmark: $pairs pairs, $iters iterations, timed from $warm; arms: $arms"
+echo "  revenant-run: ${revrun[*]}"
+echo "  application: ${app[*]}"
+for arm in $arms; do : >"$tmp/$arm"; done
+: >"$tmp/ratio"
+for p in $(seq "$pairs"); do
+  if (( p % 2 )); then order="$arms"; else order="$(echo $arms | tr ' ' '\n' | tac | tr '\n' ' ')"; fi
+  line="  pair $p:"
+  for arm in $order; do
+    us=$(one "$arm") || exit 1
+    echo "$us" >>"$tmp/$arm"
+    line="$line $arm $us us"
+  done
+  r=$(awk -v a="$(tail -1 "$tmp/on")" -v b="$(tail -1 "$tmp/off")" 'BEGIN { printf "%.4f", a / b }')
+  echo "$r" >>"$tmp/ratio"
+  echo "$line; on/off $r"
+done
+m_on=$(median <"$tmp/on"); m_off=$(median <"$tmp/off"); m_r=$(median <"$tmp/ratio")
+grep -h "journal time at exit\|journal pipeline" "$tmp/last.on.log" 2>/dev/null | sed 's/^/  last on run: /'
+echo "step time, median of $pairs: journal on $m_on us, off $m_off us"
+for arm in $arms; do
+  case $arm in on|off) ;; *) echo "step time, median of $pairs: $arm $(median <"$tmp/$arm") us";; esac
+done
+printf 'ratio of medians on/off %.4f; median of per-pair ratios %.4f (min %s, max %s) (goal <= 1.02)\n' \
+  "$(awk -v a="$m_on" -v b="$m_off" 'BEGIN { print a / b }')" "$m_r" \
+  "$(sort -g "$tmp/ratio" | head -1)" "$(sort -g "$tmp/ratio" | tail -1)"
+echo "RESULT journal_step_ratio $m_r"
+echo "RESULT journal_step_us_on $m_on"
+echo "RESULT journal_step_us_off $m_off"
+if [ -n "$extra_name" ]; then
+  echo "RESULT journal_step_ratio_${extra_name}_off $(awk -v a="$(median <"$tmp/$extra_name")" -v b="$m_off" 'BEGIN { printf "%.4f", a / b }')"
+fi
+if [ "${NATIVE:-0}" = 1 ]; then
+  echo "RESULT journal_step_ratio_on_native $(awk -v a="$m_on" -v b="$(median <"$tmp/native")" 'BEGIN { printf "%.4f", a / b }')"
+fi
