@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -79,6 +81,9 @@ ABSL_FLAG(std::string, snapshots, "auto",
           "boundary snapshots of the device state, so that a rank without a replica can be "
           "recovered past its first minibatch boundary (docs/recovery.md): on, off, or auto "
           "(on when --world_size is 1)");
+ABSL_FLAG(std::string, journal_ahead, "auto",
+          "journal asynchronous requests on a second thread, ahead of the executor "
+          "(docs/design.md, \"Journal-ahead\"): on, off, or auto (on with 4 or more CPUs)");
 ABSL_FLAG(int, world_size, 0, "ranks in the job (0: unknown); --snapshots=auto uses it");
 ABSL_FLAG(std::string, minibatch, "auto",
           "minibatch boundaries: auto (detected from the call stream) or manual "
@@ -87,6 +92,13 @@ ABSL_FLAG(std::string, minibatch, "auto",
 namespace revenant {
 namespace agent {
 namespace {
+
+// CPUs this process may run on.
+int CpuCount() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
 
 std::atomic<bool> g_stop{false};
 std::atomic<bool> g_recovery_failed{false};
@@ -196,6 +208,19 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
                         : point == "after_snapshot" ? SessionOptions::Chaos::Point::kAfterSnapshot
                         : point == "after_boundary" ? SessionOptions::Chaos::Point::kAfterBoundary
                                                     : SessionOptions::Chaos::Point::kAfterAppend;
+  {
+    const std::string ahead = absl::GetFlag(FLAGS_journal_ahead);
+    options.journal_ahead = ahead == "on" || (ahead == "auto" && CpuCount() >= 4);
+    const bool exact_append_kill =
+        (options.chaos.after_calls != 0 || options.chaos.minibatch != 0) &&
+        (options.chaos.point == SessionOptions::Chaos::Point::kBeforeAppend ||
+         options.chaos.point == SessionOptions::Chaos::Point::kAfterAppend);
+    if (options.journal_ahead && exact_append_kill) {
+      // The kill must find the request journaled or not exactly as named.
+      REVENANT_LOG(INFO, "agent") << "chaos at an append: journal-ahead off";
+      options.journal_ahead = false;
+    }
+  }
   Session session(backend, std::move(*ch), fd, job_dir, std::move(options));
   if (recover) {
     // A replacement for an agent that died: rebuild its state before the
@@ -235,6 +260,11 @@ int Main(int argc, char** argv) {
   const std::string snapshots = absl::GetFlag(FLAGS_snapshots);
   if (snapshots != "auto" && snapshots != "on" && snapshots != "off") {
     REVENANT_LOG(ERROR, "agent") << "--snapshots must be auto, on or off, not " << snapshots;
+    return 2;
+  }
+  const std::string ahead = absl::GetFlag(FLAGS_journal_ahead);
+  if (ahead != "auto" && ahead != "on" && ahead != "off") {
+    REVENANT_LOG(ERROR, "agent") << "--journal_ahead must be auto, on or off, not " << ahead;
     return 2;
   }
   if (absl::GetFlag(FLAGS_die_with_parent)) {

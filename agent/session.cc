@@ -83,6 +83,7 @@ void Session::Run() {
   }
   const uint32_t pid = ch->client_pid();
   REVENANT_LOG(DEBUG, "agent") << "serving application pid " << pid;
+  StartJournalAhead();
   uint64_t executed = 0;
   while (true) {
     absl::StatusOr<const transport::RecordHeader*> rec =
@@ -100,8 +101,15 @@ void Session::Run() {
     const uint64_t seq = r->seq;
     ch->Advance();
     ch->Release(seq);
+    if (ahead_ != nullptr) {
+      ahead_->done.store(seq, std::memory_order_release);
+      // The journal-ahead thread waits for this after a request the executor
+      // journaled (its barrier).
+      if (executor_journaled_) ch->requests().WakeWaiters();
+    }
     ++executed;
   }
+  StopJournalAhead();
   if (options_.journal != nullptr) {
     const journal::JournalStats st = options_.journal->stats();
     REVENANT_LOG(INFO, "agent") << "journal at exit: setup " << st.setup_file_bytes
@@ -137,8 +145,35 @@ void Session::Execute(const transport::RecordHeader& rec) {
     REVENANT_LOG(WARNING, "agent") << "request " << rec.seq << " names reply slot "
                                    << rec.reply_slot << " which does not exist; ignored";
   }
+  // Journal-ahead: a request the thread journaled already needs no
+  // journaling here; any other the executor journals itself, holding the
+  // journal-ahead lock until it is journaled (finish_journaling).
+  executor_journaled_ = false;
+  bool journal_here = options_.journal != nullptr;
+  std::unique_lock<std::mutex> ahead_lock;
+  if (ahead_ != nullptr && journal_here) {
+    if (rec.seq <= ahead_seen_ ||
+        (ahead_seen_ = ahead_->journaled.load(std::memory_order_acquire)) >= rec.seq) {
+      journal_here = false;
+    } else {
+      ahead_lock = std::unique_lock<std::mutex>(ahead_->mu);
+      if ((ahead_seen_ = ahead_->journaled.load(std::memory_order_acquire)) >= rec.seq) {
+        journal_here = false;
+        ahead_lock.unlock();
+      }
+    }
+  }
+  auto finish_journaling = [&] {
+    if (!ahead_lock.owns_lock()) return;
+    ahead_->pos = channel_->requests().read_position() + rec.stride();
+    ahead_->barrier.store(rec.seq, std::memory_order_release);
+    ahead_->journaled.store(rec.seq, std::memory_order_release);
+    ++ahead_->by_executor;
+    ahead_lock.unlock();
+    executor_journaled_ = true;
+  };
   if (rec.api_id == hooks::kMarkStepApiId) {
-    if (options_.journal != nullptr) {
+    if (journal_here) {
       if (validator_ != nullptr) {
         validator_->MinibatchEnding(options_.journal->minibatch(), options_.journal->dir());
       }
@@ -149,6 +184,7 @@ void Session::Execute(const transport::RecordHeader& rec) {
       backend_->MarkBoundary(options_.journal->minibatch());
       if (validator_ != nullptr) validator_->MinibatchStarted(options_.journal->minibatch());
     }
+    finish_journaling();
     return;
   }
   ++requests_seen_;
@@ -163,7 +199,7 @@ void Session::Execute(const transport::RecordHeader& rec) {
                                 << (rec.reply_slot >= 0 ? ", sync" : ", async") << ")";
   }
   MaybeChaos(SessionOptions::Chaos::Point::kBeforeAppend);
-  if (options_.journal != nullptr) {
+  if (journal_here) {
     // Log before apply.
     const uint64_t minibatch = options_.journal->minibatch();
     if (validator_ != nullptr && options_.journal->BoundaryBefore(rec)) {
@@ -188,6 +224,7 @@ void Session::Execute(const transport::RecordHeader& rec) {
       }
     }
   }
+  finish_journaling();
   if (validator_ != nullptr && traits.journal == api::JournalClass::kState) {
     validator_->NoteStateRequest(traits.name);
   }
@@ -234,6 +271,10 @@ void Session::Execute(const transport::RecordHeader& rec) {
     }
     std::memcpy(reply, &prefix, sizeof(prefix));
     if (options_.journal != nullptr) {
+      // A synchronous request is never journaled ahead, and the thread waits
+      // for it (barrier): the lock only orders memory.
+      std::unique_lock<std::mutex> lock;
+      if (ahead_ != nullptr) lock = std::unique_lock<std::mutex>(ahead_->mu);
       absl::Status s = options_.journal->AfterExecute(
           rec, status, absl::string_view(reply + kReplyPrefixSize, out.size()));
       if (!s.ok()) JournalFailed(s);
@@ -247,6 +288,84 @@ void Session::Execute(const transport::RecordHeader& rec) {
     // synchronous NCCL call (docs/design.md, "NCCL calls").
     int32_t& deferred = nccl ? nccl_deferred_error_ : deferred_error_;
     if (deferred == 0) deferred = status;
+  }
+}
+
+bool Session::Plain(const transport::RecordHeader& rec) const {
+  // Not: a marked step or a minibatch boundary (their snapshot, validator
+  // and collective bookkeeping run on the executor, in order); a
+  // synchronous request (its outcome entry must follow it in the journal);
+  // a request not journaled at all (recovery skips every ring request up to
+  // the last journaled one, so those journaled ahead must be contiguous).
+  if (rec.api_id == hooks::kMarkStepApiId || rec.reply_slot >= 0) return false;
+  if (api::Traits(static_cast<uint32_t>(rec.api_id)).journal == api::JournalClass::kSkip) {
+    return false;
+  }
+  return !options_.journal->BoundaryBefore(rec);
+}
+
+void Session::StartJournalAhead() {
+  if (options_.journal == nullptr || !options_.journal_ahead) return;
+  ahead_ = std::make_unique<JournalAhead>();
+  ahead_->pos = channel_->requests().read_position();
+  ahead_->thread = std::thread([this] { JournalAheadLoop(); });
+}
+
+void Session::StopJournalAhead() {
+  if (ahead_ == nullptr) return;
+  ahead_->stop.store(true);
+  channel_->requests().WakeAll();
+  ahead_->thread.join();
+  REVENANT_LOG(INFO, "agent") << "journal-ahead: " << ahead_->by_thread
+                              << " requests journaled ahead by its thread, "
+                              << ahead_->by_executor << " by the executor";
+  ahead_.reset();
+}
+
+void Session::JournalAheadLoop() {
+  JournalAhead& a = *ahead_;
+  transport::RingConsumer& ring = channel_->requests();
+  while (!a.stop.load(std::memory_order_acquire)) {
+    std::function<bool()> ready;
+    {
+      std::lock_guard<std::mutex> lock(a.mu);
+      const uint64_t barrier = a.barrier.load(std::memory_order_acquire);
+      if (a.done.load(std::memory_order_acquire) < barrier) {
+        // The executor journaled a request and has not finished it.
+        ready = [&a, barrier] {
+          return a.done.load(std::memory_order_acquire) >= barrier || a.stop.load();
+        };
+      } else {
+        uint64_t pos = a.pos;
+        absl::StatusOr<const transport::RecordHeader*> r = ring.PeekAt(&pos);
+        if (!r.ok()) {
+          // The executor reaches the same record and reports it.
+          REVENANT_LOG(WARNING, "agent") << "journal-ahead stops: " << r.status();
+          return;
+        }
+        a.pos = pos;  // past padding
+        if (*r == nullptr) {
+          ready = [&a, &ring, pos] { return ring.head_position() > pos || a.stop.load(); };
+        } else if (!Plain(**r)) {
+          const uint64_t seq = (*r)->seq;
+          ready = [&a, seq] {
+            return a.journaled.load(std::memory_order_acquire) >= seq || a.stop.load();
+          };
+        } else {
+          const transport::RecordHeader& rec = **r;
+          if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec));
+              !s.ok()) {
+            JournalFailed(s);
+          }
+          a.pos = pos + rec.stride();
+          a.journaled.store(rec.seq, std::memory_order_release);
+          ++a.by_thread;
+          continue;
+        }
+      }
+    }
+    const absl::Status w = ring.WaitUntil(ready, absl::Now() + absl::Milliseconds(200));
+    if (absl::IsUnavailable(w)) return;  // the application is gone
   }
 }
 

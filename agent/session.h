@@ -20,6 +20,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -77,6 +78,12 @@ struct SessionOptions {
   // journal. `rank` names this agent in its reports.
   uint64_t validate_every = 0;
   int rank = 0;
+
+  // Journal-ahead thread (docs/design.md, "Journal-ahead"): a second thread
+  // journals the asynchronous requests waiting in the ring while the
+  // executor runs earlier ones, so that journaling leaves the executor's
+  // path. Off for chaos kills before or after an append (exact crash points).
+  bool journal_ahead = false;
 };
 
 class Validator;
@@ -157,6 +164,33 @@ class Session {
   absl::Status ExecuteJournaled(const journal::JournalEntry& entry,
                                 const journal::JournalEntry* expected);
   [[noreturn]] static void JournalFailed(const absl::Status& status);
+
+  // Journal-ahead (SessionOptions::journal_ahead). The ring's requests are
+  // journaled in seq order, each exactly once, by this thread or by the
+  // executor, under `mu`: the thread takes asynchronous requests that start
+  // no minibatch (Plain); every other request it leaves to the executor and
+  // waits until the executor journaled it, and after a request the executor
+  // journaled it waits until the executor finished it (its outcome entry
+  // comes next in the journal). The executor takes any request not yet
+  // journaled when it reaches it, so it never waits for the thread.
+  struct JournalAhead {
+    std::mutex mu;
+    uint64_t pos = 0;  // ring position after the last journaled request (mu)
+    std::atomic<uint64_t> journaled{0};  // every request <= this is journaled
+    std::atomic<uint64_t> barrier{0};    // nothing journaled until done >= barrier
+    std::atomic<uint64_t> done{0};       // the executor finished every request <= this
+    std::atomic<bool> stop{false};
+    uint64_t by_thread = 0, by_executor = 0;  // requests journaled (mu)
+    std::thread thread;
+  };
+  std::unique_ptr<JournalAhead> ahead_;
+  uint64_t ahead_seen_ = 0;  // the executor's last read of ahead_->journaled
+  bool executor_journaled_ = false;  // by the last Execute
+  void StartJournalAhead();
+  void StopJournalAhead();
+  void JournalAheadLoop();
+  // Whether the journal-ahead thread may journal `rec` (mu held).
+  bool Plain(const transport::RecordHeader& rec) const;
 
   Backend* const backend_;
   std::unique_ptr<transport::ShmServerChannel> channel_;

@@ -440,14 +440,18 @@ class SegmentWriter {
     // An inline payload over the threshold (an entry read back with its
     // payload loaded: re-open, compaction) takes the same out-of-line path.
     std::string moved;
+    const size_t inline_limit = mapped_log_ != nullptr
+                                    ? std::max(options_.inline_payload_threshold,
+                                               options_.mapped_inline_payload_threshold)
+                                    : options_.inline_payload_threshold;
     if (payload.empty() && entry->has_inline_payload() &&
-        entry->inline_payload().size() > options_.inline_payload_threshold) {
+        entry->inline_payload().size() > inline_limit) {
       moved = std::move(*entry->mutable_inline_payload());
       entry->clear_inline_payload();
       payload = moved;
     }
     uint64_t payload_bytes = 0;
-    if (payload.size() > options_.inline_payload_threshold) {
+    if (payload.size() > inline_limit) {
       // The payload goes first, so a record never points at bytes not
       // written. Written from the caller's memory: no copy into the entry.
       PayloadRef* ref = entry->mutable_payload_ref();
@@ -542,7 +546,9 @@ class SegmentWriter {
   static constexpr size_t kFirstChunk = log::kBlockSize;
   // A minibatch segment holds several training steps between boundary
   // markers: a larger first chunk means fewer new segments (renames).
-  static constexpr size_t kFirstMinibatchChunk = 4 * log::kBlockSize;
+  // 512 KiB: ~50 steps of train_mlp (32 samples, ~9 KiB per step with its
+  // inline input batch) per segment.
+  static constexpr size_t kFirstMinibatchChunk = 16 * log::kBlockSize;
   size_t first_chunk() const {
     return header_.kind() == MINIBATCH ? kFirstMinibatchChunk : kFirstChunk;
   }

@@ -70,6 +70,11 @@ enum class SyncPolicy {
 struct JournalOptions {
   // Payloads longer than this are stored out of line in the payload file.
   size_t inline_payload_threshold = 4096;
+  // The threshold for a log written through a mapping (mapped_logs), where
+  // an inline payload costs a memcpy, not a system call: a training step's
+  // input batch then needs no write(2) to a payload file, and (a payload
+  // file ends the boundary markers) no new minibatch segment per step.
+  size_t mapped_inline_payload_threshold = 64 << 10;
   SyncPolicy sync = SyncPolicy::kNone;
   // The setup log is compacted when its dead bytes exceed its live bytes and
   // also this many bytes (so that small journals are not rewritten over and

@@ -355,7 +355,7 @@ TEST(JournalTest, PayloadByReference) {
 TEST(JournalTest, PayloadByReferenceCorruptionIsDetected) {
   const std::string dir = TestDir("by_reference_corrupt");
   auto j = OpenJournal(dir);
-  const std::string big(50000, 'q');
+  const std::string big(100000, 'q');
   ASSERT_TRUE(j->AppendMinibatch(Entry(1), big).ok());
   j.reset();
   const std::string payload = OnlyFile(dir, "minibatch-", ".payload");
@@ -392,7 +392,7 @@ TEST(JournalTest, BoundaryClearsMinibatchLog) {
   ASSERT_TRUE(j->AppendSetup(Entry(++seq)).ok());
   for (int i = 0; i < 10; ++i) {
     JournalEntry e = Entry(++seq);
-    e.set_inline_payload(std::string(10000, 'p'));
+    e.set_inline_payload(std::string(70000, 'p'));
     ASSERT_TRUE(j->AppendMinibatch(e).ok());
   }
   EXPECT_EQ(10u, ReadLog(dir, MINIBATCH).entries.size());
@@ -699,11 +699,11 @@ class CorruptionTest : public ::testing::Test {
     auto j = OpenJournal(dir_);
     ASSERT_TRUE(j->AppendSetup(Entry(1)).ok());
     JournalEntry e = Entry(2);
-    e.set_inline_payload(std::string(10000, 'P'));
+    e.set_inline_payload(std::string(70000, 'P'));
     ASSERT_TRUE(j->AppendSetup(e).ok());
     ASSERT_TRUE(j->AppendSetup(Entry(3)).ok());
     JournalEntry m = Entry(4);
-    m.set_inline_payload(std::string(6000, 'M'));
+    m.set_inline_payload(std::string(70000, 'M'));
     ASSERT_TRUE(j->AppendMinibatch(m).ok());
     log_ = OnlyFile(dir_, "setup-", ".log");
     payload_ = OnlyFile(dir_, "setup-", ".payload");
@@ -777,7 +777,7 @@ TEST_F(CorruptionTest, TruncatedPayload) {
   s.resize(s.size() - 1);
   SetContents(payload_, s);
   Read r = ReadLog(dir_, SETUP);
-  ExpectDataLoss(r, payload_, "truncated payload at offset 0: entry seq 2 needs 10000 bytes");
+  ExpectDataLoss(r, payload_, "truncated payload at offset 0: entry seq 2 needs 70000 bytes");
   EXPECT_THAT(r.seqs(), ElementsAreArray({1}));
 }
 
@@ -815,11 +815,11 @@ TEST_F(CorruptionTest, ReopenContinuesAndChecksSeq) {
   Read r = ReadLog(dir_, SETUP);
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_THAT(r.seqs(), ElementsAreArray({1, 2, 3, 5}));
-  EXPECT_EQ(std::string(10000, 'P'), r.entries[1].inline_payload());
+  EXPECT_EQ(std::string(70000, 'P'), r.entries[1].inline_payload());
   Read m = ReadLog(dir_, MINIBATCH);
   ASSERT_TRUE(m.status.ok()) << m.status;
   EXPECT_THAT(m.seqs(), ElementsAreArray({4}));
-  EXPECT_EQ(std::string(6000, 'M'), m.entries[0].inline_payload());
+  EXPECT_EQ(std::string(70000, 'M'), m.entries[0].inline_payload());
   // Exactly one live segment per log (plus payloads): the old ones are gone.
   EXPECT_EQ(4u, ListDir(dir_)->size());
 }
@@ -1028,6 +1028,42 @@ TEST(JournalTest, BoundaryMarkers) {
   EXPECT_THAT(std::string(r.status.message()), HasSubstr("boundary marker in a setup log"));
 }
 
+// In a mapped log a training step's input batch (here 8 KiB, over the
+// write(2) threshold of 4 KiB) stays inline: no payload file, so boundaries
+// stay markers in one segment instead of a new segment per step. Written
+// with write(2), the same payload goes to the payload file.
+TEST(JournalTest, MappedLogsKeepStepPayloadsInline) {
+  for (const bool mapped : {true, false}) {
+    const std::string dir = TestDir(mapped ? "inline_mapped" : "inline_write");
+    JournalOptions options;
+    options.mapped_logs = mapped;
+    auto j = OpenJournal(dir, options);
+    ASSERT_NE(j, nullptr);
+    const std::string batch(8192, 'x');
+    uint64_t seq = 1;
+    ASSERT_TRUE(j->AppendSetup(Entry(seq++)).ok());
+    for (uint64_t step = 1; step <= 30; ++step) {
+      ASSERT_TRUE(j->MarkBoundary(step).ok());
+      std::string payload = batch;
+      payload[0] = static_cast<char>(step);
+      ASSERT_TRUE(j->AppendMinibatch(Entry(seq++), payload).ok());
+      for (int k = 0; k < 5; ++k) ASSERT_TRUE(j->AppendMinibatch(Entry(seq++)).ok());
+    }
+    EXPECT_EQ(mapped ? 0 : 1, CountFiles(dir, "minibatch-", ".payload")) << "mapped " << mapped;
+    EXPECT_EQ(1, CountFiles(dir, "minibatch-", ".log"));
+    Read r = ReadLog(dir, MINIBATCH);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    ASSERT_EQ(6u, r.entries.size());
+    EXPECT_EQ(8192u, r.entries[0].inline_payload().size());
+    EXPECT_EQ(30, r.entries[0].inline_payload()[0]);
+    if (mapped) {
+      // 30 steps of ~8.5 KiB fit the first chunk: one segment holds them
+      // all (markers), none started per step.
+      EXPECT_GT(j->stats().minibatch_segment_bytes, 30u * 8192u);
+    }
+  }
+}
+
 // A process killed with SIGKILL while it journals a training loop (mapped
 // logs, a boundary every step, some entries to the setup log) leaves a
 // journal that reads back without any report as an exact prefix of what it
@@ -1038,7 +1074,7 @@ bool KillIsSetup(int i) { return i % 7 == 0; }
 std::string KillPayload(uint64_t seq) {
   // Now and then out of line (the segment then gets a payload file and the
   // next boundary starts a new segment; otherwise boundaries are markers).
-  return std::string(seq % 97 == 0 ? 5000 + seq % 3000 : seq % 300,
+  return std::string(seq % 97 == 0 ? 70000 + seq % 3000 : seq % 300,
                      static_cast<char>('a' + seq % 26));
 }
 

@@ -80,6 +80,9 @@ ABSL_FLAG(int, spares, 0,
 ABSL_FLAG(std::string, snapshots, "auto",
           "boundary snapshots of each rank's device state (docs/recovery.md): on, off, or auto "
           "(on when the job has one rank, which has no replica to recover from)");
+ABSL_FLAG(std::string, journal_ahead, "auto",
+          "agents journal asynchronous requests on a second thread, ahead of the executor: "
+          "on, off, or auto (on with 4 or more CPUs)");
 ABSL_FLAG(bool, journal, true, "agents journal calls (needed for recovery; off to measure its cost)");
 ABSL_FLAG(std::string, events_file, "",
           "copy the job's recovery events (JSON lines) here before the job directory goes");
@@ -306,6 +309,13 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "revenant-run: --snapshots must be auto, on or off\n");
     return 2;
   }
+  {
+    const std::string ahead = absl::GetFlag(FLAGS_journal_ahead);
+    if (ahead != "auto" && ahead != "on" && ahead != "off") {
+      std::fprintf(stderr, "revenant-run: --journal_ahead must be auto, on or off\n");
+      return 2;
+    }
+  }
   if (n < 1 || n > 1024) {
     std::fprintf(stderr, "revenant-run: -n must be between 1 and 1024\n");
     return 2;
@@ -399,6 +409,7 @@ int Main(int argc, char** argv) {
                                      "--job=" + job,
                                      absl::StrCat("--journal=", absl::GetFlag(FLAGS_journal)),
                                      "--snapshots=" + snapshots,
+                                     "--journal_ahead=" + absl::GetFlag(FLAGS_journal_ahead),
                                      absl::StrCat("--world_size=", n),
                                      "--die_with_parent"};
     // The agent uses the GPU of its local rank (one node: local rank = rank).

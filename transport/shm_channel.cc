@@ -355,29 +355,48 @@ RingConsumer::RingConsumer(RingControl* ctrl, char* data, size_t capacity,
   ResetReadCursorToReleased();
 }
 
-absl::StatusOr<const RecordHeader*> RingConsumer::Current() {
+absl::StatusOr<const RecordHeader*> RingConsumer::PeekAt(uint64_t* pos) const {
   const uint64_t head = ctrl_->head.load(std::memory_order_acquire);
-  while (read_pos_ < head) {
-    const uint64_t idx = read_pos_ & (capacity_ - 1);
+  while (*pos < head) {
+    const uint64_t idx = *pos & (capacity_ - 1);
     const uint64_t rem = capacity_ - idx;
     if (rem < sizeof(RecordHeader)) {  // Implicit padding.
-      read_pos_ += rem;
+      *pos += rem;
       continue;
     }
     const auto* h = reinterpret_cast<const RecordHeader*>(data_ + idx);
     if (h->size < sizeof(RecordHeader) || h->stride() > rem ||
-        read_pos_ + h->stride() > head) {
+        *pos + h->stride() > head) {
       return absl::DataLossError(absl::StrFormat(
-          "malformed ring record at position %u: size %u", read_pos_,
+          "malformed ring record at position %u: size %u", *pos,
           h->size));
     }
     if (h->api_id == kPaddingApiId && h->seq == 0) {
-      read_pos_ += h->stride();
+      *pos += h->stride();
       continue;
     }
     return h;
   }
   return static_cast<const RecordHeader*>(nullptr);
+}
+
+absl::StatusOr<const RecordHeader*> RingConsumer::Current() {
+  return PeekAt(&read_pos_);
+}
+
+absl::Status RingConsumer::WaitUntil(const std::function<bool()>& ready,
+                                     absl::Time deadline) {
+  return shm_internal::WaitFor(ready, &ctrl_->data_futex,
+                               &ctrl_->consumer_waiting, deadline, peer_dead_,
+                               "the journal-ahead reader's turn");
+}
+
+uint64_t RingConsumer::head_position() const {
+  return ctrl_->head.load(std::memory_order_acquire);
+}
+
+void RingConsumer::WakeWaiters() {
+  shm_internal::WakeIfWaiting(&ctrl_->data_futex, &ctrl_->consumer_waiting);
 }
 
 absl::StatusOr<const RecordHeader*> RingConsumer::TryPeek() {
@@ -626,8 +645,12 @@ absl::StatusOr<std::unique_ptr<ShmServerChannel>> ShmServerChannel::Attach(
         "channel file %s is %u bytes, smaller than its header page", path,
         file_size));
   }
-  void* base = mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                    map->fd, 0);
+  // MAP_POPULATE: the server maps every page now (a few tens of MiB of
+  // tmpfs the client's file holds anyway), instead of taking a page fault on
+  // each 64 KiB of the request ring it reaches for the first time while
+  // serving -- on the executor's path, for the whole first pass of the ring.
+  void* base = mmap(nullptr, file_size, PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_POPULATE, map->fd, 0);
   if (base == MAP_FAILED) {
     return absl::ErrnoToStatus(errno, absl::StrCat("mmap ", path));
   }

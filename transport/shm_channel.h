@@ -69,6 +69,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -226,6 +227,25 @@ class RingConsumer {
 
   uint64_t released_seq() const;
   void WakeAll();
+
+  // Ring position of the record the last Peek returned (the read cursor).
+  uint64_t read_position() const { return read_pos_; }
+
+  // A second reader, for another thread of the consumer process that reads
+  // ahead of the read cursor without consuming (the agent's journal-ahead
+  // thread): the record at *pos after skipping padding (*pos moves past
+  // it), or nullptr when none is readable yet. The caller keeps *pos at or
+  // past the read cursor and past nothing released. Thread-safe against the
+  // consumer's own calls.
+  absl::StatusOr<const RecordHeader*> PeekAt(uint64_t* pos) const;
+  // Waits (spin, then futex sleeps; bounded by `deadline`) until ready()
+  // holds, woken by every producer commit and by WakeWaiters. For that
+  // second reader. kDeadlineExceeded / kUnavailable as Peek.
+  absl::Status WaitUntil(const std::function<bool()>& ready, absl::Time deadline);
+  // Wakes WaitUntil/Peek sleepers, if any (no system call otherwise).
+  void WakeWaiters();
+  // The ring position after the last committed record.
+  uint64_t head_position() const;
 
  private:
   // Skips padding at read_pos_; returns the record there or nullptr.

@@ -20,7 +20,7 @@ if [ "$MODE" = all ] || [ "$MODE" = journal ]; then
     local log=$1 flags=$2; shift 2
     timeout 200 $RUN -n 1 --backend=cuda $flags --timeout=180 -- "$@" >"$log" 2>&1
   }
-  NATIVE=1 bash "$G/bench/journal_step.sh" "${JSTEP_PAIRS:-8}" 20000 2000 \
+  NATIVE=1 EXTRA_ARM="noahead --journal_ahead=off" bash "$G/bench/journal_step.sh" "${JSTEP_PAIRS:-8}" 20000 2000 \
     $RUN -n 1 --backend=cuda --snapshots=off --timeout=180 -- "$G/apps/train_mlp.bin" \
     >"$LOGS/journal_step.log" 2>&1; rc=$?
   if [ $rc -eq 0 ] && grep -q "RESULT journal_step_ratio" "$LOGS/journal_step.log"; then s=PASS; else s="FAIL (rc=$rc)"; fi

@@ -18,6 +18,13 @@ if [ -n "${RECOVERY_TEST_BACKEND_ARGS:-}" ]; then
 else
   common+=(--backend=host --host_kernels="$kernels")
 fi
+# RECOVERY_TEST_EXTRA_ARGS: further revenant-run options for every run (the
+# journal-ahead variants: "--journal_ahead=on").
+if [ -n "${RECOVERY_TEST_EXTRA_ARGS:-}" ]; then
+  read -r -a extra_args <<<"$RECOVERY_TEST_EXTRA_ARGS"
+  common+=("${extra_args[@]}")
+  echo "extra revenant-run options: ${extra_args[*]}"
+fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
