@@ -114,7 +114,7 @@ absl::StatusOr<std::unique_ptr<RequestJournal>> RequestJournal::Continue(
       journal::Journal::Open(dir, job, static_cast<uint32_t>(rank), options.journal);
   if (!j.ok()) return j.status();
   auto rj = std::unique_ptr<RequestJournal>(new RequestJournal(std::move(*j), options));
-  rj->minibatch_ = minibatch;
+  rj->minibatch_.store(minibatch);
   std::ifstream anchor(dir + "/anchor");
   uint64_t a = 0;
   if (anchor >> a) rj->detector_.SetAnchor(a);
@@ -147,8 +147,10 @@ class RequestJournal::Timed {
 };
 
 absl::Status RequestJournal::Boundary() {
-  ++minibatch_;
-  return journal_->MarkBoundary(minibatch_);
+  const uint64_t next = minibatch_.load() + 1;
+  absl::Status s = journal_->MarkBoundary(next);
+  minibatch_.store(next, std::memory_order_release);
+  return s;
 }
 
 absl::Status RequestJournal::MarkStep() {
@@ -185,13 +187,14 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   // The reply slot rides in the upper half of flags: a replacement posts the
   // reply of a replayed request the application still waits for.
   e.set_flags((rec.flags & 0xffffu) | (static_cast<uint32_t>(rec.reply_slot + 1) << 16));
-  e.set_minibatch(minibatch_);
+  e.set_minibatch(minibatch_.load(std::memory_order_relaxed));
   if (IsFree(id) || traits.destroys != api::HandleKind::kNone) {
     e.add_destroys(FirstU64(body));
   }
   if (IsSharedHostAlloc(id)) e.add_creates(FirstU64(body));
 
-  const bool setup = traits.journal == api::JournalClass::kState || minibatch_ == 0;
+  const bool setup = traits.journal == api::JournalClass::kState ||
+                     minibatch_.load(std::memory_order_relaxed) == 0;
   last_in_setup_ = setup;
   last_journaled_ = true;
   // The payload (a pinned source, possibly hundreds of MiB) goes to the
@@ -214,7 +217,7 @@ absl::Status RequestJournal::AfterExecute(const transport::RecordHeader& rec, in
   e.set_completes(rec.seq * 2);
   e.set_status(status);
   e.set_outputs(outputs.data(), outputs.size());
-  e.set_minibatch(minibatch_);
+  e.set_minibatch(minibatch_.load(std::memory_order_relaxed));
   if (status == 0 && (IsAllocation(id) || traits.creates != api::HandleKind::kNone)) {
     const uint64_t key = FirstOutU64(outputs);
     if (key != 0) e.add_creates(key);

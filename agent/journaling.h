@@ -26,6 +26,7 @@
 #ifndef REVENANT_AGENT_JOURNALING_H_
 #define REVENANT_AGENT_JOURNALING_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -134,7 +135,9 @@ class RequestJournal {
   uint64_t busy_ns() const { return busy_ns_; }
   uint64_t calls() const { return calls_; }
 
-  uint64_t minibatch() const { return minibatch_; }
+  // Read by other threads than the journaling one (the executor, while the
+  // journal-ahead thread journals a boundary).
+  uint64_t minibatch() const { return minibatch_.load(std::memory_order_acquire); }
   journal::JournalStats stats() const { return journal_->stats(); }
   const std::string& dir() const { return journal_->dir(); }
 
@@ -145,7 +148,7 @@ class RequestJournal {
   std::unique_ptr<journal::Journal> journal_;
   const Options options_;
   MinibatchDetector detector_;
-  uint64_t minibatch_ = 0;  // 0: still in the setup phase
+  std::atomic<uint64_t> minibatch_{0};  // 0: still in the setup phase
   // The last journaled request went to the setup log (its outcome follows it).
   bool last_in_setup_ = true;
   bool last_journaled_ = false;

@@ -103,9 +103,11 @@ void Session::Run() {
     ch->Release(seq);
     if (ahead_ != nullptr) {
       ahead_->done.store(seq, std::memory_order_release);
-      // The journal-ahead thread waits for this after a request the executor
-      // journaled (its barrier).
-      if (executor_journaled_) ch->requests().WakeWaiters();
+      // The journal-ahead thread waits for this after a synchronous request
+      // or one the executor journaled (its barrier).
+      if (executor_journaled_ || seq == ahead_->barrier.load(std::memory_order_relaxed)) {
+        ch->requests().WakeWaiters();
+      }
     }
     ++executed;
   }
@@ -150,26 +152,60 @@ void Session::Execute(const transport::RecordHeader& rec) {
   // journal-ahead lock until it is journaled (finish_journaling).
   executor_journaled_ = false;
   bool journal_here = options_.journal != nullptr;
-  std::unique_lock<std::mutex> ahead_lock;
+  bool ahead_locked = false;
   if (ahead_ != nullptr && journal_here) {
-    if (rec.seq <= ahead_seen_ ||
-        (ahead_seen_ = ahead_->journaled.load(std::memory_order_acquire)) >= rec.seq) {
+    JournalAhead& a = *ahead_;
+    if (rec.seq <= ahead_seen_) {
       journal_here = false;
     } else {
-      ahead_lock = std::unique_lock<std::mutex>(ahead_->mu);
-      if ((ahead_seen_ = ahead_->journaled.load(std::memory_order_acquire)) >= rec.seq) {
-        journal_here = false;
-        ahead_lock.unlock();
+      // The thread is usually just behind: a bounded spin for it, unless it
+      // stopped at this request (left to the executor).
+      const absl::Time give_up = absl::Now() + absl::Microseconds(20);
+      for (int i = 0;; ++i) {
+        ahead_seen_ = a.journaled.load(std::memory_order_acquire);
+        if (ahead_seen_ >= rec.seq) break;
+        if (a.stopped_at.load(std::memory_order_acquire) == rec.seq) break;
+        if ((i & 63) == 63 && absl::Now() >= give_up) break;
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
       }
+      if (ahead_seen_ >= rec.seq) {
+        journal_here = false;
+      } else {
+        a.mu.Lock();
+        ahead_seen_ = a.journaled.load(std::memory_order_acquire);
+        if (ahead_seen_ >= rec.seq) {
+          journal_here = false;
+          a.mu.Unlock();
+        } else {
+          ahead_locked = true;
+        }
+      }
+    }
+    if (!journal_here && rec.seq == a.next_boundary.load(std::memory_order_acquire)) {
+      // The thread journaled the boundary before this request: the backend
+      // starts the minibatch now, in order (collective ordinals restart).
+      uint64_t minibatch = 0;
+      {
+        absl::MutexLock lock(&a.mu);
+        minibatch = a.boundaries.front().second;
+        a.boundaries.pop_front();
+        a.next_boundary.store(a.boundaries.empty() ? 0 : a.boundaries.front().first,
+                              std::memory_order_release);
+      }
+      backend_->MarkBoundary(minibatch);
     }
   }
   auto finish_journaling = [&] {
-    if (!ahead_lock.owns_lock()) return;
+    if (!ahead_locked) return;
     ahead_->pos = channel_->requests().read_position() + rec.stride();
     ahead_->barrier.store(rec.seq, std::memory_order_release);
     ahead_->journaled.store(rec.seq, std::memory_order_release);
+    ahead_seen_ = rec.seq;
     ++ahead_->by_executor;
-    ahead_lock.unlock();
+    ahead_locked = false;
+    ahead_->mu.Unlock();
     executor_journaled_ = true;
   };
   if (rec.api_id == hooks::kMarkStepApiId) {
@@ -273,10 +309,10 @@ void Session::Execute(const transport::RecordHeader& rec) {
     if (options_.journal != nullptr) {
       // A synchronous request is never journaled ahead, and the thread waits
       // for it (barrier): the lock only orders memory.
-      std::unique_lock<std::mutex> lock;
-      if (ahead_ != nullptr) lock = std::unique_lock<std::mutex>(ahead_->mu);
+      if (ahead_ != nullptr) ahead_->mu.Lock();
       absl::Status s = options_.journal->AfterExecute(
           rec, status, absl::string_view(reply + kReplyPrefixSize, out.size()));
+      if (ahead_ != nullptr) ahead_->mu.Unlock();
       if (!s.ok()) JournalFailed(s);
     }
     channel_->PostReply(rec.reply_slot, rec.seq, static_cast<uint32_t>(status),
@@ -292,22 +328,25 @@ void Session::Execute(const transport::RecordHeader& rec) {
 }
 
 bool Session::Plain(const transport::RecordHeader& rec) const {
-  // Not: a marked step or a minibatch boundary (their snapshot, validator
-  // and collective bookkeeping run on the executor, in order); a
-  // synchronous request (its outcome entry must follow it in the journal);
-  // a request not journaled at all (recovery skips every ring request up to
-  // the last journaled one, so those journaled ahead must be contiguous).
-  if (rec.api_id == hooks::kMarkStepApiId || rec.reply_slot >= 0) return false;
+  // Not: a marked step; a request not journaled at all (recovery skips every
+  // ring request up to the last journaled one, so the requests journaled
+  // ahead must be contiguous); a minibatch boundary unless the thread may
+  // journal boundaries (without snapshots, validator or chaos).
+  if (rec.api_id == hooks::kMarkStepApiId) return false;
   if (api::Traits(static_cast<uint32_t>(rec.api_id)).journal == api::JournalClass::kSkip) {
     return false;
   }
-  return !options_.journal->BoundaryBefore(rec);
+  return ahead_->thread_boundaries || !options_.journal->BoundaryBefore(rec);
 }
 
 void Session::StartJournalAhead() {
   if (options_.journal == nullptr || !options_.journal_ahead) return;
   ahead_ = std::make_unique<JournalAhead>();
   ahead_->pos = channel_->requests().read_position();
+  const SessionOptions::Chaos& c = options_.chaos;
+  ahead_->thread_boundaries = snapshots_ == nullptr && validator_ == nullptr &&
+                              c.after_calls == 0 && c.minibatch == 0 &&
+                              skip_until_minibatch_ == 0;
   ahead_->thread = std::thread([this] { JournalAheadLoop(); });
 }
 
@@ -317,8 +356,8 @@ void Session::StopJournalAhead() {
   channel_->requests().WakeAll();
   ahead_->thread.join();
   REVENANT_LOG(INFO, "agent") << "journal-ahead: " << ahead_->by_thread
-                              << " requests journaled ahead by its thread, "
-                              << ahead_->by_executor << " by the executor";
+                              << " requests journaled by its thread, " << ahead_->by_executor
+                              << " by the executor";
   ahead_.reset();
 }
 
@@ -328,10 +367,11 @@ void Session::JournalAheadLoop() {
   while (!a.stop.load(std::memory_order_acquire)) {
     std::function<bool()> ready;
     {
-      std::lock_guard<std::mutex> lock(a.mu);
+      absl::MutexLock lock(&a.mu);
       const uint64_t barrier = a.barrier.load(std::memory_order_acquire);
       if (a.done.load(std::memory_order_acquire) < barrier) {
-        // The executor journaled a request and has not finished it.
+        // A synchronous request, or one the executor journaled, is not
+        // finished yet.
         ready = [&a, barrier] {
           return a.done.load(std::memory_order_acquire) >= barrier || a.stop.load();
         };
@@ -348,16 +388,25 @@ void Session::JournalAheadLoop() {
           ready = [&a, &ring, pos] { return ring.head_position() > pos || a.stop.load(); };
         } else if (!Plain(**r)) {
           const uint64_t seq = (*r)->seq;
+          a.stopped_at.store(seq, std::memory_order_release);
           ready = [&a, seq] {
             return a.journaled.load(std::memory_order_acquire) >= seq || a.stop.load();
           };
         } else {
           const transport::RecordHeader& rec = **r;
+          const uint64_t minibatch = options_.journal->minibatch();
           if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec));
               !s.ok()) {
             JournalFailed(s);
           }
+          if (options_.journal->minibatch() != minibatch) {
+            a.boundaries.emplace_back(rec.seq, options_.journal->minibatch());
+            if (a.boundaries.size() == 1) {
+              a.next_boundary.store(rec.seq, std::memory_order_release);
+            }
+          }
           a.pos = pos + rec.stride();
+          if (rec.reply_slot >= 0) a.barrier.store(rec.seq, std::memory_order_release);
           a.journaled.store(rec.seq, std::memory_order_release);
           ++a.by_thread;
           continue;

@@ -14,6 +14,7 @@
 #define REVENANT_AGENT_SESSION_H_
 
 #include <atomic>
+#include <deque>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -23,6 +24,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "agent/backend.h"
 #include "agent/dispatch.h"
@@ -165,20 +167,29 @@ class Session {
                                 const journal::JournalEntry* expected);
   [[noreturn]] static void JournalFailed(const absl::Status& status);
 
-  // Journal-ahead (SessionOptions::journal_ahead). The ring's requests are
-  // journaled in seq order, each exactly once, by this thread or by the
-  // executor, under `mu`: the thread takes asynchronous requests that start
-  // no minibatch (Plain); every other request it leaves to the executor and
-  // waits until the executor journaled it, and after a request the executor
-  // journaled it waits until the executor finished it (its outcome entry
-  // comes next in the journal). The executor takes any request not yet
-  // journaled when it reaches it, so it never waits for the thread.
+  // Journal-ahead (SessionOptions::journal_ahead; docs/design.md). The
+  // ring's requests are journaled in seq order, each exactly once, by this
+  // thread or by the executor, under `mu`. The thread takes the requests
+  // Plain() allows; at any other it stops until the executor has journaled
+  // it. After a synchronous request (its outcome entry comes next in the
+  // journal) it waits until the executor finished it (barrier). A boundary
+  // it journaled is queued for the executor, which starts the minibatch in
+  // the backend just before that request. The executor journals a request
+  // itself when the thread stopped at it or has not reached it within a
+  // bounded spin.
   struct JournalAhead {
-    std::mutex mu;
+    absl::Mutex mu;
     uint64_t pos = 0;  // ring position after the last journaled request (mu)
     std::atomic<uint64_t> journaled{0};  // every request <= this is journaled
     std::atomic<uint64_t> barrier{0};    // nothing journaled until done >= barrier
     std::atomic<uint64_t> done{0};       // the executor finished every request <= this
+    std::atomic<uint64_t> stopped_at{0};  // the request the thread leaves to the executor
+    // Boundaries the thread journaled: (request seq, minibatch it starts).
+    std::deque<std::pair<uint64_t, uint64_t>> boundaries;  // mu
+    std::atomic<uint64_t> next_boundary{0};  // boundaries.front().first, 0: none
+    // Whether the thread may journal boundaries: no snapshots, validator,
+    // chaos or catching up (their boundary work runs with the journaling).
+    bool thread_boundaries = false;
     std::atomic<bool> stop{false};
     uint64_t by_thread = 0, by_executor = 0;  // requests journaled (mu)
     std::thread thread;
