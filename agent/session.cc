@@ -154,48 +154,8 @@ void Session::Execute(const transport::RecordHeader& rec) {
   bool journal_here = options_.journal != nullptr;
   bool ahead_locked = false;
   if (ahead_ != nullptr && journal_here) {
-    JournalAhead& a = *ahead_;
-    if (rec.seq <= ahead_seen_) {
-      journal_here = false;
-    } else {
-      // The thread is usually just behind: a bounded spin for it, unless it
-      // stopped at this request (left to the executor).
-      const absl::Time give_up = absl::Now() + absl::Microseconds(20);
-      for (int i = 0;; ++i) {
-        ahead_seen_ = a.journaled.load(std::memory_order_acquire);
-        if (ahead_seen_ >= rec.seq) break;
-        if (a.stopped_at.load(std::memory_order_acquire) == rec.seq) break;
-        if ((i & 63) == 63 && absl::Now() >= give_up) break;
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
-      }
-      if (ahead_seen_ >= rec.seq) {
-        journal_here = false;
-      } else {
-        a.mu.Lock();
-        ahead_seen_ = a.journaled.load(std::memory_order_acquire);
-        if (ahead_seen_ >= rec.seq) {
-          journal_here = false;
-          a.mu.Unlock();
-        } else {
-          ahead_locked = true;
-        }
-      }
-    }
-    if (!journal_here && rec.seq == a.next_boundary.load(std::memory_order_acquire)) {
-      // The thread journaled the boundary before this request: the backend
-      // starts the minibatch now, in order (collective ordinals restart).
-      uint64_t minibatch = 0;
-      {
-        absl::MutexLock lock(&a.mu);
-        minibatch = a.boundaries.front().second;
-        a.boundaries.pop_front();
-        a.next_boundary.store(a.boundaries.empty() ? 0 : a.boundaries.front().first,
-                              std::memory_order_release);
-      }
-      backend_->MarkBoundary(minibatch);
-    }
+    ahead_locked = journal_here = LockToJournal(rec);
+    if (!journal_here) StartBoundaryJournaledAhead(rec);
   }
   auto finish_journaling = [&] {
     if (!ahead_locked) return;
@@ -307,8 +267,8 @@ void Session::Execute(const transport::RecordHeader& rec) {
     }
     std::memcpy(reply, &prefix, sizeof(prefix));
     if (options_.journal != nullptr) {
-      // A synchronous request is never journaled ahead, and the thread waits
-      // for it (barrier): the lock only orders memory.
+      // The journal-ahead thread waits for this request to finish (barrier):
+      // the lock only orders memory.
       if (ahead_ != nullptr) ahead_->mu.Lock();
       absl::Status s = options_.journal->AfterExecute(
           rec, status, absl::string_view(reply + kReplyPrefixSize, out.size()));
@@ -325,6 +285,46 @@ void Session::Execute(const transport::RecordHeader& rec) {
     int32_t& deferred = nccl ? nccl_deferred_error_ : deferred_error_;
     if (deferred == 0) deferred = status;
   }
+}
+
+bool Session::LockToJournal(const transport::RecordHeader& rec) {
+  JournalAhead& a = *ahead_;
+  if (rec.seq <= ahead_seen_) return false;
+  // The thread is usually just behind: a bounded spin for it, unless it
+  // stopped at this request (left to the executor).
+  const absl::Time give_up = absl::Now() + absl::Microseconds(20);
+  for (int i = 0;; ++i) {
+    ahead_seen_ = a.journaled.load(std::memory_order_acquire);
+    if (ahead_seen_ >= rec.seq) return false;
+    if (a.stopped_at.load(std::memory_order_acquire) == rec.seq) break;
+    if ((i & 63) == 63 && absl::Now() >= give_up) break;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  a.mu.Lock();
+  ahead_seen_ = a.journaled.load(std::memory_order_acquire);
+  if (ahead_seen_ >= rec.seq) {
+    a.mu.Unlock();
+    return false;
+  }
+  return true;
+}
+
+void Session::StartBoundaryJournaledAhead(const transport::RecordHeader& rec) {
+  JournalAhead& a = *ahead_;
+  if (rec.seq != a.next_boundary.load(std::memory_order_acquire)) return;
+  // The thread journaled the boundary before this request: the backend
+  // starts the minibatch now, in order (collective ordinals restart).
+  uint64_t minibatch = 0;
+  {
+    absl::MutexLock lock(&a.mu);
+    minibatch = a.boundaries.front().second;
+    a.boundaries.pop_front();
+    a.next_boundary.store(a.boundaries.empty() ? 0 : a.boundaries.front().first,
+                          std::memory_order_release);
+  }
+  backend_->MarkBoundary(minibatch);
 }
 
 bool Session::Plain(const transport::RecordHeader& rec) const {

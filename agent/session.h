@@ -200,6 +200,12 @@ class Session {
   void StartJournalAhead();
   void StopJournalAhead();
   void JournalAheadLoop();
+  // Whether the executor journals `rec` itself; if so, returns with mu
+  // held (else the thread journaled it, possibly after a bounded spin).
+  bool LockToJournal(const transport::RecordHeader& rec);
+  // A request the thread journaled a boundary before: starts the minibatch
+  // in the backend.
+  void StartBoundaryJournaledAhead(const transport::RecordHeader& rec);
   // Whether the journal-ahead thread may journal `rec` (mu held).
   bool Plain(const transport::RecordHeader& rec) const;
 
