@@ -476,15 +476,22 @@ class SegmentWriter {
       }
       payload_length_ += payload.size();
       payload_bytes = payload.size();
-    } else if (!payload.empty()) {
-      entry->set_inline_payload(payload.data(), payload.size());
     }
+    // An inline payload given by reference is encoded last (field 5 after
+    // the others: protobuf accepts fields in any order) and copied once,
+    // from the caller's memory straight into the log.
+    absl::string_view inline_tail;
+    if (!payload.empty() && payload_bytes == 0) inline_tail = payload;
     entry->set_prev_seq(last_seq_);
     const uint64_t before = writer_->file_length();
     // The serialization buffer is reused: no allocation per record.
     record_.clear();
     EncodeEntry(*entry, &record_);
-    absl::Status s = writer_->AddRecord(record_, sync);
+    if (!inline_tail.empty()) {
+      PutVarint((5 << 3) | 2, &record_);
+      PutVarint(inline_tail.size(), &record_);
+    }
+    absl::Status s = writer_->AddRecord(record_, inline_tail, sync);
     if (record_.capacity() > (size_t{1} << 20)) std::string().swap(record_);
     if (!s.ok()) {
       status_ = s;

@@ -28,9 +28,20 @@ Writer::Writer(MappedLogFile* dest) : dest_(nullptr), mapped_(dest), block_offse
   }
 }
 
+absl::Status Writer::AddRecord(absl::string_view head, absl::string_view tail, bool sync) {
+  if (!status_.ok()) return status_;
+  if (mapped_ != nullptr) return AddRecordMapped(head, tail, sync);
+  if (tail.empty()) return AddRecord(head, sync);
+  std::string joined;
+  joined.reserve(head.size() + tail.size());
+  joined.append(head.data(), head.size());
+  joined.append(tail.data(), tail.size());
+  return AddRecord(joined, sync);
+}
+
 absl::Status Writer::AddRecord(absl::string_view record, bool sync) {
   if (!status_.ok()) return status_;
-  if (mapped_ != nullptr) return AddRecordMapped(record, sync);
+  if (mapped_ != nullptr) return AddRecordMapped(record, {}, sync);
   const char* ptr = record.data();
   size_t left = record.size();
   std::string& out = out_;
@@ -96,9 +107,13 @@ inline void StoreChecksum(char* p, uint32_t v) {
 
 }  // namespace
 
-absl::Status Writer::AddRecordMapped(absl::string_view record, bool sync) {
-  const char* ptr = record.data();
-  size_t left = record.size();
+absl::Status Writer::AddRecordMapped(absl::string_view head, absl::string_view tail, bool sync) {
+  // The record's bytes are head then tail; `piece` and `ptr` walk them.
+  absl::string_view pieces[2] = {head, tail};
+  int piece = head.empty() ? 1 : 0;
+  const char* ptr = pieces[piece].data();
+  size_t piece_left = pieces[piece].size();
+  size_t left = head.size() + tail.size();
   bool begin = true;
   do {
     size_t leftover = kBlockSize - block_offset_;
@@ -126,14 +141,29 @@ absl::Status Writer::AddRecordMapped(absl::string_view record, bool sync) {
     // compiler (and the CPU) from storing them in another order.
     StoreLength(h + 4, static_cast<uint16_t>(fragment));
     std::atomic_signal_fence(std::memory_order_seq_cst);
-    if (fragment > 0) std::memcpy(h + kHeaderSize, ptr, fragment);
-    StoreChecksum(h, crc32c::Mask(crc32c::Extend(type_crc_[type], ptr, fragment)));
+    // The fragment's data, from one or both pieces; the checksum over the
+    // bytes as copied.
+    uint32_t crc = type_crc_[type];
+    for (size_t done = 0; done < fragment;) {
+      if (piece_left == 0) {
+        ++piece;
+        ptr = pieces[piece].data();
+        piece_left = pieces[piece].size();
+        continue;
+      }
+      const size_t n = std::min(fragment - done, piece_left);
+      std::memcpy(h + kHeaderSize + done, ptr, n);
+      crc = crc32c::Extend(crc, ptr, n);
+      ptr += n;
+      piece_left -= n;
+      done += n;
+    }
+    StoreChecksum(h, crc32c::Mask(crc));
     std::atomic_thread_fence(std::memory_order_release);
     __atomic_store_n(reinterpret_cast<unsigned char*>(h + 6), static_cast<unsigned char>(type),
                      __ATOMIC_RELEASE);
     block_offset_ += kHeaderSize + fragment;
     file_length_ += kHeaderSize + fragment;
-    ptr += fragment;
     left -= fragment;
     begin = false;
   } while (left > 0);

@@ -42,6 +42,11 @@ class Writer {
 
   // Appends one logical record; syncs the file afterwards if `sync`.
   absl::Status AddRecord(absl::string_view record, bool sync = false);
+  // Appends the logical record `head` + `tail` (the same bytes as one
+  // AddRecord of their concatenation). A mapped writer copies each piece
+  // once, straight into the file: a large tail (a payload) is never copied
+  // into a buffer first.
+  absl::Status AddRecord(absl::string_view head, absl::string_view tail, bool sync = false);
 
   // Bytes appended to the file so far, including `dest_length`.
   uint64_t file_length() const { return file_length_; }
@@ -50,7 +55,7 @@ class Writer {
 
  private:
   void EmitPhysicalRecord(RecordType type, const char* data, size_t n, std::string* out);
-  absl::Status AddRecordMapped(absl::string_view record, bool sync);
+  absl::Status AddRecordMapped(absl::string_view head, absl::string_view tail, bool sync);
 
   WritableFile* const dest_;
   MappedLogFile* const mapped_;
