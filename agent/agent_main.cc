@@ -66,7 +66,8 @@ ABSL_FLAG(bool, chaos_corrupt_snapshot, false,
           "fault injection: with a snapshot --chaos_point, damage that boundary's snapshot first");
 ABSL_FLAG(bool, chaos_in_recovery, false, "fault injection: SIGKILL when recovering as a survivor");
 ABSL_FLAG(std::string, chaos_point, "after_append",
-          "where the chaos kill happens: before_append, after_append, after_execute; at the "
+          "where the chaos kill happens: before_append, after_append, after_execute, after_reply; "
+          "at the "
           "boundary of --chaos_minibatch with snapshots on: snapshot_partial, after_snapshot, "
           "after_boundary");
 ABSL_FLAG(uint64_t, validate_every, 0,
@@ -203,6 +204,7 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
   const std::string point = absl::GetFlag(FLAGS_chaos_point);
   options.chaos.point = point == "before_append"   ? SessionOptions::Chaos::Point::kBeforeAppend
                         : point == "after_execute" ? SessionOptions::Chaos::Point::kAfterExecute
+                        : point == "after_reply"   ? SessionOptions::Chaos::Point::kAfterReply
                         : point == "snapshot_partial"
                             ? SessionOptions::Chaos::Point::kSnapshotPartial
                         : point == "after_snapshot" ? SessionOptions::Chaos::Point::kAfterSnapshot

@@ -203,6 +203,12 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   return setup ? journal_->AppendSetup(&e, payload) : journal_->AppendMinibatch(&e, payload);
 }
 
+bool RequestJournal::OutcomeMayFollowReply(uint16_t api_id) {
+  const auto id = static_cast<api::ApiId>(api_id);
+  return id == api::ApiId::cudaStreamSynchronize || id == api::ApiId::cudaDeviceSynchronize ||
+         id == api::ApiId::cudaEventSynchronize || id == api::ApiId::cudaMemcpy;
+}
+
 absl::Status RequestJournal::AfterExecute(const transport::RecordHeader& rec, int32_t status,
                                           absl::string_view outputs) {
   Timed timed(this);

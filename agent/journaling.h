@@ -115,6 +115,14 @@ class RequestJournal {
   // of a copy), captured now because the application may reuse the buffer
   // once the copy ran.
   absl::Status BeforeExecute(const transport::RecordHeader& rec, absl::string_view payload);
+  // Whether the outcome entry of `api_id` may be appended after the reply
+  // is posted (the application then runs on while the executor journals):
+  // true for the waits and the synchronous copy, whose outcome only serves
+  // to compare a replay's result. An outcome that names state a replay must
+  // put back (an allocation's address, a created handle) always precedes
+  // the reply. An agent killed between the reply and the outcome leaves the
+  // request journaled without outcome: a replay runs it and compares nothing.
+  static bool OutcomeMayFollowReply(uint16_t api_id);
   // Records the outcome of a journaled synchronous request.
   absl::Status AfterExecute(const transport::RecordHeader& rec, int32_t status,
                             absl::string_view outputs);

@@ -266,7 +266,7 @@ void Session::Execute(const transport::RecordHeader& rec) {
       nccl_deferred_error_ = 0;
     }
     std::memcpy(reply, &prefix, sizeof(prefix));
-    if (options_.journal != nullptr) {
+    auto journal_outcome = [&] {
       // The journal-ahead thread waits for this request to finish (barrier):
       // the lock only orders memory.
       if (ahead_ != nullptr) ahead_->mu.Lock();
@@ -274,10 +274,20 @@ void Session::Execute(const transport::RecordHeader& rec) {
           rec, status, absl::string_view(reply + kReplyPrefixSize, out.size()));
       if (ahead_ != nullptr) ahead_->mu.Unlock();
       if (!s.ok()) JournalFailed(s);
-    }
+    };
+    const bool outcome_after =
+        options_.journal != nullptr && RequestJournal::OutcomeMayFollowReply(rec.api_id);
+    if (options_.journal != nullptr && !outcome_after) journal_outcome();
     channel_->PostReply(rec.reply_slot, rec.seq, static_cast<uint32_t>(status),
                         kReplyPrefixSize + static_cast<uint32_t>(out.size()));
-  } else if (status != 0) {
+    MaybeChaos(SessionOptions::Chaos::Point::kAfterReply);
+    // The reply buffer stays as written: the application only reads it, and
+    // the next reply into it comes from this thread, later.
+    if (outcome_after) journal_outcome();
+    return;
+  }
+  MaybeChaos(SessionOptions::Chaos::Point::kAfterReply);
+  if (status != 0) {
     REVENANT_LOG(DEBUG, "agent") << traits.name << " (async, seq " << rec.seq
                                  << ") failed with " << status;
     // An NCCL error is NCCL's, never a CUDA error: it waits for the next

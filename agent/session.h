@@ -51,10 +51,14 @@ struct SessionOptions {
     // file is written but not renamed / the snapshot is renamed but the
     // journal has not recorded the boundary / the journal recorded it but
     // the older snapshot is not deleted yet.
+    // kAfterReply: a synchronous request's reply is posted, its outcome
+    // not journaled yet where it may follow the reply
+    // (RequestJournal::OutcomeMayFollowReply); for others, after execute.
     enum class Point {
       kBeforeAppend,
       kAfterAppend,
       kAfterExecute,
+      kAfterReply,
       kSnapshotPartial,
       kAfterSnapshot,
       kAfterBoundary

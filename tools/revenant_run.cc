@@ -89,7 +89,7 @@ ABSL_FLAG(std::string, events_file, "",
 ABSL_FLAG(std::string, chaos, "",
           "fault injection for the first agent of one rank, e.g. rank=1,calls=500 or "
           "rank=1,minibatch=3,calls=40,point=after_execute (points: before_append, "
-          "after_append, after_execute; with snapshots, at the boundary of `minibatch`: "
+          "after_append, after_execute, after_reply; with snapshots, at the boundary of `minibatch`: "
           "snapshot_partial, after_snapshot, after_boundary, and corrupt_snapshot=1 to damage "
           "the snapshot first)");
 ABSL_FLAG(double, recovery_timeout, 120,

@@ -53,15 +53,17 @@ trial() {  # name chaos-spec
 
 if [ "$mode" = scenarios ]; then
   # Request numbers within a minibatch of train_mlp: 1 input copy, 2 label
-  # copy, 3-9 forward/backward kernels, 10-13 gradient all-reduces, 14 SGD.
+  # copy, 3-9 forward/backward kernels, 10-13 gradient all-reduces, 14 SGD,
+  # 15 the next iteration's stream synchronize (minibatches without a loss read).
   trial "iteration start"        "rank=1,minibatch=3,calls=1,point=before_append"
   trial "mid-backward"           "rank=2,minibatch=4,calls=8"
   trial "mid-all-reduce"         "rank=3,minibatch=5,calls=11,point=after_execute"
   trial "mid-optimizer-step"     "rank=1,minibatch=6,calls=13,point=after_execute"
   trial "after the step"         "rank=1,minibatch=6,calls=15,point=before_append"
+  trial "after a wait's reply"   "rank=2,minibatch=6,calls=15,point=after_reply"
   trial "during recovery"        "rank=1,minibatch=4,calls=5;rank=2,recovery=1"
   trial "two ranks at once"      "rank=1,minibatch=4,calls=8;rank=2,minibatch=4,calls=8"
-  total=7
+  total=8
 else
   echo "seed=$seed trials=$trials"
   RANDOM=$seed
