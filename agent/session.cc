@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -154,8 +155,16 @@ void Session::Execute(const transport::RecordHeader& rec) {
   bool journal_here = options_.journal != nullptr;
   bool ahead_locked = false;
   if (ahead_ != nullptr && journal_here) {
+    const bool timed = options_.journal->timing() && rec.seq > ahead_seen_;
+    const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     ahead_locked = journal_here = LockToJournal(rec);
     if (!journal_here) StartBoundaryJournaledAhead(rec);
+    if (timed) {
+      ahead_->executor_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now() - t0)
+                                 .count();
+      ++ahead_->executor_waits;
+    }
   }
   auto finish_journaling = [&] {
     if (!ahead_locked) return;
@@ -368,6 +377,13 @@ void Session::StopJournalAhead() {
   REVENANT_LOG(INFO, "agent") << "journal-ahead: " << ahead_->by_thread
                               << " requests journaled by its thread, " << ahead_->by_executor
                               << " by the executor";
+  if (options_.journal->timing()) {
+    REVENANT_LOG(INFO, "agent") << absl::StrFormat(
+        "journal-ahead: the executor waited for the thread %d times, %.3f ms in all (%.3f us "
+        "per wait)",
+        ahead_->executor_waits, ahead_->executor_ns / 1e6,
+        ahead_->executor_waits ? ahead_->executor_ns / 1e3 / ahead_->executor_waits : 0.0);
+  }
   ahead_.reset();
 }
 

@@ -196,6 +196,10 @@ class Session {
     bool thread_boundaries = false;
     std::atomic<bool> stop{false};
     uint64_t by_thread = 0, by_executor = 0;  // requests journaled (mu)
+    // With REVENANT_JOURNAL_TIMING=1: the executor's time spent on the
+    // journal while the thread journals (waiting for the thread, starting
+    // queued boundaries, outcome entries), and how often it waited.
+    uint64_t executor_ns = 0, executor_waits = 0;
     std::thread thread;
   };
   std::unique_ptr<JournalAhead> ahead_;

@@ -74,7 +74,7 @@ for p in $(seq "$pairs"); do
   echo "$line; on/off $r"
 done
 m_on=$(median <"$tmp/on"); m_off=$(median <"$tmp/off"); m_r=$(median <"$tmp/ratio")
-grep -h "journal time at exit\|journal pipeline" "$tmp/last.on.log" 2>/dev/null | sed 's/^/  last on run: /'
+grep -h "journal time at exit\|journal-ahead" "$tmp/last.on.log" 2>/dev/null | sed 's/^/  last on run: /'
 echo "step time, median of $pairs: journal on $m_on us, off $m_off us"
 for arm in $arms; do
   case $arm in on|off) ;; *) echo "step time, median of $pairs: $arm $(median <"$tmp/$arm") us";; esac
