@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_format.h"
 #include "api/hook_protocol.h"
 #include "api/traits.h"
 #include "api/wire.h"
@@ -130,23 +132,52 @@ RequestJournal::RequestJournal(std::unique_ptr<journal::Journal> journal, Option
 // Adds the lifetime of the object to busy_ns_ when timing is on.
 class RequestJournal::Timed {
  public:
-  explicit Timed(RequestJournal* j) : j_(j->timing_ ? j : nullptr) {
+  // `key`: what the time is counted under in the breakdown (an API id,
+  // kOutcomeKey, kMarkStepKey).
+  Timed(RequestJournal* j, uint32_t key) : j_(j->timing_ ? j : nullptr), key_(key) {
     if (j_ != nullptr) t0_ = std::chrono::steady_clock::now();
   }
   ~Timed() {
     if (j_ == nullptr) return;
-    j_->busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        std::chrono::steady_clock::now() - t0_)
-                        .count();
+    const uint64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now() - t0_)
+                            .count();
+    j_->busy_ns_ += ns;
     ++j_->calls_;
+    Breakdown& b = j_->breakdown_[key_];
+    b.ns += ns;
+    ++b.calls;
+    if (j_->boundary_in_call_) b.boundary_ns += ns, ++b.boundaries;
+    j_->boundary_in_call_ = false;
   }
 
  private:
   RequestJournal* const j_;
+  const uint32_t key_;
   std::chrono::steady_clock::time_point t0_;
 };
 
+std::string RequestJournal::TimingBreakdown() const {
+  std::vector<std::pair<uint32_t, Breakdown>> rows(breakdown_.begin(), breakdown_.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+  std::string out;
+  for (const auto& [key, b] : rows) {
+    const char* name = key == kOutcomeKey    ? "(outcome entries)"
+                       : key == kMarkStepKey ? "(marked steps)"
+                                             : api::Traits(key).name;
+    absl::StrAppendFormat(&out, "\n  %-28s %9d calls %10.3f ms %7.3f us per call", name, b.calls,
+                          b.ns / 1e6, b.ns / 1e3 / b.calls);
+    if (b.boundaries > 0) {
+      absl::StrAppendFormat(&out, " (%d starting a minibatch: %.3f us each)", b.boundaries,
+                            b.boundary_ns / 1e3 / b.boundaries);
+    }
+  }
+  return out;
+}
+
 absl::Status RequestJournal::Boundary() {
+  boundary_in_call_ = true;
   const uint64_t next = minibatch_.load() + 1;
   absl::Status s = journal_->MarkBoundary(next);
   minibatch_.store(next, std::memory_order_release);
@@ -154,13 +185,13 @@ absl::Status RequestJournal::Boundary() {
 }
 
 absl::Status RequestJournal::MarkStep() {
-  Timed timed(this);
+  Timed timed(this, kMarkStepKey);
   return Boundary();
 }
 
 absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
                                            absl::string_view payload) {
-  Timed timed(this);
+  Timed timed(this, rec.api_id);
   last_journaled_ = false;
   const auto id = static_cast<api::ApiId>(rec.api_id);
   const api::ApiTraits& traits = api::Traits(static_cast<uint32_t>(rec.api_id));
@@ -211,7 +242,7 @@ bool RequestJournal::OutcomeMayFollowReply(uint16_t api_id) {
 
 absl::Status RequestJournal::AfterExecute(const transport::RecordHeader& rec, int32_t status,
                                           absl::string_view outputs) {
-  Timed timed(this);
+  Timed timed(this, kOutcomeKey);
   if (!last_journaled_) return absl::OkStatus();
   last_journaled_ = false;
   const auto id = static_cast<api::ApiId>(rec.api_id);

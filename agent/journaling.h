@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -140,6 +141,9 @@ class RequestJournal {
   // clock, ~40 ns per reading on a VM: included in the figure); else 0.
   // For benchmarks: the journal's share of a training step.
   bool timing() const { return timing_; }
+  // The same time per API (and for outcome entries and marked steps), the
+  // largest first, one line each; requests that started a minibatch apart.
+  std::string TimingBreakdown() const;
   uint64_t busy_ns() const { return busy_ns_; }
   uint64_t calls() const { return calls_; }
 
@@ -164,6 +168,12 @@ class RequestJournal {
   journal::JournalEntry entry_;
   // See busy_ns().
   class Timed;
+  static constexpr uint32_t kOutcomeKey = 0x10000, kMarkStepKey = 0x10001;
+  struct Breakdown {
+    uint64_t ns = 0, calls = 0, boundary_ns = 0, boundaries = 0;
+  };
+  absl::flat_hash_map<uint32_t, Breakdown> breakdown_;
+  bool boundary_in_call_ = false;
   const bool timing_;
   uint64_t busy_ns_ = 0;
   uint64_t calls_ = 0;

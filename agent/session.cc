@@ -1,6 +1,7 @@
 #include "agent/session.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -124,7 +125,7 @@ void Session::Run() {
       REVENANT_LOG(INFO, "agent") << absl::StrFormat(
           "journal time at exit: %.3f ms in %d calls (%.3f us per call), %d minibatches",
           j.busy_ns() / 1e6, j.calls(), j.calls() ? j.busy_ns() / 1e3 / j.calls() : 0.0,
-          j.minibatch());
+          j.minibatch()) << j.TimingBreakdown();
     }
   }
   if (snapshots_ != nullptr && snapshot_totals_.count > 0) {
@@ -388,6 +389,7 @@ void Session::StopJournalAhead() {
 }
 
 void Session::JournalAheadLoop() {
+  pthread_setname_np(pthread_self(), "journal-ahead");
   JournalAhead& a = *ahead_;
   transport::RingConsumer& ring = channel_->requests();
   while (!a.stop.load(std::memory_order_acquire)) {

@@ -182,15 +182,19 @@ absl::Status MappedLogFile::Rename(const std::string& to) {
   return absl::OkStatus();
 }
 
-absl::Status MappedLogFile::Recycle(uint64_t length, const std::string& to) {
+absl::Status MappedLogFile::Recycle(uint64_t length, const std::string& to, bool zero) {
   if (fd_ < 0 || base_ == nullptr || chunk_begin_ != 0 || length > chunk_end_) {
     return absl::FailedPreconditionError(absl::StrCat(path_, ": not reusable"));
   }
   if (to != path_) {
     if (absl::Status s = Rename(to); !s.ok()) return s;
   }
-  std::memset(base_, 0, length);
+  if (zero) ZeroPrefix(length);
   return absl::OkStatus();
+}
+
+void MappedLogFile::ZeroPrefix(uint64_t length) {
+  std::memset(base_, 0, std::min<uint64_t>(length, chunk_end_));
 }
 
 absl::Status MappedLogFile::Sync(uint64_t length) {

@@ -78,9 +78,13 @@ class MappedLogFile {
   void set_path(const std::string& path) { path_ = path; }
   const std::string& path() const { return path_; }
   // Makes the file reusable from offset 0: renames it to `to` (unless that is
-  // its name already), then zeroes its first `length` bytes. Only while its first chunk is the mapped one
-  // (kFailedPrecondition otherwise: nothing changed).
-  absl::Status Recycle(uint64_t length, const std::string& to);
+  // its name already), then zeroes its first `length` bytes (unless `zero`
+  // is false: the caller then calls ZeroPrefix(length) before reusing it).
+  // Only while its first chunk is the mapped one (kFailedPrecondition
+  // otherwise: nothing changed).
+  absl::Status Recycle(uint64_t length, const std::string& to, bool zero = true);
+  // Zeroes the first `length` bytes (within the mapped first chunk).
+  void ZeroPrefix(uint64_t length);
 
  private:
   MappedLogFile(std::string path, int fd, size_t first_chunk, size_t max_chunk)

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -397,27 +398,29 @@ class SegmentWriter {
   // Appends a boundary marker starting `minibatch` (see the format).
   absl::Status AppendMarker(uint64_t minibatch) {
     if (!status_.ok()) return status_;
-    JournalEntry marker;
-    marker.set_api_id(kBoundaryApiId);
-    marker.set_minibatch(minibatch);
-    marker.set_prev_seq(last_seq_);
+    // The JournalEntry {api_id, minibatch, prev_seq} encoded directly (once
+    // per training step: no message object built and destroyed).
     record_.clear();
-    EncodeEntry(marker, &record_);
+    PutVarintField(2, kBoundaryApiId, &record_);
+    PutVarintField(7, minibatch, &record_);
+    PutVarintField(12, last_seq_, &record_);
     absl::Status s = writer_->AddRecord(record_, options_.sync == SyncPolicy::kEveryRecord);
     if (!s.ok()) status_ = s;
     minibatch_start_ = writer_->file_length();
     return s;
   }
 
-  // Gives the mapped log file up for reuse as an all-zero spare, keeping its
-  // name, or returns null if it cannot be reused (not mapped, or grown past
-  // its first chunk: then its files are removed). The segment must already
-  // be superseded (a higher-numbered segment of its log exists), so its
-  // file, zeroed or not, is a stale one no reader looks at.
-  std::unique_ptr<MappedLogFile> RecycleLog() {
+  // Gives the mapped log file up for reuse as a spare, keeping its name, or
+  // returns null if it cannot be reused (not mapped, or grown past its first
+  // chunk: then its files are removed). Its first *dirty bytes are not zeroed
+  // yet (the caller zeroes them before the file is used again). The segment
+  // must already be superseded (a higher-numbered segment of its log
+  // exists), so its file, zeroed or not, is a stale one no reader looks at.
+  std::unique_ptr<MappedLogFile> RecycleLog(uint64_t* dirty) {
     std::unique_ptr<MappedLogFile> log;
+    *dirty = writer_->file_length();
     if (mapped_log_ != nullptr && status_.ok() &&
-        mapped_log_->Recycle(writer_->file_length(), mapped_log_->path()).ok()) {
+        mapped_log_->Recycle(*dirty, mapped_log_->path(), /*zero=*/false).ok()) {
       log = std::move(mapped_log_);
     }
     Close().IgnoreError();
@@ -583,12 +586,66 @@ Journal::Journal(std::string dir, std::string job, uint32_t rank, const JournalO
     : dir_(std::move(dir)), job_(std::move(job)), rank_(rank), options_(options) {}
 
 Journal::~Journal() {
+  {
+    absl::MutexLock lock(&spare_mu_);
+    spare_stop_ = true;
+  }
+  if (spare_thread_.joinable()) spare_thread_.join();
+  std::unique_ptr<MappedLogFile> spare;
+  {
+    absl::MutexLock lock(&spare_mu_);
+    spare = std::move(spare_log_);
+  }
   absl::MutexLock lock(&mu_);
   if (setup_) setup_->Close().IgnoreError();
   if (minibatch_) minibatch_->Close().IgnoreError();
-  if (spare_log_) {
+  if (spare) {
+    spare->Close(0).IgnoreError();
+    RemoveFile(spare->path()).IgnoreError();
+  }
+}
+
+void Journal::ZeroSpareLater(std::unique_ptr<MappedLogFile> log, uint64_t dirty) {
+  absl::MutexLock lock(&spare_mu_);
+  spare_mu_.Await(absl::Condition(
+      +[](uint64_t* d) { return *d == 0; }, &spare_dirty_));
+  if (spare_log_ != nullptr) {  // an older spare never taken: drop it
     spare_log_->Close(0).IgnoreError();
     RemoveFile(spare_log_->path()).IgnoreError();
+  }
+  spare_log_ = std::move(log);
+  spare_dirty_ = dirty;
+  if (!spare_thread_.joinable()) {
+    spare_thread_ = std::thread([this] { SpareLoop(); });
+  }
+}
+
+std::unique_ptr<MappedLogFile> Journal::TakeZeroedSpare() {
+  absl::MutexLock lock(&spare_mu_);
+  // Zeroing a spare takes tens of microseconds; the next new segment comes
+  // many boundaries later, so this normally does not wait.
+  spare_mu_.Await(absl::Condition(
+      +[](uint64_t* dirty) { return *dirty == 0; }, &spare_dirty_));
+  return std::move(spare_log_);
+}
+
+void Journal::SpareLoop() {
+  while (true) {
+    MappedLogFile* log = nullptr;
+    uint64_t dirty = 0;
+    {
+      absl::MutexLock lock(&spare_mu_);
+      auto work = [this] { return spare_stop_ || spare_dirty_ != 0; };
+      spare_mu_.Await(absl::Condition(&work));
+      if (spare_dirty_ == 0) return;  // stopping, nothing to zero
+      log = spare_log_.get();
+      dirty = spare_dirty_;
+    }
+    // Only this thread touches the spare while spare_dirty_ != 0.
+    log->ZeroPrefix(dirty);
+    absl::MutexLock lock(&spare_mu_);
+    spare_dirty_ = 0;
+    if (spare_stop_) return;
   }
 }
 
@@ -878,11 +935,11 @@ absl::Status Journal::MarkBoundary(uint64_t minibatch) {
     minibatch_entries_ = 0;
     return absl::OkStatus();
   }
-  // The new segment's log is the spare the previous boundary left (the log
-  // of the segment before, zeroed, still mapped): a boundary per training
-  // step then costs one rename, not a new file, mapping and unmap.
+  // The new segment's log is the spare the previous new segment left (the
+  // log of the segment before, still mapped, zeroed meanwhile by the spare
+  // thread): one rename, not a new file, mapping and unmap.
   absl::StatusOr<std::unique_ptr<SegmentWriter>> seg =
-      NewSegment(MINIBATCH, /*tmp=*/false, minibatch, std::move(spare_log_));
+      NewSegment(MINIBATCH, /*tmp=*/false, minibatch, TakeZeroedSpare());
   if (!seg.ok()) {
     status_ = seg.status();
     return status_;
@@ -892,8 +949,11 @@ absl::Status Journal::MarkBoundary(uint64_t minibatch) {
   std::unique_ptr<SegmentWriter> old = std::move(minibatch_);
   minibatch_ = std::move(*seg);
   // The old log becomes the next spare: superseded now, it is zeroed in
-  // place under its own (stale) name.
-  spare_log_ = old->RecycleLog();
+  // place under its own (stale) name, off this thread.
+  uint64_t dirty = 0;
+  if (std::unique_ptr<MappedLogFile> log = old->RecycleLog(&dirty)) {
+    ZeroSpareLater(std::move(log), dirty);
+  }
   current_minibatch_ = minibatch;
   minibatch_entries_ = 0;
   return absl::OkStatus();

@@ -35,6 +35,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -198,8 +199,19 @@ class Journal {
   uint64_t compactions_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<journal_internal::SegmentWriter> setup_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<journal_internal::SegmentWriter> minibatch_ ABSL_GUARDED_BY(mu_);
-  // The previous minibatch log, zeroed, for the next boundary (mapped logs).
-  std::unique_ptr<MappedLogFile> spare_log_ ABSL_GUARDED_BY(mu_);
+  // The previous minibatch log, for the next new minibatch segment (mapped
+  // logs): zeroed by spare_thread_ (started at the first recycled log), so
+  // that a new segment costs no memset on the appending thread.
+  void ZeroSpareLater(std::unique_ptr<MappedLogFile> log, uint64_t dirty);
+  // The zeroed spare (waiting for the zeroing if it is still running), or
+  // null if there is none.
+  std::unique_ptr<MappedLogFile> TakeZeroedSpare();
+  void SpareLoop();
+  absl::Mutex spare_mu_;
+  std::unique_ptr<MappedLogFile> spare_log_ ABSL_GUARDED_BY(spare_mu_);
+  uint64_t spare_dirty_ ABSL_GUARDED_BY(spare_mu_) = 0;  // bytes still to zero
+  bool spare_stop_ ABSL_GUARDED_BY(spare_mu_) = false;
+  std::thread spare_thread_;
   // Live setup entries by seq; dead ones are erased.
   absl::flat_hash_map<uint64_t, EntryState> entries_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, KeyState> keys_ ABSL_GUARDED_BY(mu_);
