@@ -28,7 +28,7 @@ if [ "$MODE" = all ] || [ "$MODE" = journal ]; then
   sed 's/^/   | /' "$LOGS/journal_step.log"
   REVENANT_JOURNAL_TIMING=1 jrun "$LOGS/jstep.timing.log" "--journal=true --snapshots=off" \
     "$G/apps/train_mlp.bin" --iters 20000 --time_after 2000
-  grep -h "RESULT\|journal time at exit\|journal-ahead" "$LOGS/jstep.timing.log" | sed 's/^/   | timing run: /'
+  grep -h -A8 "RESULT\|journal time at exit\|journal-ahead" "$LOGS/jstep.timing.log" | grep -v "iter \|checksum\|PASS" | sed 's/^/   | timing run: /'
 
   for round in 1 2; do
     for j in true false; do
