@@ -33,6 +33,14 @@ trap 'rm -rf "$tmp"' EXIT
 ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/ref.log")
 [ -n "$ref" ] || { echo "FAIL: no checksum in the fault-free run"; cat "$tmp/ref.log"; exit 1; }
 echo "fault-free: $ranks ranks, $iters iterations, final checksum $ref"
+if [[ " ${common[*]} " == *" --journal_ahead=on "* ]]; then
+  # The thread must have journaled requests (not left them all to the
+  # executors): else this variant would test nothing new.
+  ahead=$(sed -n 's/.*journal-ahead: \([0-9]*\) requests journaled by its thread.*/\1/p' "$tmp/ref.log" |
+    awk '{ s += $1 } END { print s + 0 }')
+  echo "journal-ahead threads journaled $ahead requests in the fault-free run"
+  [ "$ahead" -gt 0 ] || { echo "FAIL: --journal_ahead=on journaled nothing ahead"; cat "$tmp/ref.log"; exit 1; }
+fi
 
 fails=0
 trial() {  # name chaos-spec
