@@ -114,6 +114,9 @@ void Session::Run() {
     ++executed;
   }
   StopJournalAhead();
+  if (const std::string w = transport::shm_internal::WaitStatsReport(); !w.empty()) {
+    REVENANT_LOG(INFO, "agent") << "waits at exit: " << w;
+  }
   if (options_.journal != nullptr) {
     const journal::JournalStats st = options_.journal->stats();
     REVENANT_LOG(INFO, "agent") << "journal at exit: setup " << st.setup_file_bytes
@@ -394,6 +397,7 @@ void Session::JournalAheadLoop() {
   transport::RingConsumer& ring = channel_->requests();
   while (!a.stop.load(std::memory_order_acquire)) {
     std::function<bool()> ready;
+    const char* what = "journal-ahead: a request";
     {
       absl::MutexLock lock(&a.mu);
       const uint64_t barrier = a.barrier.load(std::memory_order_acquire);
@@ -403,6 +407,7 @@ void Session::JournalAheadLoop() {
         ready = [&a, barrier] {
           return a.done.load(std::memory_order_acquire) >= barrier || a.stop.load();
         };
+        what = "journal-ahead: the executor finishing a synchronous request";
       } else {
         uint64_t pos = a.pos;
         absl::StatusOr<const transport::RecordHeader*> r = ring.PeekAt(&pos);
@@ -420,6 +425,7 @@ void Session::JournalAheadLoop() {
           ready = [&a, seq] {
             return a.journaled.load(std::memory_order_acquire) >= seq || a.stop.load();
           };
+          what = "journal-ahead: the executor journaling a request";
         } else {
           const transport::RecordHeader& rec = **r;
           const uint64_t minibatch = options_.journal->minibatch();
@@ -441,7 +447,7 @@ void Session::JournalAheadLoop() {
         }
       }
     }
-    const absl::Status w = ring.WaitUntil(ready, absl::Now() + absl::Milliseconds(200));
+    const absl::Status w = ring.WaitUntil(ready, absl::Now() + absl::Milliseconds(200), what);
     if (absl::IsUnavailable(w)) return;  // the application is gone
   }
 }

@@ -12,8 +12,10 @@
 # script adds --journal=true / --journal=false); boundary snapshots should be
 # off in FLAGS (--snapshots=off) so that the ratio is the journal's alone.
 # NATIVE=1: a third arm runs APP without Revenant (ratio to native printed).
-# EXTRA_ARM="NAME FLAG...": a further arm (revenant-run with these flags
-# added, journal on), e.g. EXTRA_ARM="sync --journal_pipeline=false".
+# EXTRA_ARM="NAME WORD...": further arms, separated by ';' (revenant-run with
+# the journal on plus these words: --flags go to revenant-run, VAR=VALUE to its
+# environment; a later --journal=false wins), e.g.
+# EXTRA_ARM="noahead --journal_ahead=off; spin200 REVENANT_SPIN_US=200".
 # Output lines a script can use: "RESULT journal_step_ratio <median ratio>",
 # "RESULT journal_step_us_on <us>", "RESULT journal_step_us_off <us>".
 set -uo pipefail
@@ -26,10 +28,15 @@ revrun=(); while [ $# -gt 0 ] && [ "$1" != -- ]; do revrun+=("$1"); shift; done
 shift
 app=("$@")
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-extra_name=""; extra_flags=()
-if [ -n "${EXTRA_ARM:-}" ]; then
-  read -r extra_name rest <<<"$EXTRA_ARM"; read -r -a extra_flags <<<"$rest"
-fi
+declare -A extra_words=()
+extra_names=""
+IFS=';' read -r -a extra_specs <<<"${EXTRA_ARM:-}"
+for spec in "${extra_specs[@]}"; do
+  read -r name rest <<<"$spec"
+  [ -n "$name" ] || continue
+  case " on off native $extra_names " in *" $name "*) echo "journal_step.sh: arm $name twice" >&2; exit 2;; esac
+  extra_words[$name]="$rest"; extra_names="$extra_names $name"
+done
 
 one() {  # ARM -> prints the step time in us (or fails)
   local arm=$1 log="$tmp/run.log"
@@ -40,7 +47,11 @@ one() {  # ARM -> prints the step time in us (or fails)
           --iters "$iters" --time_after "$warm" >"$log" 2>&1 ;;
     off) timeout 600 "${revrun[0]}" --journal=false "${revrun[@]:1}" -- "${app[@]}" \
           --iters "$iters" --time_after "$warm" >"$log" 2>&1 ;;
-    *) timeout 600 "${revrun[0]}" --journal=true "${extra_flags[@]}" "${revrun[@]:1}" -- \
+    *) local envs=() flags=() w
+       for w in ${extra_words[$arm]}; do
+         case $w in -*) flags+=("$w");; *=*) envs+=("$w");; *) flags+=("$w");; esac
+       done
+       timeout 600 env "${envs[@]}" "${revrun[0]}" --journal=true "${revrun[@]:1}" "${flags[@]}" -- \
           "${app[@]}" --iters "$iters" --time_after "$warm" >"$log" 2>&1 ;;
   esac
   local rc=$? us
@@ -53,8 +64,7 @@ one() {  # ARM -> prints the step time in us (or fails)
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-arms="on off"
-[ -n "$extra_name" ] && arms="$arms $extra_name"
+arms="on off$extra_names"
 [ "${NATIVE:-0}" = 1 ] && arms="$arms native"
 echo "journal step benchmark: $pairs pairs, $iters iterations, timed from $warm; arms: $arms"
 echo "  revenant-run: ${revrun[*]}"
@@ -85,9 +95,9 @@ printf 'ratio of medians on/off %.4f; median of per-pair ratios %.4f (min %s, ma
 echo "RESULT journal_step_ratio $m_r"
 echo "RESULT journal_step_us_on $m_on"
 echo "RESULT journal_step_us_off $m_off"
-if [ -n "$extra_name" ]; then
-  echo "RESULT journal_step_ratio_${extra_name}_off $(awk -v a="$(median <"$tmp/$extra_name")" -v b="$m_off" 'BEGIN { printf "%.4f", a / b }')"
-fi
+for name in $extra_names; do
+  echo "RESULT journal_step_ratio_${name}_off $(awk -v a="$(median <"$tmp/$name")" -v b="$m_off" 'BEGIN { printf "%.4f", a / b }')"
+done
 if [ "${NATIVE:-0}" = 1 ]; then
   echo "RESULT journal_step_ratio_on_native $(awk -v a="$m_on" -v b="$(median <"$tmp/native")" 'BEGIN { printf "%.4f", a / b }')"
 fi

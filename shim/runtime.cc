@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -62,6 +63,12 @@ Runtime* Runtime::Get() {
 }
 
 Runtime::Runtime() {
+  if (const char* w = Env("REVENANT_WAIT_STATS"); w != nullptr && std::strcmp(w, "1") == 0) {
+    std::atexit([] {
+      std::fprintf(stderr, "revenant shim (pid %d): waits: %s\n", static_cast<int>(getpid()),
+                   transport::shm_internal::WaitStatsReport().c_str());
+    });
+  }
   if (const char* t = Env("REVENANT_RECOVERY_TIMEOUT_S")) {
     double s = 0;
     if (absl::SimpleAtod(t, &s) && s > 0) recovery_timeout_ = absl::Seconds(s);

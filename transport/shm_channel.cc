@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -160,7 +161,26 @@ inline void CpuPause() {
 // count (a pause instruction costs 10-150 cycles depending on the CPU). The
 // spin yields the CPU every few microseconds so that on an oversubscribed
 // machine (tests: many processes on 2 cores) the peer it waits for can run.
-constexpr int64_t kSpinNanos = 50 * 1000;
+// REVENANT_SPIN_US overrides the spin bound (microseconds, 0-100000): a
+// job whose synchronous waits are a little longer than the default pays a
+// futex sleep and a wake-up on every one of them (docs/performance.md).
+constexpr int64_t kDefaultSpinNanos = 50 * 1000;
+int64_t SpinNanos() {
+  static const int64_t nanos = [] {
+    const char* v = std::getenv("REVENANT_SPIN_US");
+    if (v == nullptr || *v == '\0') return kDefaultSpinNanos;
+    char* end = nullptr;
+    const long long us = std::strtoll(v, &end, 10);
+    if (*end != '\0' || us < 0 || us > 100000) {
+      REVENANT_LOG(WARNING, "transport") << "REVENANT_SPIN_US=" << v
+                                         << " is not 0-100000; spinning "
+                                         << kDefaultSpinNanos / 1000 << " us";
+      return kDefaultSpinNanos;
+    }
+    return static_cast<int64_t>(us) * 1000;
+  }();
+  return nanos;
+}
 constexpr int kPausesPerCheck = 16;     // a clock read every ~16 pauses
 constexpr int64_t kYieldEveryNanos = 10 * 1000;
 constexpr absl::Duration kMaxSleepSlice = absl::Milliseconds(50);
@@ -171,6 +191,46 @@ inline int64_t MonotonicNanos() {
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
+// REVENANT_WAIT_STATS=1: every wait that did not find its condition true is
+// counted per kind (the `what` of WaitFor), with the ones that went to sleep.
+bool WaitStatsOn() {
+  static const bool on = [] {
+    const char* v = std::getenv("REVENANT_WAIT_STATS");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  return on;
+}
+struct WaitCounter {
+  std::atomic<const char*> what{nullptr};
+  std::atomic<uint64_t> waits{0}, slept{0}, wait_ns{0}, slept_ns{0};
+};
+constexpr int kWaitKinds = 16;
+WaitCounter g_wait_counters[kWaitKinds];
+
+WaitCounter* CounterFor(const char* what) {
+  for (WaitCounter& c : g_wait_counters) {
+    const char* w = c.what.load(std::memory_order_acquire);
+    if (w == what) return &c;
+    if (w == nullptr) {
+      const char* expected = nullptr;
+      if (c.what.compare_exchange_strong(expected, what) || expected == what) return &c;
+    }
+  }
+  return nullptr;  // more kinds than slots: not counted
+}
+
+void CountWait(const char* what, int64_t start, bool slept) {
+  WaitCounter* c = CounterFor(what);
+  if (c == nullptr) return;
+  const uint64_t ns = static_cast<uint64_t>(MonotonicNanos() - start);
+  c->waits.fetch_add(1, std::memory_order_relaxed);
+  c->wait_ns.fetch_add(ns, std::memory_order_relaxed);
+  if (slept) {
+    c->slept.fetch_add(1, std::memory_order_relaxed);
+    c->slept_ns.fetch_add(ns, std::memory_order_relaxed);
+  }
+}
+
 // Waits until ready() holds: bounded spin, then futex sleeps in slices so a
 // dead-peer flag is noticed even without a wake.
 template <typename Ready>
@@ -179,21 +239,28 @@ absl::Status WaitFor(Ready&& ready, std::atomic<uint32_t>* futex_word,
                      const std::atomic<bool>* dead, const char* what) {
   if (ready()) return absl::OkStatus();
   const int64_t start = MonotonicNanos();
+  const int64_t spin = SpinNanos();
   int64_t next_yield = start + kYieldEveryNanos;
   while (!dead->load(std::memory_order_relaxed)) {
     for (int i = 0; i < kPausesPerCheck; ++i) {
       CpuPause();
-      if (ready()) return absl::OkStatus();
+      if (ready()) {
+        if (WaitStatsOn()) CountWait(what, start, false);
+        return absl::OkStatus();
+      }
     }
     const int64_t now = MonotonicNanos();
-    if (now - start >= kSpinNanos) break;
+    if (now - start >= spin) break;
     if (now >= next_yield) {
       sched_yield();
       next_yield = now + kYieldEveryNanos;
     }
   }
   while (true) {
-    if (ready()) return absl::OkStatus();
+    if (ready()) {
+      if (WaitStatsOn()) CountWait(what, start, true);
+      return absl::OkStatus();
+    }
     if (dead->load(std::memory_order_acquire)) {
       return absl::UnavailableError(
           absl::StrCat("peer marked dead while waiting for ", what));
@@ -215,6 +282,22 @@ absl::Status WaitFor(Ready&& ready, std::atomic<uint32_t>* futex_word,
 }
 
 }  // namespace
+
+std::string WaitStatsReport() {
+  if (!WaitStatsOn()) return std::string();
+  std::string out;
+  for (WaitCounter& c : g_wait_counters) {
+    const char* w = c.what.load(std::memory_order_acquire);
+    if (w == nullptr) break;
+    const uint64_t n = c.waits.load(), s = c.slept.load();
+    if (n == 0) continue;
+    absl::StrAppendFormat(&out,
+                          "%s%s: %u waits, %.2f us mean; %u slept (%.1f %%, %.2f us mean)",
+                          out.empty() ? "" : "; ", w, n, c.wait_ns.load() / 1e3 / n, s,
+                          100.0 * s / n, s ? c.slept_ns.load() / 1e3 / s : 0.0);
+  }
+  return out.empty() ? "no waits" : out;
+}
 }  // namespace shm_internal
 
 using shm_internal::ChannelHeader;
@@ -385,10 +468,10 @@ absl::StatusOr<const RecordHeader*> RingConsumer::Current() {
 }
 
 absl::Status RingConsumer::WaitUntil(const std::function<bool()>& ready,
-                                     absl::Time deadline) {
+                                     absl::Time deadline, const char* what) {
   return shm_internal::WaitFor(ready, &ctrl_->data_futex,
                                &ctrl_->consumer_waiting, deadline, peer_dead_,
-                               "the journal-ahead reader's turn");
+                               what);
 }
 
 uint64_t RingConsumer::head_position() const {

@@ -51,8 +51,8 @@
 // those bytes are skipped implicitly by both sides. Nothing is ever dropped:
 // a producer blocks (up to its deadline) until the consumer releases space.
 //
-// Waiting: a waiter spins briefly (about 200 pause instructions, then a few
-// sched_yield calls), then sleeps on a futex word in the shared mapping
+// Waiting: a waiter spins by the clock for up to 50 us (REVENANT_SPIN_US),
+// yielding every 10 us, then sleeps on a futex word in the shared mapping
 // (process-shared, no FUTEX_PRIVATE_FLAG) in slices of at most 50 ms. An
 // eventcount (a "waiting" flag plus a futex sequence word) lets the other
 // side skip FUTEX_WAKE unless someone declared it sleeps. MarkPeerDead()
@@ -123,6 +123,10 @@ struct ReplyView {
 };
 
 namespace shm_internal {
+// With REVENANT_WAIT_STATS=1: this process's waits so far, per kind (how many
+// did not find their condition true at once, how many of those slept on the
+// futex, mean durations); empty without it.
+std::string WaitStatsReport();
 struct ChannelHeader;
 struct RingControl;
 struct ReplySlotHeader;
@@ -240,8 +244,10 @@ class RingConsumer {
   absl::StatusOr<const RecordHeader*> PeekAt(uint64_t* pos) const;
   // Waits (spin, then futex sleeps; bounded by `deadline`) until ready()
   // holds, woken by every producer commit and by WakeWaiters. For that
-  // second reader. kDeadlineExceeded / kUnavailable as Peek.
-  absl::Status WaitUntil(const std::function<bool()>& ready, absl::Time deadline);
+  // second reader. kDeadlineExceeded / kUnavailable as Peek. `what` (a
+  // string literal) names the wait in errors and wait statistics.
+  absl::Status WaitUntil(const std::function<bool()>& ready, absl::Time deadline,
+                         const char* what = "the journal-ahead reader's turn");
   // Wakes WaitUntil/Peek sleepers, if any (no system call otherwise).
   void WakeWaiters();
   // The ring position after the last committed record.
