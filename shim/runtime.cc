@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "api/hook_protocol.h"
 #include "common/daemon_paths.h"
 #include "common/events.h"
@@ -63,6 +64,9 @@ Runtime* Runtime::Get() {
 }
 
 Runtime::Runtime() {
+  // As in the agent: no lock-order graph on the application's request path
+  // (Debian's abseil keeps one on every absl::Mutex Lock and Unlock).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (const char* w = Env("REVENANT_WAIT_STATS"); w != nullptr && std::strcmp(w, "1") == 0) {
     std::atexit([] {
       std::fprintf(stderr, "revenant shim (pid %d): waits: %s\n", static_cast<int>(getpid()),
