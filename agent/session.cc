@@ -28,10 +28,10 @@ namespace revenant {
 namespace agent {
 
 namespace {
-// How much of the minibatch log the journal-ahead thread warms while it
-// waits: more than a training step of train_mlp appends (~10 KiB with an
-// 8 KiB input), a few hundred prefetch instructions.
-constexpr size_t kAheadPrefetchBytes = 16 << 10;
+// How much of the minibatch log the executor warms before it waits for the
+// application: more than a training step of train_mlp appends (~10 KiB with
+// an 8 KiB input); 256 prefetch instructions.
+constexpr size_t kPrefetchBytes = 16 << 10;
 
 // The executor's way into the journal-ahead lock: the thread holds it for
 // one request's journaling (a few microseconds at most), and absl::Mutex
@@ -113,6 +113,14 @@ void Session::Run() {
   StartJournalAhead();
   uint64_t executed = 0;
   while (true) {
+    if (options_.journal != nullptr) {
+      // About to wait for the application (the ring is empty): warm the
+      // lines the next appends store to, in this core's cache. Typically the
+      // head of the next step, which the executor journals itself (the
+      // application waits for it; docs/performance.md).
+      absl::StatusOr<const transport::RecordHeader*> next = ch->requests().TryPeek();
+      if (next.ok() && *next == nullptr) options_.journal->PrefetchAppendTail(kPrefetchBytes);
+    }
     absl::StatusOr<const transport::RecordHeader*> rec =
         ch->Peek(absl::Now() + absl::Milliseconds(200));
     if (!rec.ok()) {
@@ -181,15 +189,20 @@ void Session::Execute(const transport::RecordHeader& rec) {
   }
   // Journal-ahead: a request the thread journaled already needs no
   // journaling here; any other the executor journals itself, holding the
-  // journal-ahead lock until it is journaled (finish_journaling).
+  // journal-ahead lock until it is journaled (finish_journaling). After a
+  // synchronous request, or one the thread would not journal, the thread
+  // waits until the executor has run it (the barrier): its outcome entry,
+  // or the boundary work done with it, comes before the next entry.
   executor_journaled_ = false;
   bool journal_here = options_.journal != nullptr;
   bool ahead_locked = false;
+  bool ahead_barrier = false;
   if (ahead_ != nullptr && journal_here) {
     const bool timed = options_.journal->timing() && rec.seq > ahead_seen_;
     const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     ahead_locked = journal_here = LockToJournal(rec);
     if (!journal_here) StartBoundaryJournaledAhead(rec);
+    if (ahead_locked) ahead_barrier = rec.reply_slot >= 0 || !Plain(rec);
     if (timed) {
       ahead_->executor_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
                                  std::chrono::steady_clock::now() - t0)
@@ -200,13 +213,13 @@ void Session::Execute(const transport::RecordHeader& rec) {
   auto finish_journaling = [&] {
     if (!ahead_locked) return;
     ahead_->pos = channel_->requests().read_position() + rec.stride();
-    ahead_->barrier.store(rec.seq, std::memory_order_release);
+    if (ahead_barrier) ahead_->barrier.store(rec.seq, std::memory_order_release);
     ahead_->journaled.store(rec.seq, std::memory_order_release);
     ahead_seen_ = rec.seq;
     ++ahead_->by_executor;
     ahead_locked = false;
     ahead_->mu.Unlock();
-    executor_journaled_ = true;
+    executor_journaled_ = ahead_barrier;
   };
   if (rec.api_id == hooks::kMarkStepApiId) {
     if (journal_here) {
@@ -340,13 +353,25 @@ void Session::Execute(const transport::RecordHeader& rec) {
 bool Session::LockToJournal(const transport::RecordHeader& rec) {
   JournalAhead& a = *ahead_;
   if (rec.seq <= ahead_seen_) return false;
-  // The thread is usually just behind: a bounded spin for it, unless it
-  // stopped at this request (left to the executor).
-  const absl::Time give_up = absl::Now() + absl::Microseconds(20);
+  // The thread holds the lock while it journals. If it does not hold it now,
+  // it is waiting (for the ring, or left this request to the executor), and
+  // the request is journaled soonest here: waiting for the thread would add
+  // its wake-up and a hand-over to a request the executor is ready to run
+  // (the head of a step, when the executor has caught up with the
+  // application). If it holds it, it is journaling this request or an
+  // earlier one: spin (bounded) until it has.
+  const absl::Time give_up = absl::Now() + absl::Microseconds(200);
   for (int i = 0;; ++i) {
     ahead_seen_ = a.journaled.load(std::memory_order_acquire);
     if (ahead_seen_ >= rec.seq) return false;
-    if (a.stopped_at.load(std::memory_order_acquire) == rec.seq) break;
+    if (a.mu.TryLock()) {
+      ahead_seen_ = a.journaled.load(std::memory_order_acquire);
+      if (ahead_seen_ >= rec.seq) {
+        a.mu.Unlock();
+        return false;
+      }
+      return true;
+    }
     if ((i & 63) == 63 && absl::Now() >= give_up) break;
 #if defined(__x86_64__)
     __builtin_ia32_pause();
@@ -447,7 +472,6 @@ void Session::JournalAheadLoop() {
           ready = [&a, &ring, pos] { return ring.head_position() > pos || a.stop.load(); };
         } else if (!Plain(**r)) {
           const uint64_t seq = (*r)->seq;
-          a.stopped_at.store(seq, std::memory_order_release);
           ready = [&a, seq] {
             return a.journaled.load(std::memory_order_acquire) >= seq || a.stop.load();
           };
@@ -473,9 +497,6 @@ void Session::JournalAheadLoop() {
         }
       }
     }
-    // While it waits, the next appends' lines are brought into this core's
-    // cache (a step's first entries are on the step's critical path).
-    options_.journal->PrefetchAppendTail(kAheadPrefetchBytes);
     const absl::Status w = ring.WaitUntil(ready, absl::Now() + absl::Milliseconds(200), what);
     if (absl::IsUnavailable(w)) return;  // the application is gone
   }

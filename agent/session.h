@@ -190,7 +190,6 @@ class Session {
     // Written by the thread (and by the executor when it journals itself).
     alignas(64) std::atomic<uint64_t> journaled{0};  // every request <= this is journaled
     std::atomic<uint64_t> barrier{0};    // nothing journaled until done >= barrier
-    std::atomic<uint64_t> stopped_at{0};  // the request the thread leaves to the executor
     // Written by the executor, only when it finishes the barrier request.
     alignas(64) std::atomic<uint64_t> done{0};  // the executor finished the barrier (>= it)
     // Boundaries the thread journaled: (request seq, minibatch it starts).

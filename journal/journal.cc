@@ -965,8 +965,10 @@ absl::Status Journal::MarkBoundary(uint64_t minibatch) {
 }
 
 void Journal::PrefetchMinibatchTail(size_t n) {
-  absl::MutexLock lock(&mu_);
+  // A hint: never wait for an append in progress on another thread.
+  if (!mu_.TryLock()) return;
   if (status_.ok() && minibatch_ != nullptr) minibatch_->PrefetchTail(n);
+  mu_.Unlock();
 }
 
 JournalStats Journal::stats() const {

@@ -51,8 +51,8 @@
 // those bytes are skipped implicitly by both sides. Nothing is ever dropped:
 // a producer blocks (up to its deadline) until the consumer releases space.
 //
-// Waiting: a waiter spins by the clock for up to 50 us (REVENANT_SPIN_US),
-// yielding every 10 us, then sleeps on a futex word in the shared mapping
+// Waiting: a waiter spins by the clock for up to 200 us (50 us below 8 CPUs;
+// REVENANT_SPIN_US), yielding every 10 us, then sleeps on a futex word in the shared mapping
 // (process-shared, no FUTEX_PRIVATE_FLAG) in slices of at most 50 ms. An
 // eventcount (a "waiting" flag plus a futex sequence word) lets the other
 // side skip FUTEX_WAKE unless someone declared it sleeps. MarkPeerDead()
