@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <isa-l/crc.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -150,6 +151,28 @@ TEST(Crc32cTest, StandardValues) {
   EXPECT_NE(crc, crc32c::Mask(crc32c::Mask(crc)));
   EXPECT_EQ(crc, crc32c::Unmask(crc32c::Mask(crc)));
   EXPECT_EQ(crc, crc32c::Unmask(crc32c::Unmask(crc32c::Mask(crc32c::Mask(crc)))));
+}
+
+// Extend uses ISA-L's SSE4.2 variant where the CPU has it: it must agree
+// with ISA-L's dispatcher at every length and alignment the journal uses
+// (short records, block-sized fragments, odd tails).
+TEST(Crc32cTest, AgreesWithIsalDispatcherAtEveryLength) {
+  std::string data(40000, '\0');
+  uint32_t x = 20261129;
+  for (char& c : data) {
+    x = x * 1103515245u + 12345u;
+    c = static_cast<char>(x >> 24);
+  }
+  for (size_t offset : {0, 1, 7}) {
+    for (size_t n = 0; n + offset <= data.size(); n += (n < 300 ? 1 : 997)) {
+      auto* p = reinterpret_cast<unsigned char*>(&data[offset]);
+      const uint32_t want = ~crc32_iscsi(p, static_cast<int>(n), ~0u);
+      ASSERT_EQ(want, crc32c::Value(p, n)) << "length " << n << " offset " << offset;
+      const size_t half = n / 3;
+      ASSERT_EQ(want, crc32c::Extend(crc32c::Value(p, half), p + half, n - half))
+          << "length " << n << " split at " << half;
+    }
+  }
 }
 
 TEST_F(LogTest, Empty) { ASSERT_EQ("EOF", Read()); }
