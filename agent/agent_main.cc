@@ -85,7 +85,8 @@ ABSL_FLAG(std::string, snapshots, "auto",
           "(on when --world_size is 1)");
 ABSL_FLAG(std::string, journal_ahead, "auto",
           "journal asynchronous requests on a second thread, ahead of the executor "
-          "(docs/design.md, \"Journal-ahead\"): on, off, or auto (on with 4 or more CPUs)");
+          "(docs/design.md, \"Journal-ahead\"): on, off, or auto (off: the executor "
+          "journaling inline measured faster, docs/performance.md)");
 ABSL_FLAG(int, world_size, 0, "ranks in the job (0: unknown); --snapshots=auto uses it");
 ABSL_FLAG(std::string, minibatch, "auto",
           "minibatch boundaries: auto (detected from the call stream) or manual "
@@ -94,13 +95,6 @@ ABSL_FLAG(std::string, minibatch, "auto",
 namespace revenant {
 namespace agent {
 namespace {
-
-// CPUs this process may run on.
-int CpuCount() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::thread::hardware_concurrency());
-}
 
 std::atomic<bool> g_stop{false};
 std::atomic<bool> g_recovery_failed{false};
@@ -213,7 +207,10 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
                                                     : SessionOptions::Chaos::Point::kAfterAppend;
   {
     const std::string ahead = absl::GetFlag(FLAGS_journal_ahead);
-    options.journal_ahead = ahead == "on" || (ahead == "auto" && CpuCount() >= 4);
+    // auto: off. Once journaling a request cost ~0.4 us (ISA-L's SSE4.2
+    // CRC, no lock-order graph), handing requests to the thread cost the
+    // step more than journaling them inline (docs/performance.md).
+    options.journal_ahead = ahead == "on";
     const bool exact_append_kill =
         (options.chaos.after_calls != 0 || options.chaos.minibatch != 0) &&
         (options.chaos.point == SessionOptions::Chaos::Point::kBeforeAppend ||

@@ -151,8 +151,6 @@ class RequestJournal {
   // journal-ahead thread journals a boundary).
   uint64_t minibatch() const { return minibatch_.load(std::memory_order_acquire); }
   journal::JournalStats stats() const { return journal_->stats(); }
-  // See journal::Journal::PrefetchMinibatchTail.
-  void PrefetchAppendTail(size_t n) { journal_->PrefetchMinibatchTail(n); }
   const std::string& dir() const { return journal_->dir(); }
 
  private:

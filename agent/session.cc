@@ -28,11 +28,6 @@ namespace revenant {
 namespace agent {
 
 namespace {
-// How much of the minibatch log the executor warms before it waits for the
-// application: more than a training step of train_mlp appends (~10 KiB with
-// an 8 KiB input); 256 prefetch instructions.
-constexpr size_t kPrefetchBytes = 16 << 10;
-
 // The executor's way into the journal-ahead lock: the thread holds it for
 // one request's journaling (a few microseconds at most), and absl::Mutex
 // puts a waiter to sleep after a short spin -- a futex wake-up (tens of
@@ -113,14 +108,6 @@ void Session::Run() {
   StartJournalAhead();
   uint64_t executed = 0;
   while (true) {
-    if (options_.journal != nullptr) {
-      // About to wait for the application (the ring is empty): warm the
-      // lines the next appends store to, in this core's cache. Typically the
-      // head of the next step, which the executor journals itself (the
-      // application waits for it; docs/performance.md).
-      absl::StatusOr<const transport::RecordHeader*> next = ch->requests().TryPeek();
-      if (next.ok() && *next == nullptr) options_.journal->PrefetchAppendTail(kPrefetchBytes);
-    }
     absl::StatusOr<const transport::RecordHeader*> rec =
         ch->Peek(absl::Now() + absl::Milliseconds(200));
     if (!rec.ok()) {

@@ -189,26 +189,12 @@ absl::Status MappedLogFile::Recycle(uint64_t length, const std::string& to, bool
   if (to != path_) {
     if (absl::Status s = Rename(to); !s.ok()) return s;
   }
-  prefetched_to_ = 0;
   if (zero) ZeroPrefix(length);
   return absl::OkStatus();
 }
 
 void MappedLogFile::ZeroPrefix(uint64_t length) {
   std::memset(base_, 0, std::min<uint64_t>(length, chunk_end_));
-  prefetched_to_ = 0;
-}
-
-void MappedLogFile::PrefetchForWrite(uint64_t offset, size_t n) {
-  if (base_ == nullptr) return;
-  uint64_t begin = std::max({offset, chunk_begin_, prefetched_to_});
-  const uint64_t end = std::min<uint64_t>(offset + n, chunk_end_);
-  constexpr uint64_t kLine = 64;
-  begin &= ~(kLine - 1);
-  for (uint64_t o = begin; o < end; o += kLine) {
-    __builtin_prefetch(base_ + (o - chunk_begin_), /*rw=*/1, /*locality=*/3);
-  }
-  if (end > prefetched_to_) prefetched_to_ = end;
 }
 
 absl::Status MappedLogFile::Sync(uint64_t length) {

@@ -85,11 +85,6 @@ class MappedLogFile {
   absl::Status Recycle(uint64_t length, const std::string& to, bool zero = true);
   // Zeroes the first `length` bytes (within the mapped first chunk).
   void ZeroPrefix(uint64_t length);
-  // Hints the CPU to fetch the mapped bytes [offset, offset + n), clipped to
-  // the mapped chunk, for writing (into this core's cache and TLB), so that
-  // the next appends store to warm lines. Only a hint: changes nothing.
-  // Bytes already prefetched since the last call are skipped.
-  void PrefetchForWrite(uint64_t offset, size_t n);
 
  private:
   MappedLogFile(std::string path, int fd, size_t first_chunk, size_t max_chunk)
@@ -104,7 +99,6 @@ class MappedLogFile {
   uint64_t chunk_begin_ = 0;
   uint64_t chunk_end_ = 0;
   uint64_t allocated_ = 0;
-  uint64_t prefetched_to_ = 0;  // PrefetchForWrite's end so far
 };
 
 // A source read front to back. Not thread-safe.

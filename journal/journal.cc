@@ -416,11 +416,6 @@ class SegmentWriter {
   // yet (the caller zeroes them before the file is used again). The segment
   // must already be superseded (a higher-numbered segment of its log
   // exists), so its file, zeroed or not, is a stale one no reader looks at.
-  // See Journal::PrefetchMinibatchTail.
-  void PrefetchTail(size_t n) {
-    if (mapped_log_ != nullptr) mapped_log_->PrefetchForWrite(writer_->file_length(), n);
-  }
-
   std::unique_ptr<MappedLogFile> RecycleLog(uint64_t* dirty) {
     std::unique_ptr<MappedLogFile> log;
     *dirty = writer_->file_length();
@@ -962,13 +957,6 @@ absl::Status Journal::MarkBoundary(uint64_t minibatch) {
   current_minibatch_ = minibatch;
   minibatch_entries_ = 0;
   return absl::OkStatus();
-}
-
-void Journal::PrefetchMinibatchTail(size_t n) {
-  // A hint: never wait for an append in progress on another thread.
-  if (!mu_.TryLock()) return;
-  if (status_.ok() && minibatch_ != nullptr) minibatch_->PrefetchTail(n);
-  mu_.Unlock();
 }
 
 JournalStats Journal::stats() const {

@@ -156,14 +156,6 @@ class Journal {
   // Compacts the setup log now, regardless of the thresholds.
   absl::Status Compact();
 
-  // Hints the CPU to fetch the next `n` bytes of the minibatch log for
-  // writing (mapped logs only; a no-op otherwise, or while another thread
-  // appends). A journaling thread that is about to wait calls it, so that its
-  // next appends (a step's first entries, on its critical path) store to
-  // lines in its own cache instead of lines the spare thread zeroed on
-  // another core, long ago.
-  void PrefetchMinibatchTail(size_t n);
-
   JournalStats stats() const;
   const std::string& dir() const { return dir_; }
 

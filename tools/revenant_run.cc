@@ -82,7 +82,7 @@ ABSL_FLAG(std::string, snapshots, "auto",
           "(on when the job has one rank, which has no replica to recover from)");
 ABSL_FLAG(std::string, journal_ahead, "auto",
           "agents journal asynchronous requests on a second thread, ahead of the executor: "
-          "on, off, or auto (on with 4 or more CPUs)");
+          "on, off, or auto (off; docs/performance.md)");
 ABSL_FLAG(bool, journal, true, "agents journal calls (needed for recovery; off to measure its cost)");
 ABSL_FLAG(std::string, events_file, "",
           "copy the job's recovery events (JSON lines) here before the job directory goes");

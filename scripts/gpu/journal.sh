@@ -8,6 +8,10 @@
 #      Boundary snapshots are off in both arms (the ratio is the journal's
 #      alone). Goal: journal on / off <= 1.02. REVENANT_JOURNAL_TIMING=1 in one
 #      extra run gives the executor's time inside the journal per call.
+#   1b. the same benchmark for larger steps (JSTEP_CURVE_PAIRS pairs, default
+#      3): train_mlp with a wider layer and larger batches (32 KiB input, stored
+#      inline; 256 KiB input, stored out of line), to show how the journal's
+#      fixed cost per step weighs as the step grows.
 #   2. shim_bench under revenant-run, journal on vs off (snapshots off), two
 #      interleaved rounds: the launch rows and the training-like step, printed
 #      as on / off ratios (the journal's per-launch cost is
@@ -20,12 +24,21 @@ if [ "$MODE" = all ] || [ "$MODE" = journal ]; then
     local log=$1 flags=$2; shift 2
     timeout 200 $RUN -n 1 --backend=cuda $flags --timeout=180 -- "$@" >"$log" 2>&1
   }
-  NATIVE=1 EXTRA_ARM="noahead --journal_ahead=off" bash "$G/bench/journal_step.sh" "${JSTEP_PAIRS:-8}" 20000 2000 \
+  NATIVE=1 EXTRA_ARM="ahead --journal_ahead=on" bash "$G/bench/journal_step.sh" "${JSTEP_PAIRS:-8}" 20000 2000 \
     $RUN -n 1 --backend=cuda --snapshots=off --timeout=180 -- "$G/apps/train_mlp.bin" \
     >"$LOGS/journal_step.log" 2>&1; rc=$?
   if [ $rc -eq 0 ] && grep -q "RESULT journal_step_ratio" "$LOGS/journal_step.log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
   record "journal: step benchmark (train_mlp, on/off pairs)" "$s" "$LOGS/journal_step.log"
   sed 's/^/   | /' "$LOGS/journal_step.log"
+  for cfg in "--hidden 1024 --batch 128" "--hidden 4096 --batch 1024"; do
+    tag=$(echo "$cfg" | tr -d ' -')
+    bash "$G/bench/journal_step.sh" "${JSTEP_CURVE_PAIRS:-3}" 4000 400 \
+      $RUN -n 1 --backend=cuda --snapshots=off --timeout=180 -- "$G/apps/train_mlp.bin" $cfg \
+      >"$LOGS/journal_step.$tag.log" 2>&1; rc=$?
+    if [ $rc -eq 0 ] && grep -q "RESULT journal_step_ratio" "$LOGS/journal_step.$tag.log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+    record "journal: step benchmark (train_mlp $cfg)" "$s" "$LOGS/journal_step.$tag.log"
+    grep -E "^  pair|^step time|^ratio" "$LOGS/journal_step.$tag.log" | sed "s/^/   | $cfg: /"
+  done
   REVENANT_JOURNAL_TIMING=1 jrun "$LOGS/jstep.timing.log" "--journal=true --snapshots=off" \
     "$G/apps/train_mlp.bin" --iters 20000 --time_after 2000
   grep -h -A8 "RESULT\|journal time at exit\|journal-ahead" "$LOGS/jstep.timing.log" | grep -v "iter \|checksum\|PASS" | sed 's/^/   | timing run: /'
