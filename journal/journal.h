@@ -75,7 +75,11 @@ struct JournalOptions {
   // an inline payload costs a memcpy, not a system call: a training step's
   // input batch then needs no write(2) to a payload file, and (a payload
   // file ends the boundary markers) no new minibatch segment per step.
-  size_t mapped_inline_payload_threshold = 64 << 10;
+  // 256 KiB: half the minibatch segment's first chunk (a larger record would
+  // grow the mapping, a new mmap per step). On the H200 a 256 KiB input per
+  // step out of line (open, write(2), unlink, new segment) cost the step
+  // ~100 us (docs/performance.md).
+  size_t mapped_inline_payload_threshold = 256 << 10;
   SyncPolicy sync = SyncPolicy::kNone;
   // The setup log is compacted when its dead bytes exceed its live bytes and
   // also this many bytes (so that small journals are not rewritten over and

@@ -201,7 +201,7 @@ TEST(JournalTest, RoundTripWithInlineAndOutOfLinePayloads) {
   const std::string dir = TestDir("roundtrip");
   auto j = OpenJournal(dir);
   const std::string small(100, 's');
-  std::string big(100000, 'b');
+  std::string big(300000, 'b');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 31 + 7);
   const std::string threshold(4096, 't');  // exactly the threshold: stays inline
 
@@ -300,7 +300,7 @@ TEST(JournalTest, EncodeEntryMatchesProtobuf) {
 TEST(JournalTest, PayloadByReference) {
   const std::string dir = TestDir("by_reference");
   auto j = OpenJournal(dir);
-  std::string big(200000, 'b');
+  std::string big(300000, 'b');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 13 + 5);
   const std::string small(4096, 's');
 
@@ -356,7 +356,7 @@ TEST(JournalTest, PayloadByReference) {
 TEST(JournalTest, PayloadByReferenceCorruptionIsDetected) {
   const std::string dir = TestDir("by_reference_corrupt");
   auto j = OpenJournal(dir);
-  const std::string big(100000, 'q');
+  const std::string big(300000, 'q');
   ASSERT_TRUE(j->AppendMinibatch(Entry(1), big).ok());
   j.reset();
   const std::string payload = OnlyFile(dir, "minibatch-", ".payload");
@@ -393,7 +393,7 @@ TEST(JournalTest, BoundaryClearsMinibatchLog) {
   ASSERT_TRUE(j->AppendSetup(Entry(++seq)).ok());
   for (int i = 0; i < 10; ++i) {
     JournalEntry e = Entry(++seq);
-    e.set_inline_payload(std::string(70000, 'p'));
+    e.set_inline_payload(std::string(300000, 'p'));
     ASSERT_TRUE(j->AppendMinibatch(e).ok());
   }
   EXPECT_EQ(10u, ReadLog(dir, MINIBATCH).entries.size());
@@ -703,11 +703,11 @@ class CorruptionTest : public ::testing::Test {
     auto j = OpenJournal(dir_);
     ASSERT_TRUE(j->AppendSetup(Entry(1)).ok());
     JournalEntry e = Entry(2);
-    e.set_inline_payload(std::string(70000, 'P'));
+    e.set_inline_payload(std::string(300000, 'P'));
     ASSERT_TRUE(j->AppendSetup(e).ok());
     ASSERT_TRUE(j->AppendSetup(Entry(3)).ok());
     JournalEntry m = Entry(4);
-    m.set_inline_payload(std::string(70000, 'M'));
+    m.set_inline_payload(std::string(300000, 'M'));
     ASSERT_TRUE(j->AppendMinibatch(m).ok());
     log_ = OnlyFile(dir_, "setup-", ".log");
     payload_ = OnlyFile(dir_, "setup-", ".payload");
@@ -781,7 +781,7 @@ TEST_F(CorruptionTest, TruncatedPayload) {
   s.resize(s.size() - 1);
   SetContents(payload_, s);
   Read r = ReadLog(dir_, SETUP);
-  ExpectDataLoss(r, payload_, "truncated payload at offset 0: entry seq 2 needs 70000 bytes");
+  ExpectDataLoss(r, payload_, "truncated payload at offset 0: entry seq 2 needs 300000 bytes");
   EXPECT_THAT(r.seqs(), ElementsAreArray({1}));
 }
 
@@ -819,11 +819,11 @@ TEST_F(CorruptionTest, ReopenContinuesAndChecksSeq) {
   Read r = ReadLog(dir_, SETUP);
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_THAT(r.seqs(), ElementsAreArray({1, 2, 3, 5}));
-  EXPECT_EQ(std::string(70000, 'P'), r.entries[1].inline_payload());
+  EXPECT_EQ(std::string(300000, 'P'), r.entries[1].inline_payload());
   Read m = ReadLog(dir_, MINIBATCH);
   ASSERT_TRUE(m.status.ok()) << m.status;
   EXPECT_THAT(m.seqs(), ElementsAreArray({4}));
-  EXPECT_EQ(std::string(70000, 'M'), m.entries[0].inline_payload());
+  EXPECT_EQ(std::string(300000, 'M'), m.entries[0].inline_payload());
   // Exactly one live segment per log (plus payloads): the old ones are gone.
   EXPECT_EQ(4u, ListDir(dir_)->size());
 }
@@ -1078,7 +1078,7 @@ bool KillIsSetup(int i) { return i % 7 == 0; }
 std::string KillPayload(uint64_t seq) {
   // Now and then out of line (the segment then gets a payload file and the
   // next boundary starts a new segment; otherwise boundaries are markers).
-  return std::string(seq % 97 == 0 ? 70000 + seq % 3000 : seq % 300,
+  return std::string(seq % 97 == 0 ? 270000 + seq % 3000 : seq % 300,
                      static_cast<char>('a' + seq % 26));
 }
 

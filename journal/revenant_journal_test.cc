@@ -54,7 +54,7 @@ std::string MakeJournal(const std::string& name) {
   b.set_seq(2);
   b.set_api_id(23);
   b.add_overwrites(0xabc0);
-  b.set_inline_payload(std::string(100000, 'x'));
+  b.set_inline_payload(std::string(300000, 'x'));
   EXPECT_TRUE((*j)->AppendSetup(b).ok());
   JournalEntry c;
   c.set_seq(3);
@@ -98,13 +98,13 @@ TEST(RevenantJournalTest, DumpAndStats) {
   EXPECT_THAT(d.output, HasSubstr("setup seq=1 api=cudaGetLastError flags=0 minibatch=0 args=0 "
                                   "payload=0(inline) creates=[0xabc0]"));
   EXPECT_THAT(d.output, HasSubstr("setup seq=2 api=cudaMallocAsync"));
-  EXPECT_THAT(d.output, HasSubstr("payload=100000@0"));
+  EXPECT_THAT(d.output, HasSubstr("payload=300000@0"));
   EXPECT_THAT(d.output, HasSubstr("overwrites=[0xabc0]"));
   EXPECT_THAT(d.output, HasSubstr("minibatch seq=3 api=cudaStreamCreateWithFlags flags=0x2"));
   ToolRun s = RunTool("stats " + dir);
   EXPECT_EQ(0, s.exit_code) << s.output;
   EXPECT_THAT(s.output, HasSubstr("setup: records=2"));
-  EXPECT_THAT(s.output, HasSubstr("payload_bytes=100000 payload_file_bytes=100000"));
+  EXPECT_THAT(s.output, HasSubstr("payload_bytes=300000 payload_file_bytes=300000"));
   EXPECT_THAT(s.output, HasSubstr("minibatch: records=1"));
   EXPECT_THAT(s.output, HasSubstr("setup api=cudaMallocAsync records=1"));
 }
