@@ -126,10 +126,10 @@ int32_t CallbackHook(DispatchContext& ctx, wire::Decoder& in) {
   rec.user_data = user_data;
   rec.stream = virtual_stream;
   rec.kind = kind;
-  const bool replayed = session->replaying();
+  const Session::CallbackOrigin origin = session->callback_origin();
   return B(ctx)->EnqueueHostCallback(reinterpret_cast<cudaStream_t>(stream),
-                                     [session, rec, replayed] {
-                                       session->RunClientCallback(rec, replayed);
+                                     [session, rec, origin] {
+                                       session->RunClientCallback(rec, origin);
                                      });
 }
 
@@ -326,7 +326,7 @@ std::function<void()> HostNodeFn(DispatchContext& ctx, uint64_t fn, uint64_t use
   rec.fn = fn;
   rec.user_data = user_data;
   rec.kind = hooks::kCallbackHostFn;
-  return [session, rec] { session->RunClientCallback(rec, session->replaying()); };
+  return [session, rec] { session->RunClientCallback(rec, session->callback_origin()); };
 }
 
 // A created node: its virtual id as an 8-byte field (the journal keys the

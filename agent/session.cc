@@ -218,6 +218,7 @@ void Session::Execute(const transport::RecordHeader& rec) {
       if (snapshots_ != nullptr) SnapshotRecorded(options_.journal->minibatch());
       // Collective ordinals restart per minibatch, as at a detected boundary.
       backend_->MarkBoundary(options_.journal->minibatch());
+      NoteMinibatchStarted(options_.journal->minibatch());
       if (validator_ != nullptr) validator_->MinibatchStarted(options_.journal->minibatch());
     }
     finish_journaling();
@@ -250,6 +251,7 @@ void Session::Execute(const transport::RecordHeader& rec) {
     if (options_.journal->minibatch() != minibatch) {
       if (snapshots_ != nullptr) SnapshotRecorded(options_.journal->minibatch());
       backend_->MarkBoundary(options_.journal->minibatch());
+      NoteMinibatchStarted(options_.journal->minibatch());
       if (skip_until_minibatch_ != 0 && options_.journal->minibatch() >= skip_until_minibatch_) {
         REVENANT_LOG(INFO, "agent") << "caught up with the job at minibatch "
                                     << options_.journal->minibatch();
@@ -386,6 +388,15 @@ void Session::StartBoundaryJournaledAhead(const transport::RecordHeader& rec) {
                         std::memory_order_release);
   a.mu.Unlock();
   backend_->MarkBoundary(minibatch);
+  NoteMinibatchStarted(minibatch);
+}
+
+void Session::NoteMinibatchStarted(uint64_t minibatch) {
+  // Before the minibatch's first request runs: every callback posted after
+  // this belongs to a request of this minibatch or later (or to an earlier
+  // request whose host function was still in flight: see docs/recovery.md).
+  std::lock_guard<std::mutex> lock(callback_mu_);
+  channel_->SetMinibatchCallbacks(minibatch, channel_->callbacks().last_seq());
 }
 
 bool Session::Plain(const transport::RecordHeader& rec) const {
@@ -685,9 +696,11 @@ const KernelInfo* Session::FindKernel(const void* backend_handle) const {
   return it == kernels_.end() ? nullptr : &it->second;
 }
 
-void Session::RunClientCallback(const hooks::CallbackRecord& record, bool replayed) {
+void Session::RunClientCallback(const hooks::CallbackRecord& record, CallbackOrigin origin) {
   // A validation replay: the application ran this callback already.
   if (validating_.load()) return;
+  if (origin == CallbackOrigin::kReplayedSetup) return;
+  const bool replayed = origin == CallbackOrigin::kReplayed;
   uint64_t ticket = 0;
   {
     std::lock_guard<std::mutex> lock(callback_mu_);
@@ -908,10 +921,26 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   backend_->SetReplayPhase(minibatch == 0 ? ReplayPhase::kMinibatchLog : ReplayPhase::kSetupLog);
 
   {
+    // The replay regenerates the host callbacks of the requests it replays:
+    // those of the journal's current minibatch (or of everything, before the
+    // first boundary). The application already has the ones the dead agent
+    // posted for them: the callbacks posted since the dead agent started this
+    // minibatch (it recorded the count then, in the channel). If it had not
+    // started it yet (killed between journaling the boundary and running
+    // its request), none: the count for this minibatch starts now.
     std::lock_guard<std::mutex> lock(callback_mu_);
     callbacks_sent_ = channel_->callbacks().last_seq();
-    callbacks_to_suppress_ = callbacks_sent_;
+    uint64_t started = 0, at_start = 0;
+    channel_->GetMinibatchCallbacks(&started, &at_start);
+    if (started != minibatch || at_start > callbacks_sent_) {
+      channel_->SetMinibatchCallbacks(minibatch, callbacks_sent_);
+      at_start = callbacks_sent_;
+    }
+    callbacks_to_suppress_ = callbacks_sent_ - at_start;
+    REVENANT_LOG(DEBUG, "agent") << "replay of minibatch " << minibatch << ": "
+                                 << callbacks_to_suppress_ << " host callbacks already posted";
   }
+  replay_setup_ = minibatch > 0;
   replaying_ = true;
   uint64_t last_request = 0;
   size_t replayed = 0, divergences = 0;
@@ -933,6 +962,10 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
         replaying_ = false;
         return j;
       }
+      // restore_boundary synchronized the device: the setup replay's host
+      // callbacks have run (and were dropped); from here the current
+      // minibatch's.
+      replay_setup_ = false;
       joined = true;
     }
     if (from_minibatch[i] && behind) {
@@ -977,8 +1010,10 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
     ++replayed;
   }
   // Replayed callbacks may still be on their way through the streams: the
-  // suppression count drains as they arrive.
+  // suppression count drains as they arrive (their origin was taken when they
+  // were enqueued).
   replaying_ = false;
+  replay_setup_ = false;
   if (!joined && minibatch > 0) {
     // The minibatch log was empty: take the boundary state now.
     if (absl::Status j = restore_boundary(); !j.ok()) {

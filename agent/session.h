@@ -130,12 +130,26 @@ class Session {
   const KernelInfo* FindKernel(const void* backend_handle) const;
   void AddKernel(const KernelInfo& info) { kernels_[info.handle] = info; }
 
+  // Where a host callback comes from (docs/recovery.md, "Host callbacks").
+  enum class CallbackOrigin {
+    kLive,           // a request of the application, run now
+    kReplayedSetup,  // a replayed setup-log request, before the boundary
+                     // state is restored: from an earlier minibatch, which
+                     // the application ran already: never posted again
+    kReplayed,       // a replayed request of the journal's current minibatch
+                     // (or of everything before the first boundary): the
+                     // first ones, as many as the dead agent posted, are not
+  };
   // Asks the application to run a host callback and waits (bounded) until
   // it ran. Called from the backend's stream threads, in stream order.
-  // `replayed`: the callback comes from a replayed request (the dead agent
-  // may already have posted it: then it is suppressed).
-  void RunClientCallback(const hooks::CallbackRecord& record, bool replayed);
+  void RunClientCallback(const hooks::CallbackRecord& record, CallbackOrigin origin);
   bool replaying() const { return replaying_.load(); }
+  // The origin of a callback enqueued (or, for a graph's host node, run) now.
+  CallbackOrigin callback_origin() const {
+    return !replaying_.load() ? CallbackOrigin::kLive
+           : replay_setup_.load() ? CallbackOrigin::kReplayedSetup
+                                  : CallbackOrigin::kReplayed;
+  }
 
   // Validation replay (agent/validator.h): replays one request of the
   // minibatch log with nothing delivered to the application (no reply, no
@@ -218,6 +232,9 @@ class Session {
   // A request the thread journaled a boundary before: starts the minibatch
   // in the backend.
   void StartBoundaryJournaledAhead(const transport::RecordHeader& rec);
+  // Records in the channel how many host callbacks were posted when
+  // `minibatch` started (ShmServerChannel::SetMinibatchCallbacks).
+  void NoteMinibatchStarted(uint64_t minibatch);
   // Whether the journal-ahead thread may journal `rec` (mu held).
   bool Plain(const transport::RecordHeader& rec) const;
 
@@ -251,6 +268,7 @@ class Session {
   // Host callbacks a replay regenerates that the dead agent already posted.
   uint64_t callbacks_to_suppress_ = 0;
   std::atomic<bool> replaying_{false};
+  std::atomic<bool> replay_setup_{false};  // replaying the setup log (see CallbackOrigin)
   std::atomic<bool> validating_{false};
   std::unique_ptr<Validator> validator_;
   // After a replacement found the survivors past its minibatch: device work

@@ -51,6 +51,9 @@ struct ChannelHeader {
   alignas(64) std::atomic<uint64_t> callbacks_done;
   std::atomic<uint32_t> callbacks_done_futex;
   std::atomic<uint32_t> callbacks_waiting;
+  // ShmServerChannel::SetMinibatchCallbacks (layout version 2).
+  alignas(64) std::atomic<uint64_t> minibatch_callbacks;
+  std::atomic<uint64_t> minibatch_started;
 };
 static_assert(sizeof(ChannelHeader) <= kPage, "header must fit its page");
 
@@ -852,6 +855,19 @@ uint64_t RingProducer::last_seq() const { return ctrl_->last_seq.load(std::memor
 
 uint64_t ShmServerChannel::callbacks_done() const {
   return map_->header()->callbacks_done.load();
+}
+
+void ShmServerChannel::SetMinibatchCallbacks(uint64_t minibatch, uint64_t callbacks_posted) {
+  ChannelHeader* h = map_->header();
+  h->minibatch_callbacks.store(callbacks_posted, std::memory_order_relaxed);
+  h->minibatch_started.store(minibatch, std::memory_order_release);
+}
+
+void ShmServerChannel::GetMinibatchCallbacks(uint64_t* minibatch,
+                                             uint64_t* callbacks_posted) const {
+  const ChannelHeader* h = map_->header();
+  *minibatch = h->minibatch_started.load(std::memory_order_acquire);
+  *callbacks_posted = h->minibatch_callbacks.load(std::memory_order_relaxed);
 }
 
 char* ShmServerChannel::staging() {

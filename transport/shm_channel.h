@@ -102,7 +102,7 @@ static_assert(sizeof(RecordHeader) == 24, "RecordHeader is part of the ABI");
 
 inline constexpr uint16_t kPaddingApiId = 0xFFFF;
 inline constexpr uint64_t kChannelMagic = 0x4E414843544E5652ull;  // "RVNTCHAN"
-inline constexpr uint32_t kChannelLayoutVersion = 1;
+inline constexpr uint32_t kChannelLayoutVersion = 2;
 
 struct ChannelOptions {
   size_t ring_capacity = size_t{8} << 20;           // Power of two, >= 4096.
@@ -358,6 +358,14 @@ class ShmServerChannel {
   // Waits until the client has posted at least `count` callback completions.
   absl::Status WaitCallbacksDone(uint64_t count, absl::Time deadline);
   uint64_t callbacks_done() const;
+  // Host callbacks posted (callbacks().last_seq()) when the agent started
+  // running minibatch `minibatch` (docs/recovery.md, "Host callbacks"). In the
+  // shared mapping: a replacement agent reads what the dead one recorded, to
+  // know how many of the callbacks its replay regenerates the application
+  // already has. Stored count first, then the minibatch: a reader that sees
+  // the minibatch sees its count.
+  void SetMinibatchCallbacks(uint64_t minibatch, uint64_t callbacks_posted);
+  void GetMinibatchCallbacks(uint64_t* minibatch, uint64_t* callbacks_posted) const;
   // The request a slot's current reply answers (0 if the slot holds none):
   // a replacement agent answers a replayed request only if its application
   // is still waiting for it.

@@ -1,10 +1,13 @@
 // train_mlp: data-parallel training of a 2-layer MLP with plain CUDA + NCCL.
 //
 //   RANK=r WORLD_SIZE=n MASTER_PORT=p train_mlp [--iters 20] [--hidden 128] [--batch 32]
-//       [--time_after W]
+//       [--time_after W] [--host_fn]
 // With --time_after W (0 < W < iters), rank 0 prints the mean step time of
 // iterations W .. iters-1 (steady clock, the last step's work synchronized)
 // as "RESULT train_step_us <us>": start-up, warm-up and teardown excluded.
+// With --host_fn, each iteration ends with a cudaLaunchHostFunc that counts
+// the iterations in this process: the count must equal --iters at the end
+// (a recovery must neither lose nor repeat a host function).
 //
 // Deterministic by construction: a fixed-seed synthetic dataset (each rank
 // trains on its own shard), fixed-seed initial parameters (the same on every
@@ -18,6 +21,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -70,6 +74,9 @@ int IntFlag(int argc, char** argv, const char* name, int fallback) {
   return fallback;
 }
 
+std::atomic<int> host_fn_runs{0};
+void CUDART_CB CountIteration(void* runs) { ++*static_cast<std::atomic<int>*>(runs); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,6 +84,8 @@ int main(int argc, char** argv) {
   const int hidden = IntFlag(argc, argv, "--hidden", 128);
   const int batch = IntFlag(argc, argv, "--batch", 32);
   const int time_after = IntFlag(argc, argv, "--time_after", 0);
+  bool host_fn = false;
+  for (int i = 1; i < argc; ++i) host_fn = host_fn || std::string(argv[i]) == "--host_fn";
   EXPECT_APP(iters > 0 && hidden > 0 && batch > 0, "bad arguments");
   EXPECT_APP(time_after >= 0 && time_after < iters, "--time_after must be in [0, iters)");
   const Launch l = ReadLaunch();
@@ -196,6 +205,7 @@ int main(int argc, char** argv) {
     mlp_sgd<<<Blocks(static_cast<int>(n_params)), kThreads, 0, stream>>>(
         params, grads, static_cast<int>(n_params), kLearningRate, scale);
     CHECK_CUDA(cudaGetLastError());
+    if (host_fn) CHECK_CUDA(cudaLaunchHostFunc(stream, CountIteration, &host_fn_runs));
 
     if (it % kLossEvery == 0 || it == iters - 1) {
       CHECK_CUDA(cudaMemcpyAsync(pinned_loss, loss_total, sizeof(float), cudaMemcpyDeviceToHost,
@@ -205,6 +215,11 @@ int main(int argc, char** argv) {
     }
   }
   CHECK_CUDA(cudaStreamSynchronize(stream));
+  if (host_fn) {
+    EXPECT_APP(host_fn_runs.load() == iters, "the host function ran %d times in %d iterations",
+               host_fn_runs.load(), iters);
+    std::printf("host function runs %d\n", host_fn_runs.load());
+  }
   if (time_after > 0 && l.rank == 0) {
     const double us = std::chrono::duration<double, std::micro>(
                           std::chrono::steady_clock::now() - timed_start)

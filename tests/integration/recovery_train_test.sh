@@ -5,7 +5,9 @@
 # run of the same job (bitwise equal), and none may hang.
 #   recovery_train_test.sh RUN APP KERNELS RANKS ITERS MODE [TRIALS SEED]
 # (the host backend unless RECOVERY_TEST_BACKEND_ARGS says otherwise, below)
-# MODE: scenarios (the named kill points) or random (TRIALS seeded trials).
+# MODE: scenarios (the named kill points), random (TRIALS seeded trials) or
+# host_fn (the application ends each iteration with a host function, which
+# must run exactly once per iteration across a recovery: kills around it).
 set -u
 run="$1"; app="$2"; kernels="$3"; ranks="$4"; iters="$5"; mode="$6"
 trials="${7:-50}"; seed="${8:-20261129}"
@@ -27,8 +29,10 @@ if [ -n "${RECOVERY_TEST_EXTRA_ARGS:-}" ]; then
 fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+app_args=()
+[ "$mode" = host_fn ] && app_args=(--host_fn)
 
-"$run" "${common[@]}" -- "$app" --iters "$iters" >"$tmp/ref.log" 2>&1 || {
+"$run" "${common[@]}" -- "$app" --iters "$iters" "${app_args[@]}" >"$tmp/ref.log" 2>&1 || {
   echo "FAIL: the fault-free run failed"; cat "$tmp/ref.log"; exit 1; }
 ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/ref.log")
 [ -n "$ref" ] || { echo "FAIL: no checksum in the fault-free run"; cat "$tmp/ref.log"; exit 1; }
@@ -46,7 +50,7 @@ fails=0
 trial() {  # name chaos-spec
   local name="$1" spec="$2" log="$tmp/trial.log"
   local t0=$(date +%s%N)
-  "$run" "${common[@]}" --chaos="$spec" -- "$app" --iters "$iters" >"$log" 2>&1
+  "$run" "${common[@]}" --chaos="$spec" -- "$app" --iters "$iters" "${app_args[@]}" >"$log" 2>&1
   local rc=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   local same=$(grep -c "^\[r[0-9]*\] final checksum $ref\$" "$log")
   local recoveries=$(grep -c "replacement agent for rank" "$log")
@@ -72,6 +76,17 @@ if [ "$mode" = scenarios ]; then
   trial "during recovery"        "rank=1,minibatch=4,calls=5;rank=2,recovery=1"
   trial "two ranks at once"      "rank=1,minibatch=4,calls=8;rank=2,minibatch=4,calls=8"
   total=8
+elif [ "$mode" = host_fn ]; then
+  # With --host_fn a minibatch is 16 requests: 15 the host function (after
+  # the SGD kernel), 16 the next iteration's synchronize. The application
+  # fails if its host function did not run exactly once per iteration.
+  trial "host function journaled"   "rank=1,minibatch=5,calls=15,point=after_append"
+  trial "host function enqueued"    "rank=2,minibatch=5,calls=15,point=after_execute"
+  trial "after the host function"   "rank=3,minibatch=6,calls=16,point=before_append"
+  trial "boundary journaled only"   "rank=1,minibatch=4,calls=1,point=after_append"
+  trial "mid-backward"              "rank=0,minibatch=3,calls=8"
+  trial "two ranks, host function"  "rank=1,minibatch=6,calls=15,point=after_execute;rank=2,minibatch=6,calls=14"
+  total=6
 else
   echo "seed=$seed trials=$trials"
   RANDOM=$seed
