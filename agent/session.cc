@@ -125,10 +125,10 @@ void Session::Run() {
     ch->Release(seq);
     if (ahead_ != nullptr) {
       // The journal-ahead thread waits for this after a synchronous request
-      // or one the executor journaled (its barrier). The barrier was set
+      // or one it would not journal (its barrier). The barrier was set
       // before the request was published as journaled, which the executor
       // saw before running it; the thread sets no later one until `done`.
-      if (executor_journaled_ || seq == ahead_->barrier.load(std::memory_order_relaxed)) {
+      if (seq == ahead_->barrier.load(std::memory_order_relaxed)) {
         ahead_->done.store(seq, std::memory_order_release);
         ch->requests().WakeWaiters();
       }
@@ -180,7 +180,6 @@ void Session::Execute(const transport::RecordHeader& rec) {
   // synchronous request, or one the thread would not journal, the thread
   // waits until the executor has run it (the barrier): its outcome entry,
   // or the boundary work done with it, comes before the next entry.
-  executor_journaled_ = false;
   bool journal_here = options_.journal != nullptr;
   bool ahead_locked = false;
   bool ahead_barrier = false;
@@ -206,7 +205,6 @@ void Session::Execute(const transport::RecordHeader& rec) {
     ++ahead_->by_executor;
     ahead_locked = false;
     ahead_->mu.Unlock();
-    executor_journaled_ = ahead_barrier;
   };
   if (rec.api_id == hooks::kMarkStepApiId) {
     if (journal_here) {

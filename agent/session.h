@@ -222,7 +222,6 @@ class Session {
   };
   std::unique_ptr<JournalAhead> ahead_;
   uint64_t ahead_seen_ = 0;  // the executor's last read of ahead_->journaled
-  bool executor_journaled_ = false;  // by the last Execute
   void StartJournalAhead();
   void StopJournalAhead();
   void JournalAheadLoop();
