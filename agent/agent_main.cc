@@ -83,10 +83,11 @@ ABSL_FLAG(std::string, snapshots, "auto",
           "boundary snapshots of the device state, so that a rank without a replica can be "
           "recovered past its first minibatch boundary (docs/recovery.md): on, off, or auto "
           "(on when --world_size is 1)");
-ABSL_FLAG(std::string, journal_ahead, "auto",
-          "journal asynchronous requests on a second thread, ahead of the executor "
-          "(docs/design.md, \"Journal-ahead\"): on, off, or auto (off: the executor "
-          "journaling inline measured faster, docs/performance.md)");
+ABSL_FLAG(std::string, journal_thread, "auto",
+          "a second thread journals the plain asynchronous requests (docs/design.md, \"The "
+          "journal thread\"): behind (write-behind: the executor runs them at once), ahead "
+          "(the executor waits until they are journaled), off (the executor journals inline), "
+          "or auto (behind with 4 or more CPUs, else off)");
 ABSL_FLAG(int, world_size, 0, "ranks in the job (0: unknown); --snapshots=auto uses it");
 ABSL_FLAG(std::string, minibatch, "auto",
           "minibatch boundaries: auto (detected from the call stream) or manual "
@@ -206,19 +207,24 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
                         : point == "after_boundary" ? SessionOptions::Chaos::Point::kAfterBoundary
                                                     : SessionOptions::Chaos::Point::kAfterAppend;
   {
-    const std::string ahead = absl::GetFlag(FLAGS_journal_ahead);
-    // auto: off. Once journaling a request cost ~0.4 us (ISA-L's SSE4.2
-    // CRC, no lock-order graph), handing requests to the thread cost the
-    // step more than journaling them inline (docs/performance.md).
-    options.journal_ahead = ahead == "on";
+    const std::string mode = absl::GetFlag(FLAGS_journal_thread);
+    using JT = SessionOptions::JournalThread;
+    // auto: write-behind where the thread has a core to run on; on 2 CPUs
+    // the executor journals inline (the thread would take the
+    // application's or the executor's core).
+    options.journal_thread = mode == "behind" ? JT::kBehind
+                             : mode == "ahead" ? JT::kAhead
+                             : mode == "off"   ? JT::kOff
+                             : std::thread::hardware_concurrency() >= 4 ? JT::kBehind
+                                                                          : JT::kOff;
     const bool exact_append_kill =
         (options.chaos.after_calls != 0 || options.chaos.minibatch != 0) &&
         (options.chaos.point == SessionOptions::Chaos::Point::kBeforeAppend ||
          options.chaos.point == SessionOptions::Chaos::Point::kAfterAppend);
-    if (options.journal_ahead && exact_append_kill) {
+    if (options.journal_thread != JT::kOff && exact_append_kill) {
       // The kill must find the request journaled or not exactly as named.
-      REVENANT_LOG(INFO, "agent") << "chaos at an append: journal-ahead off";
-      options.journal_ahead = false;
+      REVENANT_LOG(INFO, "agent") << "chaos at an append: journal thread off";
+      options.journal_thread = JT::kOff;
     }
   }
   Session session(backend, std::move(*ch), fd, job_dir, std::move(options));
@@ -267,9 +273,11 @@ int Main(int argc, char** argv) {
     REVENANT_LOG(ERROR, "agent") << "--snapshots must be auto, on or off, not " << snapshots;
     return 2;
   }
-  const std::string ahead = absl::GetFlag(FLAGS_journal_ahead);
-  if (ahead != "auto" && ahead != "on" && ahead != "off") {
-    REVENANT_LOG(ERROR, "agent") << "--journal_ahead must be auto, on or off, not " << ahead;
+  const std::string journal_thread = absl::GetFlag(FLAGS_journal_thread);
+  if (journal_thread != "auto" && journal_thread != "behind" && journal_thread != "ahead" &&
+      journal_thread != "off") {
+    REVENANT_LOG(ERROR, "agent") << "--journal_thread must be auto, behind, ahead or off, not "
+                                 << journal_thread;
     return 2;
   }
   if (absl::GetFlag(FLAGS_die_with_parent)) {

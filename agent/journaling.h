@@ -136,6 +136,11 @@ class RequestJournal {
            detector_.WouldMark(rec.api_id, absl::string_view(rec.body(), rec.body_size()));
   }
 
+  // The boundary detector's state and mode (a copy lets another thread
+  // follow the same request stream: the journal thread's executor).
+  const MinibatchDetector& detector() const { return detector_; }
+  BoundaryMode boundary_mode() const { return options_.boundaries; }
+
   // With REVENANT_JOURNAL_TIMING=1 in the agent's environment, the time the
   // executor spent in BeforeExecute, AfterExecute and MarkStep (steady
   // clock, ~40 ns per reading on a VM: included in the figure); else 0.

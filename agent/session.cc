@@ -108,6 +108,18 @@ void Session::Run() {
   StartJournalAhead();
   uint64_t executed = 0;
   while (true) {
+    if (ahead_ != nullptr && ahead_->behind && released_seq_ < executed_seq_) {
+      absl::StatusOr<const transport::RecordHeader*> next = ch->requests().TryPeek();
+      if (next.ok() && *next == nullptr) {
+        // About to wait for the application: what ran is journaled (here,
+        // if the thread has not yet) and its ring space released, so that a
+        // producer waiting for space is never left waiting on us.
+        CatchUpLocked(executed_seq_ + 1);
+        ahead_->mu.Unlock();
+        ch->Release(executed_seq_);
+        released_seq_ = executed_seq_;
+      }
+    }
     absl::StatusOr<const transport::RecordHeader*> rec =
         ch->Peek(absl::Now() + absl::Milliseconds(200));
     if (!rec.ok()) {
@@ -122,7 +134,19 @@ void Session::Run() {
     Execute(*r);
     const uint64_t seq = r->seq;
     ch->Advance();
-    ch->Release(seq);
+    executed_seq_ = seq;
+    if (ahead_ != nullptr && ahead_->behind) {
+      // Write-behind: the ring keeps a request until it is journaled too.
+      const uint64_t release =
+          std::min(seq, ahead_->journaled.load(std::memory_order_acquire));
+      if (release < seq) ++ahead_->ran_unjournaled;
+      if (release > released_seq_) {
+        ch->Release(release);
+        released_seq_ = release;
+      }
+    } else {
+      ch->Release(seq);
+    }
     if (ahead_ != nullptr) {
       // The journal-ahead thread waits for this after a synchronous request
       // or one it would not journal (its barrier). The barrier was set
@@ -183,7 +207,46 @@ void Session::Execute(const transport::RecordHeader& rec) {
   bool journal_here = options_.journal != nullptr;
   bool ahead_locked = false;
   bool ahead_barrier = false;
-  if (ahead_ != nullptr && journal_here) {
+  if (ahead_ != nullptr && journal_here && ahead_->behind) {
+    // Write-behind. The executor follows the minibatch boundaries itself
+    // (the journal's detector belongs to whoever journals); a plain request
+    // runs now and the thread journals it later; any other is journaled
+    // here before it runs, after everything before it.
+    const bool boundary = exec_detect_ && rec.api_id != hooks::kMarkStepApiId &&
+                          exec_detector_.OnRequest(rec.api_id,
+                                                   absl::string_view(rec.body(), rec.body_size()));
+    if (PlainBehind(rec, boundary)) {
+      journal_here = false;
+      if (boundary) {
+        ++exec_minibatch_;
+        backend_->MarkBoundary(exec_minibatch_);
+        NoteMinibatchStarted(exec_minibatch_);
+      }
+    } else {
+      const bool timed = options_.journal->timing();
+      const auto t0 =
+          timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+      CatchUpLocked(rec.seq);
+      if (timed) {
+        ahead_->executor_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - t0)
+                                   .count();
+        ++ahead_->executor_waits;
+      }
+      if (ahead_->journaled.load(std::memory_order_relaxed) >= rec.seq) {
+        // Cannot happen (both sides classify a request alike): journaled
+        // once, by the thread.
+        REVENANT_LOG(ERROR, "agent") << "write-behind: request " << rec.seq
+                                     << " was journaled by the thread; its boundary work, if "
+                                        "any, is not done here";
+        ahead_->mu.Unlock();
+        journal_here = false;
+      } else {
+        ahead_locked = true;
+        ahead_barrier = true;
+      }
+    }
+  } else if (ahead_ != nullptr && journal_here) {
     const bool timed = options_.journal->timing() && rec.seq > ahead_seen_;
     const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     ahead_locked = journal_here = LockToJournal(rec);
@@ -202,6 +265,7 @@ void Session::Execute(const transport::RecordHeader& rec) {
     if (ahead_barrier) ahead_->barrier.store(rec.seq, std::memory_order_release);
     ahead_->journaled.store(rec.seq, std::memory_order_release);
     ahead_seen_ = rec.seq;
+    if (ahead_->behind) exec_minibatch_ = options_.journal->minibatch();
     ++ahead_->by_executor;
     ahead_locked = false;
     ahead_->mu.Unlock();
@@ -409,10 +473,92 @@ bool Session::Plain(const transport::RecordHeader& rec) const {
   return ahead_->thread_boundaries || !options_.journal->BoundaryBefore(rec);
 }
 
+bool Session::PlainBehind(const transport::RecordHeader& rec, bool boundary) const {
+  // Journaled before it runs: a marked step; a request not journaled at all
+  // (the journaled requests stay contiguous); a synchronous request (its
+  // reply tells the application something) and a request that posts a host
+  // callback (the callback does); a copy from the staging area (the
+  // application reuses it); a boundary unless the thread may journal
+  // boundaries (snapshots, the validator, chaos and catching up do their
+  // boundary work with the journaling).
+  if (rec.api_id == hooks::kMarkStepApiId || rec.reply_slot >= 0) return false;
+  const auto id = static_cast<api::ApiId>(rec.api_id);
+  if (api::Traits(static_cast<uint32_t>(rec.api_id)).journal == api::JournalClass::kSkip) {
+    return false;
+  }
+  if (id == api::ApiId::cudaLaunchHostFunc || id == api::ApiId::cudaStreamAddCallback ||
+      id == api::ApiId::cudaGraphLaunch) {
+    return false;
+  }
+  if (id == api::ApiId::cudaMemcpyAsync || id == api::ApiId::cudaMemcpy) {
+    wire::Decoder in(rec.body(), rec.body_size());
+    uint64_t dst = 0, src = 0, count = 0, stream = 0;
+    int32_t kind = 0;
+    uint8_t mode = 0;
+    if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count) || !in.Get(&kind) ||
+        !in.Get(&stream) || !in.Get(&mode) || mode == hooks::kStagingSource) {
+      return false;
+    }
+  }
+  return !boundary || ahead_->thread_boundaries;
+}
+
+void Session::CatchUpLocked(uint64_t seq) {
+  JournalAhead& a = *ahead_;
+  LockSpinning(a.mu);
+  while (a.journaled.load(std::memory_order_relaxed) + 1 < seq) {
+    absl::StatusOr<const transport::RecordHeader*> r = JournalNextLocked(/*queue_boundary=*/false);
+    if (!r.ok() || *r == nullptr) {
+      // The executor ran these requests, so they are in the ring: a ring
+      // that no longer shows them is corrupt.
+      JournalFailed(absl::DataLossError(absl::StrCat(
+          "write-behind: request ", a.journaled.load() + 1, " ran but the ring no longer holds it",
+          r.ok() ? std::string() : absl::StrCat(": ", r.status().message()))));
+    }
+    ++a.by_executor;
+  }
+}
+
+absl::StatusOr<const transport::RecordHeader*> Session::JournalNextLocked(bool queue_boundary) {
+  JournalAhead& a = *ahead_;
+  uint64_t pos = a.pos;
+  absl::StatusOr<const transport::RecordHeader*> r = channel_->requests().PeekAt(&pos);
+  if (!r.ok()) return r;
+  a.pos = pos;  // past padding
+  if (*r == nullptr) return r;
+  const transport::RecordHeader& rec = **r;
+  const uint64_t minibatch = options_.journal->minibatch();
+  if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec)); !s.ok()) {
+    JournalFailed(s);
+  }
+  if (queue_boundary && options_.journal->minibatch() != minibatch) {
+    a.boundaries.emplace_back(rec.seq, options_.journal->minibatch());
+    if (a.boundaries.size() == 1) a.next_boundary.store(rec.seq, std::memory_order_release);
+  }
+  a.pos = pos + rec.stride();
+  if (!a.behind && rec.reply_slot >= 0) a.barrier.store(rec.seq, std::memory_order_release);
+  a.journaled.store(rec.seq, std::memory_order_release);
+  return r;
+}
+
 void Session::StartJournalAhead() {
-  if (options_.journal == nullptr || !options_.journal_ahead) return;
+  if (options_.journal == nullptr ||
+      options_.journal_thread == SessionOptions::JournalThread::kOff) {
+    return;
+  }
   ahead_ = std::make_unique<JournalAhead>();
+  ahead_->behind = options_.journal_thread == SessionOptions::JournalThread::kBehind;
+  if (const char* d = std::getenv("REVENANT_JOURNAL_THREAD_DELAY_US"); d != nullptr) {
+    ahead_->delay_us = std::max(0, std::atoi(d));
+  }
+  exec_detector_ = options_.journal->detector();
+  exec_detect_ = options_.journal->boundary_mode() == RequestJournal::BoundaryMode::kAuto;
+  exec_minibatch_ = options_.journal->minibatch();
   ahead_->pos = channel_->requests().read_position();
+  // Every request before the read position is journaled (a replacement's
+  // replay ends there).
+  ahead_->journaled.store(journaled_through_);
+  executed_seq_ = released_seq_ = journaled_through_;
   const SessionOptions::Chaos& c = options_.chaos;
   ahead_->thread_boundaries = snapshots_ == nullptr && validator_ == nullptr &&
                               c.after_calls == 0 && c.minibatch == 0 &&
@@ -425,13 +571,16 @@ void Session::StopJournalAhead() {
   ahead_->stop.store(true);
   channel_->requests().WakeAll();
   ahead_->thread.join();
-  REVENANT_LOG(INFO, "agent") << "journal-ahead: " << ahead_->by_thread
-                              << " requests journaled by its thread, " << ahead_->by_executor
-                              << " by the executor";
+  REVENANT_LOG(INFO, "agent") << "journal thread: " << ahead_->by_thread
+                              << " requests journaled by it, " << ahead_->by_executor
+                              << " by the executor"
+                              << (ahead_->behind ? absl::StrCat(", ", ahead_->ran_unjournaled,
+                                                                " ran before they were journaled")
+                                                 : std::string());
   if (options_.journal->timing()) {
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
-        "journal-ahead: the executor waited for the thread %d times, %.3f ms in all (%.3f us "
-        "per wait)",
+        "journal thread: the executor waited for it or caught up %d times, %.3f ms in all "
+        "(%.3f us each)",
         ahead_->executor_waits, ahead_->executor_ns / 1e6,
         ahead_->executor_waits ? ahead_->executor_ns / 1e3 / ahead_->executor_waits : 0.0);
   }
@@ -439,12 +588,14 @@ void Session::StopJournalAhead() {
 }
 
 void Session::JournalAheadLoop() {
-  pthread_setname_np(pthread_self(), "journal-ahead");
+  pthread_setname_np(pthread_self(), "journal-thread");
   JournalAhead& a = *ahead_;
   transport::RingConsumer& ring = channel_->requests();
+  bool delayed = false;  // the test delay before the next request is over
   while (!a.stop.load(std::memory_order_acquire)) {
     std::function<bool()> ready;
     const char* what = "journal-ahead: a request";
+    bool delay_now = false;
     {
       absl::MutexLock lock(&a.mu);
       const uint64_t barrier = a.barrier.load(std::memory_order_acquire);
@@ -466,32 +617,33 @@ void Session::JournalAheadLoop() {
         a.pos = pos;  // past padding
         if (*r == nullptr) {
           ready = [&a, &ring, pos] { return ring.head_position() > pos || a.stop.load(); };
-        } else if (!Plain(**r)) {
+        } else if (a.behind ? !PlainBehind(**r, options_.journal->BoundaryBefore(**r))
+                            : !Plain(**r)) {
           const uint64_t seq = (*r)->seq;
           ready = [&a, seq] {
             return a.journaled.load(std::memory_order_acquire) >= seq || a.stop.load();
           };
           what = "journal-ahead: the executor journaling a request";
+        } else if (a.delay_us > 0 && !delayed) {
+          delayed = true;
+          delay_now = true;
         } else {
-          const transport::RecordHeader& rec = **r;
-          const uint64_t minibatch = options_.journal->minibatch();
-          if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec));
-              !s.ok()) {
-            JournalFailed(s);
+          delayed = false;
+          // With write-behind the executor started the minibatch itself.
+          if (absl::StatusOr<const transport::RecordHeader*> j =
+                  JournalNextLocked(/*queue_boundary=*/!a.behind);
+              !j.ok()) {
+            REVENANT_LOG(WARNING, "agent") << "journal thread stops: " << j.status();
+            return;
           }
-          if (options_.journal->minibatch() != minibatch) {
-            a.boundaries.emplace_back(rec.seq, options_.journal->minibatch());
-            if (a.boundaries.size() == 1) {
-              a.next_boundary.store(rec.seq, std::memory_order_release);
-            }
-          }
-          a.pos = pos + rec.stride();
-          if (rec.reply_slot >= 0) a.barrier.store(rec.seq, std::memory_order_release);
-          a.journaled.store(rec.seq, std::memory_order_release);
           ++a.by_thread;
           continue;
         }
       }
+    }
+    if (delay_now) {
+      std::this_thread::sleep_for(std::chrono::microseconds(a.delay_us));
+      continue;
     }
     const absl::Status w = ring.WaitUntil(ready, absl::Now() + absl::Milliseconds(200), what);
     if (absl::IsUnavailable(w)) return;  // the application is gone
@@ -918,6 +1070,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   };
   backend_->SetReplayPhase(minibatch == 0 ? ReplayPhase::kMinibatchLog : ReplayPhase::kSetupLog);
 
+  bool drop_all_replayed = false;
   {
     // The replay regenerates the host callbacks of the requests it replays:
     // those of the journal's current minibatch (or of everything, before the
@@ -930,7 +1083,16 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
     callbacks_sent_ = channel_->callbacks().last_seq();
     uint64_t started = 0, at_start = 0;
     channel_->GetMinibatchCallbacks(&started, &at_start);
-    if (started != minibatch || at_start > callbacks_sent_) {
+    if (started > minibatch) {
+      // Write-behind: the dead agent ran into a later minibatch than its
+      // journal reached. It had run every request of this one that posts a
+      // host callback (those are journaled before they run), and a training
+      // loop synchronizes before its next step: the application has all of
+      // this minibatch's callbacks, and none of the next one's ran (their
+      // requests would be in the journal). The replay's are all dropped.
+      drop_all_replayed = true;
+      at_start = callbacks_sent_;
+    } else if (started != minibatch || at_start > callbacks_sent_) {
       channel_->SetMinibatchCallbacks(minibatch, callbacks_sent_);
       at_start = callbacks_sent_;
     }
@@ -938,7 +1100,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
     REVENANT_LOG(DEBUG, "agent") << "replay of minibatch " << minibatch << ": "
                                  << callbacks_to_suppress_ << " host callbacks already posted";
   }
-  replay_setup_ = minibatch > 0;
+  replay_setup_ = minibatch > 0 || drop_all_replayed;
   replaying_ = true;
   uint64_t last_request = 0;
   size_t replayed = 0, divergences = 0;
@@ -963,7 +1125,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
       // restore_boundary synchronized the device: the setup replay's host
       // callbacks have run (and were dropped); from here the current
       // minibatch's.
-      replay_setup_ = false;
+      replay_setup_ = drop_all_replayed;
       joined = true;
     }
     if (from_minibatch[i] && behind) {
@@ -1039,6 +1201,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   // release: they were just replayed.
   if (absl::Status s = channel_->SkipThrough(last_request); !s.ok()) return s;
   channel_->Release(last_request);
+  journaled_through_ = last_request;
   RecordEvent(job_root, "replacement_replay_done", rank, 0,
               absl::StrCat(replayed, " requests replayed, minibatch ", minibatch));
   REVENANT_LOG(INFO, "agent") << "recovered: replayed " << replayed << " requests (minibatch "

@@ -85,11 +85,21 @@ struct SessionOptions {
   uint64_t validate_every = 0;
   int rank = 0;
 
-  // Journal-ahead thread (docs/design.md, "Journal-ahead"): a second thread
-  // journals the asynchronous requests waiting in the ring while the
-  // executor runs earlier ones, so that journaling leaves the executor's
-  // path. Off for chaos kills before or after an append (exact crash points).
-  bool journal_ahead = false;
+  // The journal thread (docs/design.md, "The journal thread"): a second
+  // thread journals the plain asynchronous requests of the ring, so that
+  // journaling leaves the executor's path.
+  //   kAhead:  the thread journals requests before the executor runs them
+  //            (the executor waits for it, or journals a request itself);
+  //   kBehind: the executor runs plain asynchronous requests at once and
+  //            the thread journals them behind it (write-behind). The ring
+  //            keeps every request until it is journaled, every request
+  //            whose effect reaches the application (a reply, a host
+  //            callback) is journaled before it runs, and before then
+  //            everything earlier: what the application was told is always
+  //            in the journal, and the rest is still in its ring.
+  // Off for chaos kills before or after an append (exact crash points).
+  enum class JournalThread { kOff, kAhead, kBehind };
+  JournalThread journal_thread = JournalThread::kOff;
 };
 
 class Validator;
@@ -212,8 +222,14 @@ class Session {
     // Whether the thread may journal boundaries: no snapshots, validator,
     // chaos or catching up (their boundary work runs with the journaling).
     bool thread_boundaries = false;
+    // Write-behind (SessionOptions::JournalThread::kBehind).
+    bool behind = false;
+    // Test hook (REVENANT_JOURNAL_THREAD_DELAY_US): the thread sleeps this
+    // long before each request, so that tests find the executor ahead of it.
+    int delay_us = 0;
     std::atomic<bool> stop{false};
     uint64_t by_thread = 0, by_executor = 0;  // requests journaled (mu)
+    uint64_t ran_unjournaled = 0;  // write-behind: run before journaled (executor)
     // With REVENANT_JOURNAL_TIMING=1: the executor's time spent on the
     // journal while the thread journals (waiting for the thread, starting
     // queued boundaries, outcome entries), and how often it waited.
@@ -236,6 +252,24 @@ class Session {
   void NoteMinibatchStarted(uint64_t minibatch);
   // Whether the journal-ahead thread may journal `rec` (mu held).
   bool Plain(const transport::RecordHeader& rec) const;
+  // Write-behind: whether `rec` may run before it is journaled (the thread
+  // journals it later); `boundary`: a minibatch boundary comes before it.
+  bool PlainBehind(const transport::RecordHeader& rec, bool boundary) const;
+  // Write-behind: takes the lock and journals every request before `seq`
+  // that the thread has not journaled yet (they are all plain); returns
+  // with the lock held.
+  void CatchUpLocked(uint64_t seq);
+  // Journals the ring's request at ahead_->pos (mu held): the thread's step.
+  // Returns the record, nullptr if none is readable yet.
+  absl::StatusOr<const transport::RecordHeader*> JournalNextLocked(bool queue_boundary);
+  // Write-behind: the executor's own boundary detection (the journal's
+  // detector belongs to whichever thread journals) and minibatch number.
+  MinibatchDetector exec_detector_;
+  uint64_t exec_minibatch_ = 0;
+  bool exec_detect_ = false;  // automatic boundaries
+  uint64_t executed_seq_ = 0;  // the last request the executor ran
+  uint64_t released_seq_ = 0;  // the last request released to the ring
+  uint64_t journaled_through_ = 0;  // a replacement: the last request its replay had
 
   Backend* const backend_;
   std::unique_ptr<transport::ShmServerChannel> channel_;

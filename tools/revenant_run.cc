@@ -80,9 +80,9 @@ ABSL_FLAG(int, spares, 0,
 ABSL_FLAG(std::string, snapshots, "auto",
           "boundary snapshots of each rank's device state (docs/recovery.md): on, off, or auto "
           "(on when the job has one rank, which has no replica to recover from)");
-ABSL_FLAG(std::string, journal_ahead, "auto",
-          "agents journal asynchronous requests on a second thread, ahead of the executor: "
-          "on, off, or auto (off; docs/performance.md)");
+ABSL_FLAG(std::string, journal_thread, "auto",
+          "agents journal plain asynchronous requests on a second thread: behind "
+          "(write-behind), ahead, off, or auto (behind with 4 or more CPUs; docs/design.md)");
 ABSL_FLAG(bool, journal, true, "agents journal calls (needed for recovery; off to measure its cost)");
 ABSL_FLAG(std::string, events_file, "",
           "copy the job's recovery events (JSON lines) here before the job directory goes");
@@ -310,9 +310,9 @@ int Main(int argc, char** argv) {
     return 2;
   }
   {
-    const std::string ahead = absl::GetFlag(FLAGS_journal_ahead);
-    if (ahead != "auto" && ahead != "on" && ahead != "off") {
-      std::fprintf(stderr, "revenant-run: --journal_ahead must be auto, on or off\n");
+    const std::string mode = absl::GetFlag(FLAGS_journal_thread);
+    if (mode != "auto" && mode != "behind" && mode != "ahead" && mode != "off") {
+      std::fprintf(stderr, "revenant-run: --journal_thread must be auto, behind, ahead or off\n");
       return 2;
     }
   }
@@ -409,7 +409,7 @@ int Main(int argc, char** argv) {
                                      "--job=" + job,
                                      absl::StrCat("--journal=", absl::GetFlag(FLAGS_journal)),
                                      "--snapshots=" + snapshots,
-                                     "--journal_ahead=" + absl::GetFlag(FLAGS_journal_ahead),
+                                     "--journal_thread=" + absl::GetFlag(FLAGS_journal_thread),
                                      absl::StrCat("--world_size=", n),
                                      "--die_with_parent"};
     // The agent uses the GPU of its local rank (one node: local rank = rank).

@@ -21,12 +21,16 @@ else
   common+=(--backend=host --host_kernels="$kernels")
 fi
 # RECOVERY_TEST_EXTRA_ARGS: further revenant-run options for every run (the
-# journal-ahead variants: "--journal_ahead=on").
+# journal-thread variants: "--journal_thread=ahead", "--journal_thread=behind";
+# REVENANT_JOURNAL_THREAD_DELAY_US in the environment slows the thread down so
+# that the kills find requests that ran before they were journaled).
 if [ -n "${RECOVERY_TEST_EXTRA_ARGS:-}" ]; then
   read -r -a extra_args <<<"$RECOVERY_TEST_EXTRA_ARGS"
   common+=("${extra_args[@]}")
   echo "extra revenant-run options: ${extra_args[*]}"
 fi
+[ -n "${REVENANT_JOURNAL_THREAD_DELAY_US:-}" ] &&
+  echo "REVENANT_JOURNAL_THREAD_DELAY_US=$REVENANT_JOURNAL_THREAD_DELAY_US"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 app_args=()
@@ -37,13 +41,20 @@ app_args=()
 ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/ref.log")
 [ -n "$ref" ] || { echo "FAIL: no checksum in the fault-free run"; cat "$tmp/ref.log"; exit 1; }
 echo "fault-free: $ranks ranks, $iters iterations, final checksum $ref"
-if [[ " ${common[*]} " == *" --journal_ahead=on "* ]]; then
+if [[ " ${common[*]} " == *" --journal_thread=ahead "* || " ${common[*]} " == *" --journal_thread=behind "* ]]; then
   # The thread must have journaled requests (not left them all to the
-  # executors): else this variant would test nothing new.
-  ahead=$(sed -n 's/.*journal-ahead: \([0-9]*\) requests journaled by its thread.*/\1/p' "$tmp/ref.log" |
+  # executors), and write-behind must have run requests before they were
+  # journaled: else the variant would test nothing new.
+  by_thread=$(sed -n 's/.*journal thread: \([0-9]*\) requests journaled by it.*/\1/p' "$tmp/ref.log" |
     awk '{ s += $1 } END { print s + 0 }')
-  echo "journal-ahead threads journaled $ahead requests in the fault-free run"
-  [ "$ahead" -gt 0 ] || { echo "FAIL: --journal_ahead=on journaled nothing ahead"; cat "$tmp/ref.log"; exit 1; }
+  echo "journal threads journaled $by_thread requests in the fault-free run"
+  [ "$by_thread" -gt 0 ] || { echo "FAIL: the journal thread journaled nothing"; cat "$tmp/ref.log"; exit 1; }
+  if [[ " ${common[*]} " == *" --journal_thread=behind "* ]]; then
+    early=$(sed -n 's/.*, \([0-9]*\) ran before they were journaled.*/\1/p' "$tmp/ref.log" |
+      awk '{ s += $1 } END { print s + 0 }')
+    echo "write-behind: $early requests ran before they were journaled in the fault-free run"
+    [ "$early" -gt 0 ] || { echo "FAIL: write-behind ran nothing ahead of the journal"; cat "$tmp/ref.log"; exit 1; }
+  fi
 fi
 
 fails=0
