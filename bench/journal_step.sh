@@ -15,7 +15,7 @@
 # EXTRA_ARM="NAME WORD...": further arms, separated by ';' (revenant-run with
 # the journal on plus these words: --flags go to revenant-run, VAR=VALUE to its
 # environment; a later --journal=false wins), e.g.
-# EXTRA_ARM="noahead --journal_ahead=off; spin200 REVENANT_SPIN_US=200".
+# EXTRA_ARM="inline --journal_thread=off; spin200 REVENANT_SPIN_US=200".
 # Output lines a script can use: "RESULT journal_step_ratio <median ratio>",
 # "RESULT journal_step_us_on <us>", "RESULT journal_step_us_off <us>".
 set -uo pipefail
@@ -84,7 +84,7 @@ for p in $(seq "$pairs"); do
   echo "$line; on/off $r"
 done
 m_on=$(median <"$tmp/on"); m_off=$(median <"$tmp/off"); m_r=$(median <"$tmp/ratio")
-grep -h "journal time at exit\|journal-ahead" "$tmp/last.on.log" 2>/dev/null | sed 's/^/  last on run: /'
+grep -h "journal time at exit\|journal thread" "$tmp/last.on.log" 2>/dev/null | sed 's/^/  last on run: /'
 echo "step time, median of $pairs: journal on $m_on us, off $m_off us"
 for arm in $arms; do
   case $arm in on|off) ;; *) echo "step time, median of $pairs: $arm $(median <"$tmp/$arm") us";; esac

@@ -6,7 +6,9 @@
 #      (default 8) interleaved pairs of runs with the journal on and off, each
 #      timing its own steady state (train_mlp --time_after), plus native.
 #      Boundary snapshots are off in both arms (the ratio is the journal's
-#      alone). Goal: journal on / off <= 1.02. REVENANT_JOURNAL_TIMING=1 in one
+#      alone). The "on" arm is the default (auto: write-behind on this
+#      machine); extra arms: the executor journaling inline, journal-ahead.
+#      Goal: journal on / off <= 1.02. REVENANT_JOURNAL_TIMING=1 in one
 #      extra run gives the executor's time inside the journal per call.
 #   1b. the same benchmark for larger steps (JSTEP_CURVE_PAIRS pairs, default
 #      3): train_mlp with a wider layer and larger batches (32 KiB input, stored
@@ -24,7 +26,7 @@ if [ "$MODE" = all ] || [ "$MODE" = journal ]; then
     local log=$1 flags=$2; shift 2
     timeout 200 $RUN -n 1 --backend=cuda $flags --timeout=180 -- "$@" >"$log" 2>&1
   }
-  NATIVE=1 EXTRA_ARM="ahead --journal_ahead=on" bash "$G/bench/journal_step.sh" "${JSTEP_PAIRS:-8}" 20000 2000 \
+  NATIVE=1 EXTRA_ARM="inline --journal_thread=off; ahead --journal_thread=ahead" bash "$G/bench/journal_step.sh" "${JSTEP_PAIRS:-8}" 20000 2000 \
     $RUN -n 1 --backend=cuda --snapshots=off --timeout=180 -- "$G/apps/train_mlp.bin" \
     >"$LOGS/journal_step.log" 2>&1; rc=$?
   if [ $rc -eq 0 ] && grep -q "RESULT journal_step_ratio" "$LOGS/journal_step.log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
@@ -41,7 +43,10 @@ if [ "$MODE" = all ] || [ "$MODE" = journal ]; then
   done
   REVENANT_JOURNAL_TIMING=1 jrun "$LOGS/jstep.timing.log" "--journal=true --snapshots=off" \
     "$G/apps/train_mlp.bin" --iters 20000 --time_after 2000
-  grep -h -A8 "RESULT\|journal time at exit\|journal-ahead" "$LOGS/jstep.timing.log" | grep -v "iter \|checksum\|PASS" | sed 's/^/   | timing run: /'
+  grep -h -A8 "RESULT\|journal time at exit\|journal thread" "$LOGS/jstep.timing.log" | grep -v "iter \|checksum\|PASS" | sed 's/^/   | timing run: /'
+  REVENANT_JOURNAL_TIMING=1 jrun "$LOGS/jstep.timing_inline.log" "--journal=true --snapshots=off --journal_thread=off" \
+    "$G/apps/train_mlp.bin" --iters 20000 --time_after 2000
+  grep -h -A8 "RESULT\|journal time at exit" "$LOGS/jstep.timing_inline.log" | grep -v "iter \|checksum\|PASS" | sed 's/^/   | timing run, inline: /'
 
   for round in 1 2; do
     for j in true false; do
