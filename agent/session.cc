@@ -136,18 +136,30 @@ void Session::Run() {
     ch->Advance();
     executed_seq_ = seq;
     if (ahead_ != nullptr && ahead_->behind) {
-      // Write-behind: the ring keeps a request until it is journaled too.
-      const uint64_t release =
-          std::min(seq, ahead_->journaled.load(std::memory_order_acquire));
-      if (release < seq) ++ahead_->ran_unjournaled;
-      if (release > released_seq_) {
-        ch->Release(release);
-        released_seq_ = release;
+      // Write-behind: the ring keeps a request until it is journaled too. A
+      // request the executor journaled itself is journaled with everything
+      // before it (and the thread waits for it: the barrier). Else the
+      // thread's progress is read only every kBehindReleaseEvery requests:
+      // the thread writes that cache line per request, and reading it per
+      // request cost the executor a cache miss each.
+      constexpr uint64_t kBehindReleaseEvery = 256;
+      if (exec_journaled_ == seq) {
+        ch->Release(seq);
+        released_seq_ = seq;
+        ahead_->done.store(seq, std::memory_order_release);
+        ch->requests().WakeWaiters();
+      } else if (seq - released_seq_ >= kBehindReleaseEvery) {
+        const uint64_t release =
+            std::min(seq, ahead_->journaled.load(std::memory_order_acquire));
+        if (release > released_seq_) {
+          ch->Release(release);
+          released_seq_ = release;
+        }
       }
     } else {
       ch->Release(seq);
     }
-    if (ahead_ != nullptr) {
+    if (ahead_ != nullptr && !ahead_->behind) {
       // The journal-ahead thread waits for this after a synchronous request
       // or one it would not journal (its barrier). The barrier was set
       // before the request was published as journaled, which the executor
@@ -265,7 +277,10 @@ void Session::Execute(const transport::RecordHeader& rec) {
     if (ahead_barrier) ahead_->barrier.store(rec.seq, std::memory_order_release);
     ahead_->journaled.store(rec.seq, std::memory_order_release);
     ahead_seen_ = rec.seq;
-    if (ahead_->behind) exec_minibatch_ = options_.journal->minibatch();
+    if (ahead_->behind) {
+      exec_minibatch_ = options_.journal->minibatch();
+      exec_journaled_ = rec.seq;
+    }
     ++ahead_->by_executor;
     ahead_locked = false;
     ahead_->mu.Unlock();
@@ -387,7 +402,20 @@ void Session::Execute(const transport::RecordHeader& rec) {
     MaybeChaos(SessionOptions::Chaos::Point::kAfterReply);
     // The reply buffer stays as written: the application only reads it, and
     // the next reply into it comes from this thread, later.
-    if (outcome_after) journal_outcome();
+    if (outcome_after) {
+      const absl::string_view outputs(reply + kReplyPrefixSize, out.size());
+      if (ahead_ != nullptr && ahead_->behind && outputs.size() <= kHandedOutcomeMax) {
+        // Write-behind: the thread appends it (it waits for this request to
+        // finish; `done`, stored after this returns, publishes the fields).
+        JournalAhead& a = *ahead_;
+        a.pending_header = rec;
+        a.pending_status = status;
+        a.pending_outputs.assign(outputs.data(), outputs.size());
+        a.pending_seq = rec.seq;
+      } else {
+        journal_outcome();
+      }
+    }
     return;
   }
   MaybeChaos(SessionOptions::Chaos::Point::kAfterReply);
@@ -503,9 +531,21 @@ bool Session::PlainBehind(const transport::RecordHeader& rec, bool boundary) con
   return !boundary || ahead_->thread_boundaries;
 }
 
+void Session::FlushHandedOutcomeLocked() {
+  JournalAhead& a = *ahead_;
+  if (a.pending_seq == 0) return;
+  if (absl::Status s =
+          options_.journal->AfterExecute(a.pending_header, a.pending_status, a.pending_outputs);
+      !s.ok()) {
+    JournalFailed(s);
+  }
+  a.pending_seq = 0;
+}
+
 void Session::CatchUpLocked(uint64_t seq) {
   JournalAhead& a = *ahead_;
   LockSpinning(a.mu);
+  FlushHandedOutcomeLocked();
   while (a.journaled.load(std::memory_order_relaxed) + 1 < seq) {
     absl::StatusOr<const transport::RecordHeader*> r = JournalNextLocked(/*queue_boundary=*/false);
     if (!r.ok() || *r == nullptr) {
@@ -516,6 +556,7 @@ void Session::CatchUpLocked(uint64_t seq) {
           r.ok() ? std::string() : absl::StrCat(": ", r.status().message()))));
     }
     ++a.by_executor;
+    ++a.ran_unjournaled;  // the executor is past it: it ran
   }
 }
 
@@ -571,11 +612,12 @@ void Session::StopJournalAhead() {
   ahead_->stop.store(true);
   channel_->requests().WakeAll();
   ahead_->thread.join();
+  FlushHandedOutcomeLocked();  // the thread is gone: nobody else holds the lock
   REVENANT_LOG(INFO, "agent") << "journal thread: " << ahead_->by_thread
                               << " requests journaled by it, " << ahead_->by_executor
                               << " by the executor"
                               << (ahead_->behind ? absl::StrCat(", ", ahead_->ran_unjournaled,
-                                                                " ran before they were journaled")
+                                                                " of them had run before")
                                                  : std::string());
   if (options_.journal->timing()) {
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
@@ -599,7 +641,10 @@ void Session::JournalAheadLoop() {
     {
       absl::MutexLock lock(&a.mu);
       const uint64_t barrier = a.barrier.load(std::memory_order_acquire);
-      if (a.done.load(std::memory_order_acquire) < barrier) {
+      const bool finished = a.done.load(std::memory_order_acquire) >= barrier;
+      // An outcome the executor handed over once it finished its request.
+      if (finished) FlushHandedOutcomeLocked();
+      if (!finished) {
         // A synchronous request, or one the executor journaled, is not
         // finished yet.
         ready = [&a, barrier] {

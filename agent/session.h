@@ -224,12 +224,23 @@ class Session {
     bool thread_boundaries = false;
     // Write-behind (SessionOptions::JournalThread::kBehind).
     bool behind = false;
+    // Write-behind: the outcome of a wait or synchronous copy, handed to the
+    // thread after the reply (OutcomeMayFollowReply); pending_seq 0: none.
+    // Written by the executor before it stores `done` for that request;
+    // appended (and cleared) under mu by the thread once it sees `done`, or
+    // by the executor before it journals anything else.
+    uint64_t pending_seq = 0;
+    transport::RecordHeader pending_header;
+    int32_t pending_status = 0;
+    std::string pending_outputs;
     // Test hook (REVENANT_JOURNAL_THREAD_DELAY_US): the thread sleeps this
     // long before each request, so that tests find the executor ahead of it.
     int delay_us = 0;
     std::atomic<bool> stop{false};
     uint64_t by_thread = 0, by_executor = 0;  // requests journaled (mu)
-    uint64_t ran_unjournaled = 0;  // write-behind: run before journaled (executor)
+    // Write-behind: requests the executor journaled after it had run them
+    // (catching up; the thread's late ones are not counted).
+    uint64_t ran_unjournaled = 0;
     // With REVENANT_JOURNAL_TIMING=1: the executor's time spent on the
     // journal while the thread journals (waiting for the thread, starting
     // queued boundaries, outcome entries), and how often it waited.
@@ -259,6 +270,10 @@ class Session {
   // that the thread has not journaled yet (they are all plain); returns
   // with the lock held.
   void CatchUpLocked(uint64_t seq);
+  // Write-behind: appends the outcome handed to the thread, if any (mu held).
+  void FlushHandedOutcomeLocked();
+  // Larger outputs are journaled by the executor (no copy to hand over).
+  static constexpr size_t kHandedOutcomeMax = 4096;
   // Journals the ring's request at ahead_->pos (mu held): the thread's step.
   // Returns the record, nullptr if none is readable yet.
   absl::StatusOr<const transport::RecordHeader*> JournalNextLocked(bool queue_boundary);
@@ -269,6 +284,7 @@ class Session {
   bool exec_detect_ = false;  // automatic boundaries
   uint64_t executed_seq_ = 0;  // the last request the executor ran
   uint64_t released_seq_ = 0;  // the last request released to the ring
+  uint64_t exec_journaled_ = 0;  // write-behind: the last request the executor journaled
   uint64_t journaled_through_ = 0;  // a replacement: the last request its replay had
 
   Backend* const backend_;
