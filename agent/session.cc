@@ -131,6 +131,7 @@ void Session::Run() {
       break;
     }
     const transport::RecordHeader* r = *rec;
+    const bool synchronous = r->reply_slot >= 0;
     Execute(*r);
     const uint64_t seq = r->seq;
     ch->Advance();
@@ -143,7 +144,9 @@ void Session::Run() {
       // the thread writes that cache line per request, and reading it per
       // request cost the executor a cache miss each.
       constexpr uint64_t kBehindReleaseEvery = 256;
-      if (exec_journaled_ == seq) {
+      if (exec_journaled_ == seq || synchronous) {
+        // Journaled (a reply waits for that): the thread, at its barrier
+        // after this request, may go on.
         ch->Release(seq);
         released_seq_ = seq;
         ahead_->done.store(seq, std::memory_order_release);
@@ -209,6 +212,7 @@ void Session::Execute(const transport::RecordHeader& rec) {
   if (rec.reply_slot >= 0 && !has_reply) {
     REVENANT_LOG(WARNING, "agent") << "request " << rec.seq << " names reply slot "
                                    << rec.reply_slot << " which does not exist; ignored";
+    JournaledBeforeReply(rec);  // as every synchronous request (the loop relies on it)
   }
   // Journal-ahead: a request the thread journaled already needs no
   // journaling here; any other the executor journals itself, holding the
@@ -348,6 +352,7 @@ void Session::Execute(const transport::RecordHeader& rec) {
     // The survivors were past this minibatch when this agent replaced a dead
     // one: its device work is superseded by the state they handed over.
     if (rec.reply_slot >= 0 && static_cast<uint32_t>(rec.reply_slot) < channel_->reply_slots()) {
+      JournaledBeforeReply(rec);
       ReplyPrefix prefix;
       std::memcpy(channel_->ReplyBuffer(rec.reply_slot), &prefix, sizeof(prefix));
       channel_->PostReply(rec.reply_slot, rec.seq, 0, kReplyPrefixSize);
@@ -385,6 +390,7 @@ void Session::Execute(const transport::RecordHeader& rec) {
       nccl_deferred_error_ = 0;
     }
     std::memcpy(reply, &prefix, sizeof(prefix));
+    JournaledBeforeReply(rec);
     auto journal_outcome = [&] {
       // The journal-ahead thread waits for this request to finish (barrier):
       // the lock only orders memory.
@@ -503,13 +509,15 @@ bool Session::Plain(const transport::RecordHeader& rec) const {
 
 bool Session::PlainBehind(const transport::RecordHeader& rec, bool boundary) const {
   // Journaled before it runs: a marked step; a request not journaled at all
-  // (the journaled requests stay contiguous); a synchronous request (its
-  // reply tells the application something) and a request that posts a host
-  // callback (the callback does); a copy from the staging area (the
+  // (the journaled requests stay contiguous); a request that posts a host
+  // callback (the callback tells the application something, and the
+  // executor cannot hold it back); a copy from the staging area (the
   // application reuses it); a boundary unless the thread may journal
   // boundaries (snapshots, the validator, chaos and catching up do their
-  // boundary work with the journaling).
-  if (rec.api_id == hooks::kMarkStepApiId || rec.reply_slot >= 0) return false;
+  // boundary work with the journaling). A synchronous request is plain: it
+  // runs at once, and its reply waits until it is journaled
+  // (JournaledBeforeReply).
+  if (rec.api_id == hooks::kMarkStepApiId) return false;
   const auto id = static_cast<api::ApiId>(rec.api_id);
   if (api::Traits(static_cast<uint32_t>(rec.api_id)).journal == api::JournalClass::kSkip) {
     return false;
@@ -529,6 +537,16 @@ bool Session::PlainBehind(const transport::RecordHeader& rec, bool boundary) con
     }
   }
   return !boundary || ahead_->thread_boundaries;
+}
+
+void Session::JournaledBeforeReply(const transport::RecordHeader& rec) {
+  if (ahead_ == nullptr || !ahead_->behind || exec_journaled_ == rec.seq) return;
+  // Write-behind ran this synchronous request before it was journaled: the
+  // reply waits until it is (the thread is usually done by now; if not,
+  // the executor journals what is left itself).
+  if (ahead_->journaled.load(std::memory_order_acquire) >= rec.seq) return;
+  CatchUpLocked(rec.seq + 1);
+  ahead_->mu.Unlock();
 }
 
 void Session::FlushHandedOutcomeLocked() {
@@ -577,7 +595,8 @@ absl::StatusOr<const transport::RecordHeader*> Session::JournalNextLocked(bool q
     if (a.boundaries.size() == 1) a.next_boundary.store(rec.seq, std::memory_order_release);
   }
   a.pos = pos + rec.stride();
-  if (!a.behind && rec.reply_slot >= 0) a.barrier.store(rec.seq, std::memory_order_release);
+  // Its outcome entry comes next: nothing is journaled until it finished.
+  if (rec.reply_slot >= 0) a.barrier.store(rec.seq, std::memory_order_release);
   a.journaled.store(rec.seq, std::memory_order_release);
   return r;
 }

@@ -270,6 +270,8 @@ class Session {
   // that the thread has not journaled yet (they are all plain); returns
   // with the lock held.
   void CatchUpLocked(uint64_t seq);
+  // Write-behind: returns once `rec` (a request with a reply) is journaled.
+  void JournaledBeforeReply(const transport::RecordHeader& rec);
   // Write-behind: appends the outcome handed to the thread, if any (mu held).
   void FlushHandedOutcomeLocked();
   // Larger outputs are journaled by the executor (no copy to hand over).
