@@ -624,6 +624,19 @@ void Session::StartJournalAhead() {
                               c.after_calls == 0 && c.minibatch == 0 &&
                               skip_until_minibatch_ == 0;
   ahead_->thread = std::thread([this] { JournalAheadLoop(); });
+  if (const char* c = std::getenv("REVENANT_JOURNAL_THREAD_CPU"); c != nullptr && *c != '\0') {
+    // Places the thread on one CPU (away from the executor's and the
+    // application's: a busy neighbour on the same core slows them).
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(std::atoi(c), &set);
+    if (const int e = pthread_setaffinity_np(ahead_->thread.native_handle(), sizeof(set), &set);
+        e != 0) {
+      REVENANT_LOG(WARNING, "agent") << "REVENANT_JOURNAL_THREAD_CPU=" << c
+                                     << ": cannot place the journal thread there (error " << e
+                                     << ")";
+    }
+  }
 }
 
 void Session::StopJournalAhead() {
