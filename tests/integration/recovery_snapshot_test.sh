@@ -15,6 +15,13 @@
 set -u
 run="$1"; app="$2"; kernels="$3"; trials="${4:-8}"; seed="${5:-20261129}"; iters="${6:-12}"
 common=(-n 1 --backend=host --timeout=60 --recovery_timeout=15 --host_kernels="$kernels")
+# RECOVERY_TEST_EXTRA_ARGS: further revenant-run options for the 1-rank runs
+# (the write-behind variant: "--journal_thread=behind").
+if [ -n "${RECOVERY_TEST_EXTRA_ARGS:-}" ]; then
+  read -r -a extra_args <<<"$RECOVERY_TEST_EXTRA_ARGS"
+  common+=("${extra_args[@]}")
+  echo "extra revenant-run options: ${extra_args[*]} (REVENANT_JOURNAL_THREAD_DELAY_US=${REVENANT_JOURNAL_THREAD_DELAY_US:-})"
+fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 

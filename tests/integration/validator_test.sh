@@ -27,6 +27,9 @@ every=2
 auto_validated=3
 marked_validated=4
 echo "validator test: $n rank(s), seed $seed, $iters iterations, --validate_every=$every"
+# VALIDATOR_TEST_EXTRA_ARGS: further revenant-run options for the validated
+# jobs (the write-behind variant: "--journal_thread=behind").
+[ -n "${VALIDATOR_TEST_EXTRA_ARGS:-}" ] && echo "extra revenant-run options: $VALIDATOR_TEST_EXTRA_ARGS"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
@@ -40,7 +43,7 @@ run_job() {
   : >"$events"
   REVENANT_COLLECTIVE_TIMEOUT_S=30 "$run" -n "$n" --backend=host --timeout=180 \
     --host_kernels="$kernels" --validate_every="$validate" --minibatch="$boundaries" \
-    --events_file="$events" \
+    --events_file="$events" ${VALIDATOR_TEST_EXTRA_ARGS:-} \
     -- "$app" "$@" >"$out" 2>&1
   local rc=$?
   if [ $rc -ne 0 ]; then cat "$out"; echo "FAIL: $name exited $rc"; exit 1; fi
