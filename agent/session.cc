@@ -587,7 +587,10 @@ absl::StatusOr<const transport::RecordHeader*> Session::JournalNextLocked(bool q
   if (*r == nullptr) return r;
   const transport::RecordHeader& rec = **r;
   const uint64_t minibatch = options_.journal->minibatch();
-  if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec)); !s.ok()) {
+  if (a.dry) {
+    // Measurement only (REVENANT_JOURNAL_THREAD_DRY): nothing is written.
+  } else if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec));
+             !s.ok()) {
     JournalFailed(s);
   }
   if (queue_boundary && options_.journal->minibatch() != minibatch) {
@@ -610,6 +613,12 @@ void Session::StartJournalAhead() {
   ahead_->behind = options_.journal_thread == SessionOptions::JournalThread::kBehind;
   if (const char* d = std::getenv("REVENANT_JOURNAL_THREAD_DELAY_US"); d != nullptr) {
     ahead_->delay_us = std::max(0, std::atoi(d));
+  }
+  if (const char* d = std::getenv("REVENANT_JOURNAL_THREAD_DRY"); d != nullptr && *d == '1') {
+    ahead_->dry = true;
+    REVENANT_LOG(WARNING, "agent")
+        << "REVENANT_JOURNAL_THREAD_DRY=1: the journal thread writes NOTHING (a measurement of "
+           "the thread's protocol without its journaling; recovery would fail)";
   }
   exec_detector_ = options_.journal->detector();
   exec_detect_ = options_.journal->boundary_mode() == RequestJournal::BoundaryMode::kAuto;

@@ -236,6 +236,10 @@ class Session {
     // Test hook (REVENANT_JOURNAL_THREAD_DELAY_US): the thread sleeps this
     // long before each request, so that tests find the executor ahead of it.
     int delay_us = 0;
+    // Measurement hook (REVENANT_JOURNAL_THREAD_DRY=1): the thread takes
+    // requests but writes nothing, to separate the cost of its journaling
+    // from that of the hand-over protocol. Never for real jobs.
+    bool dry = false;
     std::atomic<bool> stop{false};
     uint64_t by_thread = 0, by_executor = 0;  // requests journaled (mu)
     // Write-behind: requests the executor journaled after it had run them
