@@ -153,7 +153,7 @@ class RequestJournal {
   uint64_t calls() const { return calls_; }
 
   // Read by other threads than the journaling one (the executor, while the
-  // journal-ahead thread journals a boundary).
+  // journal thread journals a boundary).
   uint64_t minibatch() const { return minibatch_.load(std::memory_order_acquire); }
   journal::JournalStats stats() const { return journal_->stats(); }
   const std::string& dir() const { return journal_->dir(); }

@@ -214,7 +214,7 @@ void Session::Execute(const transport::RecordHeader& rec) {
                                    << rec.reply_slot << " which does not exist; ignored";
     JournaledBeforeReply(rec);  // as every synchronous request (the loop relies on it)
   }
-  // Journal-ahead: a request the thread journaled already needs no
+  // Journal thread, ahead: a request the thread journaled already needs no
   // journaling here; any other the executor journals itself, holding the
   // journal-ahead lock until it is journaled (finish_journaling). After a
   // synchronous request, or one the thread would not journal, the thread
@@ -677,7 +677,7 @@ void Session::JournalAheadLoop() {
   bool delayed = false;  // the test delay before the next request is over
   while (!a.stop.load(std::memory_order_acquire)) {
     std::function<bool()> ready;
-    const char* what = "journal-ahead: a request";
+    const char* what = "the journal thread: a request";
     bool delay_now = false;
     {
       absl::MutexLock lock(&a.mu);
@@ -691,13 +691,13 @@ void Session::JournalAheadLoop() {
         ready = [&a, barrier] {
           return a.done.load(std::memory_order_acquire) >= barrier || a.stop.load();
         };
-        what = "journal-ahead: the executor finishing a synchronous request";
+        what = "the journal thread: the executor finishing a synchronous request";
       } else {
         uint64_t pos = a.pos;
         absl::StatusOr<const transport::RecordHeader*> r = ring.PeekAt(&pos);
         if (!r.ok()) {
           // The executor reaches the same record and reports it.
-          REVENANT_LOG(WARNING, "agent") << "journal-ahead stops: " << r.status();
+          REVENANT_LOG(WARNING, "agent") << "journal thread stops: " << r.status();
           return;
         }
         a.pos = pos;  // past padding
@@ -709,7 +709,7 @@ void Session::JournalAheadLoop() {
           ready = [&a, seq] {
             return a.journaled.load(std::memory_order_acquire) >= seq || a.stop.load();
           };
-          what = "journal-ahead: the executor journaling a request";
+          what = "the journal thread: the executor journaling a request";
         } else if (a.delay_us > 0 && !delayed) {
           delayed = true;
           delay_now = true;

@@ -195,16 +195,23 @@ class Session {
                                 const journal::JournalEntry* expected);
   [[noreturn]] static void JournalFailed(const absl::Status& status);
 
-  // Journal-ahead (SessionOptions::journal_ahead; docs/design.md). The
-  // ring's requests are journaled in seq order, each exactly once, by this
-  // thread or by the executor, under `mu`. The thread takes the requests
-  // Plain() allows; at any other it stops until the executor has journaled
-  // it. After a synchronous request (its outcome entry comes next in the
-  // journal) it waits until the executor finished it (barrier). A boundary
-  // it journaled is queued for the executor, which starts the minibatch in
-  // the backend just before that request. The executor journals a request
-  // itself when the thread stopped at it or has not reached it within a
-  // bounded spin.
+  // The journal thread (SessionOptions::journal_thread; docs/design.md, "The
+  // journal thread"). The ring's requests are journaled in seq order, each
+  // exactly once, by this thread or by the executor, under `mu`. The thread
+  // takes the requests Plain() (ahead) or PlainBehind() (write-behind)
+  // allows; at any other it stops until the executor has journaled it. After
+  // a synchronous request (its outcome entry comes next in the journal) it
+  // waits until the executor finished it (barrier).
+  // Ahead: the executor runs a request only once it is journaled, by the
+  // thread or by itself when the thread stopped at it or has not reached it
+  // within a bounded spin; a boundary the thread journaled is queued for the
+  // executor, which starts the minibatch in the backend just before that
+  // request.
+  // Behind: the executor runs plain requests at once and starts minibatches
+  // from its own detector; it catches the journal up itself (CatchUpLocked)
+  // before a request that is not plain, before a reply
+  // (JournaledBeforeReply) and before it waits for the application; it
+  // releases ring space only up to the journaled request.
   // The fields each side writes are on their own cache lines: the other side
   // polls them, and a shared line moved between the cores on every request
   // (it showed in the executor's profile on the H200).
@@ -265,7 +272,7 @@ class Session {
   // Records in the channel how many host callbacks were posted when
   // `minibatch` started (ShmServerChannel::SetMinibatchCallbacks).
   void NoteMinibatchStarted(uint64_t minibatch);
-  // Whether the journal-ahead thread may journal `rec` (mu held).
+  // Ahead: whether the journal thread may journal `rec` (mu held).
   bool Plain(const transport::RecordHeader& rec) const;
   // Write-behind: whether `rec` may run before it is journaled (the thread
   // journals it later); `boundary`: a minibatch boundary comes before it.
