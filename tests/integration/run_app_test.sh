@@ -4,9 +4,16 @@
 set -u
 run="$1"; app="$2"; kernels="$3"; name="$4"
 out="$(mktemp)"
-"$run" -n 1 --backend=host --timeout=120 --host_kernels="$kernels" -- "$app" >"$out" 2>&1
+# RUN_APP_TEST_EXTRA_ARGS: further revenant-run options; RUN_APP_TEST_EXPECT:
+# an extended regular expression the output must also match.
+extra=()
+[ -n "${RUN_APP_TEST_EXTRA_ARGS:-}" ] && read -r -a extra <<<"$RUN_APP_TEST_EXTRA_ARGS"
+"$run" -n 1 --backend=host --timeout=120 --host_kernels="$kernels" "${extra[@]}" -- "$app" >"$out" 2>&1
 rc=$?
-cat "$out"
+grep -v "revenant hostkernel" "$out" | tail -200
 if [ "$rc" -ne 0 ]; then echo "FAIL: $name exited with $rc under revenant-run"; exit 1; fi
 if ! grep -q "^\[r0\] PASS $name" "$out"; then echo "FAIL: no 'PASS $name' line"; exit 1; fi
+if [ -n "${RUN_APP_TEST_EXPECT:-}" ] && ! grep -Eq "$RUN_APP_TEST_EXPECT" "$out"; then
+  echo "FAIL: the output does not match '$RUN_APP_TEST_EXPECT'"; exit 1
+fi
 echo "ok: $name passes under the shim (host backend)"
