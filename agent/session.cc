@@ -237,6 +237,8 @@ void Session::Execute(const transport::RecordHeader& rec) {
         ++exec_minibatch_;
         backend_->MarkBoundary(exec_minibatch_);
         NoteMinibatchStarted(exec_minibatch_);
+        ahead_->exec_boundary.store(rec.seq, std::memory_order_release);
+        channel_->requests().WakeWaiters();
       }
     } else {
       const bool timed = options_.journal->timing();
@@ -703,13 +705,21 @@ void Session::JournalAheadLoop() {
         a.pos = pos;  // past padding
         if (*r == nullptr) {
           ready = [&a, &ring, pos] { return ring.head_position() > pos || a.stop.load(); };
-        } else if (a.behind ? !PlainBehind(**r, options_.journal->BoundaryBefore(**r))
-                            : !Plain(**r)) {
+        } else if (const bool boundary = a.behind && options_.journal->BoundaryBefore(**r);
+                   a.behind ? !PlainBehind(**r, boundary) : !Plain(**r)) {
           const uint64_t seq = (*r)->seq;
           ready = [&a, seq] {
             return a.journaled.load(std::memory_order_acquire) >= seq || a.stop.load();
           };
           what = "the journal thread: the executor journaling a request";
+        } else if (boundary && a.exec_boundary.load(std::memory_order_acquire) < (*r)->seq) {
+          // Write-behind: the minibatch starts in the journal only once it
+          // started in the executor (see exec_boundary).
+          const uint64_t seq = (*r)->seq;
+          ready = [&a, seq] {
+            return a.exec_boundary.load(std::memory_order_acquire) >= seq || a.stop.load();
+          };
+          what = "the journal thread: the executor reaching a minibatch boundary";
         } else if (a.delay_us > 0 && !delayed) {
           delayed = true;
           delay_now = true;
