@@ -87,7 +87,7 @@ ABSL_FLAG(std::string, journal_thread, "auto",
           "a second thread journals the plain asynchronous requests (docs/design.md, \"The "
           "journal thread\"): behind (write-behind: the executor runs them at once), ahead "
           "(the executor waits until they are journaled), off (the executor journals inline), "
-          "or auto (behind with 4 or more CPUs, else off)");
+          "or auto (behind with at least 4 CPUs and 3 per rank of --world_size, else off)");
 ABSL_FLAG(int, world_size, 0, "ranks in the job (0: unknown); --snapshots=auto uses it");
 ABSL_FLAG(std::string, minibatch, "auto",
           "minibatch boundaries: auto (detected from the call stream) or manual "
@@ -209,14 +209,18 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
   {
     const std::string mode = absl::GetFlag(FLAGS_journal_thread);
     using JT = SessionOptions::JournalThread;
-    // auto: write-behind where the thread has a core to run on; on 2 CPUs
-    // the executor journals inline (the thread would take the
-    // application's or the executor's core).
+    // auto: write-behind where the thread has a core of its own: each rank
+    // keeps three threads busy (the application's, the executor, the
+    // journal thread), so with at least 4 CPUs and 3 per rank of the job
+    // (--world_size; one node); else the executor journals inline (the
+    // thread would take the application's or the executor's core).
+    const unsigned cpus = std::thread::hardware_concurrency();
+    const unsigned ranks = static_cast<unsigned>(std::max(1, absl::GetFlag(FLAGS_world_size)));
     options.journal_thread = mode == "behind" ? JT::kBehind
                              : mode == "ahead" ? JT::kAhead
                              : mode == "off"   ? JT::kOff
-                             : std::thread::hardware_concurrency() >= 4 ? JT::kBehind
-                                                                          : JT::kOff;
+                             : cpus >= 4 && cpus >= 3 * ranks ? JT::kBehind
+                                                               : JT::kOff;
     const bool exact_append_kill =
         (options.chaos.after_calls != 0 || options.chaos.minibatch != 0) &&
         (options.chaos.point == SessionOptions::Chaos::Point::kBeforeAppend ||

@@ -82,7 +82,8 @@ ABSL_FLAG(std::string, snapshots, "auto",
           "(on when the job has one rank, which has no replica to recover from)");
 ABSL_FLAG(std::string, journal_thread, "auto",
           "agents journal plain asynchronous requests on a second thread: behind "
-          "(write-behind), ahead, off, or auto (behind with 4 or more CPUs; docs/design.md)");
+          "(write-behind), ahead, off, or auto (behind with at least 4 CPUs and 3 per rank; "
+          "docs/design.md)");
 ABSL_FLAG(bool, journal, true, "agents journal calls (needed for recovery; off to measure its cost)");
 ABSL_FLAG(std::string, events_file, "",
           "copy the job's recovery events (JSON lines) here before the job directory goes");
