@@ -590,8 +590,9 @@ absl::StatusOr<const transport::RecordHeader*> Session::JournalNextLocked(bool q
   const transport::RecordHeader& rec = **r;
   const uint64_t minibatch = options_.journal->minibatch();
   if (a.dry) {
-    // Measurement only (REVENANT_JOURNAL_THREAD_DRY): nothing is written.
-  } else if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec));
+    // Measurement only (REVENANT_JOURNAL_THREAD_DRY=1): nothing is written.
+  } else if (absl::Status s = options_.journal->BeforeExecute(
+                 rec, a.dry_payload ? absl::string_view() : CapturedPayload(rec));
              !s.ok()) {
     JournalFailed(s);
   }
@@ -616,11 +617,20 @@ void Session::StartJournalAhead() {
   if (const char* d = std::getenv("REVENANT_JOURNAL_THREAD_DELAY_US"); d != nullptr) {
     ahead_->delay_us = std::max(0, std::atoi(d));
   }
-  if (const char* d = std::getenv("REVENANT_JOURNAL_THREAD_DRY"); d != nullptr && *d == '1') {
-    ahead_->dry = true;
-    REVENANT_LOG(WARNING, "agent")
-        << "REVENANT_JOURNAL_THREAD_DRY=1: the journal thread writes NOTHING (a measurement of "
-           "the thread's protocol without its journaling; recovery would fail)";
+  if (const char* d = std::getenv("REVENANT_JOURNAL_THREAD_DRY"); d != nullptr) {
+    const std::string dry = d;
+    if (dry == "1") {
+      ahead_->dry = true;
+      REVENANT_LOG(WARNING, "agent")
+          << "REVENANT_JOURNAL_THREAD_DRY=1: the journal thread writes NOTHING (a measurement of "
+             "the thread's protocol without its journaling; recovery would fail)";
+    } else if (dry == "payload") {
+      ahead_->dry_payload = true;
+      REVENANT_LOG(WARNING, "agent")
+          << "REVENANT_JOURNAL_THREAD_DRY=payload: the journal thread writes its records WITHOUT "
+             "the bytes copies read from the application's memory (a measurement of their "
+             "capture; recovery would replay wrong inputs)";
+    }
   }
   exec_detector_ = options_.journal->detector();
   exec_detect_ = options_.journal->boundary_mode() == RequestJournal::BoundaryMode::kAuto;

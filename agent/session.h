@@ -253,6 +253,9 @@ class Session {
     // requests but writes nothing, to separate the cost of its journaling
     // from that of the hand-over protocol. Never for real jobs.
     bool dry = false;
+    // REVENANT_JOURNAL_THREAD_DRY=payload: records without the bytes a copy
+    // reads from the application's memory (the input capture's share).
+    bool dry_payload = false;
     std::atomic<bool> stop{false};
     uint64_t by_thread = 0, by_executor = 0;  // requests journaled (mu)
     // Write-behind: requests the executor journaled after it had run them
