@@ -59,18 +59,13 @@ bool MinibatchDetector::OnRequest(uint16_t api_id, absl::string_view body) {
   const auto id = static_cast<api::ApiId>(api_id);
   if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return false;
   wire::Decoder in(body.data(), body.size());
-  uint64_t dst = 0, src = 0, count = 0, stream = 0;
-  int32_t kind = 0;
-  uint8_t mode = 0;
-  if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count) || !in.Get(&kind) || !in.Get(&stream) ||
-      !in.Get(&mode)) {
-    return false;
-  }
-  const bool h2d = kind == cudaMemcpyHostToDevice ||
-                   (kind == cudaMemcpyDefault &&
-                    (mode == hooks::kInlineSource || mode == hooks::kStagingSource));
+  hooks::CopyHead h;
+  if (!hooks::GetCopyHead(in, &h)) return false;
+  const bool h2d = h.kind == cudaMemcpyHostToDevice ||
+                   (h.kind == cudaMemcpyDefault &&
+                    (h.mode == hooks::kInlineSource || h.mode == hooks::kStagingSource));
   if (!h2d) return false;
-  const uint64_t signature = Mix(dst, count);
+  const uint64_t signature = Mix(h.dst, h.count);
   if (anchored_) return signature == anchor_;
   if (!seen_.insert(signature).second) {
     anchored_ = true;

@@ -108,9 +108,10 @@ void Session::Run() {
   StartJournalAhead();
   uint64_t executed = 0;
   while (true) {
+    absl::StatusOr<const transport::RecordHeader*> rec = nullptr;
     if (ahead_ != nullptr && ahead_->behind && released_seq_ < executed_seq_) {
-      absl::StatusOr<const transport::RecordHeader*> next = ch->requests().TryPeek();
-      if (next.ok() && *next == nullptr) {
+      rec = ch->requests().TryPeek();
+      if (rec.ok() && *rec == nullptr) {
         // About to wait for the application: what ran is journaled (here,
         // if the thread has not yet) and its ring space released, so that a
         // producer waiting for space is never left waiting on us.
@@ -120,8 +121,7 @@ void Session::Run() {
         released_seq_ = executed_seq_;
       }
     }
-    absl::StatusOr<const transport::RecordHeader*> rec =
-        ch->Peek(absl::Now() + absl::Milliseconds(200));
+    if (!rec.ok() || *rec == nullptr) rec = ch->Peek(absl::Now() + absl::Milliseconds(200));
     if (!rec.ok()) {
       if (absl::IsDeadlineExceeded(rec.status()) && !disconnected_.load()) continue;
       if (!absl::IsUnavailable(rec.status()) && !absl::IsDeadlineExceeded(rec.status())) {
@@ -241,15 +241,9 @@ void Session::Execute(const transport::RecordHeader& rec) {
         channel_->requests().WakeWaiters();
       }
     } else {
-      const bool timed = options_.journal->timing();
-      const auto t0 =
-          timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-      CatchUpLocked(rec.seq);
-      if (timed) {
-        ahead_->executor_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now() - t0)
-                                   .count();
-        ++ahead_->executor_waits;
+      {
+        ExecutorWaitTimer timer(this, options_.journal->timing());
+        CatchUpLocked(rec.seq);
       }
       if (ahead_->journaled.load(std::memory_order_relaxed) >= rec.seq) {
         // Cannot happen (both sides classify a request alike): journaled
@@ -265,17 +259,10 @@ void Session::Execute(const transport::RecordHeader& rec) {
       }
     }
   } else if (ahead_ != nullptr && journal_here) {
-    const bool timed = options_.journal->timing() && rec.seq > ahead_seen_;
-    const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+    ExecutorWaitTimer timer(this, options_.journal->timing() && rec.seq > ahead_seen_);
     ahead_locked = journal_here = LockToJournal(rec);
     if (!journal_here) StartBoundaryJournaledAhead(rec);
     if (ahead_locked) ahead_barrier = rec.reply_slot >= 0 || !Plain(rec);
-    if (timed) {
-      ahead_->executor_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::steady_clock::now() - t0)
-                                 .count();
-      ++ahead_->executor_waits;
-    }
   }
   auto finish_journaling = [&] {
     if (!ahead_locked) return;
@@ -530,13 +517,8 @@ bool Session::PlainBehind(const transport::RecordHeader& rec, bool boundary) con
   }
   if (id == api::ApiId::cudaMemcpyAsync || id == api::ApiId::cudaMemcpy) {
     wire::Decoder in(rec.body(), rec.body_size());
-    uint64_t dst = 0, src = 0, count = 0, stream = 0;
-    int32_t kind = 0;
-    uint8_t mode = 0;
-    if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count) || !in.Get(&kind) ||
-        !in.Get(&stream) || !in.Get(&mode) || mode == hooks::kStagingSource) {
-      return false;
-    }
+    hooks::CopyHead h;
+    if (!hooks::GetCopyHead(in, &h) || h.mode == hooks::kStagingSource) return false;
   }
   return !boundary || ahead_->thread_boundaries;
 }
@@ -581,13 +563,16 @@ void Session::CatchUpLocked(uint64_t seq) {
 }
 
 absl::StatusOr<const transport::RecordHeader*> Session::JournalNextLocked(bool queue_boundary) {
-  JournalAhead& a = *ahead_;
-  uint64_t pos = a.pos;
+  uint64_t pos = ahead_->pos;
   absl::StatusOr<const transport::RecordHeader*> r = channel_->requests().PeekAt(&pos);
   if (!r.ok()) return r;
-  a.pos = pos;  // past padding
-  if (*r == nullptr) return r;
-  const transport::RecordHeader& rec = **r;
+  ahead_->pos = pos;  // past padding
+  if (*r != nullptr) JournalRecordLocked(**r, queue_boundary);
+  return r;
+}
+
+void Session::JournalRecordLocked(const transport::RecordHeader& rec, bool queue_boundary) {
+  JournalAhead& a = *ahead_;
   const uint64_t minibatch = options_.journal->minibatch();
   if (a.dry) {
     // Measurement only (REVENANT_JOURNAL_THREAD_DRY=1): nothing is written.
@@ -600,11 +585,10 @@ absl::StatusOr<const transport::RecordHeader*> Session::JournalNextLocked(bool q
     a.boundaries.emplace_back(rec.seq, options_.journal->minibatch());
     if (a.boundaries.size() == 1) a.next_boundary.store(rec.seq, std::memory_order_release);
   }
-  a.pos = pos + rec.stride();
+  a.pos += rec.stride();
   // Its outcome entry comes next: nothing is journaled until it finished.
   if (rec.reply_slot >= 0) a.barrier.store(rec.seq, std::memory_order_release);
   a.journaled.store(rec.seq, std::memory_order_release);
-  return r;
 }
 
 void Session::StartJournalAhead() {
@@ -736,12 +720,7 @@ void Session::JournalAheadLoop() {
         } else {
           delayed = false;
           // With write-behind the executor started the minibatch itself.
-          if (absl::StatusOr<const transport::RecordHeader*> j =
-                  JournalNextLocked(/*queue_boundary=*/!a.behind);
-              !j.ok()) {
-            REVENANT_LOG(WARNING, "agent") << "journal thread stops: " << j.status();
-            return;
-          }
+          JournalRecordLocked(**r, /*queue_boundary=*/!a.behind);
           ++a.by_thread;
           continue;
         }
@@ -766,26 +745,24 @@ absl::string_view Session::CapturedPayload(const transport::RecordHeader& rec) c
   const auto id = static_cast<api::ApiId>(rec.api_id);
   if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return {};
   wire::Decoder in(rec.body(), rec.body_size());
-  uint64_t dst = 0, src = 0, count = 0, stream = 0;
-  int32_t kind = 0;
-  uint8_t mode = 0;
-  if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count) || !in.Get(&kind) || !in.Get(&stream) ||
-      !in.Get(&mode) || (mode != hooks::kDirect && mode != hooks::kStagingSource)) {
+  hooks::CopyHead h;
+  if (!hooks::GetCopyHead(in, &h) ||
+      (h.mode != hooks::kDirect && h.mode != hooks::kStagingSource)) {
     return {};
   }
-  if (mode == hooks::kStagingSource) {
+  if (h.mode == hooks::kStagingSource) {
     // A large copy from pageable memory: the application's next staged copy
     // reuses the staging area, so its bytes are kept too.
     uint64_t offset = 0;
     if (!in.Get(&offset) || offset > channel_->staging_size() ||
-        count > channel_->staging_size() - offset) {
+        h.count > channel_->staging_size() - offset) {
       return {};
     }
-    return absl::string_view(channel_->staging() + offset, count);
+    return absl::string_view(channel_->staging() + offset, h.count);
   }
-  const void* p = reinterpret_cast<const void*>(src);
-  if (!IsSharedHost(p, count)) return {};
-  return absl::string_view(static_cast<const char*>(p), count);
+  const void* p = reinterpret_cast<const void*>(h.src);
+  if (!IsSharedHost(p, h.count)) return {};
+  return absl::string_view(static_cast<const char*>(p), h.count);
 }
 
 void Session::MaybeChaos(SessionOptions::Chaos::Point point) {
@@ -1026,22 +1003,21 @@ std::string ReplayBody(const journal::JournalEntry& e) {
     return e.args();
   }
   wire::Decoder in(e.args().data(), e.args().size());
-  uint64_t dst = 0, src = 0, count = 0, stream = 0;
-  int32_t kind = 0;
-  uint8_t mode = 0;
-  if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count) || !in.Get(&kind) || !in.Get(&stream) ||
-      !in.Get(&mode) || (mode != hooks::kDirect && mode != hooks::kStagingSource) ||
-      count != e.inline_payload().size()) {
+  hooks::CopyHead h;
+  if (!hooks::GetCopyHead(in, &h) ||
+      (h.mode != hooks::kDirect && h.mode != hooks::kStagingSource) ||
+      h.count != e.inline_payload().size()) {
     return e.args();
   }
   wire::Sizer sz;
-  sz.Put(dst); sz.Put(src); sz.Put(count); sz.Put(kind); sz.Put(stream); sz.Put(uint8_t{});
-  sz.PutBytes(e.inline_payload().data(), count);
+  sz.Put(h.dst); sz.Put(h.src); sz.Put(h.count); sz.Put(h.kind); sz.Put(h.stream);
+  sz.Put(uint8_t{});
+  sz.PutBytes(e.inline_payload().data(), h.count);
   std::string body(sz.size(), '\0');
   wire::Encoder out(body.data(), body.size());
-  out.Put(dst); out.Put(src); out.Put(count); out.Put(kind); out.Put(stream);
+  out.Put(h.dst); out.Put(h.src); out.Put(h.count); out.Put(h.kind); out.Put(h.stream);
   out.Put(static_cast<uint8_t>(hooks::kInlineSource));
-  out.PutBytes(e.inline_payload().data(), count);
+  out.PutBytes(e.inline_payload().data(), h.count);
   return body;
 }
 
@@ -1051,14 +1027,9 @@ bool IsCopyIntoSharedHost(const journal::JournalEntry& e, const Session& session
   const auto id = static_cast<api::ApiId>(e.api_id());
   if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return false;
   wire::Decoder in(e.args().data(), e.args().size());
-  uint64_t dst = 0, src = 0, count = 0, stream = 0;
-  int32_t kind = 0;
-  uint8_t mode = 0;
-  if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count) || !in.Get(&kind) || !in.Get(&stream) ||
-      !in.Get(&mode)) {
-    return false;
-  }
-  return mode == hooks::kDirect && session.IsSharedHost(reinterpret_cast<void*>(dst), count);
+  hooks::CopyHead h;
+  if (!hooks::GetCopyHead(in, &h)) return false;
+  return h.mode == hooks::kDirect && session.IsSharedHost(reinterpret_cast<void*>(h.dst), h.count);
 }
 
 }  // namespace
@@ -1360,13 +1331,8 @@ absl::Status Session::ReplaySilently(const journal::JournalEntry& e,
     // A copy into the staging area: the application's next staged copy may
     // already be there; the bytes only go to its pageable memory anyway.
     wire::Decoder in(e.args().data(), e.args().size());
-    uint64_t dst = 0, src = 0, count = 0, stream = 0;
-    int32_t kind = 0;
-    uint8_t mode = 0;
-    if (in.Get(&dst) && in.Get(&src) && in.Get(&count) && in.Get(&kind) && in.Get(&stream) &&
-        in.Get(&mode) && mode == hooks::kStagingDest) {
-      return absl::OkStatus();
-    }
+    hooks::CopyHead h;
+    if (hooks::GetCopyHead(in, &h) && h.mode == hooks::kStagingDest) return absl::OkStatus();
   }
   return ExecuteJournaled(e, outcome);
 }

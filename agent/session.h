@@ -14,6 +14,7 @@
 #define REVENANT_AGENT_SESSION_H_
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <cstdint>
 #include <map>
@@ -267,6 +268,27 @@ class Session {
     uint64_t executor_ns = 0, executor_waits = 0;
     std::thread thread;
   };
+  // With REVENANT_JOURNAL_TIMING=1: adds its lifetime to the executor's
+  // time on the journal thread (JournalAhead::executor_ns, executor_waits).
+  class ExecutorWaitTimer {
+   public:
+    ExecutorWaitTimer(Session* s, bool on)
+        : s_(on ? s : nullptr),
+          t0_(on ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point()) {}
+    ~ExecutorWaitTimer() {
+      if (s_ == nullptr) return;
+      s_->ahead_->executor_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now() - t0_)
+                                     .count();
+      ++s_->ahead_->executor_waits;
+    }
+    ExecutorWaitTimer(const ExecutorWaitTimer&) = delete;
+    ExecutorWaitTimer& operator=(const ExecutorWaitTimer&) = delete;
+
+   private:
+    Session* const s_;
+    const std::chrono::steady_clock::time_point t0_;
+  };
   std::unique_ptr<JournalAhead> ahead_;
   uint64_t ahead_seen_ = 0;  // the executor's last read of ahead_->journaled
   void StartJournalAhead();
@@ -296,9 +318,13 @@ class Session {
   void FlushHandedOutcomeLocked();
   // Larger outputs are journaled by the executor (no copy to hand over).
   static constexpr size_t kHandedOutcomeMax = 4096;
-  // Journals the ring's request at ahead_->pos (mu held): the thread's step.
-  // Returns the record, nullptr if none is readable yet.
+  // Journals the ring's request at ahead_->pos (mu held). Returns the
+  // record, nullptr if none is readable yet.
   absl::StatusOr<const transport::RecordHeader*> JournalNextLocked(bool queue_boundary);
+  // Journals `rec`, the ring's request at ahead_->pos (mu held), and moves
+  // past it; `queue_boundary`: a boundary it starts is queued for the
+  // executor (journal-ahead).
+  void JournalRecordLocked(const transport::RecordHeader& rec, bool queue_boundary);
   // Write-behind: the executor's own boundary detection (the journal's
   // detector belongs to whichever thread journals) and minibatch number.
   MinibatchDetector exec_detector_;

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "api/wire.h"
+
 namespace revenant {
 namespace hooks {
 
@@ -23,6 +25,20 @@ enum MemcpyMode : uint8_t {
   kStagingDest = 3,    // D2H to pageable memory through the staging area
   kStagingSource = 4,  // H2D from pageable memory through the staging area
 };
+
+// The fixed head of a copy request's body (above), up to the mode.
+struct CopyHead {
+  uint64_t dst = 0, src = 0, count = 0;
+  int32_t kind = 0;
+  uint64_t stream = 0;
+  uint8_t mode = 0;
+};
+// Reads it from `in` (which then stands at the mode's data); false if the
+// body is too short.
+inline bool GetCopyHead(wire::Decoder& in, CopyHead* h) {
+  return in.Get(&h->dst) && in.Get(&h->src) && in.Get(&h->count) && in.Get(&h->kind) &&
+         in.Get(&h->stream) && in.Get(&h->mode);
+}
 
 // __cudaRegisterFatBinaryEnd (module load + kernel lookup):
 //   u64 module_key, flag has_image, [bytes image], bytes mangled_name
