@@ -181,9 +181,9 @@ int64_t SpinNanos() {
     if (v == nullptr || *v == '\0') return kDefaultSpinNanos;
     char* end = nullptr;
     const long long us = std::strtoll(v, &end, 10);
-    if (*end != '\0' || us < 0 || us > 100000) {
+    if (*end != '\0' || us < 0 || us > 10000000) {
       REVENANT_LOG(WARNING, "transport") << "REVENANT_SPIN_US=" << v
-                                         << " is not 0-100000; spinning "
+                                         << " is not 0-10000000; spinning "
                                          << kDefaultSpinNanos / 1000 << " us";
       return kDefaultSpinNanos;
     }
