@@ -159,7 +159,7 @@ std::string RequestJournal::TimingBreakdown() const {
   std::string out;
   for (const auto& [key, b] : rows) {
     const char* name = key == kOutcomeKey    ? "(outcome entries)"
-                       : key == kMarkStepKey ? "(marked steps)"
+                       : key == kMarkStepKey ? "(boundaries placed or marked)"
                                              : api::Traits(key).name;
     absl::StrAppendFormat(&out, "\n  %-28s %9d calls %10.3f ms %7.3f us per call", name, b.calls,
                           b.ns / 1e6, b.ns / 1e3 / b.calls);
@@ -179,6 +179,24 @@ absl::Status RequestJournal::Boundary() {
   return s;
 }
 
+absl::Status RequestJournal::DetectBoundary(const transport::RecordHeader& rec) {
+  const bool was_anchored = detector_.anchored();
+  if (!detector_.OnRequest(rec.api_id, absl::string_view(rec.body(), rec.body_size()))) {
+    return absl::OkStatus();
+  }
+  if (!was_anchored) {
+    // A replacement agent continues with the same anchor.
+    std::ofstream(journal_->dir() + "/anchor") << detector_.anchor() << "\n";
+  }
+  return Boundary();
+}
+
+absl::Status RequestJournal::PlaceBoundaryBefore(const transport::RecordHeader& rec) {
+  Timed timed(this, kMarkStepKey);
+  boundary_placed_for_ = rec.seq;
+  return DetectBoundary(rec);
+}
+
 absl::Status RequestJournal::MarkStep() {
   Timed timed(this, kMarkStepKey);
   return Boundary();
@@ -191,15 +209,8 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   const auto id = static_cast<api::ApiId>(rec.api_id);
   const api::ApiTraits& traits = api::Traits(static_cast<uint32_t>(rec.api_id));
   const absl::string_view body(rec.body(), rec.body_size());
-  if (options_.boundaries == BoundaryMode::kAuto) {
-    const bool was_anchored = detector_.anchored();
-    if (detector_.OnRequest(rec.api_id, body)) {
-      if (!was_anchored) {
-        // A replacement agent continues with the same anchor.
-        std::ofstream(journal_->dir() + "/anchor") << detector_.anchor() << "\n";
-      }
-      if (absl::Status s = Boundary(); !s.ok()) return s;
-    }
+  if (options_.boundaries == BoundaryMode::kAuto && rec.seq != boundary_placed_for_) {
+    if (absl::Status s = DetectBoundary(rec); !s.ok()) return s;
   }
   if (traits.journal == api::JournalClass::kSkip) return absl::OkStatus();
 

@@ -129,10 +129,15 @@ class RequestJournal {
                             absl::string_view outputs);
   // An explicit minibatch boundary (revenantMarkStep).
   absl::Status MarkStep();
+  // Places the boundary BoundaryBefore(rec) names now, ahead of `rec`'s own
+  // entry (which BeforeExecute appends later, without detecting it again):
+  // write-behind starts the minibatch in the journal exactly when the
+  // executor starts it, while the thread journals the request itself.
+  absl::Status PlaceBoundaryBefore(const transport::RecordHeader& rec);
   // Whether BeforeExecute(rec) will place a minibatch boundary before `rec`
   // (the minibatch log still holds the ending minibatch until then).
   bool BoundaryBefore(const transport::RecordHeader& rec) const {
-    return options_.boundaries == BoundaryMode::kAuto &&
+    return options_.boundaries == BoundaryMode::kAuto && rec.seq != boundary_placed_for_ &&
            detector_.WouldMark(rec.api_id, absl::string_view(rec.body(), rec.body_size()));
   }
 
@@ -161,6 +166,10 @@ class RequestJournal {
  private:
   RequestJournal(std::unique_ptr<journal::Journal> journal, Options options);
   absl::Status Boundary();
+  // Runs the detector on `rec`; Boundary() if it marks one.
+  absl::Status DetectBoundary(const transport::RecordHeader& rec);
+  // The request PlaceBoundaryBefore placed a boundary for (0: none).
+  uint64_t boundary_placed_for_ = 0;
 
   std::unique_ptr<journal::Journal> journal_;
   const Options options_;

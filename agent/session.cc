@@ -234,11 +234,23 @@ void Session::Execute(const transport::RecordHeader& rec) {
     if (PlainBehind(rec, boundary)) {
       journal_here = false;
       if (boundary) {
-        ++exec_minibatch_;
+        // The journal starts the minibatch now, as the executor does (after
+        // everything before it, a marker only: the thread appends the
+        // request and its input later). A journal that ended a minibatch
+        // behind its executor would send a replacement to the wrong state.
+        {
+          ExecutorWaitTimer timer(this, options_.journal->timing());
+          CatchUpLocked(rec.seq);
+        }
+        if (absl::Status s = options_.journal->PlaceBoundaryBefore(rec); !s.ok()) {
+          JournalFailed(s);
+        }
+        exec_minibatch_ = options_.journal->minibatch();
+        ahead_->boundary_placed.store(rec.seq, std::memory_order_release);
+        ahead_->mu.Unlock();
+        channel_->requests().WakeWaiters();
         backend_->MarkBoundary(exec_minibatch_);
         NoteMinibatchStarted(exec_minibatch_);
-        ahead_->exec_boundary.store(rec.seq, std::memory_order_release);
-        channel_->requests().WakeWaiters();
       }
     } else {
       {
@@ -502,8 +514,8 @@ bool Session::PlainBehind(const transport::RecordHeader& rec, bool boundary) con
   // callback (the callback tells the application something, and the
   // executor cannot hold it back); a copy from the staging area (the
   // application reuses it); a boundary unless the thread may journal
-  // boundaries (snapshots, the validator, chaos and catching up do their
-  // boundary work with the journaling). A synchronous request is plain: it
+  // boundaries (snapshots, the validator and catching up do their boundary
+  // work with the journaling). A synchronous request is plain: it
   // runs at once, and its reply waits until it is journaled
   // (JournaledBeforeReply).
   if (rec.api_id == hooks::kMarkStepApiId) return false;
@@ -624,9 +636,12 @@ void Session::StartJournalAhead() {
   // replay ends there).
   ahead_->journaled.store(journaled_through_);
   executed_seq_ = released_seq_ = journaled_through_;
+  // Chaos counts minibatches from the journal under journal-ahead, from the
+  // executor under write-behind (MaybeChaos): there the thread journals
+  // boundaries in chaos runs too, as in production.
   const SessionOptions::Chaos& c = options_.chaos;
   ahead_->thread_boundaries = snapshots_ == nullptr && validator_ == nullptr &&
-                              c.after_calls == 0 && c.minibatch == 0 &&
+                              (ahead_->behind || (c.after_calls == 0 && c.minibatch == 0)) &&
                               skip_until_minibatch_ == 0;
   ahead_->thread = std::thread([this] { JournalAheadLoop(); });
   if (const char* c = std::getenv("REVENANT_JOURNAL_THREAD_CPU"); c != nullptr && *c != '\0') {
@@ -706,14 +721,13 @@ void Session::JournalAheadLoop() {
             return a.journaled.load(std::memory_order_acquire) >= seq || a.stop.load();
           };
           what = "the journal thread: the executor journaling a request";
-        } else if (boundary && a.exec_boundary.load(std::memory_order_acquire) < (*r)->seq) {
-          // Write-behind: the minibatch starts in the journal only once it
-          // started in the executor (see exec_boundary).
-          const uint64_t seq = (*r)->seq;
-          ready = [&a, seq] {
-            return a.exec_boundary.load(std::memory_order_acquire) >= seq || a.stop.load();
+        } else if (boundary) {
+          // Write-behind: the executor places the boundary when it gets
+          // there (PlaceBoundaryBefore); the request is journaled after it.
+          ready = [&a, seq = (*r)->seq] {
+            return a.boundary_placed.load(std::memory_order_acquire) >= seq || a.stop.load();
           };
-          what = "the journal thread: the executor reaching a minibatch boundary";
+          what = "the journal thread: the executor starting a minibatch";
         } else if (a.delay_us > 0 && !delayed) {
           delayed = true;
           delay_now = true;
@@ -769,15 +783,20 @@ void Session::MaybeChaos(SessionOptions::Chaos::Point point) {
   const SessionOptions::Chaos& c = options_.chaos;
   if (point != c.point) return;
   bool hit = false;
+  // The minibatch the executor is in: under write-behind the journal may
+  // not have reached it yet (these points come after the append, where
+  // inline journaling has switched minibatches too).
+  const uint64_t minibatch = options_.journal == nullptr ? 0
+                             : ahead_ != nullptr && ahead_->behind
+                                 ? exec_minibatch_
+                                 : options_.journal->minibatch();
   if (c.after_calls != 0) hit = requests_seen_ == c.after_calls;
-  if (c.minibatch != 0 && options_.journal != nullptr &&
-      options_.journal->minibatch() == c.minibatch) {
+  if (c.minibatch != 0 && options_.journal != nullptr && minibatch == c.minibatch) {
     hit = ++chaos_minibatch_calls_ == std::max<uint64_t>(c.calls_into_minibatch, 1);
   }
   if (!hit) return;
   REVENANT_LOG(WARNING, "agent") << "chaos: killing this agent at request " << requests_seen_
-                                 << " (minibatch "
-                                 << (options_.journal ? options_.journal->minibatch() : 0) << ")";
+                                 << " (minibatch " << minibatch << ")";
   raise(SIGKILL);
 }
 
@@ -1147,7 +1166,6 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   };
   backend_->SetReplayPhase(minibatch == 0 ? ReplayPhase::kMinibatchLog : ReplayPhase::kSetupLog);
 
-  bool drop_all_replayed = false;
   {
     // The replay regenerates the host callbacks of the requests it replays:
     // those of the journal's current minibatch (or of everything, before the
@@ -1160,16 +1178,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
     callbacks_sent_ = channel_->callbacks().last_seq();
     uint64_t started = 0, at_start = 0;
     channel_->GetMinibatchCallbacks(&started, &at_start);
-    if (started > minibatch) {
-      // Write-behind: the dead agent ran into a later minibatch than its
-      // journal reached. It had run every request of this one that posts a
-      // host callback (those are journaled before they run), and a training
-      // loop synchronizes before its next step: the application has all of
-      // this minibatch's callbacks, and none of the next one's ran (their
-      // requests would be in the journal). The replay's are all dropped.
-      drop_all_replayed = true;
-      at_start = callbacks_sent_;
-    } else if (started != minibatch || at_start > callbacks_sent_) {
+    if (started != minibatch || at_start > callbacks_sent_) {
       channel_->SetMinibatchCallbacks(minibatch, callbacks_sent_);
       at_start = callbacks_sent_;
     }
@@ -1177,7 +1186,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
     REVENANT_LOG(DEBUG, "agent") << "replay of minibatch " << minibatch << ": "
                                  << callbacks_to_suppress_ << " host callbacks already posted";
   }
-  replay_setup_ = minibatch > 0 || drop_all_replayed;
+  replay_setup_ = minibatch > 0;
   replaying_ = true;
   uint64_t last_request = 0;
   size_t replayed = 0, divergences = 0;
@@ -1202,7 +1211,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
       // restore_boundary synchronized the device: the setup replay's host
       // callbacks have run (and were dropped); from here the current
       // minibatch's.
-      replay_setup_ = drop_all_replayed;
+      replay_setup_ = false;
       joined = true;
     }
     if (from_minibatch[i] && behind) {

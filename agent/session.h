@@ -232,12 +232,13 @@ class Session {
     bool thread_boundaries = false;
     // Write-behind (SessionOptions::JournalThread::kBehind).
     bool behind = false;
-    // Write-behind: the request before which the executor last started a
-    // minibatch (written by the executor). The thread journals a boundary
-    // only once the executor has reached it, so the journal never starts a
-    // minibatch the executor has not (a replacement's journal minibatch is
-    // at most its predecessor's, as with inline journaling).
-    alignas(64) std::atomic<uint64_t> exec_boundary{0};
+    // Write-behind: the request before which the executor last placed a
+    // minibatch boundary in the journal (RequestJournal::PlaceBoundaryBefore,
+    // when it starts that minibatch). The thread journals such a request
+    // only after that, so the journal's minibatch is always the executor's
+    // (as with inline journaling): a replacement's journal names the
+    // minibatch its predecessor was in.
+    alignas(64) std::atomic<uint64_t> boundary_placed{0};
     // Write-behind: the outcome of a wait or synchronous copy, handed to the
     // thread after the reply (OutcomeMayFollowReply); pending_seq 0: none.
     // Written by the executor before it stores `done` for that request;
