@@ -33,7 +33,7 @@ targets=(
   //tests/integration:replay_unsafe
   //agent/backends/cuda:cuda_backend_gpu_test //agent/backends/cuda:gpu_test_kernels
   //agent/backends/cuda:cuda_backend_test
-  //bench:shim_bench //bench:nccl_bench
+  //bench:shim_bench //bench:nccl_bench //bench:cpu_pairs
   //tests/apps:train_mlp //tests/apps:collectives_all //tests/apps:collectives_bad
 )
 bazel build "${targets[@]}"
@@ -48,7 +48,7 @@ for p in $PROGRAMS; do cp "$bin/tests/integration/$p.bin" "$out/apps/"; done
 cp "$root/tests/integration/agent_death_test.sh" "$root/tests/integration/recovery_train_test.sh" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_gpu_test" "$bin/agent/backends/cuda/gpu_test_kernels.fatbin" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_test" "$out/"
-cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$root/bench/compare.sh" \
+cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$bin/bench/cpu_pairs" "$root/bench/compare.sh" \
   "$root/bench/journal_step.sh" "$out/bench/"
 cp "$bin/tests/apps/train_mlp.bin" "$bin/tests/apps/collectives_all.bin" \
   "$bin/tests/apps/collectives_bad.bin" "$out/apps/"
