@@ -171,6 +171,11 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
   jopts.boundaries = absl::GetFlag(FLAGS_minibatch) == "manual"
                          ? RequestJournal::BoundaryMode::kManual
                          : RequestJournal::BoundaryMode::kAuto;
+  if (const char* c = std::getenv("REVENANT_JOURNAL_MINIBATCH_CHUNK_KIB"); c != nullptr && *c) {
+    // Measurement knob: the minibatch log's first chunk (journal/journal.h);
+    // Journal::Open refuses a size that is not whole 32 KiB blocks.
+    jopts.journal.minibatch_first_chunk = static_cast<size_t>(std::strtoull(c, nullptr, 10)) << 10;
+  }
   SessionOptions options;
   if (absl::GetFlag(FLAGS_journal) && !recover) {
     absl::StatusOr<std::unique_ptr<RequestJournal>> j =

@@ -160,7 +160,8 @@ std::string RequestJournal::TimingBreakdown() const {
   for (const auto& [key, b] : rows) {
     const char* name = key == kOutcomeKey    ? "(outcome entries)"
                        : key == kMarkStepKey ? "(boundaries placed or marked)"
-                                             : api::Traits(key).name;
+                       : key == kNewSegmentKey ? "(of these: new segments)"
+                                               : api::Traits(key).name;
     absl::StrAppendFormat(&out, "\n  %-28s %9d calls %10.3f ms %7.3f us per call", name, b.calls,
                           b.ns / 1e6, b.ns / 1e3 / b.calls);
     if (b.boundaries > 0) {
@@ -174,6 +175,21 @@ std::string RequestJournal::TimingBreakdown() const {
 absl::Status RequestJournal::Boundary() {
   boundary_in_call_ = true;
   const uint64_t next = minibatch_.load() + 1;
+  if (timing_) {
+    // How much of the boundaries' time the new segments take.
+    const uint64_t segments = journal_->minibatch_segments_started();
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = journal_->MarkBoundary(next);
+    if (journal_->minibatch_segments_started() != segments) {
+      Breakdown& b = breakdown_[kNewSegmentKey];
+      b.ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                  std::chrono::steady_clock::now() - t0)
+                  .count();
+      ++b.calls;
+    }
+    minibatch_.store(next, std::memory_order_release);
+    return s;
+  }
   absl::Status s = journal_->MarkBoundary(next);
   minibatch_.store(next, std::memory_order_release);
   return s;

@@ -183,6 +183,8 @@ class RequestJournal {
   // See busy_ns().
   class Timed;
   static constexpr uint32_t kOutcomeKey = 0x10000, kMarkStepKey = 0x10001;
+  // Part of a boundary's time: the boundaries that started a new segment.
+  static constexpr uint32_t kNewSegmentKey = 0x10002;
   struct Breakdown {
     uint64_t ns = 0, calls = 0, boundary_ns = 0, boundaries = 0;
   };

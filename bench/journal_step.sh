@@ -16,6 +16,13 @@
 # the journal on plus these words: --flags go to revenant-run, VAR=VALUE to its
 # environment; a later --journal=false wins), e.g.
 # EXTRA_ARM="inline --journal_thread=off; spin200 REVENANT_SPIN_US=200".
+# ALTERNATE=B: each pair is one round in which every arm runs at once, the
+# arms taking turns in bursts of B iterations (train_mlp --alternate): bursts
+# J of all arms ran next to each other in time, so load drifting on the
+# machine (which moves a whole run's step time by +-15 % on the H200 VM)
+# hits them alike. Each arm's step time is then the mean of its bursts, and
+# the burst pairs give a second, finer estimate: the geometric mean of the
+# per-burst ratios with its standard error (over all rounds).
 # Output lines a script can use: "RESULT journal_step_ratio <median ratio>",
 # "RESULT journal_step_us_on <us>", "RESULT journal_step_us_off <us>".
 set -uo pipefail
@@ -38,30 +45,40 @@ for spec in "${extra_specs[@]}"; do
   extra_words[$name]="$rest"; extra_names="$extra_names $name"
 done
 
-one() {  # ARM -> prints the step time in us (or fails)
-  local arm=$1 log="$tmp/run.log"
+launch() {  # ARM LOG [APP ARGS...]: one run of ARM, output to LOG; its status
+  local arm=$1 log=$2; shift 2
   case $arm in
     native) RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
-          MASTER_PORT=$((20000 + RANDOM % 20000)) timeout 600 "${app[@]}" --iters "$iters" --time_after "$warm" >"$log" 2>&1 ;;
+          MASTER_PORT=$((20000 + RANDOM % 20000)) timeout 600 "${app[@]}" --iters "$iters" --time_after "$warm" "$@" >"$log" 2>&1 ;;
     on) timeout 600 "${revrun[0]}" --journal=true "${revrun[@]:1}" -- "${app[@]}" \
-          --iters "$iters" --time_after "$warm" >"$log" 2>&1 ;;
+          --iters "$iters" --time_after "$warm" "$@" >"$log" 2>&1 ;;
     off) timeout 600 "${revrun[0]}" --journal=false "${revrun[@]:1}" -- "${app[@]}" \
-          --iters "$iters" --time_after "$warm" >"$log" 2>&1 ;;
+          --iters "$iters" --time_after "$warm" "$@" >"$log" 2>&1 ;;
     *) local envs=() flags=() w
        for w in ${extra_words[$arm]}; do
          case $w in -*) flags+=("$w");; *=*) envs+=("$w");; *) flags+=("$w");; esac
        done
        timeout 600 env "${envs[@]}" "${revrun[0]}" --journal=true "${revrun[@]:1}" "${flags[@]}" -- \
-          "${app[@]}" --iters "$iters" --time_after "$warm" >"$log" 2>&1 ;;
+          "${app[@]}" --iters "$iters" --time_after "$warm" "$@" >"$log" 2>&1 ;;
   esac
-  local rc=$? us
+}
+
+step_us() {  # ARM LOG RC: prints the run's step time in us (or fails)
+  local arm=$1 log=$2 rc=$3 us
   us=$(sed -n 's/.*RESULT train_step_us \([0-9.]*\).*/\1/p' "$log" | head -1)
-  if [ $rc -ne 0 ] || [ -z "$us" ]; then
+  if [ "$rc" -ne 0 ] || [ -z "$us" ]; then
     echo "journal_step.sh: $arm run failed (rc=$rc):" >&2; tail -20 "$log" >&2; return 1
   fi
   cp "$log" "$tmp/last.$arm.log"
   echo "$us"
 }
+
+one() {  # ARM -> prints the step time in us (or fails)
+  local log="$tmp/run.log" rc
+  launch "$1" "$log"; rc=$?
+  step_us "$1" "$log" "$rc"
+}
+
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 arms="on off$extra_names"
@@ -71,14 +88,40 @@ echo "  revenant-run: ${revrun[*]}"
 echo "  application: ${app[*]}"
 for arm in $arms; do : >"$tmp/$arm"; done
 : >"$tmp/ratio"
+n_arms=$(echo $arms | wc -w)
 for p in $(seq "$pairs"); do
   if (( p % 2 )); then order="$arms"; else order="$(echo $arms | tr ' ' '\n' | tac | tr '\n' ' ')"; fi
   line="  pair $p:"
-  for arm in $order; do
-    us=$(one "$arm") || exit 1
-    echo "$us" >>"$tmp/$arm"
-    line="$line $arm $us us"
-  done
+  if [ -n "${ALTERNATE:-}" ]; then
+    # One round: every arm at once, in turns (the order alternates per round).
+    line="  round $p:"
+    name="revenant-jstep-$$-$p"; rm -f "/dev/shm/$name"
+    k=0; declare -A pid=()
+    for arm in $order; do
+      launch "$arm" "$tmp/alt.$arm.log" --alternate "$name" --arm "$k" --arms "$n_arms" \
+        --burst "$ALTERNATE" &
+      pid[$arm]=$!; k=$((k + 1))
+    done
+    for arm in $order; do
+      wait "${pid[$arm]}"; rc=$?
+      us=$(step_us "$arm" "$tmp/alt.$arm.log" "$rc") || { rm -f "/dev/shm/$name"; exit 1; }
+      echo "$us" >>"$tmp/$arm"
+      line="$line $arm $us us"
+      sed -n 's/.*RESULT train_step_burst_us \([0-9]*\) \([0-9.]*\).*/\1 \2/p' "$tmp/alt.$arm.log" \
+        | sort -k1,1 >"$tmp/bursts.$arm"
+    done
+    rm -f "/dev/shm/$name"
+    for arm in $arms; do
+      [ "$arm" = off ] && continue
+      join "$tmp/bursts.$arm" "$tmp/bursts.off" | awk '{ print $2 / $3 }' >>"$tmp/bratio.$arm"
+    done
+  else
+    for arm in $order; do
+      us=$(one "$arm") || exit 1
+      echo "$us" >>"$tmp/$arm"
+      line="$line $arm $us us"
+    done
+  fi
   r=$(awk -v a="$(tail -1 "$tmp/on")" -v b="$(tail -1 "$tmp/off")" 'BEGIN { printf "%.4f", a / b }')
   echo "$r" >>"$tmp/ratio"
   echo "$line; on/off $r"
@@ -99,6 +142,17 @@ awk '{ l = log($1); s += l; q += l * l; n++ } END {
   if (n < 2) exit; m = s / n; sd = sqrt((q - n * m * m) / (n - 1)); se = sd / sqrt(n);
   printf "geometric mean of per-pair ratios %.4f, standard error %.1f %% (95 %% interval %.4f-%.4f)\n",
     exp(m), 100 * se, exp(m - 1.96 * se), exp(m + 1.96 * se) }' "$tmp/ratio"
+if [ -n "${ALTERNATE:-}" ]; then
+  # Burst pairs: arm burst J / off burst J of the same round.
+  for arm in $arms; do
+    [ "$arm" = off ] && continue
+    awk -v arm="$arm" '{ l = log($1); s += l; q += l * l; n++ } END {
+      if (n < 2) exit; m = s / n; sd = sqrt((q - n * m * m) / (n - 1)); se = sd / sqrt(n);
+      printf "bursts %s/off: geometric mean of %d burst ratios %.4f, standard error %.2f %% (95 %% interval %.4f-%.4f)\n",
+        arm, n, exp(m), 100 * se, exp(m - 1.96 * se), exp(m + 1.96 * se)
+      printf "RESULT journal_step_burst_ratio_%s_off %.4f\n", arm, exp(m) }' "$tmp/bratio.$arm"
+  done
+fi
 echo "RESULT journal_step_ratio $m_r"
 echo "RESULT journal_step_us_on $m_on"
 echo "RESULT journal_step_us_off $m_off"

@@ -31,6 +31,10 @@ namespace {
 
 const char* KindPrefix(LogKind kind) { return kind == SETUP ? "setup-" : "minibatch-"; }
 
+// The largest chunk a mapped log grows by (a minibatch log's first chunk may
+// be larger: JournalOptions::minibatch_first_chunk).
+constexpr size_t kMaxMappedChunk = 32 * log::kBlockSize;
+
 std::string JoinPath(const std::string& dir, const std::string& name) {
   if (!dir.empty() && dir.back() == '/') return dir + name;
   return dir + "/" + name;
@@ -355,7 +359,8 @@ class SegmentWriter {
     if (options.mapped_logs && options.sync == SyncPolicy::kNone) {
       if (spare == nullptr) {
         absl::StatusOr<std::unique_ptr<MappedLogFile>> log =
-            MappedLogFile::Create(w->log_path_ + w->suffix_, w->first_chunk(), kMaxChunk);
+            MappedLogFile::Create(w->log_path_ + w->suffix_, w->first_chunk(),
+                                  std::max(kMaxChunk, w->first_chunk()));
         if (!log.ok()) return log.status();
         spare = std::move(*log);
       }
@@ -443,10 +448,14 @@ class SegmentWriter {
     // An inline payload over the threshold (an entry read back with its
     // payload loaded: re-open, compaction) takes the same out-of-line path.
     std::string moved;
-    const size_t inline_limit = mapped_log_ != nullptr
-                                    ? std::max(options_.inline_payload_threshold,
-                                               options_.mapped_inline_payload_threshold)
-                                    : options_.inline_payload_threshold;
+    // A minibatch log's inline records stay within half its first chunk.
+    const size_t inline_limit =
+        mapped_log_ != nullptr
+            ? std::max(options_.inline_payload_threshold,
+                       header_.kind() == MINIBATCH
+                           ? std::min(options_.mapped_inline_payload_threshold, first_chunk() / 2)
+                           : options_.mapped_inline_payload_threshold)
+            : options_.inline_payload_threshold;
     if (payload.empty() && entry->has_inline_payload() &&
         entry->inline_payload().size() > inline_limit) {
       moved = std::move(*entry->mutable_inline_payload());
@@ -555,14 +564,12 @@ class SegmentWriter {
   // lives for one training step), doubling up to kMaxChunk.
   static constexpr size_t kFirstChunk = log::kBlockSize;
   // A minibatch segment holds several training steps between boundary
-  // markers: a larger first chunk means fewer new segments (renames).
-  // 512 KiB: ~50 steps of train_mlp (32 samples, ~9 KiB per step with its
-  // inline input batch) per segment.
-  static constexpr size_t kFirstMinibatchChunk = 16 * log::kBlockSize;
+  // markers: a larger first chunk means fewer new segments
+  // (JournalOptions::minibatch_first_chunk).
   size_t first_chunk() const {
-    return header_.kind() == MINIBATCH ? kFirstMinibatchChunk : kFirstChunk;
+    return header_.kind() == MINIBATCH ? options_.minibatch_first_chunk : kFirstChunk;
   }
-  static constexpr size_t kMaxChunk = 32 * log::kBlockSize;
+  static constexpr size_t kMaxChunk = kMaxMappedChunk;
   // Bytes kept free in the first chunk for a boundary marker's record.
   static constexpr size_t kMarkerRoom = 64;
 
@@ -607,8 +614,7 @@ Journal::~Journal() {
 
 void Journal::ZeroSpareLater(std::unique_ptr<MappedLogFile> log, uint64_t dirty) {
   absl::MutexLock lock(&spare_mu_);
-  spare_mu_.Await(absl::Condition(
-      +[](uint64_t* d) { return *d == 0; }, &spare_dirty_));
+  spare_mu_.Await(absl::Condition(this, &Journal::SpareIdle));
   if (spare_log_ != nullptr) {  // an older spare never taken: drop it
     spare_log_->Close(0).IgnoreError();
     RemoveFile(spare_log_->path()).IgnoreError();
@@ -620,12 +626,19 @@ void Journal::ZeroSpareLater(std::unique_ptr<MappedLogFile> log, uint64_t dirty)
   }
 }
 
+void Journal::CreateSpareLater() {
+  absl::MutexLock lock(&spare_mu_);
+  spare_create_ = true;
+  if (!spare_thread_.joinable()) {
+    spare_thread_ = std::thread([this] { SpareLoop(); });
+  }
+}
+
 std::unique_ptr<MappedLogFile> Journal::TakeZeroedSpare() {
   absl::MutexLock lock(&spare_mu_);
   // Zeroing a spare takes tens of microseconds; the next new segment comes
   // many boundaries later, so this normally does not wait.
-  spare_mu_.Await(absl::Condition(
-      +[](uint64_t* dirty) { return *dirty == 0; }, &spare_dirty_));
+  spare_mu_.Await(absl::Condition(this, &Journal::SpareIdle));
   return std::move(spare_log_);
 }
 
@@ -633,13 +646,49 @@ void Journal::SpareLoop() {
   while (true) {
     MappedLogFile* log = nullptr;
     uint64_t dirty = 0;
+    bool create = false;
     {
       absl::MutexLock lock(&spare_mu_);
-      auto work = [this] { return spare_stop_ || spare_dirty_ != 0; };
+      auto work = [this] { return spare_stop_ || spare_dirty_ != 0 || spare_create_; };
       spare_mu_.Await(absl::Condition(&work));
-      if (spare_dirty_ == 0) return;  // stopping, nothing to zero
+      if (spare_stop_) return;
+      create = spare_create_;
       log = spare_log_.get();
       dirty = spare_dirty_;
+    }
+    if (create) {
+      // A fresh file under a name readers ignore (a *.tmp of the minibatch
+      // kind: the next Open deletes it); a new segment renames it into place.
+      std::unique_ptr<MappedLogFile> fresh;
+      const std::string path =
+          journal_internal::JoinPath(dir_, absl::StrCat(journal_internal::KindPrefix(MINIBATCH), "spare.tmp"));
+      const size_t chunk = options_.minibatch_first_chunk;
+      absl::StatusOr<std::unique_ptr<MappedLogFile>> f =
+          MappedLogFile::Create(path, chunk, std::max(chunk, journal_internal::kMaxMappedChunk));
+      absl::Status s = f.status();
+      if (f.ok()) s = (*f)->Span(0, 1).status();  // allocates and maps the first chunk
+      if (s.ok()) {
+        fresh = std::move(*f);
+      } else {
+        // Not fatal: the first new segment then makes its own file.
+        REVENANT_LOG(WARNING, "journal") << "cannot prepare a spare minibatch log: " << s;
+        if (f.ok()) RemoveFile(path).IgnoreError();
+      }
+      absl::MutexLock lock(&spare_mu_);
+      spare_create_ = false;
+      if (spare_stop_) {
+        if (fresh) {
+          fresh->Close(0).IgnoreError();
+          RemoveFile(path).IgnoreError();
+        }
+        return;
+      }
+      if (spare_log_ == nullptr) spare_log_ = std::move(fresh);
+      if (fresh) {  // a recycled log came first: keep that one
+        fresh->Close(0).IgnoreError();
+        RemoveFile(path).IgnoreError();
+      }
+      continue;
     }
     // Only this thread touches the spare while spare_dirty_ != 0.
     log->ZeroPrefix(dirty);
@@ -652,9 +701,19 @@ void Journal::SpareLoop() {
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
                                                        const std::string& job, uint32_t rank,
                                                        const JournalOptions& options) {
+  if (options.minibatch_first_chunk < log::kBlockSize ||
+      options.minibatch_first_chunk % log::kBlockSize != 0 ||
+      options.minibatch_first_chunk > (size_t{64} << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "minibatch log first chunk of ", options.minibatch_first_chunk,
+        " bytes: must be a multiple of ", log::kBlockSize, " bytes, at most 64 MiB"));
+  }
   std::unique_ptr<Journal> journal(new Journal(dir, job, rank, options));
-  absl::MutexLock lock(&journal->mu_);
-  if (absl::Status s = journal->Init(); !s.ok()) return s;
+  {
+    absl::MutexLock lock(&journal->mu_);
+    if (absl::Status s = journal->Init(); !s.ok()) return s;
+  }
+  if (options.mapped_logs && options.sync == SyncPolicy::kNone) journal->CreateSpareLater();
   return journal;
 }
 
@@ -956,6 +1015,7 @@ absl::Status Journal::MarkBoundary(uint64_t minibatch) {
   }
   current_minibatch_ = minibatch;
   minibatch_entries_ = 0;
+  minibatch_segments_started_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 

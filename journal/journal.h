@@ -31,6 +31,7 @@
 #ifndef REVENANT_JOURNAL_JOURNAL_H_
 #define REVENANT_JOURNAL_JOURNAL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -75,8 +76,8 @@ struct JournalOptions {
   // an inline payload costs a memcpy, not a system call: a training step's
   // input batch then needs no write(2) to a payload file, and (a payload
   // file ends the boundary markers) no new minibatch segment per step.
-  // 256 KiB: half the minibatch segment's first chunk (a larger record would
-  // grow the mapping, a new mmap per step). On the H200 a 256 KiB input per
+  // 256 KiB: at most half the minibatch segment's first chunk (a larger
+  // record would grow the mapping, a new mmap per step). On the H200 a 256 KiB input per
   // step out of line (open, write(2), unlink, new segment) cost the step
   // ~100 us (docs/performance.md).
   size_t mapped_inline_payload_threshold = 256 << 10;
@@ -90,6 +91,16 @@ struct JournalOptions {
   // docs/journal_format.md, "Mapped log files"). With SyncPolicy::kEveryRecord
   // logs are written with write(2) regardless.
   bool mapped_logs = true;
+  // The first chunk of a mapped minibatch log (a multiple of the 32 KiB
+  // block, at most 64 MiB). The boundary markers of the training steps it
+  // holds cost no system call; when it is full, the next boundary starts a
+  // new segment (renames, a header, the old log handed to the zeroing
+  // thread), on the thread that journals the boundary. 4 MiB: ~460 steps of
+  // train_mlp (~9 KiB each with its input batch) per segment; on the H200 a
+  // new segment (docs/performance.md has the measurements). The segment and
+  // its zeroed spare take this much tmpfs memory each per rank.
+  // REVENANT_JOURNAL_MINIBATCH_CHUNK_KIB sets it in the agent.
+  size_t minibatch_first_chunk = 4 << 20;
 };
 
 struct JournalStats {
@@ -160,6 +171,10 @@ class Journal {
   // Compacts the setup log now, regardless of the thresholds.
   absl::Status Compact();
 
+  // New minibatch segments started at boundaries (a marker did not fit).
+  uint64_t minibatch_segments_started() const {
+    return minibatch_segments_started_.load(std::memory_order_relaxed);
+  }
   JournalStats stats() const;
   const std::string& dir() const { return dir_; }
 
@@ -201,12 +216,21 @@ class Journal {
   uint64_t current_minibatch_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t minibatch_entries_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t compactions_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> minibatch_segments_started_{0};
   std::unique_ptr<journal_internal::SegmentWriter> setup_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<journal_internal::SegmentWriter> minibatch_ ABSL_GUARDED_BY(mu_);
   // The previous minibatch log, for the next new minibatch segment (mapped
-  // logs): zeroed by spare_thread_ (started at the first recycled log), so
-  // that a new segment costs no memset on the appending thread.
+  // logs): zeroed by spare_thread_, so that a new segment costs no memset on
+  // the appending thread.
   void ZeroSpareLater(std::unique_ptr<MappedLogFile> log, uint64_t dirty);
+  // At Open (mapped logs): spare_thread_ creates a first spare (a fresh file,
+  // its first chunk allocated and mapped), so that the first new minibatch
+  // segment does not create, grow and map a file on the appending thread
+  // (~1 ms for a 2 MiB chunk).
+  void CreateSpareLater();
+  bool SpareIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(spare_mu_) {
+    return spare_dirty_ == 0 && !spare_create_;
+  }
   // The zeroed spare (waiting for the zeroing if it is still running), or
   // null if there is none.
   std::unique_ptr<MappedLogFile> TakeZeroedSpare();
@@ -214,6 +238,7 @@ class Journal {
   absl::Mutex spare_mu_;
   std::unique_ptr<MappedLogFile> spare_log_ ABSL_GUARDED_BY(spare_mu_);
   uint64_t spare_dirty_ ABSL_GUARDED_BY(spare_mu_) = 0;  // bytes still to zero
+  bool spare_create_ ABSL_GUARDED_BY(spare_mu_) = false;  // CreateSpareLater pending
   bool spare_stop_ ABSL_GUARDED_BY(spare_mu_) = false;
   std::thread spare_thread_;
   // Live setup entries by seq; dead ones are erased.

@@ -96,6 +96,22 @@ std::string OnlyFile(const std::string& dir, const std::string& prefix,
 
 uint64_t WrittenExtent(const std::string& path);
 
+// The spare minibatch log the journal prepares at Open (a zeroed file a new
+// segment is renamed from; readers ignore it, the next Open deletes it).
+constexpr char kSpareName[] = "minibatch-spare.tmp";
+
+// The directory's files less the prepared spare (which a background thread
+// creates at some point after Open).
+std::vector<std::string> JournalFiles(const std::string& dir) {
+  absl::StatusOr<std::vector<std::string>> names = ListDir(dir);
+  EXPECT_TRUE(names.ok());
+  std::vector<std::string> out;
+  for (const std::string& n : *names) {
+    if (n != kSpareName) out.push_back(n);
+  }
+  return out;
+}
+
 // The bytes the journal holds: payload files whole, log files up to their
 // last non-zero byte (a mapped log's preallocated tail and a zeroed spare
 // log are not content; DirAllocated counts them).
@@ -105,7 +121,7 @@ uint64_t DirBytes(const std::string& dir) {
   EXPECT_TRUE(names.ok());
   for (const std::string& n : *names) {
     const std::string path = dir + "/" + n;
-    total += absl::EndsWith(n, ".log") ? WrittenExtent(path) : *FileSize(path);
+    total += absl::EndsWith(n, ".log") || n == kSpareName ? WrittenExtent(path) : *FileSize(path);
   }
   return total;
 }
@@ -593,6 +609,8 @@ void CheckSizeBound(const std::string& name, bool overwrite_loop, size_t weight_
   const std::string dir = TestDir(name);
   JournalOptions options;
   options.compaction_min_dead_bytes = 1024;
+  // A smaller minibatch chunk than the default: several new segments.
+  options.minibatch_first_chunk = 512 << 10;
   auto j = OpenJournal(dir, options);
   uint64_t seq = 0;
   // Live base state: a module load and a weight buffer.
@@ -638,8 +656,9 @@ void CheckSizeBound(const std::string& name, bool overwrite_loop, size_t weight_
               (unsigned long long)j->stats().compactions);
   EXPECT_LE(static_cast<double>(peak_late), 1.1 * peak_early);
   EXPECT_LE(static_cast<double>(at10000), 1.1 * peak_early);
-  // Preallocation adds at most a chunk per log plus the spare minibatch log.
-  EXPECT_LE(DirAllocated(dir), at10000 + (2 << 20));
+  // Preallocation adds at most a chunk per log (the minibatch log's first
+  // one, a growing setup log's at most 1 MiB) plus the spare minibatch log.
+  EXPECT_LE(DirAllocated(dir), at10000 + 2 * options.minibatch_first_chunk + (1 << 20));
   EXPECT_GT(j->stats().compactions, 10u);
   Read r = ReadLog(dir, SETUP);
   ASSERT_TRUE(r.status.ok()) << r.status;
@@ -825,7 +844,7 @@ TEST_F(CorruptionTest, ReopenContinuesAndChecksSeq) {
   EXPECT_THAT(m.seqs(), ElementsAreArray({4}));
   EXPECT_EQ(std::string(300000, 'M'), m.entries[0].inline_payload());
   // Exactly one live segment per log (plus payloads): the old ones are gone.
-  EXPECT_EQ(4u, ListDir(dir_)->size());
+  EXPECT_EQ(4u, JournalFiles(dir_).size()) << absl::StrJoin(JournalFiles(dir_), " ");
 }
 
 // A crash during compaction or a boundary leaves superseded segments and
@@ -861,12 +880,11 @@ TEST(JournalTest, StaleAndUnfinishedSegmentsAreIgnoredThenRemoved) {
 
   auto j = OpenJournal(dir);
   ASSERT_NE(j, nullptr);
-  absl::StatusOr<std::vector<std::string>> names = ListDir(dir);
-  ASSERT_TRUE(names.ok());
+  const std::vector<std::string> names = JournalFiles(dir);
   // The live setup and minibatch logs (payload files only come with
-  // out-of-line payloads).
-  EXPECT_EQ(2u, names->size()) << absl::StrJoin(*names, " ");
-  for (const std::string& n : *names) {
+  // out-of-line payloads), besides the spare minibatch log.
+  EXPECT_EQ(2u, names.size()) << absl::StrJoin(names, " ");
+  for (const std::string& n : names) {
     EXPECT_EQ(std::string::npos, n.find(".tmp")) << n;
     EXPECT_EQ(std::string::npos, n.find("000000")) << n;
     EXPECT_EQ(std::string::npos, n.find("000099")) << n;  // numbers never reused
@@ -909,6 +927,45 @@ TEST(KillMidWriteTest, EveryCutOfTheLastRecordIsACleanPrefix) {
 // Boundaries reuse the previous minibatch log when it stayed within its
 // first chunk and start a fresh file when it grew: either way every segment
 // reads back exactly, and at most one stale minibatch log (the spare) stays.
+// Open prepares a spare minibatch log in the background; the first boundary
+// that needs a new segment renames it into place (the same file: no new file,
+// allocation or mapping on the appending thread), and the superseded log
+// becomes the next spare.
+TEST(JournalTest, PreparedSpareBecomesTheFirstNewSegment) {
+  const std::string dir = TestDir("prepared_spare");
+  auto j = OpenJournal(dir);
+  ASSERT_NE(j, nullptr);
+  const std::string spare = dir + "/" + kSpareName;
+  struct stat st;
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (::stat(spare.c_str(), &st) != 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(2));
+  ASSERT_EQ(0, ::stat(spare.c_str(), &st)) << "no spare after 20 s";
+  const ino_t spare_inode = st.st_ino;
+  EXPECT_EQ(JournalOptions().minibatch_first_chunk, static_cast<size_t>(st.st_size));
+  ASSERT_TRUE(j->AppendSetup(Entry(1)).ok());
+  // An out-of-line payload (over the inline threshold) ends the markers: the
+  // next boundary starts a new segment.
+  JournalEntry big = Entry(2);
+  big.set_inline_payload(std::string(300000, 'B'));
+  ASSERT_TRUE(j->AppendMinibatch(big).ok());
+  const uint64_t before = j->minibatch_segments_started();
+  ASSERT_TRUE(j->MarkBoundary(1).ok());
+  EXPECT_EQ(before + 1, j->minibatch_segments_started());
+  ASSERT_TRUE(j->AppendMinibatch(Entry(3)).ok());
+  EXPECT_NE(0, ::stat(spare.c_str(), &st)) << "the spare is still there";
+  // The live segment is the highest-numbered one (the superseded log stays,
+  // under its old name, as the next spare).
+  absl::StatusOr<journal_internal::DirListing> listing = journal_internal::ListJournalDir(dir);
+  ASSERT_TRUE(listing.ok()) << listing.status();
+  const std::string live =
+      dir + "/" + journal_internal::SegmentLogName(MINIBATCH, listing->minibatch);
+  ASSERT_EQ(0, ::stat(live.c_str(), &st));
+  EXPECT_EQ(spare_inode, st.st_ino) << live << " is not the prepared spare";
+  Read m = ReadLog(dir, MINIBATCH);
+  ASSERT_TRUE(m.status.ok()) << m.status;
+  EXPECT_THAT(m.seqs(), ElementsAreArray({3}));
+}
+
 TEST(JournalTest, BoundariesReuseOrReplaceTheMinibatchLog) {
   const std::string dir = TestDir("boundaries");
   auto j = OpenJournal(dir);

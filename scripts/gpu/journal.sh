@@ -3,15 +3,20 @@
 # revrun, walltime, now, calc; runs for MODE "all" or "journal").
 #
 #   1. train_mlp, 1 rank (real NCCL): bench/journal_step.sh, JSTEP_PAIRS
-#      (default 8) interleaved pairs of runs with the journal on and off, each
-#      timing its own steady state (train_mlp --time_after), plus native.
+#      (default 8) rounds in which the journal-on, journal-off and the other
+#      arms run at once, taking turns in bursts of 1000 steps
+#      (ALTERNATE=1000: bursts of different arms lie next to each other in
+#      time, so the VM's drifting load, +-15 % between runs, cancels in the
+#      burst ratios), each timing its steady state, plus native.
 #      Boundary snapshots are off in both arms (the ratio is the journal's
 #      alone). The "on" arm is the default (auto: write-behind on this
 #      machine); extra arms: the executor journaling inline, journal-ahead,
 #      and two measurement-only ones (REVENANT_JOURNAL_THREAD_DRY): "dry", the
 #      thread writing nothing, and "nopayload", its records without the
 #      captured input bytes -- they split write-behind's remaining cost
-#      between the protocol, the records and the input capture.
+#      between the protocol, the records and the input capture; "chunk512",
+#      the minibatch log's first chunk at 512 KiB (a new segment every ~55
+#      steps instead of ~460).
 #      Goal: journal on / off <= 1.02. REVENANT_JOURNAL_TIMING=1 in one
 #      extra run gives the executor's time inside the journal per call.
 #   1b. the same benchmark for larger steps (JSTEP_CURVE_PAIRS pairs, default
@@ -30,7 +35,7 @@ if [ "$MODE" = all ] || [ "$MODE" = journal ]; then
     local log=$1 flags=$2; shift 2
     timeout 200 $RUN -n 1 --backend=cuda $flags --timeout=180 -- "$@" >"$log" 2>&1
   }
-  NATIVE=1 EXTRA_ARM="inline --journal_thread=off; ahead --journal_thread=ahead; dry REVENANT_JOURNAL_THREAD_DRY=1; nopayload REVENANT_JOURNAL_THREAD_DRY=payload" bash "$G/bench/journal_step.sh" "${JSTEP_PAIRS:-8}" 20000 2000 \
+  ALTERNATE=1000 NATIVE=1 EXTRA_ARM="inline --journal_thread=off; dry REVENANT_JOURNAL_THREAD_DRY=1; nopayload REVENANT_JOURNAL_THREAD_DRY=payload; chunk512 REVENANT_JOURNAL_MINIBATCH_CHUNK_KIB=512" bash "$G/bench/journal_step.sh" "${JSTEP_PAIRS:-8}" 20000 2000 \
     $RUN -n 1 --backend=cuda --snapshots=off --timeout=180 -- "$G/apps/train_mlp.bin" \
     >"$LOGS/journal_step.log" 2>&1; rc=$?
   if [ $rc -eq 0 ] && grep -q "RESULT journal_step_ratio" "$LOGS/journal_step.log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
@@ -38,16 +43,17 @@ if [ "$MODE" = all ] || [ "$MODE" = journal ]; then
   sed 's/^/   | /' "$LOGS/journal_step.log"
   for cfg in "--hidden 1024 --batch 128" "--hidden 4096 --batch 1024"; do
     tag=$(echo "$cfg" | tr -d ' -')
-    bash "$G/bench/journal_step.sh" "${JSTEP_CURVE_PAIRS:-3}" 4000 400 \
+    case $cfg in *4096*) burst=40;; *) burst=400;; esac
+    ALTERNATE=$burst bash "$G/bench/journal_step.sh" "${JSTEP_CURVE_PAIRS:-3}" 4000 400 \
       $RUN -n 1 --backend=cuda --snapshots=off --timeout=180 -- "$G/apps/train_mlp.bin" $cfg \
       >"$LOGS/journal_step.$tag.log" 2>&1; rc=$?
     if [ $rc -eq 0 ] && grep -q "RESULT journal_step_ratio" "$LOGS/journal_step.$tag.log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
     record "journal: step benchmark (train_mlp $cfg)" "$s" "$LOGS/journal_step.$tag.log"
-    grep -E "^  pair|^step time|^ratio" "$LOGS/journal_step.$tag.log" | sed "s/^/   | $cfg: /"
+    grep -E "^  pair|^  round|^step time|^ratio|^bursts" "$LOGS/journal_step.$tag.log" | sed "s/^/   | $cfg: /"
   done
   REVENANT_JOURNAL_TIMING=1 jrun "$LOGS/jstep.timing.log" "--journal=true --snapshots=off" \
     "$G/apps/train_mlp.bin" --iters 20000 --time_after 2000
-  grep -h -A8 "RESULT\|journal time at exit\|journal thread" "$LOGS/jstep.timing.log" | grep -v "iter \|checksum\|PASS" | sed 's/^/   | timing run: /'
+  grep -h -A12 "RESULT\|journal time at exit\|journal thread" "$LOGS/jstep.timing.log" | grep -v "iter \|checksum\|PASS" | sed 's/^/   | timing run: /'
   REVENANT_JOURNAL_TIMING=1 jrun "$LOGS/jstep.timing_inline.log" "--journal=true --snapshots=off --journal_thread=off" \
     "$G/apps/train_mlp.bin" --iters 20000 --time_after 2000
   grep -h -A8 "RESULT\|journal time at exit" "$LOGS/jstep.timing_inline.log" | grep -v "iter \|checksum\|PASS" | sed 's/^/   | timing run, inline: /'

@@ -1,10 +1,18 @@
 // train_mlp: data-parallel training of a 2-layer MLP with plain CUDA + NCCL.
 //
 //   RANK=r WORLD_SIZE=n MASTER_PORT=p train_mlp [--iters 20] [--hidden 128] [--batch 32]
-//       [--time_after W] [--host_fn]
+//       [--time_after W] [--host_fn] [--alternate NAME --arm K --arms N --burst B]
 // With --time_after W (0 < W < iters), rank 0 prints the mean step time of
 // iterations W .. iters-1 (steady clock, the last step's work synchronized)
 // as "RESULT train_step_us <us>": start-up, warm-up and teardown excluded.
+// With --alternate, N single-rank jobs (arms K = 0..N-1, e.g. the same job
+// with and without the journal) take turns on the machine: a shared-memory
+// turn counter /dev/shm/NAME lets one job run B iterations (a burst) while
+// the others wait, so that drifting load on the machine hits every arm
+// alike. Each burst's steady part (its first B/10 iterations excluded, the
+// last one synchronized) is printed as "RESULT train_step_burst_us J <us>";
+// bursts J of different arms ran next to each other in time
+// (bench/journal_step.sh pairs them).
 // With --host_fn, each iteration ends with a cudaLaunchHostFunc that counts
 // the iterations in this process: the count must equal --iters at the end
 // (a recovery must neither lose nor repeat a host function).
@@ -19,7 +27,10 @@
 // parameter bytes), the ranks compare their checksums with an all-gather and
 // exit 1 on any mismatch, then print "PASS train_mlp".
 #include <cuda_runtime.h>
+#include <fcntl.h>
 #include <nccl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -74,6 +85,43 @@ int IntFlag(int argc, char** argv, const char* name, int fallback) {
   return fallback;
 }
 
+const char* StringFlag(int argc, char** argv, const char* name) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  }
+  return nullptr;
+}
+
+// --alternate: jobs taking turns in bursts (see the top of the file).
+struct Turns {
+  std::atomic<uint64_t> joined;
+  std::atomic<uint64_t> turn;
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics");
+
+Turns* OpenTurns(const char* name) {
+  const std::string shm = std::string("/") + name;
+  const int fd = shm_open(shm.c_str(), O_CREAT | O_RDWR, 0600);
+  EXPECT_APP(fd >= 0, "--alternate: shm_open %s failed", shm.c_str());
+  // Every arm may size it; a new object is zero-filled.
+  EXPECT_APP(ftruncate(fd, sizeof(Turns)) == 0, "--alternate: ftruncate %s", shm.c_str());
+  void* p = mmap(nullptr, sizeof(Turns), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  EXPECT_APP(p != MAP_FAILED, "--alternate: mmap %s", shm.c_str());
+  return static_cast<Turns*>(p);
+}
+
+// Waits (sleeping 20 us between looks) until `done` holds; false after 120 s.
+template <typename F>
+bool WaitTurn(F done) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    usleep(20);
+  }
+  return true;
+}
+
 std::atomic<int> host_fn_runs{0};
 void CUDART_CB CountIteration(void* runs) { ++*static_cast<std::atomic<int>*>(runs); }
 
@@ -88,6 +136,12 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) host_fn = host_fn || std::string(argv[i]) == "--host_fn";
   EXPECT_APP(iters > 0 && hidden > 0 && batch > 0, "bad arguments");
   EXPECT_APP(time_after >= 0 && time_after < iters, "--time_after must be in [0, iters)");
+  const char* alternate = StringFlag(argc, argv, "--alternate");
+  const int arm = IntFlag(argc, argv, "--arm", 0);
+  const int arms = IntFlag(argc, argv, "--arms", 1);
+  const int burst = IntFlag(argc, argv, "--burst", 1000);
+  EXPECT_APP(alternate == nullptr || (arms >= 1 && arm >= 0 && arm < arms && burst >= 10),
+             "--alternate needs --arm K < --arms N and --burst >= 10");
   const Launch l = ReadLaunch();
   SelectDevice(l);
 
@@ -167,8 +221,32 @@ int main(int argc, char** argv) {
 
   const float scale = 1.0f / static_cast<float>(l.world);
   std::chrono::steady_clock::time_point timed_start;
+  Turns* turns = nullptr;
+  if (alternate != nullptr) {
+    EXPECT_APP(l.world == 1, "--alternate is for single-rank jobs");
+    turns = OpenTurns(alternate);
+    turns->joined.fetch_add(1);
+    EXPECT_APP(WaitTurn([&] { return turns->joined.load() >= static_cast<uint64_t>(arms); }),
+               "--alternate: only %d of %d arms started within 120 s",
+               static_cast<int>(turns->joined.load()), arms);
+  }
+  const int burst_skip = burst / 10;
+  double burst_total_us = 0;
+  int burst_timed_iters = 0;
+  std::chrono::steady_clock::time_point burst_start;
   for (int it = 0; it < iters; ++it) {
-    if (time_after > 0 && it == time_after) timed_start = std::chrono::steady_clock::now();
+    if (turns != nullptr && it % burst == 0) {
+      // This arm's turn: the (it / burst)-th round of all arms.
+      const uint64_t mine = static_cast<uint64_t>(it / burst) * arms + arm;
+      EXPECT_APP(WaitTurn([&] { return turns->turn.load() == mine; }),
+                 "--alternate: turn %d never came (another arm stopped?)", static_cast<int>(mine));
+    }
+    if (turns != nullptr && it % burst == burst_skip && it >= time_after) {
+      burst_start = std::chrono::steady_clock::now();
+    }
+    if (turns == nullptr && time_after > 0 && it == time_after) {
+      timed_start = std::chrono::steady_clock::now();
+    }
     // The previous iteration's copies are done once the stream is idle.
     CHECK_CUDA(cudaStreamSynchronize(stream));
     for (int j = 0; j < batch; ++j) {
@@ -213,6 +291,21 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cudaStreamSynchronize(stream));
       if (l.rank == 0) std::printf("iter %d loss %.6f\n", it, *pinned_loss);
     }
+    if (turns != nullptr && (it % burst == burst - 1 || it == iters - 1)) {
+      // End of this arm's burst: its work finished before the next arm runs.
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+      const int first = it - it % burst + burst_skip;
+      if (first >= time_after && it >= first) {
+        const double us = std::chrono::duration<double, std::micro>(
+                              std::chrono::steady_clock::now() - burst_start)
+                              .count();
+        const int n = it - first + 1;
+        burst_total_us += us;
+        burst_timed_iters += n;
+        std::printf("RESULT train_step_burst_us %d %.3f\n", it / burst, us / n);
+      }
+      turns->turn.fetch_add(1);
+    }
   }
   CHECK_CUDA(cudaStreamSynchronize(stream));
   if (host_fn) {
@@ -220,7 +313,11 @@ int main(int argc, char** argv) {
                host_fn_runs.load(), iters);
     std::printf("host function runs %d\n", host_fn_runs.load());
   }
-  if (time_after > 0 && l.rank == 0) {
+  if (turns != nullptr) {
+    EXPECT_APP(burst_timed_iters > 0, "--alternate: no burst was timed");
+    std::printf("RESULT train_step_us %.3f (%d iterations in bursts of %d, each from its %dth)\n",
+                burst_total_us / burst_timed_iters, burst_timed_iters, burst, burst_skip);
+  } else if (time_after > 0 && l.rank == 0) {
     const double us = std::chrono::duration<double, std::micro>(
                           std::chrono::steady_clock::now() - timed_start)
                           .count();
