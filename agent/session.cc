@@ -46,40 +46,6 @@ void LockSpinning(absl::Mutex& mu) {
   mu.Lock();
 }
 
-// The application writes a copy's source (its input batch, in shared pinned
-// memory) again in the next step. Journaling read those bytes into this
-// core's caches, so each of the application's next stores to them first has
-// to take the line back from this core, on the step's critical path (the
-// application fills the batch while the executor waits for the copy). On the
-// H200 that was ~1 us per 8 KiB input, ~2 % of a 50 us step
-// (docs/performance.md). CLDEMOTE moves the lines from this core's private
-// caches to the shared last-level cache. A hint: its encoding is a NOP on
-// processors without it. REVENANT_JOURNAL_CLDEMOTE=0 turns it off (for
-// measurements).
-void DemoteFromCaches(absl::string_view bytes) {
-#if defined(__x86_64__)
-  // 1: CLDEMOTE (default); 0: nothing; "flush": CLFLUSHOPT, which takes the
-  // lines out of every cache (a measurement's comparison).
-  static const int mode = [] {
-    const char* v = std::getenv("REVENANT_JOURNAL_CLDEMOTE");
-    if (v == nullptr) return 1;
-    const std::string s = v;
-    return s == "0" ? 0 : s == "flush" ? 2 : 1;
-  }();
-  if (mode == 0 || bytes.empty()) return;
-  const uintptr_t end = reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size();
-  for (uintptr_t p = reinterpret_cast<uintptr_t>(bytes.data()) & ~uintptr_t{63}; p < end;
-       p += 64) {
-    if (mode == 1) {
-      asm volatile("cldemote %0" : : "m"(*reinterpret_cast<const char*>(p)));
-    } else {
-      asm volatile("clflushopt %0" : : "m"(*reinterpret_cast<const char*>(p)));
-    }
-  }
-#else
-  (void)bytes;
-#endif
-}
 }  // namespace
 
 Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> channel,
@@ -362,11 +328,9 @@ void Session::Execute(const transport::RecordHeader& rec) {
     if (snapshots_ != nullptr && options_.journal->BoundaryBefore(rec)) {
       SnapshotBoundary(minibatch + 1, rec.seq);
     }
-    const absl::string_view payload = CapturedPayload(rec);
-    if (absl::Status s = options_.journal->BeforeExecute(rec, payload); !s.ok()) {
+    if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec)); !s.ok()) {
       JournalFailed(s);
     }
-    DemoteFromCaches(payload);
     if (options_.journal->minibatch() != minibatch) {
       if (snapshots_ != nullptr) SnapshotRecorded(options_.journal->minibatch());
       backend_->MarkBoundary(options_.journal->minibatch());
@@ -625,12 +589,10 @@ void Session::JournalRecordLocked(const transport::RecordHeader& rec, bool queue
   const uint64_t minibatch = options_.journal->minibatch();
   if (a.dry) {
     // Measurement only (REVENANT_JOURNAL_THREAD_DRY=1): nothing is written.
-  } else {
-    const absl::string_view payload = a.dry_payload ? absl::string_view() : CapturedPayload(rec);
-    if (absl::Status s = options_.journal->BeforeExecute(rec, payload); !s.ok()) {
-      JournalFailed(s);
-    }
-    DemoteFromCaches(payload);
+  } else if (absl::Status s = options_.journal->BeforeExecute(
+                 rec, a.dry_payload ? absl::string_view() : CapturedPayload(rec));
+             !s.ok()) {
+    JournalFailed(s);
   }
   if (queue_boundary && options_.journal->minibatch() != minibatch) {
     a.boundaries.emplace_back(rec.seq, options_.journal->minibatch());
