@@ -239,6 +239,17 @@ class Session {
     // (as with inline journaling): a replacement's journal names the
     // minibatch its predecessor was in.
     alignas(64) std::atomic<uint64_t> boundary_placed{0};
+    // Write-behind: the boundary request the executor waits at, asking the
+    // thread to place it (the thread had journaled everything before it).
+    // The thread's journal state is in its own caches; placing the marker
+    // on the executor took it a cache miss per line (~0.7 us per step on the
+    // H200). Whoever places a boundary does so under mu, after checking
+    // boundary_placed.
+    alignas(64) std::atomic<uint64_t> boundary_request{0};
+    uint64_t boundaries_by_thread = 0, boundaries_by_executor = 0;  // mu
+    // REVENANT_JOURNAL_BOUNDARY_HANDOFF=0 (measurements): the executor
+    // places every boundary itself.
+    bool boundary_handoff = true;
     // Write-behind: the outcome of a wait or synchronous copy, handed to the
     // thread after the reply (OutcomeMayFollowReply); pending_seq 0: none.
     // Written by the executor before it stores `done` for that request;

@@ -14,7 +14,9 @@
 #      and two measurement-only ones (REVENANT_JOURNAL_THREAD_DRY): "dry", the
 #      thread writing nothing, and "nopayload", its records without the
 #      captured input bytes -- they split write-behind's remaining cost
-#      between the protocol, the records and the input capture.
+#      between the protocol, the records and the input capture; "nohandoff",
+#      the executor placing every minibatch boundary itself
+#      (REVENANT_JOURNAL_BOUNDARY_HANDOFF=0).
 #      Goal: journal on / off <= 1.02. REVENANT_JOURNAL_TIMING=1 in one
 #      extra run gives the executor's time inside the journal per call.
 #   1b. the same benchmark for larger steps (JSTEP_CURVE_PAIRS pairs, default
@@ -33,7 +35,7 @@ if [ "$MODE" = all ] || [ "$MODE" = journal ]; then
     local log=$1 flags=$2; shift 2
     timeout 200 $RUN -n 1 --backend=cuda $flags --timeout=180 -- "$@" >"$log" 2>&1
   }
-  ALTERNATE=1000 NATIVE=1 EXTRA_ARM="inline --journal_thread=off; dry REVENANT_JOURNAL_THREAD_DRY=1; nopayload REVENANT_JOURNAL_THREAD_DRY=payload" bash "$G/bench/journal_step.sh" "${JSTEP_PAIRS:-8}" 20000 2000 \
+  ALTERNATE=1000 NATIVE=1 EXTRA_ARM="inline --journal_thread=off; nohandoff REVENANT_JOURNAL_BOUNDARY_HANDOFF=0; dry REVENANT_JOURNAL_THREAD_DRY=1; nopayload REVENANT_JOURNAL_THREAD_DRY=payload" bash "$G/bench/journal_step.sh" "${JSTEP_PAIRS:-8}" 20000 2000 \
     $RUN -n 1 --backend=cuda --snapshots=off --timeout=180 -- "$G/apps/train_mlp.bin" \
     >"$LOGS/journal_step.log" 2>&1; rc=$?
   if [ $rc -eq 0 ] && grep -q "RESULT journal_step_ratio" "$LOGS/journal_step.log"; then s=PASS; else s="FAIL (rc=$rc)"; fi

@@ -53,7 +53,17 @@ if [[ " ${common[*]} " == *" --journal_thread=ahead "* || " ${common[*]} " == *"
     early=$(sed -n 's/.*, \([0-9]*\) of them had run before.*/\1/p' "$tmp/ref.log" |
       awk '{ s += $1 } END { print s + 0 }')
     echo "write-behind: $early requests ran before they were journaled in the fault-free run"
-    [ "$early" -gt 0 ] || { echo "FAIL: write-behind ran nothing ahead of the journal"; cat "$tmp/ref.log"; exit 1; }
+    by_thread_b=$(sed -n 's/.*boundaries placed by the thread \([0-9]*\), by the executor.*/\1/p' "$tmp/ref.log" |
+      awk '{ s += $1 } END { print s + 0 }')
+    by_exec_b=$(sed -n 's/.*boundaries placed by the thread [0-9]*, by the executor \([0-9]*\).*/\1/p' "$tmp/ref.log" |
+      awk '{ s += $1 } END { print s + 0 }')
+    echo "write-behind: minibatch boundaries placed by the threads $by_thread_b, by the executors $by_exec_b"
+    if [ -n "${REVENANT_JOURNAL_THREAD_DELAY_US:-}" ]; then
+      [ "$early" -gt 0 ] || { echo "FAIL: write-behind ran nothing ahead of the journal"; cat "$tmp/ref.log"; exit 1; }
+    fi
+    if [ "${RECOVERY_TEST_EXPECT_THREAD_BOUNDARIES:-0}" = 1 ]; then
+      [ "$by_thread_b" -gt 0 ] || { echo "FAIL: no journal thread placed a boundary"; cat "$tmp/ref.log"; exit 1; }
+    fi
   fi
 fi
 
