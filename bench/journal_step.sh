@@ -22,7 +22,10 @@
 # machine (which moves a whole run's step time by +-15 % on the H200 VM)
 # hits them alike. Each arm's step time is then the mean of its bursts, and
 # the burst pairs give a second, finer estimate: the geometric mean of the
-# per-burst ratios with its standard error (over all rounds).
+# per-burst ratios with its standard error (over all rounds). The bursts of
+# one round share the arms' placement on CPUs, so rounds, not bursts, are the
+# independent samples: the per-pair line is the estimate to quote. CPUS=LIST
+# runs every arm under taskset -c LIST (the same CPUs for all arms).
 # Output lines a script can use: "RESULT journal_step_ratio <median ratio>",
 # "RESULT journal_step_us_on <us>", "RESULT journal_step_us_off <us>".
 set -uo pipefail
@@ -45,20 +48,22 @@ for spec in "${extra_specs[@]}"; do
   extra_words[$name]="$rest"; extra_names="$extra_names $name"
 done
 
+pin=()
+[ -n "${CPUS:-}" ] && pin=(taskset -c "$CPUS")
 launch() {  # ARM LOG [APP ARGS...]: one run of ARM, output to LOG; its status
   local arm=$1 log=$2; shift 2
   case $arm in
     native) RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
-          MASTER_PORT=$((20000 + RANDOM % 20000)) timeout 600 "${app[@]}" --iters "$iters" --time_after "$warm" "$@" >"$log" 2>&1 ;;
-    on) timeout 600 "${revrun[0]}" --journal=true "${revrun[@]:1}" -- "${app[@]}" \
+          MASTER_PORT=$((20000 + RANDOM % 20000)) timeout 600 "${pin[@]}" "${app[@]}" --iters "$iters" --time_after "$warm" "$@" >"$log" 2>&1 ;;
+    on) timeout 600 "${pin[@]}" "${revrun[0]}" --journal=true "${revrun[@]:1}" -- "${app[@]}" \
           --iters "$iters" --time_after "$warm" "$@" >"$log" 2>&1 ;;
-    off) timeout 600 "${revrun[0]}" --journal=false "${revrun[@]:1}" -- "${app[@]}" \
+    off) timeout 600 "${pin[@]}" "${revrun[0]}" --journal=false "${revrun[@]:1}" -- "${app[@]}" \
           --iters "$iters" --time_after "$warm" "$@" >"$log" 2>&1 ;;
     *) local envs=() flags=() w
        for w in ${extra_words[$arm]}; do
          case $w in -*) flags+=("$w");; *=*) envs+=("$w");; *) flags+=("$w");; esac
        done
-       timeout 600 env "${envs[@]}" "${revrun[0]}" --journal=true "${revrun[@]:1}" "${flags[@]}" -- \
+       timeout 600 "${pin[@]}" env "${envs[@]}" "${revrun[0]}" --journal=true "${revrun[@]:1}" "${flags[@]}" -- \
           "${app[@]}" --iters "$iters" --time_after "$warm" "$@" >"$log" 2>&1 ;;
   esac
 }

@@ -111,13 +111,13 @@ Turns* OpenTurns(const char* name) {
   return static_cast<Turns*>(p);
 }
 
-// Waits (sleeping 20 us between looks) until `done` holds; false after 120 s.
+// Waits (sleeping 100 us between looks) until `done` holds; false after 120 s.
 template <typename F>
 bool WaitTurn(F done) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (!done()) {
     if (std::chrono::steady_clock::now() > give_up) return false;
-    usleep(20);
+    usleep(100);
   }
   return true;
 }
