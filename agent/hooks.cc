@@ -33,13 +33,12 @@ bool TranslateStream(DispatchContext& ctx, uint64_t* stream) {
 
 int32_t Copy(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out, bool async_api) {
   REVENANT_NEED_SESSION(ctx);
-  uint64_t dst = 0, src = 0, count = 0, stream = 0;
-  int32_t kind = 0;
-  uint8_t mode = 0;
-  if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count) || !in.Get(&kind) || !in.Get(&stream) ||
-      !in.Get(&mode)) {
-    return cudaErrorInvalidValue;
-  }
+  hooks::CopyHead h;
+  if (!hooks::GetCopyHead(in, &h)) return cudaErrorInvalidValue;
+  const uint64_t dst = h.dst, src = h.src, count = h.count;
+  const int32_t kind = h.kind;
+  const uint8_t mode = h.mode;
+  uint64_t stream = h.stream;
   if (!TranslateStream(ctx, &stream)) return cudaErrorInvalidResourceHandle;
   Session* session = ctx.session;
   transport::ShmServerChannel* ch = session->channel();
