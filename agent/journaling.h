@@ -132,7 +132,8 @@ class RequestJournal {
   // Places the boundary BoundaryBefore(rec) names now, ahead of `rec`'s own
   // entry (which BeforeExecute appends later, without detecting it again):
   // write-behind starts the minibatch in the journal exactly when the
-  // executor starts it, while the thread journals the request itself.
+  // executor starts it (the executor or, at its request, the journal thread
+  // calls it), while the thread journals the request itself.
   absl::Status PlaceBoundaryBefore(const transport::RecordHeader& rec);
   // Whether BeforeExecute(rec) will place a minibatch boundary before `rec`
   // (the minibatch log still holds the ending minibatch until then).

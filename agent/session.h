@@ -232,9 +232,10 @@ class Session {
     bool thread_boundaries = false;
     // Write-behind (SessionOptions::JournalThread::kBehind).
     bool behind = false;
-    // Write-behind: the request before which the executor last placed a
-    // minibatch boundary in the journal (RequestJournal::PlaceBoundaryBefore,
-    // when it starts that minibatch). The thread journals such a request
+    // Write-behind: the request before which a minibatch boundary was last
+    // placed in the journal (RequestJournal::PlaceBoundaryBefore, when the
+    // executor starts that minibatch: by the executor, or by the thread at
+    // its request). The thread journals such a request
     // only after that, so the journal's minibatch is always the executor's
     // (as with inline journaling): a replacement's journal names the
     // minibatch its predecessor was in.
