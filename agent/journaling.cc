@@ -175,22 +175,16 @@ std::string RequestJournal::TimingBreakdown() const {
 absl::Status RequestJournal::Boundary() {
   boundary_in_call_ = true;
   const uint64_t next = minibatch_.load() + 1;
-  if (timing_) {
-    // How much of the boundaries' time the new segments take.
-    const uint64_t segments = journal_->minibatch_segments_started();
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::Status s = journal_->MarkBoundary(next);
-    if (journal_->minibatch_segments_started() != segments) {
-      Breakdown& b = breakdown_[kNewSegmentKey];
-      b.ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                  std::chrono::steady_clock::now() - t0)
-                  .count();
-      ++b.calls;
-    }
-    minibatch_.store(next, std::memory_order_release);
-    return s;
-  }
+  // With timing: how much of the boundaries' time the new segments take.
+  const uint64_t segments = timing_ ? journal_->minibatch_segments_started() : 0;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = timing_ ? Clock::now() : Clock::time_point();
   absl::Status s = journal_->MarkBoundary(next);
+  if (timing_ && journal_->minibatch_segments_started() != segments) {
+    Breakdown& b = breakdown_[kNewSegmentKey];
+    b.ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+    ++b.calls;
+  }
   minibatch_.store(next, std::memory_order_release);
   return s;
 }

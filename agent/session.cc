@@ -29,24 +29,36 @@ namespace revenant {
 namespace agent {
 
 namespace {
+// Spins (pause) until done() holds, reading the clock every 32 looks: false
+// after `bound`; from `yield_after` on, each clock read also yields the CPU
+// (on a machine with fewer cores than busy threads, the thread waited for
+// may need this one's).
+template <typename Done>
+bool SpinUntil(Done done, absl::Duration bound,
+               absl::Duration yield_after = absl::InfiniteDuration()) {
+  const absl::Time start = absl::Now();
+  for (int i = 1;; ++i) {
+    if (done()) return true;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+    if ((i & 31) == 0) {
+      const absl::Duration waited = absl::Now() - start;
+      if (waited >= bound) return false;
+      if (waited >= yield_after) sched_yield();
+    }
+  }
+}
+
 // The executor's way into the journal-ahead lock: the thread holds it for
 // one request's journaling (a few microseconds at most), and absl::Mutex
 // puts a waiter to sleep after a short spin -- a futex wake-up (tens of
 // microseconds in a VM) on the step's critical path. So spin on TryLock by
 // the clock first (bounded), then block.
 void LockSpinning(absl::Mutex& mu) {
-  if (mu.TryLock()) return;
-  const absl::Time give_up = absl::Now() + absl::Microseconds(200);
-  for (int i = 1;; ++i) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-    if (mu.TryLock()) return;
-    if ((i & 63) == 0 && absl::Now() >= give_up) break;
-  }
+  if (SpinUntil([&mu] { return mu.TryLock(); }, absl::Microseconds(200))) return;
   mu.Lock();
 }
-
 }  // namespace
 
 Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> channel,
@@ -235,62 +247,7 @@ void Session::Execute(const transport::RecordHeader& rec) {
                                                    absl::string_view(rec.body(), rec.body_size()));
     if (PlainBehind(rec, boundary)) {
       journal_here = false;
-      if (boundary) {
-        // The journal starts the minibatch now, as the executor does (after
-        // everything before it, a marker only: the thread appends the
-        // request and its input later). A journal that ended a minibatch
-        // behind its executor would send a replacement to the wrong state.
-        JournalAhead& a = *ahead_;
-        // The thread journals a request in ~0.4 us (H200): a short backlog
-        // costs the executor less waiting than journaling it itself.
-        constexpr uint64_t kBoundaryHandOffBacklog = 16;
-        bool placed = false;
-        if (a.boundary_handoff &&
-            a.journaled.load(std::memory_order_acquire) + kBoundaryHandOffBacklog >= rec.seq) {
-          // The thread is at this request or a few before it: it journals
-          // them and places the marker while the executor waits (a bounded
-          // spin, 20 us: then the executor does what is left itself).
-          ExecutorWaitTimer timer(this, options_.journal->timing());
-          a.boundary_request.store(rec.seq, std::memory_order_release);
-          channel_->requests().WakeWaiters();
-          // After 2 us the spin yields the CPU: on a machine with fewer
-          // cores than busy threads the thread may be waiting for this one.
-          const absl::Time start = absl::Now();
-          for (int i = 1;; ++i) {
-            if (a.boundary_placed.load(std::memory_order_acquire) >= rec.seq) {
-              placed = true;
-              break;
-            }
-#if defined(__x86_64__)
-            __builtin_ia32_pause();
-#endif
-            if ((i & 31) == 0) {
-              const absl::Duration waited = absl::Now() - start;
-              if (waited >= absl::Microseconds(20)) break;
-              if (waited >= absl::Microseconds(2)) sched_yield();
-            }
-          }
-        }
-        if (!placed) {
-          {
-            ExecutorWaitTimer timer(this, options_.journal->timing());
-            CatchUpLocked(rec.seq);
-          }
-          // Under the lock: the thread may have placed it in the meantime.
-          if (a.boundary_placed.load(std::memory_order_relaxed) < rec.seq) {
-            if (absl::Status s = options_.journal->PlaceBoundaryBefore(rec); !s.ok()) {
-              JournalFailed(s);
-            }
-            ++a.boundaries_by_executor;
-            a.boundary_placed.store(rec.seq, std::memory_order_release);
-          }
-          a.mu.Unlock();
-          channel_->requests().WakeWaiters();
-        }
-        exec_minibatch_ = options_.journal->minibatch();
-        backend_->MarkBoundary(exec_minibatch_);
-        NoteMinibatchStarted(exec_minibatch_);
-      }
+      if (boundary) StartMinibatchBehind(rec);
     } else {
       {
         ExecutorWaitTimer timer(this, options_.journal->timing());
@@ -475,6 +432,49 @@ void Session::Execute(const transport::RecordHeader& rec) {
   }
 }
 
+void Session::StartMinibatchBehind(const transport::RecordHeader& rec) {
+  // The journal starts the minibatch now, as the executor does (after
+  // everything before it, a marker only: the thread appends the request and
+  // its input later). A journal that ended a minibatch behind its executor
+  // would send a replacement to the wrong state.
+  JournalAhead& a = *ahead_;
+  // The thread journals a request in ~0.4 us (H200): a short backlog costs
+  // the executor less waiting than journaling it itself.
+  constexpr uint64_t kBoundaryHandOffBacklog = 16;
+  bool placed = false;
+  if (a.boundary_handoff &&
+      a.journaled.load(std::memory_order_acquire) + kBoundaryHandOffBacklog >= rec.seq) {
+    // The thread is at this request or a few before it: it journals them
+    // and places the marker while the executor waits (a bounded spin, 20 us:
+    // then the executor does what is left itself).
+    ExecutorWaitTimer timer(this, options_.journal->timing());
+    a.boundary_request.store(rec.seq, std::memory_order_release);
+    channel_->requests().WakeWaiters();
+    placed = SpinUntil(
+        [&] { return a.boundary_placed.load(std::memory_order_acquire) >= rec.seq; },
+        absl::Microseconds(20), /*yield_after=*/absl::Microseconds(2));
+  }
+  if (!placed) {
+    {
+      ExecutorWaitTimer timer(this, options_.journal->timing());
+      CatchUpLocked(rec.seq);
+    }
+    // Under the lock: the thread may have placed it in the meantime.
+    if (a.boundary_placed.load(std::memory_order_relaxed) < rec.seq) {
+      if (absl::Status s = options_.journal->PlaceBoundaryBefore(rec); !s.ok()) {
+        JournalFailed(s);
+      }
+      ++a.boundaries_by_executor;
+      a.boundary_placed.store(rec.seq, std::memory_order_release);
+    }
+    a.mu.Unlock();
+    channel_->requests().WakeWaiters();
+  }
+  exec_minibatch_ = options_.journal->minibatch();
+  backend_->MarkBoundary(exec_minibatch_);
+  NoteMinibatchStarted(exec_minibatch_);
+}
+
 bool Session::LockToJournal(const transport::RecordHeader& rec) {
   JournalAhead& a = *ahead_;
   if (rec.seq <= ahead_seen_) return false;
@@ -485,30 +485,23 @@ bool Session::LockToJournal(const transport::RecordHeader& rec) {
   // (the head of a step, when the executor has caught up with the
   // application). If it holds it, it is journaling this request or an
   // earlier one: spin (bounded) until it has.
-  const absl::Time give_up = absl::Now() + absl::Microseconds(200);
-  for (int i = 0;; ++i) {
-    ahead_seen_ = a.journaled.load(std::memory_order_acquire);
-    if (ahead_seen_ >= rec.seq) return false;
-    if (a.mu.TryLock()) {
-      ahead_seen_ = a.journaled.load(std::memory_order_acquire);
-      if (ahead_seen_ >= rec.seq) {
-        a.mu.Unlock();
-        return false;
-      }
-      return true;
-    }
-    if ((i & 63) == 63 && absl::Now() >= give_up) break;
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
+  bool locked = false;
+  SpinUntil(
+      [&] {
+        return a.journaled.load(std::memory_order_acquire) >= rec.seq ||
+               (locked = a.mu.TryLock());
+      },
+      absl::Microseconds(200));
+  if (!locked && a.journaled.load(std::memory_order_acquire) < rec.seq) {
+    LockSpinning(a.mu);
+    locked = true;
   }
-  LockSpinning(a.mu);
   ahead_seen_ = a.journaled.load(std::memory_order_acquire);
   if (ahead_seen_ >= rec.seq) {
-    a.mu.Unlock();
+    if (locked) a.mu.Unlock();
     return false;
   }
-  return true;
+  return true;  // locked
 }
 
 void Session::StartBoundaryJournaledAhead(const transport::RecordHeader& rec) {

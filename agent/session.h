@@ -307,6 +307,11 @@ class Session {
   void StartJournalAhead();
   void StopJournalAhead();
   void JournalAheadLoop();
+  // Write-behind, a plain request `rec` that starts a minibatch: the
+  // boundary is placed in the journal (by the thread, which the executor
+  // asks and waits for when it is close behind, else here) and the backend
+  // starts the minibatch.
+  void StartMinibatchBehind(const transport::RecordHeader& rec);
   // Whether the executor journals `rec` itself; if so, returns with mu
   // held (else the thread journaled it, possibly after a bounded spin).
   bool LockToJournal(const transport::RecordHeader& rec);

@@ -360,7 +360,7 @@ class SegmentWriter {
       if (spare == nullptr) {
         absl::StatusOr<std::unique_ptr<MappedLogFile>> log =
             MappedLogFile::Create(w->log_path_ + w->suffix_, w->first_chunk(),
-                                  std::max(kMaxChunk, w->first_chunk()));
+                                  std::max(journal_internal::kMaxMappedChunk, w->first_chunk()));
         if (!log.ok()) return log.status();
         spare = std::move(*log);
       }
@@ -561,7 +561,7 @@ class SegmentWriter {
   std::string payload_path_;
   std::string suffix_;  // ".tmp" until published
   // Mapped log files grow by chunks: a small first one (a minibatch segment
-  // lives for one training step), doubling up to kMaxChunk.
+  // lives for one training step), doubling up to kMaxMappedChunk.
   static constexpr size_t kFirstChunk = log::kBlockSize;
   // A minibatch segment holds several training steps between boundary
   // markers: a larger first chunk means fewer new segments
@@ -569,7 +569,6 @@ class SegmentWriter {
   size_t first_chunk() const {
     return header_.kind() == MINIBATCH ? options_.minibatch_first_chunk : kFirstChunk;
   }
-  static constexpr size_t kMaxChunk = kMaxMappedChunk;
   // Bytes kept free in the first chunk for a boundary marker's record.
   static constexpr size_t kMarkerRoom = 64;
 
@@ -659,35 +658,30 @@ void Journal::SpareLoop() {
     if (create) {
       // A fresh file under a name readers ignore (a *.tmp of the minibatch
       // kind: the next Open deletes it); a new segment renames it into place.
-      std::unique_ptr<MappedLogFile> fresh;
-      const std::string path =
-          journal_internal::JoinPath(dir_, absl::StrCat(journal_internal::KindPrefix(MINIBATCH), "spare.tmp"));
+      const std::string path = journal_internal::JoinPath(
+          dir_, absl::StrCat(journal_internal::KindPrefix(MINIBATCH), "spare.tmp"));
       const size_t chunk = options_.minibatch_first_chunk;
-      absl::StatusOr<std::unique_ptr<MappedLogFile>> f =
+      absl::StatusOr<std::unique_ptr<MappedLogFile>> fresh =
           MappedLogFile::Create(path, chunk, std::max(chunk, journal_internal::kMaxMappedChunk));
-      absl::Status s = f.status();
-      if (f.ok()) s = (*f)->Span(0, 1).status();  // allocates and maps the first chunk
-      if (s.ok()) {
-        fresh = std::move(*f);
-      } else {
+      // Span allocates and maps the first chunk.
+      absl::Status s = fresh.ok() ? (*fresh)->Span(0, 1).status() : fresh.status();
+      if (!s.ok()) {
         // Not fatal: the first new segment then makes its own file.
         REVENANT_LOG(WARNING, "journal") << "cannot prepare a spare minibatch log: " << s;
-        if (f.ok()) RemoveFile(path).IgnoreError();
       }
-      absl::MutexLock lock(&spare_mu_);
-      spare_create_ = false;
-      if (spare_stop_) {
-        if (fresh) {
-          fresh->Close(0).IgnoreError();
-          RemoveFile(path).IgnoreError();
-        }
-        return;
+      bool stop;
+      {
+        absl::MutexLock lock(&spare_mu_);
+        spare_create_ = false;
+        stop = spare_stop_;
+        if (s.ok() && !stop && spare_log_ == nullptr) spare_log_ = std::move(*fresh);
       }
-      if (spare_log_ == nullptr) spare_log_ = std::move(fresh);
-      if (fresh) {  // a recycled log came first: keep that one
-        fresh->Close(0).IgnoreError();
+      // Not taken (failed, stopping, or a recycled log came first): removed.
+      if (fresh.ok() && *fresh != nullptr) {
+        (*fresh)->Close(0).IgnoreError();
         RemoveFile(path).IgnoreError();
       }
+      if (stop) return;
       continue;
     }
     // Only this thread touches the spare while spare_dirty_ != 0.
