@@ -658,13 +658,19 @@ void Journal::SpareLoop() {
     if (create) {
       // A fresh file under a name readers ignore (a *.tmp of the minibatch
       // kind: the next Open deletes it); a new segment renames it into place.
+      // It is made and sized under a second such name and renamed to the
+      // spare's name only when complete, so nobody (a test, a reader, the
+      // next Open after a crash) ever sees a half-made spare under that name.
       const std::string path = journal_internal::JoinPath(
           dir_, absl::StrCat(journal_internal::KindPrefix(MINIBATCH), "spare.tmp"));
+      const std::string partial = journal_internal::JoinPath(
+          dir_, absl::StrCat(journal_internal::KindPrefix(MINIBATCH), "spare-part.tmp"));
       const size_t chunk = options_.minibatch_first_chunk;
       absl::StatusOr<std::unique_ptr<MappedLogFile>> fresh =
-          MappedLogFile::Create(path, chunk, std::max(chunk, journal_internal::kMaxMappedChunk));
+          MappedLogFile::Create(partial, chunk, std::max(chunk, journal_internal::kMaxMappedChunk));
       // Span allocates and maps the first chunk.
       absl::Status s = fresh.ok() ? (*fresh)->Span(0, 1).status() : fresh.status();
+      if (s.ok()) s = (*fresh)->Rename(path);
       if (!s.ok()) {
         // Not fatal: the first new segment then makes its own file.
         REVENANT_LOG(WARNING, "journal") << "cannot prepare a spare minibatch log: " << s;
@@ -679,7 +685,7 @@ void Journal::SpareLoop() {
       // Not taken (failed, stopping, or a recycled log came first): removed.
       if (fresh.ok() && *fresh != nullptr) {
         (*fresh)->Close(0).IgnoreError();
-        RemoveFile(path).IgnoreError();
+        RemoveFile((*fresh)->path()).IgnoreError();
       }
       if (stop) return;
       continue;

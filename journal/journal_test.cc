@@ -99,6 +99,8 @@ uint64_t WrittenExtent(const std::string& path);
 // The spare minibatch log the journal prepares at Open (a zeroed file a new
 // segment is renamed from; readers ignore it, the next Open deletes it).
 constexpr char kSpareName[] = "minibatch-spare.tmp";
+// Where the spare is made and sized before it is renamed to kSpareName.
+constexpr char kPartialSpareName[] = "minibatch-spare-part.tmp";
 
 // The directory's files less the prepared spare (which a background thread
 // creates at some point after Open).
@@ -107,7 +109,7 @@ std::vector<std::string> JournalFiles(const std::string& dir) {
   EXPECT_TRUE(names.ok());
   std::vector<std::string> out;
   for (const std::string& n : *names) {
-    if (n != kSpareName) out.push_back(n);
+    if (n != kSpareName && n != kPartialSpareName) out.push_back(n);
   }
   return out;
 }
@@ -121,7 +123,9 @@ uint64_t DirBytes(const std::string& dir) {
   EXPECT_TRUE(names.ok());
   for (const std::string& n : *names) {
     const std::string path = dir + "/" + n;
-    total += absl::EndsWith(n, ".log") || n == kSpareName ? WrittenExtent(path) : *FileSize(path);
+    total += absl::EndsWith(n, ".log") || n == kSpareName || n == kPartialSpareName
+                 ? WrittenExtent(path)
+                 : *FileSize(path);
   }
   return total;
 }
@@ -873,6 +877,10 @@ TEST(JournalTest, StaleAndUnfinishedSegmentsAreIgnoredThenRemoved) {
   SetContents(dir + "/setup-000099.log.tmp", "half a compaction");
   SetContents(dir + "/setup-000099.payload.tmp", "x");
   SetContents(dir + "/minibatch-000000.log", "old minibatch");
+  // A crash while the spare minibatch log was being made: half-made spares
+  // under both of its names.
+  SetContents(dir + "/" + kSpareName, "");
+  SetContents(dir + "/" + kPartialSpareName, "half");
   Read r = ReadLog(dir, SETUP);
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_THAT(r.seqs(), ElementsAreArray({3}));
