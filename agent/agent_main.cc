@@ -20,12 +20,14 @@
 #include <cerrno>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -36,6 +38,7 @@
 #include "agent/session.h"
 #include "common/daemon_paths.h"
 #include "common/events.h"
+#include "common/knobs.h"
 #include "common/kv.h"
 #include "common/logging.h"
 #include "transport/control_socket.h"
@@ -171,10 +174,11 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
   jopts.boundaries = absl::GetFlag(FLAGS_minibatch) == "manual"
                          ? RequestJournal::BoundaryMode::kManual
                          : RequestJournal::BoundaryMode::kAuto;
-  if (const char* c = std::getenv("REVENANT_JOURNAL_MINIBATCH_CHUNK_KIB"); c != nullptr && *c) {
-    // Measurement knob: the minibatch log's first chunk (journal/journal.h);
-    // Journal::Open refuses a size that is not whole 32 KiB blocks.
-    jopts.journal.minibatch_first_chunk = static_cast<size_t>(std::strtoull(c, nullptr, 10)) << 10;
+  if (const std::optional<int64_t> kib =
+          knobs::Int(knobs::Id::kJournalMinibatchChunkKib, 1, int64_t{64} << 10)) {
+    // The minibatch log's first chunk (journal/journal.h); Journal::Open
+    // refuses a size that is not whole 32 KiB blocks.
+    jopts.journal.minibatch_first_chunk = static_cast<size_t>(*kib) << 10;
   }
   SessionOptions options;
   if (absl::GetFlag(FLAGS_journal) && !recover) {
@@ -269,6 +273,11 @@ int Main(int argc, char** argv) {
   // profile on every request. The tests keep it (they run the agent's code
   // in-process); the agent binary does not.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  absl::SetProgramUsageMessage(absl::StrCat(
+      "revenant-agent: executes one GPU's forwarded CUDA, CUDA-library and NCCL calls "
+      "(started by revenant-run, or standalone with --gpu=I).\n\n"
+      "Environment (docs/knobs.md lists every variable):\n",
+      knobs::Help(knobs::Kind::kProduct)));
   absl::ParseCommandLine(argc, argv);
   // Journals, pid files and shared mappings are private to this user.
   umask(077);
@@ -333,9 +342,7 @@ int Main(int argc, char** argv) {
   options.journal = absl::GetFlag(FLAGS_journal);
   options.chaos_kill_in_recovery = absl::GetFlag(FLAGS_chaos_in_recovery);
   std::string libs = absl::GetFlag(FLAGS_host_kernels);
-  if (libs.empty() && std::getenv("REVENANT_HOST_KERNELS") != nullptr) {
-    libs = std::getenv("REVENANT_HOST_KERNELS");
-  }
+  if (libs.empty()) libs = knobs::String(knobs::Id::kHostKernels).value_or("");
   for (absl::string_view p : absl::StrSplit(libs, ':', absl::SkipEmpty())) {
     options.host_kernel_libraries.emplace_back(p);
   }

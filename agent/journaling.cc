@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "api/hook_protocol.h"
 #include "api/traits.h"
 #include "api/wire.h"
+#include "common/knobs.h"
 
 namespace revenant {
 namespace agent {
@@ -120,8 +122,7 @@ absl::StatusOr<std::unique_ptr<RequestJournal>> RequestJournal::Continue(
 
 RequestJournal::RequestJournal(std::unique_ptr<journal::Journal> journal, Options options)
     : journal_(std::move(journal)), options_(options), timing_([] {
-        const char* t = std::getenv("REVENANT_JOURNAL_TIMING");
-        return t != nullptr && std::string(t) == "1";
+        return knobs::Bool(knobs::Id::kJournalTiming).value_or(false);
       }()) {}
 
 // Adds the lifetime of the object to busy_ns_ when timing is on.

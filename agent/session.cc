@@ -12,12 +12,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "agent/validator.h"
+#include "common/knobs.h"
 #include "journal/journal.h"
 
 #include "common/events.h"
@@ -304,8 +306,7 @@ void Session::Execute(const transport::RecordHeader& rec) {
   }
   ++requests_seen_;
   static const bool diagnostics = [] {
-    const char* d = std::getenv("REVENANT_DIAGNOSTICS");
-    return d != nullptr && std::string(d) == "1";
+    return knobs::Bool(knobs::Id::kDiagnostics).value_or(false);
   }();
   if (diagnostics) {
     REVENANT_LOG(INFO, "agent") << "submit seq " << rec.seq << " "
@@ -642,14 +643,11 @@ void Session::StartJournalAhead() {
   }
   ahead_ = std::make_unique<JournalAhead>();
   ahead_->behind = options_.journal_thread == SessionOptions::JournalThread::kBehind;
-  if (const char* d = std::getenv("REVENANT_JOURNAL_THREAD_DELAY_US"); d != nullptr) {
-    ahead_->delay_us = std::max(0, std::atoi(d));
-  }
-  if (const char* h = std::getenv("REVENANT_JOURNAL_BOUNDARY_HANDOFF"); h != nullptr) {
-    ahead_->boundary_handoff = std::string(h) != "0";
-  }
-  if (const char* d = std::getenv("REVENANT_JOURNAL_THREAD_DRY"); d != nullptr) {
-    const std::string dry = d;
+  ahead_->delay_us =
+      static_cast<int>(knobs::Int(knobs::Id::kJournalThreadDelayUs, 0, 10000000).value_or(0));
+  ahead_->boundary_handoff = knobs::Bool(knobs::Id::kJournalBoundaryHandoff).value_or(true);
+  if (const std::optional<std::string> d = knobs::String(knobs::Id::kJournalThreadDry)) {
+    const std::string dry = *d;
     if (dry == "1") {
       ahead_->dry = true;
       REVENANT_LOG(WARNING, "agent")
@@ -661,6 +659,9 @@ void Session::StartJournalAhead() {
           << "REVENANT_JOURNAL_THREAD_DRY=payload: the journal thread writes its records WITHOUT "
              "the bytes copies read from the application's memory (a measurement of their "
              "capture; recovery would replay wrong inputs)";
+    } else {
+      REVENANT_LOG(WARNING, "agent") << "REVENANT_JOURNAL_THREAD_DRY=" << dry
+                                     << " ignored: not 1 or payload";
     }
   }
   exec_detector_ = options_.journal->detector();
@@ -679,15 +680,16 @@ void Session::StartJournalAhead() {
                               (ahead_->behind || (c.after_calls == 0 && c.minibatch == 0)) &&
                               skip_until_minibatch_ == 0;
   ahead_->thread = std::thread([this] { JournalAheadLoop(); });
-  if (const char* c = std::getenv("REVENANT_JOURNAL_THREAD_CPU"); c != nullptr && *c != '\0') {
+  if (const std::optional<int64_t> c =
+          knobs::Int(knobs::Id::kJournalThreadCpu, 0, CPU_SETSIZE - 1)) {
     // Places the thread on one CPU (away from the executor's and the
     // application's: a busy neighbour on the same core slows them).
     cpu_set_t set;
     CPU_ZERO(&set);
-    CPU_SET(std::atoi(c), &set);
+    CPU_SET(static_cast<int>(*c), &set);
     if (const int e = pthread_setaffinity_np(ahead_->thread.native_handle(), sizeof(set), &set);
         e != 0) {
-      REVENANT_LOG(WARNING, "agent") << "REVENANT_JOURNAL_THREAD_CPU=" << c
+      REVENANT_LOG(WARNING, "agent") << "REVENANT_JOURNAL_THREAD_CPU=" << *c
                                      << ": cannot place the journal thread there (error " << e
                                      << ")";
     }

@@ -15,13 +15,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "journal/crc32c.h"
+#include "common/crc32c.h"
 
 namespace revenant {
 namespace agent {
 namespace {
-
-namespace crc32c = journal::crc32c;
 
 constexpr char kMagic[8] = {'R', 'V', 'S', 'N', 'A', 'P', '0', '1'};
 constexpr uint32_t kVersion = 1;

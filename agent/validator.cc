@@ -11,7 +11,7 @@
 #include "api/traits.h"
 #include "common/events.h"
 #include "common/logging.h"
-#include "journal/crc32c.h"
+#include "common/crc32c.h"
 #include "journal/journal.h"
 
 namespace revenant {
@@ -70,7 +70,7 @@ absl::StatusOr<DeviceSnapshot> DeviceSnapshot::Take(Backend* backend) {
     if (size > 0) {
       if (absl::Status s = ReadDevice(backend, addr, size, b.bytes.data()); !s.ok()) return s;
     }
-    b.crc = journal::crc32c::Value(b.bytes.data(), b.bytes.size());
+    b.crc = crc32c::Value(b.bytes.data(), b.bytes.size());
     snap.blocks_.push_back(std::move(b));
   }
   return snap;
@@ -92,7 +92,7 @@ absl::StatusOr<std::vector<DeviceSnapshot::Difference>> DeviceSnapshot::Compare(
     if (b.size == 0) continue;
     now.resize(b.size);
     if (absl::Status s = ReadDevice(backend, b.addr, b.size, now.data()); !s.ok()) return s;
-    const uint32_t crc = journal::crc32c::Value(now.data(), now.size());
+    const uint32_t crc = crc32c::Value(now.data(), now.size());
     // The checksums decide; the bytes give the offset (and catch the rare
     // collision).
     const uint64_t first = FirstDifference(b.bytes.data(), now.data(), b.size);

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/knobs.h"
 
 namespace revenant {
 namespace collective {
@@ -193,11 +195,8 @@ absl::Status FoldInOrder(const void* contribs, int n, size_t count, DataType t, 
 }
 
 absl::Duration DefaultCollectiveTimeout() {
-  if (const char* v = std::getenv("REVENANT_COLLECTIVE_TIMEOUT_S")) {
-    double s = 0;
-    if (absl::SimpleAtod(v, &s) && s > 0) return absl::Seconds(s);
-  }
-  return absl::Seconds(60);
+  return absl::Seconds(
+      knobs::Double(knobs::Id::kCollectiveTimeoutS, 1e-3, 1e7).value_or(60));
 }
 
 namespace {

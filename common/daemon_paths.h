@@ -12,13 +12,15 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <optional>
 #include <string>
+
+#include "common/knobs.h"
 
 namespace revenant {
 
 inline std::string DaemonDir(int gpu) {
-  const char* root = std::getenv("REVENANT_DAEMON_ROOT");
-  return std::string(root != nullptr && *root ? root : "/dev/shm") + "/revenant-daemon-" +
+  return knobs::String(knobs::Id::kDaemonRoot).value_or("/dev/shm") + "/revenant-daemon-" +
          std::to_string(getuid()) + "/gpu" + std::to_string(gpu);
 }
 

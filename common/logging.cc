@@ -1,8 +1,10 @@
 #include "common/logging.h"
 
+#include "common/knobs.h"
+
 #include <unistd.h>
 
-#include <cstdlib>
+#include <optional>
 
 namespace revenant {
 
@@ -15,8 +17,8 @@ LogLevel ParseLogLevel(const std::string& text) {
 
 LogLevel CurrentLogLevel() {
   static const LogLevel level = [] {
-    const char* env = std::getenv("REVENANT_LOG_LEVEL");
-    return env == nullptr ? LogLevel::kINFO : ParseLogLevel(env);
+    const std::optional<std::string> env = knobs::String(knobs::Id::kLogLevel);
+    return env ? ParseLogLevel(*env) : LogLevel::kINFO;
   }();
   return level;
 }

@@ -37,6 +37,8 @@ size_t PageBytes() {
 size_t StackBytes() {
   static const size_t bytes = [] {
     size_t kb = 64;
+    // The one knob not read through common/knobs.h: this runtime is linked
+    // into every host kernel library, which carries no Revenant library.
     if (const char* env = std::getenv("REVENANT_HOST_KERNEL_STACK_KB")) {
       long v = std::strtol(env, nullptr, 10);
       if (v >= 16) kb = static_cast<size_t>(v);

@@ -18,7 +18,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/logging.h"
-#include "journal/crc32c.h"
+#include "common/crc32c.h"
 #include "journal/file.h"
 #include "journal/log_reader.h"
 #include "journal/log_writer.h"

@@ -22,7 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "journal/crc32c.h"
+#include "common/crc32c.h"
 #include "journal/file.h"
 #include "journal/log_format.h"
 #include "journal/log_reader.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "journal/crc32c.h"
+#include "common/crc32c.h"
 
 namespace revenant {
 namespace journal {

@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "journal/crc32c.h"
+#include "common/crc32c.h"
 #include "journal/log_format.h"
 #include "journal/log_reader.h"
 #include "journal/log_writer.h"

@@ -4,7 +4,7 @@
 #include <atomic>
 #include <cstring>
 
-#include "journal/crc32c.h"
+#include "common/crc32c.h"
 
 namespace revenant {
 namespace journal {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -15,17 +16,13 @@
 #include "api/hook_protocol.h"
 #include "common/daemon_paths.h"
 #include "common/events.h"
+#include "common/knobs.h"
 #include "common/kv.h"
 #include "common/logging.h"
 
 namespace revenant {
 namespace shim {
 namespace {
-
-const char* Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || *v == '\0' ? nullptr : v;
-}
 
 uint64_t ParseU64(const std::map<std::string, std::string>& m, const char* key) {
   auto it = m.find(key);
@@ -67,19 +64,17 @@ Runtime::Runtime() {
   // As in the agent: no lock-order graph on the application's request path
   // (Debian's abseil keeps one on every absl::Mutex Lock and Unlock).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  if (const char* w = Env("REVENANT_WAIT_STATS"); w != nullptr && std::strcmp(w, "1") == 0) {
+  if (knobs::Bool(knobs::Id::kWaitStats).value_or(false)) {
     std::atexit([] {
       std::fprintf(stderr, "revenant shim (pid %d): waits: %s\n", static_cast<int>(getpid()),
                    transport::shm_internal::WaitStatsReport().c_str());
     });
   }
-  if (const char* t = Env("REVENANT_RECOVERY_TIMEOUT_S")) {
-    double s = 0;
-    if (absl::SimpleAtod(t, &s) && s > 0) recovery_timeout_ = absl::Seconds(s);
+  if (std::optional<double> s = knobs::Double(knobs::Id::kRecoveryTimeoutS, 0, 1e7)) {
+    recovery_timeout_ = absl::Seconds(*s);
   }
-  if (const char* t = Env("REVENANT_CALL_TIMEOUT_S")) {
-    double s = 0;
-    if (absl::SimpleAtod(t, &s) && s > 0) call_timeout_ = absl::Seconds(s);
+  if (std::optional<double> s = knobs::Double(knobs::Id::kCallTimeoutS, 1e-3, 1e7)) {
+    call_timeout_ = absl::Seconds(*s);
   }
 }
 
@@ -102,8 +97,10 @@ transport::ShmClientChannel* Runtime::Channel() {
 }
 
 bool Runtime::Connect() {
-  const char* socket_path = Env("REVENANT_AGENT_SOCKET");
-  const char* job_dir = Env("REVENANT_JOB_DIR");
+  const std::optional<std::string> socket_env = knobs::String(knobs::Id::kAgentSocket);
+  const std::optional<std::string> job_dir_env = knobs::String(knobs::Id::kJobDir);
+  const char* socket_path = socket_env ? socket_env->c_str() : nullptr;
+  const char* job_dir = job_dir_env ? job_dir_env->c_str() : nullptr;
   std::string daemon_dir, daemon_socket;
   if (socket_path == nullptr && job_dir == nullptr) {
     // Started by another launcher: a standalone agent serves our GPU.
@@ -124,8 +121,7 @@ bool Runtime::Connect() {
     return false;
   }
   job_dir_ = job_dir;
-  double connect_s = 30;
-  if (const char* t = Env("REVENANT_CONNECT_TIMEOUT_S")) (void)absl::SimpleAtod(t, &connect_s);
+  const double connect_s = knobs::Double(knobs::Id::kConnectTimeoutS, 0, 1e7).value_or(30);
   const absl::Time deadline = absl::Now() + absl::Seconds(connect_s);
 
   absl::StatusOr<int> fd = transport::ConnectUnix(socket_path, deadline);

@@ -32,6 +32,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/events.h"
+#include "common/knobs.h"
 #include "common/kv.h"
 
 extern char** environ;
@@ -120,10 +122,10 @@ std::string SelfDir() {
 // Finds a Revenant binary: the flag, the environment, then the places Bazel
 // puts it relative to this binary (bazel-bin/tools/revenant-run ->
 // bazel-bin/agent/revenant-agent) or an install directory (same folder).
-std::string Locate(const std::string& flag_value, const char* env, const std::string& rel,
+std::string Locate(const std::string& flag_value, knobs::Id env, const std::string& rel,
                    const std::string& file) {
   if (!flag_value.empty()) return flag_value;
-  if (const char* e = std::getenv(env); e != nullptr && *e) return e;
+  if (std::optional<std::string> e = knobs::String(env)) return *e;
   const std::string self = SelfDir();
   for (const std::string& candidate :
        {self + "/" + file, self + "/../" + rel + "/" + file,
@@ -281,9 +283,11 @@ void PrintTimeline(const std::string& path) {
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  absl::SetProgramUsageMessage(absl::StrCat(
       "revenant-run [-n N] [--backend=host|cuda] [--collectives=nccl|gloo] [--gpus=G] "
-      "[--host_kernels=a.so:b.so] -- program args...");
+      "[--host_kernels=a.so:b.so] -- program args...",
+      "\n\nEnvironment (docs/knobs.md lists every variable):\n",
+      knobs::Help(knobs::Kind::kProduct)));
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   g_quiet = absl::GetFlag(FLAGS_quiet);
   std::vector<std::string> program(rest.begin() + 1, rest.end());
@@ -322,9 +326,9 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const std::string agent_bin =
-      Locate(absl::GetFlag(FLAGS_agent), "REVENANT_AGENT_BIN", "agent", "revenant-agent");
+      Locate(absl::GetFlag(FLAGS_agent), knobs::Id::kAgentBin, "agent", "revenant-agent");
   const std::string shim =
-      Locate(absl::GetFlag(FLAGS_shim), "REVENANT_SHIM", "shim", "librevenant_shim.so");
+      Locate(absl::GetFlag(FLAGS_shim), knobs::Id::kShim, "shim", "librevenant_shim.so");
   if (agent_bin.empty() || shim.empty()) {
     std::fprintf(stderr,
                  "revenant-run: cannot find %s; pass --agent/--shim or set "
@@ -333,9 +337,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   std::string host_kernels = absl::GetFlag(FLAGS_host_kernels);
-  if (host_kernels.empty() && std::getenv("REVENANT_HOST_KERNELS") != nullptr) {
-    host_kernels = std::getenv("REVENANT_HOST_KERNELS");
-  }
+  if (host_kernels.empty()) host_kernels = knobs::String(knobs::Id::kHostKernels).value_or("");
   // Absolute paths: the agents do not share our working directory's meaning.
   {
     std::vector<std::string> abs;

@@ -15,10 +15,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/knobs.h"
 #include "common/logging.h"
 
 namespace revenant {
@@ -166,28 +168,16 @@ inline void CpuPause() {
 // spin yields the CPU every few microseconds so that on an oversubscribed
 // machine (tests: many processes on 2 cores) the peer it waits for can run.
 // The bound is 200 us on machines with 8 or more CPUs, 50 us below (where
-// spinning waiters take the CPU from the peer they wait for). A training
-// step's synchronous wait is often longer than 50 us: each one then paid a
-// futex sleep and a wake-up (measured on the H200 VM: the journal-on step
-// slept in 78 % of its waits). REVENANT_SPIN_US overrides it (microseconds,
-// 0-100000).
+// spinning waiters take the CPU from the peer they wait for; docs/performance.md
+// has the measurements behind both). REVENANT_SPIN_US overrides it
+// (microseconds, 0-10000000).
 int64_t DefaultSpinNanos() {
   return std::thread::hardware_concurrency() >= 8 ? 200 * 1000 : 50 * 1000;
 }
 int64_t SpinNanos() {
   static const int64_t nanos = [] {
-    const int64_t kDefaultSpinNanos = DefaultSpinNanos();
-    const char* v = std::getenv("REVENANT_SPIN_US");
-    if (v == nullptr || *v == '\0') return kDefaultSpinNanos;
-    char* end = nullptr;
-    const long long us = std::strtoll(v, &end, 10);
-    if (*end != '\0' || us < 0 || us > 10000000) {
-      REVENANT_LOG(WARNING, "transport") << "REVENANT_SPIN_US=" << v
-                                         << " is not 0-10000000; spinning "
-                                         << kDefaultSpinNanos / 1000 << " us";
-      return kDefaultSpinNanos;
-    }
-    return static_cast<int64_t>(us) * 1000;
+    const std::optional<int64_t> us = knobs::Int(knobs::Id::kSpinUs, 0, 10000000);
+    return us ? *us * 1000 : DefaultSpinNanos();
   }();
   return nanos;
 }
@@ -205,8 +195,7 @@ inline int64_t MonotonicNanos() {
 // counted per kind (the `what` of WaitFor), with the ones that went to sleep.
 bool WaitStatsOn() {
   static const bool on = [] {
-    const char* v = std::getenv("REVENANT_WAIT_STATS");
-    return v != nullptr && std::string(v) == "1";
+    return knobs::Bool(knobs::Id::kWaitStats).value_or(false);
   }();
   return on;
 }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "agent/backends/cuda/cuda_nccl_start.h"
 #include "common/events.h"
+#include "common/knobs.h"
 #include "common/logging.h"
 
 extern char** environ;
@@ -39,12 +41,8 @@ int64_t NowNs() { return absl::ToUnixNanos(absl::Now()); }
 }  // namespace
 
 absl::Duration CudaNccl::TimeoutFromEnv() {
-  const char* v = std::getenv("REVENANT_COLLECTIVE_TIMEOUT_S");
-  if (v != nullptr && *v != '\0') {
-    const double s = std::atof(v);
-    if (s > 0) return absl::Seconds(s);
-  }
-  return absl::Seconds(60);
+  return absl::Seconds(
+      knobs::Double(knobs::Id::kCollectiveTimeoutS, 1e-3, 1e7).value_or(60));
 }
 
 void CudaNccl::LogEnvironment() {
@@ -67,8 +65,7 @@ CudaNccl::CudaNccl(int device, const std::string& job_dir)
       job_root_(job_dir.empty() ? "" : job_dir.substr(0, job_dir.find_last_of('/'))),
       timeout_(TimeoutFromEnv()) {
   epoch_at_start_.store(ReadEpoch());
-  const char* w = std::getenv("REVENANT_NCCL_WARMUP");
-  warm_up_ = w == nullptr || std::string(w) != "0";
+  warm_up_ = knobs::Bool(knobs::Id::kNcclWarmup).value_or(true);
 }
 
 CudaNccl::~CudaNccl() {

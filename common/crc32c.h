@@ -7,14 +7,13 @@
 //
 // The values are the standard CRC32C ("123456789" -> 0xE3069283); see
 // docs/journal_format.md.
-#ifndef REVENANT_JOURNAL_CRC32C_H_
-#define REVENANT_JOURNAL_CRC32C_H_
+#ifndef REVENANT_COMMON_CRC32C_H_
+#define REVENANT_COMMON_CRC32C_H_
 
 #include <cstddef>
 #include <cstdint>
 
 namespace revenant {
-namespace journal {
 namespace crc32c {
 
 // Returns the CRC32C of concat(A, data[0,n-1]) where init_crc is the CRC32C
@@ -38,7 +37,6 @@ inline uint32_t Unmask(uint32_t masked) {
 }
 
 }  // namespace crc32c
-}  // namespace journal
 }  // namespace revenant
 
-#endif  // REVENANT_JOURNAL_CRC32C_H_
+#endif  // REVENANT_COMMON_CRC32C_H_

@@ -1,10 +1,13 @@
-#include "journal/crc32c.h"
+#include "common/crc32c.h"
 
 #include <isa-l/crc.h>
 
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+
+#include "common/knobs.h"
 
 // ISA-L's SSE4.2 variant (the crc32 instruction on three streams, combined
 // with pclmulqdq). Exported by libisal (a "multibinary" variant, like the
@@ -12,7 +15,6 @@
 extern "C" unsigned int crc32_iscsi_01(unsigned char* buffer, int len, unsigned int init_crc);
 
 namespace revenant {
-namespace journal {
 namespace crc32c {
 
 namespace {
@@ -27,8 +29,7 @@ using CrcFn = unsigned int (*)(unsigned char*, int, unsigned int);
 // SSE4.2 where available, else the dispatcher. REVENANT_CRC32C=isal-auto
 // forces the dispatcher (to compare).
 CrcFn Choose() {
-  const char* v = std::getenv("REVENANT_CRC32C");
-  if (v != nullptr && std::strcmp(v, "isal-auto") == 0) return crc32_iscsi;
+  if (knobs::String(knobs::Id::kCrc32c).value_or("") == "isal-auto") return crc32_iscsi;
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul")) {
@@ -55,5 +56,4 @@ uint32_t Extend(uint32_t init_crc, const void* data, size_t n) {
 }
 
 }  // namespace crc32c
-}  // namespace journal
 }  // namespace revenant

@@ -1,0 +1,146 @@
+// The knobs: every REVENANT_* environment variable that the shim, the agent
+// and the launcher read, in one table (name, type, default, kind, doc).
+//
+//   if (knobs::Bool(knobs::Id::kDiagnostics).value_or(false)) ...
+//   const absl::Duration t =
+//       absl::Seconds(knobs::Double(knobs::Id::kCollectiveTimeoutS, 0, 1e6).value_or(60));
+//   std::cout << knobs::Help(knobs::Kind::kProduct);
+//
+// Only this module reads REVENANT_* variables; the rest of the code asks it,
+// once, and keeps the value in its options (a variable changed later in the
+// process is not seen by code that already read it). Variables of the
+// launchers around us (LOCAL_RANK, RANK, NCCL_*) are not knobs: they are read
+// where they are used.
+//
+// Kinds:
+//   - kProduct: what a user tunes; `revenant-agent --help`, `revenant-run
+//     --help` and docs/knobs.md list them.
+//   - kLauncher: set by revenant-run for the processes it starts (a user sets
+//     them only when starting agents and applications by hand).
+//   - kMeasurement: for benchmarks and profiling; they may make the product
+//     slower or unable to recover, and say so in the log when set.
+//   - kTest: for tests only.
+//
+// A value that does not parse, or lies outside the range a caller gives, is
+// ignored with one warning naming the variable and what it accepts; the
+// caller's default then applies. An empty value is the same as unset.
+//
+// Adding a knob: one line in REVENANT_KNOB_TABLE below, then
+// `bash scripts/update_knobs_doc.sh` (//common:knobs_doc_test checks that
+// docs/knobs.md is current).
+//
+// Thread safety: every function may be called from any thread.
+#ifndef REVENANT_COMMON_KNOBS_H_
+#define REVENANT_COMMON_KNOBS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/types/span.h"
+
+namespace revenant {
+namespace knobs {
+
+enum class Kind { kProduct, kLauncher, kMeasurement, kTest };
+enum class Type { kBool, kInt, kDouble, kString };
+
+// X(id, NAME, type, kind, default (as documented), doc)
+#define REVENANT_KNOB_TABLE(X)                                                                   \
+  /* Product. */                                                                                 \
+  X(kLogLevel, "REVENANT_LOG_LEVEL", kString, kProduct, "info",                                  \
+    "Least severe log line printed: error, warning, info or debug.")                             \
+  X(kDiagnostics, "REVENANT_DIAGNOSTICS", kBool, kProduct, "0",                                  \
+    "1: agents log every submission (API name, size, sync or async).")                          \
+  X(kCollectiveTimeoutS, "REVENANT_COLLECTIVE_TIMEOUT_S", kDouble, kProduct, "60",               \
+    "Seconds a collective (NCCL or Gloo) may wait for its peers before it fails and its "       \
+    "communicator is aborted.")                                                                  \
+  X(kRecoveryTimeoutS, "REVENANT_RECOVERY_TIMEOUT_S", kDouble, kProduct, "0 (set by revenant-run)", \
+    "Seconds an application waits for a replacement agent after its agent died; 0: no "         \
+    "recovery, calls fail at once.")                                                             \
+  X(kCallTimeoutS, "REVENANT_CALL_TIMEOUT_S", kDouble, kProduct, "300",                          \
+    "Seconds an application waits for the reply to one call before it fails.")                 \
+  X(kConnectTimeoutS, "REVENANT_CONNECT_TIMEOUT_S", kDouble, kProduct, "30",                     \
+    "Seconds an application waits to connect to its agent at start.")                           \
+  X(kNcclWarmup, "REVENANT_NCCL_WARMUP", kBool, kProduct, "1",                                   \
+    "0: no warm-up all-reduce after a real NCCL communicator is created (its connection setup " \
+    "is then charged to the first collective).")                                                 \
+  X(kDaemonRoot, "REVENANT_DAEMON_ROOT", kString, kProduct, "/dev/shm",                          \
+    "Where standalone agents (revenant-agent --gpu=I) and the applications looking for them "   \
+    "meet: <root>/revenant-daemon-<uid>/gpu<I>.")                                                \
+  X(kHostKernels, "REVENANT_HOST_KERNELS", kString, kProduct, "",                                \
+    "Host backend: colon-separated host kernel libraries (as --host_kernels).")                 \
+  X(kHostKernelStackKb, "REVENANT_HOST_KERNEL_STACK_KB", kInt, kProduct, "64",                   \
+    "Host backend: stack of each simulated GPU thread, in KiB (at least 16).")                  \
+  X(kAgentBin, "REVENANT_AGENT_BIN", kString, kProduct, "next to revenant-run",                 \
+    "The revenant-agent binary revenant-run starts (as --agent).")                              \
+  X(kShim, "REVENANT_SHIM", kString, kProduct, "next to revenant-run",                          \
+    "The librevenant_shim.so revenant-run preloads (as --shim).")                               \
+  /* Launcher. */                                                                                \
+  X(kAgentSocket, "REVENANT_AGENT_SOCKET", kString, kLauncher, "",                               \
+    "The agent's control socket an application connects to.")                                   \
+  X(kJobDir, "REVENANT_JOB_DIR", kString, kLauncher, "",                                         \
+    "The job's directory (journals, epochs, rendezvous).")                                       \
+  X(kRank, "REVENANT_RANK", kInt, kLauncher, "",                                                 \
+    "The rank an application process serves.")                                                   \
+  /* Measurement. */                                                                             \
+  X(kSpinUs, "REVENANT_SPIN_US", kInt, kMeasurement, "200 with 8 or more CPUs, else 50",         \
+    "Microseconds a waiter spins before it sleeps (0-10000000).")                                \
+  X(kWaitStats, "REVENANT_WAIT_STATS", kBool, kMeasurement, "0",                                 \
+    "1: each process prints its waits (count, slept, time) at exit.")                            \
+  X(kJournalTiming, "REVENANT_JOURNAL_TIMING", kBool, kMeasurement, "0",                         \
+    "1: the agent prints the journal's time per API at exit.")                                   \
+  X(kJournalThreadCpu, "REVENANT_JOURNAL_THREAD_CPU", kInt, kMeasurement, "unpinned",           \
+    "Places the journal thread on this CPU.")                                                    \
+  X(kJournalThreadDry, "REVENANT_JOURNAL_THREAD_DRY", kString, kMeasurement, "",                 \
+    "1: the journal thread writes nothing; payload: its records without the captured input "    \
+    "bytes. Recovery fails with either.")                                                        \
+  X(kJournalBoundaryHandoff, "REVENANT_JOURNAL_BOUNDARY_HANDOFF", kBool, kMeasurement, "1",      \
+    "0: the executor places every minibatch boundary itself (write-behind).")                   \
+  X(kJournalMinibatchChunkKib, "REVENANT_JOURNAL_MINIBATCH_CHUNK_KIB", kInt, kMeasurement,       \
+    "4096", "The minibatch log's first chunk, in KiB (whole 32 KiB blocks, at most 64 MiB).")    \
+  X(kCrc32c, "REVENANT_CRC32C", kString, kMeasurement, "sse4.2 where available",                 \
+    "isal-auto: the journal's checksums through ISA-L's dispatcher (to compare).")               \
+  /* Test. */                                                                                    \
+  X(kJournalThreadDelayUs, "REVENANT_JOURNAL_THREAD_DELAY_US", kInt, kTest, "0",                 \
+    "Slows the journal thread down by this many microseconds per request, so that requests "    \
+    "run ahead of their journal.")
+
+enum class Id {
+#define REVENANT_KNOB_ID(id, name, type, kind, def, doc) id,
+  REVENANT_KNOB_TABLE(REVENANT_KNOB_ID)
+#undef REVENANT_KNOB_ID
+};
+
+struct Knob {
+  Id id;
+  const char* name;
+  Type type;
+  Kind kind;
+  const char* default_text;  // as documented: the code's default applies
+  const char* doc;
+};
+
+// Every knob, in table order.
+absl::Span<const Knob> All();
+const Knob& Info(Id id);
+
+// The raw value; nullopt when unset or empty.
+std::optional<std::string> String(Id id);
+// 1/true/yes/on or 0/false/no/off (any case); anything else: a warning, nullopt.
+std::optional<bool> Bool(Id id);
+// A decimal integer in [lo, hi]; otherwise a warning, nullopt.
+std::optional<int64_t> Int(Id id, int64_t lo, int64_t hi);
+// A number in [lo, hi]; otherwise a warning, nullopt.
+std::optional<double> Double(Id id, double lo, double hi);
+
+// The knobs of `kind`, one paragraph each ("NAME (default D): doc"), for
+// --help.
+std::string Help(Kind kind);
+// docs/knobs.md.
+std::string Markdown();
+
+}  // namespace knobs
+}  // namespace revenant
+
+#endif  // REVENANT_COMMON_KNOBS_H_
