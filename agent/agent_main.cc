@@ -274,7 +274,7 @@ int Main(int argc, char** argv) {
   // in-process); the agent binary does not.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(absl::StrCat(
-      "revenant-agent: executes one GPU's forwarded CUDA, CUDA-library and NCCL calls "
+      "executes one GPU's forwarded CUDA, CUDA-library and NCCL calls "
       "(started by revenant-run, or standalone with --gpu=I).\n\n"
       "Environment (docs/knobs.md lists every variable):\n",
       knobs::Help(knobs::Kind::kProduct)));
