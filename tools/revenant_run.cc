@@ -49,6 +49,7 @@
 #include "common/events.h"
 #include "common/knobs.h"
 #include "common/kv.h"
+#include "recovery/coordinator.h"
 
 extern char** environ;
 
@@ -369,6 +370,9 @@ int Main(int argc, char** argv) {
     std::error_code ec;
     fs::remove_all(job_dir, ec);
   };
+  recovery::Coordinator coordinator({job_dir, absl::GetFlag(FLAGS_recover),
+                                     absl::GetFlag(FLAGS_max_recoveries),
+                                     absl::Milliseconds(800)});
 
   std::vector<Child> children;
   std::vector<Pipe> pipes;
@@ -558,7 +562,8 @@ int Main(int argc, char** argv) {
     c.spare = true;
     c.assign_fd = assign_fd;
     out->push_back(c);
-    RecordEvent(job_dir, "spare_started", -1, 0, absl::StrCat("pid ", pid));
+    coordinator.AddSpare(pid);
+    RecordEvent(job_dir, "spare_started", -1, coordinator.epoch(), absl::StrCat("pid ", pid));
   };
   {
     std::vector<Child> spares;
@@ -582,10 +587,6 @@ int Main(int argc, char** argv) {
       if (!c.exited) kill(-c.pid, sig);
   };
   absl::Time kill_deadline = absl::InfiniteFuture();
-  int recoveries = 0;
-  int epoch = 0;
-  std::vector<int> to_replace;
-  absl::Time replace_at = absl::InfiniteFuture();
 
   while (true) {
     std::vector<pollfd> pfds;
@@ -634,30 +635,20 @@ int Main(int argc, char** argv) {
           // A spare that left without an assignment (its wait ended): keep K.
           if (c.assign_fd >= 0) close(c.assign_fd);
           c.assign_fd = -1;
+          coordinator.RemoveSpare(c.pid);
           if (!stopping) {
             Say(absl::StrCat("spare agent ", c.label, " exited (status ", code, ")"));
             if (WIFEXITED(status) && code == 0) start_spare(&replacements);
           }
         } else if (c.agent) {
           if (!stopping) {
-            RecordEvent(job_dir, "agent_died", c.rank, epoch,
-                        WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status))
-                                            : absl::StrCat("status ", code));
             Say(absl::StrCat("the agent of rank ", c.rank, " exited (",
                              WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status))
                                                  : absl::StrCat("status ", code),
                              ")"));
-            if (absl::GetFlag(FLAGS_recover) && recoveries < absl::GetFlag(FLAGS_max_recoveries) &&
-                WIFSIGNALED(status)) {
-              // A replacement on the same socket: the rank's shim reconnects
-              // and hands it the channel; it replays the journal. The new
-              // epoch tells survivors to rebuild their communicators.
-              ++recoveries;
-              // Deaths close together (two ranks at once) share one epoch:
-              // the replacements start together a moment later.
-              if (to_replace.empty()) replace_at = absl::Now() + absl::Milliseconds(800);
-              to_replace.push_back(c.rank);
-            }
+            // A replacement comes on the same socket: the rank's shim
+            // reconnects and hands it the channel; it replays the journal.
+            coordinator.AgentDied(c.rank, status, absl::Now());
           }
         } else {
           if (code != 0 && !first_failure_reported) {
@@ -668,64 +659,49 @@ int Main(int argc, char** argv) {
         }
       }
     }
-    if (!to_replace.empty() && absl::Now() >= replace_at && !stopping) {
-      ++epoch;
-      const std::string tmp = job_dir + "/epoch.tmp";
-      if (std::FILE* f = std::fopen(tmp.c_str(), "w"); f != nullptr) {
-        std::fprintf(f, "%d\n", epoch);
-        std::fclose(f);
-        std::rename(tmp.c_str(), (job_dir + "/epoch").c_str());
-      }
-      for (int rank : to_replace) {
-        // A spare takes the rank if one is waiting: its backend is up.
-        Child* spare = nullptr;
-        for (Child& c : children) {
-          if (c.spare && !c.exited && c.assign_fd >= 0) {
-            spare = &c;
-            break;
-          }
-        }
-        if (spare != nullptr) {
-          const std::string rank_dir = absl::StrCat(job_dir, "/rank", rank);
-          const std::string msg =
-              FormatKv({{"op", "assign"},
-                        {"socket", rank_dir + "/agent.sock"},
-                        {"job_dir", rank_dir},
-                        {"rank", std::to_string(rank)},
-                        {"device", std::to_string(device_of(rank))}}) +
-              "\nend\n";
-          const bool sent = write(spare->assign_fd, msg.data(), msg.size()) ==
-                            static_cast<ssize_t>(msg.size());
-          close(spare->assign_fd);
-          spare->assign_fd = -1;  // never offered again
-          if (sent) {
-            spare->spare = false;  // an agent of the job from now on
-            spare->rank = rank;
-            spare->label = absl::StrCat("a", rank);
-            for (Pipe& p : pipes) {
-              if (p.pid == spare->pid) p.label = spare->label;
-            }
-            RecordEvent(job_dir, "replacement_started", rank, epoch,
-                        absl::StrCat("spare, pid ", spare->pid));
-            Say(absl::StrCat("recovery epoch ", epoch, ": spare agent pid ", spare->pid,
-                             " takes rank ", rank));
-            if (spares_wanted > 0) start_spare(&replacements);
-            continue;
-          }
-          // The spare is gone: a new process instead.
-          Say(absl::StrCat("spare agent pid ", spare->pid, " did not take the assignment"));
-          kill(-spare->pid, SIGKILL);
-        }
-        pid_t pid = Spawn(agent_args[rank], base_env, absl::StrCat("a", rank), &pipes);
-        if (pid > 0) {
-          RecordEvent(job_dir, "replacement_started", rank, epoch,
-                      absl::StrCat("new process, pid ", pid));
-          replacements.push_back({pid, absl::StrCat("a", rank), true, rank});
-          Say(absl::StrCat("recovery epoch ", epoch, ": replacement agent for rank ", rank,
-                           " started (pid ", pid, ")"));
+    for (const recovery::Coordinator::Replacement& rep :
+         stopping ? std::vector<recovery::Coordinator::Replacement>()
+                  : coordinator.DueReplacements(absl::Now())) {
+      const int rank = rep.rank;
+      const int epoch = coordinator.epoch();
+      Child* spare = nullptr;
+      for (Child& c : children) {
+        if (rep.spare && c.pid == *rep.spare && c.spare && !c.exited && c.assign_fd >= 0) {
+          spare = &c;
         }
       }
-      to_replace.clear();
+      if (spare != nullptr) {
+        const std::string rank_dir = absl::StrCat(job_dir, "/rank", rank);
+        const std::string msg = recovery::Coordinator::AssignmentMessage(
+            rank, rank_dir + "/agent.sock", rank_dir, device_of(rank));
+        const bool sent = write(spare->assign_fd, msg.data(), msg.size()) ==
+                          static_cast<ssize_t>(msg.size());
+        close(spare->assign_fd);
+        spare->assign_fd = -1;  // never offered again
+        if (sent) {
+          spare->spare = false;  // an agent of the job from now on
+          spare->rank = rank;
+          spare->label = absl::StrCat("a", rank);
+          for (Pipe& p : pipes) {
+            if (p.pid == spare->pid) p.label = spare->label;
+          }
+          coordinator.ReplacementStarted(rank, absl::StrCat("spare, pid ", spare->pid));
+          Say(absl::StrCat("recovery epoch ", epoch, ": spare agent pid ", spare->pid,
+                           " takes rank ", rank));
+          if (spares_wanted > 0) start_spare(&replacements);
+          continue;
+        }
+        // The spare is gone: a new process instead.
+        Say(absl::StrCat("spare agent pid ", spare->pid, " did not take the assignment"));
+        kill(-spare->pid, SIGKILL);
+      }
+      pid_t pid = Spawn(agent_args[rank], base_env, absl::StrCat("a", rank), &pipes);
+      if (pid > 0) {
+        coordinator.ReplacementStarted(rank, absl::StrCat("new process, pid ", pid));
+        replacements.push_back({pid, absl::StrCat("a", rank), true, rank});
+        Say(absl::StrCat("recovery epoch ", epoch, ": replacement agent for rank ", rank,
+                         " started (pid ", pid, ")"));
+      }
     }
     for (Child& c : replacements) children.push_back(c);
     if (!stopping && absl::Now() > job_deadline) {

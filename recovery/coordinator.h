@@ -1,0 +1,100 @@
+// Coordinator: the recovery decisions of one node's job — which dead agents
+// are replaced, when a recovery epoch is declared, which spare takes a rank.
+//
+//   Coordinator c({.job_dir = dir, .recover = true, .max_recoveries = 8});
+//   c.AddSpare(7);                                   // spare 7 waits
+//   if (c.AgentDied(/*rank=*/2, status, Now())) ...  // a replacement is planned
+//   for (const Coordinator::Replacement& r : c.DueReplacements(Now())) {
+//     // r.spare: the spare that takes r.rank, or nullopt: start a new agent
+//   }
+//
+// It owns no process: the launcher (revenant-run, or a supervisor of
+// standalone agents) starts and reaps processes and tells the coordinator
+// what happened; the coordinator writes the job's recovery epoch
+// (<job_dir>/epoch, read by agents and shims through ReadRecoveryEpoch) and
+// the recovery events (<job_dir>/events.jsonl).
+//
+// Thread safety: none; one thread (the launcher's loop) calls it.
+#ifndef REVENANT_RECOVERY_COORDINATOR_H_
+#define REVENANT_RECOVERY_COORDINATOR_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace revenant {
+namespace recovery {
+
+class Coordinator {
+ public:
+  struct Options {
+    std::string job_dir;      // the job's root directory (epoch, events)
+    bool recover = true;      // replace agents that die
+    int max_recoveries = 8;   // replacements over the job's life
+    // Deaths within this window of the first share one epoch.
+    absl::Duration batch_window = absl::Milliseconds(800);
+  };
+
+  struct Replacement {
+    int rank;
+    std::optional<int> spare;  // the spare that takes the rank, if one waits
+  };
+
+  explicit Coordinator(Options options) : options_(std::move(options)) {}
+
+  // The agent of `rank` exited with wait status `status`. Records the death
+  // and returns whether a replacement is planned (it then comes from
+  // DueReplacements once the batch window has passed).
+  //
+  // Only an agent killed by a signal is replaced: an agent that exits by
+  // itself with a status did so deliberately (a refused request, a fatal
+  // error of its backend, the job ending), and a replacement would only
+  // repeat it. Deaths close together (two ranks at once, a node's GPUs) wait
+  // for one another so that their replacements start in one epoch and
+  // re-form the collectives once, not once per death.
+  bool AgentDied(int rank, int status, absl::Time now);
+
+  // The replacements whose batch window ended by `now`, in death order,
+  // after declaring the next recovery epoch (<job_dir>/epoch, replaced
+  // atomically: survivors watching it abort their communicators and rebuild
+  // them for the new epoch). Each takes a waiting spare (a spare's backend is
+  // already up: faster than a new process) while there are any. Empty when
+  // nothing is due.
+  std::vector<Replacement> DueReplacements(absl::Time now);
+
+  // A replacement for `rank` was started (`how`: "spare, pid P" or "new
+  // process, pid P"): recorded in the events.
+  void ReplacementStarted(int rank, const std::string& how);
+
+  // Spares: `id` is the launcher's name for a waiting spare agent.
+  void AddSpare(int id);
+  // The spare left (exited, or did not take an assignment).
+  void RemoveSpare(int id);
+  int spares_waiting() const { return static_cast<int>(spares_.size()); }
+
+  int epoch() const { return epoch_; }
+  int recoveries() const { return recoveries_; }
+  bool replacements_pending() const { return !pending_.empty(); }
+
+  // The assignment a spare reads from its assignment pipe: serve `rank`
+  // through `socket` with journal directory `rank_dir` on `device`.
+  static std::string AssignmentMessage(int rank, const std::string& socket,
+                                       const std::string& rank_dir, int device);
+
+ private:
+  void DeclareEpoch();
+
+  Options options_;
+  int epoch_ = 0;
+  int recoveries_ = 0;
+  std::vector<int> pending_;  // ranks to replace, in death order
+  absl::Time due_ = absl::InfiniteFuture();
+  std::vector<int> spares_;   // waiting spares, oldest first
+};
+
+}  // namespace recovery
+}  // namespace revenant
+
+#endif  // REVENANT_RECOVERY_COORDINATOR_H_

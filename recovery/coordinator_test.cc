@@ -1,0 +1,131 @@
+#include "recovery/coordinator.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/time/clock.h"
+#include "common/events.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace revenant {
+namespace recovery {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Wait statuses as waitpid reports them.
+int Killed(int sig) { return sig & 0x7f; }
+int Exited(int code) { return (code & 0xff) << 8; }
+
+std::string TempDir() {
+  std::string t = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
+                  "/coordXXXXXX";
+  return mkdtemp(t.data());
+}
+
+std::string Contents(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(CoordinatorTest, WaitStatusHelpersMatchTheSystemMacros) {
+  ASSERT_TRUE(WIFSIGNALED(Killed(SIGKILL)));
+  ASSERT_EQ(SIGKILL, WTERMSIG(Killed(SIGKILL)));
+  ASSERT_TRUE(WIFEXITED(Exited(3)));
+  ASSERT_EQ(3, WEXITSTATUS(Exited(3)));
+}
+
+TEST(CoordinatorTest, AKilledAgentIsReplacedAfterTheWindowInANewEpoch) {
+  const std::string dir = TempDir();
+  Coordinator c({dir, true, 8, absl::Milliseconds(800)});
+  const absl::Time t0 = absl::Now();
+  EXPECT_TRUE(c.AgentDied(2, Killed(SIGKILL), t0));
+  EXPECT_TRUE(c.replacements_pending());
+  EXPECT_TRUE(c.DueReplacements(t0 + absl::Milliseconds(799)).empty());
+  EXPECT_EQ(0, ReadRecoveryEpoch(dir)) << "no epoch before the window ends";
+  std::vector<Coordinator::Replacement> due = c.DueReplacements(t0 + absl::Milliseconds(800));
+  ASSERT_EQ(1u, due.size());
+  EXPECT_EQ(2, due[0].rank);
+  EXPECT_FALSE(due[0].spare.has_value());
+  EXPECT_EQ(1, c.epoch());
+  EXPECT_EQ(1, ReadRecoveryEpoch(dir));
+  EXPECT_FALSE(c.replacements_pending());
+  EXPECT_TRUE(c.DueReplacements(t0 + absl::Seconds(5)).empty()) << "handed out once";
+  EXPECT_THAT(Contents(dir + "/events.jsonl"), HasSubstr("\"agent_died\""));
+}
+
+TEST(CoordinatorTest, DeathsInOneWindowShareOneEpochAndSparesGoInOrder) {
+  const std::string dir = TempDir();
+  Coordinator c({dir, true, 8, absl::Milliseconds(800)});
+  c.AddSpare(10);
+  c.AddSpare(11);
+  c.AddSpare(10);  // once
+  EXPECT_EQ(2, c.spares_waiting());
+  const absl::Time t0 = absl::Now();
+  EXPECT_TRUE(c.AgentDied(3, Killed(SIGKILL), t0));
+  EXPECT_TRUE(c.AgentDied(1, Killed(SIGSEGV), t0 + absl::Milliseconds(500)));
+  // The window counts from the first death.
+  std::vector<Coordinator::Replacement> due = c.DueReplacements(t0 + absl::Milliseconds(800));
+  ASSERT_EQ(2u, due.size());
+  EXPECT_EQ(3, due[0].rank);
+  EXPECT_EQ(std::optional<int>(10), due[0].spare);
+  EXPECT_EQ(1, due[1].rank);
+  EXPECT_EQ(std::optional<int>(11), due[1].spare);
+  EXPECT_EQ(1, c.epoch());
+  EXPECT_EQ(0, c.spares_waiting());
+  // A later death: the next epoch, no spare left.
+  EXPECT_TRUE(c.AgentDied(0, Killed(SIGKILL), t0 + absl::Seconds(3)));
+  due = c.DueReplacements(t0 + absl::Seconds(4));
+  ASSERT_EQ(1u, due.size());
+  EXPECT_FALSE(due[0].spare.has_value());
+  EXPECT_EQ(2, ReadRecoveryEpoch(dir));
+}
+
+TEST(CoordinatorTest, AnAgentThatExitsByItselfOrPastTheLimitIsNotReplaced) {
+  const std::string dir = TempDir();
+  Coordinator c({dir, true, 1, absl::Milliseconds(1)});
+  const absl::Time t0 = absl::Now();
+  EXPECT_FALSE(c.AgentDied(0, Exited(1), t0)) << "a deliberate exit";
+  EXPECT_FALSE(c.AgentDied(0, Exited(0), t0));
+  EXPECT_TRUE(c.AgentDied(0, Killed(SIGKILL), t0));
+  EXPECT_FALSE(c.AgentDied(1, Killed(SIGKILL), t0)) << "past max_recoveries";
+  EXPECT_EQ(1, c.recoveries());
+  EXPECT_EQ(1u, c.DueReplacements(t0 + absl::Seconds(1)).size());
+
+  Coordinator off({TempDir(), false, 8, absl::Milliseconds(1)});
+  EXPECT_FALSE(off.AgentDied(0, Killed(SIGKILL), t0)) << "recovery off";
+  EXPECT_TRUE(off.DueReplacements(t0 + absl::Seconds(1)).empty());
+}
+
+TEST(CoordinatorTest, ARemovedSpareIsNotOffered) {
+  Coordinator c({TempDir(), true, 8, absl::Milliseconds(1)});
+  c.AddSpare(5);
+  c.AddSpare(6);
+  c.RemoveSpare(5);
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(c.AgentDied(0, Killed(SIGKILL), t0));
+  std::vector<Coordinator::Replacement> due = c.DueReplacements(t0 + absl::Seconds(1));
+  ASSERT_EQ(1u, due.size());
+  EXPECT_EQ(std::optional<int>(6), due[0].spare);
+}
+
+TEST(CoordinatorTest, AssignmentMessageNamesTheRank) {
+  const std::string m = Coordinator::AssignmentMessage(3, "/j/rank3/agent.sock", "/j/rank3", 1);
+  EXPECT_THAT(m, HasSubstr("op=assign"));
+  EXPECT_THAT(m, HasSubstr("rank=3"));
+  EXPECT_THAT(m, HasSubstr("socket=/j/rank3/agent.sock"));
+  EXPECT_THAT(m, HasSubstr("device=1"));
+  EXPECT_THAT(m, HasSubstr("\nend\n"));
+}
+
+}  // namespace
+}  // namespace recovery
+}  // namespace revenant
