@@ -13,6 +13,7 @@ PACKAGES=(
   libgloo-dev          # collectives on the host backend
   libisal-dev          # CRC32C for the journal
   g++ make
+  python3              # tests of revenant-run's torchrun command line (*.py programs)
   clang libclang-rt-14-dev  # libFuzzer + sanitizers: scripts/fuzz.sh, //tests/fuzz:fuzz_test
 )
 

@@ -38,6 +38,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -54,6 +55,17 @@
 extern char** environ;
 
 ABSL_FLAG(int, n, 1, "number of ranks (application processes, one agent each)");
+ABSL_FLAG(int, nproc_per_node, 0, "torchrun's name for -n (also --nproc-per-node)");
+ABSL_FLAG(int, nnodes, 1, "nodes of the job (torchrun's flag; only 1 for now)");
+ABSL_FLAG(int, node_rank, 0, "this node's rank (torchrun's flag; only 0 for now)");
+ABSL_FLAG(bool, standalone, false, "torchrun's single-node rendezvous: the default here");
+ABSL_FLAG(std::string, module, "",
+          "run the program as `python3 -m MODULE args` (torchrun's -m/--module)");
+ABSL_FLAG(bool, no_python, false,
+          "run a *.py program directly instead of through the interpreter (torchrun's "
+          "--no-python)");
+ABSL_FLAG(std::string, python, "python3",
+          "the interpreter for a *.py program or --module (found on PATH)");
 ABSL_FLAG(std::string, backend, "host", "agent backend: host (CPU device) or cuda");
 ABSL_FLAG(std::string, collectives, "nccl",
           "cuda backend: engine of the NCCL calls, nccl (real NCCL, one GPU per rank) or gloo "
@@ -283,21 +295,97 @@ void PrintTimeline(const std::string& path) {
   }
 }
 
+// torchrun's command line: `revenant-run --nproc-per-node=4 train.py --lr 1e-3`.
+// The launcher's own flags come first, the program and its arguments after
+// the first argument that is not a flag (or after `--`); flag names may be
+// spelled with '-' or '_' (as torchrun accepts both), and a non-bool flag
+// may take its value from the next argument. `-m MODULE` starts the program.
+// Returns argv for absl (the launcher's part, names normalized) and puts
+// the program's part in *program; *module gets -m's module.
+std::vector<std::string> SplitCommandLine(int argc, char** argv,
+                                          std::vector<std::string>* program,
+                                          std::string* module) {
+  std::vector<std::string> own = {argv[0]};
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a.size() < 2 || a[0] != '-') break;  // the program
+    if (a == "-m" || a == "--module" || a == "-module") {
+      if (i + 1 < argc) *module = argv[++i];
+      ++i;
+      break;  // the module's arguments follow
+    }
+    const size_t dashes = a[1] == '-' ? 2 : 1;
+    const size_t eq = a.find('=');
+    std::string name = a.substr(dashes, eq == std::string::npos ? std::string::npos : eq - dashes);
+    std::replace(name.begin(), name.end(), '-', '_');
+    if (absl::StartsWith(name, "module=")) name = "module";
+    std::string normalized = "--" + name + (eq == std::string::npos ? "" : a.substr(eq));
+    own.push_back(normalized);
+    if (eq != std::string::npos) continue;
+    // `--flag value` for a flag that is not a bool (and not `--noflag`).
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag != nullptr && !flag->IsOfType<bool>() && i + 1 < argc) own.push_back(argv[++i]);
+  }
+  program->assign(argv + std::min(i, argc), argv + argc);
+  return own;
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(absl::StrCat(
       "revenant-run [-n N] [--backend=host|cuda] [--collectives=nccl|gloo] [--gpus=G] "
-      "[--host_kernels=a.so:b.so] -- program args...",
+      "[--host_kernels=a.so:b.so] [--] program args...\n"
+      "       revenant-run --nproc-per-node=N [options] train.py args...   (torchrun's form: "
+      "a *.py program runs with python3; -m MODULE; --no-python)",
       "\n\nEnvironment (docs/knobs.md lists every variable):\n",
       knobs::Help(knobs::Kind::kProduct)));
-  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> program;
+  std::string module;
+  std::vector<std::string> own = SplitCommandLine(argc, argv, &program, &module);
+  {
+    std::vector<char*> own_argv;
+    for (std::string& a : own) own_argv.push_back(a.data());
+    own_argv.push_back(nullptr);
+    std::vector<char*> rest =
+        absl::ParseCommandLine(static_cast<int>(own_argv.size()) - 1, own_argv.data());
+    if (rest.size() > 1) {
+      std::fprintf(stderr, "revenant-run: unexpected argument '%s' among the launcher's flags\n",
+                   rest[1]);
+      return 2;
+    }
+  }
   g_quiet = absl::GetFlag(FLAGS_quiet);
-  std::vector<std::string> program(rest.begin() + 1, rest.end());
+  if (module.empty()) module = absl::GetFlag(FLAGS_module);
+  if (!module.empty()) {
+    program.insert(program.begin(), {absl::GetFlag(FLAGS_python), "-m", module});
+  } else if (!program.empty() && absl::EndsWith(program[0], ".py") &&
+             !absl::GetFlag(FLAGS_no_python)) {
+    program.insert(program.begin(), absl::GetFlag(FLAGS_python));
+  }
   if (program.empty()) {
     std::fprintf(stderr, "revenant-run: no program given\n%s\n",
                  absl::ProgramUsageMessage().data());
     return 2;
   }
-  const int n = absl::GetFlag(FLAGS_n);
+  if (absl::GetFlag(FLAGS_nnodes) != 1 || absl::GetFlag(FLAGS_node_rank) != 0) {
+    std::fprintf(stderr,
+                 "revenant-run: --nnodes=%d --node-rank=%d: jobs of several nodes are not "
+                 "supported yet (one node: --nnodes=1)\n",
+                 absl::GetFlag(FLAGS_nnodes), absl::GetFlag(FLAGS_node_rank));
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_nproc_per_node) != 0 && absl::GetFlag(FLAGS_n) != 1 &&
+      absl::GetFlag(FLAGS_nproc_per_node) != absl::GetFlag(FLAGS_n)) {
+    std::fprintf(stderr, "revenant-run: -n %d and --nproc-per-node=%d disagree\n",
+                 absl::GetFlag(FLAGS_n), absl::GetFlag(FLAGS_nproc_per_node));
+    return 2;
+  }
+  const int n = absl::GetFlag(FLAGS_nproc_per_node) != 0 ? absl::GetFlag(FLAGS_nproc_per_node)
+                                                         : absl::GetFlag(FLAGS_n);
   if (absl::GetFlag(FLAGS_minibatch) != "auto" && absl::GetFlag(FLAGS_minibatch) != "manual") {
     std::fprintf(stderr, "revenant-run: --minibatch must be auto or manual\n");
     return 2;

@@ -1,0 +1,53 @@
+#!/bin/bash
+# revenant-run takes torchrun's command line: --nproc-per-node (or _), a *.py
+# program run with the interpreter, -m MODULE, --no-python, and the program's
+# own flags after its name; several nodes are refused clearly.
+set -u
+run="$1"; script="$2"
+dir="$(mktemp -d)"
+trap 'rm -rf "$dir"' EXIT
+fail=0
+check() {  # NAME LOG PATTERN...
+  local name="$1" log="$2"; shift 2
+  for p in "$@"; do
+    if ! grep -q -- "$p" "$log"; then
+      echo "FAIL $name: no line matching '$p'"; cat "$log"; fail=1; return
+    fi
+  done
+  echo "ok $name"
+}
+py="$(command -v python3)" || { echo "FAIL: python3 not found"; exit 1; }
+
+"$run" --quiet --nproc-per-node=2 "$script" --lr 1e-3 -x >"$dir/a.log" 2>&1 \
+  || { echo "FAIL script: exit $?"; cat "$dir/a.log"; fail=1; }
+check script "$dir/a.log" \
+  "\[r0\] launch RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=[0-9]* argv=--lr|1e-3|-x main=__main__" \
+  "\[r1\] launch RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 "
+[ "$(grep -c '\] launch ' "$dir/a.log")" -eq 2 ] || { echo "FAIL script: not 2 ranks"; fail=1; }
+
+cp "$script" "$dir/show_launch_mod.py"
+PYTHONPATH="$dir" "$run" --quiet --nproc_per_node 3 -m show_launch_mod --epochs 2 \
+  >"$dir/m.log" 2>&1 || { echo "FAIL module: exit $?"; cat "$dir/m.log"; fail=1; }
+check module "$dir/m.log" "\[r2\] launch RANK=2 LOCAL_RANK=2 WORLD_SIZE=3 .*argv=--epochs|2 main=__main__"
+
+{ echo "#!$py"; cat "$script"; } >"$dir/launch_tool"
+chmod +x "$dir/launch_tool"
+"$run" --quiet --nproc-per-node=1 --no-python "$dir/launch_tool" --flag >"$dir/n.log" 2>&1 \
+  || { echo "FAIL no-python: exit $?"; cat "$dir/n.log"; fail=1; }
+check no-python "$dir/n.log" "\[r0\] launch RANK=0 .*argv=--flag"
+
+# The classic form still works: flags, --, the program.
+"$run" --quiet -n 1 -- "$py" "$script" a b >"$dir/c.log" 2>&1 \
+  || { echo "FAIL classic: exit $?"; cat "$dir/c.log"; fail=1; }
+check classic "$dir/c.log" "argv=a|b"
+
+"$run" --quiet --nnodes=2 --nproc-per-node=1 "$script" >"$dir/x.log" 2>&1; rc=$?
+if [ "$rc" -ne 2 ]; then echo "FAIL nnodes: exit $rc, want 2"; fail=1; fi
+check nnodes "$dir/x.log" "several nodes are not supported yet"
+
+"$run" --quiet -n 2 --nproc-per-node=3 "$script" >"$dir/y.log" 2>&1; rc=$?
+if [ "$rc" -ne 2 ]; then echo "FAIL disagree: exit $rc, want 2"; fail=1; fi
+check disagree "$dir/y.log" "disagree"
+
+[ "$fail" -eq 0 ] && echo "all ok"
+exit "$fail"
