@@ -36,10 +36,12 @@ unsigned char Pattern(int thread, int copy, size_t i) {
   return static_cast<unsigned char>((thread * 131 + copy * 31 + i * 7 + (i >> 9)) & 0xff);
 }
 
-// revenantMarkStep() when running under Revenant (nullptr natively): thread 0
-// marks a minibatch boundary at each of its checkpoints, as a training loop
-// does once per step, so the journal's minibatch log is cleared as it would
-// be in training. (This loop uploads no input batch, so the automatic
+// revenantMarkStep() when running under Revenant (nullptr natively): every
+// thread marks a minibatch boundary at each of its checkpoints, as a training
+// loop does once per step, so the journal's minibatch log is cleared as it
+// would be in training. (Every thread, not one: on a loaded machine one
+// thread may not run for seconds while the others go on, and everything
+// they issue before the first boundary stays in the setup log.) (This loop uploads no input batch, so the automatic
 // boundary detector finds none; without marks every call stays in the setup
 // log: see docs/reliability.md.)
 using MarkStepFn = void (*)();
@@ -92,7 +94,7 @@ void Worker(int t, double seconds, Result* result) {
       CHECK_CUDA(cudaStreamSynchronize(s));
       calls += 2;
       EXPECT_APP(*now == seq, "thread %d: state %d after step %d", t, *now, seq);
-      if (t == 0 && g_mark_steps && MarkStep() != nullptr) MarkStep()();
+      if (g_mark_steps && MarkStep() != nullptr) MarkStep()();
       if (std::chrono::steady_clock::now() >= end) break;
     }
   }

@@ -3,16 +3,18 @@
 # a fixed time, then a burst larger than the request ring. Fails when a
 # request is lost, duplicated or reordered (the program checks on the
 # device), when the job does not finish within --timeout (a deadlock), or
-# when an agent's resident memory keeps growing under steady load.
+# when an agent's resident memory or a rank's journal keeps growing under
+# steady load.
 #   load_test.sh <revenant-run> <load program> <host kernels> [seconds] [ranks]
 set -u
 run="$1"; app="$2"; kernels="$3"; seconds="${4:-10}"; ranks="${5:-4}"
 # Bounds during the steady phase (3 s into the load to 1 s before its end).
 # The working set (rings, staging, device pages touched) is in place after the
 # first second: measured growth is under 100 kB, so 8 MiB is far below a leak
-# of a few bytes per call (~50k calls/s per agent). The program marks a
-# minibatch boundary every 256 steps of thread 0, so each rank's journal (on
-# tmpfs, i.e. memory) holds only the current minibatch: measured < 1 MiB.
+# of a few bytes per call (~50k calls/s per agent). Each thread of the
+# program marks a minibatch boundary every 256 of its steps, so each rank's
+# journal (on tmpfs, i.e. memory) holds only the current minibatch: measured
+# < 1 MiB of records (du also counts the mapped logs' preallocated chunks).
 max_growth_kb=$((8 * 1024))
 max_journal_kb=$((16 * 1024))
 root="$(mktemp -d /dev/shm/rvload-XXXXXX)"
