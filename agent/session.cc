@@ -220,9 +220,10 @@ void Session::Run() {
                                << executed << " requests";
 }
 
+// One request: journal (log before apply, by this thread or the journal
+// thread), run, reply. Each step's rules are in the function that does it.
 void Session::Execute(const transport::RecordHeader& rec) {
   const api::ApiTraits& traits = api::Traits(static_cast<uint32_t>(rec.api_id));
-  const bool nccl = traits.library == api::Library::kNccl;
   const bool has_reply =
       rec.reply_slot >= 0 && static_cast<uint32_t>(rec.reply_slot) < channel_->reply_slots();
   if (rec.reply_slot >= 0 && !has_reply) {
@@ -230,16 +231,34 @@ void Session::Execute(const transport::RecordHeader& rec) {
                                    << rec.reply_slot << " which does not exist; ignored";
     JournaledBeforeReply(rec);  // as every synchronous request (the loop relies on it)
   }
-  // Journal thread, ahead: a request the thread journaled already needs no
-  // journaling here; any other the executor journals itself, holding the
-  // journal-ahead lock until it is journaled (finish_journaling). After a
-  // synchronous request, or one the thread would not journal, the thread
-  // waits until the executor has run it (the barrier): its outcome entry,
-  // or the boundary work done with it, comes before the next entry.
-  bool journal_here = options_.journal != nullptr;
-  bool ahead_locked = false;
-  bool ahead_barrier = false;
-  if (ahead_ != nullptr && journal_here && ahead_->behind) {
+  JournalTurn turn = BeginJournaling(rec);
+  if (rec.api_id == hooks::kMarkStepApiId) {
+    if (turn.here) MarkStepHere(rec);
+    FinishJournaling(rec, &turn);
+    return;
+  }
+  NoteSubmission(rec);
+  MaybeChaos(SessionOptions::Chaos::Point::kBeforeAppend);
+  if (turn.here) JournalBeforeRun(rec);
+  FinishJournaling(rec, &turn);
+  if (validator_ != nullptr && traits.journal == api::JournalClass::kState) {
+    validator_->NoteStateRequest(traits.name);
+  }
+  if (SkipSuperseded(rec, traits)) return;
+  MaybeChaos(SessionOptions::Chaos::Point::kAfterAppend);
+  RunAndReply(rec, traits, has_reply);
+}
+
+// Journal thread, ahead: a request the thread journaled already needs no
+// journaling here; any other the executor journals itself, holding the
+// journal-ahead lock until it is journaled (FinishJournaling). After a
+// synchronous request, or one the thread would not journal, the thread
+// waits until the executor has run it (the barrier): its outcome entry,
+// or the boundary work done with it, comes before the next entry.
+Session::JournalTurn Session::BeginJournaling(const transport::RecordHeader& rec) {
+  JournalTurn turn;
+  turn.here = options_.journal != nullptr;
+  if (ahead_ != nullptr && turn.here && ahead_->behind) {
     // Write-behind. The executor follows the minibatch boundaries itself
     // (the journal's detector belongs to whoever journals); a plain request
     // runs now and the thread journals it later; any other is journaled
@@ -248,62 +267,65 @@ void Session::Execute(const transport::RecordHeader& rec) {
                           exec_detector_.OnRequest(rec.api_id,
                                                    absl::string_view(rec.body(), rec.body_size()));
     if (PlainBehind(rec, boundary)) {
-      journal_here = false;
+      turn.here = false;
       if (boundary) StartMinibatchBehind(rec);
+      return turn;
+    }
+    {
+      ExecutorWaitTimer timer(this, options_.journal->timing());
+      CatchUpLocked(rec.seq);
+    }
+    if (ahead_->journaled.load(std::memory_order_relaxed) >= rec.seq) {
+      // Cannot happen (both sides classify a request alike): journaled
+      // once, by the thread.
+      REVENANT_LOG(ERROR, "agent") << "write-behind: request " << rec.seq
+                                   << " was journaled by the thread; its boundary work, if "
+                                      "any, is not done here";
+      ahead_->mu.Unlock();
+      turn.here = false;
     } else {
-      {
-        ExecutorWaitTimer timer(this, options_.journal->timing());
-        CatchUpLocked(rec.seq);
-      }
-      if (ahead_->journaled.load(std::memory_order_relaxed) >= rec.seq) {
-        // Cannot happen (both sides classify a request alike): journaled
-        // once, by the thread.
-        REVENANT_LOG(ERROR, "agent") << "write-behind: request " << rec.seq
-                                     << " was journaled by the thread; its boundary work, if "
-                                        "any, is not done here";
-        ahead_->mu.Unlock();
-        journal_here = false;
-      } else {
-        ahead_locked = true;
-        ahead_barrier = true;
-      }
+      turn.locked = true;
+      turn.barrier = true;
     }
-  } else if (ahead_ != nullptr && journal_here) {
+  } else if (ahead_ != nullptr && turn.here) {
     ExecutorWaitTimer timer(this, options_.journal->timing() && rec.seq > ahead_seen_);
-    ahead_locked = journal_here = LockToJournal(rec);
-    if (!journal_here) StartBoundaryJournaledAhead(rec);
-    if (ahead_locked) ahead_barrier = rec.reply_slot >= 0 || !Plain(rec);
+    turn.locked = turn.here = LockToJournal(rec);
+    if (!turn.here) StartBoundaryJournaledAhead(rec);
+    if (turn.locked) turn.barrier = rec.reply_slot >= 0 || !Plain(rec);
   }
-  auto finish_journaling = [&] {
-    if (!ahead_locked) return;
-    ahead_->pos = channel_->requests().read_position() + rec.stride();
-    if (ahead_barrier) ahead_->barrier.store(rec.seq, std::memory_order_release);
-    ahead_->journaled.store(rec.seq, std::memory_order_release);
-    ahead_seen_ = rec.seq;
-    if (ahead_->behind) {
-      exec_minibatch_ = options_.journal->minibatch();
-      exec_journaled_ = rec.seq;
-    }
-    ++ahead_->by_executor;
-    ahead_locked = false;
-    ahead_->mu.Unlock();
-  };
-  if (rec.api_id == hooks::kMarkStepApiId) {
-    if (journal_here) {
-      if (validator_ != nullptr) {
-        validator_->MinibatchEnding(options_.journal->minibatch(), options_.journal->dir());
-      }
-      if (snapshots_ != nullptr) SnapshotBoundary(options_.journal->minibatch() + 1, rec.seq);
-      if (absl::Status s = options_.journal->MarkStep(); !s.ok()) JournalFailed(s);
-      if (snapshots_ != nullptr) SnapshotRecorded(options_.journal->minibatch());
-      // Collective ordinals restart per minibatch, as at a detected boundary.
-      backend_->MarkBoundary(options_.journal->minibatch());
-      NoteMinibatchStarted(options_.journal->minibatch());
-      if (validator_ != nullptr) validator_->MinibatchStarted(options_.journal->minibatch());
-    }
-    finish_journaling();
-    return;
+  return turn;
+}
+
+void Session::FinishJournaling(const transport::RecordHeader& rec, JournalTurn* turn) {
+  if (!turn->locked) return;
+  ahead_->pos = channel_->requests().read_position() + rec.stride();
+  if (turn->barrier) ahead_->barrier.store(rec.seq, std::memory_order_release);
+  ahead_->journaled.store(rec.seq, std::memory_order_release);
+  ahead_seen_ = rec.seq;
+  if (ahead_->behind) {
+    exec_minibatch_ = options_.journal->minibatch();
+    exec_journaled_ = rec.seq;
   }
+  ++ahead_->by_executor;
+  turn->locked = false;
+  ahead_->mu.Unlock();
+}
+
+// An explicit minibatch marker (revenantMarkStep), journaled here.
+void Session::MarkStepHere(const transport::RecordHeader& rec) {
+  if (validator_ != nullptr) {
+    validator_->MinibatchEnding(options_.journal->minibatch(), options_.journal->dir());
+  }
+  if (snapshots_ != nullptr) SnapshotBoundary(options_.journal->minibatch() + 1, rec.seq);
+  if (absl::Status s = options_.journal->MarkStep(); !s.ok()) JournalFailed(s);
+  if (snapshots_ != nullptr) SnapshotRecorded(options_.journal->minibatch());
+  // Collective ordinals restart per minibatch, as at a detected boundary.
+  backend_->MarkBoundary(options_.journal->minibatch());
+  NoteMinibatchStarted(options_.journal->minibatch());
+  if (validator_ != nullptr) validator_->MinibatchStarted(options_.journal->minibatch());
+}
+
+void Session::NoteSubmission(const transport::RecordHeader& rec) {
   ++requests_seen_;
   static const bool diagnostics = [] {
     return knobs::Bool(knobs::Id::kDiagnostics).value_or(false);
@@ -314,50 +336,52 @@ void Session::Execute(const transport::RecordHeader& rec) {
                                 << rec.body_size() << " bytes"
                                 << (rec.reply_slot >= 0 ? ", sync" : ", async") << ")";
   }
-  MaybeChaos(SessionOptions::Chaos::Point::kBeforeAppend);
-  if (journal_here) {
-    // Log before apply.
-    const uint64_t minibatch = options_.journal->minibatch();
-    if (validator_ != nullptr && options_.journal->BoundaryBefore(rec)) {
-      validator_->MinibatchEnding(minibatch, options_.journal->dir());
-    }
-    if (snapshots_ != nullptr && options_.journal->BoundaryBefore(rec)) {
-      SnapshotBoundary(minibatch + 1, rec.seq);
-    }
-    if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec)); !s.ok()) {
-      JournalFailed(s);
-    }
-    if (options_.journal->minibatch() != minibatch) {
-      if (snapshots_ != nullptr) SnapshotRecorded(options_.journal->minibatch());
-      backend_->MarkBoundary(options_.journal->minibatch());
-      NoteMinibatchStarted(options_.journal->minibatch());
-      if (skip_until_minibatch_ != 0 && options_.journal->minibatch() >= skip_until_minibatch_) {
-        REVENANT_LOG(INFO, "agent") << "caught up with the job at minibatch "
-                                    << options_.journal->minibatch();
-        skip_until_minibatch_ = 0;
-      }
-      if (validator_ != nullptr && skip_until_minibatch_ == 0) {
-        validator_->MinibatchStarted(options_.journal->minibatch());
-      }
-    }
+}
+
+// Log before apply; a request that starts a minibatch starts it in the
+// backend, the snapshots and the validator too.
+void Session::JournalBeforeRun(const transport::RecordHeader& rec) {
+  const uint64_t minibatch = options_.journal->minibatch();
+  if (validator_ != nullptr && options_.journal->BoundaryBefore(rec)) {
+    validator_->MinibatchEnding(minibatch, options_.journal->dir());
   }
-  finish_journaling();
-  if (validator_ != nullptr && traits.journal == api::JournalClass::kState) {
-    validator_->NoteStateRequest(traits.name);
+  if (snapshots_ != nullptr && options_.journal->BoundaryBefore(rec)) {
+    SnapshotBoundary(minibatch + 1, rec.seq);
   }
-  if (skip_until_minibatch_ != 0 &&
-      api::Traits(static_cast<uint32_t>(rec.api_id)).journal == api::JournalClass::kReplay) {
-    // The survivors were past this minibatch when this agent replaced a dead
-    // one: its device work is superseded by the state they handed over.
-    if (rec.reply_slot >= 0 && static_cast<uint32_t>(rec.reply_slot) < channel_->reply_slots()) {
-      JournaledBeforeReply(rec);
-      ReplyPrefix prefix;
-      std::memcpy(channel_->ReplyBuffer(rec.reply_slot), &prefix, sizeof(prefix));
-      channel_->PostReply(rec.reply_slot, rec.seq, 0, kReplyPrefixSize);
-    }
-    return;
+  if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec)); !s.ok()) {
+    JournalFailed(s);
   }
-  MaybeChaos(SessionOptions::Chaos::Point::kAfterAppend);
+  if (options_.journal->minibatch() == minibatch) return;
+  if (snapshots_ != nullptr) SnapshotRecorded(options_.journal->minibatch());
+  backend_->MarkBoundary(options_.journal->minibatch());
+  NoteMinibatchStarted(options_.journal->minibatch());
+  if (skip_until_minibatch_ != 0 && options_.journal->minibatch() >= skip_until_minibatch_) {
+    REVENANT_LOG(INFO, "agent") << "caught up with the job at minibatch "
+                                << options_.journal->minibatch();
+    skip_until_minibatch_ = 0;
+  }
+  if (validator_ != nullptr && skip_until_minibatch_ == 0) {
+    validator_->MinibatchStarted(options_.journal->minibatch());
+  }
+}
+
+// The survivors were past this minibatch when this agent replaced a dead
+// one: its device work is superseded by the state they handed over, so a
+// replayable request is answered (success) without running.
+bool Session::SkipSuperseded(const transport::RecordHeader& rec, const api::ApiTraits& traits) {
+  if (skip_until_minibatch_ == 0 || traits.journal != api::JournalClass::kReplay) return false;
+  if (rec.reply_slot >= 0 && static_cast<uint32_t>(rec.reply_slot) < channel_->reply_slots()) {
+    JournaledBeforeReply(rec);
+    ReplyPrefix prefix;
+    std::memcpy(channel_->ReplyBuffer(rec.reply_slot), &prefix, sizeof(prefix));
+    channel_->PostReply(rec.reply_slot, rec.seq, 0, kReplyPrefixSize);
+  }
+  return true;
+}
+
+void Session::RunAndReply(const transport::RecordHeader& rec, const api::ApiTraits& traits,
+                          bool has_reply) {
+  const bool nccl = traits.library == api::Library::kNccl;
   thread_local std::vector<char> scratch(64 << 10);
   char* reply = has_reply ? channel_->ReplyBuffer(rec.reply_slot) : scratch.data();
   const uint32_t capacity = has_reply ? channel_->reply_data_size() : scratch.size();
@@ -380,46 +404,7 @@ void Session::Execute(const transport::RecordHeader& rec) {
   }
   MaybeChaos(SessionOptions::Chaos::Point::kAfterExecute);
   if (has_reply) {
-    ReplyPrefix prefix;
-    prefix.deferred_error = deferred_error_;
-    deferred_error_ = 0;
-    if (nccl && CarriesNcclDeferredError(static_cast<api::ApiId>(rec.api_id))) {
-      prefix.nccl_deferred_error = nccl_deferred_error_;
-      nccl_deferred_error_ = 0;
-    }
-    std::memcpy(reply, &prefix, sizeof(prefix));
-    JournaledBeforeReply(rec);
-    auto journal_outcome = [&] {
-      // The journal-ahead thread waits for this request to finish (barrier):
-      // the lock only orders memory.
-      if (ahead_ != nullptr) LockSpinning(ahead_->mu);
-      absl::Status s = options_.journal->AfterExecute(
-          rec, status, absl::string_view(reply + kReplyPrefixSize, out.size()));
-      if (ahead_ != nullptr) ahead_->mu.Unlock();
-      if (!s.ok()) JournalFailed(s);
-    };
-    const bool outcome_after =
-        options_.journal != nullptr && RequestJournal::OutcomeMayFollowReply(rec.api_id);
-    if (options_.journal != nullptr && !outcome_after) journal_outcome();
-    channel_->PostReply(rec.reply_slot, rec.seq, static_cast<uint32_t>(status),
-                        kReplyPrefixSize + static_cast<uint32_t>(out.size()));
-    MaybeChaos(SessionOptions::Chaos::Point::kAfterReply);
-    // The reply buffer stays as written: the application only reads it, and
-    // the next reply into it comes from this thread, later.
-    if (outcome_after) {
-      const absl::string_view outputs(reply + kReplyPrefixSize, out.size());
-      if (ahead_ != nullptr && ahead_->behind && outputs.size() <= kHandedOutcomeMax) {
-        // Write-behind: the thread appends it (it waits for this request to
-        // finish; `done`, stored after this returns, publishes the fields).
-        JournalAhead& a = *ahead_;
-        a.pending_header = rec;
-        a.pending_status = status;
-        a.pending_outputs.assign(outputs.data(), outputs.size());
-        a.pending_seq = rec.seq;
-      } else {
-        journal_outcome();
-      }
-    }
+    Reply(rec, nccl, status, reply, out.size());
     return;
   }
   MaybeChaos(SessionOptions::Chaos::Point::kAfterReply);
@@ -430,6 +415,52 @@ void Session::Execute(const transport::RecordHeader& rec) {
     // synchronous NCCL call (docs/design.md, "NCCL calls").
     int32_t& deferred = nccl ? nccl_deferred_error_ : deferred_error_;
     if (deferred == 0) deferred = status;
+  }
+}
+
+// The reply of a synchronous request, with the deferred errors of the
+// asynchronous ones before it; its outcome journaled before the reply, or
+// after it where the outcome may follow (RequestJournal::OutcomeMayFollowReply).
+void Session::Reply(const transport::RecordHeader& rec, bool nccl, int32_t status, char* reply,
+                    size_t out_size) {
+  ReplyPrefix prefix;
+  prefix.deferred_error = deferred_error_;
+  deferred_error_ = 0;
+  if (nccl && CarriesNcclDeferredError(static_cast<api::ApiId>(rec.api_id))) {
+    prefix.nccl_deferred_error = nccl_deferred_error_;
+    nccl_deferred_error_ = 0;
+  }
+  std::memcpy(reply, &prefix, sizeof(prefix));
+  JournaledBeforeReply(rec);
+  auto journal_outcome = [&] {
+    // The journal-ahead thread waits for this request to finish (barrier):
+    // the lock only orders memory.
+    if (ahead_ != nullptr) LockSpinning(ahead_->mu);
+    absl::Status s = options_.journal->AfterExecute(
+        rec, status, absl::string_view(reply + kReplyPrefixSize, out_size));
+    if (ahead_ != nullptr) ahead_->mu.Unlock();
+    if (!s.ok()) JournalFailed(s);
+  };
+  const bool outcome_after =
+      options_.journal != nullptr && RequestJournal::OutcomeMayFollowReply(rec.api_id);
+  if (options_.journal != nullptr && !outcome_after) journal_outcome();
+  channel_->PostReply(rec.reply_slot, rec.seq, static_cast<uint32_t>(status),
+                      kReplyPrefixSize + static_cast<uint32_t>(out_size));
+  MaybeChaos(SessionOptions::Chaos::Point::kAfterReply);
+  // The reply buffer stays as written: the application only reads it, and
+  // the next reply into it comes from this thread, later.
+  if (!outcome_after) return;
+  const absl::string_view outputs(reply + kReplyPrefixSize, out_size);
+  if (ahead_ != nullptr && ahead_->behind && outputs.size() <= kHandedOutcomeMax) {
+    // Write-behind: the thread appends it (it waits for this request to
+    // finish; `done`, stored after this returns, publishes the fields).
+    JournalAhead& a = *ahead_;
+    a.pending_header = rec;
+    a.pending_status = status;
+    a.pending_outputs.assign(outputs.data(), outputs.size());
+    a.pending_seq = rec.seq;
+  } else {
+    journal_outcome();
   }
 }
 

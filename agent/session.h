@@ -33,6 +33,7 @@
 #include "agent/journaling.h"
 #include "agent/snapshot.h"
 #include "api/hook_protocol.h"
+#include "api/traits.h"
 #include "transport/shm_channel.h"
 
 namespace revenant {
@@ -184,7 +185,27 @@ class Session {
   void ForgetDeviceState();
 
  private:
+  // One request: BeginJournaling, JournalBeforeRun (or MarkStepHere),
+  // FinishJournaling, RunAndReply.
   void Execute(const transport::RecordHeader& rec);
+  // Who journals a request (this thread or the journal thread) and the
+  // journal-ahead lock this thread holds for it.
+  struct JournalTurn {
+    bool here = false;     // this thread journals it
+    bool locked = false;   // ahead_->mu held until FinishJournaling
+    bool barrier = false;  // the thread waits until this request ran
+  };
+  JournalTurn BeginJournaling(const transport::RecordHeader& rec);
+  // Publishes the request as journaled to the journal thread, releases mu.
+  void FinishJournaling(const transport::RecordHeader& rec, JournalTurn* turn);
+  void MarkStepHere(const transport::RecordHeader& rec);
+  void NoteSubmission(const transport::RecordHeader& rec);
+  void JournalBeforeRun(const transport::RecordHeader& rec);
+  bool SkipSuperseded(const transport::RecordHeader& rec, const api::ApiTraits& traits);
+  void RunAndReply(const transport::RecordHeader& rec, const api::ApiTraits& traits,
+                   bool has_reply);
+  void Reply(const transport::RecordHeader& rec, bool nccl, int32_t status, char* reply,
+             size_t out_size);
   // Executes a replayed request: no journaling; the reply is posted only if
   // the application still waits for it; `expected` (may be null) is the
   // outcome the dead agent recorded, compared with the replay's.

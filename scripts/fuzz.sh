@@ -44,8 +44,8 @@ echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long)
 "$CXX" -fsanitize=fuzzer -o "${TMPDIR:-/tmp}/revenant_fuzz_probe" "${TMPDIR:-/tmp}/revenant_fuzz_probe.cc" 2>/dev/null ||
   die "$CXX cannot link -fsanitize=fuzzer: libFuzzer is missing (Debian: apt-get install -y clang libclang-rt-14-dev)"
 
-COMMON=(common/events.cc common/kv.cc common/logging.cc)
-JOURNAL=(journal/api_name.cc journal/crc32c.cc journal/file.cc journal/journal.cc
+COMMON=(common/crc32c.cc common/events.cc common/knobs.cc common/kv.cc common/logging.cc)
+JOURNAL=(journal/api_name.cc journal/file.cc journal/journal.cc
          journal/log_reader.cc journal/log_writer.cc GEN:proto/journal.pb.cc GEN:api/api_traits.cc)
 TRANSPORT=(transport/control_socket.cc transport/shm_channel.cc)
 AGENT=(agent/handles.cc agent/hooks.cc agent/session.cc agent/journaling.cc agent/allocator.cc
@@ -55,7 +55,7 @@ AGENT=(agent/handles.cc agent/hooks.cc agent/session.cc agent/journaling.cc agen
 declare -A SRCS=(
   [dispatch]="tests/fuzz/dispatch_fuzzer.cc ${AGENT[*]} ${JOURNAL[*]} ${TRANSPORT[*]} ${COMMON[*]}"
   [journal_reader]="tests/fuzz/journal_reader_fuzzer.cc ${JOURNAL[*]} ${COMMON[*]}"
-  [log_reader]="tests/fuzz/log_reader_fuzzer.cc journal/crc32c.cc journal/file.cc journal/log_reader.cc"
+  [log_reader]="tests/fuzz/log_reader_fuzzer.cc common/crc32c.cc common/knobs.cc common/logging.cc journal/file.cc journal/log_reader.cc"
   [handshake]="tests/fuzz/handshake_fuzzer.cc transport/control_socket.cc ${COMMON[*]}"
 )
 # As third_party/BUILD links them.
