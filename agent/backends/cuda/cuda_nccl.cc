@@ -205,11 +205,12 @@ CudaNccl::~CudaNccl() {
   // The device memory and streams go with the context; the pinned bounce
   // buffer is this process's.
   if (bounce_ != nullptr) ::cudaFreeHost(bounce_);
+  if (stage_ != nullptr) ::cudaFreeHost(stage_);
 }
 
 bool CudaNccl::Recoverable(const Comm& c) const {
   return options_.recovery_timeout > absl::ZeroDuration() && !job_root_.empty() &&
-         c.nranks > 1 && !c.key.empty();
+         c.nranks > 1 && !c.key.empty() && !c.failed;
 }
 
 int CudaNccl::ReadEpoch() const { return ReadRecoveryEpoch(job_root_); }
@@ -567,18 +568,18 @@ ncclResult_t CudaNccl::WarmUp(Comm& c) {
 
 // --- Fence and recovery (docs/recovery.md, "Over real NCCL") --------------------------------
 
-bool CudaNccl::EnsureBounce(size_t n) {
-  if (n <= bounce_bytes_) return true;
-  if (bounce_ != nullptr) ::cudaFreeHost(bounce_);
-  bounce_ = nullptr;
-  bounce_bytes_ = 0;
+bool CudaNccl::EnsurePinned(void** buf, size_t* bytes, size_t n) {
+  if (n <= *bytes) return true;
+  if (*buf != nullptr) ::cudaFreeHost(*buf);
+  *buf = nullptr;
+  *bytes = 0;
   const size_t want = std::max<size_t>(n, 1 << 20);
-  if (::cudaMallocHost(&bounce_, want) != cudaSuccess) {
+  if (::cudaMallocHost(buf, want) != cudaSuccess) {
     (void)::cudaGetLastError();
-    bounce_ = nullptr;
+    *buf = nullptr;
     return false;
   }
-  bounce_bytes_ = want;
+  *bytes = want;
   return true;
 }
 
@@ -594,7 +595,11 @@ absl::Status CudaNccl::WaitEvent(cudaEvent_t ev, const char* what) {
       return absl::DeadlineExceededError(
           absl::StrCat(what, " did not complete in ", absl::FormatDuration(timeout_)));
     }
-    absl::SleepFor(polls < 20 ? kFirstPolls : kPoll);
+    if (polls < 64) {
+      std::this_thread::yield();
+    } else {
+      absl::SleepFor(polls < 200 ? kFirstPolls : kPoll);
+    }
   }
 }
 
@@ -761,21 +766,35 @@ ncclResult_t CudaNccl::Fence(Comm& c, const char* what, const std::vector<Op>& o
   return result;
 }
 
-void CudaNccl::CacheResults(Comm& c, UnitOrdinal ordinal, const std::vector<Op>& ops) {
-  if (!options_.cache_results) return;
-  std::vector<std::string> results;
+bool CudaNccl::StageResults(const std::vector<Op>& ops) {
+  if (!options_.cache_results) return false;
+  size_t total = 0;
+  for (const Op& op : ops) total += op.recv_bytes;
+  if (total == 0) return true;
+  if (!EnsurePinned(&stage_, &stage_bytes_, total)) {
+    REVENANT_LOG(WARNING, kLog) << "no pinned memory (" << total
+                                << " bytes) to keep a collective's result for a replay";
+    return false;
+  }
+  size_t off = 0;
   for (const Op& op : ops) {
-    std::string bytes;
-    if (op.recv_bytes > 0) {
-      if (!EnsureBounce(op.recv_bytes) ||
-          !CopyOnAux(bounce_, op.recv, op.recv_bytes, cudaMemcpyDeviceToHost).ok()) {
-        REVENANT_LOG(WARNING, kLog) << "collective (" << ordinal.first << ", " << ordinal.second
-                                    << "): its result could not be kept for a replay";
-        return;
-      }
-      bytes.assign(static_cast<const char*>(bounce_), op.recv_bytes);
+    if (op.recv_bytes == 0) continue;
+    if (::cudaMemcpyAsync(static_cast<char*>(stage_) + off, op.recv, op.recv_bytes,
+                          cudaMemcpyDeviceToHost, op.stream) != cudaSuccess) {
+      (void)::cudaGetLastError();
+      return false;
     }
-    results.push_back(std::move(bytes));
+    off += op.recv_bytes;
+  }
+  return true;
+}
+
+void CudaNccl::CacheResults(Comm& c, UnitOrdinal ordinal, const std::vector<Op>& ops) {
+  std::vector<std::string> results;
+  size_t off = 0;
+  for (const Op& op : ops) {
+    results.emplace_back(static_cast<const char*>(stage_) + off, op.recv_bytes);
+    off += op.recv_bytes;
   }
   c.cache[ordinal] = std::move(results);
 }
@@ -835,16 +854,24 @@ ncclResult_t CudaNccl::RunUnit(Comm& c, const char* what, std::vector<Op>& ops) 
     absl::Status s = Recover(c, ordinal, /*replacement=*/true, c.minibatch, nullptr);
     if (!s.ok()) {
       REVENANT_LOG(ERROR, kLog) << what << ": joining the survivors failed: " << s;
+      c.failed = true;
       return absl::IsDeadlineExceeded(s) ? ncclSystemError : ncclRemoteError;
     }
     if (ApplyPrereceived(c, ordinal, ops, &r)) return r;
   }
+  bool staged = false;
+  // Issue, keep the result, fence.
+  auto attempt = [&]() -> ncclResult_t {
+    ncclResult_t a = Issue(c, what, ops);
+    if (a != ncclSuccess) return a;
+    staged = StageResults(ops);
+    return Fence(c, what, ops);
+  };
   if (c.aborted.load() && c.comm != nullptr) {
     r = static_cast<ncclResult_t>(c.error.load());  // failed earlier: recover below
   } else {
     r = SaveInputs(c, ops);
-    if (r == ncclSuccess) r = Issue(c, what, ops);
-    if (r == ncclSuccess) r = Fence(c, what, ops);
+    if (r == ncclSuccess) r = attempt();
   }
   // A member died (or stopped answering): recover and retry, bounded by
   // the recovery timeout, as long as the failure is one a recovery cures.
@@ -859,14 +886,14 @@ ncclResult_t CudaNccl::RunUnit(Comm& c, const char* what, std::vector<Op>& ops) 
       REVENANT_LOG(ERROR, kLog) << "rank " << c.rank << ": collective (" << ordinal.first << ", "
                                 << ordinal.second << ") cannot be recovered: " << s;
       if (!c.aborted.load() && c.comm != nullptr) AbortComm(c, r, s.ToString());
+      c.failed = true;
       return r;
     }
     if (ApplyPrereceived(c, ordinal, ops, &r)) return r;
     r = RestoreInputs(c, ops);
-    if (r == ncclSuccess) r = Issue(c, what, ops);
-    if (r == ncclSuccess) r = Fence(c, what, ops);
+    if (r == ncclSuccess) r = attempt();
   }
-  if (r == ncclSuccess) CacheResults(c, ordinal, ops);
+  if (r == ncclSuccess && staged) CacheResults(c, ordinal, ops);
   return r;
 }
 

@@ -19,7 +19,10 @@
 // A watchdog thread (started with the first communicator) aborts every
 // communicator when
 //   - one reports an asynchronous error (a peer died, a network error),
-//   - the job declares a recovery epoch (<job>/epoch, as revenant-run does),
+//   - the job declares a recovery epoch (<job>/epoch, as revenant-run does)
+//     and this agent does not recover (with recovery only the communicators
+//     that cannot be re-formed, splits and shrinks, are aborted: the others
+//     handle the epoch themselves, below),
 //   - a synchronization (SyncScope) has been blocked longer than the
 //     timeout while communicators exist (a collective waiting for a peer
 //     that is gone: NCCL kernels spin until aborted),
@@ -30,22 +33,62 @@
 //
 // Start agreement (cuda_nccl_start.h): before a communicator is created with
 // ncclCommInitRank*, every rank of it checks that its NCCL is >= 2.22 and
-// that no two ranks drive the same GPU, exchanging one line each through the
-// job directory's parent (a directory per unique id; bounded by the
-// timeout); one verdict, the same on every rank. A refusal is
-// ncclInvalidUsage and a log line naming the offending ranks on every rank;
-// a rank that never joins makes the others fail with ncclSystemError. A
-// 1-rank communicator only checks its own NCCL version.
+// that ranks driving the same GPU each have their own NCCL_HOSTID,
+// exchanging one line each through the job directory's parent (a directory
+// per unique id; bounded by the timeout); one verdict, the same on every
+// rank. A refusal is ncclInvalidUsage and a log line naming the offending
+// ranks on every rank; a rank that never joins makes the others fail with
+// ncclSystemError. A 1-rank communicator only checks its own NCCL version.
+// Shared GPU: with CudaNcclOptions::gpu_shared (revenant-run --gpus with
+// more ranks than GPUs) ConfigureSharedGpu sets NCCL_HOSTID to
+// "<host>-revenant-rank<r>" and NCCL_SOCKET_IFNAME=lo unless the user set
+// them (logged either way): NCCL then treats the ranks as separate hosts and
+// connects them over its socket transport. The same NCCL_HOSTID exported to
+// every rank is an accidental duplicate, refused by the agreement.
 // Warm-up: right after a communicator is created (outside a group), one
 // small all-reduce on a stream of its own, waited for with the same bound,
 // so connection setup is not charged to the application's first step
 // (REVENANT_NCCL_WARMUP=0 turns it off).
 //
-// Replay (a replacement agent): a 1-rank communicator is re-created with a
-// fresh unique id (the journaled id's bootstrap died with the old agent) and
-// its collectives run for real. A communicator of several ranks is refused
-// (ncclInvalidUsage and a log line saying why; docs/recovery.md, Limits),
-// as are splits/shrinks of one.
+// Handles: the application gets a virtual handle (the address of the
+// agent's record), not NCCL's; the NCCL communicator under it may be
+// replaced by a recovery, the handle and the ranks stay.
+//
+// Recovery (docs/recovery.md, "Over real NCCL"): a communicator is
+// recoverable when the job recovers (recovery_timeout > 0), it has several
+// ranks and it was made by ncclCommInitRank* (its key: the hash of the
+// application's unique id, which a replacement's journal replays too).
+//   - Fence: each collective unit (a call, or a communicator's part of an
+//     NCCL group, which is held back until ncclGroupEnd and issued then as
+//     one group) is waited for before the call returns: the executor
+//     enqueues nothing behind it until its streams passed it (events polled,
+//     bounded by the timeout), so the optimizer step never runs on a
+//     collective that failed. An in-place unit's input is first copied to a
+//     device scratch buffer (a retry needs it); a completed unit's results
+//     are copied to host memory (current and previous minibatch) for a
+//     replacement's replay.
+//   - Failure: the communicator's async error (a dead peer: ncclRemoteError
+//     within milliseconds), a recovery epoch declared while waiting, or the
+//     timeout. The unit then waits for the job's next epoch, aborts its
+//     communicator (ncclCommAbort on a detached thread, bounded: it ends the
+//     spinning kernels; ncclCommShrink of a communicator whose peer died
+//     fails on NCCL 2.28, and 2.28 has no ncclCommGrow), agrees with the
+//     other members through <job>/nccl-recovery-<key>-e<E>/
+//     (cuda_nccl_recovery.h: reports, rank 0's fresh unique id, the plan of
+//     recovery_plan.h shared with the Gloo engine, results of completed
+//     units, the state for replacements), creates the new communicator
+//     (ncclCommInitRankConfig, non-blocking, bounded, preempted by a newer
+//     epoch), restores the in-place input and runs the unit again.
+//   - Replacement: during the replay its communicators of several ranks are
+//     created without NCCL (they join at the epoch: JoinRecovery at the
+//     journal's minibatch boundary, or their first collective in the first
+//     minibatch); the setup log's collectives are skipped (history); the
+//     minibatch log's collectives take the survivors' results for the units
+//     they completed and run jointly from the one they wait in.
+// Without recovery a communicator of several ranks is refused during a
+// replay (ncclInvalidUsage and a log line), as are splits and shrinks of
+// one (no unique id to re-form from); a 1-rank communicator is re-created
+// with a fresh unique id and its collectives run for real.
 //
 // Thread safety: all methods may be called from several threads.
 #ifndef REVENANT_AGENT_BACKENDS_CUDA_CUDA_NCCL_H_
@@ -189,6 +232,7 @@ class CudaNccl {
     std::string key;  // IdHash of the application's unique id; empty: not re-formable
     int epoch = 0;    // the recovery epoch it was formed in
     bool joining = false;  // a replacement's: joins the survivors at the epoch
+    bool failed = false;   // its recovery failed: later calls answer the error at once
     uint64_t minibatch = 0;
     uint64_t next_index = 0;
     UnitResults cache;        // results of completed units (current, previous minibatch)
@@ -231,6 +275,9 @@ class CudaNccl {
   ncclResult_t Fence(Comm& c, const char* what, const std::vector<Op>& ops);
   ncclResult_t SaveInputs(Comm& c, std::vector<Op>& ops);
   ncclResult_t RestoreInputs(Comm& c, const std::vector<Op>& ops);
+  // Copies the unit's receive buffers to the bounce buffer in stream order
+  // (the fence waits for them too); false when they cannot be kept.
+  bool StageResults(const std::vector<Op>& ops);
   void CacheResults(Comm& c, UnitOrdinal ordinal, const std::vector<Op>& ops);
   // Copies results received during a recovery into the receive buffers, in
   // stream order; false when there are none for `ordinal`.
@@ -244,7 +291,9 @@ class CudaNccl {
   // Device <-> host copies on the private stream, waited for with a bound.
   absl::Status CopyOnAux(void* dst, const void* src, size_t n, cudaMemcpyKind kind);
   absl::Status WaitEvent(cudaEvent_t ev, const char* what);
-  bool EnsureBounce(size_t n);
+  // Grows a pinned host buffer (*buf, *bytes) to at least n bytes.
+  static bool EnsurePinned(void** buf, size_t* bytes, size_t n);
+  bool EnsureBounce(size_t n) { return EnsurePinned(&bounce_, &bounce_bytes_, n); }
   // Polls until `c`'s pending operation settled (bounded); aborts on timeout.
   // `preempt` (optional) ends the wait early with ncclRemoteError.
   ncclResult_t Settle(Comm& c, const char* what, const std::function<bool()>& preempt = {});
@@ -280,10 +329,14 @@ class CudaNccl {
   int group_depth_ = 0;                                            // guarded by mu_
   std::vector<std::shared_ptr<Comm>> group_comms_;                 // guarded by mu_
   std::vector<Queued> group_units_;  // guarded by mu_: recoverable operations of the group
-  // Private stream and pinned bounce buffer for results and state (mu_).
+  // Private stream and pinned bounce buffer for state and received results;
+  // a pinned buffer of its own for results staged behind a unit in its
+  // stream (a failed attempt's copy may still land there). Guarded by mu_.
   cudaStream_t aux_ = nullptr;
   void* bounce_ = nullptr;
   size_t bounce_bytes_ = 0;
+  void* stage_ = nullptr;
+  size_t stage_bytes_ = 0;
 
   // Watchdog.
   std::thread watchdog_;
