@@ -395,7 +395,8 @@ void CudaNccl::Watch() {
     if (!lock.owns_lock()) continue;  // an NCCL call is settling (bounded on its own)
     if (why.empty()) {
       for (auto& [raw, c] : comms_) {
-        if (c->aborted.load() || c->comm == nullptr) continue;
+        // A recoverable communicator's errors are its fence's and recovery's.
+        if (c->aborted.load() || c->comm == nullptr || Recoverable(*c)) continue;
         ncclResult_t state = ncclSuccess;
         if (::ncclCommGetAsyncError(c->comm, &state) != ncclSuccess) continue;
         if (state != ncclSuccess && state != ncclInProgress) {
@@ -408,14 +409,22 @@ void CudaNccl::Watch() {
       }
     }
     if (why.empty()) continue;
+    // An asynchronous error spares the recoverable communicators (their
+    // fence sees it); a synchronization stuck past the timeout does not.
+    const bool spare_recoverable = error != ncclSystemError;
+    auto target = [&](const Comm& c) {
+      return !c.aborted.load() && c.comm != nullptr && !(spare_recoverable && Recoverable(c));
+    };
     bool any = false;
-    for (auto& [raw, c] : comms_) any = any || (!c->aborted.load() && c->comm != nullptr);
+    for (auto& [raw, c] : comms_) any = any || target(*c);
     if (!any) continue;
-    REVENANT_LOG(ERROR, kLog) << "aborting every communicator: " << why;
+    REVENANT_LOG(ERROR, kLog) << "aborting every communicator"
+                              << (spare_recoverable ? " that cannot be re-formed" : "") << ": "
+                              << why;
     abort_cuda_error_.store(cuda_error);
     abort_generation_.fetch_add(1);
     for (auto& [raw, c] : comms_) {
-      if (c->comm != nullptr) AbortComm(*c, error, why);
+      if (target(*c)) AbortComm(*c, error, why);
     }
   }
 }
@@ -727,8 +736,22 @@ ncclResult_t CudaNccl::Fence(Comm& c, const char* what, const std::vector<Op>& o
         result = ncclUnhandledCudaError;
       }
     }
-    if (done || result != ncclSuccess) break;
+    if (result != ncclSuccess) break;
     ncclResult_t state = ncclSuccess;
+    if (done) {
+      // Completed, but an aborted or failing communicator's kernels also
+      // end: its results are then not the collective's.
+      if (c.aborted.load()) {
+        result = static_cast<ncclResult_t>(c.error.load());
+      } else if (::ncclCommGetAsyncError(c.comm, &state) == ncclSuccess &&
+                 state != ncclSuccess && state != ncclInProgress) {
+        REVENANT_LOG(WARNING, kLog) << what << " (" << c.minibatch << ", " << c.next_index - 1
+                                    << ") ended on a failing communicator: "
+                                    << ::ncclGetErrorString(state);
+        result = state;
+      }
+      break;
+    }
     if (::ncclCommGetAsyncError(c.comm, &state) == ncclSuccess && state != ncclSuccess &&
         state != ncclInProgress) {
       REVENANT_LOG(WARNING, kLog) << what << " (" << c.minibatch << ", " << c.next_index - 1
