@@ -198,6 +198,79 @@ TEST(CudaNcclFakeTest, FourRanksRecoverAMemberKilledMidAllReduce) {
   for (auto& r : ranks) EXPECT_EQ(r->nccl->CommDestroy(r->comm), ncclSuccess);
 }
 
+TEST(CudaNcclFakeTest, TwoReplacementsAtOnceWhenTheSurvivorsAreAMinibatchAhead) {
+  const std::string root = JobRoot(kRanks);
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (int r = 0; r < kRanks; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30));
+  ncclUniqueId id;
+  ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
+  std::vector<std::thread> threads;
+  std::vector<bool> ok(kRanks, false);
+  // Minibatch 1 completes everywhere (two units), then its optimizer step
+  // changes the state: the survivors are at minibatch 2's boundary.
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      Rank& me = *ranks[r];
+      ok[r] = me.nccl->CommInitRankConfig(&me.comm, kRanks, id, r, nullptr) == ncclSuccess;
+      me.nccl->MarkBoundary(1);
+      for (int k = 0; k < 2 && ok[r]; ++k) ok[r] = me.AllReduce(1.0f) == ncclSuccess && me.All(4.0f);
+      std::memset(me.range.data(), 0x17, kState);
+      me.nccl->MarkBoundary(2);
+    });
+  }
+  for (auto& t : threads) t.join();
+  threads.clear();
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(ok[r]) << "rank " << r;
+  // Ranks 1 and 2 die together; the survivors wait in unit (2, 0).
+  std::vector<ncclResult_t> results(kRanks, ncclInternalError);
+  for (int r : {0, 3}) {
+    threads.emplace_back([&, r] { results[r] = ranks[r]->AllReduce(static_cast<float>(r + 1)); });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  fake_nccl::BreakGroup(id);
+  DeclareEpoch(root, 1);
+  // Both replacements' journals are at minibatch 1.
+  std::vector<std::unique_ptr<Rank>> repl(kRanks);
+  std::vector<std::string> errors(kRanks);
+  std::vector<std::thread> repl_threads;
+  for (int r : {1, 2}) {
+    repl[r] = std::make_unique<Rank>(root, r, 30);
+    repl_threads.emplace_back([&, r] {
+      Rank& me = *repl[r];
+      me.nccl->SetReplayPhase(ReplayPhase::kSetupLog);
+      if (me.nccl->CommInitRankConfig(&me.comm, kRanks, id, r, nullptr) != ncclSuccess) {
+        errors[r] = "init";
+        return;
+      }
+      me.nccl->MarkBoundary(1);
+      me.nccl->SetReplayPhase(ReplayPhase::kMinibatchLog);
+      bool behind = false;
+      absl::Status s = me.nccl->JoinRecovery(1, &behind);
+      if (!s.ok()) {
+        errors[r] = s.ToString();
+        return;
+      }
+      if (!behind) errors[r] = "the survivors were ahead, but the join did not say so";
+      if (me.range != std::vector<char>(kState, 0x17)) errors[r] += "; no state";
+      // The session skips the rest of minibatch 1; minibatch 2 runs jointly.
+      me.nccl->SetReplayPhase(ReplayPhase::kNone);
+      me.nccl->MarkBoundary(2);
+      if (me.AllReduce(static_cast<float>(r + 1)) != ncclSuccess || !me.All(10.0f)) {
+        errors[r] += "; unit (2, 0) failed";
+      }
+    });
+  }
+  for (auto& t : repl_threads) t.join();
+  for (auto& t : threads) t.join();
+  for (int r : {1, 2}) EXPECT_TRUE(errors[r].empty()) << "replacement " << r << ": " << errors[r];
+  for (int r : {0, 3}) {
+    EXPECT_EQ(results[r], ncclSuccess) << "rank " << r;
+    EXPECT_TRUE(ranks[r]->All(10.0f)) << "rank " << r << " has " << ranks[r]->grads[0];
+  }
+  EXPECT_EQ(CountEvents(root, "replacement_joined"), 2);
+  EXPECT_EQ(CountEvents(root, "survivor_joined"), 2);
+}
+
 TEST(CudaNcclFakeTest, WithoutAnEpochTheFailedCollectiveEndsWithinTheBound) {
   const std::string root = JobRoot(2);
   std::vector<std::unique_ptr<Rank>> ranks;
