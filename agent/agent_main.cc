@@ -49,6 +49,9 @@ ABSL_FLAG(std::string, job_dir, "", "this rank's job directory (required)");
 ABSL_FLAG(int, rank, 0, "the rank this agent serves");
 ABSL_FLAG(std::string, backend, "host", "host (CPU device) or cuda");
 ABSL_FLAG(int, device, -1, "GPU ordinal for the cuda backend (-1: the rank)");
+ABSL_FLAG(bool, gpu_shared, false,
+          "cuda backend: other ranks of the job use this GPU too (revenant-run --gpus with more "
+          "ranks than GPUs): real NCCL gets an NCCL_HOSTID per rank unless one is set");
 ABSL_FLAG(std::string, collectives, "nccl",
           "engine of the NCCL rows on the cuda backend: nccl or gloo (staged via host memory)");
 ABSL_FLAG(std::string, host_kernels, "",
@@ -338,6 +341,7 @@ int Main(int argc, char** argv) {
                  options.collectives.c_str());
     return 2;
   }
+  options.gpu_shared = absl::GetFlag(FLAGS_gpu_shared);
   options.recovery_timeout_s = absl::GetFlag(FLAGS_recovery_timeout_s);
   options.journal = absl::GetFlag(FLAGS_journal);
   options.chaos_kill_in_recovery = absl::GetFlag(FLAGS_chaos_in_recovery);

@@ -49,6 +49,9 @@ struct DeviceRange {
 struct BackendOptions {
   int rank = 0;
   int device = 0;             // GPU ordinal (cuda backend)
+  // Other ranks of the job use the same GPU on purpose (cuda backend: real
+  // NCCL then gets an NCCL_HOSTID per rank, cuda_nccl.h).
+  bool gpu_shared = false;
   DeviceRange device_range;   // 0 = the backend's default for `rank`
   // Host kernel libraries (host backend): REVENANT_HOST_KERNELS entries.
   std::vector<std::string> host_kernel_libraries;

@@ -17,8 +17,9 @@
 # train_mlp with 1 rank natively and under revenant-run (final checksums
 # equal), collectives_all, nccl_bench (all-reduce bandwidth/latency) and the
 # train_mlp step time, native vs revenant in the same run; with 2 GPUs the
-# same with 2 ranks plus a chaos kill (recovery over NCCL is not implemented
-# in the cuda backend: the job must end, bounded, not hang).
+# same with 2 ranks plus a chaos kill (the job must end, bounded, not hang).
+# Several ranks over real NCCL on the one GPU (an NCCL_HOSTID each) and
+# their recovery: scripts/gpu/nccl_multi.sh (bash .gpu/run_gpu.sh nccl_multi).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
@@ -266,8 +267,8 @@ done
 # A chaos kill with real NCCL (rank N-1's agent dies in minibatch 4): the job
 # must end, bounded, never hang. One rank: the replacement re-creates its
 # communicator and recovers (scripts/gpu/nccl_async.sh also compares the
-# checksum with native); several ranks: recovery over NCCL is refused, so the
-# job fails with a reason.
+# checksum with native); several ranks (2 GPUs): the job must end, bounded
+# (scripts/gpu/nccl_multi.sh checks recovery with several ranks on one GPU).
 chaos_bounded() {  # N
   local n=$1 log="$LOGS/chaos.n$1.cuda.log" t0 t1 el rc
   t0=$(now)

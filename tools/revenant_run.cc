@@ -68,8 +68,8 @@ ABSL_FLAG(std::string, python, "python3",
           "the interpreter for a *.py program or --module (found on PATH)");
 ABSL_FLAG(std::string, backend, "host", "agent backend: host (CPU device) or cuda");
 ABSL_FLAG(std::string, collectives, "nccl",
-          "cuda backend: engine of the NCCL calls, nccl (real NCCL, one GPU per rank) or gloo "
-          "(staged through pinned host memory; several ranks may share a GPU)");
+          "cuda backend: engine of the NCCL calls, nccl (real NCCL; ranks sharing a GPU get an "
+          "NCCL_HOSTID each) or gloo (staged through pinned host memory)");
 ABSL_FLAG(int, gpus, 0,
           "cuda backend: GPUs to spread the ranks over (rank r uses GPU r % gpus); 0: GPU r");
 ABSL_FLAG(std::string, host_kernels, "",
@@ -512,6 +512,8 @@ int Main(int argc, char** argv) {
       const int gpus = absl::GetFlag(FLAGS_gpus);
       args.push_back(absl::StrCat("--device=", gpus > 0 ? r % gpus : r));
       args.push_back("--collectives=" + absl::GetFlag(FLAGS_collectives));
+      // More ranks than GPUs: ranks share a GPU on purpose (cuda_nccl.h).
+      if (gpus > 0 && gpus < n) args.push_back("--gpu_shared");
     }
     if (absl::GetFlag(FLAGS_validate_every) > 0) {
       args.push_back(absl::StrCat("--validate_every=", absl::GetFlag(FLAGS_validate_every)));

@@ -3,8 +3,10 @@
 # now, calc; runs for MODE "all" or "nccl", after the main NCCL section).
 #
 #   1. start agreement: two ranks on the one GPU (revenant-run --gpus=1, real
-#      NCCL) must be refused on both ranks with ncclInvalidUsage and a log
-#      line naming ranks 0 and 1 ("use the same GPU"), within the bound
+#      NCCL) with one NCCL_HOSTID exported to both (an accidental duplicate:
+#      without it each agent gets its own, scripts/gpu/nccl_multi.sh) must
+#      be refused on both ranks with ncclInvalidUsage and a log line naming
+#      ranks 0 and 1 ("use the same GPU"), within the bound
 #      (REVENANT_COLLECTIVE_TIMEOUT_S=20: the job must end in < 60 s);
 #   2. the agreement and warm-up lines of a 1-rank job (the agent logs the
 #      verdict; no warm-up failure);
@@ -22,11 +24,12 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl ]; then
   echo "=== NCCL path: start agreement, warm-up, 1-rank recovery over real NCCL"
   export NCCL_NVLS_ENABLE=0
 
-  # 1. Two ranks on one GPU.
+  # 1. Two ranks on one GPU with the same NCCL_HOSTID.
   log="$LOGS/nccl_start.same_gpu.log"
   if $G/revenant-run --help 2>&1 | grep -q -- "--gpus"; then
     t0=$(now)
-    REVENANT_COLLECTIVE_TIMEOUT_S=20 timeout 120 $RUN -n 2 --backend=cuda --gpus=1 \
+    NCCL_HOSTID=revenant-same-host REVENANT_COLLECTIVE_TIMEOUT_S=20 timeout 120 \
+      $RUN -n 2 --backend=cuda --gpus=1 \
       --collectives=nccl --timeout=90 -- "$G/apps/collectives_all.bin" >"$log" 2>&1; rc=$?
     el=$(calc "$(now) - $t0")
     named=$(grep -c "ranks 0, 1 use the same GPU" "$log")
@@ -36,9 +39,9 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl ]; then
     grep -E "start agreement|same GPU|FAIL|PASS" "$log" | head -12 | sed 's/^/   | /'
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$named" -ge 2 ] && [ "$refused" -ge 1 ] &&
        [ "$(calc "($el < 60) ? 1 : 0")" = 1 ]; then s=PASS; else s="FAIL (rc=$rc)"; fi
-    record "NCCL start agreement refuses 2 ranks/1 GPU" "$s" "$log"
+    record "NCCL start agreement refuses 2 ranks/1 GPU, one NCCL_HOSTID" "$s" "$log"
   else
-    record "NCCL start agreement refuses 2 ranks/1 GPU" "NOT RUN (revenant-run has no --gpus)" /dev/null
+    record "NCCL start agreement refuses 2 ranks/1 GPU, one NCCL_HOSTID" "NOT RUN (revenant-run has no --gpus)" /dev/null
   fi
 
   # 2. One rank: the verdict and the warm-up.

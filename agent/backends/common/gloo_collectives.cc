@@ -16,6 +16,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "agent/backends/common/recovery_plan.h"
 #include "collective/gloo_engine.h"
 #include "common/events.h"
 #include "common/logging.h"
@@ -780,31 +781,20 @@ absl::Status GlooCollectives::RecoverComm(Comm& comm, Ordinal pending, bool repl
           !s.ok()) {
         return s;
       }
-      int provider = -1;           // the survivor furthest ahead
-      int first_replacement = -1;  // whose minibatch decides the state source
-      Report min_pending = all[0];
+      // 2. The plan (recovery_plan.h): the same on every member.
+      std::vector<RecoveryReport> reports(n);
       for (size_t r = 0; r < n; ++r) {
-        if (all[r] < min_pending) min_pending = all[r];
-        if (all[r].replacement) {
-          if (first_replacement < 0) first_replacement = static_cast<int>(r);
-          continue;
-        }
-        if (provider < 0 || all[provider] < all[r]) provider = static_cast<int>(r);
+        reports[r].pending = {all[r].pending_minibatch, all[r].pending_index};
+        reports[r].replacement = all[r].replacement != 0;
+        reports[r].minibatch = all[r].minibatch;
+        reports[r].restored = all[r].restored != 0;
       }
-      if (provider < 0) {
-        // Every member is a replacement. Each restored its own state from
-        // a boundary snapshot of the same minibatch: they replay it together.
-        bool all_restored = true;
-        for (size_t r = 0; r < n; ++r) {
-          all_restored &= all[r].restored == 1 && all[r].minibatch == all[0].minibatch &&
-                          !(all[r] < all[0]) && !(all[0] < all[r]);
-        }
-        if (!all_restored) {
-          no_survivor = true;
-          return absl::FailedPreconditionError(
-              "no survivor holds the job's state (every member is a replacement, and not all "
-              "of them restored a boundary snapshot of the same minibatch)");
-        }
+      const RecoveryPlan plan = PlanRecovery(reports);
+      if (!plan.error.empty()) {
+        no_survivor = true;
+        return absl::FailedPreconditionError(plan.error);
+      }
+      if (plan.all_restored) {
         RecordEvent(job_root_, "replacement_joined", comm.rank, comm.epoch,
                     absl::StrCat("every member restored minibatch ", all[0].minibatch,
                                  " from its boundary snapshot"));
@@ -813,34 +803,20 @@ absl::Status GlooCollectives::RecoverComm(Comm& comm, Ordinal pending, bool repl
                                  << all[0].minibatch << " from its boundary snapshot";
         return absl::OkStatus();
       }
-      // 2. State: from a survivor still in the replacement's minibatch (its
-      // parameters are at that minibatch's boundary), else the first one.
-      if (first_replacement >= 0 && all[first_replacement].minibatch > 0) {
-        const uint64_t m_r = all[first_replacement].minibatch;
-        int source = -1;
-        for (size_t r = 0; r < n; ++r) {
-          if (!all[r].replacement && all[r].pending_minibatch == m_r) {
-            source = static_cast<int>(r);
-            break;
-          }
+      const int provider = plan.provider;
+      // State: to the replacements, from the plan's source.
+      if (plan.state_source >= 0) {
+        if (replacement && behind != nullptr) *behind = plan.source_ahead;
+        if (absl::Status s = TransferState(comm, e, plan.state_source, replacement); !s.ok()) {
+          return s;
         }
-        if (source < 0) {
-          for (size_t r = 0; r < n; ++r) {
-            if (!all[r].replacement) {
-              source = static_cast<int>(r);
-              break;
-            }
-          }
-          if (replacement && behind != nullptr) *behind = all[source].pending_minibatch > m_r;
-        }
-        if (absl::Status s = TransferState(comm, e, source, replacement); !s.ok()) return s;
       }
       // 3. Results of the units some members completed and others did not.
       std::vector<std::pair<Ordinal, std::vector<std::string>>> units;
       if (comm.rank == provider) {
         std::lock_guard<std::mutex> lock(comm.rmu);
-        const Ordinal from{min_pending.pending_minibatch, min_pending.pending_index};
-        const Ordinal to{all[provider].pending_minibatch, all[provider].pending_index};
+        const Ordinal from = plan.units_from;
+        const Ordinal to = plan.units_to;
         for (const auto& [ord, bufs] : comm.cache) {
           if (!(ord < from) && ord < to) units.emplace_back(ord, bufs);
         }

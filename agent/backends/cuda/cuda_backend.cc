@@ -133,22 +133,25 @@ class CudaBackend : public Backend {
   }
   cudaError_t Reset() override;
   // Real NCCL during a replay: 1-rank communicators are re-created and run,
-  // several ranks are refused (cuda_nccl.h).
+  // communicators of several ranks join the survivors at the recovery
+  // epoch (cuda_nccl.h, "Recovery").
   // With --collectives=gloo, recovery is GlooCollectives' (cuda_gloo.h).
   void SetReplayPhase(ReplayPhase phase) override {
     if (gloo_) return gloo_->nccl().SetReplayPhase(phase);
-    nccl_->SetReplaying(phase != ReplayPhase::kNone);
+    nccl_->SetReplayPhase(phase);
   }
   absl::Status JoinRecovery(uint64_t minibatch, bool* behind) override {
-    if (!gloo_) return Backend::JoinRecovery(minibatch, behind);
     Bind();
+    if (!gloo_) return nccl_->JoinRecovery(minibatch, behind);
     return gloo_->nccl().JoinRecovery(minibatch, behind);
   }
   void MarkBoundary(uint64_t minibatch) override {
-    if (gloo_) gloo_->nccl().MarkBoundary(minibatch);
+    if (gloo_) return gloo_->nccl().MarkBoundary(minibatch);
+    nccl_->MarkBoundary(minibatch);
   }
   void NoteStateRestored(uint64_t minibatch) override {
-    if (gloo_) gloo_->nccl().NoteStateRestored(minibatch);
+    if (gloo_) return gloo_->nccl().NoteStateRestored(minibatch);
+    nccl_->NoteStateRestored(minibatch);
   }
   // Validation replays answer collectives from Gloo's cached results; real
   // NCCL keeps none (the validator skips such minibatches).
@@ -630,9 +633,9 @@ class CudaBackend : public Backend {
   };
 
   CudaBackend(const Driver& drv, int device, CUcontext ctx, DeviceRange range, uint64_t gran,
-              const std::string& job_dir)
+              const std::string& job_dir, const CudaNcclOptions& nccl_options)
       : drv_(drv), device_(device), ctx_(ctx), range_(range), granularity_(gran),
-        nccl_(std::make_unique<CudaNccl>(device, job_dir)),
+        nccl_(std::make_unique<CudaNccl>(device, job_dir, nccl_options)),
         allocator_(range.base, range.size), mapped_end_(range.base) {}
 
   // A synchronization's result: the abort's error (cuda_nccl.h), else the
@@ -796,12 +799,27 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOp
                           : absl::StrCat(": driver error ", static_cast<int>(r)),
         "; something else occupies these addresses (another agent of the same rank?)"));
   }
+  // A shared GPU's NCCL_HOSTID before the environment is logged.
+  if (options.gpu_shared && options.collectives == "nccl") {
+    CudaNccl::ConfigureSharedGpu(options.rank);
+  }
   CudaNccl::LogEnvironment();
   REVENANT_LOG(DEBUG, kLog) << absl::StrCat("GPU ", options.device, ": device range 0x",
                                           absl::Hex(range.base), " + ", range.size >> 20,
                                           " MiB");
-  auto backend = std::unique_ptr<CudaBackend>(
-      new CudaBackend(drv, options.device, ctx, range, granularity, options.job_dir));
+  CudaNcclOptions nccl_options = CudaNcclOptions::From(options);
+  nccl_options.gpu_shared = false;  // configured above
+  auto backend = std::unique_ptr<CudaBackend>(new CudaBackend(
+      drv, options.device, ctx, range, granularity, options.job_dir, nccl_options));
+  {
+    CudaBackend* b = backend.get();
+    b->nccl_->SetStateAccess(
+        [b] {
+          absl::MutexLock lock(&b->mu_);
+          return b->allocator_.Allocations();
+        },
+        range.base);
+  }
   if (options.collectives == "gloo") {
     CudaBackend* b = backend.get();
     CudaGlooHooks hooks;

@@ -1,5 +1,7 @@
 #include "agent/backends/cuda/cuda_nccl.h"
 
+#include <dlfcn.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,9 +12,11 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "agent/backends/cuda/cuda_nccl_recovery.h"
 #include "agent/backends/cuda/cuda_nccl_start.h"
 #include "common/events.h"
 #include "common/knobs.h"
@@ -38,7 +42,121 @@ std::string LastError(ncclComm_t comm) {
 
 int64_t NowNs() { return absl::ToUnixNanos(absl::Now()); }
 
+size_t TypeSize(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+
+enum class Kind { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAlltoAll,
+                  kGather, kScatter, kSend, kRecv };
+
+// Bytes of this rank's send and receive buffers, as NCCL defines them.
+void Extents(Kind k, size_t count, ncclDataType_t t, int root, int rank, int nranks,
+             size_t* send, size_t* recv) {
+  const size_t es = TypeSize(t);
+  const size_t n = static_cast<size_t>(nranks);
+  const bool is_root = root == rank;
+  size_t s = count, r = count;
+  switch (k) {
+    case Kind::kAllReduce: break;
+    case Kind::kBroadcast: s = is_root ? count : 0; break;
+    case Kind::kReduce: r = is_root ? count : 0; break;
+    case Kind::kAllGather: r = count * n; break;
+    case Kind::kReduceScatter: s = count * n; break;
+    case Kind::kAlltoAll: s = r = count * n; break;
+    case Kind::kGather: r = is_root ? count * n : 0; break;
+    case Kind::kScatter: s = is_root ? count * n : 0; break;
+    case Kind::kSend: r = 0; break;
+    case Kind::kRecv: s = 0; break;
+  }
+  *send = s * es;
+  *recv = r * es;
+}
+
+bool Overlap(const void* a, size_t an, const void* b, size_t bn) {
+  if (a == nullptr || b == nullptr || an == 0 || bn == 0) return false;
+  const uintptr_t x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bn && y < x + an;
+}
+
+// NCCL entry points newer than the oldest NCCL the agent accepts: looked up
+// at run time (the GPU machine's system NCCL, 2.28.3, lacks ncclCommRevoke).
+void LogOptionalSymbols() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::vector<std::string> found, missing;
+    for (const char* sym : {"ncclCommShrink", "ncclCommRevoke", "ncclCommGrow"}) {
+      (dlsym(RTLD_DEFAULT, sym) != nullptr ? found : missing).push_back(sym);
+    }
+    REVENANT_LOG(INFO, kLog) << "NCCL entry points: present "
+                             << (found.empty() ? "-" : absl::StrJoin(found, " ")) << "; absent "
+                             << (missing.empty() ? "-" : absl::StrJoin(missing, " "))
+                             << " (recovery re-forms communicators with ncclCommAbort and a "
+                                "fresh ncclCommInitRankConfig, which every NCCL >= 2.22 has)";
+  });
+}
+
 }  // namespace
+
+CudaNcclOptions CudaNcclOptions::From(const BackendOptions& options) {
+  CudaNcclOptions o;
+  o.rank = options.rank;
+  o.gpu_shared = options.gpu_shared;
+  if (options.recovery_timeout_s > 0) o.recovery_timeout = absl::Seconds(options.recovery_timeout_s);
+  o.chaos_kill_in_recovery = options.chaos_kill_in_recovery;
+  o.cache_results = options.journal;
+  return o;
+}
+
+void CudaNccl::ConfigureSharedGpu(int rank) {
+  // NCCL reads NCCL_HOSTID at every communicator's init; a distinct one per
+  // rank makes it treat the ranks as separate hosts (socket transport)
+  // instead of refusing a duplicate GPU. What the user set stays; what this
+  // process set before (a spare's warm-up backend, another rank) is replaced.
+  static std::mutex mu;
+  static bool user_host_id = false, user_ifname = false, checked = false;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!checked) {
+    checked = true;
+    const char* h = std::getenv("NCCL_HOSTID");
+    user_host_id = h != nullptr && *h != '\0';
+    const char* i = std::getenv("NCCL_SOCKET_IFNAME");
+    user_ifname = i != nullptr && *i != '\0';
+  }
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  if (user_host_id) {
+    REVENANT_LOG(INFO, kLog) << "rank " << rank << " shares its GPU with other ranks: keeping "
+                             << "NCCL_HOSTID=" << std::getenv("NCCL_HOSTID")
+                             << " from the environment (every rank on the GPU needs its own)";
+  } else {
+    const std::string id = SharedGpuHostId(host, rank);
+    setenv("NCCL_HOSTID", id.c_str(), 1);
+    REVENANT_LOG(INFO, kLog) << "rank " << rank << " shares its GPU with other ranks: "
+                             << "NCCL_HOSTID=" << id
+                             << " (NCCL sees each rank as a host of its own; set NCCL_HOSTID "
+                                "to override)";
+  }
+  if (!user_ifname) {
+    // Every rank of the job is on this machine: the loopback interface
+    // connects them (NCCL skips it by default when others exist).
+    setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+    REVENANT_LOG(INFO, kLog) << "NCCL_SOCKET_IFNAME=lo (the ranks sharing the GPU are on this "
+                                "machine; set NCCL_SOCKET_IFNAME to override)";
+  }
+}
+
+void CudaNccl::SetStateAccess(std::function<std::vector<std::pair<uint64_t, uint64_t>>()> live,
+                              uint64_t range_base) {
+  std::lock_guard<std::mutex> lock(mu_);
+  live_allocations_ = std::move(live);
+  range_base_ = range_base;
+}
 
 absl::Duration CudaNccl::TimeoutFromEnv() {
   return absl::Seconds(
@@ -60,10 +178,13 @@ void CudaNccl::LogEnvironment() {
   });
 }
 
-CudaNccl::CudaNccl(int device, const std::string& job_dir)
+CudaNccl::CudaNccl(int device, const std::string& job_dir, const CudaNcclOptions& options)
     : device_(device),
       job_root_(job_dir.empty() ? "" : job_dir.substr(0, job_dir.find_last_of('/'))),
-      timeout_(TimeoutFromEnv()) {
+      timeout_(TimeoutFromEnv()),
+      options_(options) {
+  if (options_.gpu_shared) ConfigureSharedGpu(options_.rank);
+  if (!job_dir.empty()) LogOptionalSymbols();
   epoch_at_start_.store(ReadEpoch());
   warm_up_ = knobs::Bool(knobs::Id::kNcclWarmup).value_or(true);
 }
@@ -73,9 +194,20 @@ CudaNccl::~CudaNccl() {
   if (watchdog_.joinable()) watchdog_.join();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [raw, c] : comms_) {
-    if (!c->aborted.load()) AbortComm(*c, ncclInvalidUsage, "the agent is shutting down");
+    if (!c->aborted.load() && c->comm != nullptr) {
+      AbortComm(*c, ncclInvalidUsage, "the agent is shutting down");
+    }
   }
   comms_.clear();
+  // The device memory and streams go with the context; the pinned bounce
+  // buffer is this process's.
+  if (bounce_ != nullptr) ::cudaFreeHost(bounce_);
+  if (stage_ != nullptr) ::cudaFreeHost(stage_);
+}
+
+bool CudaNccl::Recoverable(const Comm& c) const {
+  return options_.recovery_timeout > absl::ZeroDuration() && !job_root_.empty() &&
+         c.nranks > 1 && !c.key.empty() && !c.failed;
 }
 
 int CudaNccl::ReadEpoch() const { return ReadRecoveryEpoch(job_root_); }
@@ -83,20 +215,33 @@ int CudaNccl::ReadEpoch() const { return ReadRecoveryEpoch(job_root_); }
 ncclResult_t CudaNccl::Refused(const char* what, int nranks) {
   REVENANT_LOG(ERROR, kLog)
       << what << " during a replay: a communicator of " << nranks
-      << " ranks over real NCCL cannot be re-created by a replacement agent (its peers' NCCL "
-         "state cannot take a new member: NCCL 2.28 has ncclCommShrink but no ncclCommGrow, "
-         "and the survivors' queued work behind the failed collective runs once it is "
-         "aborted; docs/recovery.md, Limits). Only 1-rank communicators are recovered.";
+      << " ranks over real NCCL is re-formed with the survivors only when the job recovers "
+         "(--recovery_timeout_s) and it was made by ncclCommInitRank (a split or shrink has no "
+         "unique id to re-form from; docs/recovery.md, Limits)";
   return ncclInvalidUsage;
 }
 
-void CudaNccl::SetReplaying(bool replaying) {
+void CudaNccl::SetReplayPhase(ReplayPhase phase) {
+  const bool replaying = phase != ReplayPhase::kNone;
   if (replaying) {
     // A spare started before the job declared this epoch: the epoch that
     // made it a replacement is not a reason to abort what it re-creates.
     epoch_at_start_.store(ReadEpoch());
   }
+  replay_phase_.store(phase);
   replaying_.store(replaying);
+}
+
+void CudaNccl::MarkBoundary(uint64_t minibatch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [h, c] : comms_) {
+    c->minibatch = minibatch;
+    c->next_index = 0;
+    // Keep the current and the previous minibatch's results.
+    for (auto it = c->cache.begin(); it != c->cache.end();) {
+      it = it->first.first + 1 < minibatch ? c->cache.erase(it) : std::next(it);
+    }
+  }
 }
 
 std::shared_ptr<CudaNccl::Comm> CudaNccl::Find(ncclComm_t comm) {
@@ -104,11 +249,12 @@ std::shared_ptr<CudaNccl::Comm> CudaNccl::Find(ncclComm_t comm) {
   return it == comms_.end() ? nullptr : it->second;
 }
 
-void CudaNccl::Register(ncclComm_t comm) {
+std::shared_ptr<CudaNccl::Comm> CudaNccl::Register(ncclComm_t comm) {
   auto c = std::make_shared<Comm>();
   c->comm = comm;
-  comms_[comm] = c;
+  comms_[Handle(c)] = c;
   if (!watchdog_.joinable()) watchdog_ = std::thread([this] { Watch(); });
+  return c;
 }
 
 void CudaNccl::AbortComm(Comm& c, ncclResult_t error, const std::string& why) {
@@ -135,8 +281,9 @@ void CudaNccl::AbortComm(Comm& c, ncclResult_t error, const std::string& why) {
   }
 }
 
-ncclResult_t CudaNccl::Settle(Comm& c, const char* what) {
+ncclResult_t CudaNccl::Settle(Comm& c, const char* what, const std::function<bool()>& preempt) {
   const absl::Time deadline = absl::Now() + timeout_;
+  absl::Time next_preempt_check = absl::Now() + absl::Milliseconds(20);
   for (int polls = 0;; ++polls) {
     ncclResult_t state = ncclInProgress;
     ncclResult_t r = ::ncclCommGetAsyncError(c.comm, &state);
@@ -156,6 +303,13 @@ ncclResult_t CudaNccl::Settle(Comm& c, const char* what) {
       AbortComm(c, ncclSystemError, why);
       return ncclSystemError;
     }
+    if (preempt && absl::Now() >= next_preempt_check) {
+      next_preempt_check = absl::Now() + absl::Milliseconds(20);
+      if (preempt()) {
+        AbortComm(c, ncclRemoteError, absl::StrCat(what, ": a newer recovery epoch was declared"));
+        return ncclRemoteError;
+      }
+    }
     // Short operations (a connection to set up) settle within tens of
     // microseconds: poll finely at first, then every kPoll.
     absl::SleepFor(polls < 20 ? kFirstPolls : kPoll);
@@ -165,11 +319,14 @@ ncclResult_t CudaNccl::Settle(Comm& c, const char* what) {
 template <typename F>
 ncclResult_t CudaNccl::OnComm(ncclComm_t comm, const char* what, F call) {
   std::lock_guard<std::mutex> lock(mu_);
-  // During a replay every communicator this agent knows was re-created by
-  // it, hence has one rank (CommInitRankConfig): its calls run for real.
   std::shared_ptr<Comm> c = Find(comm);
   if (c == nullptr) return ncclInvalidArgument;
   if (c->aborted.load()) return static_cast<ncclResult_t>(c->error.load());
+  if (c->comm == nullptr) {
+    REVENANT_LOG(WARNING, kLog) << what << ": the communicator joins its peers at the recovery "
+                                   "epoch and has no NCCL communicator yet";
+    return ncclInvalidUsage;
+  }
   ncclResult_t r = call(c->comm);
   if (group_depth_ > 0) {
     bool seen = false;
@@ -196,12 +353,32 @@ void CudaNccl::Watch() {
     ncclResult_t error = ncclSuccess;
     cudaError_t cuda_error = cudaSuccess;
     const int epoch = ReadEpoch();
-    if (!epoch_seen && epoch > epoch_at_start_.load()) {
+    // With recovery, a recovery epoch is each communicator's own business
+    // (Fence, Recover): aborting them all would also end the ones already
+    // re-formed, and 1-rank ones that have no peer to lose.
+    const bool recovers = options_.recovery_timeout > absl::ZeroDuration();
+    if (!recovers && !epoch_seen && epoch > epoch_at_start_.load()) {
       epoch_seen = true;
       why = absl::StrCat("the job declared recovery epoch ", epoch,
-                         " (recovery over NCCL is not implemented in the cuda backend)");
+                         " (this agent does not recover: no --recovery_timeout_s)");
       error = ncclRemoteError;
       cuda_error = cudaErrorLaunchFailure;
+    }
+    if (recovers && !epoch_seen && epoch > epoch_at_start_.load()) {
+      // Communicators that cannot be re-formed (splits, shrinks) and have
+      // peers: a collective with the dead member would spin until aborted.
+      std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+      if (lock.owns_lock()) {
+        epoch_seen = true;
+        for (auto& [h, c] : comms_) {
+          if (c->comm == nullptr || c->aborted.load() || Recoverable(*c) || c->nranks == 1) {
+            continue;
+          }
+          AbortComm(*c, ncclRemoteError,
+                    absl::StrCat("recovery epoch ", epoch,
+                                 ": this communicator (a split or shrink) cannot be re-formed"));
+        }
+      }
     }
     const int64_t since = sync_since_ns_.load();
     if (why.empty() && since != 0 && absl::Nanoseconds(NowNs() - since) > timeout_) {
@@ -215,7 +392,8 @@ void CudaNccl::Watch() {
     if (!lock.owns_lock()) continue;  // an NCCL call is settling (bounded on its own)
     if (why.empty()) {
       for (auto& [raw, c] : comms_) {
-        if (c->aborted.load()) continue;
+        // A recoverable communicator's errors are its fence's and recovery's.
+        if (c->aborted.load() || c->comm == nullptr || Recoverable(*c)) continue;
         ncclResult_t state = ncclSuccess;
         if (::ncclCommGetAsyncError(c->comm, &state) != ncclSuccess) continue;
         if (state != ncclSuccess && state != ncclInProgress) {
@@ -228,13 +406,23 @@ void CudaNccl::Watch() {
       }
     }
     if (why.empty()) continue;
+    // An asynchronous error spares the recoverable communicators (their
+    // fence sees it); a synchronization stuck past the timeout does not.
+    const bool spare_recoverable = error != ncclSystemError;
+    auto target = [&](const Comm& c) {
+      return !c.aborted.load() && c.comm != nullptr && !(spare_recoverable && Recoverable(c));
+    };
     bool any = false;
-    for (auto& [raw, c] : comms_) any = any || !c->aborted.load();
+    for (auto& [raw, c] : comms_) any = any || target(*c);
     if (!any) continue;
-    REVENANT_LOG(ERROR, kLog) << "aborting every communicator: " << why;
+    REVENANT_LOG(ERROR, kLog) << "aborting every communicator"
+                              << (spare_recoverable ? " that cannot be re-formed" : "") << ": "
+                              << why;
     abort_cuda_error_.store(cuda_error);
     abort_generation_.fetch_add(1);
-    for (auto& [raw, c] : comms_) AbortComm(*c, error, why);
+    for (auto& [raw, c] : comms_) {
+      if (target(*c)) AbortComm(*c, error, why);
+    }
   }
 }
 
@@ -292,6 +480,7 @@ ncclResult_t CudaNccl::AgreeToStart(int nranks, int rank, const ncclUniqueId& id
   (void)::cudaGetLastError();
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) == 0) self.host = host;
+  if (const char* h = std::getenv("NCCL_HOSTID"); h != nullptr) self.nccl_host_id = h;
   // Every communicator of several ranks agrees in a directory of its own
   // (named after its unique id), so ranks that formed other communicators
   // before still meet every member of this one.
@@ -312,9 +501,15 @@ ncclResult_t CudaNccl::AgreeToStart(int nranks, int rank, const ncclUniqueId& id
     REVENANT_LOG(ERROR, kLog) << "rank " << rank << ": " << v.message;
     return ncclInvalidUsage;
   }
+  std::vector<std::string> groups;
+  for (const std::vector<int>& g : v.shared) groups.push_back(absl::StrJoin(g, "+"));
   REVENANT_LOG(INFO, kLog) << "NCCL start agreement: " << nranks << " ranks, NCCL "
-                           << self.nccl_version << ", every rank on its own GPU ("
-                           << absl::FormatDuration(absl::Now() - start) << ")";
+                           << self.nccl_version << ", "
+                           << (groups.empty()
+                                   ? std::string("every rank on its own GPU")
+                                   : absl::StrCat("ranks ", absl::StrJoin(groups, ", "),
+                                                  " share a GPU, each with its own NCCL_HOSTID"))
+                           << " (" << absl::FormatDuration(absl::Now() - start) << ")";
   return ncclSuccess;
 }
 
@@ -377,11 +572,576 @@ ncclResult_t CudaNccl::WarmUp(Comm& c) {
   return r;
 }
 
+// --- Fence and recovery (docs/recovery.md, "Over real NCCL") --------------------------------
+
+bool CudaNccl::EnsurePinned(void** buf, size_t* bytes, size_t n) {
+  if (n <= *bytes) return true;
+  if (*buf != nullptr) ::cudaFreeHost(*buf);
+  *buf = nullptr;
+  *bytes = 0;
+  const size_t want = std::max<size_t>(n, 1 << 20);
+  if (::cudaMallocHost(buf, want) != cudaSuccess) {
+    (void)::cudaGetLastError();
+    *buf = nullptr;
+    return false;
+  }
+  *bytes = want;
+  return true;
+}
+
+absl::Status CudaNccl::WaitEvent(cudaEvent_t ev, const char* what) {
+  const absl::Time deadline = absl::Now() + timeout_;
+  for (int polls = 0;; ++polls) {
+    const cudaError_t q = ::cudaEventQuery(ev);
+    if (q == cudaSuccess) return absl::OkStatus();
+    if (q != cudaErrorNotReady) {
+      return absl::InternalError(absl::StrCat(what, ": ", ::cudaGetErrorString(q)));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, " did not complete in ", absl::FormatDuration(timeout_)));
+    }
+    if (polls < 64) {
+      std::this_thread::yield();
+    } else {
+      absl::SleepFor(polls < 200 ? kFirstPolls : kPoll);
+    }
+  }
+}
+
+absl::Status CudaNccl::CopyOnAux(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  if (n == 0) return absl::OkStatus();
+  if (aux_ == nullptr && ::cudaStreamCreateWithFlags(&aux_, cudaStreamNonBlocking) != cudaSuccess) {
+    aux_ = nullptr;
+    (void)::cudaGetLastError();
+    return absl::InternalError("no private stream for the copy");
+  }
+  cudaEvent_t ev = nullptr;
+  cudaError_t e = ::cudaMemcpyAsync(dst, src, n, kind, aux_);
+  if (e == cudaSuccess) e = ::cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = ::cudaEventRecord(ev, aux_);
+  if (e != cudaSuccess) {
+    if (ev != nullptr) ::cudaEventDestroy(ev);
+    return absl::InternalError(absl::StrCat("copy of ", n, " bytes: ", ::cudaGetErrorString(e)));
+  }
+  absl::Status s = WaitEvent(ev, "a state or result copy");
+  ::cudaEventDestroy(ev);
+  return s;
+}
+
+ncclResult_t CudaNccl::SaveInputs(Comm& c, std::vector<Op>& ops) {
+  // An in-place operation overwrites its input: a retry after a failure
+  // needs the bytes as they were, so they are copied first, in stream order.
+  if (c.scratch.size() < ops.size()) {
+    c.scratch.resize(ops.size(), nullptr);
+    c.scratch_bytes.resize(ops.size(), 0);
+  }
+  for (size_t k = 0; k < ops.size(); ++k) {
+    Op& op = ops[k];
+    if (!Overlap(op.send, op.send_bytes, op.recv, op.recv_bytes)) continue;
+    if (c.scratch_bytes[k] < op.send_bytes) {
+      if (c.scratch[k] != nullptr) ::cudaFree(c.scratch[k]);
+      c.scratch[k] = nullptr;
+      c.scratch_bytes[k] = 0;
+      if (::cudaMalloc(&c.scratch[k], op.send_bytes) != cudaSuccess) {
+        (void)::cudaGetLastError();
+        c.scratch[k] = nullptr;
+        REVENANT_LOG(ERROR, kLog) << "no device memory (" << op.send_bytes
+                                  << " bytes) to keep an in-place collective's input";
+        return ncclUnhandledCudaError;
+      }
+      c.scratch_bytes[k] = op.send_bytes;
+    }
+    if (::cudaMemcpyAsync(c.scratch[k], op.send, op.send_bytes, cudaMemcpyDeviceToDevice,
+                          op.stream) != cudaSuccess) {
+      (void)::cudaGetLastError();
+      return ncclUnhandledCudaError;
+    }
+    op.saved = true;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t CudaNccl::RestoreInputs(Comm& c, const std::vector<Op>& ops) {
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const Op& op = ops[k];
+    if (!op.saved) continue;
+    if (::cudaMemcpyAsync(const_cast<void*>(op.send), c.scratch[k], op.send_bytes,
+                          cudaMemcpyDeviceToDevice, op.stream) != cudaSuccess) {
+      (void)::cudaGetLastError();
+      return ncclUnhandledCudaError;
+    }
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t CudaNccl::Issue(Comm& c, const char* what, std::vector<Op>& ops) {
+  ncclResult_t r = ncclSuccess;
+  if (ops.size() == 1) {
+    r = ops[0].call(c.comm);
+  } else {
+    r = ::ncclGroupStart();
+    for (Op& op : ops) {
+      if (r != ncclSuccess && r != ncclInProgress) break;
+      r = op.call(c.comm);
+    }
+    ncclResult_t e = ::ncclGroupEnd();
+    if (r == ncclSuccess || r == ncclInProgress) r = e;
+  }
+  if (r == ncclInProgress) r = Settle(c, what);
+  if (r != ncclSuccess) {
+    REVENANT_LOG(WARNING, kLog) << what << ": " << ::ncclGetErrorString(r) << ": "
+                                << LastError(c.comm);
+  }
+  return r;
+}
+
+ncclResult_t CudaNccl::Fence(Comm& c, const char* what, const std::vector<Op>& ops) {
+  // The collective fence: the executor does not go on (nothing behind the
+  // unit is enqueued: the optimizer step cannot run on half-reduced data)
+  // until every stream of the unit passed it.
+  std::vector<cudaEvent_t> events;
+  std::vector<cudaStream_t> streams;
+  for (const Op& op : ops) {
+    if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) {
+      streams.push_back(op.stream);
+    }
+  }
+  ncclResult_t result = ncclSuccess;
+  for (cudaStream_t s : streams) {
+    cudaEvent_t ev = nullptr;
+    if (::cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess ||
+        ::cudaEventRecord(ev, s) != cudaSuccess) {
+      (void)::cudaGetLastError();
+      if (ev != nullptr) ::cudaEventDestroy(ev);
+      result = ncclUnhandledCudaError;
+      break;
+    }
+    events.push_back(ev);
+  }
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout_;
+  absl::Time next_epoch_check = start + absl::Milliseconds(10);
+  for (int polls = 0; result == ncclSuccess; ++polls) {
+    bool done = true;
+    for (cudaEvent_t ev : events) {
+      const cudaError_t q = ::cudaEventQuery(ev);
+      if (q == cudaErrorNotReady) {
+        done = false;
+      } else if (q != cudaSuccess) {
+        REVENANT_LOG(ERROR, kLog) << what << ": " << ::cudaGetErrorString(q);
+        result = ncclUnhandledCudaError;
+      }
+    }
+    if (result != ncclSuccess) break;
+    ncclResult_t state = ncclSuccess;
+    if (done) {
+      // Completed, but an aborted or failing communicator's kernels also
+      // end: its results are then not the collective's.
+      if (c.aborted.load()) {
+        result = static_cast<ncclResult_t>(c.error.load());
+      } else if (::ncclCommGetAsyncError(c.comm, &state) == ncclSuccess &&
+                 state != ncclSuccess && state != ncclInProgress) {
+        REVENANT_LOG(WARNING, kLog) << what << " (" << c.minibatch << ", " << c.next_index - 1
+                                    << ") ended on a failing communicator: "
+                                    << ::ncclGetErrorString(state);
+        result = state;
+      }
+      break;
+    }
+    if (::ncclCommGetAsyncError(c.comm, &state) == ncclSuccess && state != ncclSuccess &&
+        state != ncclInProgress) {
+      REVENANT_LOG(WARNING, kLog) << what << " (" << c.minibatch << ", " << c.next_index - 1
+                                  << "): " << ::ncclGetErrorString(state) << ": "
+                                  << LastError(c.comm);
+      result = state;
+      break;
+    }
+    const absl::Time now = absl::Now();
+    if (now >= next_epoch_check) {
+      next_epoch_check = now + absl::Milliseconds(10);
+      if (ReadEpoch() > c.epoch) {
+        REVENANT_LOG(WARNING, kLog) << what << ": the job declared a recovery epoch while the "
+                                       "collective waits (a member died)";
+        result = ncclRemoteError;
+        break;
+      }
+    }
+    if (now >= deadline) {
+      REVENANT_LOG(ERROR, kLog) << what << " did not complete in "
+                                << absl::FormatDuration(timeout_)
+                                << " (REVENANT_COLLECTIVE_TIMEOUT_S)";
+      result = ncclSystemError;
+      break;
+    }
+    // A collective of small buffers completes within microseconds: yield
+    // for the first ones, then sleep between polls.
+    if (polls < 64) {
+      std::this_thread::yield();
+    } else {
+      absl::SleepFor(polls < 200 ? kFirstPolls : kPoll);
+    }
+  }
+  for (cudaEvent_t ev : events) ::cudaEventDestroy(ev);
+  return result;
+}
+
+bool CudaNccl::StageResults(const std::vector<Op>& ops) {
+  if (!options_.cache_results) return false;
+  size_t total = 0;
+  for (const Op& op : ops) total += op.recv_bytes;
+  if (total == 0) return true;
+  if (!EnsurePinned(&stage_, &stage_bytes_, total)) {
+    REVENANT_LOG(WARNING, kLog) << "no pinned memory (" << total
+                                << " bytes) to keep a collective's result for a replay";
+    return false;
+  }
+  size_t off = 0;
+  for (const Op& op : ops) {
+    if (op.recv_bytes == 0) continue;
+    if (::cudaMemcpyAsync(static_cast<char*>(stage_) + off, op.recv, op.recv_bytes,
+                          cudaMemcpyDeviceToHost, op.stream) != cudaSuccess) {
+      (void)::cudaGetLastError();
+      return false;
+    }
+    off += op.recv_bytes;
+  }
+  return true;
+}
+
+void CudaNccl::CacheResults(Comm& c, UnitOrdinal ordinal, const std::vector<Op>& ops) {
+  std::vector<std::string> results;
+  size_t off = 0;
+  for (const Op& op : ops) {
+    results.emplace_back(static_cast<const char*>(stage_) + off, op.recv_bytes);
+    off += op.recv_bytes;
+  }
+  c.cache[ordinal] = std::move(results);
+}
+
+bool CudaNccl::ApplyPrereceived(Comm& c, UnitOrdinal ordinal, const std::vector<Op>& ops,
+                                ncclResult_t* result) {
+  auto it = c.prereceived.find(ordinal);
+  if (it == c.prereceived.end()) return false;
+  std::vector<std::string> bufs = std::move(it->second);
+  c.prereceived.erase(it);
+  *result = ncclSuccess;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const Op& op = ops[k];
+    if (op.recv_bytes == 0) continue;
+    if (k >= bufs.size() || bufs[k].size() != op.recv_bytes) {
+      REVENANT_LOG(ERROR, kLog) << "collective (" << ordinal.first << ", " << ordinal.second
+                                << "): the survivors' result has " << (k < bufs.size() ? bufs[k].size() : 0)
+                                << " bytes, this rank expects " << op.recv_bytes;
+      *result = ncclInvalidUsage;
+      return true;
+    }
+    // In stream order: after the work that precedes the unit, before what follows.
+    cudaEvent_t ev = nullptr;
+    if (!EnsureBounce(op.recv_bytes)) {
+      *result = ncclSystemError;
+      return true;
+    }
+    std::memcpy(bounce_, bufs[k].data(), op.recv_bytes);
+    cudaError_t e = ::cudaMemcpyAsync(op.recv, bounce_, op.recv_bytes, cudaMemcpyHostToDevice,
+                                      op.stream);
+    if (e == cudaSuccess) e = ::cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = ::cudaEventRecord(ev, op.stream);
+    absl::Status s = e == cudaSuccess ? WaitEvent(ev, "a received result's copy")
+                                      : absl::InternalError(::cudaGetErrorString(e));
+    if (ev != nullptr) ::cudaEventDestroy(ev);
+    if (!s.ok()) {
+      REVENANT_LOG(ERROR, kLog) << "collective (" << ordinal.first << ", " << ordinal.second
+                                << "): " << s;
+      *result = ncclUnhandledCudaError;
+      return true;
+    }
+  }
+  REVENANT_LOG(DEBUG, kLog) << "collective (" << ordinal.first << ", " << ordinal.second
+                            << "): result taken from the survivors";
+  // Kept for later recoveries, as a unit this rank ran.
+  c.cache[ordinal] = std::move(bufs);
+  return true;
+}
+
+ncclResult_t CudaNccl::RunUnit(Comm& c, const char* what, std::vector<Op>& ops) {
+  const UnitOrdinal ordinal{c.minibatch, c.next_index++};
+  ncclResult_t r = ncclSuccess;
+  if (ApplyPrereceived(c, ordinal, ops, &r)) return r;
+  if (c.joining) {
+    // A replacement still in its first minibatch: nothing to transfer, the
+    // replay rebuilt everything; it joins for the collectives' results.
+    absl::Status s = Recover(c, ordinal, /*replacement=*/true, c.minibatch, nullptr);
+    if (!s.ok()) {
+      REVENANT_LOG(ERROR, kLog) << what << ": joining the survivors failed: " << s;
+      c.failed = true;
+      return absl::IsDeadlineExceeded(s) ? ncclSystemError : ncclRemoteError;
+    }
+    if (ApplyPrereceived(c, ordinal, ops, &r)) return r;
+  }
+  bool staged = false;
+  // Issue, keep the result, fence.
+  auto attempt = [&]() -> ncclResult_t {
+    ncclResult_t a = Issue(c, what, ops);
+    if (a != ncclSuccess) return a;
+    staged = StageResults(ops);
+    return Fence(c, what, ops);
+  };
+  if (c.aborted.load() && c.comm != nullptr) {
+    r = static_cast<ncclResult_t>(c.error.load());  // failed earlier: recover below
+  } else {
+    r = SaveInputs(c, ops);
+    if (r == ncclSuccess) r = attempt();
+  }
+  // A member died (or stopped answering): recover and retry, bounded by
+  // the recovery timeout, as long as the failure is one a recovery cures.
+  while (r == ncclRemoteError || r == ncclSystemError) {
+    RecordEvent(job_root_, "survivor_collective_failed", options_.rank, 0,
+                absl::StrCat("collective (", ordinal.first, ", ", ordinal.second, ")"));
+    REVENANT_LOG(WARNING, kLog) << "rank " << c.rank << ": collective (" << ordinal.first << ", "
+                                << ordinal.second << ") failed (" << ::ncclGetErrorString(r)
+                                << "); waiting for the job's recovery";
+    absl::Status s = Recover(c, ordinal, /*replacement=*/false, c.minibatch, nullptr);
+    if (!s.ok()) {
+      REVENANT_LOG(ERROR, kLog) << "rank " << c.rank << ": collective (" << ordinal.first << ", "
+                                << ordinal.second << ") cannot be recovered: " << s;
+      if (!c.aborted.load() && c.comm != nullptr) AbortComm(c, r, s.ToString());
+      c.failed = true;
+      return r;
+    }
+    if (ApplyPrereceived(c, ordinal, ops, &r)) return r;
+    r = RestoreInputs(c, ops);
+    if (r == ncclSuccess) r = attempt();
+  }
+  if (r == ncclSuccess && staged) CacheResults(c, ordinal, ops);
+  return r;
+}
+
+absl::Status CudaNccl::ReadState(std::string* blob) {
+  if (!live_allocations_) return absl::FailedPreconditionError("no access to the device state");
+  std::vector<StatePiece> pieces;
+  uint64_t bytes = 0;
+  for (const auto& [addr, size] : live_allocations_()) {
+    StatePiece p;
+    p.offset = addr - range_base_;
+    p.bytes.resize(size);
+    for (uint64_t done = 0; done < size;) {
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(size - done, 64ull << 20));
+      if (!EnsureBounce(len)) return absl::ResourceExhaustedError("no pinned bounce buffer");
+      if (absl::Status s = CopyOnAux(bounce_, reinterpret_cast<const void*>(addr + done), len,
+                                     cudaMemcpyDeviceToHost);
+          !s.ok()) {
+        return s;
+      }
+      std::memcpy(p.bytes.data() + done, bounce_, len);
+      done += len;
+    }
+    bytes += size;
+    pieces.push_back(std::move(p));
+  }
+  *blob = EncodeState(pieces);
+  REVENANT_LOG(INFO, kLog) << "state of " << pieces.size() << " allocations (" << bytes
+                           << " bytes) read for the replacements";
+  return absl::OkStatus();
+}
+
+absl::Status CudaNccl::WriteState(const std::string& blob) {
+  if (!live_allocations_) return absl::FailedPreconditionError("no access to the device state");
+  absl::StatusOr<std::vector<StatePiece>> pieces = DecodeState(blob);
+  if (!pieces.ok()) return pieces.status();
+  const std::vector<std::pair<uint64_t, uint64_t>> live = live_allocations_();
+  size_t matched = 0;
+  uint64_t bytes = 0;
+  for (const StatePiece& p : *pieces) {
+    const std::pair<uint64_t, uint64_t> mine{range_base_ + p.offset, p.bytes.size()};
+    if (std::find(live.begin(), live.end(), mine) == live.end()) continue;
+    ++matched;
+    for (uint64_t done = 0; done < p.bytes.size();) {
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(p.bytes.size() - done, 64ull << 20));
+      if (!EnsureBounce(len)) return absl::ResourceExhaustedError("no pinned bounce buffer");
+      std::memcpy(bounce_, p.bytes.data() + done, len);
+      if (absl::Status s = CopyOnAux(reinterpret_cast<void*>(mine.first + done), bounce_, len,
+                                     cudaMemcpyHostToDevice);
+          !s.ok()) {
+        return s;
+      }
+      done += len;
+    }
+    bytes += p.bytes.size();
+  }
+  if (matched != pieces->size()) {
+    REVENANT_LOG(WARNING, kLog) << "only " << matched << " of " << pieces->size()
+                                << " allocations of the state source exist here";
+  }
+  REVENANT_LOG(INFO, kLog) << "state of " << matched << " allocations (" << bytes
+                           << " bytes) received";
+  return absl::OkStatus();
+}
+
+absl::Status CudaNccl::Recover(Comm& c, UnitOrdinal pending, bool replacement,
+                               uint64_t minibatch, bool* behind) {
+  if (options_.chaos_kill_in_recovery && !replacement) {
+    REVENANT_LOG(WARNING, kLog) << "chaos: killing this agent during recovery";
+    raise(SIGKILL);
+  }
+  const absl::Time deadline = absl::Now() + options_.recovery_timeout;
+  absl::Status last = absl::DeadlineExceededError("no recovery epoch was declared");
+  while (absl::Now() < deadline) {
+    int declared = ReadEpoch();
+    while (declared <= c.epoch && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+      declared = ReadEpoch();
+    }
+    if (declared <= c.epoch) break;
+    const int epoch = declared;
+    c.epoch = epoch;
+    const absl::Time start = absl::Now();
+    // The failed communicator's kernels and proxy end with the abort (its
+    // peer is gone: ncclCommShrink of it fails on NCCL 2.28, so it is not
+    // shrunk but replaced).
+    if (c.comm != nullptr && !c.aborted.load()) {
+      AbortComm(c, ncclRemoteError, absl::StrCat("recovery epoch ", epoch));
+    }
+    auto newer = [this, epoch] { return ReadEpoch() > epoch; };
+    const std::string dir = RecoveryDirFor(job_root_, c.key, epoch);
+    NcclRecoveryReport me;
+    me.rank = c.rank;
+    me.report.pending = pending;
+    me.report.replacement = replacement;
+    me.report.minibatch = minibatch;
+    me.report.restored = replacement && minibatch > 0 && restored_minibatch_.load() == minibatch;
+    if (c.rank == 0) {
+      ncclUniqueId id;
+      if (ncclResult_t r = ::ncclGetUniqueId(&id); r != ncclSuccess) {
+        return absl::InternalError(absl::StrCat("ncclGetUniqueId: ", ::ncclGetErrorString(r)));
+      }
+      me.unique_id_hex =
+          absl::BytesToHexString(absl::string_view(id.internal, sizeof(id.internal)));
+    }
+    absl::StatusOr<std::vector<NcclRecoveryReport>> all =
+        ExchangeRecoveryReports(dir, me, c.nranks, deadline, newer);
+    if (!all.ok()) {
+      last = all.status();
+      REVENANT_LOG(WARNING, kLog) << "rank " << c.rank << ": recovery epoch " << epoch
+                                  << " did not form: " << last;
+      continue;  // a newer epoch (a member died meanwhile), or the bound
+    }
+    const RecoveryPlan plan = PlanRecovery(Reports(*all));
+    if (!plan.error.empty()) return absl::FailedPreconditionError(plan.error);
+    absl::Status step = absl::OkStatus();
+    // Results of the units some members completed and others did not.
+    uint64_t nunits = 0;
+    if (!plan.all_restored && plan.units_from < plan.units_to) {
+      if (c.rank == plan.provider) {
+        UnitResults send;
+        for (const auto& [ord, bufs] : c.cache) {
+          if (!(ord < plan.units_from) && ord < plan.units_to) send[ord] = bufs;
+        }
+        nunits = send.size();
+        step = WriteRecoveryBlob(dir, "units", EncodeUnits(send));
+      } else if (pending < plan.units_to) {
+        absl::StatusOr<std::string> blob = WaitRecoveryBlob(dir, "units", deadline, newer);
+        absl::StatusOr<UnitResults> units =
+            blob.ok() ? DecodeUnits(*blob) : absl::StatusOr<UnitResults>(blob.status());
+        if (units.ok()) {
+          nunits = units->size();
+          for (auto& [ord, bufs] : *units) {
+            if (!(ord < pending)) c.prereceived[ord] = std::move(bufs);
+          }
+        } else {
+          step = units.status();
+        }
+      }
+    }
+    // State: the source's live allocations to the replacements.
+    if (step.ok() && plan.state_source >= 0) {
+      if (c.rank == plan.state_source) {
+        std::string blob;
+        step = ReadState(&blob);
+        if (step.ok()) step = WriteRecoveryBlob(dir, "state", blob);
+      } else if (replacement) {
+        absl::StatusOr<std::string> blob = WaitRecoveryBlob(dir, "state", deadline, newer);
+        step = blob.ok() ? WriteState(*blob) : blob.status();
+        if (step.ok() && behind != nullptr) *behind = plan.source_ahead;
+      }
+    }
+    if (!step.ok()) {
+      last = step;
+      REVENANT_LOG(WARNING, kLog) << "rank " << c.rank << ": recovery epoch " << epoch
+                                  << " failed: " << step;
+      if (absl::IsAborted(step) || absl::IsDeadlineExceeded(step)) continue;
+      return step;
+    }
+    // The new communicator: every member, from rank 0's fresh unique id.
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof(id));
+    const std::string raw_id = absl::HexStringToBytes((*all)[0].unique_id_hex);
+    if (raw_id.size() != sizeof(id.internal)) {
+      return absl::DataLossError("rank 0's recovery report carries no unique id");
+    }
+    std::memcpy(id.internal, raw_id.data(), sizeof(id.internal));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t fresh = nullptr;
+    ncclResult_t r = ::ncclCommInitRankConfig(&fresh, c.nranks, id, c.rank, &cfg);
+    if ((r != ncclSuccess && r != ncclInProgress) || fresh == nullptr) {
+      last = absl::InternalError(absl::StrCat("ncclCommInitRankConfig: ", ::ncclGetErrorString(r),
+                                              ": ", LastError(fresh)));
+      REVENANT_LOG(WARNING, kLog) << "rank " << c.rank << ": recovery epoch " << epoch
+                                  << ": the new communicator did not start: " << last;
+      continue;
+    }
+    c.comm = fresh;
+    c.aborted.store(false);
+    c.error.store(ncclSuccess);
+    c.why.clear();
+    if (r == ncclInProgress) r = Settle(c, "ncclCommInitRank (recovery)", newer);
+    if (r == ncclSuccess && warm_up_) r = WarmUp(c);
+    if (r != ncclSuccess) {
+      if (!c.aborted.load()) AbortComm(c, r, "the re-formed communicator failed");
+      last = absl::UnavailableError(absl::StrCat("the communicator of epoch ", epoch,
+                                                 " did not form: ", ::ncclGetErrorString(r)));
+      REVENANT_LOG(WARNING, kLog) << "rank " << c.rank << ": " << last;
+      continue;
+    }
+    c.joining = false;
+    // Every member's init passed the directory's files: nobody reads them.
+    if (c.rank == 0) RemoveRecoveryDirs(job_root_, c.key, epoch);
+    const std::string detail =
+        absl::StrCat("real NCCL, ", nunits, " completed collectives from rank ", plan.provider,
+                     plan.state_source >= 0 ? absl::StrCat(", state from rank ", plan.state_source)
+                                            : std::string());
+    RecordEvent(job_root_, replacement ? "replacement_joined" : "survivor_joined", options_.rank,
+                epoch, detail);
+    REVENANT_LOG(INFO, kLog) << "rank " << c.rank << ": recovery epoch " << epoch
+                             << ": communicator re-formed in "
+                             << absl::ToInt64Milliseconds(absl::Now() - start) << " ms ("
+                             << detail << ")";
+    return absl::OkStatus();
+  }
+  return last;
+}
+
+absl::Status CudaNccl::JoinRecovery(uint64_t minibatch, bool* behind) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<Comm>> joining;
+  for (auto& [h, c] : comms_) {
+    if (c->joining) joining.push_back(c);  // one-rank communicators have no peers
+  }
+  if (joining.empty()) return absl::UnimplementedError("no communicator to recover through");
+  *behind = false;
+  for (auto& c : joining) {
+    bool b = false;
+    absl::Status s = Recover(*c, UnitOrdinal{minibatch, 0}, /*replacement=*/true, minibatch, &b);
+    if (!s.ok()) return s;
+    *behind |= b;
+  }
+  return absl::OkStatus();
+}
+
 ncclResult_t CudaNccl::CheckReplayable(Comm& parent, const char* what) {
   if (!replaying_.load()) return ncclSuccess;
-  int n = 0;
-  if (::ncclCommCount(parent.comm, &n) != ncclSuccess) n = -1;
-  return n == 1 ? ncclSuccess : Refused(what, n);
+  return parent.nranks == 1 ? ncclSuccess : Refused(what, parent.nranks);
 }
 
 // --- Rows ------------------------------------------------------------------------------------
@@ -398,8 +1158,27 @@ ncclResult_t CudaNccl::CommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniq
                                 << " is invalid";
     return ncclInvalidArgument;
   }
+  // The communicator's name across ranks and replacements: the id the
+  // application made it with (a replacement's journal replays the same).
+  const std::string key = IdHash(absl::string_view(id.internal, sizeof(id.internal)));
   if (replaying_.load()) {
-    if (nranks != 1) return Refused("ncclCommInitRank", nranks);
+    if (nranks != 1) {
+      if (options_.recovery_timeout <= absl::ZeroDuration() || job_root_.empty()) {
+        return Refused("ncclCommInitRank", nranks);
+      }
+      // The survivors formed this communicator long ago: it joins them at
+      // the recovery epoch (JoinRecovery, or its first collective in the
+      // first minibatch), under a fresh unique id.
+      std::shared_ptr<Comm> c = Register(nullptr);
+      c->nranks = nranks;
+      c->rank = rank;
+      c->key = key;
+      c->joining = true;
+      *comm = Handle(c);
+      REVENANT_LOG(INFO, kLog) << "replay: communicator rank " << rank << " of " << nranks
+                               << " joins the survivors at the recovery epoch";
+      return ncclSuccess;
+    }
     // The journaled id's bootstrap died with the old agent; one rank needs
     // no peer, so a fresh id re-creates the same communicator.
     ncclResult_t r = ::ncclGetUniqueId(&id);
@@ -414,16 +1193,20 @@ ncclResult_t CudaNccl::CommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniq
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   if (config != nullptr) cfg = *config;
   cfg.blocking = 0;
-  *comm = nullptr;
-  ncclResult_t r = ::ncclCommInitRankConfig(comm, nranks, id, rank, &cfg);
-  if ((r != ncclSuccess && r != ncclInProgress) || *comm == nullptr) {
+  ncclComm_t raw = nullptr;
+  ncclResult_t r = ::ncclCommInitRankConfig(&raw, nranks, id, rank, &cfg);
+  if ((r != ncclSuccess && r != ncclInProgress) || raw == nullptr) {
     REVENANT_LOG(ERROR, kLog) << "ncclCommInitRankConfig(nranks " << nranks << ", rank " << rank
                               << ", device " << device_ << "): " << ::ncclGetErrorString(r)
-                              << ": " << LastError(*comm);
+                              << ": " << LastError(raw);
     return r == ncclSuccess ? ncclInternalError : r;
   }
-  Register(*comm);
-  std::shared_ptr<Comm> c = Find(*comm);
+  std::shared_ptr<Comm> c = Register(raw);
+  c->nranks = nranks;
+  c->rank = rank;
+  c->key = key;
+  c->epoch = ReadEpoch();
+  *comm = Handle(c);
   if (group_depth_ > 0) {
     group_comms_.push_back(c);
     return ncclSuccess;
@@ -435,8 +1218,9 @@ ncclResult_t CudaNccl::CommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniq
     *comm = nullptr;
     return r;
   }
-  REVENANT_LOG(DEBUG, kLog) << "communicator " << static_cast<void*>(*comm) << ": rank " << rank
-                            << " of " << nranks << " on GPU " << device_;
+  REVENANT_LOG(DEBUG, kLog) << "communicator " << static_cast<void*>(raw) << ": rank " << rank
+                            << " of " << nranks << " on GPU " << device_
+                            << (Recoverable(*c) ? " (recoverable: collectives fenced)" : "");
   if (warm_up_) {
     r = WarmUp(*c);
     if (r != ncclSuccess) {
@@ -456,16 +1240,24 @@ ncclResult_t CudaNccl::CommSplit(ncclComm_t comm, int color, int key, ncclComm_t
   if (parent == nullptr || newcomm == nullptr) return ncclInvalidArgument;
   if (parent->aborted.load()) return static_cast<ncclResult_t>(parent->error.load());
   if (ncclResult_t x = CheckReplayable(*parent, "ncclCommSplit"); x != ncclSuccess) return x;
+  if (parent->comm == nullptr) return Refused("ncclCommSplit", parent->nranks);
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   if (config != nullptr) cfg = *config;
   cfg.blocking = 0;
   *newcomm = nullptr;
-  ncclResult_t r = ::ncclCommSplit(comm, color, key, newcomm, &cfg);
+  ncclComm_t raw = nullptr;
+  ncclResult_t r = ::ncclCommSplit(parent->comm, color, key, &raw, &cfg);
   if (r != ncclSuccess && r != ncclInProgress) return r;
   if (r == ncclInProgress) r = Settle(*parent, "ncclCommSplit");
-  if (*newcomm == nullptr) return r;  // NCCL_SPLIT_NOCOLOR
-  Register(*newcomm);
-  if (r == ncclSuccess) r = Settle(*Find(*newcomm), "ncclCommSplit (new communicator)");
+  if (raw == nullptr) return r;  // NCCL_SPLIT_NOCOLOR
+  // A split has no unique id to re-form from: it is not recoverable.
+  std::shared_ptr<Comm> c = Register(raw);
+  *newcomm = Handle(c);
+  if (r == ncclSuccess) r = Settle(*c, "ncclCommSplit (new communicator)");
+  if (r == ncclSuccess) {
+    (void)::ncclCommCount(raw, &c->nranks);
+    (void)::ncclCommUserRank(raw, &c->rank);
+  }
   return r;
 }
 
@@ -476,20 +1268,32 @@ ncclResult_t CudaNccl::CommShrink(ncclComm_t comm, int* exclude, int exclude_cou
   if (parent == nullptr || newcomm == nullptr) return ncclInvalidArgument;
   if (parent->aborted.load()) return static_cast<ncclResult_t>(parent->error.load());
   if (ncclResult_t x = CheckReplayable(*parent, "ncclCommShrink"); x != ncclSuccess) return x;
+  if (parent->comm == nullptr) return Refused("ncclCommShrink", parent->nranks);
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   if (config != nullptr) cfg = *config;
   cfg.blocking = 0;
   *newcomm = nullptr;
-  ncclResult_t r = ::ncclCommShrink(comm, exclude, exclude_count, newcomm, &cfg, flags);
+  ncclComm_t raw = nullptr;
+  ncclResult_t r = ::ncclCommShrink(parent->comm, exclude, exclude_count, &raw, &cfg, flags);
   if (r != ncclSuccess && r != ncclInProgress) return r;
   if (r == ncclInProgress) r = Settle(*parent, "ncclCommShrink");
-  if (*newcomm == nullptr) return r;
-  Register(*newcomm);
-  if (r == ncclSuccess) r = Settle(*Find(*newcomm), "ncclCommShrink (new communicator)");
+  if (raw == nullptr) return r;
+  std::shared_ptr<Comm> c = Register(raw);
+  *newcomm = Handle(c);
+  if (r == ncclSuccess) r = Settle(*c, "ncclCommShrink (new communicator)");
+  if (r == ncclSuccess) {
+    (void)::ncclCommCount(raw, &c->nranks);
+    (void)::ncclCommUserRank(raw, &c->rank);
+  }
   return r;
 }
 
 ncclResult_t CudaNccl::CommFinalize(ncclComm_t comm) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<Comm> c = Find(comm);
+    if (c != nullptr && c->comm == nullptr) return ncclSuccess;  // joining: nothing queued
+  }
   ncclResult_t r =
       OnComm(comm, "ncclCommFinalize", [](ncclComm_t c) { return ::ncclCommFinalize(c); });
   if (r == ncclSuccess) {
@@ -504,13 +1308,13 @@ ncclResult_t CudaNccl::CommDestroy(ncclComm_t comm) {
   std::shared_ptr<Comm> c = Find(comm);
   if (c == nullptr) return ncclInvalidArgument;
   comms_.erase(comm);
-  if (c->aborted.load()) return ncclSuccess;  // its resources went with the abort
+  if (c->aborted.load() || c->comm == nullptr) return ncclSuccess;  // nothing left to free
   // Finalize first (flushes outstanding work) unless the application did.
-  ncclResult_t r = c->finalized ? ncclSuccess : ::ncclCommFinalize(comm);
+  ncclResult_t r = c->finalized ? ncclSuccess : ::ncclCommFinalize(c->comm);
   if (r == ncclInProgress) r = Settle(*c, "ncclCommFinalize (destroy)");
   if (c->aborted.load()) return ncclSuccess;
   if (r == ncclSuccess) {
-    r = ::ncclCommDestroy(comm);
+    r = ::ncclCommDestroy(c->comm);
     if (r == ncclSuccess) return ncclSuccess;
   }
   AbortComm(*c, r, absl::StrCat("ncclCommDestroy: finalize/destroy failed (",
@@ -523,7 +1327,7 @@ ncclResult_t CudaNccl::CommAbort(ncclComm_t comm) {
   std::shared_ptr<Comm> c = Find(comm);
   if (c == nullptr) return ncclInvalidArgument;
   comms_.erase(comm);
-  AbortComm(*c, ncclInvalidUsage, "ncclCommAbort from the application");
+  if (c->comm != nullptr) AbortComm(*c, ncclInvalidUsage, "ncclCommAbort from the application");
   return ncclSuccess;
 }
 
@@ -535,17 +1339,45 @@ ncclResult_t CudaNccl::CommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
     *error = static_cast<ncclResult_t>(c->error.load());
     return ncclSuccess;
   }
-  return ::ncclCommGetAsyncError(comm, error);
+  if (c->comm == nullptr) {
+    *error = ncclSuccess;
+    return ncclSuccess;
+  }
+  return ::ncclCommGetAsyncError(c->comm, error);
 }
 
 ncclResult_t CudaNccl::CommCount(ncclComm_t comm, int* count) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<Comm> c = Find(comm);
+    if (c != nullptr && c->comm == nullptr && count != nullptr) {
+      *count = c->nranks;
+      return ncclSuccess;
+    }
+  }
   return OnComm(comm, "ncclCommCount", [&](ncclComm_t c) { return ::ncclCommCount(c, count); });
 }
 ncclResult_t CudaNccl::CommUserRank(ncclComm_t comm, int* rank) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<Comm> c = Find(comm);
+    if (c != nullptr && c->comm == nullptr && rank != nullptr) {
+      *rank = c->rank;
+      return ncclSuccess;
+    }
+  }
   return OnComm(comm, "ncclCommUserRank",
                 [&](ncclComm_t c) { return ::ncclCommUserRank(c, rank); });
 }
 ncclResult_t CudaNccl::CommCuDevice(ncclComm_t comm, int* device) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<Comm> c = Find(comm);
+    if (c != nullptr && c->comm == nullptr && device != nullptr) {
+      *device = device_;
+      return ncclSuccess;
+    }
+  }
   return OnComm(comm, "ncclCommCuDevice",
                 [&](ncclComm_t c) { return ::ncclCommCuDevice(c, device); });
 }
@@ -564,62 +1396,127 @@ ncclResult_t CudaNccl::GroupEnd() {
   if (--group_depth_ > 0) return r == ncclInProgress ? ncclSuccess : r;
   std::vector<std::shared_ptr<Comm>> comms = std::move(group_comms_);
   group_comms_.clear();
+  std::vector<Queued> units = std::move(group_units_);
+  group_units_.clear();
   if (r != ncclSuccess && r != ncclInProgress) {
     REVENANT_LOG(WARNING, kLog) << "ncclGroupEnd: " << ::ncclGetErrorString(r) << ": "
-                                << (comms.empty() ? std::string("-") : LastError(comms[0]->comm));
+                                << (comms.empty() || comms[0]->comm == nullptr
+                                        ? std::string("-")
+                                        : LastError(comms[0]->comm));
     return r;
   }
   ncclResult_t first = ncclSuccess;
   for (auto& c : comms) {
-    if (c->aborted.load()) continue;
+    if (c->aborted.load() || c->comm == nullptr) continue;
     ncclResult_t s = Settle(*c, "ncclGroupEnd");
+    if (first == ncclSuccess) first = s;
+  }
+  // Operations of recoverable communicators were held back: each
+  // communicator's part runs now as one unit (its own NCCL group), fenced.
+  std::vector<bool> taken(units.size(), false);
+  for (size_t i = 0; i < units.size(); ++i) {
+    if (taken[i]) continue;
+    std::vector<Op> ops;
+    for (size_t j = i; j < units.size(); ++j) {
+      if (taken[j] || units[j].comm != units[i].comm) continue;
+      taken[j] = true;
+      ops.push_back(std::move(units[j].op));
+    }
+    ncclResult_t s = RunUnit(*units[i].comm, "ncclGroupEnd", ops);
     if (first == ncclSuccess) first = s;
   }
   return first;
 }
 
-#define REVENANT_COLL(what, expr) \
-  OnComm(comm, what, [&](ncclComm_t c) { return expr; })
+ncclResult_t CudaNccl::Collective(ncclComm_t comm, const char* what, Op op) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::shared_ptr<Comm> c = Find(comm);
+  if (c == nullptr) return ncclInvalidArgument;
+  if (!Recoverable(*c)) {
+    lock.unlock();
+    return OnComm(comm, what, op.call);
+  }
+  if (replay_phase_.load() == ReplayPhase::kSetupLog) {
+    // History: every member ran this unit long ago; the state it produced
+    // arrives with the recovery's state transfer.
+    ++c->next_index;
+    return ncclSuccess;
+  }
+  if (group_depth_ > 0) {
+    group_units_.push_back({c, std::move(op)});
+    return ncclSuccess;
+  }
+  std::vector<Op> ops;
+  ops.push_back(std::move(op));
+  return RunUnit(*c, what, ops);
+}
+
+#define REVENANT_COLL(what, kind, count, type, root, sendp, recvp, stream, expr)            \
+  do {                                                                                    \
+    Op unit;                                                                              \
+    unit.call = [=](ncclComm_t c) { return expr; };                                         \
+    unit.stream = stream;                                                                   \
+    unit.send = sendp;                                                                      \
+    unit.recv = recvp;                                                                      \
+    {                                                                                     \
+      std::lock_guard<std::mutex> lock(mu_);                                              \
+      if (std::shared_ptr<Comm> found = Find(comm)) {                                     \
+        Extents(kind, count, type, root, found->rank, found->nranks, &unit.send_bytes,      \
+                &unit.recv_bytes);                                                          \
+      }                                                                                   \
+    }                                                                                     \
+    return Collective(comm, what, std::move(unit));                                         \
+  } while (0)
 
 ncclResult_t CudaNccl::AllReduce(const void* s, void* r, size_t n, ncclDataType_t t,
                                  ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  return REVENANT_COLL("ncclAllReduce", ::ncclAllReduce(s, r, n, t, op, c, stream));
+  REVENANT_COLL("ncclAllReduce", Kind::kAllReduce, n, t, -1, s, r, stream,
+                ::ncclAllReduce(s, r, n, t, op, c, stream));
 }
 ncclResult_t CudaNccl::Broadcast(const void* s, void* r, size_t n, ncclDataType_t t, int root,
                                  ncclComm_t comm, cudaStream_t stream) {
-  return REVENANT_COLL("ncclBroadcast", ::ncclBroadcast(s, r, n, t, root, c, stream));
+  REVENANT_COLL("ncclBroadcast", Kind::kBroadcast, n, t, root, s, r, stream,
+                ::ncclBroadcast(s, r, n, t, root, c, stream));
 }
 ncclResult_t CudaNccl::Reduce(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
                               int root, ncclComm_t comm, cudaStream_t stream) {
-  return REVENANT_COLL("ncclReduce", ::ncclReduce(s, r, n, t, op, root, c, stream));
+  REVENANT_COLL("ncclReduce", Kind::kReduce, n, t, root, s, r, stream,
+                ::ncclReduce(s, r, n, t, op, root, c, stream));
 }
 ncclResult_t CudaNccl::AllGather(const void* s, void* r, size_t n, ncclDataType_t t,
                                  ncclComm_t comm, cudaStream_t stream) {
-  return REVENANT_COLL("ncclAllGather", ::ncclAllGather(s, r, n, t, c, stream));
+  REVENANT_COLL("ncclAllGather", Kind::kAllGather, n, t, -1, s, r, stream,
+                ::ncclAllGather(s, r, n, t, c, stream));
 }
 ncclResult_t CudaNccl::ReduceScatter(const void* s, void* r, size_t n, ncclDataType_t t,
                                      ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  return REVENANT_COLL("ncclReduceScatter", ::ncclReduceScatter(s, r, n, t, op, c, stream));
+  REVENANT_COLL("ncclReduceScatter", Kind::kReduceScatter, n, t, -1, s, r, stream,
+                ::ncclReduceScatter(s, r, n, t, op, c, stream));
 }
 ncclResult_t CudaNccl::AlltoAll(const void* s, void* r, size_t n, ncclDataType_t t,
                                 ncclComm_t comm, cudaStream_t stream) {
-  return REVENANT_COLL("ncclAlltoAll", ::ncclAlltoAll(s, r, n, t, c, stream));
+  REVENANT_COLL("ncclAlltoAll", Kind::kAlltoAll, n, t, -1, s, r, stream,
+                ::ncclAlltoAll(s, r, n, t, c, stream));
 }
 ncclResult_t CudaNccl::Gather(const void* s, void* r, size_t n, ncclDataType_t t, int root,
                               ncclComm_t comm, cudaStream_t stream) {
-  return REVENANT_COLL("ncclGather", ::ncclGather(s, r, n, t, root, c, stream));
+  REVENANT_COLL("ncclGather", Kind::kGather, n, t, root, s, r, stream,
+                ::ncclGather(s, r, n, t, root, c, stream));
 }
 ncclResult_t CudaNccl::Scatter(const void* s, void* r, size_t n, ncclDataType_t t, int root,
                                ncclComm_t comm, cudaStream_t stream) {
-  return REVENANT_COLL("ncclScatter", ::ncclScatter(s, r, n, t, root, c, stream));
+  REVENANT_COLL("ncclScatter", Kind::kScatter, n, t, root, s, r, stream,
+                ::ncclScatter(s, r, n, t, root, c, stream));
 }
 ncclResult_t CudaNccl::Send(const void* s, size_t n, ncclDataType_t t, int peer, ncclComm_t comm,
                             cudaStream_t stream) {
-  return REVENANT_COLL("ncclSend", ::ncclSend(s, n, t, peer, c, stream));
+  REVENANT_COLL("ncclSend", Kind::kSend, n, t, peer, s, nullptr, stream,
+                ::ncclSend(s, n, t, peer, c, stream));
 }
 ncclResult_t CudaNccl::Recv(void* r, size_t n, ncclDataType_t t, int peer, ncclComm_t comm,
                             cudaStream_t stream) {
-  return REVENANT_COLL("ncclRecv", ::ncclRecv(r, n, t, peer, c, stream));
+  REVENANT_COLL("ncclRecv", Kind::kRecv, n, t, peer, nullptr, r, stream,
+                ::ncclRecv(r, n, t, peer, c, stream));
 }
 
 #undef REVENANT_COLL

@@ -19,7 +19,10 @@
 // A watchdog thread (started with the first communicator) aborts every
 // communicator when
 //   - one reports an asynchronous error (a peer died, a network error),
-//   - the job declares a recovery epoch (<job>/epoch, as revenant-run does),
+//   - the job declares a recovery epoch (<job>/epoch, as revenant-run does)
+//     and this agent does not recover (with recovery only the communicators
+//     that cannot be re-formed, splits and shrinks, are aborted: the others
+//     handle the epoch themselves, below),
 //   - a synchronization (SyncScope) has been blocked longer than the
 //     timeout while communicators exist (a collective waiting for a peer
 //     that is gone: NCCL kernels spin until aborted),
@@ -30,22 +33,62 @@
 //
 // Start agreement (cuda_nccl_start.h): before a communicator is created with
 // ncclCommInitRank*, every rank of it checks that its NCCL is >= 2.22 and
-// that no two ranks drive the same GPU, exchanging one line each through the
-// job directory's parent (a directory per unique id; bounded by the
-// timeout); one verdict, the same on every rank. A refusal is
-// ncclInvalidUsage and a log line naming the offending ranks on every rank;
-// a rank that never joins makes the others fail with ncclSystemError. A
-// 1-rank communicator only checks its own NCCL version.
+// that ranks driving the same GPU each have their own NCCL_HOSTID,
+// exchanging one line each through the job directory's parent (a directory
+// per unique id; bounded by the timeout); one verdict, the same on every
+// rank. A refusal is ncclInvalidUsage and a log line naming the offending
+// ranks on every rank; a rank that never joins makes the others fail with
+// ncclSystemError. A 1-rank communicator only checks its own NCCL version.
+// Shared GPU: with CudaNcclOptions::gpu_shared (revenant-run --gpus with
+// more ranks than GPUs) ConfigureSharedGpu sets NCCL_HOSTID to
+// "<host>-revenant-rank<r>" and NCCL_SOCKET_IFNAME=lo unless the user set
+// them (logged either way): NCCL then treats the ranks as separate hosts and
+// connects them over its socket transport. The same NCCL_HOSTID exported to
+// every rank is an accidental duplicate, refused by the agreement.
 // Warm-up: right after a communicator is created (outside a group), one
 // small all-reduce on a stream of its own, waited for with the same bound,
 // so connection setup is not charged to the application's first step
 // (REVENANT_NCCL_WARMUP=0 turns it off).
 //
-// Replay (a replacement agent): a 1-rank communicator is re-created with a
-// fresh unique id (the journaled id's bootstrap died with the old agent) and
-// its collectives run for real. A communicator of several ranks is refused
-// (ncclInvalidUsage and a log line saying why; docs/recovery.md, Limits),
-// as are splits/shrinks of one.
+// Handles: the application gets a virtual handle (the address of the
+// agent's record), not NCCL's; the NCCL communicator under it may be
+// replaced by a recovery, the handle and the ranks stay.
+//
+// Recovery (docs/recovery.md, "Over real NCCL"): a communicator is
+// recoverable when the job recovers (recovery_timeout > 0), it has several
+// ranks and it was made by ncclCommInitRank* (its key: the hash of the
+// application's unique id, which a replacement's journal replays too).
+//   - Fence: each collective unit (a call, or a communicator's part of an
+//     NCCL group, which is held back until ncclGroupEnd and issued then as
+//     one group) is waited for before the call returns: the executor
+//     enqueues nothing behind it until its streams passed it (events polled,
+//     bounded by the timeout), so the optimizer step never runs on a
+//     collective that failed. An in-place unit's input is first copied to a
+//     device scratch buffer (a retry needs it); a completed unit's results
+//     are copied to host memory (current and previous minibatch) for a
+//     replacement's replay.
+//   - Failure: the communicator's async error (a dead peer: ncclRemoteError
+//     within milliseconds), a recovery epoch declared while waiting, or the
+//     timeout. The unit then waits for the job's next epoch, aborts its
+//     communicator (ncclCommAbort on a detached thread, bounded: it ends the
+//     spinning kernels; ncclCommShrink of a communicator whose peer died
+//     fails on NCCL 2.28, and 2.28 has no ncclCommGrow), agrees with the
+//     other members through <job>/nccl-recovery-<key>-e<E>/
+//     (cuda_nccl_recovery.h: reports, rank 0's fresh unique id, the plan of
+//     recovery_plan.h shared with the Gloo engine, results of completed
+//     units, the state for replacements), creates the new communicator
+//     (ncclCommInitRankConfig, non-blocking, bounded, preempted by a newer
+//     epoch), restores the in-place input and runs the unit again.
+//   - Replacement: during the replay its communicators of several ranks are
+//     created without NCCL (they join at the epoch: JoinRecovery at the
+//     journal's minibatch boundary, or their first collective in the first
+//     minibatch); the setup log's collectives are skipped (history); the
+//     minibatch log's collectives take the survivors' results for the units
+//     they completed and run jointly from the one they wait in.
+// Without recovery a communicator of several ranks is refused during a
+// replay (ncclInvalidUsage and a log line), as are splits and shrinks of
+// one (no unique id to re-form from); a 1-rank communicator is re-created
+// with a fresh unique id and its collectives run for real.
 //
 // Thread safety: all methods may be called from several threads.
 #ifndef REVENANT_AGENT_BACKENDS_CUDA_CUDA_NCCL_H_
@@ -55,24 +98,47 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "agent/backend.h"
+#include "agent/backends/common/recovery_plan.h"
+#include "agent/backends/cuda/cuda_nccl_recovery.h"
 
 namespace revenant {
 namespace agent {
 namespace cuda {
 
+struct CudaNcclOptions {
+  int rank = -1;  // the agent's rank (its NCCL_HOSTID when the GPU is shared)
+  // Other ranks use this GPU too (revenant-run --gpus with more ranks than
+  // GPUs): NCCL_HOSTID and NCCL_SOCKET_IFNAME are set unless the user did.
+  bool gpu_shared = false;
+  // How long a failed collective waits for the job's next recovery epoch
+  // and re-forms its communicator; 0: no recovery (no fence either).
+  absl::Duration recovery_timeout = absl::ZeroDuration();
+  bool chaos_kill_in_recovery = false;
+  // Keep each collective's results (current and previous minibatch) for a
+  // replacement's replay; off when the agent does not journal.
+  bool cache_results = true;
+
+  static CudaNcclOptions From(const BackendOptions& options);
+};
+
 class CudaNccl {
  public:
   // `job_dir`: this rank's job directory (its parent holds the epoch file);
-  // empty: no epoch watching.
-  CudaNccl(int device, const std::string& job_dir);
+  // empty: no epoch watching, no recovery.
+  CudaNccl(int device, const std::string& job_dir, const CudaNcclOptions& options = {});
   ~CudaNccl();
   CudaNccl(const CudaNccl&) = delete;
   CudaNccl& operator=(const CudaNccl&) = delete;
@@ -82,8 +148,23 @@ class CudaNccl {
   // REVENANT_COLLECTIVE_TIMEOUT_S, default 60 s.
   static absl::Duration TimeoutFromEnv();
 
-  // A replay starts (true) or ends; a spare's epoch baseline is refreshed.
-  void SetReplaying(bool replaying);
+  // Sets NCCL_HOSTID (and NCCL_SOCKET_IFNAME=lo) for `rank` on a shared
+  // GPU unless the user set them; logs what NCCL will use. Before any
+  // communicator exists.
+  static void ConfigureSharedGpu(int rank);
+
+  // How the state transfer reaches the device: the live allocations
+  // (address, size) and the base of this rank's device range.
+  void SetStateAccess(std::function<std::vector<std::pair<uint64_t, uint64_t>>()> live,
+                      uint64_t range_base);
+
+  // --- Recovery (Backend's contract, docs/recovery.md) ----------------------------
+  // A replay starts (kSetupLog/kMinibatchLog) or ends; a spare's epoch
+  // baseline is refreshed.
+  void SetReplayPhase(ReplayPhase phase);
+  absl::Status JoinRecovery(uint64_t minibatch, bool* behind);
+  void MarkBoundary(uint64_t minibatch);
+  void NoteStateRestored(uint64_t minibatch) { restored_minibatch_.store(minibatch); }
 
   ncclResult_t GetVersion(int* version);
   ncclResult_t GetUniqueId(ncclUniqueId* id);
@@ -139,20 +220,83 @@ class CudaNccl {
 
  private:
   struct Comm {
-    ncclComm_t comm = nullptr;
+    ncclComm_t comm = nullptr;  // the live NCCL communicator (replaced when re-formed)
     std::atomic<bool> aborted{false};
     bool finalized = false;  // guarded by mu_: the application finalized it
     std::atomic<int> error{ncclSuccess};  // after an abort: what the calls answer
     std::string why;
+    // Recovery (all guarded by mu_). A communicator is recoverable when
+    // the job recovers and it has several ranks and a key.
+    int nranks = 0;
+    int rank = 0;
+    std::string key;  // IdHash of the application's unique id; empty: not re-formable
+    int epoch = 0;    // the recovery epoch it was formed in
+    bool joining = false;  // a replacement's: joins the survivors at the epoch
+    bool failed = false;   // its recovery failed: later calls answer the error at once
+    uint64_t minibatch = 0;
+    uint64_t next_index = 0;
+    UnitResults cache;        // results of completed units (current, previous minibatch)
+    UnitResults prereceived;  // results of units this rank has yet to run
+    std::vector<void*> scratch;  // device copies of in-place send buffers, per operation
+    std::vector<size_t> scratch_bytes;
+  };
+  // One NCCL operation of a unit (a call, or one communicator's part of a group).
+  struct Op {
+    std::function<ncclResult_t(ncclComm_t)> call;
+    cudaStream_t stream = nullptr;
+    const void* send = nullptr;
+    size_t send_bytes = 0;  // bytes this rank's send buffer holds
+    void* recv = nullptr;
+    size_t recv_bytes = 0;  // bytes this rank's receive buffer gets
+    bool saved = false;     // in place: the send bytes were copied to scratch first
+  };
+  struct Queued {
+    std::shared_ptr<Comm> comm;
+    Op op;
   };
 
-  // The live state of `comm`; nullptr when unknown.
+  // The live state of the application's handle `comm`; nullptr when unknown.
   std::shared_ptr<Comm> Find(ncclComm_t comm);
+  static ncclComm_t Handle(const std::shared_ptr<Comm>& c) {
+    return reinterpret_cast<ncclComm_t>(c.get());
+  }
+  bool Recoverable(const Comm& c) const;
   // Runs `call` on a known, live communicator and settles it.
   template <typename F>
   ncclResult_t OnComm(ncclComm_t comm, const char* what, F call);
+  // A collective: fenced and recovered when its communicator is recoverable.
+  ncclResult_t Collective(ncclComm_t comm, const char* what, Op op);
+  // A recoverable unit (mu_ held): ordinal, in-place copies, issue, fence,
+  // results cache; on a peer's failure the recovery and a retry.
+  ncclResult_t RunUnit(Comm& c, const char* what, std::vector<Op>& ops);
+  ncclResult_t Issue(Comm& c, const char* what, std::vector<Op>& ops);
+  // Waits (bounded) until the unit's streams passed it; fails on the
+  // communicator's async error, a new recovery epoch or the timeout.
+  ncclResult_t Fence(Comm& c, const char* what, const std::vector<Op>& ops);
+  ncclResult_t SaveInputs(Comm& c, std::vector<Op>& ops);
+  ncclResult_t RestoreInputs(Comm& c, const std::vector<Op>& ops);
+  // Copies the unit's receive buffers to the bounce buffer in stream order
+  // (the fence waits for them too); false when they cannot be kept.
+  bool StageResults(const std::vector<Op>& ops);
+  void CacheResults(Comm& c, UnitOrdinal ordinal, const std::vector<Op>& ops);
+  // Copies results received during a recovery into the receive buffers, in
+  // stream order; false when there are none for `ordinal`.
+  bool ApplyPrereceived(Comm& c, UnitOrdinal ordinal, const std::vector<Op>& ops,
+                        ncclResult_t* result);
+  // The recovery protocol at the job's next epoch (cuda_nccl_recovery.h).
+  absl::Status Recover(Comm& c, UnitOrdinal pending, bool replacement, uint64_t minibatch,
+                       bool* behind);
+  absl::Status ReadState(std::string* blob);
+  absl::Status WriteState(const std::string& blob);
+  // Device <-> host copies on the private stream, waited for with a bound.
+  absl::Status CopyOnAux(void* dst, const void* src, size_t n, cudaMemcpyKind kind);
+  absl::Status WaitEvent(cudaEvent_t ev, const char* what);
+  // Grows a pinned host buffer (*buf, *bytes) to at least n bytes.
+  static bool EnsurePinned(void** buf, size_t* bytes, size_t n);
+  bool EnsureBounce(size_t n) { return EnsurePinned(&bounce_, &bounce_bytes_, n); }
   // Polls until `c`'s pending operation settled (bounded); aborts on timeout.
-  ncclResult_t Settle(Comm& c, const char* what);
+  // `preempt` (optional) ends the wait early with ncclRemoteError.
+  ncclResult_t Settle(Comm& c, const char* what, const std::function<bool()>& preempt = {});
   // Aborts `c` (bounded), recording `error` as what its later calls answer.
   void AbortComm(Comm& c, ncclResult_t error, const std::string& why);
   // Logs why `what` cannot be replayed for a communicator of `nranks`.
@@ -163,20 +307,36 @@ class CudaNccl {
   ncclResult_t AgreeToStart(int nranks, int rank, const ncclUniqueId& id);
   // One small all-reduce on `c`, bounded (mu_ held).
   ncclResult_t WarmUp(Comm& c);
-  void Register(ncclComm_t comm);
+  std::shared_ptr<Comm> Register(ncclComm_t comm);
   void Watch();
   int ReadEpoch() const;
 
   const int device_;
   const std::string job_root_;
   const absl::Duration timeout_;
+  const CudaNcclOptions options_;
   std::atomic<bool> replaying_{false};
+  std::atomic<ReplayPhase> replay_phase_{ReplayPhase::kNone};
+  std::atomic<uint64_t> restored_minibatch_{0};
   bool warm_up_ = true;
+  std::function<std::vector<std::pair<uint64_t, uint64_t>>()> live_allocations_;
+  uint64_t range_base_ = 0;
 
   std::mutex mu_;  // serializes NCCL calls with the watchdog's polls and aborts
+  // Keyed by the application's handle (Handle(): the Comm's address), so a
+  // communicator re-formed under it keeps its handle.
   absl::flat_hash_map<ncclComm_t, std::shared_ptr<Comm>> comms_;  // guarded by mu_
   int group_depth_ = 0;                                            // guarded by mu_
   std::vector<std::shared_ptr<Comm>> group_comms_;                 // guarded by mu_
+  std::vector<Queued> group_units_;  // guarded by mu_: recoverable operations of the group
+  // Private stream and pinned bounce buffer for state and received results;
+  // a pinned buffer of its own for results staged behind a unit in its
+  // stream (a failed attempt's copy may still land there). Guarded by mu_.
+  cudaStream_t aux_ = nullptr;
+  void* bounce_ = nullptr;
+  size_t bounce_bytes_ = 0;
+  void* stage_ = nullptr;
+  size_t stage_bytes_ = 0;
 
   // Watchdog.
   std::thread watchdog_;

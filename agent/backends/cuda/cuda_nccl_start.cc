@@ -42,7 +42,7 @@ std::string FormatStartInfo(const StartRankInfo& info) {
   auto value = [](const std::string& v) { return Clean(v) ? v : std::string("-"); };
   return absl::StrCat("rank=", info.rank, " version=", info.nccl_version,
                       " uuid=", value(info.device_uuid), " pci=", value(info.pci_bus_id),
-                      " host=", value(info.host));
+                      " host=", value(info.host), " hostid=", value(info.nccl_host_id));
 }
 
 absl::StatusOr<StartRankInfo> ParseStartInfo(absl::string_view line) {
@@ -67,9 +67,11 @@ absl::StatusOr<StartRankInfo> ParseStartInfo(absl::string_view line) {
       info.pci_bus_id = value == "-" ? "" : value;
     } else if (key == "host") {
       info.host = value == "-" ? "" : value;
+    } else if (key == "hostid") {
+      info.nccl_host_id = value == "-" ? "" : value;
     }
   }
-  for (const char* k : {"rank", "version", "uuid", "pci", "host"}) {
+  for (const char* k : {"rank", "version", "uuid", "pci", "host", "hostid"}) {
     if (seen.count(k) == 0) return absl::InvalidArgumentError(absl::StrCat("no ", k, "="));
   }
   return info;
@@ -117,22 +119,54 @@ StartVerdict DecideStart(const std::vector<StartRankInfo>& all, int nranks, int 
     if (!i->pci_bus_id.empty() && !i->device_uuid.empty())
       by_pci[i->host + "/" + i->pci_bus_id].push_back(r);
   }
+  // A group of ranks on one GPU is fine when NCCL sees them as separate
+  // hosts: every one of them has a host id, and no two the same.
+  auto distinct_host_ids = [&](const std::vector<int>& ranks) {
+    std::set<std::string> ids;
+    for (int r : ranks) {
+      const std::string& id = by_rank.at(r)->nccl_host_id;
+      if (id.empty() || !ids.insert(id).second) return false;
+    }
+    return true;
+  };
+  auto refuse_shared = [&](const std::vector<int>& ranks, const std::string& where) {
+    std::set<std::string> ids;
+    bool missing = false;
+    for (int r : ranks) {
+      const std::string& id = by_rank.at(r)->nccl_host_id;
+      if (id.empty()) missing = true;
+      ids.insert(id);
+    }
+    problems.push_back(absl::StrCat(
+        "ranks ", absl::StrJoin(ranks, ", "), " use the same GPU (", where, ") ",
+        missing ? "and not every one of them has an NCCL_HOSTID"
+                : "with the same NCCL_HOSTID",
+        " (ranks may share a GPU only with an NCCL_HOSTID each: revenant-run --gpus sets "
+        "them)"));
+    offending.insert(ranks.begin(), ranks.end());
+  };
   std::set<std::vector<int>> reported;
+  std::set<std::vector<int>> shared;
   for (const auto& [key, ranks] : by_gpu) {
     if (ranks.size() < 2) continue;
     reported.insert(ranks);
-    problems.push_back(absl::StrCat("ranks ", absl::StrJoin(ranks, ", "),
-                                    " use the same GPU (", key, ")"));
-    offending.insert(ranks.begin(), ranks.end());
+    if (distinct_host_ids(ranks)) {
+      shared.insert(ranks);
+      continue;
+    }
+    refuse_shared(ranks, key);
   }
   for (const auto& [key, ranks] : by_pci) {
     if (ranks.size() < 2 || reported.count(ranks) != 0) continue;
-    problems.push_back(absl::StrCat("ranks ", absl::StrJoin(ranks, ", "),
-                                    " use the same GPU (PCI ", key, ")"));
-    offending.insert(ranks.begin(), ranks.end());
+    if (distinct_host_ids(ranks)) {
+      shared.insert(ranks);
+      continue;
+    }
+    refuse_shared(ranks, "PCI " + key);
   }
   v.ok = problems.empty();
   v.offending.assign(offending.begin(), offending.end());
+  if (v.ok) v.shared.assign(shared.begin(), shared.end());
   if (!v.ok) {
     v.message = absl::StrCat("the NCCL engine cannot start on these ", nranks,
                              " ranks: ", absl::StrJoin(problems, "; "),
@@ -199,15 +233,26 @@ absl::StatusOr<std::vector<StartRankInfo>> ExchangeStartInfo(const std::string& 
   }
 }
 
-std::string StartDirFor(const std::string& job_root, absl::string_view unique_id_bytes) {
+std::string IdHash(absl::string_view bytes) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : unique_id_bytes) {
+  for (unsigned char c : bytes) {
     h ^= c;
     h *= 1099511628211ull;
   }
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
-  return absl::StrCat(job_root, "/nccl-start-", hex);
+  return hex;
+}
+
+std::string StartDirFor(const std::string& job_root, absl::string_view unique_id_bytes) {
+  return absl::StrCat(job_root, "/nccl-start-", IdHash(unique_id_bytes));
+}
+
+std::string SharedGpuHostId(const std::string& host, int rank) {
+  std::string h;
+  for (char c : host) h.push_back(Clean(std::string(1, c)) ? c : '_');
+  if (h.empty()) h = "host";
+  return absl::StrCat(h, "-revenant-rank", rank);
 }
 
 }  // namespace cuda

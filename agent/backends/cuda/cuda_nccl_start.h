@@ -1,8 +1,9 @@
 // The NCCL engine's start agreement: before a job's first communicator is
 // created, every rank checks that it can run the engine and that no two
-// ranks drive the same GPU, and all ranks reach one verdict.
+// ranks drive the same GPU unless NCCL was told to treat them as separate
+// hosts, and all ranks reach one verdict.
 //
-//   StartRankInfo self = {rank, version, uuid, pci_bus_id, host};
+//   StartRankInfo self = {rank, version, uuid, pci_bus_id, host, nccl_host_id};
 //   absl::StatusOr<std::vector<StartRankInfo>> all =
 //       ExchangeStartInfo(dir, self, nranks, absl::Now() + bound);
 //   StartVerdict v = DecideStart(*all, nranks, kMinNcclVersion);
@@ -20,8 +21,13 @@
 //   - every rank's NCCL (the library loaded at run time) is at least
 //     kMinNcclVersion (2.22.0: ncclCommInitRankConfig with non-blocking
 //     communicators, ncclCommGetAsyncError polling, runtime connection);
-//   - no two ranks on the same host use the same GPU (same device UUID, or
-//     same PCI bus id): NCCL refuses that ("Duplicate GPU") or worse.
+//   - ranks that use the same GPU (same device UUID, or same PCI bus id on
+//     one host) each have their own NCCL_HOSTID: NCCL then sees them as
+//     separate hosts and connects them over its socket transport (measured
+//     on the H200 with NCCL 2.28: 2 and 4 ranks on one GPU). Without
+//     distinct host ids NCCL refuses them ("Duplicate GPU") or worse, so a
+//     shared GPU without them (an accidental duplicate: a wrong device
+//     ordinal, one NCCL_HOSTID exported to every rank) is refused.
 //
 // Thread safety: the functions are pure or touch only their own files.
 #ifndef REVENANT_AGENT_BACKENDS_CUDA_CUDA_NCCL_START_H_
@@ -46,9 +52,12 @@ struct StartRankInfo {
   std::string device_uuid;  // hex, as nvidia-smi's GPU-... without the prefix
   std::string pci_bus_id;   // cudaDeviceGetPCIBusId
   std::string host;
+  // NCCL_HOSTID as NCCL will read it at init; empty when unset.
+  std::string nccl_host_id;
 };
 
-// One line: "rank=R version=V uuid=U pci=P host=H" (no spaces in values).
+// One line: "rank=R version=V uuid=U pci=P host=H hostid=I" (no spaces in
+// values; "-" for an empty one).
 std::string FormatStartInfo(const StartRankInfo& info);
 absl::StatusOr<StartRankInfo> ParseStartInfo(absl::string_view line);
 
@@ -57,6 +66,9 @@ struct StartVerdict {
   // Empty when ok; otherwise one sentence naming the offending ranks.
   std::string message;
   std::vector<int> offending;  // sorted, unique
+  // When ok: the groups of ranks that share a GPU (each with distinct host
+  // ids), sorted; empty when every rank has a GPU of its own.
+  std::vector<std::vector<int>> shared;
 };
 
 // `all` holds one entry per rank 0..nranks-1 (any order).
@@ -72,6 +84,15 @@ absl::StatusOr<std::vector<StartRankInfo>> ExchangeStartInfo(const std::string& 
 
 // The exchange directory of a communicator: job_root/nccl-start-<hash of id>.
 std::string StartDirFor(const std::string& job_root, absl::string_view unique_id_bytes);
+
+// The 16 hex digits of the FNV-1a hash of `bytes` (a communicator's name in
+// file names: StartDirFor, the recovery directories of cuda_nccl_recovery.h).
+std::string IdHash(absl::string_view bytes);
+
+// The NCCL_HOSTID an agent of `rank` gives NCCL when ranks share its GPU
+// and the user set none: "<host>-revenant-rank<rank>" (distinct per rank,
+// the same for a replacement of the rank).
+std::string SharedGpuHostId(const std::string& host, int rank);
 
 }  // namespace cuda
 }  // namespace agent

@@ -220,6 +220,42 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   return cudaSuccess;
 }
 
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  std::shared_ptr<fake_cudart::Marker> marker =
+      reinterpret_cast<fake_cudart::Event*>(event)->last;
+  if (marker == nullptr) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(marker->mu);
+  return marker->done ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  return QueueOf(stream).WaitIdle(60) ? cudaSuccess : cudaErrorLaunchTimeout;
+}
+
+cudaError_t cudaMalloc(void** p, size_t size) {
+  *p = std::calloc(1, size);
+  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFree(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** p, size_t size) {
+  *p = std::malloc(size);
+  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaMemsetAsync(void* dst, int value, size_t count, cudaStream_t stream) {
+  QueueOf(stream).Push([=] { std::memset(dst, value, count); });
+  return cudaSuccess;
+}
+
+// No device identity: the NCCL start agreement then compares nothing.
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp*, int) { return cudaErrorNotSupported; }
+cudaError_t cudaDeviceGetPCIBusId(char*, int, int) { return cudaErrorNotSupported; }
+
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
   std::shared_ptr<fake_cudart::Marker> marker =
       reinterpret_cast<fake_cudart::Event*>(event)->last;

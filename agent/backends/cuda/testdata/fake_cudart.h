@@ -7,8 +7,10 @@
 // device. As in CUDA, the host functions (cudaLaunchHostFunc) of one device
 // (context) all run on one callback thread, so a host function that waits
 // holds the host functions of every other stream of that device. Events order
-// streams (cudaEventRecord / cudaStreamWaitEvent). Nothing else of CUDA is
-// modelled.
+// streams (cudaEventRecord / cudaStreamWaitEvent, cudaEventQuery). Memory
+// (cudaMalloc, cudaMallocHost) is malloc; the device has no identity (no
+// properties, no PCI bus id). Nothing else of CUDA is modelled. Also linked
+// into cuda_nccl_fake_test, with testdata/fake_nccl.h.
 #ifndef REVENANT_AGENT_BACKENDS_CUDA_TESTDATA_FAKE_CUDART_H_
 #define REVENANT_AGENT_BACKENDS_CUDA_TESTDATA_FAKE_CUDART_H_
 

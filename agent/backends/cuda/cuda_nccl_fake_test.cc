@@ -1,0 +1,306 @@
+// CudaNccl's fence and recovery over several ranks without a GPU: four
+// CudaNccl instances (one per rank, threads of this process) against a fake
+// NCCL (testdata/fake_nccl.h: an all-reduce waits for every member, a
+// member's death ends it with NaN in the receive buffer) and a fake CUDA
+// runtime (testdata/fake_cudart.h: streams run on threads).
+//
+// What must hold: a collective's call returns only once it completed (the
+// fence); when a member dies mid all-reduce, the survivors' calls wait for
+// the job's epoch, re-form the communicator with the replacement under the
+// same handle, and run the all-reduce again from their saved in-place input;
+// the replacement receives the survivors' state and the results of the
+// units it replays but the survivors completed; results are exact sums; a
+// recovery without an epoch ends within its bound and later calls answer
+// at once.
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/backends/cuda/cuda_nccl.h"
+#include "agent/backends/cuda/testdata/fake_cudart.h"
+#include "agent/backends/cuda/testdata/fake_nccl.h"
+#include "gtest/gtest.h"
+
+namespace revenant {
+namespace agent {
+namespace cuda {
+namespace {
+
+constexpr int kRanks = 4;
+constexpr size_t kCount = 1000;
+constexpr size_t kState = 4096;
+
+double Since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+std::string JobRoot(int ranks) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string t = std::string(base != nullptr ? base : "/tmp") + "/jobXXXXXX";
+  EXPECT_NE(mkdtemp(t.data()), nullptr);
+  for (int r = 0; r < ranks; ++r) mkdir((t + "/rank" + std::to_string(r)).c_str(), 0700);
+  return t;
+}
+
+void DeclareEpoch(const std::string& root, int epoch) {
+  std::ofstream(root + "/epoch.tmp") << epoch << "\n";
+  std::rename((root + "/epoch.tmp").c_str(), (root + "/epoch").c_str());
+}
+
+int CountEvents(const std::string& root, const std::string& event) {
+  std::ifstream f(root + "/events.jsonl");
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line)) n += line.find("\"" + event + "\"") != std::string::npos;
+  return n;
+}
+
+// One rank's agent: its NCCL rows, a stream, a gradient buffer, and its
+// "device range" holding the replicated state.
+struct Rank {
+  Rank(const std::string& root, int r, double recovery_s) {
+    CudaNcclOptions o;
+    o.rank = r;
+    o.recovery_timeout = absl::Seconds(recovery_s);
+    nccl = std::make_unique<CudaNccl>(0, root + "/rank" + std::to_string(r), o);
+    range.assign(kState, 0);
+    char* base = range.data();
+    nccl->SetStateAccess(
+        [base] {
+          return std::vector<std::pair<uint64_t, uint64_t>>{
+              {reinterpret_cast<uint64_t>(base), kState}};
+        },
+        reinterpret_cast<uint64_t>(base));
+    EXPECT_EQ(::cudaStreamCreateWithFlags(&stream, 0), cudaSuccess);
+    grads.assign(kCount, 0.0f);
+  }
+  // An in-place all-reduce of `value` everywhere.
+  ncclResult_t AllReduce(float value) {
+    for (float& g : grads) g = value;
+    return nccl->AllReduce(grads.data(), grads.data(), kCount, ncclFloat, ncclSum, comm, stream);
+  }
+  bool All(float value) const {
+    for (float g : grads) {
+      if (g != value) return false;
+    }
+    return true;
+  }
+  std::unique_ptr<CudaNccl> nccl;
+  cudaStream_t stream = nullptr;
+  ncclComm_t comm = nullptr;
+  std::vector<float> grads;
+  std::vector<char> range;
+};
+
+TEST(CudaNcclFakeTest, FourRanksRecoverAMemberKilledMidAllReduce) {
+  const std::string root = JobRoot(kRanks);
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (int r = 0; r < kRanks; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30));
+  ncclUniqueId id;
+  ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
+  // Formation and three units of minibatch 1, every rank on a thread.
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      Rank& me = *ranks[r];
+      if (me.nccl->CommInitRankConfig(&me.comm, kRanks, id, r, nullptr) != ncclSuccess) {
+        errors[r] = "init failed";
+        return;
+      }
+      me.nccl->MarkBoundary(1);
+      std::memset(me.range.data(), 0x42, kState);  // the replicated state
+      for (int k = 0; k < 3; ++k) {
+        if (me.AllReduce(static_cast<float>((r + 1) * (k + 1))) != ncclSuccess) {
+          errors[r] = "all-reduce failed";
+          return;
+        }
+        // The fence: the sum is there when the call returns, no synchronize.
+        if (!me.All(10.0f * (k + 1))) errors[r] = "the call returned before the sum was there";
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  threads.clear();
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
+  const ncclComm_t handle0 = ranks[0]->comm;
+
+  // Unit (1, 3): rank 1 dies before it posts its part.
+  std::vector<ncclResult_t> results(kRanks, ncclInternalError);
+  const auto start = std::chrono::steady_clock::now();
+  for (int r : {0, 2, 3}) {
+    threads.emplace_back([&, r] { results[r] = ranks[r]->AllReduce(static_cast<float>((r + 1) * 4)); });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  fake_nccl::BreakGroup(id);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  DeclareEpoch(root, 1);
+
+  // The replacement of rank 1 replays: setup log, boundary, minibatch log.
+  auto repl = std::make_unique<Rank>(root, 1, 30);
+  repl->nccl->SetReplayPhase(ReplayPhase::kSetupLog);
+  ASSERT_EQ(repl->nccl->CommInitRankConfig(&repl->comm, kRanks, id, 1, nullptr), ncclSuccess);
+  EXPECT_EQ(repl->AllReduce(1.0f), ncclSuccess);  // minibatch 0: history, skipped
+  EXPECT_TRUE(repl->All(1.0f));
+  repl->nccl->MarkBoundary(1);
+  repl->nccl->SetReplayPhase(ReplayPhase::kMinibatchLog);
+  bool behind = true;
+  absl::Status joined = repl->nccl->JoinRecovery(1, &behind);
+  ASSERT_TRUE(joined.ok()) << joined;
+  EXPECT_FALSE(behind);
+  EXPECT_EQ(repl->range, std::vector<char>(kState, 0x42)) << "the survivors' state did not arrive";
+  // Units the survivors completed: their results, not a joint run.
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(repl->AllReduce(-7.0f), ncclSuccess);
+    EXPECT_TRUE(repl->All(10.0f * (k + 1))) << "unit (1, " << k << ") got " << repl->grads[0];
+  }
+  // The unit the survivors wait in: jointly, from their saved inputs.
+  EXPECT_EQ(repl->AllReduce(8.0f), ncclSuccess);
+  EXPECT_TRUE(repl->All(40.0f)) << repl->grads[0];
+  repl->nccl->SetReplayPhase(ReplayPhase::kNone);
+  for (auto& t : threads) t.join();
+  threads.clear();
+  EXPECT_LT(Since(start), 20.0);
+  for (int r : {0, 2, 3}) {
+    EXPECT_EQ(results[r], ncclSuccess) << "rank " << r;
+    EXPECT_TRUE(ranks[r]->All(40.0f)) << "rank " << r << " has " << ranks[r]->grads[0]
+                                      << " (its in-place input was not restored?)";
+  }
+  EXPECT_EQ(ranks[0]->comm, handle0);  // the application's handle stays
+  EXPECT_EQ(CountEvents(root, "survivor_joined"), 3);
+  EXPECT_EQ(CountEvents(root, "replacement_joined"), 1);
+  EXPECT_EQ(CountEvents(root, "survivor_collective_failed"), 3);
+
+  // The re-formed communicator goes on: unit (1, 4) on all four.
+  ranks[1] = std::move(repl);
+  std::vector<bool> ok(kRanks, false);
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      ok[r] = ranks[r]->AllReduce(static_cast<float>((r + 1) * 5)) == ncclSuccess &&
+              ranks[r]->All(50.0f);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kRanks; ++r) EXPECT_TRUE(ok[r]) << "rank " << r;
+  ncclResult_t async = ncclInternalError;
+  EXPECT_EQ(ranks[0]->nccl->CommGetAsyncError(ranks[0]->comm, &async), ncclSuccess);
+  EXPECT_EQ(async, ncclSuccess);
+  for (auto& r : ranks) EXPECT_EQ(r->nccl->CommDestroy(r->comm), ncclSuccess);
+}
+
+TEST(CudaNcclFakeTest, TwoReplacementsAtOnceWhenTheSurvivorsAreAMinibatchAhead) {
+  const std::string root = JobRoot(kRanks);
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (int r = 0; r < kRanks; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30));
+  ncclUniqueId id;
+  ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
+  std::vector<std::thread> threads;
+  std::vector<bool> ok(kRanks, false);
+  // Minibatch 1 completes everywhere (two units), then its optimizer step
+  // changes the state: the survivors are at minibatch 2's boundary.
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      Rank& me = *ranks[r];
+      ok[r] = me.nccl->CommInitRankConfig(&me.comm, kRanks, id, r, nullptr) == ncclSuccess;
+      me.nccl->MarkBoundary(1);
+      for (int k = 0; k < 2 && ok[r]; ++k) ok[r] = me.AllReduce(1.0f) == ncclSuccess && me.All(4.0f);
+      std::memset(me.range.data(), 0x17, kState);
+      me.nccl->MarkBoundary(2);
+    });
+  }
+  for (auto& t : threads) t.join();
+  threads.clear();
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(ok[r]) << "rank " << r;
+  // Ranks 1 and 2 die together; the survivors wait in unit (2, 0).
+  std::vector<ncclResult_t> results(kRanks, ncclInternalError);
+  for (int r : {0, 3}) {
+    threads.emplace_back([&, r] { results[r] = ranks[r]->AllReduce(static_cast<float>(r + 1)); });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  fake_nccl::BreakGroup(id);
+  DeclareEpoch(root, 1);
+  // Both replacements' journals are at minibatch 1.
+  std::vector<std::unique_ptr<Rank>> repl(kRanks);
+  std::vector<std::string> errors(kRanks);
+  std::vector<std::thread> repl_threads;
+  for (int r : {1, 2}) {
+    repl[r] = std::make_unique<Rank>(root, r, 30);
+    repl_threads.emplace_back([&, r] {
+      Rank& me = *repl[r];
+      me.nccl->SetReplayPhase(ReplayPhase::kSetupLog);
+      if (me.nccl->CommInitRankConfig(&me.comm, kRanks, id, r, nullptr) != ncclSuccess) {
+        errors[r] = "init";
+        return;
+      }
+      me.nccl->MarkBoundary(1);
+      me.nccl->SetReplayPhase(ReplayPhase::kMinibatchLog);
+      bool behind = false;
+      absl::Status s = me.nccl->JoinRecovery(1, &behind);
+      if (!s.ok()) {
+        errors[r] = s.ToString();
+        return;
+      }
+      if (!behind) errors[r] = "the survivors were ahead, but the join did not say so";
+      if (me.range != std::vector<char>(kState, 0x17)) errors[r] += "; no state";
+      // The session skips the rest of minibatch 1; minibatch 2 runs jointly.
+      me.nccl->SetReplayPhase(ReplayPhase::kNone);
+      me.nccl->MarkBoundary(2);
+      if (me.AllReduce(static_cast<float>(r + 1)) != ncclSuccess || !me.All(10.0f)) {
+        errors[r] += "; unit (2, 0) failed";
+      }
+    });
+  }
+  for (auto& t : repl_threads) t.join();
+  for (auto& t : threads) t.join();
+  for (int r : {1, 2}) EXPECT_TRUE(errors[r].empty()) << "replacement " << r << ": " << errors[r];
+  for (int r : {0, 3}) {
+    EXPECT_EQ(results[r], ncclSuccess) << "rank " << r;
+    EXPECT_TRUE(ranks[r]->All(10.0f)) << "rank " << r << " has " << ranks[r]->grads[0];
+  }
+  EXPECT_EQ(CountEvents(root, "replacement_joined"), 2);
+  EXPECT_EQ(CountEvents(root, "survivor_joined"), 2);
+}
+
+TEST(CudaNcclFakeTest, WithoutAnEpochTheFailedCollectiveEndsWithinTheBound) {
+  const std::string root = JobRoot(2);
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 1.0));
+  ncclUniqueId id;
+  ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      EXPECT_EQ(ranks[r]->nccl->CommInitRankConfig(&ranks[r]->comm, 2, id, r, nullptr),
+                ncclSuccess);
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::thread breaker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    fake_nccl::BreakGroup(id);
+  });
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(ranks[0]->AllReduce(1.0f), ncclRemoteError);
+  breaker.join();
+  EXPECT_GE(Since(start), 1.0);  // it waited for an epoch, up to the recovery timeout
+  EXPECT_LT(Since(start), 10.0);
+  // The communicator stays failed: the next call answers at once.
+  start = std::chrono::steady_clock::now();
+  EXPECT_NE(ranks[0]->AllReduce(1.0f), ncclSuccess);
+  EXPECT_LT(Since(start), 0.5);
+}
+
+}  // namespace
+}  // namespace cuda
+}  // namespace agent
+}  // namespace revenant

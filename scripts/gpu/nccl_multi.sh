@@ -1,0 +1,174 @@
+# GPU section "nccl_multi": real NCCL with several ranks on the one GPU and
+# recovery through real NCCL communicators (agent/backends/cuda/cuda_nccl.h,
+# docs/recovery.md "Over real NCCL"). Sourced by .gpu/run_gpu.sh with MODE,
+# G, RUN, LOGS and the helpers record, now, calc; runs for MODE "all" or
+# "nccl_multi".
+#
+# Every process gets an NCCL_HOSTID of its own: natively this script sets it
+# (NCCL then treats the ranks as separate hosts and connects them over its
+# socket transport on the loopback interface), under revenant-run the agents
+# set it themselves (--gpus=1 with more ranks than GPUs). NCCL_ALGO=Ring and
+# NCCL_PROTO=Simple are fixed for every run so that native runs, runs under
+# the shim and runs whose communicator was re-formed after a death reduce in
+# the same order (bitwise equal checksums).
+#
+#   1. at 2 and 4 ranks: train_mlp --iters 40 natively and under revenant-run
+#      (every rank PASS, one checksum per job, the same natively and under
+#      the shim; the agents' start agreement says the ranks share the GPU),
+#      collectives_all natively and under revenant-run (every rank PASS);
+#   2. recovery at 4 ranks (train_mlp --iters 40, reference: the fault-free
+#      run under revenant-run, which must equal the native one): rank 3
+#      killed mid all-reduce, rank 1 mid optimizer step, ranks 1 and 2 at
+#      once, rank 2 during rank 1's recovery, then NM_TRIALS (10) seeded
+#      random kills (seed NM_SEED, printed); at 2 ranks one kill mid
+#      all-reduce. Each job must have a replacement and end with every
+#      rank's checksum equal to the reference; the recovery time (first
+#      agent_died -> last application_resumed, from --events_file) is
+#      printed per job.
+# Every job is bounded by revenant-run --timeout and timeout(1); when a
+# fault-free job hangs, the rest is skipped (NOT RUN).
+if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ]; then
+  echo
+  echo "=== real NCCL, several ranks on one GPU (an NCCL_HOSTID per rank), and its recovery"
+  export NCCL_NVLS_ENABLE=0
+  export NCCL_ALGO=Ring NCCL_PROTO=Simple
+  export REVENANT_COLLECTIVE_TIMEOUT_S=30
+  echo "   NCCL_ALGO=$NCCL_ALGO NCCL_PROTO=$NCCL_PROTO (fixed for bitwise-equal reductions)"
+  NM_RUN="$RUN --backend=cuda --collectives=nccl --gpus=1"
+  NM_ITERS=40
+  nm_sums() { sed -n 's/^\[r[0-9]*\] final checksum \([0-9a-f]*\)$/\1/p' "$1" | sort -u; }
+  nm_nsums() { grep -c "^\[r[0-9]*\] final checksum " "$1"; }
+  nm_diag() {
+    grep -E "cuda-nccl|ERROR|FAIL|error|timeout|diverg|refus|replacement|epoch" "$1" |
+      grep -v "revenant hostkernel" | head -"${2:-30}" | sed 's/^/   | /'
+  }
+  # nm_native N LOG CMD...: N processes on GPU 0, each with its own NCCL_HOSTID.
+  nm_native() {
+    local n=$1 log=$2; shift 2
+    local port=$((20000 + RANDOM % 20000)) pids=() r rc=0
+    for r in $(seq 0 $((n - 1))); do
+      NCCL_HOSTID="$(hostname)-native-rank$r" NCCL_SOCKET_IFNAME=lo \
+        RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT=$port timeout 150 "$@" >"$log.r$r" 2>&1 &
+      pids+=($!)
+    done
+    for r in "${pids[@]}"; do wait "$r" || rc=$?; done
+    : >"$log"
+    for r in $(seq 0 $((n - 1))); do sed "s/^/[r$r] /" "$log.r$r" >>"$log"; done
+    return $rc
+  }
+  # nm_ok LOG N APP: every rank passed and (train_mlp) one checksum.
+  nm_ok() {
+    [ "$(grep -c "PASS $3" "$1")" -eq "$2" ] || return 1
+    [ "$3" = train_mlp ] || return 0
+    [ "$(nm_nsums "$1")" -eq "$2" ] && [ "$(nm_sums "$1" | wc -l)" -eq 1 ]
+  }
+  nm_hung() { [ "$1" -eq 124 ] || [ "$1" -eq 137 ] || grep -q "timeout after" "$2"; }
+  nm_t() {  # EVENTS EVENT first|last -> t_us
+    if [ "$3" = first ]; then grep "\"$2\"" "$1" | head -1; else grep "\"$2\"" "$1" | tail -1; fi |
+      sed 's/.*"t_us":\([0-9]*\).*/\1/'
+  }
+
+  nm_stop=0
+  declare -A nm_ref
+  for n in 2 4; do
+    [ "$nm_stop" = 1 ] && break
+    echo "   --- $n ranks"
+    # train_mlp, native.
+    log="$LOGS/nccl_multi.train.n$n.native.log"
+    t0=$(now); nm_native "$n" "$log" "$G/apps/train_mlp.bin" --iters $NM_ITERS; rc=$?
+    printf '   train_mlp native: rc=%s after %.1f s, checksums: %s\n' "$rc" "$(calc "$(now) - $t0")" \
+      "$(nm_sums "$log" | tr '\n' ' ')"
+    if [ $rc -eq 0 ] && nm_ok "$log" "$n" train_mlp; then s=PASS; else s="FAIL (rc=$rc)"; grep -iE "nccl|fail|error" "$log" | head -12 | sed 's/^/   | /'; fi
+    record "nccl_multi train_mlp native, $n ranks/1 GPU" "$s" "$log"
+    native_sum=$([ "$s" = PASS ] && nm_sums "$log")
+    if nm_hung "$rc" "$log"; then nm_stop=1; break; fi
+    # train_mlp under revenant-run.
+    log="$LOGS/nccl_multi.train.n$n.cuda.log"
+    t0=$(now)
+    timeout 150 $NM_RUN -n "$n" --timeout=130 -- "$G/apps/train_mlp.bin" --iters $NM_ITERS \
+      >"$log" 2>&1; rc=$?
+    rev_sum=$(nm_sums "$log" | head -1)
+    shared=$(grep -c "share a GPU, each with its own NCCL_HOSTID" "$log")
+    printf '   train_mlp revenant: rc=%s after %.1f s, checksums: %s; %s agent(s) agreed on a shared GPU\n' \
+      "$rc" "$(calc "$(now) - $t0")" "$(nm_sums "$log" | tr '\n' ' ')" "$shared"
+    grep -m2 -E "NCCL_HOSTID=|NCCL start agreement" "$log" | sed 's/^/   | /'
+    if [ $rc -eq 0 ] && nm_ok "$log" "$n" train_mlp && [ "$shared" -ge "$n" ]; then s=PASS; else s="FAIL (rc=$rc)"; nm_diag "$log"; fi
+    record "nccl_multi train_mlp revenant, $n ranks/1 GPU" "$s" "$log"
+    if nm_hung "$rc" "$log"; then nm_stop=1; break; fi
+    echo "   checksums: native ${native_sum:-none}, revenant ${rev_sum:-none}"
+    if [ -n "$native_sum" ] && [ "$native_sum" = "$rev_sum" ]; then s=PASS; else s=FAIL; fi
+    record "nccl_multi train_mlp checksums native = revenant, $n ranks" "$s" "$log"
+    [ "$s" = PASS ] && nm_ref[$n]=$rev_sum
+    # collectives_all.
+    log="$LOGS/nccl_multi.coll.n$n.native.log"
+    nm_native "$n" "$log" "$G/apps/collectives_all.bin"; rc=$?
+    if [ $rc -eq 0 ] && nm_ok "$log" "$n" collectives_all; then s=PASS; else s="FAIL (rc=$rc)"; grep -iE "fail|error" "$log" | head -12 | sed 's/^/   | /'; fi
+    record "nccl_multi collectives_all native, $n ranks" "$s" "$log"
+    log="$LOGS/nccl_multi.coll.n$n.cuda.log"
+    timeout 150 $NM_RUN -n "$n" --timeout=130 -- "$G/apps/collectives_all.bin" >"$log" 2>&1; rc=$?
+    if [ $rc -eq 0 ] && nm_ok "$log" "$n" collectives_all; then s=PASS; else s="FAIL (rc=$rc)"; nm_diag "$log"; fi
+    record "nccl_multi collectives_all revenant, $n ranks" "$s" "$log"
+    if nm_hung "$rc" "$log"; then nm_stop=1; break; fi
+  done
+
+  # nm_trial N NAME SPEC: a chaos job; PASS when recovered bitwise equal.
+  nm_times=()
+  nm_trial() {
+    local n=$1 name=$2 spec=$3 tag log ev rc same repl died resumed ms t0
+    tag=$(echo "n$n.$name" | tr -c 'a-zA-Z0-9.\n' '_')
+    log="$LOGS/nccl_multi.chaos.$tag.log"; ev="$log.events"
+    rm -f "$ev"
+    t0=$(now)
+    timeout 200 $NM_RUN -n "$n" --timeout=170 --chaos="$spec" --events_file="$ev" -- \
+      "$G/apps/train_mlp.bin" --iters $NM_ITERS >"$log" 2>&1; rc=$?
+    same=$(grep -c "^\[r[0-9]*\] final checksum ${nm_ref[$n]:-none}\$" "$log")
+    repl=$(grep -c "replacement agent for rank" "$log")
+    died=$(nm_t "$ev" agent_died first); resumed=$(nm_t "$ev" application_resumed last)
+    ms=none
+    if [ -n "$died" ] && [ -n "$resumed" ]; then ms=$(( (resumed - died) / 1000 )); nm_times+=("$n:$ms"); fi
+    printf '   chaos %s [%s]: rc=%s after %.1f s, %s replacement(s), %s/%s ranks equal to %s, recovery %s ms\n' \
+      "$name" "$spec" "$rc" "$(calc "$(now) - $t0")" "$repl" "$same" "$n" "${nm_ref[$n]:-none}" "$ms"
+    grep -E "recovery epoch .* re-formed|state of .* (read|received)|taken from the survivors|cannot be recovered|did not form" "$log" |
+      head -8 | sed 's/^/   | /'
+    if [ $rc -eq 0 ] && [ -n "${nm_ref[$n]:-}" ] && [ "$same" -eq "$n" ] && [ "$repl" -ge 1 ] &&
+       [ "$ms" != none ]; then
+      s=PASS
+    else
+      s="FAIL (rc=$rc)"; nm_diag "$log" 40
+      [ -s "$ev" ] && head -30 "$ev" | sed 's/^/   | /'
+    fi
+    record "nccl_multi chaos n$n $name" "$s" "$log"
+  }
+  if [ "$nm_stop" = 1 ] || [ -z "${nm_ref[4]:-}" ]; then
+    echo "   a fault-free job hung or failed: the chaos kills are skipped"
+    results+=("$(printf '%-40s %s' "nccl_multi chaos kills" "NOT RUN (no fault-free 4-rank reference)")")
+  else
+    # Request numbers within a minibatch of train_mlp: 1-2 input copies,
+    # 3-9 forward/backward, 10-13 the gradient all-reduces, 14 the SGD
+    # kernel, 15 the next iteration's synchronize.
+    nm_trial 4 "mid all-reduce" "rank=3,minibatch=5,calls=11,point=after_execute"
+    nm_trial 4 "mid optimizer step" "rank=1,minibatch=6,calls=13,point=after_execute"
+    nm_trial 4 "two ranks at once" "rank=1,minibatch=4,calls=8;rank=2,minibatch=4,calls=8"
+    nm_trial 4 "during recovery" "rank=1,minibatch=4,calls=5;rank=2,recovery=1"
+    seed=${NM_SEED:-20261201}; trials=${NM_TRIALS:-10}
+    echo "   random kills: seed=$seed trials=$trials (NM_SEED, NM_TRIALS)"
+    RANDOM=$seed
+    points=(before_append after_append after_execute)
+    for t in $(seq 1 "$trials"); do
+      r1=$((RANDOM % 4)); m=$((1 + RANDOM % (NM_ITERS - 2))); c=$((1 + RANDOM % 15))
+      p=${points[$((RANDOM % 3))]}
+      spec="rank=$r1,minibatch=$m,calls=$c,point=$p"
+      if [ $((RANDOM % 5)) -eq 0 ]; then
+        r2=$(( (r1 + 1 + RANDOM % 3) % 4 ))
+        spec="$spec;rank=$r2,minibatch=$m,calls=$((1 + RANDOM % 15))"
+      fi
+      nm_trial 4 "random $t" "$spec"
+    done
+  fi
+  if [ -n "${nm_ref[2]:-}" ]; then
+    nm_trial 2 "mid all-reduce" "rank=1,minibatch=5,calls=11,point=after_execute"
+  fi
+  echo "   recovery times (ranks:ms): ${nm_times[*]:-none}"
+  unset NCCL_ALGO NCCL_PROTO REVENANT_COLLECTIVE_TIMEOUT_S
+fi
