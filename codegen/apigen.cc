@@ -88,26 +88,46 @@ std::string LocalType(const std::string& c_type) {
 std::string HandleEnum(HandleKind k) {
   static const char* kNames[] = {"kNone",      "kStream",    "kEvent",   "kGraph",
                                  "kGraphExec", "kGraphNode", "kMemPool", "kComm",
-                                 "kFunction",  "kKernel"};
+                                 "kFunction",  "kKernel",    "kBlasHandle"};
   return std::string("::revenant::api::HandleKind::") + kNames[static_cast<int>(k)];
 }
 
 
 bool IsNccl(const Function& f) { return f.library() == pb::NCCL; }
+bool IsCublas(const Function& f) { return f.library() == pb::CUBLAS; }
 
+// Each library's own status codes, for what the generated code answers.
 std::string Unreachable(const Function& f) {
   if (!f.unreachable().empty()) return f.unreachable();
+  if (IsCublas(f)) return "CUBLAS_STATUS_INTERNAL_ERROR";
   return IsNccl(f) ? "ncclRemoteError" : "cudaErrorDevicesUnavailable";
 }
 std::string NotSupported(const Function& f) {
+  if (IsCublas(f)) return "CUBLAS_STATUS_NOT_SUPPORTED";
   return IsNccl(f) ? "ncclInvalidUsage" : "cudaErrorNotSupported";
 }
 std::string BadRequest(const Function& f) {
+  if (IsCublas(f)) return "CUBLAS_STATUS_INVALID_VALUE";
   return IsNccl(f) ? "ncclInvalidArgument" : "cudaErrorInvalidValue";
 }
-std::string BadHandle(const Function& f) {
+// A handle parameter that names no live handle: cuBLAS answers a null or
+// destroyed cublasHandle_t with NOT_INITIALIZED, anything else it is handed
+// (a stream) with INVALID_VALUE.
+std::string BadHandle(const Function& f, const Param& p) {
+  if (IsCublas(f)) {
+    return p.handle() == pb::BLAS_HANDLE ? "CUBLAS_STATUS_NOT_INITIALIZED"
+                                         : "CUBLAS_STATUS_INVALID_VALUE";
+  }
   return IsNccl(f) ? "ncclInvalidArgument" : "cudaErrorInvalidResourceHandle";
 }
+const char* kStatusTypes[] = {"cudaError_t", "ncclResult_t", "cublasStatus_t"};
+bool IsStatusType(const std::string& t) {
+  for (const char* s : kStatusTypes)
+    if (t == s) return true;
+  return false;
+}
+// The version node a library's names are exported in (shim.map).
+const char* VersionNode(Library l) { return l == pb::CUBLAS ? "libcublas.so.13" : "libcudart.so.13"; }
 
 bool Forwarded(const Function& f) {
   return f.mode() != pb::LOCAL && f.support() != pb::REFUSED;
@@ -155,15 +175,27 @@ void Validate(const std::vector<Function>& fns) {
       if (k != Kind::kValue && k != Kind::kInBytes) ++out_params;
       if (p.handle() != pb::NO_HANDLE && k == Kind::kInBytes)
         Die(f.name() + "." + p.name() + ": a handle cannot be a byte buffer");
+      if (!p.device_if().empty() && k != Kind::kInBytes && k != Kind::kOutValue)
+        Die(f.name() + "." + p.name() +
+            ": device_if belongs to IN pointers with a length or OUT pointers without one");
+      if (!p.device_if().empty() && p.handle() != pb::NO_HANDLE)
+        Die(f.name() + "." + p.name() + ": a handle cannot be a device pointer");
     }
+    if (f.sets_attribute() &&
+        (f.params_size() == 0 || f.params(0).handle() == pb::NO_HANDLE || f.params(0).dir() != pb::IN))
+      Die(f.name() + ": sets_attribute needs the handle as the first (IN) parameter");
+    if (f.sets_attribute() && f.journal() != pb::STATE)
+      Die(f.name() + ": an attribute setter is journaled as STATE");
     if ((!f.shim_check().empty() || !f.shim_done().empty()) && f.support() != pb::GENERATED)
       Die(f.name() + ": shim_check/shim_done belong to generated stubs");
     if (f.mode() == pb::ASYNC && out_params > 0)
       Die(f.name() + ": an ASYNC call cannot have OUT parameters");
     if (f.mode() == pb::LOCAL && f.support() == pb::GENERATED)
       Die(f.name() + ": a LOCAL call needs a shim hook");
-    if (HasGeneratedShim(f) && f.returns() != "cudaError_t" && f.returns() != "ncclResult_t")
-      Die(f.name() + ": generated stubs return cudaError_t or ncclResult_t; use a hook");
+    if (HasGeneratedShim(f) && !IsStatusType(f.returns()))
+      Die(f.name() + ": generated stubs return cudaError_t, ncclResult_t or cublasStatus_t; use a hook");
+    if (IsCublas(f) != (f.returns() == "cublasStatus_t") && HasGeneratedShim(f))
+      Die(f.name() + ": cuBLAS rows, and only they, return cublasStatus_t");
     if (f.creates() != pb::NO_HANDLE && HasGeneratedDispatch(f)) {
       bool found = false;
       for (const Param& p : f.params())
@@ -216,13 +248,14 @@ void EmitTraits(const std::vector<Function>& fns, const std::string& dir) {
     << "namespace revenant {\nnamespace api {\nnamespace {\n\n"
     << "const ApiTraits kTraits[kApiCount] = {\n"
     << "    {\"<invalid>\", Library::kUnspecified, Mode::kSync, JournalClass::kSkip, "
-       "HandleKind::kNone, HandleKind::kNone, Support::kRefused, false},\n";
+       "HandleKind::kNone, HandleKind::kNone, Support::kRefused, false, false},\n";
   for (const Function& f : fns) {
     s << "    {\"" << f.name() << "\", static_cast<Library>(" << f.library()
       << "), static_cast<Mode>(" << f.mode() << "), static_cast<JournalClass>(" << f.journal()
       << "), static_cast<HandleKind>(" << f.creates() << "), static_cast<HandleKind>("
       << f.destroys() << "), static_cast<Support>(" << f.support() << "), "
-      << ((HasGeneratedDispatch(f) || HasHookDispatch(f)) ? "true" : "false") << "},\n";
+      << ((HasGeneratedDispatch(f) || HasHookDispatch(f)) ? "true" : "false") << ", "
+      << (f.sets_attribute() ? "true" : "false") << "},\n";
   }
   s << "};\n\n}  // namespace\n\n"
     << "const ApiTraits& Traits(ApiId id) { return Traits(static_cast<uint32_t>(id)); }\n"
@@ -234,7 +267,8 @@ void EmitTraits(const std::vector<Function>& fns, const std::string& dir) {
     << "  return ApiId::kInvalid;\n}\n\n"
     << "const char* HandleKindName(HandleKind kind) {\n"
     << "  static const char* kNames[] = {\"none\", \"stream\", \"event\", \"graph\", "
-       "\"graph_exec\", \"graph_node\", \"mem_pool\", \"comm\", \"function\", \"kernel\"};\n"
+       "\"graph_exec\", \"graph_node\", \"mem_pool\", \"comm\", \"function\", \"kernel\", "
+       "\"blas_handle\"};\n"
     << "  int i = static_cast<int>(kind);\n"
     << "  return i >= 0 && i < kHandleKindCount ? kNames[i] : \"?\";\n}\n\n"
     << "}  // namespace api\n}  // namespace revenant\n";
@@ -257,6 +291,11 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
     s << "  {\n    const int32_t check_ = static_cast<int32_t>(" << f.shim_check() << ");\n"
       << "    if (check_ != 0) return static_cast<" << f.returns() << ">(check_);\n  }\n";
   }
+  // Pointers that travel as device addresses: decided once, before sizing.
+  for (const Param& p : f.params()) {
+    if (!p.device_if().empty())
+      s << "  const bool " << p.name() << "_device_ = static_cast<bool>(" << p.device_if() << ");\n";
+  }
   // Kernel handles are resolved before the request is opened: resolving may
   // itself send a request, and an open Call holds the ring.
   for (const Param& p : f.params()) {
@@ -278,6 +317,12 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
     }
     for (const Param& p : f.params()) {
       const std::string n = p.name();
+      // A device_if pointer: a flag, then the address or the usual encoding.
+      if (!p.device_if().empty()) {
+        s << "  " << w << ".PutFlag(" << (pass == 0 ? "" : n + "_device_") << ");\n"
+          << "  if (" << n << "_device_) {\n"
+          << "    " << w << ".Put(reinterpret_cast<uint64_t>(" << n << "));\n  } else {\n  ";
+      }
       switch (KindOf(f, p)) {
         case Kind::kValue:
           if (p.handle() == pb::FUNCTION)
@@ -301,6 +346,7 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
           s << "  " << w << ".PutBytes(" << n << ", sizeof(*" << n << "));\n";
           break;
       }
+      if (!p.device_if().empty()) s << "  }\n";
     }
   }
   s << "  if (!call_.Send()) return static_cast<" << f.returns() << ">(call_.FailureStatus("
@@ -317,7 +363,8 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
       Kind k = KindOf(f, p);
       if (k == Kind::kValue || k == Kind::kInBytes) continue;
       const std::string n = p.name();
-      s << "    if (" << n << " != nullptr) call_.CopyOut(reply_, " << n << ", "
+      s << "    if (" << n << " != nullptr" << (p.device_if().empty() ? "" : " && !" + n + "_device_")
+        << ") call_.CopyOut(reply_, " << n << ", "
         << (k == Kind::kOutBytes ? "(" + p.length() + ")" : "sizeof(*" + n + ")") << ");\n";
     }
     if (!f.shim_done().empty()) s << "    " << f.shim_done() << ";\n";
@@ -333,8 +380,10 @@ void EmitShim(const std::vector<Function>& fns, const std::string& dir) {
     << "// The exported entry points of librevenant_shim.so for every row without a\n"
     << "// hand-written shim hook. Compiled against the real headers, so a row whose\n"
     << "// signature differs from CUDA's or NCCL's fails to compile.\n"
-    << "#include <cuda_profiler_api.h>\n#include <cuda_runtime_api.h>\n#include <nccl.h>\n\n"
-    << "#include \"api/wire.h\"\n#include \"shim/call.h\"\n#include \"shim/nccl_checks.h\"\n\n";
+    << "#include <cublas_api.h>\n#include <cuda_profiler_api.h>\n#include <cuda_runtime_api.h>\n"
+    << "#include <nccl.h>\n\n"
+    << "#include \"api/wire.h\"\n#include \"shim/blas_checks.h\"\n#include \"shim/call.h\"\n"
+    << "#include \"shim/nccl_checks.h\"\n\n";
   for (const Function& f : fns)
     if (HasGeneratedShim(f)) EmitShimStub(f, s);
   // NCCL's profiling aliases: pncclX is ncclX.
@@ -369,14 +418,19 @@ void EmitVersionScript(const std::vector<Function>& fns, const std::string& dir)
   Out o(dir, "shim.map");
   auto& s = o.s();
   s << "/* Generated by codegen/apigen. Runtime names carry libcudart.so.13's version\n"
-    << "   so versioned references (name@libcudart.so.13) bind to the shim; NCCL\n"
-    << "   programs' unversioned references bind to these default versions too. */\n"
-    << "libcudart.so.13 {\n  global:\n";
-  for (const Function& f : fns) {
-    s << "    " << f.name() << ";\n";
-    if (IsNccl(f)) s << "    p" << f.name() << ";\n";
+    << "   and cuBLAS names libcublas.so.13's, so versioned references\n"
+    << "   (name@libcudart.so.13, name@libcublas.so.13) bind to the shim; NCCL\n"
+    << "   programs' unversioned references bind to these default versions too. */\n";
+  for (const char* node : {"libcudart.so.13", "libcublas.so.13"}) {
+    s << node << " {\n  global:\n";
+    for (const Function& f : fns) {
+      if (std::string(VersionNode(f.library())) != node) continue;
+      s << "    " << f.name() << ";\n";
+      if (IsNccl(f)) s << "    p" << f.name() << ";\n";
+    }
+    if (std::string(node) == "libcudart.so.13") s << "    revenantMarkStep;\n  local:\n    *;\n";
+    s << "};\n";
   }
-  s << "    revenantMarkStep;\n  local:\n    *;\n};\n";
 }
 
 // ---------------------------------------------------------------------------
@@ -388,7 +442,7 @@ void EmitBackend(const std::vector<Function>& fns, const std::string& dir) {
     auto& s = o.s();
     s << kBanner
       << "#ifndef REVENANT_API_BACKEND_API_H_\n#define REVENANT_API_BACKEND_API_H_\n\n"
-      << "#include <cuda_runtime_api.h>\n#include <nccl.h>\n\n"
+      << "#include <cublas_api.h>\n#include <cuda_runtime_api.h>\n#include <nccl.h>\n\n"
       << "namespace revenant {\nnamespace api {\n\n"
       << "// What a backend (agent/backends/*) implements: one virtual per forwarded row\n"
       << "// with a generated dispatcher, in the API's own signature, after handle\n"
@@ -425,6 +479,35 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
   // Decode.
   for (const Param& p : f.params()) {
     const std::string n = p.name();
+    if (!p.device_if().empty()) {
+      // A flag, then a device address or the usual encoding.
+      s << "      bool " << n << "_device = false;\n"
+        << "      if (!in.GetFlag(&" << n << "_device)) return " << BadRequest(f) << ";\n"
+        << "      " << p.c_type() << " " << n << " = nullptr;\n"
+        << "      if (" << n << "_device) {\n"
+        << "        uint64_t " << n << "_address = 0;\n"
+        << "        if (!in.Get(&" << n << "_address)) return " << BadRequest(f) << ";\n"
+        << "        " << n << " = reinterpret_cast<" << p.c_type() << ">(" << n << "_address);\n"
+        << "      } else {\n";
+      if (KindOf(f, p) == Kind::kInBytes) {
+        s << "        const char* " << n << "_data = nullptr;\n        uint64_t " << n << "_size = 0;\n"
+          << "        if (!in.GetBytes(&" << n << "_data, &" << n << "_size)) return "
+          << BadRequest(f) << ";\n"
+          << "        " << n << " = reinterpret_cast<" << p.c_type() << ">(const_cast<char*>(" << n
+          << "_data));\n";
+      } else {
+        s << "        bool " << n << "_present = false;\n"
+          << "        if (!in.GetFlag(&" << n << "_present)) return " << BadRequest(f) << ";\n"
+          << "        if (" << n << "_present) {\n"
+          << "          " << n << " = reinterpret_cast<" << p.c_type() << ">(out.ReserveBytes(sizeof("
+          << Pointee(p.c_type()) << ")));\n"
+          << "          if (" << n << " == nullptr) return " << BadRequest(f) << ";\n"
+          << "          std::memset(" << n << ", 0, sizeof(" << Pointee(p.c_type()) << "));\n"
+          << "        }\n";
+      }
+      s << "      }\n";
+      continue;
+    }
     switch (KindOf(f, p)) {
       case Kind::kValue:
         s << "      " << LocalType(p.c_type()) << " " << n << "{};\n"
@@ -432,7 +515,7 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
         if (p.handle() != pb::NO_HANDLE) {
           s << "      const auto " << n << "_virtual = " << n << ";\n"
             << "      if (!ctx.handles->ToBackend(" << HandleEnum(p.handle()) << ", &" << n
-            << ")) return " << BadHandle(f) << ";\n"
+            << ")) return " << BadHandle(f, p) << ";\n"
             << "      (void)" << n << "_virtual;\n";
         }
         break;
@@ -569,7 +652,13 @@ const char* SupportName(pb::Support s) {
   }
 }
 const char* LibraryName(Library l) {
-  return l == pb::CUDART ? "cudart" : l == pb::CUDART_NVCC ? "nvcc" : "nccl";
+  switch (l) {
+    case pb::CUDART: return "cudart";
+    case pb::CUDART_NVCC: return "nvcc";
+    case pb::NCCL: return "nccl";
+    case pb::CUBLAS: return "cublas";
+    default: return "?";
+  }
 }
 
 void EmitCoverage(const std::vector<Function>& fns, const std::string& dir) {
