@@ -41,6 +41,20 @@ uint64_t FirstOutU64(absl::string_view outputs) {
   return v;
 }
 
+// The journal key of one attribute (a sets_attribute row) of one handle.
+uint64_t AttributeKey(uint64_t handle, uint16_t api_id) { return Mix(handle, 0xa77ull << 16 | api_id); }
+
+// The rows that set a handle attribute.
+const std::vector<uint16_t>& AttributeSetters() {
+  static const std::vector<uint16_t>* setters = [] {
+    auto* v = new std::vector<uint16_t>();
+    for (int i = 1; i < api::kApiCount; ++i)
+      if (api::Traits(static_cast<uint32_t>(i)).sets_attribute) v->push_back(static_cast<uint16_t>(i));
+    return v;
+  }();
+  return *setters;
+}
+
 bool IsAllocation(api::ApiId id) {
   return id == api::ApiId::cudaMalloc || id == api::ApiId::cudaMallocAsync ||
          id == api::ApiId::ncclMemAlloc;
@@ -237,6 +251,20 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   e.set_minibatch(minibatch_.load(std::memory_order_relaxed));
   if (IsFree(id) || traits.destroys != api::HandleKind::kNone) {
     e.add_destroys(FirstU64(body));
+  }
+  if (traits.sets_attribute) {
+    // The latest call per handle and attribute is all a replay needs.
+    const uint64_t key = AttributeKey(FirstU64(body), rec.api_id);
+    e.add_overwrites(key);
+    attribute_keys_.insert(key);
+  }
+  if (traits.destroys != api::HandleKind::kNone) {
+    // The handle's attributes go with it; only those this journal saw set
+    // (a destroy of a key no entry named is kept, as it may matter on replay).
+    for (uint16_t setter : AttributeSetters()) {
+      const uint64_t key = AttributeKey(FirstU64(body), setter);
+      if (attribute_keys_.erase(key) > 0) e.add_destroys(key);
+    }
   }
   if (IsSharedHostAlloc(id)) e.add_creates(FirstU64(body));
 

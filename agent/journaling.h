@@ -181,6 +181,9 @@ class RequestJournal {
   bool last_journaled_ = false;
   // Reused for every record (see BeforeExecute).
   journal::JournalEntry entry_;
+  // The attribute keys (handle x setter row) set since this journal opened:
+  // a destroyed handle drops them.
+  absl::flat_hash_set<uint64_t> attribute_keys_;
   // See busy_ns().
   class Timed;
   static constexpr uint32_t kOutcomeKey = 0x10000, kMarkStepKey = 0x10001;

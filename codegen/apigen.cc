@@ -5,7 +5,7 @@
 //
 // writes DIR/{api_ids.h, api_traits.cc, shim_stubs.cc, backend_api.h,
 // backend_api.cc, dispatch.cc, agent_hooks.h, shim_hooks.h, shim.map,
-// api_coverage.md}. Every file is a pure function of the table, so Bazel
+// library_rows.h, api_coverage.md}. Every file is a pure function of the table, so Bazel
 // reruns it only when a row changes. Validation errors name the row and
 // exit 1: a bad row fails the build, not the run.
 #include <fcntl.h>
@@ -635,6 +635,23 @@ void EmitDispatch(const std::vector<Function>& fns, const std::string& dir) {
     << "}  // namespace agent\n}  // namespace revenant\n";
 }
 
+// A library's forwarded rows as an X-macro, for backends that forward them to
+// the real library (CudaBackend and libcublas) or declare them all alike.
+void EmitLibraryRows(const std::vector<Function>& fns, const std::string& dir) {
+  Out o(dir, "library_rows.h");
+  auto& s = o.s();
+  s << kBanner
+    << "#ifndef REVENANT_API_LIBRARY_ROWS_H_\n#define REVENANT_API_LIBRARY_ROWS_H_\n\n"
+    << "// X(name, (parameters with types), (arguments)) for every cuBLAS row with a\n"
+    << "// generated dispatcher (a virtual of api::BackendApi returning cublasStatus_t).\n"
+    << "#define REVENANT_CUBLAS_ROWS(X)";
+  for (const Function& f : fns) {
+    if (!IsCublas(f) || !HasGeneratedDispatch(f)) continue;
+    s << " \\\n  X(" << f.name() << ", (" << ParamList(f, true) << "), (" << ArgList(f) << "))";
+  }
+  s << "\n\n#endif  // REVENANT_API_LIBRARY_ROWS_H_\n";
+}
+
 // ---------------------------------------------------------------------------
 
 const char* ModeName(pb::Mode m) {
@@ -725,6 +742,7 @@ int main(int argc, char** argv) {
   EmitVersionScript(fns, out_dir);
   EmitBackend(fns, out_dir);
   EmitDispatch(fns, out_dir);
+  EmitLibraryRows(fns, out_dir);
   EmitCoverage(fns, out_dir);
   return 0;
 }

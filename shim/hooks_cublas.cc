@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
+#include "api/blas_args.h"
 #include "common/logging.h"
 #include "shim/blas_checks.h"
 #include "shim/call.h"
@@ -28,12 +29,6 @@ int32_t Invalid(const char* why) {
   REVENANT_LOG(DEBUG, "shim") << "cuBLAS call refused: " << why;
   return CUBLAS_STATUS_INVALID_VALUE;
 }
-
-bool ValidOp(cublasOperation_t op) {
-  return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C;
-}
-
-int Max1(int v) { return v > 1 ? v : 1; }
 
 }  // namespace
 
@@ -124,13 +119,8 @@ int32_t BlasCheckGemm(cublasHandle_t handle, cublasOperation_t transa, cublasOpe
                       int m, int n, int k, int lda, int ldb, int ldc, int batch_count,
                       const void* alpha, const void* beta) {
   if (int32_t s = BlasCheckHandle(handle)) return s;
-  if (!ValidOp(transa) || !ValidOp(transb)) return Invalid("unknown operation");
-  if (m < 0 || n < 0 || k < 0 || batch_count < 0) return Invalid("negative size");
-  // Column-major: op(A) is m x k, op(B) is k x n, C is m x n.
-  const int rows_a = transa == CUBLAS_OP_N ? m : k;
-  const int rows_b = transb == CUBLAS_OP_N ? k : n;
-  if (lda < Max1(rows_a) || ldb < Max1(rows_b) || ldc < Max1(m)) {
-    return Invalid("leading dimension too small");
+  if (api::GemmArgsStatus(transa, transb, m, n, k, lda, ldb, ldc, batch_count) != 0) {
+    return Invalid("bad operation, size or leading dimension");
   }
   if (alpha == nullptr || beta == nullptr) return Invalid("null scalar");
   return CUBLAS_STATUS_SUCCESS;
@@ -151,10 +141,9 @@ int32_t BlasCheckGemmEx(cublasHandle_t handle, cublasOperation_t transa,
 int32_t BlasCheckGemv(cublasHandle_t handle, cublasOperation_t trans, int m, int n, int lda,
                       int incx, int incy, const void* alpha, const void* beta) {
   if (int32_t s = BlasCheckHandle(handle)) return s;
-  if (!ValidOp(trans)) return Invalid("unknown operation");
-  if (m < 0 || n < 0) return Invalid("negative size");
-  if (lda < Max1(m)) return Invalid("leading dimension too small");
-  if (incx == 0 || incy == 0) return Invalid("zero increment");
+  if (api::GemvArgsStatus(trans, m, n, lda, incx, incy) != 0) {
+    return Invalid("bad operation, size, leading dimension or increment");
+  }
   if (alpha == nullptr || beta == nullptr) return Invalid("null scalar");
   return CUBLAS_STATUS_SUCCESS;
 }
