@@ -689,6 +689,15 @@ void EmitCoverage(const std::vector<Function>& fns, const std::string& dir) {
     << "fails when it is stale.\n\n"
     << fns.size() << " functions:";
   for (auto& [k, v] : per_support) s << " " << v << " " << k << ";";
+  // Per library: remoted (answered by the agent) and answered in the shim.
+  std::map<std::string, std::pair<int, int>> per_library;
+  for (const Function& f : fns) {
+    auto& [remoted, other] = per_library[LibraryName(f.library())];
+    (Forwarded(f) ? remoted : other)++;
+  }
+  s << "\n\nPer library (remoted by the agent / answered in the shim, refusals included):";
+  for (auto& [lib, counts] : per_library)
+    s << " " << lib << " " << counts.first << " / " << counts.second << ";";
   s << "\n\n- **mode**: sync (waits for the agent), async (returns at once; errors surface"
     << " later), local (answered in the shim).\n"
     << "- **journal**: STATE (setup log, compacted), REPLAY (minibatch log), SKIP.\n"

@@ -1,0 +1,55 @@
+#!/bin/bash
+# cuBLAS under the shim (host backend: OpenBLAS in the agent).
+#   cublas_ops_test.sh RUN APP
+# 1. Every case of cublas_ops (GEMM, strided batched, GemmEx, GEMV, dot, both
+#    pointer modes, cuBLAS's error codes) matches the program's CPU reference.
+# 2. Its training-like loop recovers from agent kills mid-GEMM (and around
+#    the dot's reply, and at a setter) with final weights bitwise equal to the
+#    fault-free run's.
+set -u
+run="$1"; app="$2"
+iters=8
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+common=(-n 1 --backend=host --timeout=120)
+
+"$run" "${common[@]}" -- "$app" >"$tmp/cases.log" 2>&1
+rc=$?
+cat "$tmp/cases.log"
+[ "$rc" -eq 0 ] || { echo "FAIL: cublas_ops exited with $rc under the shim"; exit 1; }
+grep -q "^\[r0\] PASS cublas_ops" "$tmp/cases.log" || { echo "FAIL: no PASS line"; exit 1; }
+results=$(grep -c "^\[r0\] RESULT " "$tmp/cases.log")
+# 12 cases in each pointer mode, then the error cases.
+[ "$results" -eq 25 ] || { echo "FAIL: $results RESULT lines, expected 25"; exit 1; }
+echo "ok: $results cuBLAS cases match the CPU reference under the shim"
+
+"$run" "${common[@]}" -- "$app" --iters "$iters" >"$tmp/ref.log" 2>&1 || {
+  echo "FAIL: the fault-free loop failed"; cat "$tmp/ref.log"; exit 1; }
+ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/ref.log")
+[ -n "$ref" ] || { echo "FAIL: no checksum in the fault-free loop"; cat "$tmp/ref.log"; exit 1; }
+echo "fault-free loop: $iters iterations, final checksum $ref"
+
+failed=0
+# Calls of an iteration: 1 input copy, 2-3 pointer mode set/get, 4 strided
+# batched GEMM, 5 GEMV, 6-7 pointer mode, 8-9 update GEMMs, 10 dot, 11 loss
+# copy, 12 synchronize.
+trial() {  # name chaos-spec
+  local name="$1" spec="$2" log="$tmp/trial.log"
+  "$run" "${common[@]}" --chaos="$spec" -- "$app" --iters "$iters" >"$log" 2>&1
+  local rc=$?
+  local got=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$log")
+  local recoveries=$(grep -c "replacement agent for rank" "$log")
+  if [ "$rc" -eq 0 ] && [ "$got" = "$ref" ] && [ "$recoveries" -ge 1 ]; then
+    echo "ok   $name [$spec]: $recoveries replacement(s), final checksum equal"
+  else
+    echo "FAIL $name [$spec]: rc=$rc, checksum '$got' (want $ref), $recoveries replacement(s)"
+    tail -40 "$log"
+    failed=1
+  fi
+}
+trial "mid strided batched GEMM" "rank=0,minibatch=3,calls=4,point=after_execute"
+trial "before an update GEMM"    "rank=0,minibatch=5,calls=8,point=before_append"
+trial "after the dot's reply"    "rank=0,minibatch=4,calls=10,point=after_reply"
+trial "at a pointer-mode setter" "rank=0,minibatch=6,calls=6,point=after_execute"
+[ "$failed" -eq 0 ] || exit 1
+echo "ok: every kill recovered to the fault-free result"
