@@ -3,9 +3,10 @@
 #   cublas_ops_test.sh RUN APP
 # 1. Every case of cublas_ops (GEMM, strided batched, GemmEx, GEMV, dot, both
 #    pointer modes, cuBLAS's error codes) matches the program's CPU reference.
-# 2. Its training-like loop recovers from agent kills mid-GEMM (and around
-#    the dot's reply, and at a setter) with final weights bitwise equal to the
-#    fault-free run's.
+# 2. Its training-like loop keeps a setup log of constant size (attribute
+#    setters overwrite each other) and recovers from agent kills mid-GEMM
+#    (and around the dot's reply, and at a setter) with final weights bitwise
+#    equal to the fault-free run's.
 set -u
 run="$1"; app="$2"
 iters=8
@@ -35,6 +36,19 @@ echo "ok: $results cuBLAS cases match the CPU reference under the shim"
 ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/ref.log")
 [ -n "$ref" ] || { echo "FAIL: no checksum in the fault-free loop"; cat "$tmp/ref.log"; exit 1; }
 echo "fault-free loop: $iters iterations, final checksum $ref"
+
+# Each iteration sets the pointer mode twice: the setup log keeps only the
+# latest call per handle and attribute, so twice the iterations leave as many
+# live setup entries.
+live() { sed -n 's/.*journal at exit: setup [0-9]* bytes (\([0-9]*\) live entries).*/\1/p' "$1"; }
+"$run" "${common[@]}" -- "$app" --iters $((2 * iters)) >"$tmp/long.log" 2>&1 || {
+  echo "FAIL: the longer loop failed"; cat "$tmp/long.log"; exit 1; }
+short_live=$(live "$tmp/ref.log"); long_live=$(live "$tmp/long.log")
+if [ -z "$short_live" ] || [ "$short_live" != "$long_live" ]; then
+  echo "FAIL: live setup entries $short_live after $iters iterations, $long_live after $((2 * iters))"
+  exit 1
+fi
+echo "ok: $short_live live setup entries after $iters and after $((2 * iters)) iterations"
 
 failed=0
 # Calls of an iteration: 1 input copy, 2-3 pointer mode set/get, 4 strided
