@@ -40,6 +40,21 @@ inline int32_t GemvArgsStatus(cublasOperation_t trans, int m, int n, int lda, in
   return CUBLAS_STATUS_SUCCESS;
 }
 
+// TRSM (op(A) X = alpha B or X op(A) = alpha B, A triangular, B m x n): an
+// unknown side, fill mode, operation or diagonal type, a negative size, lda
+// below max(1, order of A) or ldb below max(1, m).
+inline int32_t TrsmArgsStatus(cublasSideMode_t side, cublasFillMode_t uplo,
+                              cublasOperation_t trans, cublasDiagType_t diag, int m, int n,
+                              int lda, int ldb) {
+  if (side != CUBLAS_SIDE_LEFT && side != CUBLAS_SIDE_RIGHT) return CUBLAS_STATUS_INVALID_VALUE;
+  if (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) return CUBLAS_STATUS_INVALID_VALUE;
+  if (diag != CUBLAS_DIAG_NON_UNIT && diag != CUBLAS_DIAG_UNIT) return CUBLAS_STATUS_INVALID_VALUE;
+  if (!ValidBlasOp(trans) || m < 0 || n < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  const int order = side == CUBLAS_SIDE_LEFT ? m : n;
+  if (lda < (order > 1 ? order : 1) || ldb < (m > 1 ? m : 1)) return CUBLAS_STATUS_INVALID_VALUE;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace api
 }  // namespace revenant
 

@@ -54,6 +54,9 @@ int32_t BlasCheckGemmEx(cublasHandle_t handle, cublasOperation_t transa,
 int32_t BlasCheckGemv(cublasHandle_t handle, cublasOperation_t trans, int m, int n, int lda,
                       int incx, int incy, const void* alpha, const void* beta);
 int32_t BlasCheckDot(cublasHandle_t handle, const void* result);
+int32_t BlasCheckTrsm(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                      cublasOperation_t trans, cublasDiagType_t diag, int m, int n, int lda,
+                      int ldb, const void* alpha);
 
 }  // namespace shim
 }  // namespace revenant

@@ -73,6 +73,19 @@ TEST(BlasChecks, ArgumentsGetInvalidValue) {
             CUBLAS_STATUS_SUCCESS);
   EXPECT_EQ(BlasCheckMathMode(h, static_cast<cublasMath_t>(9)), CUBLAS_STATUS_INVALID_VALUE);
   EXPECT_EQ(BlasCheckPointerMode(h, static_cast<cublasPointerMode_t>(2)), CUBLAS_STATUS_INVALID_VALUE);
+  // TRSM: A is m x m on the left, n x n on the right; B is m x n.
+  EXPECT_EQ(BlasCheckTrsm(h, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_UNIT, 8, 2, 2,
+                          8, &one),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(BlasCheckTrsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_UNIT, 8, 2, 2,
+                          8, &one),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(BlasCheckTrsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_FULL, CUBLAS_OP_N, CUBLAS_DIAG_UNIT, 2, 2, 2,
+                          2, &one),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(BlasCheckTrsm(h, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N,
+                          static_cast<cublasDiagType_t>(4), 2, 2, 2, 2, &one),
+            CUBLAS_STATUS_INVALID_VALUE);
   BlasHandleGone(h);
 }
 

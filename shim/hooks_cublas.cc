@@ -154,6 +154,17 @@ int32_t BlasCheckDot(cublasHandle_t handle, const void* result) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
+int32_t BlasCheckTrsm(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                      cublasOperation_t trans, cublasDiagType_t diag, int m, int n, int lda,
+                      int ldb, const void* alpha) {
+  if (int32_t s = BlasCheckHandle(handle)) return s;
+  if (api::TrsmArgsStatus(side, uplo, trans, diag, m, n, lda, ldb) != 0) {
+    return Invalid("bad side, fill mode, operation, diagonal, size or leading dimension");
+  }
+  if (alpha == nullptr) return Invalid("null scalar");
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace shim
 }  // namespace revenant
 

@@ -1,8 +1,9 @@
 #!/bin/bash
 # cuBLAS under the shim (host backend: OpenBLAS in the agent).
 #   cublas_ops_test.sh RUN APP
-# 1. Every case of cublas_ops (GEMM, strided batched, GemmEx, GEMV, dot, both
-#    pointer modes, cuBLAS's error codes) matches the program's CPU reference.
+# 1. Every case of cublas_ops (real and complex GEMM, strided batched,
+#    GemmEx, SgemmEx, GEMV, dot, triangular solves, both pointer modes,
+#    cuBLAS's error codes) matches the program's CPU reference.
 # 2. Its training-like loop keeps a setup log of constant size (attribute
 #    setters overwrite each other) and recovers from agent kills mid-GEMM
 #    (and around the dot's reply, and at a setter) with final weights bitwise
@@ -27,8 +28,9 @@ cat "$tmp/cases.log"
 [ "$rc" -eq 0 ] || { echo "FAIL: cublas_ops exited with $rc under the shim"; exit 1; }
 grep -q "^\[r0\] PASS cublas_ops" "$tmp/cases.log" || { echo "FAIL: no PASS line"; exit 1; }
 results=$(grep -c "^\[r0\] RESULT " "$tmp/cases.log")
-# 12 cases in each pointer mode, then the error cases.
-[ "$results" -eq 25 ] || { echo "FAIL: $results RESULT lines, expected 25"; exit 1; }
+# 26 cases in each pointer mode (the 4 triangular solves print their
+# solution's checksum too), then the error cases.
+[ "$results" -eq 61 ] || { echo "FAIL: $results RESULT lines, expected 61"; exit 1; }
 echo "ok: $results cuBLAS cases match the CPU reference under the shim"
 
 "$run" "${common[@]}" -- "$app" --iters "$iters" >"$tmp/ref.log" 2>&1 || {

@@ -36,8 +36,9 @@
 // cuBLAS (host_blas.cc): the GEMM/GEMV/dot rows run OpenBLAS (column-major,
 // as cuBLAS) on the device memory, in stream order on the handle's stream;
 // cublasGemmEx and cublasGemmStridedBatchedEx run fp32 (CUBLAS_COMPUTE_32F)
-// and fp64 (CUBLAS_COMPUTE_64F) and refuse every other type combination
-// with CUBLAS_STATUS_NOT_SUPPORTED and one log line. Math modes are kept
+// and fp64 (CUBLAS_COMPUTE_64F), cublasSgemmEx fp32, and they refuse every
+// other type combination with CUBLAS_STATUS_NOT_SUPPORTED and one log line;
+// complex GEMM/GEMV/dot and the triangular solves run in single and double. Math modes are kept
 // and reported but change nothing (the CPU computes in the full precision).
 //
 // Thread safety: all methods may be called from several threads.
@@ -397,9 +398,14 @@ class HostBackend : public Backend {
   cublasStatus_t Gemv(const char* api, cublasHandle_t handle, cublasOperation_t trans, int m,
                       int n, const T* alpha, const T* a, int lda, const T* x, int incx,
                       const T* beta, T* y, int incy);
+  // `conj`: the complex dotc (x conjugated); ignored for real types.
   template <typename T>
   cublasStatus_t Dot(const char* api, cublasHandle_t handle, int n, const T* x, int incx,
-                     const T* y, int incy, T* result);
+                     const T* y, int incy, T* result, bool conj);
+  template <typename T>
+  cublasStatus_t Trsm(const char* api, cublasHandle_t handle, cublasSideMode_t side,
+                      cublasFillMode_t uplo, cublasOperation_t trans, cublasDiagType_t diag,
+                      int m, int n, const T* alpha, const T* a, int lda, T* b, int ldb);
   cublasStatus_t GemmEx(const char* api, cublasHandle_t handle, const GemmArgs& g,
                         cudaDataType a_type, cudaDataType b_type, cudaDataType c_type,
                         cublasComputeType_t compute_type);

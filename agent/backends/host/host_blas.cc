@@ -20,8 +20,8 @@ namespace {
 constexpr char kLog[] = "host-backend";
 
 CBLAS_TRANSPOSE ToCblas(cublasOperation_t op) {
-  // CUBLAS_OP_C of a real matrix is its transpose.
-  return op == CUBLAS_OP_N ? CblasNoTrans : CblasTrans;
+  // CblasConjTrans of a real matrix is its transpose, as CUBLAS_OP_C's.
+  return op == CUBLAS_OP_N ? CblasNoTrans : op == CUBLAS_OP_T ? CblasTrans : CblasConjTrans;
 }
 
 // Bytes a column-major rows x cols matrix with leading dimension ld spans,
@@ -65,11 +65,75 @@ void Gemv1(CBLAS_TRANSPOSE t, int m, int n, double alpha, const double* a, int l
            const double* x, int incx, double beta, double* y, int incy) {
   cblas_dgemv(CblasColMajor, t, m, n, alpha, a, lda, x, incx, beta, y, incy);
 }
-float Dot1(int n, const float* x, int incx, const float* y, int incy) {
+void Gemm1(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, cuComplex alpha,
+           const cuComplex* a, int lda, const cuComplex* b, int ldb, cuComplex beta, cuComplex* c,
+           int ldc) {
+  cblas_cgemm(CblasColMajor, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
+}
+void Gemm1(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, cuDoubleComplex alpha,
+           const cuDoubleComplex* a, int lda, const cuDoubleComplex* b, int ldb,
+           cuDoubleComplex beta, cuDoubleComplex* c, int ldc) {
+  cblas_zgemm(CblasColMajor, ta, tb, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc);
+}
+void Gemv1(CBLAS_TRANSPOSE t, int m, int n, cuComplex alpha, const cuComplex* a, int lda,
+           const cuComplex* x, int incx, cuComplex beta, cuComplex* y, int incy) {
+  cblas_cgemv(CblasColMajor, t, m, n, &alpha, a, lda, x, incx, &beta, y, incy);
+}
+void Gemv1(CBLAS_TRANSPOSE t, int m, int n, cuDoubleComplex alpha, const cuDoubleComplex* a,
+           int lda, const cuDoubleComplex* x, int incx, cuDoubleComplex beta, cuDoubleComplex* y,
+           int incy) {
+  cblas_zgemv(CblasColMajor, t, m, n, &alpha, a, lda, x, incx, &beta, y, incy);
+}
+float Dot1(int n, const float* x, int incx, const float* y, int incy, bool) {
   return cblas_sdot(n, x, incx, y, incy);
 }
-double Dot1(int n, const double* x, int incx, const double* y, int incy) {
+double Dot1(int n, const double* x, int incx, const double* y, int incy, bool) {
   return cblas_ddot(n, x, incx, y, incy);
+}
+cuComplex Dot1(int n, const cuComplex* x, int incx, const cuComplex* y, int incy, bool conj) {
+  cuComplex r{};
+  (conj ? cblas_cdotc_sub : cblas_cdotu_sub)(n, x, incx, y, incy, &r);
+  return r;
+}
+cuDoubleComplex Dot1(int n, const cuDoubleComplex* x, int incx, const cuDoubleComplex* y,
+                     int incy, bool conj) {
+  cuDoubleComplex r{};
+  (conj ? cblas_zdotc_sub : cblas_zdotu_sub)(n, x, incx, y, incy, &r);
+  return r;
+}
+struct TrsmOps {
+  CBLAS_SIDE side;
+  CBLAS_UPLO uplo;
+  CBLAS_TRANSPOSE trans;
+  CBLAS_DIAG diag;
+};
+void Trsm1(const TrsmOps& o, int m, int n, float alpha, const float* a, int lda, float* b,
+           int ldb) {
+  cblas_strsm(CblasColMajor, o.side, o.uplo, o.trans, o.diag, m, n, alpha, a, lda, b, ldb);
+}
+void Trsm1(const TrsmOps& o, int m, int n, double alpha, const double* a, int lda, double* b,
+           int ldb) {
+  cblas_dtrsm(CblasColMajor, o.side, o.uplo, o.trans, o.diag, m, n, alpha, a, lda, b, ldb);
+}
+void Trsm1(const TrsmOps& o, int m, int n, cuComplex alpha, const cuComplex* a, int lda,
+           cuComplex* b, int ldb) {
+  cblas_ctrsm(CblasColMajor, o.side, o.uplo, o.trans, o.diag, m, n, &alpha, a, lda, b, ldb);
+}
+void Trsm1(const TrsmOps& o, int m, int n, cuDoubleComplex alpha, const cuDoubleComplex* a,
+           int lda, cuDoubleComplex* b, int ldb) {
+  cblas_ztrsm(CblasColMajor, o.side, o.uplo, o.trans, o.diag, m, n, &alpha, a, lda, b, ldb);
+}
+
+// One log line per refused type combination.
+cublasStatus_t RefuseTypes(const std::string& what, const char* supported) {
+  static std::mutex mu;
+  static std::set<std::string>* logged = new std::set<std::string>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (logged->insert(what).second) {
+    REVENANT_LOG(WARNING, kLog) << what << " are not supported by the host backend (it runs "
+                                << supported << "): CUBLAS_STATUS_NOT_SUPPORTED";
+  }
+  return CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
 // OpenBLAS runs on the stream's worker thread: its own thread pool would
@@ -287,7 +351,7 @@ cublasStatus_t HostBackend::Gemv(const char* api, cublasHandle_t handle, cublasO
 
 template <typename T>
 cublasStatus_t HostBackend::Dot(const char* api, cublasHandle_t handle, int n, const T* x,
-                                int incx, const T* y, int incy, T* result) {
+                                int incx, const T* y, int incy, T* result, bool conj) {
   BlasHandle h;
   if (cublasStatus_t s = BlasState(handle, &h)) return s;
   if (result == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
@@ -308,7 +372,7 @@ cublasStatus_t HostBackend::Dot(const char* api, cublasHandle_t handle, int n, c
   const cudaError_t e = Enqueue(
       h.stream,
       [=]() {
-        *result = n > 0 ? Dot1(n, x, incx, y, incy) : T{};
+        *result = n > 0 ? Dot1(n, x, incx, y, incy, conj) : T{};
         return cudaSuccess;
       },
       device ? nullptr : &done);
@@ -331,17 +395,49 @@ cublasStatus_t HostBackend::GemmEx(const char* api, cublasHandle_t handle, const
   }
   BlasHandle h;
   if (cublasStatus_t s = BlasState(handle, &h)) return s;
-  static std::mutex mu;
-  static std::set<std::string>* logged = new std::set<std::string>();
-  const std::string what = absl::StrCat(api, ": A/B/C types ", a_type, "/", b_type, "/", c_type,
-                                        " with compute type ", compute_type);
-  std::lock_guard<std::mutex> lock(mu);
-  if (logged->insert(what).second) {
-    REVENANT_LOG(WARNING, kLog) << what << " are not supported by the host backend "
-                                << "(it runs CUDA_R_32F with CUBLAS_COMPUTE_32F and CUDA_R_64F "
-                                   "with CUBLAS_COMPUTE_64F): CUBLAS_STATUS_NOT_SUPPORTED";
+  return RefuseTypes(absl::StrCat(api, ": A/B/C types ", a_type, "/", b_type, "/", c_type,
+                                  " with compute type ", compute_type),
+                     "CUDA_R_32F with CUBLAS_COMPUTE_32F and CUDA_R_64F with CUBLAS_COMPUTE_64F");
+}
+
+template <typename T>
+cublasStatus_t HostBackend::Trsm(const char* api, cublasHandle_t handle, cublasSideMode_t side,
+                                 cublasFillMode_t uplo, cublasOperation_t trans,
+                                 cublasDiagType_t diag, int m, int n, const T* alpha, const T* a,
+                                 int lda, T* b, int ldb) {
+  BlasHandle h;
+  if (cublasStatus_t s = BlasState(handle, &h)) return s;
+  if (int32_t s = api::TrsmArgsStatus(side, uplo, trans, diag, m, n, lda, ldb)) {
+    return static_cast<cublasStatus_t>(s);
   }
-  return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (alpha == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  const bool device = h.pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
+  Scalar<T> al;
+  if (device) {
+    al.device = alpha;
+  } else {
+    std::memcpy(&al.value, alpha, sizeof(T));
+  }
+  const int order = side == CUBLAS_SIDE_LEFT ? m : n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (device && !DeviceAccessible(alpha, sizeof(T))) {
+      return Unreachable(api, "alpha is not device memory (pointer mode device)");
+    }
+    if (!DeviceAccessible(a, MatrixBytes<T>(order, order, lda, 0, 1)) ||
+        !DeviceAccessible(b, MatrixBytes<T>(m, n, ldb, 0, 1))) {
+      return Unreachable(api, "A or B is not device memory of that size");
+    }
+  }
+  const TrsmOps ops{side == CUBLAS_SIDE_LEFT ? CblasLeft : CblasRight,
+                    uplo == CUBLAS_FILL_MODE_LOWER ? CblasLower : CblasUpper, ToCblas(trans),
+                    diag == CUBLAS_DIAG_UNIT ? CblasUnit : CblasNonUnit};
+  const cudaError_t e = EnqueueFallible(h.stream, [=]() {
+    Trsm1(ops, m, n, al.Get(), a, lda, b, ldb);
+    return cudaSuccess;
+  });
+  return e == cudaSuccess ? CUBLAS_STATUS_SUCCESS : Unreachable(api, "the handle's stream is gone");
 }
 
 cublasStatus_t HostBackend::cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
@@ -425,12 +521,90 @@ cublasStatus_t HostBackend::cublasDgemv_v2(cublasHandle_t handle, cublasOperatio
 
 cublasStatus_t HostBackend::cublasSdot_v2(cublasHandle_t handle, int n, const float* x, int incx,
                                           const float* y, int incy, float* result) {
-  return Dot<float>("cublasSdot_v2", handle, n, x, incx, y, incy, result);
+  return Dot<float>("cublasSdot_v2", handle, n, x, incx, y, incy, result, false);
 }
 
 cublasStatus_t HostBackend::cublasDdot_v2(cublasHandle_t handle, int n, const double* x, int incx,
                                           const double* y, int incy, double* result) {
-  return Dot<double>("cublasDdot_v2", handle, n, x, incx, y, incy, result);
+  return Dot<double>("cublasDdot_v2", handle, n, x, incx, y, incy, result, false);
+}
+
+// Complex GEMM/GEMV/dot, triangular solves, cublasSgemmEx: the same families
+// in the other element types.
+#define REVENANT_HOST_GEMM(api, T)                                                           \
+  cublasStatus_t HostBackend::api(cublasHandle_t handle, cublasOperation_t transa,           \
+                                  cublasOperation_t transb, int m, int n, int k,             \
+                                  const T* alpha, const T* A, int lda, const T* B, int ldb,  \
+                                  const T* beta, T* C, int ldc) {                            \
+    return Gemm<T>(#api, handle,                                                             \
+                   {transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1}); \
+  }
+REVENANT_HOST_GEMM(cublasCgemm_v2, cuComplex)
+REVENANT_HOST_GEMM(cublasZgemm_v2, cuDoubleComplex)
+#undef REVENANT_HOST_GEMM
+
+#define REVENANT_HOST_GEMM_BATCHED(api, T)                                                    \
+  cublasStatus_t HostBackend::api(                                                            \
+      cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, \
+      int k, const T* alpha, const T* A, int lda, long long int strideA, const T* B, int ldb, \
+      long long int strideB, const T* beta, T* C, int ldc, long long int strideC,             \
+      int batchCount) {                                                                       \
+    return Gemm<T>(#api, handle,                                                              \
+                   {transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, \
+                    ldc, strideC, batchCount});                                               \
+  }
+REVENANT_HOST_GEMM_BATCHED(cublasCgemmStridedBatched, cuComplex)
+REVENANT_HOST_GEMM_BATCHED(cublasZgemmStridedBatched, cuDoubleComplex)
+#undef REVENANT_HOST_GEMM_BATCHED
+
+#define REVENANT_HOST_GEMV(api, T)                                                             \
+  cublasStatus_t HostBackend::api(cublasHandle_t handle, cublasOperation_t trans, int m, int n, \
+                                  const T* alpha, const T* A, int lda, const T* x, int incx,    \
+                                  const T* beta, T* y, int incy) {                              \
+    return Gemv<T>(#api, handle, trans, m, n, alpha, A, lda, x, incx, beta, y, incy);          \
+  }
+REVENANT_HOST_GEMV(cublasCgemv_v2, cuComplex)
+REVENANT_HOST_GEMV(cublasZgemv_v2, cuDoubleComplex)
+#undef REVENANT_HOST_GEMV
+
+#define REVENANT_HOST_DOT(api, T, conj)                                                        \
+  cublasStatus_t HostBackend::api(cublasHandle_t handle, int n, const T* x, int incx,          \
+                                  const T* y, int incy, T* result) {                           \
+    return Dot<T>(#api, handle, n, x, incx, y, incy, result, conj);                            \
+  }
+REVENANT_HOST_DOT(cublasCdotu_v2, cuComplex, false)
+REVENANT_HOST_DOT(cublasCdotc_v2, cuComplex, true)
+REVENANT_HOST_DOT(cublasZdotu_v2, cuDoubleComplex, false)
+REVENANT_HOST_DOT(cublasZdotc_v2, cuDoubleComplex, true)
+#undef REVENANT_HOST_DOT
+
+#define REVENANT_HOST_TRSM(api, T)                                                              \
+  cublasStatus_t HostBackend::api(cublasHandle_t handle, cublasSideMode_t side,                 \
+                                  cublasFillMode_t uplo, cublasOperation_t trans,               \
+                                  cublasDiagType_t diag, int m, int n, const T* alpha,          \
+                                  const T* A, int lda, T* B, int ldb) {                         \
+    return Trsm<T>(#api, handle, side, uplo, trans, diag, m, n, alpha, A, lda, B, ldb);         \
+  }
+REVENANT_HOST_TRSM(cublasStrsm_v2, float)
+REVENANT_HOST_TRSM(cublasDtrsm_v2, double)
+REVENANT_HOST_TRSM(cublasCtrsm_v2, cuComplex)
+REVENANT_HOST_TRSM(cublasZtrsm_v2, cuDoubleComplex)
+#undef REVENANT_HOST_TRSM
+
+cublasStatus_t HostBackend::cublasSgemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k,
+                                          const float* alpha, const void* A, cudaDataType Atype,
+                                          int lda, const void* B, cudaDataType Btype, int ldb,
+                                          const float* beta, void* C, cudaDataType Ctype,
+                                          int ldc) {
+  if (Atype == CUDA_R_32F && Btype == CUDA_R_32F && Ctype == CUDA_R_32F) {
+    return Gemm<float>("cublasSgemmEx", handle,
+                       {transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1});
+  }
+  BlasHandle h;
+  if (cublasStatus_t s = BlasState(handle, &h)) return s;
+  return RefuseTypes(absl::StrCat("cublasSgemmEx: A/B/C types ", Atype, "/", Btype, "/", Ctype),
+                     "CUDA_R_32F");
 }
 
 }  // namespace host
