@@ -503,6 +503,15 @@ int RunLoop(int iters) {
   for (int it = 0; it < iters; ++it) {
     for (int i = 0; i < d * batch; ++i) x[i] = std::sin(0.1f * (i % 97) + 0.37f * it);
     CHECK_CUDA(cudaMemcpyAsync(dx, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+    // The math mode alternates per iteration (the GEMMs are fp32 either way);
+    // what the previous iteration set must still hold, also across a
+    // replacement agent and the journal's compaction.
+    cublasMath_t math;
+    CHECK_CUBLAS(cublasGetMathMode(h, &math));
+    const cublasMath_t before = it % 2 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH;
+    EXPECT_APP(math == before, "iteration %d starts with math mode %d, expected %d", it,
+               static_cast<int>(math), static_cast<int>(before));
+    CHECK_CUBLAS(cublasSetMathMode(h, it % 2 ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH));
     // h_s = W_s x for both weight sets (host scalars), then W_s -= 1e-3 h_s x^T
     // (device scalars).
     SetMode(h, false);

@@ -53,12 +53,12 @@ fi
 echo "ok: $short_live live setup entries after $iters and after $((2 * iters)) iterations"
 
 failed=0
-# Calls of an iteration: 1 input copy, 2-3 pointer mode set/get, 4 strided
-# batched GEMM, 5 GEMV, 6-7 pointer mode, 8-9 update GEMMs, 10 dot, 11 loss
-# copy, 12 synchronize.
-trial() {  # name chaos-spec
-  local name="$1" spec="$2" log="$tmp/trial.log"
-  "$run" "${common[@]}" --chaos="$spec" -- "$app" --iters "$iters" >"$log" 2>&1
+# Calls of an iteration: 1 input copy, 2-3 math mode get/set, 4-5 pointer
+# mode set/get, 6 strided batched GEMM, 7 GEMV, 8-9 pointer mode, 10-11
+# update GEMMs, 12 dot, 13 loss copy, 14 synchronize.
+trial() {  # name chaos-spec [iterations reference]
+  local name="$1" spec="$2" log="$tmp/trial.log" n="${3:-$iters}" ref="${4:-$ref}"
+  "$run" "${common[@]}" --chaos="$spec" -- "$app" --iters "$n" >"$log" 2>&1
   local rc=$?
   local got=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$log")
   local recoveries=$(grep -c "replacement agent for rank" "$log")
@@ -70,9 +70,29 @@ trial() {  # name chaos-spec
     failed=1
   fi
 }
-trial "mid strided batched GEMM" "rank=0,minibatch=3,calls=4,point=after_execute"
-trial "before an update GEMM"    "rank=0,minibatch=5,calls=8,point=before_append"
-trial "after the dot's reply"    "rank=0,minibatch=4,calls=10,point=after_reply"
-trial "at a pointer-mode setter" "rank=0,minibatch=6,calls=6,point=after_execute"
+trial "mid strided batched GEMM" "rank=0,minibatch=3,calls=6,point=after_execute"
+trial "before an update GEMM"    "rank=0,minibatch=5,calls=10,point=before_append"
+trial "after the dot's reply"    "rank=0,minibatch=4,calls=12,point=after_reply"
+trial "at a pointer-mode setter" "rank=0,minibatch=6,calls=8,point=after_execute"
+trial "at the math-mode setter"  "rank=0,minibatch=2,calls=3,point=after_execute"
+
+# A long run, whose setup log is compacted (the setters' calls of earlier
+# minibatches dropped): a kill after the compaction must find the handle's
+# attributes as the application left them.
+long_iters=7000
+"$run" "${common[@]}" -- "$app" --iters "$long_iters" >"$tmp/long_ref.log" 2>&1 || {
+  echo "FAIL: the long fault-free loop failed"; tail -20 "$tmp/long_ref.log"; exit 1; }
+long_ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/long_ref.log")
+compactions=$(sed -n 's/.*journal at exit: .*, \([0-9]*\) compactions,.*/\1/p' "$tmp/long_ref.log")
+echo "long loop: $long_iters iterations, $compactions setup-log compaction(s), final checksum $long_ref"
+[ "${compactions:-0}" -ge 1 ] || { echo "FAIL: the long loop's setup log was never compacted"; exit 1; }
+# Two consecutive minibatches: one of them starts with the math mode that an
+# earlier minibatch's call set (what compaction must keep).
+for m in $((long_iters - 21)) $((long_iters - 20)); do
+  trial "after compaction, iteration start" "rank=0,minibatch=$m,calls=2,point=before_append" \
+    "$long_iters" "$long_ref"
+done
+trial "after compaction, mid GEMM" "rank=0,minibatch=$((long_iters - 11)),calls=10,point=after_execute" \
+  "$long_iters" "$long_ref"
 [ "$failed" -eq 0 ] || exit 1
 echo "ok: every kill recovered to the fault-free result"
