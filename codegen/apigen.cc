@@ -181,6 +181,11 @@ void Validate(const std::vector<Function>& fns) {
       if (!p.device_if().empty() && p.handle() != pb::NO_HANDLE)
         Die(f.name() + "." + p.name() + ": a handle cannot be a device pointer");
     }
+    bool has_device_if = false;
+    for (const Param& p : f.params()) has_device_if |= !p.device_if().empty();
+    if (has_device_if && (f.params_size() == 0 || f.params(0).handle() == pb::NO_HANDLE ||
+                          f.params(0).dir() != pb::IN))
+      Die(f.name() + ": device_if needs the handle (whose pointer mode decides) as the first parameter");
     if (f.sets_attribute() &&
         (f.params_size() == 0 || f.params(0).handle() == pb::NO_HANDLE || f.params(0).dir() != pb::IN))
       Die(f.name() + ": sets_attribute needs the handle as the first (IN) parameter");
@@ -443,12 +448,18 @@ void EmitBackend(const std::vector<Function>& fns, const std::string& dir) {
     s << kBanner
       << "#ifndef REVENANT_API_BACKEND_API_H_\n#define REVENANT_API_BACKEND_API_H_\n\n"
       << "#include <cublas_api.h>\n#include <cuda_runtime_api.h>\n#include <nccl.h>\n\n"
+      << "#include <cstdint>\n\n#include \"api/traits.h\"\n\n"
       << "namespace revenant {\nnamespace api {\n\n"
       << "// What a backend (agent/backends/*) implements: one virtual per forwarded row\n"
       << "// with a generated dispatcher, in the API's own signature, after handle\n"
       << "// translation (stream/event/... arguments are the backend's own objects).\n"
       << "// Every default answers not-supported with one log line per function.\n"
-      << "class BackendApi {\n public:\n  virtual ~BackendApi() = default;\n\n";
+      << "class BackendApi {\n public:\n  virtual ~BackendApi() = default;\n\n"
+      << "  // Whether the scalars of calls on this handle (a backend object of\n"
+      << "  // `kind`) are device pointers: cuBLAS's pointer mode. The dispatcher\n"
+      << "  // refuses a device_if argument that disagrees. Default: host pointers.\n"
+      << "  virtual bool DevicePointers(HandleKind kind, uint64_t handle) {\n"
+      << "    (void)kind;\n    (void)handle;\n    return false;\n  }\n\n";
     for (const Function& f : fns) {
       if (!HasGeneratedDispatch(f)) continue;
       s << "  virtual " << f.returns() << " " << f.name() << "(" << ParamList(f, true) << ");\n";
@@ -484,15 +495,28 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
       s << "      bool " << n << "_device = false;\n"
         << "      if (!in.GetFlag(&" << n << "_device)) return " << BadRequest(f) << ";\n"
         << "      " << p.c_type() << " " << n << " = nullptr;\n"
+        // The backend reads the pointer by its own handle's pointer mode: a
+        // request that disagrees with it is refused, never dereferenced.
+        << "      if (" << n << "_device != ctx.backend->DevicePointers("
+        << HandleEnum(f.params(0).handle()) << ", reinterpret_cast<uint64_t>("
+        << f.params(0).name() << "))) return " << BadRequest(f) << ";\n"
+        << "      alignas(16) char " << n << "_scalar[kScalarBytes] = {};\n"
+        << "      (void)" << n << "_scalar;\n"
         << "      if (" << n << "_device) {\n"
         << "        uint64_t " << n << "_address = 0;\n"
         << "        if (!in.Get(&" << n << "_address)) return " << BadRequest(f) << ";\n"
         << "        " << n << " = reinterpret_cast<" << p.c_type() << ">(" << n << "_address);\n"
         << "      } else {\n";
       if (KindOf(f, p) == Kind::kInBytes) {
+        // Scalars are read at their type's size: short ones are zero-padded,
+        // so a truncated request never makes the backend read past it.
         s << "        const char* " << n << "_data = nullptr;\n        uint64_t " << n << "_size = 0;\n"
           << "        if (!in.GetBytes(&" << n << "_data, &" << n << "_size)) return "
           << BadRequest(f) << ";\n"
+          << "        if (" << n << "_data != nullptr && " << n << "_size < kScalarBytes) {\n"
+          << "          std::memcpy(" << n << "_scalar, " << n << "_data, " << n << "_size);\n"
+          << "          " << n << "_data = " << n << "_scalar;\n"
+          << "        }\n"
           << "        " << n << " = reinterpret_cast<" << p.c_type() << ">(const_cast<char*>(" << n
           << "_data));\n";
       } else {
@@ -623,6 +647,8 @@ void EmitDispatch(const std::vector<Function>& fns, const std::string& dir) {
   s << kBanner << "#include <cstring>\n\n#include \"agent/dispatch.h\"\n"
     << "#include \"api/agent_hooks.h\"\n#include \"api/backend_api.h\"\n\n"
     << "namespace revenant {\nnamespace agent {\n\nusing ::revenant::api::ApiId;\n\n"
+    << "// The largest scalar a device_if parameter points to (a double complex).\n"
+    << "constexpr uint64_t kScalarBytes = 16;\n\n"
     << "int32_t Dispatch(ApiId id, wire::Decoder& in, wire::Encoder& out, DispatchContext& ctx) {\n"
     << "  switch (id) {\n";
   for (const Function& f : fns) {

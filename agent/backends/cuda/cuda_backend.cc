@@ -654,6 +654,13 @@ class CudaBackend : public Backend {
   }
   REVENANT_CUBLAS_ROWS(REVENANT_CUDA_BLAS_ROW)
 #undef REVENANT_CUDA_BLAS_ROW
+  bool DevicePointers(api::HandleKind kind, uint64_t handle) override {
+    if (kind != api::HandleKind::kBlasHandle || !blas_.Load()) return false;
+    cublasPointerMode_t mode = CUBLAS_POINTER_MODE_HOST;
+    return blas_.cublasGetPointerMode_v2(reinterpret_cast<cublasHandle_t>(handle), &mode) ==
+               CUBLAS_STATUS_SUCCESS &&
+           mode == CUBLAS_POINTER_MODE_DEVICE;
+  }
 
   // Makes the device and its primary context current on the calling thread
   // (the agent calls from one executor thread per client).

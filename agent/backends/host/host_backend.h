@@ -246,6 +246,7 @@ class HostBackend : public Backend {
                                         unsigned int flags) override;
 
   // cuBLAS (host_blas.cc).
+  bool DevicePointers(api::HandleKind kind, uint64_t handle) override;
 #define REVENANT_HOST_BLAS_ROW(name, params, args) cublasStatus_t name params override;
   REVENANT_CUBLAS_ROWS(REVENANT_HOST_BLAS_ROW)
 #undef REVENANT_HOST_BLAS_ROW

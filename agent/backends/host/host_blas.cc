@@ -158,6 +158,13 @@ cublasStatus_t HostBackend::BlasState(cublasHandle_t handle, BlasHandle* state) 
   return CUBLAS_STATUS_SUCCESS;
 }
 
+bool HostBackend::DevicePointers(api::HandleKind kind, uint64_t handle) {
+  if (kind != api::HandleKind::kBlasHandle) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = blas_handles_.find(reinterpret_cast<BlasHandle*>(handle));
+  return it != blas_handles_.end() && it->second->pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
+}
+
 cublasStatus_t HostBackend::cublasCreate_v2(cublasHandle_t* handle) {
   if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   SingleThreadedBlas();
