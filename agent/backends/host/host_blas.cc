@@ -2,6 +2,7 @@
 // stream order (host_backend.h says what runs and what is refused).
 #include <cblas.h>
 
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -25,12 +26,15 @@ CBLAS_TRANSPOSE ToCblas(cublasOperation_t op) {
 }
 
 // Bytes a column-major rows x cols matrix with leading dimension ld spans,
-// repeated `batch` times `stride` elements apart; 0 when it is empty.
+// repeated `batch` times `stride` (>= 0) elements apart; 0 when it is empty,
+// UINT64_MAX when it exceeds any address space (no device range holds it).
 template <typename T>
 uint64_t MatrixBytes(int rows, int cols, int ld, long long stride, int batch) {
   if (rows == 0 || cols == 0 || batch == 0) return 0;
-  const uint64_t one = (static_cast<uint64_t>(cols - 1) * ld + rows);
-  return (static_cast<uint64_t>(batch - 1) * stride + one) * sizeof(T);
+  using Wide = unsigned __int128;
+  const Wide one = static_cast<Wide>(cols - 1) * static_cast<Wide>(ld) + static_cast<Wide>(rows);
+  const Wide all = (static_cast<Wide>(batch - 1) * static_cast<Wide>(stride) + one) * sizeof(T);
+  return all > static_cast<Wide>(UINT64_MAX) ? UINT64_MAX : static_cast<uint64_t>(all);
 }
 
 template <typename T>

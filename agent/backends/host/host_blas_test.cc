@@ -155,6 +155,10 @@ TEST_F(HostBlasTest, BadCallsGetCublasCodesAndNeverTouchMemory) {
   EXPECT_EQ(b_->cublasSgemm_v2(h_, CUBLAS_OP_N, CUBLAS_OP_N, 64, 64, 64, &one, a, 64, a, 64, &one, a, 64),
             CUBLAS_STATUS_EXECUTION_FAILED)
       << "A spans far beyond its allocation";
+  // Strides whose extent overflows 64 bits.
+  EXPECT_EQ(b_->cublasSgemmStridedBatched(h_, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a, 2,
+                                          1ll << 62, a, 2, 0, &one, a, 2, 0, 1 << 20),
+            CUBLAS_STATUS_EXECUTION_FAILED);
   ASSERT_EQ(b_->cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(std::vector<float>(a, a + 4), (std::vector<float>{1, 2, 3, 4}));
   // A destroyed handle.
