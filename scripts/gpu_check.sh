@@ -6,6 +6,7 @@
 #   bash .gpu/run_gpu.sh            # on the GPU machine (carry .gpu)
 #   bash .gpu/run_gpu.sh nccl       # only the NCCL section (below)
 #   bash .gpu/run_gpu.sh MODE       # only the sections of scripts/gpu/ that run for MODE
+#   bash .gpu/run_gpu.sh cublas     # e.g. only cuBLAS (scripts/gpu/cublas.sh)
 #
 # The runner executes every tests/apps program natively and under
 # `revenant-run --backend=cuda`, the integration programs under the cuda
