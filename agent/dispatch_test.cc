@@ -2,6 +2,7 @@
 // values, handle virtualization, and refusal of malformed requests.
 #include "agent/dispatch.h"
 
+#include <cstring>
 #include <vector>
 
 #include "api/backend_api.h"
@@ -36,6 +37,40 @@ class FakeBackend : public api::BackendApi {
     last_stream = s;
     return cudaSuccess;
   }
+  // cuBLAS: one handle whose pointer mode the test sets.
+  cublasStatus_t cublasCreate_v2(cublasHandle_t* h) override {
+    ++calls;
+    *h = reinterpret_cast<cublasHandle_t>(0xb1a5);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  bool DevicePointers(api::HandleKind kind, uint64_t handle) override {
+    return kind == api::HandleKind::kBlasHandle && handle == 0xb1a5 && device_pointers;
+  }
+  cublasStatus_t cublasSdot_v2(cublasHandle_t h, int n, const float* x, int incx, const float* y,
+                               int incy, float* result) override {
+    ++calls;
+    (void)h; (void)n; (void)x; (void)incx; (void)y; (void)incy;
+    last_result = result;
+    if (!device_pointers) *result = 42.0f;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  cublasStatus_t cublasSgemv_v2(cublasHandle_t h, cublasOperation_t trans, int m, int n,
+                                const float* alpha, const float* A, int lda, const float* x,
+                                int incx, const float* beta, float* y, int incy) override {
+    ++calls;
+    (void)h; (void)trans; (void)m; (void)n; (void)A; (void)lda; (void)x; (void)incx; (void)y;
+    (void)incy;
+    last_alpha = alpha;
+    if (!device_pointers) {
+      std::memcpy(&last_scalars[0], alpha, sizeof(float));
+      std::memcpy(&last_scalars[1], beta, sizeof(float));
+    }
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  bool device_pointers = false;
+  const void* last_result = nullptr;
+  const void* last_alpha = nullptr;
+  float last_scalars[2] = {0, 0};
   int calls = 0;
   size_t last_size = 0;
   unsigned last_flags = 0;
@@ -120,6 +155,66 @@ TEST_F(DispatchTest, MalformedRequestsNeverReachTheBackend) {
   bad_flag.enc.Put(size_t{1});
   EXPECT_EQ(Run(api::ApiId::cudaMalloc, bad_flag), cudaErrorInvalidValue);
   EXPECT_EQ(backend_.calls, 0);
+}
+
+// cuBLAS scalars travel as values (host pointer mode) or device addresses
+// (device pointer mode); a request that disagrees with the backend's handle
+// is refused before the backend could dereference it, and short scalar bytes
+// are zero-padded rather than read past.
+TEST_F(DispatchTest, CublasScalarsFollowTheHandlesPointerMode) {
+  Request create;
+  create.enc.PutFlag(true);
+  ASSERT_EQ(Run(api::ApiId::cublasCreate_v2, create), CUBLAS_STATUS_SUCCESS);
+  const auto handle = Out<cublasHandle_t>(0);
+  auto dot = [&](bool device) {
+    Request r;
+    r.enc.Put(handle);
+    r.enc.Put(3);
+    r.enc.Put(static_cast<const float*>(nullptr));
+    r.enc.Put(1);
+    r.enc.Put(static_cast<const float*>(nullptr));
+    r.enc.Put(1);
+    r.enc.PutFlag(device);
+    if (device) {
+      r.enc.Put(uint64_t{0x200000002000ull});
+    } else {
+      r.enc.PutFlag(true);
+    }
+    return Run(api::ApiId::cublasSdot_v2, r);
+  };
+  // Host mode: the result comes back in the reply.
+  EXPECT_EQ(dot(false), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(Out<float>(0), 42.0f);
+  const int calls = backend_.calls;
+  EXPECT_EQ(dot(true), CUBLAS_STATUS_INVALID_VALUE) << "a device address for a host-mode handle";
+  backend_.device_pointers = true;
+  EXPECT_EQ(dot(false), CUBLAS_STATUS_INVALID_VALUE) << "a host result for a device-mode handle";
+  EXPECT_EQ(backend_.calls, calls);
+  EXPECT_EQ(dot(true), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(backend_.last_result), 0x200000002000ull);
+
+  backend_.device_pointers = false;
+  Request gemv;
+  gemv.enc.Put(handle);
+  gemv.enc.Put(CUBLAS_OP_N);
+  gemv.enc.Put(2);
+  gemv.enc.Put(2);
+  gemv.enc.PutFlag(false);
+  gemv.enc.PutBytes("\x01", 1);  // alpha: 1 byte of a float
+  gemv.enc.Put(static_cast<const float*>(nullptr));
+  gemv.enc.Put(2);
+  gemv.enc.Put(static_cast<const float*>(nullptr));
+  gemv.enc.Put(1);
+  gemv.enc.PutFlag(false);
+  const float beta = 2.5f;
+  gemv.enc.PutBytes(&beta, sizeof(beta));
+  gemv.enc.Put(static_cast<float*>(nullptr));
+  gemv.enc.Put(1);
+  ASSERT_EQ(Run(api::ApiId::cublasSgemv_v2, gemv), CUBLAS_STATUS_SUCCESS);
+  float one_byte = 0;
+  std::memcpy(&one_byte, "\x01\0\0\0", 4);
+  EXPECT_EQ(backend_.last_scalars[0], one_byte) << "short scalar not zero-padded";
+  EXPECT_EQ(backend_.last_scalars[1], 2.5f);
 }
 
 TEST_F(DispatchTest, EveryForwardedRowHasADispatcher) {

@@ -43,6 +43,24 @@ uint64_t FirstOutU64(absl::string_view outputs) {
   return v;
 }
 
+// One attribute (a sets_attribute row) of one handle.
+uint64_t AttributeKey(uint64_t handle, uint16_t api_id) {
+  return Mix(handle, 0xa77ull << 16 | api_id);
+}
+
+// The rows that set a handle attribute.
+const std::vector<uint16_t>& AttributeSetters() {
+  static const std::vector<uint16_t>* setters = [] {
+    auto* v = new std::vector<uint16_t>();
+    for (int i = 1; i < api::kApiCount; ++i)
+      if (api::Traits(static_cast<uint32_t>(i)).sets_attribute) {
+        v->push_back(static_cast<uint16_t>(i));
+      }
+    return v;
+  }();
+  return *setters;
+}
+
 bool IsAllocation(api::ApiId id) {
   return id == api::ApiId::cudaMalloc || id == api::ApiId::cudaMallocAsync ||
          id == api::ApiId::ncclMemAlloc;
@@ -239,6 +257,18 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   if (IsFree(id) || traits.destroys != api::HandleKind::kNone) {
     e.add_destroys(FirstU64(body));
   }
+  if (traits.sets_attribute) JournalAttributeCall(rec, FirstU64(body), &e);
+  if (traits.destroys != api::HandleKind::kNone) {
+    // The handle's attribute calls go with it; only those this journal keyed
+    // (a destroy of a key no entry named is kept, as it may matter on replay).
+    for (uint16_t setter : AttributeSetters()) {
+      auto it = attribute_calls_.find(AttributeKey(FirstU64(body), setter));
+      if (it == attribute_calls_.end()) continue;
+      if (it->second.anchor != 0) e.add_destroys(it->second.anchor);
+      for (uint64_t key : it->second.current) e.add_destroys(key);
+      attribute_calls_.erase(it);
+    }
+  }
   if (IsSharedHostAlloc(id)) e.add_creates(FirstU64(body));
 
   const bool setup = traits.journal == api::JournalClass::kState ||
@@ -249,6 +279,30 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   // journal by reference: written to the payload file straight from the
   // shared memory, never copied into the entry.
   return setup ? journal_->AppendSetup(&e, payload) : journal_->AppendMinibatch(&e, payload);
+}
+
+void RequestJournal::JournalAttributeCall(const transport::RecordHeader& rec, uint64_t handle,
+                                          journal::JournalEntry* e) {
+  // A replay runs the setup log from its start and the minibatch log of the
+  // current minibatch, merged in request order. Calls of minibatch 0 sit
+  // among setup-log work that is always replayed: they stay (no key). Later,
+  // a replay needs the last call before the current minibatch (what the
+  // handle held at its boundary) and every call inside it (the minibatch's
+  // replayed work ran between them); the earlier ones are dropped once a
+  // later minibatch sets the attribute again.
+  const uint64_t minibatch = minibatch_.load(std::memory_order_relaxed);
+  if (minibatch == 0) return;
+  AttributeCalls& a = attribute_calls_[AttributeKey(handle, rec.api_id)];
+  if (minibatch > a.minibatch && !a.current.empty()) {
+    if (a.anchor != 0) e->add_destroys(a.anchor);
+    for (size_t i = 0; i + 1 < a.current.size(); ++i) e->add_destroys(a.current[i]);
+    a.anchor = a.current.back();
+    a.current.clear();
+  }
+  a.minibatch = minibatch;
+  const uint64_t key = Mix(AttributeKey(handle, rec.api_id), rec.seq);
+  e->add_creates(key);
+  a.current.push_back(key);
 }
 
 bool RequestJournal::OutcomeMayFollowReply(uint16_t api_id) {

@@ -169,6 +169,10 @@ class RequestJournal {
   absl::Status Boundary();
   // Runs the detector on `rec`; Boundary() if it marks one.
   absl::Status DetectBoundary(const transport::RecordHeader& rec);
+  // Keys an attribute setter's entry so that the setup log keeps only the
+  // calls a replay needs, and drops the ones it no longer does.
+  void JournalAttributeCall(const transport::RecordHeader& rec, uint64_t handle,
+                            journal::JournalEntry* e);
   // The request PlaceBoundaryBefore placed a boundary for (0: none).
   uint64_t boundary_placed_for_ = 0;
 
@@ -181,6 +185,15 @@ class RequestJournal {
   bool last_journaled_ = false;
   // Reused for every record (see BeforeExecute).
   journal::JournalEntry entry_;
+  // The attribute calls (sets_attribute rows) journaled since this journal
+  // opened, per handle and row: the key of the last call of an earlier
+  // minibatch and those of the calls in `minibatch` (JournalAttributeCall).
+  struct AttributeCalls {
+    uint64_t minibatch = 0;
+    uint64_t anchor = 0;
+    std::vector<uint64_t> current;
+  };
+  absl::flat_hash_map<uint64_t, AttributeCalls> attribute_calls_;
   // See busy_ns().
   class Timed;
   static constexpr uint32_t kOutcomeKey = 0x10000, kMarkStepKey = 0x10001;

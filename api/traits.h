@@ -15,12 +15,14 @@
 namespace revenant {
 namespace api {
 
-enum class Library : uint8_t { kUnspecified = 0, kCudart = 1, kCudartNvcc = 2, kNccl = 3 };
+enum class Library : uint8_t {
+  kUnspecified = 0, kCudart = 1, kCudartNvcc = 2, kNccl = 3, kCublas = 4,
+};
 enum class HandleKind : uint8_t {
   kNone = 0, kStream = 1, kEvent = 2, kGraph = 3, kGraphExec = 4, kGraphNode = 5,
-  kMemPool = 6, kComm = 7, kFunction = 8, kKernel = 9,
+  kMemPool = 6, kComm = 7, kFunction = 8, kKernel = 9, kBlasHandle = 10,
 };
-inline constexpr int kHandleKindCount = 10;
+inline constexpr int kHandleKindCount = 11;
 enum class Mode : uint8_t { kSync = 0, kAsync = 1, kLocal = 2 };
 enum class JournalClass : uint8_t { kSkip = 0, kState = 1, kReplay = 2 };
 enum class Support : uint8_t { kGenerated = 0, kShimHook = 1, kHook = 2, kRefused = 3 };
@@ -35,7 +37,16 @@ struct ApiTraits {
   Support support;
   // True when the agent has a dispatch case (generated or hand-written hook).
   bool dispatched;
+  // The row sets one attribute of the handle in its first parameter (the
+  // table's sets_attribute).
+  bool sets_attribute;
 };
+
+// Whether a row belongs to the CUDA runtime (its errors are the CUDA last
+// error); NCCL and cuBLAS statuses are their libraries' own.
+inline bool IsCudaRuntime(Library library) {
+  return library == Library::kCudart || library == Library::kCudartNvcc;
+}
 
 // Traits of `id`; ApiId::kInvalid and out-of-range ids give a row named
 // "<invalid>" that is not dispatched.

@@ -5,7 +5,7 @@
 //
 // writes DIR/{api_ids.h, api_traits.cc, shim_stubs.cc, backend_api.h,
 // backend_api.cc, dispatch.cc, agent_hooks.h, shim_hooks.h, shim.map,
-// api_coverage.md}. Every file is a pure function of the table, so Bazel
+// library_rows.h, api_coverage.md}. Every file is a pure function of the table, so Bazel
 // reruns it only when a row changes. Validation errors name the row and
 // exit 1: a bad row fails the build, not the run.
 #include <fcntl.h>
@@ -88,26 +88,46 @@ std::string LocalType(const std::string& c_type) {
 std::string HandleEnum(HandleKind k) {
   static const char* kNames[] = {"kNone",      "kStream",    "kEvent",   "kGraph",
                                  "kGraphExec", "kGraphNode", "kMemPool", "kComm",
-                                 "kFunction",  "kKernel"};
+                                 "kFunction",  "kKernel",    "kBlasHandle"};
   return std::string("::revenant::api::HandleKind::") + kNames[static_cast<int>(k)];
 }
 
 
 bool IsNccl(const Function& f) { return f.library() == pb::NCCL; }
+bool IsCublas(const Function& f) { return f.library() == pb::CUBLAS; }
 
+// Each library's own status codes, for what the generated code answers.
 std::string Unreachable(const Function& f) {
   if (!f.unreachable().empty()) return f.unreachable();
+  if (IsCublas(f)) return "CUBLAS_STATUS_INTERNAL_ERROR";
   return IsNccl(f) ? "ncclRemoteError" : "cudaErrorDevicesUnavailable";
 }
 std::string NotSupported(const Function& f) {
+  if (IsCublas(f)) return "CUBLAS_STATUS_NOT_SUPPORTED";
   return IsNccl(f) ? "ncclInvalidUsage" : "cudaErrorNotSupported";
 }
 std::string BadRequest(const Function& f) {
+  if (IsCublas(f)) return "CUBLAS_STATUS_INVALID_VALUE";
   return IsNccl(f) ? "ncclInvalidArgument" : "cudaErrorInvalidValue";
 }
-std::string BadHandle(const Function& f) {
+// A handle parameter that names no live handle: cuBLAS answers a null or
+// destroyed cublasHandle_t with NOT_INITIALIZED, anything else it is handed
+// (a stream) with INVALID_VALUE.
+std::string BadHandle(const Function& f, const Param& p) {
+  if (IsCublas(f)) {
+    return p.handle() == pb::BLAS_HANDLE ? "CUBLAS_STATUS_NOT_INITIALIZED"
+                                         : "CUBLAS_STATUS_INVALID_VALUE";
+  }
   return IsNccl(f) ? "ncclInvalidArgument" : "cudaErrorInvalidResourceHandle";
 }
+const char* kStatusTypes[] = {"cudaError_t", "ncclResult_t", "cublasStatus_t"};
+bool IsStatusType(const std::string& t) {
+  for (const char* s : kStatusTypes)
+    if (t == s) return true;
+  return false;
+}
+// The version node a library's names are exported in (shim.map).
+const char* VersionNode(Library l) { return l == pb::CUBLAS ? "libcublas.so.13" : "libcudart.so.13"; }
 
 bool Forwarded(const Function& f) {
   return f.mode() != pb::LOCAL && f.support() != pb::REFUSED;
@@ -155,15 +175,32 @@ void Validate(const std::vector<Function>& fns) {
       if (k != Kind::kValue && k != Kind::kInBytes) ++out_params;
       if (p.handle() != pb::NO_HANDLE && k == Kind::kInBytes)
         Die(f.name() + "." + p.name() + ": a handle cannot be a byte buffer");
+      if (!p.device_if().empty() && k != Kind::kInBytes && k != Kind::kOutValue)
+        Die(f.name() + "." + p.name() +
+            ": device_if belongs to IN pointers with a length or OUT pointers without one");
+      if (!p.device_if().empty() && p.handle() != pb::NO_HANDLE)
+        Die(f.name() + "." + p.name() + ": a handle cannot be a device pointer");
     }
+    bool has_device_if = false;
+    for (const Param& p : f.params()) has_device_if |= !p.device_if().empty();
+    if (has_device_if && (f.params_size() == 0 || f.params(0).handle() == pb::NO_HANDLE ||
+                          f.params(0).dir() != pb::IN))
+      Die(f.name() + ": device_if needs the handle (whose pointer mode decides) as the first parameter");
+    if (f.sets_attribute() &&
+        (f.params_size() == 0 || f.params(0).handle() == pb::NO_HANDLE || f.params(0).dir() != pb::IN))
+      Die(f.name() + ": sets_attribute needs the handle as the first (IN) parameter");
+    if (f.sets_attribute() && f.journal() != pb::STATE)
+      Die(f.name() + ": an attribute setter is journaled as STATE");
     if ((!f.shim_check().empty() || !f.shim_done().empty()) && f.support() != pb::GENERATED)
       Die(f.name() + ": shim_check/shim_done belong to generated stubs");
     if (f.mode() == pb::ASYNC && out_params > 0)
       Die(f.name() + ": an ASYNC call cannot have OUT parameters");
     if (f.mode() == pb::LOCAL && f.support() == pb::GENERATED)
       Die(f.name() + ": a LOCAL call needs a shim hook");
-    if (HasGeneratedShim(f) && f.returns() != "cudaError_t" && f.returns() != "ncclResult_t")
-      Die(f.name() + ": generated stubs return cudaError_t or ncclResult_t; use a hook");
+    if (HasGeneratedShim(f) && !IsStatusType(f.returns()))
+      Die(f.name() + ": generated stubs return cudaError_t, ncclResult_t or cublasStatus_t; use a hook");
+    if (IsCublas(f) != (f.returns() == "cublasStatus_t") && HasGeneratedShim(f))
+      Die(f.name() + ": cuBLAS rows, and only they, return cublasStatus_t");
     if (f.creates() != pb::NO_HANDLE && HasGeneratedDispatch(f)) {
       bool found = false;
       for (const Param& p : f.params())
@@ -216,13 +253,14 @@ void EmitTraits(const std::vector<Function>& fns, const std::string& dir) {
     << "namespace revenant {\nnamespace api {\nnamespace {\n\n"
     << "const ApiTraits kTraits[kApiCount] = {\n"
     << "    {\"<invalid>\", Library::kUnspecified, Mode::kSync, JournalClass::kSkip, "
-       "HandleKind::kNone, HandleKind::kNone, Support::kRefused, false},\n";
+       "HandleKind::kNone, HandleKind::kNone, Support::kRefused, false, false},\n";
   for (const Function& f : fns) {
     s << "    {\"" << f.name() << "\", static_cast<Library>(" << f.library()
       << "), static_cast<Mode>(" << f.mode() << "), static_cast<JournalClass>(" << f.journal()
       << "), static_cast<HandleKind>(" << f.creates() << "), static_cast<HandleKind>("
       << f.destroys() << "), static_cast<Support>(" << f.support() << "), "
-      << ((HasGeneratedDispatch(f) || HasHookDispatch(f)) ? "true" : "false") << "},\n";
+      << ((HasGeneratedDispatch(f) || HasHookDispatch(f)) ? "true" : "false") << ", "
+      << (f.sets_attribute() ? "true" : "false") << "},\n";
   }
   s << "};\n\n}  // namespace\n\n"
     << "const ApiTraits& Traits(ApiId id) { return Traits(static_cast<uint32_t>(id)); }\n"
@@ -234,7 +272,8 @@ void EmitTraits(const std::vector<Function>& fns, const std::string& dir) {
     << "  return ApiId::kInvalid;\n}\n\n"
     << "const char* HandleKindName(HandleKind kind) {\n"
     << "  static const char* kNames[] = {\"none\", \"stream\", \"event\", \"graph\", "
-       "\"graph_exec\", \"graph_node\", \"mem_pool\", \"comm\", \"function\", \"kernel\"};\n"
+       "\"graph_exec\", \"graph_node\", \"mem_pool\", \"comm\", \"function\", \"kernel\", "
+       "\"blas_handle\"};\n"
     << "  int i = static_cast<int>(kind);\n"
     << "  return i >= 0 && i < kHandleKindCount ? kNames[i] : \"?\";\n}\n\n"
     << "}  // namespace api\n}  // namespace revenant\n";
@@ -257,6 +296,11 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
     s << "  {\n    const int32_t check_ = static_cast<int32_t>(" << f.shim_check() << ");\n"
       << "    if (check_ != 0) return static_cast<" << f.returns() << ">(check_);\n  }\n";
   }
+  // Pointers that travel as device addresses: decided once, before sizing.
+  for (const Param& p : f.params()) {
+    if (!p.device_if().empty())
+      s << "  const bool " << p.name() << "_device_ = static_cast<bool>(" << p.device_if() << ");\n";
+  }
   // Kernel handles are resolved before the request is opened: resolving may
   // itself send a request, and an open Call holds the ring.
   for (const Param& p : f.params()) {
@@ -278,6 +322,12 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
     }
     for (const Param& p : f.params()) {
       const std::string n = p.name();
+      // A device_if pointer: a flag, then the address or the usual encoding.
+      if (!p.device_if().empty()) {
+        s << "  " << w << ".PutFlag(" << (pass == 0 ? "" : n + "_device_") << ");\n"
+          << "  if (" << n << "_device_) {\n"
+          << "    " << w << ".Put(reinterpret_cast<uint64_t>(" << n << "));\n  } else {\n  ";
+      }
       switch (KindOf(f, p)) {
         case Kind::kValue:
           if (p.handle() == pb::FUNCTION)
@@ -301,6 +351,7 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
           s << "  " << w << ".PutBytes(" << n << ", sizeof(*" << n << "));\n";
           break;
       }
+      if (!p.device_if().empty()) s << "  }\n";
     }
   }
   s << "  if (!call_.Send()) return static_cast<" << f.returns() << ">(call_.FailureStatus("
@@ -317,7 +368,8 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
       Kind k = KindOf(f, p);
       if (k == Kind::kValue || k == Kind::kInBytes) continue;
       const std::string n = p.name();
-      s << "    if (" << n << " != nullptr) call_.CopyOut(reply_, " << n << ", "
+      s << "    if (" << n << " != nullptr" << (p.device_if().empty() ? "" : " && !" + n + "_device_")
+        << ") call_.CopyOut(reply_, " << n << ", "
         << (k == Kind::kOutBytes ? "(" + p.length() + ")" : "sizeof(*" + n + ")") << ");\n";
     }
     if (!f.shim_done().empty()) s << "    " << f.shim_done() << ";\n";
@@ -333,8 +385,10 @@ void EmitShim(const std::vector<Function>& fns, const std::string& dir) {
     << "// The exported entry points of librevenant_shim.so for every row without a\n"
     << "// hand-written shim hook. Compiled against the real headers, so a row whose\n"
     << "// signature differs from CUDA's or NCCL's fails to compile.\n"
-    << "#include <cuda_profiler_api.h>\n#include <cuda_runtime_api.h>\n#include <nccl.h>\n\n"
-    << "#include \"api/wire.h\"\n#include \"shim/call.h\"\n#include \"shim/nccl_checks.h\"\n\n";
+    << "#include <cublas_api.h>\n#include <cuda_profiler_api.h>\n#include <cuda_runtime_api.h>\n"
+    << "#include <nccl.h>\n\n"
+    << "#include \"api/wire.h\"\n#include \"shim/blas_checks.h\"\n#include \"shim/call.h\"\n"
+    << "#include \"shim/nccl_checks.h\"\n\n";
   for (const Function& f : fns)
     if (HasGeneratedShim(f)) EmitShimStub(f, s);
   // NCCL's profiling aliases: pncclX is ncclX.
@@ -369,14 +423,19 @@ void EmitVersionScript(const std::vector<Function>& fns, const std::string& dir)
   Out o(dir, "shim.map");
   auto& s = o.s();
   s << "/* Generated by codegen/apigen. Runtime names carry libcudart.so.13's version\n"
-    << "   so versioned references (name@libcudart.so.13) bind to the shim; NCCL\n"
-    << "   programs' unversioned references bind to these default versions too. */\n"
-    << "libcudart.so.13 {\n  global:\n";
-  for (const Function& f : fns) {
-    s << "    " << f.name() << ";\n";
-    if (IsNccl(f)) s << "    p" << f.name() << ";\n";
+    << "   and cuBLAS names libcublas.so.13's, so versioned references\n"
+    << "   (name@libcudart.so.13, name@libcublas.so.13) bind to the shim; NCCL\n"
+    << "   programs' unversioned references bind to these default versions too. */\n";
+  for (const char* node : {"libcudart.so.13", "libcublas.so.13"}) {
+    s << node << " {\n  global:\n";
+    for (const Function& f : fns) {
+      if (std::string(VersionNode(f.library())) != node) continue;
+      s << "    " << f.name() << ";\n";
+      if (IsNccl(f)) s << "    p" << f.name() << ";\n";
+    }
+    if (std::string(node) == "libcudart.so.13") s << "    revenantMarkStep;\n  local:\n    *;\n";
+    s << "};\n";
   }
-  s << "    revenantMarkStep;\n  local:\n    *;\n};\n";
 }
 
 // ---------------------------------------------------------------------------
@@ -388,13 +447,19 @@ void EmitBackend(const std::vector<Function>& fns, const std::string& dir) {
     auto& s = o.s();
     s << kBanner
       << "#ifndef REVENANT_API_BACKEND_API_H_\n#define REVENANT_API_BACKEND_API_H_\n\n"
-      << "#include <cuda_runtime_api.h>\n#include <nccl.h>\n\n"
+      << "#include <cublas_api.h>\n#include <cuda_runtime_api.h>\n#include <nccl.h>\n\n"
+      << "#include <cstdint>\n\n#include \"api/traits.h\"\n\n"
       << "namespace revenant {\nnamespace api {\n\n"
       << "// What a backend (agent/backends/*) implements: one virtual per forwarded row\n"
       << "// with a generated dispatcher, in the API's own signature, after handle\n"
       << "// translation (stream/event/... arguments are the backend's own objects).\n"
       << "// Every default answers not-supported with one log line per function.\n"
-      << "class BackendApi {\n public:\n  virtual ~BackendApi() = default;\n\n";
+      << "class BackendApi {\n public:\n  virtual ~BackendApi() = default;\n\n"
+      << "  // Whether the scalars of calls on this handle (a backend object of\n"
+      << "  // `kind`) are device pointers: cuBLAS's pointer mode. The dispatcher\n"
+      << "  // refuses a device_if argument that disagrees. Default: host pointers.\n"
+      << "  virtual bool DevicePointers(HandleKind kind, uint64_t handle) {\n"
+      << "    (void)kind;\n    (void)handle;\n    return false;\n  }\n\n";
     for (const Function& f : fns) {
       if (!HasGeneratedDispatch(f)) continue;
       s << "  virtual " << f.returns() << " " << f.name() << "(" << ParamList(f, true) << ");\n";
@@ -425,6 +490,48 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
   // Decode.
   for (const Param& p : f.params()) {
     const std::string n = p.name();
+    if (!p.device_if().empty()) {
+      // A flag, then a device address or the usual encoding.
+      s << "      bool " << n << "_device = false;\n"
+        << "      if (!in.GetFlag(&" << n << "_device)) return " << BadRequest(f) << ";\n"
+        << "      " << p.c_type() << " " << n << " = nullptr;\n"
+        // The backend reads the pointer by its own handle's pointer mode: a
+        // request that disagrees with it is refused, never dereferenced.
+        << "      if (" << n << "_device != ctx.backend->DevicePointers("
+        << HandleEnum(f.params(0).handle()) << ", reinterpret_cast<uint64_t>("
+        << f.params(0).name() << "))) return " << BadRequest(f) << ";\n"
+        << "      alignas(16) char " << n << "_scalar[kScalarBytes] = {};\n"
+        << "      (void)" << n << "_scalar;\n"
+        << "      if (" << n << "_device) {\n"
+        << "        uint64_t " << n << "_address = 0;\n"
+        << "        if (!in.Get(&" << n << "_address)) return " << BadRequest(f) << ";\n"
+        << "        " << n << " = reinterpret_cast<" << p.c_type() << ">(" << n << "_address);\n"
+        << "      } else {\n";
+      if (KindOf(f, p) == Kind::kInBytes) {
+        // Scalars are read at their type's size: short ones are zero-padded,
+        // so a truncated request never makes the backend read past it.
+        s << "        const char* " << n << "_data = nullptr;\n        uint64_t " << n << "_size = 0;\n"
+          << "        if (!in.GetBytes(&" << n << "_data, &" << n << "_size)) return "
+          << BadRequest(f) << ";\n"
+          << "        if (" << n << "_data != nullptr && " << n << "_size < kScalarBytes) {\n"
+          << "          std::memcpy(" << n << "_scalar, " << n << "_data, " << n << "_size);\n"
+          << "          " << n << "_data = " << n << "_scalar;\n"
+          << "        }\n"
+          << "        " << n << " = reinterpret_cast<" << p.c_type() << ">(const_cast<char*>(" << n
+          << "_data));\n";
+      } else {
+        s << "        bool " << n << "_present = false;\n"
+          << "        if (!in.GetFlag(&" << n << "_present)) return " << BadRequest(f) << ";\n"
+          << "        if (" << n << "_present) {\n"
+          << "          " << n << " = reinterpret_cast<" << p.c_type() << ">(out.ReserveBytes(sizeof("
+          << Pointee(p.c_type()) << ")));\n"
+          << "          if (" << n << " == nullptr) return " << BadRequest(f) << ";\n"
+          << "          std::memset(" << n << ", 0, sizeof(" << Pointee(p.c_type()) << "));\n"
+          << "        }\n";
+      }
+      s << "      }\n";
+      continue;
+    }
     switch (KindOf(f, p)) {
       case Kind::kValue:
         s << "      " << LocalType(p.c_type()) << " " << n << "{};\n"
@@ -432,7 +539,7 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
         if (p.handle() != pb::NO_HANDLE) {
           s << "      const auto " << n << "_virtual = " << n << ";\n"
             << "      if (!ctx.handles->ToBackend(" << HandleEnum(p.handle()) << ", &" << n
-            << ")) return " << BadHandle(f) << ";\n"
+            << ")) return " << BadHandle(f, p) << ";\n"
             << "      (void)" << n << "_virtual;\n";
         }
         break;
@@ -540,6 +647,8 @@ void EmitDispatch(const std::vector<Function>& fns, const std::string& dir) {
   s << kBanner << "#include <cstring>\n\n#include \"agent/dispatch.h\"\n"
     << "#include \"api/agent_hooks.h\"\n#include \"api/backend_api.h\"\n\n"
     << "namespace revenant {\nnamespace agent {\n\nusing ::revenant::api::ApiId;\n\n"
+    << "// The largest scalar a device_if parameter points to (a double complex).\n"
+    << "constexpr uint64_t kScalarBytes = 16;\n\n"
     << "int32_t Dispatch(ApiId id, wire::Decoder& in, wire::Encoder& out, DispatchContext& ctx) {\n"
     << "  switch (id) {\n";
   for (const Function& f : fns) {
@@ -550,6 +659,23 @@ void EmitDispatch(const std::vector<Function>& fns, const std::string& dir) {
   }
   s << "    default:\n      return kNoDispatcher;\n  }\n}\n\n"
     << "}  // namespace agent\n}  // namespace revenant\n";
+}
+
+// A library's forwarded rows as an X-macro, for backends that forward them to
+// the real library (CudaBackend and libcublas) or declare them all alike.
+void EmitLibraryRows(const std::vector<Function>& fns, const std::string& dir) {
+  Out o(dir, "library_rows.h");
+  auto& s = o.s();
+  s << kBanner
+    << "#ifndef REVENANT_API_LIBRARY_ROWS_H_\n#define REVENANT_API_LIBRARY_ROWS_H_\n\n"
+    << "// X(name, (parameters with types), (arguments)) for every cuBLAS row with a\n"
+    << "// generated dispatcher (a virtual of api::BackendApi returning cublasStatus_t).\n"
+    << "#define REVENANT_CUBLAS_ROWS(X)";
+  for (const Function& f : fns) {
+    if (!IsCublas(f) || !HasGeneratedDispatch(f)) continue;
+    s << " \\\n  X(" << f.name() << ", (" << ParamList(f, true) << "), (" << ArgList(f) << "))";
+  }
+  s << "\n\n#endif  // REVENANT_API_LIBRARY_ROWS_H_\n";
 }
 
 // ---------------------------------------------------------------------------
@@ -569,7 +695,13 @@ const char* SupportName(pb::Support s) {
   }
 }
 const char* LibraryName(Library l) {
-  return l == pb::CUDART ? "cudart" : l == pb::CUDART_NVCC ? "nvcc" : "nccl";
+  switch (l) {
+    case pb::CUDART: return "cudart";
+    case pb::CUDART_NVCC: return "nvcc";
+    case pb::NCCL: return "nccl";
+    case pb::CUBLAS: return "cublas";
+    default: return "?";
+  }
 }
 
 void EmitCoverage(const std::vector<Function>& fns, const std::string& dir) {
@@ -583,6 +715,15 @@ void EmitCoverage(const std::vector<Function>& fns, const std::string& dir) {
     << "fails when it is stale.\n\n"
     << fns.size() << " functions:";
   for (auto& [k, v] : per_support) s << " " << v << " " << k << ";";
+  // Per library: remoted (answered by the agent) and answered in the shim.
+  std::map<std::string, std::pair<int, int>> per_library;
+  for (const Function& f : fns) {
+    auto& [remoted, other] = per_library[LibraryName(f.library())];
+    (Forwarded(f) ? remoted : other)++;
+  }
+  s << "\n\nPer library (remoted by the agent / answered in the shim, refusals included):";
+  for (auto& [lib, counts] : per_library)
+    s << " " << lib << " " << counts.first << " / " << counts.second << ";";
   s << "\n\n- **mode**: sync (waits for the agent), async (returns at once; errors surface"
     << " later), local (answered in the shim).\n"
     << "- **journal**: STATE (setup log, compacted), REPLAY (minibatch log), SKIP.\n"
@@ -636,6 +777,7 @@ int main(int argc, char** argv) {
   EmitVersionScript(fns, out_dir);
   EmitBackend(fns, out_dir);
   EmitDispatch(fns, out_dir);
+  EmitLibraryRows(fns, out_dir);
   EmitCoverage(fns, out_dir);
   return 0;
 }

@@ -35,7 +35,7 @@ TARGETS=("$@")
 
 die() { echo "fuzz.sh: $*" >&2; exit 1; }
 command -v "$CXX" >/dev/null || die "$CXX not found: install clang (apt-get install -y clang; scripts/setup.sh does)"
-for f in api/api_ids.h api/dispatch.cc api/backend_api.cc api/api_traits.cc proto/journal.pb.cc; do
+for f in api/api_ids.h api/library_rows.h api/dispatch.cc api/backend_api.cc api/api_traits.cc proto/journal.pb.cc; do
   [ -f "$GEN_DIR/$f" ] || die "missing generated $GEN_DIR/$f: run 'bazel build //api:generate //proto:journal_cc_proto'"
 done
 # libFuzzer ships with clang's runtime (Debian: libclang-rt-<v>-dev, a clang dependency).
@@ -50,7 +50,8 @@ JOURNAL=(journal/api_name.cc journal/file.cc journal/journal.cc
 TRANSPORT=(transport/control_socket.cc transport/shm_channel.cc)
 AGENT=(agent/handles.cc agent/hooks.cc agent/session.cc agent/journaling.cc agent/allocator.cc
        agent/snapshot.cc agent/validator.cc
-       agent/backends/host/host_backend.cc agent/backends/host/host_stream.cc hostkernel/loader.cc
+       agent/backends/host/host_backend.cc agent/backends/host/host_blas.cc
+       agent/backends/host/host_stream.cc hostkernel/loader.cc
        GEN:api/api_traits.cc GEN:api/backend_api.cc GEN:api/dispatch.cc)
 declare -A SRCS=(
   [dispatch]="tests/fuzz/dispatch_fuzzer.cc ${AGENT[*]} ${JOURNAL[*]} ${TRANSPORT[*]} ${COMMON[*]}"
@@ -68,7 +69,7 @@ ABSL_LIBS="-labsl_statusor -labsl_status -labsl_strerror -labsl_str_format_inter
   -labsl_civil_time -labsl_strings -labsl_strings_internal -latomic -lrt -labsl_base
   -labsl_spinlock_wait -labsl_int128 -labsl_throw_delegate -labsl_raw_logging_internal
   -labsl_log_severity -labsl_time_zone"
-LIBS="$ABSL_LIBS -lprotobuf -lisal -ldl -lpthread"
+LIBS="$ABSL_LIBS -lprotobuf -lisal -lopenblas -ldl -lpthread"
 # -fno-sanitize=enum: enum arguments arrive from the application as raw integers
 # (as they reach the CUDA driver natively) and the backends reject unknown
 # values; see docs/reliability.md.

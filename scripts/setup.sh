@@ -12,14 +12,17 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libgloo-dev          # collectives on the host backend
   libisal-dev          # CRC32C for the journal
+  libopenblas-dev      # the cuBLAS rows on the host backend
   g++ make
   python3              # tests of revenant-run's torchrun command line (*.py programs)
   clang libclang-rt-14-dev  # libFuzzer + sanitizers: scripts/fuzz.sh, //tests/fuzz:fuzz_test
 )
 
 cuda=/usr/local/cuda
-if [ ! -x "$cuda/bin/nvcc" ] || [ ! -f "$cuda/include/cuda_runtime_api.h" ] || [ ! -f "$cuda/include/nccl.h" ]; then
-  echo "setup: the CUDA 13 toolkit with NCCL is required under $cuda (nvcc, cuda_runtime_api.h, nccl.h)." >&2
+if [ ! -x "$cuda/bin/nvcc" ] || [ ! -f "$cuda/include/cuda_runtime_api.h" ] ||
+   [ ! -f "$cuda/include/nccl.h" ] || [ ! -f "$cuda/include/cublas_api.h" ] ||
+   ! ls "$cuda"/lib*/libcublas.so >/dev/null 2>&1; then
+  echo "setup: the CUDA 13 toolkit with NCCL and cuBLAS is required under $cuda (nvcc, cuda_runtime_api.h, nccl.h, cublas_api.h, libcublas.so)." >&2
   echo "setup: install the CUDA toolkit and NCCL there first; a GPU is not needed to build or test." >&2
   exit 1
 fi

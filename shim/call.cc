@@ -33,8 +33,7 @@ Call::Call(api::ApiId id, size_t body_size) : id_(id), traits_(api::Traits(id)) 
     REVENANT_LOG(ERROR, "shim") << traits_.name << ": " << body_size
                                 << " bytes of arguments exceed the channel's limit";
     has_failure_ = true;
-    failure_ = traits_.library == api::Library::kNccl ? 4 /*ncclInvalidArgument*/
-                                                      : cudaErrorInvalidValue;
+    failure_ = InvalidArgument();
     return;
   }
   absl::StatusOr<transport::RecordWriter> w =
@@ -50,6 +49,14 @@ Call::Call(api::ApiId id, size_t body_size) : id_(id), traits_(api::Traits(id)) 
   writer_->header().reply_slot = reply_slot_;
   args_ = wire::Encoder(writer_->body(), body_size);
   ok_ = true;
+}
+
+int32_t Call::InvalidArgument() const {
+  switch (traits_.library) {
+    case api::Library::kNccl: return 4;     // ncclInvalidArgument
+    case api::Library::kCublas: return 7;   // CUBLAS_STATUS_INVALID_VALUE
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 size_t Call::ch_limit(transport::ShmClientChannel* ch) {
@@ -68,7 +75,7 @@ bool Call::Send() {
     REVENANT_LOG(ERROR, "shim") << traits_.name << ": argument encoding overflowed";
     writer_.reset();
     has_failure_ = true;
-    failure_ = cudaErrorInvalidValue;
+    failure_ = InvalidArgument();
     return false;
   }
   Runtime* rt = Runtime::Get();
@@ -113,7 +120,7 @@ bool Call::Send() {
   reply_ = wire::Decoder(r->data + kReplyPrefixSize, r->length - kReplyPrefixSize);
   // cudaErrorNotReady (a query of pending work) is a result, not an error:
   // CUDA does not make it the last error.
-  if (status_ != 0 && status_ != cudaErrorNotReady && traits_.library != api::Library::kNccl) {
+  if (status_ != 0 && status_ != cudaErrorNotReady && api::IsCudaRuntime(traits_.library)) {
     SetLastError(status_);
   }
   return true;
@@ -128,7 +135,7 @@ void Call::CopyOut(wire::Decoder& reply, void* dst, size_t size) {
 
 int32_t Call::FailureStatus(int32_t unreachable) const {
   int32_t s = has_failure_ ? failure_ : unreachable;
-  if (traits_.library != api::Library::kNccl) SetLastError(s);
+  if (api::IsCudaRuntime(traits_.library)) SetLastError(s);
   return s;
 }
 

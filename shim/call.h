@@ -70,6 +70,8 @@ class Call {
 
  private:
   static size_t ch_limit(transport::ShmClientChannel* ch);
+  // The library's "invalid argument" status.
+  int32_t InvalidArgument() const;
 
   api::ApiId id_;
   const api::ApiTraits& traits_;

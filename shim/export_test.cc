@@ -1,7 +1,8 @@
 // Every row of the API table is exported by the built shim: CUDA runtime and
 // nvcc entry points in the libcudart.so.13 version node (so versioned
-// references of nvcc 13 programs bind to it), NCCL names with their pnccl
-// aliases. A row that lost its stub or hook fails here.
+// references of nvcc 13 programs bind to it), cuBLAS names in the
+// libcublas.so.13 node (what programs linked against libcublas.so.13
+// reference), NCCL names with their pnccl aliases. A row that lost its stub or hook fails here.
 #include <dlfcn.h>
 
 #include <string>
@@ -25,6 +26,11 @@ TEST(ShimExportTest, EveryRowIsExported) {
       EXPECT_NE(dlsym(h, t.name), nullptr) << t.name << " is not exported";
       EXPECT_NE(dlsym(h, (std::string("p") + t.name).c_str()), nullptr)
           << "p" << t.name << " is not exported";
+    } else if (t.library == api::Library::kCublas) {
+      EXPECT_NE(dlvsym(h, t.name, "libcublas.so.13"), nullptr)
+          << t.name << "@libcublas.so.13 is not exported";
+      EXPECT_EQ(dlvsym(h, t.name, "libcudart.so.13"), nullptr)
+          << t.name << " is exported in the runtime's version node";
     } else {
       EXPECT_NE(dlvsym(h, t.name, "libcudart.so.13"), nullptr)
           << t.name << "@libcudart.so.13 is not exported";

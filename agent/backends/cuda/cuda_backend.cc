@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/allocator.h"
+#include "agent/backends/cuda/cuda_blas.h"
 #include "agent/backends/cuda/cuda_gloo.h"
 #include "agent/backends/cuda/cuda_nccl.h"
 #include "common/logging.h"
@@ -645,6 +646,25 @@ class CudaBackend : public Backend {
     if (e == cudaSuccess && gloo_) e = gloo_->TakeDeferredError();
     return e;
   }
+  // cuBLAS: the real library on this device's context, on the agent's
+  // streams (the dispatcher translated the handles); CUBLAS_STATUS_NOT_INITIALIZED
+  // when libcublas cannot be loaded.
+#define REVENANT_CUDA_BLAS_ROW(name, params, args)          \
+  cublasStatus_t name params override {                     \
+    Bind();                                                 \
+    if (!blas_.Load()) return CUBLAS_STATUS_NOT_INITIALIZED; \
+    return blas_.name args;                                 \
+  }
+  REVENANT_CUBLAS_ROWS(REVENANT_CUDA_BLAS_ROW)
+#undef REVENANT_CUDA_BLAS_ROW
+  bool DevicePointers(api::HandleKind kind, uint64_t handle) override {
+    if (kind != api::HandleKind::kBlasHandle || !blas_.Load()) return false;
+    cublasPointerMode_t mode = CUBLAS_POINTER_MODE_HOST;
+    return blas_.cublasGetPointerMode_v2(reinterpret_cast<cublasHandle_t>(handle), &mode) ==
+               CUBLAS_STATUS_SUCCESS &&
+           mode == CUBLAS_POINTER_MODE_DEVICE;
+  }
+
   // Makes the device and its primary context current on the calling thread
   // (the agent calls from one executor thread per client).
   void Bind() const {
@@ -713,6 +733,7 @@ class CudaBackend : public Backend {
   const uint64_t granularity_;
   std::unique_ptr<CudaNccl> nccl_;  // reset first at destruction: aborts what is left
   std::unique_ptr<CudaGloo> gloo_;  // --collectives=gloo: serves the NCCL rows instead
+  CudaBlas blas_;
 
   mutable absl::Mutex mu_;
   FixedRangeAllocator allocator_ ABSL_GUARDED_BY(mu_);

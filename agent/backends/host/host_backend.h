@@ -33,10 +33,19 @@
 // cudaFree, an allocation that would otherwise fail), never when a worker
 // happens to run, so allocation stays deterministic.
 //
+// cuBLAS (host_blas.cc): the GEMM/GEMV/dot rows run OpenBLAS (column-major,
+// as cuBLAS) on the device memory, in stream order on the handle's stream;
+// cublasGemmEx and cublasGemmStridedBatchedEx run fp32 (CUBLAS_COMPUTE_32F)
+// and fp64 (CUBLAS_COMPUTE_64F), cublasSgemmEx fp32, and they refuse every
+// other type combination with CUBLAS_STATUS_NOT_SUPPORTED and one log line;
+// complex GEMM/GEMV/dot and the triangular solves run in single and double. Math modes are kept
+// and reported but change nothing (the CPU computes in the full precision).
+//
 // Thread safety: all methods may be called from several threads.
 #ifndef REVENANT_AGENT_BACKENDS_HOST_HOST_BACKEND_H_
 #define REVENANT_AGENT_BACKENDS_HOST_HOST_BACKEND_H_
 
+#include <cublas_api.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -56,6 +65,7 @@
 #include "agent/allocator.h"
 #include "agent/backend.h"
 #include "agent/backends/host/host_stream.h"
+#include "api/library_rows.h"
 #include "hostkernel/loader.h"
 
 namespace revenant {
@@ -235,6 +245,12 @@ class HostBackend : public Backend {
                                         const std::vector<cudaGraphNode_t>& deps,
                                         unsigned int flags) override;
 
+  // cuBLAS (host_blas.cc).
+  bool DevicePointers(api::HandleKind kind, uint64_t handle) override;
+#define REVENANT_HOST_BLAS_ROW(name, params, args) cublasStatus_t name params override;
+  REVENANT_CUBLAS_ROWS(REVENANT_HOST_BLAS_ROW)
+#undef REVENANT_HOST_BLAS_ROW
+
  protected:
   // What Create does before constructing: picks the device range (the
   // default for options.rank), loads the host kernel libraries and maps the
@@ -262,6 +278,31 @@ class HostBackend : public Backend {
     HostStream* stream = nullptr;    // where it was recorded (identity only)
     // Recorded into this graph by a capturing stream (a fork point), or null.
     const void* captured_in = nullptr;
+  };
+  // A cuBLAS handle (cublasHandle_t is a BlasHandle*).
+  struct BlasHandle {
+    cudaStream_t stream = nullptr;
+    cublasPointerMode_t pointer_mode = CUBLAS_POINTER_MODE_HOST;
+    cublasMath_t math_mode = CUBLAS_DEFAULT_MATH;
+    void* workspace = nullptr;
+    size_t workspace_size = 0;
+  };
+  // One GEMM family call, strides 0 for a single GEMM.
+  struct GemmArgs {
+    cublasOperation_t transa, transb;
+    int m, n, k;
+    const void* alpha;
+    const void* a;
+    int lda;
+    long long stride_a;
+    const void* b;
+    int ldb;
+    long long stride_b;
+    const void* beta;
+    void* c;
+    int ldc;
+    long long stride_c;
+    int batch_count;
   };
   struct PendingFree {
     uint64_t addr;
@@ -349,6 +390,27 @@ class HostBackend : public Backend {
   // Drops one holder of each graph allocation; frees those nobody holds.
   void ReleaseGraphAllocsLocked(const std::vector<uint64_t>& allocs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // cuBLAS: the handle's state (a copy), or NOT_INITIALIZED for one that is
+  // not live; the scalar read at run time (host pointers read now).
+  cublasStatus_t BlasState(cublasHandle_t handle, BlasHandle* state);
+  template <typename T>
+  cublasStatus_t Gemm(const char* api, cublasHandle_t handle, const GemmArgs& g);
+  template <typename T>
+  cublasStatus_t Gemv(const char* api, cublasHandle_t handle, cublasOperation_t trans, int m,
+                      int n, const T* alpha, const T* a, int lda, const T* x, int incx,
+                      const T* beta, T* y, int incy);
+  // `conj`: the complex dotc (x conjugated); ignored for real types.
+  template <typename T>
+  cublasStatus_t Dot(const char* api, cublasHandle_t handle, int n, const T* x, int incx,
+                     const T* y, int incy, T* result, bool conj);
+  template <typename T>
+  cublasStatus_t Trsm(const char* api, cublasHandle_t handle, cublasSideMode_t side,
+                      cublasFillMode_t uplo, cublasOperation_t trans, cublasDiagType_t diag,
+                      int m, int n, const T* alpha, const T* a, int lda, T* b, int ldb);
+  cublasStatus_t GemmEx(const char* api, cublasHandle_t handle, const GemmArgs& g,
+                        cudaDataType a_type, cudaDataType b_type, cudaDataType c_type,
+                        cublasComputeType_t compute_type);
+
   // Ends the capture of graph `g` on every stream that joined it.
   void EndCaptureLocked(Graph* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -377,6 +439,7 @@ class HostBackend : public Backend {
   unsigned long long capture_serial_ ABSL_GUARDED_BY(mu_) = 0;
   // Graph-owned allocations -> how many graphs and executables hold each.
   absl::flat_hash_map<uint64_t, int> graph_allocs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<BlasHandle*, std::unique_ptr<BlasHandle>> blas_handles_ ABSL_GUARDED_BY(mu_);
 
   std::mutex error_mu_;
   std::vector<std::pair<HostStream*, cudaError_t>> errors_ ABSL_GUARDED_BY(error_mu_);
