@@ -31,12 +31,16 @@ inline int32_t GemmArgsStatus(cublasOperation_t transa, cublasOperation_t transb
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// GEMV: an unknown operation, a negative size, lda below max(1, m) or a
-// zero increment.
+// GEMV: an unknown operation, a negative size or lda below max(1, m). A zero
+// increment is accepted, as cuBLAS 13 does (measured on the H200: Sgemv with
+// incx = 0 returns CUBLAS_STATUS_SUCCESS); the host backend refuses it when
+// the operation runs (HostBackend::Gemv).
 inline int32_t GemvArgsStatus(cublasOperation_t trans, int m, int n, int lda, int incx,
                               int incy) {
+  (void)incx;
+  (void)incy;
   if (!ValidBlasOp(trans) || m < 0 || n < 0) return CUBLAS_STATUS_INVALID_VALUE;
-  if (lda < (m > 1 ? m : 1) || incx == 0 || incy == 0) return CUBLAS_STATUS_INVALID_VALUE;
+  if (lda < (m > 1 ? m : 1)) return CUBLAS_STATUS_INVALID_VALUE;
   return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -502,18 +502,24 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
         << f.params(0).name() << "))) return " << BadRequest(f) << ";\n"
         << "      alignas(16) char " << n << "_scalar[kScalarBytes] = {};\n"
         << "      (void)" << n << "_scalar;\n"
+        << "      char* " << n << "_reply = nullptr;\n"
+        << "      (void)" << n << "_reply;\n"
         << "      if (" << n << "_device) {\n"
         << "        uint64_t " << n << "_address = 0;\n"
         << "        if (!in.Get(&" << n << "_address)) return " << BadRequest(f) << ";\n"
         << "        " << n << " = reinterpret_cast<" << p.c_type() << ">(" << n << "_address);\n"
         << "      } else {\n";
       if (KindOf(f, p) == Kind::kInBytes) {
-        // Scalars are read at their type's size: short ones are zero-padded,
-        // so a truncated request never makes the backend read past it.
+        // Scalars are copied into an aligned buffer at their type's size
+        // (the request's bytes are only 8-byte aligned; a library may load
+        // a double complex with 16-byte aligned loads): short ones are
+        // zero-padded, so a truncated request never makes the backend read
+        // past it; a longer one is refused.
         s << "        const char* " << n << "_data = nullptr;\n        uint64_t " << n << "_size = 0;\n"
           << "        if (!in.GetBytes(&" << n << "_data, &" << n << "_size)) return "
           << BadRequest(f) << ";\n"
-          << "        if (" << n << "_data != nullptr && " << n << "_size < kScalarBytes) {\n"
+          << "        if (" << n << "_size > kScalarBytes) return " << BadRequest(f) << ";\n"
+          << "        if (" << n << "_data != nullptr) {\n"
           << "          std::memcpy(" << n << "_scalar, " << n << "_data, " << n << "_size);\n"
           << "          " << n << "_data = " << n << "_scalar;\n"
           << "        }\n"
@@ -523,10 +529,11 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
         s << "        bool " << n << "_present = false;\n"
           << "        if (!in.GetFlag(&" << n << "_present)) return " << BadRequest(f) << ";\n"
           << "        if (" << n << "_present) {\n"
-          << "          " << n << " = reinterpret_cast<" << p.c_type() << ">(out.ReserveBytes(sizeof("
-          << Pointee(p.c_type()) << ")));\n"
-          << "          if (" << n << " == nullptr) return " << BadRequest(f) << ";\n"
-          << "          std::memset(" << n << ", 0, sizeof(" << Pointee(p.c_type()) << "));\n"
+          // The backend writes into the aligned scalar; it is copied into
+          // the reply after the call.
+          << "          " << n << "_reply = out.ReserveBytes(sizeof(" << Pointee(p.c_type()) << "));\n"
+          << "          if (" << n << "_reply == nullptr) return " << BadRequest(f) << ";\n"
+          << "          " << n << " = reinterpret_cast<" << p.c_type() << ">(" << n << "_scalar);\n"
           << "        }\n";
       }
       s << "      }\n";
@@ -593,6 +600,11 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
   s << "      if (in.remaining() != 0) return " << BadRequest(f) << ";\n";
   s << "      const " << f.returns() << " rc = ctx.backend->" << f.name() << "(" << ArgList(f)
     << ");\n";
+  for (const Param& p : f.params()) {
+    if (p.device_if().empty() || KindOf(f, p) == Kind::kInBytes) continue;
+    s << "      if (" << p.name() << "_reply != nullptr) std::memcpy(" << p.name() << "_reply, "
+      << p.name() << "_scalar, sizeof(" << Pointee(p.c_type()) << "));\n";
+  }
   // Handle bookkeeping on success.
   bool any = false;
   for (const Param& p : f.params()) {

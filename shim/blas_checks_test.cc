@@ -64,7 +64,9 @@ TEST(BlasChecks, ArgumentsGetInvalidValue) {
   EXPECT_EQ(BlasCheckGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, 4, 4, 4, 1, &one, &one,
                             static_cast<cublasComputeType_t>(1234), CUDA_R_32F),
             CUBLAS_STATUS_INVALID_VALUE);
-  EXPECT_EQ(BlasCheckGemv(h, CUBLAS_OP_N, 4, 4, 4, 0, 1, &one, &one), CUBLAS_STATUS_INVALID_VALUE);
+  // cuBLAS 13 accepts a zero increment in gemv (measured on the H200).
+  EXPECT_EQ(BlasCheckGemv(h, CUBLAS_OP_N, 4, 4, 4, 0, 1, &one, &one), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(BlasCheckGemv(h, CUBLAS_OP_N, 5, 4, 4, 1, 1, &one, &one), CUBLAS_STATUS_INVALID_VALUE);
   EXPECT_EQ(BlasCheckGemv(h, CUBLAS_OP_N, 4, 4, 4, -1, 1, &one, &one), CUBLAS_STATUS_SUCCESS);
   EXPECT_EQ(BlasCheckDot(h, nullptr), CUBLAS_STATUS_INVALID_VALUE);
   EXPECT_EQ(BlasCheckMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH), CUBLAS_STATUS_SUCCESS);

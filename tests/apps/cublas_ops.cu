@@ -400,8 +400,8 @@ void ErrorCases(cublasHandle_t h) {
                        CUBLAS_STATUS_INVALID_VALUE);
   EXPECT_CUBLAS_STATUS(cublasSgemm_v2(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 4, 4, &one, d, 3, d, 4, &one, d, 4),
                        CUBLAS_STATUS_INVALID_VALUE);
-  EXPECT_CUBLAS_STATUS(cublasSgemv_v2(h, CUBLAS_OP_N, 4, 4, &one, d, 4, d, 0, &one, d, 1),
-                       CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_CUBLAS_STATUS(cublasSgemv_v2(h, CUBLAS_OP_N, 5, 4, &one, d, 4, d, 1, &one, d, 1),
+                       CUBLAS_STATUS_INVALID_VALUE);  // lda 4 < m 5
   EXPECT_CUBLAS_STATUS(cublasSetPointerMode_v2(h, static_cast<cublasPointerMode_t>(5)),
                        CUBLAS_STATUS_INVALID_VALUE);
   EXPECT_APP(std::strcmp(cublasGetStatusName(CUBLAS_STATUS_INVALID_VALUE), "CUBLAS_STATUS_INVALID_VALUE") == 0,

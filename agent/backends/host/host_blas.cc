@@ -329,6 +329,13 @@ cublasStatus_t HostBackend::Gemv(const char* api, cublasHandle_t handle, cublasO
   if (int32_t s = api::GemvArgsStatus(trans, m, n, lda, incx, incy)) {
     return static_cast<cublasStatus_t>(s);
   }
+  if (incx == 0 || incy == 0) {
+    // cuBLAS accepts it; what it then computes is not documented, and the
+    // CPU BLAS refuses it: not supported here.
+    REVENANT_LOG(WARNING, "host-blas") << api << ": a zero increment is not supported by the "
+                                          "host backend";
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   if (alpha == nullptr || beta == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   const bool device = h.pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
