@@ -8,6 +8,7 @@
 // at a time: each connection's peer uid must be ours, its channel file must
 // live in the job directory. revenant-run starts one agent per rank; jobs
 // started by other launchers start agents themselves (see docs/running.md).
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -392,10 +393,14 @@ int Main(int argc, char** argv) {
   }
   {
     // For revenant-chaos and operators: which process serves this rank.
-    std::FILE* f = std::fopen((job_dir + "/agent.pid").c_str(), "w");
-    if (f != nullptr) {
-      std::fprintf(f, "%d\n", getpid());
-      std::fclose(f);
+    const int fd = open((job_dir + "/agent.pid").c_str(),
+                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      const std::string text = absl::StrCat(getpid(), "\n");
+      if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+        REVENANT_LOG(WARNING, "agent") << "cannot write " << job_dir << "/agent.pid";
+      }
+      close(fd);
     }
   }
   REVENANT_LOG(DEBUG, "agent") << "rank " << options.rank << " ready on " << socket_path << " ("

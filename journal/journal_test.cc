@@ -272,6 +272,44 @@ TEST(JournalTest, RoundTripWithInlineAndOutOfLinePayloads) {
   EXPECT_LT(WrittenExtent(OnlyFile(dir, "setup-", ".log")), 6000u);
 }
 
+// A journal is private to its owner whatever the process umask: every
+// directory it makes is 0700 and every file 0600 (setup and minibatch logs,
+// payload files, the spare log, compacted segments).
+TEST(JournalTest, FilesAndDirectoriesArePrivateUnderAnyUmask) {
+  const std::string base = TestDir("modes");
+  const std::string dir = base + "/a/b";
+  const mode_t old_umask = umask(0);
+  {
+    auto j = OpenJournal(dir);
+    ASSERT_NE(j, nullptr);
+    std::string big(300000, 'p');
+    JournalEntry e1 = Entry(1);
+    e1.set_inline_payload(big);
+    ASSERT_TRUE(j->AppendSetup(e1).ok());
+    JournalEntry e2 = Entry(2);
+    e2.set_inline_payload(big);
+    ASSERT_TRUE(j->AppendMinibatch(e2).ok());
+    ASSERT_TRUE(j->MarkBoundary(1).ok());
+    ASSERT_TRUE(WriteStringToFile(dir + "/extra", "x").ok());
+  }
+  umask(old_umask);
+  int files = 0;
+  for (const std::string& d : {base, base + "/a", dir}) {
+    struct stat st {};
+    ASSERT_EQ(0, stat(d.c_str(), &st)) << d;
+    EXPECT_EQ(0700u, st.st_mode & 07777) << d;
+  }
+  absl::StatusOr<std::vector<std::string>> names = ListDir(dir);
+  ASSERT_TRUE(names.ok()) << names.status();
+  for (const std::string& name : *names) {
+    struct stat st {};
+    ASSERT_EQ(0, stat((dir + "/" + name).c_str(), &st)) << name;
+    EXPECT_EQ(0600u, st.st_mode & 07777) << name;
+    ++files;
+  }
+  EXPECT_GE(files, 4);  // both logs, a payload file, the extra file
+}
+
 // The hand-written encoder gives exactly protobuf's bytes.
 TEST(JournalTest, EncodeEntryMatchesProtobuf) {
   std::mt19937_64 rng(7);

@@ -47,6 +47,7 @@
 #include "absl/time/time.h"
 #include "common/events.h"
 #include "common/kv.h"
+#include "common/random.h"
 
 extern char** environ;
 
@@ -356,7 +357,15 @@ int Main(int argc, char** argv) {
   const int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
   signal(SIGPIPE, SIG_IGN);
 
-  const std::string job = absl::StrCat(getpid(), "-", absl::ToUnixMicros(absl::Now()) % 1000000);
+  // The job's name, and so its directory's, is random: no other user can
+  // guess it to create the directory first (mkdir fails on one that exists).
+  absl::StatusOr<std::string> job_id = RandomHex(8);
+  if (!job_id.ok()) {
+    std::fprintf(stderr, "revenant-run: cannot name the job: %s\n",
+                 job_id.status().ToString().c_str());
+    return 1;
+  }
+  const std::string job = *job_id;
   const std::string job_dir = absl::GetFlag(FLAGS_job_root) + "/revenant-" + job;
   if (mkdir(job_dir.c_str(), 0700) != 0) {
     std::fprintf(stderr, "revenant-run: cannot create %s: %s\n", job_dir.c_str(),
@@ -669,10 +678,13 @@ int Main(int argc, char** argv) {
     if (!to_replace.empty() && absl::Now() >= replace_at && !stopping) {
       ++epoch;
       const std::string tmp = job_dir + "/epoch.tmp";
-      if (std::FILE* f = std::fopen(tmp.c_str(), "w"); f != nullptr) {
-        std::fprintf(f, "%d\n", epoch);
-        std::fclose(f);
-        std::rename(tmp.c_str(), (job_dir + "/epoch").c_str());
+      if (const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+          fd >= 0) {
+        const std::string text = absl::StrCat(epoch, "\n");
+        const bool written = write(fd, text.data(), text.size()) ==
+                             static_cast<ssize_t>(text.size());
+        close(fd);
+        if (written) std::rename(tmp.c_str(), (job_dir + "/epoch").c_str());
       }
       for (int rank : to_replace) {
         // A spare takes the rank if one is waiting: its backend is up.
