@@ -124,6 +124,11 @@ class Session {
   absl::Status Recover(const std::string& journal_dir, const std::string& job, int rank,
                        const RequestJournal::Options& journal_options);
 
+  // Whether Run still serves the application: false once its control socket
+  // closed (it exited or died) or Run stopped reading its requests (a
+  // malformed ring). Any thread.
+  bool serving() const { return !disconnected_.load() && !stopped_serving_.load(); }
+
   Backend* backend() { return backend_; }
   HandleTable* handles() { return &handles_; }
   transport::ShmServerChannel* channel() { return channel_.get(); }
@@ -364,6 +369,7 @@ class Session {
   HandleTable handles_;
   DispatchContext ctx_;
   std::atomic<bool> disconnected_{false};
+  std::atomic<bool> stopped_serving_{false};
 
   // First error of an asynchronous request since the last reply.
   int32_t deferred_error_ = 0;
