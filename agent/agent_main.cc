@@ -274,6 +274,16 @@ std::optional<Admitted> Serve(Backend* backend, Admitted conn, const std::string
     // Journal::Open refuses a size that is not whole 32 KiB blocks.
     jopts.journal.minibatch_first_chunk = static_cast<size_t>(std::strtoull(c, nullptr, 10)) << 10;
   }
+  // Journal size bounds (journal/journal.h): a warning from 1 GiB on (and at
+  // each doubling) by default; the agent stops, as on a full disk, at
+  // REVENANT_JOURNAL_MAX_KIB (default: none).
+  jopts.journal.warn_bytes = uint64_t{1} << 30;
+  if (const char* c = std::getenv("REVENANT_JOURNAL_WARN_KIB"); c != nullptr && *c) {
+    jopts.journal.warn_bytes = std::strtoull(c, nullptr, 10) << 10;
+  }
+  if (const char* c = std::getenv("REVENANT_JOURNAL_MAX_KIB"); c != nullptr && *c) {
+    jopts.journal.max_bytes = std::strtoull(c, nullptr, 10) << 10;
+  }
   SessionOptions options;
   if (absl::GetFlag(FLAGS_journal) && !recover) {
     absl::StatusOr<std::unique_ptr<RequestJournal>> j =

@@ -948,9 +948,21 @@ void Session::SnapshotRecorded(uint64_t minibatch) {
 
 void Session::JournalFailed(const absl::Status& status) {
   // The journal must never lie: an agent that cannot journal stops rather
-  // than execute calls a replacement could not replay. The application sees
-  // the agent's death like any other.
-  REVENANT_LOG(ERROR, "agent") << "journaling failed, stopping: " << status;
+  // than execute calls a replacement could not replay. The request that
+  // failed is not executed and nothing of it is in the journal (a record is
+  // written whole or, torn, dropped by the reader). The application is told
+  // why before the agent exits, so that its shim fails its calls at once
+  // instead of waiting for a replacement that would meet the same journal
+  // (revenant-run replaces only agents killed by a signal).
+  const std::string why = absl::StrCat(
+      "the agent of rank ", options_.rank, " cannot journal and stops taking requests: ",
+      status.ToString(),
+      absl::IsResourceExhausted(status)
+          ? " (the journal's file system or limit is full: free space in the job directory, "
+            "or mark training steps with revenantMarkStep() so that the journal stays small)"
+          : "");
+  REVENANT_LOG(ERROR, "agent") << "journaling failed, stopping: " << why;
+  (void)transport::SendFrame(control_fd_, FormatKv({{"op", "dropped"}, {"error", why}}));
   std::_Exit(70);
 }
 

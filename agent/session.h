@@ -199,7 +199,9 @@ class Session {
   // ReplayBody: inline payloads restored).
   absl::Status ExecuteJournaled(const journal::JournalEntry& entry,
                                 const journal::JournalEntry* expected);
-  [[noreturn]] static void JournalFailed(const absl::Status& status);
+  // Tells the application why (op=dropped on its control socket) and exits
+  // the agent (status 70). Any thread.
+  [[noreturn]] void JournalFailed(const absl::Status& status);
 
   // The journal thread (SessionOptions::journal_thread; docs/design.md, "The
   // journal thread"). The ring's requests are journaled in seq order, each

@@ -310,6 +310,72 @@ TEST(JournalTest, FilesAndDirectoriesArePrivateUnderAnyUmask) {
   EXPECT_GE(files, 4);  // both logs, a payload file, the extra file
 }
 
+// A journal at its size limit fails as on a full file system: the append
+// that would pass the limit gets kResourceExhausted and writes nothing, every
+// later append fails too (sticky), and the journal reads back exactly the
+// entries appended before, with no torn or half-written record.
+TEST(JournalTest, MaxBytesFailsLikeAFullDiskAndWritesNothingOfTheRecord) {
+  const std::string dir = TestDir("max_bytes");
+  JournalOptions options;
+  options.max_bytes = 16 << 10;
+  auto j = OpenJournal(dir, options);
+  ASSERT_NE(j, nullptr);
+  std::vector<uint64_t> written;
+  absl::Status s;
+  uint64_t seq = 1;
+  for (; seq < 10000; ++seq) {
+    JournalEntry e = Entry(seq);
+    e.set_inline_payload(std::string(200 + seq % 300, static_cast<char>(seq)));
+    e.add_creates(seq);  // live: nothing can be compacted away
+    s = j->AppendSetup(e);
+    if (!s.ok()) break;
+    written.push_back(seq);
+  }
+  ASSERT_FALSE(s.ok()) << "never reached the limit";
+  EXPECT_EQ(absl::StatusCode::kResourceExhausted, s.code()) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("is full"));
+  EXPECT_GT(written.size(), 10u);
+  EXPECT_LE(j->stats().setup_file_bytes + j->stats().minibatch_segment_bytes, options.max_bytes);
+  // Sticky: a small entry that would fit fails as well, in either log.
+  EXPECT_EQ(absl::StatusCode::kResourceExhausted, j->AppendSetup(Entry(seq + 1)).code());
+  EXPECT_EQ(absl::StatusCode::kResourceExhausted, j->AppendMinibatch(Entry(seq + 2)).code());
+  j.reset();
+  Read setup = ReadLog(dir, SETUP);
+  ASSERT_TRUE(setup.status.ok()) << setup.status;
+  EXPECT_THAT(setup.seqs(), ElementsAreArray(written));
+  Read mb = ReadLog(dir, MINIBATCH);
+  ASSERT_TRUE(mb.status.ok()) << mb.status;
+  EXPECT_TRUE(mb.entries.empty());
+}
+
+// warn_bytes warns, at each doubling, and limits nothing.
+TEST(JournalTest, WarnBytesWarnsAtEachDoublingAndDoesNotLimit) {
+  const std::string dir = TestDir("warn_bytes");
+  JournalOptions options;
+  options.warn_bytes = 4 << 10;
+  auto j = OpenJournal(dir, options);
+  ASSERT_NE(j, nullptr);
+  testing::internal::CaptureStderr();
+  for (uint64_t seq = 1; seq <= 180; ++seq) {
+    JournalEntry e = Entry(seq);
+    e.set_inline_payload(std::string(300, 'w'));
+    e.add_creates(seq);
+    ASSERT_TRUE(j->AppendSetup(e).ok()) << seq;
+  }
+  const std::string log = testing::internal::GetCapturedStderr();
+  // ~60 KiB held: warnings at 4, 8, 16 and 32 KiB, each naming the cause.
+  EXPECT_GT(j->stats().setup_file_bytes, 32u << 10);
+  EXPECT_LT(j->stats().setup_file_bytes, 128u << 10);
+  size_t warnings = 0;
+  for (size_t at = log.find("no minibatch boundary yet"); at != std::string::npos;
+       at = log.find("no minibatch boundary yet", at + 1)) {
+    ++warnings;
+  }
+  EXPECT_EQ(4u, warnings) << log;
+  EXPECT_THAT(log, HasSubstr("revenantMarkStep()"));
+  EXPECT_THAT(log, HasSubstr("next warning at 65536 bytes"));
+}
+
 // The hand-written encoder gives exactly protobuf's bytes.
 TEST(JournalTest, EncodeEntryMatchesProtobuf) {
   std::mt19937_64 rng(7);

@@ -10,6 +10,9 @@
 //                              the main thread waits in
 //                              cudaStreamSynchronize: killed there, the
 //                              process dies while the agent serves it
+//   misbehave_app mallocs <n>  <n> small cudaMalloc calls, never freed and
+//                              with no minibatch boundary: every one stays
+//                              in the journal; "PASS mallocs"
 // Exit status 0 on success, 1 on a CUDA error (printed with its name).
 #include <cuda_runtime_api.h>
 #include <unistd.h>
@@ -72,6 +75,19 @@ int main(int argc, char** argv) {
     Ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
     return 1;  // not reached within the test: the process is killed first
   }
-  std::fprintf(stderr, "usage: misbehave_app check | hold <ms> | callback\n");
+  if (std::strcmp(mode, "mallocs") == 0 && argc > 2) {
+    const int n = std::atoi(argv[2]);
+    for (int i = 0; i < n; ++i) {
+      void* d = nullptr;
+      if (cudaError_t e = cudaMalloc(&d, 256); e != cudaSuccess) {
+        std::printf("FAIL cudaMalloc %d of %d: %s (%s)\n", i + 1, n, cudaGetErrorName(e),
+                    cudaGetErrorString(e));
+        return 1;
+      }
+    }
+    std::printf("PASS mallocs\n");
+    return 0;
+  }
+  std::fprintf(stderr, "usage: misbehave_app check | hold <ms> | callback | mallocs <n>\n");
   return 2;
 }
