@@ -384,7 +384,10 @@ int Main(int argc, char** argv) {
   // in-process); the agent binary does not.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::ParseCommandLine(argc, argv);
-  // Journals, pid files and shared mappings are private to this user.
+  // Everything the agent creates is private to this user. Revenant's own
+  // files name their mode (0600, directories 0700); this also covers files
+  // that libraries create with the umask's mode, such as the Gloo FileStore
+  // of a communicator's rendezvous.
   umask(077);
   const std::string minibatch = absl::GetFlag(FLAGS_minibatch);
   if (minibatch != "auto" && minibatch != "manual") {
