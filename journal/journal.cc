@@ -839,8 +839,12 @@ absl::Status Journal::AppendLocked(LogKind kind, JournalEntry* entry, absl::stri
     }
   }
   SegmentWriter* w = kind == SETUP ? setup_.get() : minibatch_.get();
-  if (options_.max_bytes != 0 || options_.warn_bytes != 0) {
-    const uint64_t held = setup_->file_bytes() + minibatch_->file_bytes();
+  // The bounds apply to new appends (check_seq), not to the entries Init
+  // carries over from a reopened journal, which were admitted before (and
+  // during which the minibatch log does not exist yet).
+  if (check_seq && (options_.max_bytes != 0 || options_.warn_bytes != 0)) {
+    const uint64_t held = (setup_ != nullptr ? setup_->file_bytes() : 0) +
+                          (minibatch_ != nullptr ? minibatch_->file_bytes() : 0);
     // The record's size bounded from above: the entry, its payload and the
     // framing of every 32 KiB block it may span (computed only with a limit:
     // it costs a pass over the entry).

@@ -348,6 +348,37 @@ TEST(JournalTest, MaxBytesFailsLikeAFullDiskAndWritesNothingOfTheRecord) {
   EXPECT_TRUE(mb.entries.empty());
 }
 
+// Regression: reopening a journal (a replacement agent) with size bounds
+// set crashed: the bound was computed while the carried-over setup entries
+// were appended, before the minibatch log existed. The bounds apply to new
+// appends only.
+TEST(JournalTest, ReopenWithSizeBoundsCarriesEntriesOver) {
+  const std::string dir = TestDir("reopen_bounds");
+  {
+    auto j = OpenJournal(dir);
+    ASSERT_NE(j, nullptr);
+    for (uint64_t seq = 1; seq <= 40; ++seq) {
+      JournalEntry e = Entry(seq);
+      e.set_inline_payload(std::string(300, 'r'));
+      e.add_creates(seq);
+      ASSERT_TRUE(j->AppendSetup(e).ok());
+    }
+    ASSERT_TRUE(j->AppendMinibatch(Entry(41)).ok());
+  }
+  JournalOptions options;
+  options.warn_bytes = 1024;
+  options.max_bytes = 64 << 10;
+  auto j = OpenJournal(dir, options);
+  ASSERT_NE(j, nullptr);
+  EXPECT_EQ(40u, j->stats().setup_live_entries);
+  ASSERT_TRUE(j->AppendSetup(Entry(42)).ok());
+  j.reset();
+  Read setup = ReadLog(dir, SETUP);
+  ASSERT_TRUE(setup.status.ok()) << setup.status;
+  EXPECT_EQ(41u, setup.entries.size());
+  EXPECT_EQ(42u, setup.entries.back().seq());
+}
+
 // warn_bytes warns, at each doubling, and limits nothing.
 TEST(JournalTest, WarnBytesWarnsAtEachDoublingAndDoesNotLimit) {
   const std::string dir = TestDir("warn_bytes");
