@@ -5,9 +5,14 @@
 //                  --host_kernels=/path/libapp_host_kernels.so
 //
 // Listens on a Unix socket (mode 0600) and serves one application process
-// at a time: each connection's peer uid must be ours, its channel file must
-// live in the job directory. revenant-run starts one agent per rank; jobs
+// at a time: each connection's peer uid must be ours (SO_PEERCRED), its
+// channel file must live in the job directory. While a process is served, a
+// second one claiming the rank is refused at once (Doorkeeper); a process
+// that sends a malformed request is dropped with the reason, and one that
+// dies mid-request ends its session; either way the agent then serves the
+// next process. revenant-run starts one agent per rank; jobs
 // started by other launchers start agents themselves (see docs/running.md).
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -143,26 +148,118 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& name,
       "backend '", name, "' is not available in this build (choose: host, cuda)"));
 }
 
-// One connection: handshake, then serve until the application leaves.
-void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
+// An accepted connection whose peer passed the uid check and sent a hello.
+struct Admitted {
+  int fd = -1;
+  std::map<std::string, std::string> hello;
+};
+
+// The peer's uid (SO_PEERCRED, before anything of it is read), then its
+// hello within `hello_wait`. On failure the connection is answered (a uid
+// refusal), logged and closed, and nullopt returned.
+std::optional<Admitted> Admit(int fd, absl::Duration hello_wait) {
   if (absl::Status s = transport::CheckPeerUid(fd); !s.ok()) {
     REVENANT_LOG(WARNING, "agent") << "refused a connection: " << s;
     (void)transport::SendFrame(fd, FormatKv({{"op", "refused"}, {"error", s.ToString()}}));
     close(fd);
-    return;
+    return std::nullopt;
   }
-  absl::StatusOr<std::string> hello = transport::RecvFrame(fd, absl::Now() + absl::Seconds(10));
+  absl::StatusOr<std::string> hello = transport::RecvFrame(fd, absl::Now() + hello_wait);
   if (!hello.ok()) {
     REVENANT_LOG(WARNING, "agent") << "no hello from the application: " << hello.status();
     close(fd);
-    return;
+    return std::nullopt;
   }
-  std::map<std::string, std::string> m = ParseKv(*hello);
+  return Admitted{fd, ParseKv(*hello)};
+}
+
+// While a session runs, answers whoever else connects to this rank's socket:
+// one application process per rank, so a second process claiming the rank
+// is refused at once with the pid that holds it, rather than left waiting in
+// the listen queue. A connection that arrives once the served application is
+// gone or dropped (the session is ending) is kept for the main loop to serve
+// next.
+// Polls the listening socket in slices of 200 ms; the destructor stops and
+// joins it. `*session` must outlive it.
+class Doorkeeper {
+ public:
+  Doorkeeper(int listen_fd, int rank, const Session* session, uint32_t served_pid)
+      : listen_fd_(listen_fd), rank_(rank), session_(session), served_pid_(served_pid),
+        thread_([this] { Run(); }) {}
+  ~Doorkeeper() {
+    Stop();
+    if (next_.has_value()) close(next_->fd);
+  }
+  // Stops and joins the thread (once the session ended); idempotent.
+  void Stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  // After Stop: the connection to serve next, if one came while the session
+  // ended.
+  std::optional<Admitted> TakeNext() {
+    Stop();
+    absl::MutexLock lock(&mu_);
+    std::optional<Admitted> next = std::move(next_);
+    next_.reset();
+    return next;
+  }
+
+ private:
+  void Run() {
+    while (!stop_.load()) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (poll(&p, 1, 200) <= 0) continue;
+      absl::StatusOr<int> fd = transport::AcceptWithDeadline(listen_fd_, absl::Now());
+      if (!fd.ok()) continue;
+      std::optional<Admitted> a = Admit(*fd, absl::Seconds(2));
+      if (!a.has_value()) continue;
+      // An application that is exiting closes its socket a moment before
+      // the session notices: give it 250 ms before calling this a second
+      // claimant.
+      for (int i = 0; i < 25 && session_->serving(); ++i) {
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+      bool keep = false;
+      {
+        absl::MutexLock lock(&mu_);
+        keep = !session_->serving() && !next_.has_value();
+        if (keep) next_ = std::move(*a);
+      }
+      if (keep) continue;
+      const std::string why = absl::StrCat(
+          "rank ", rank_, " is already served to application pid ", served_pid_,
+          ": one application process per rank (this process, pid ", a->hello["pid"],
+          ", was refused)");
+      REVENANT_LOG(WARNING, "agent") << "refused the application: " << why;
+      (void)transport::SendFrame(a->fd, FormatKv({{"op", "refused"}, {"error", why}}));
+      close(a->fd);
+    }
+  }
+
+  const int listen_fd_;
+  const int rank_;
+  const Session* const session_;
+  const uint32_t served_pid_;
+  std::atomic<bool> stop_{false};
+  absl::Mutex mu_;
+  std::optional<Admitted> next_;  // written by the thread under mu_; read after Stop
+  std::thread thread_;
+};
+
+// One admitted connection: the rest of the handshake, then serve until the
+// application leaves. Returns the connection to serve next, if one arrived
+// while this session ended.
+std::optional<Admitted> Serve(Backend* backend, Admitted conn, const std::string& job_dir,
+                              int rank, int listen_fd) {
+  const int fd = conn.fd;
+  std::map<std::string, std::string>& m = conn.hello;
   const std::string channel_path = m["channel"];
-  auto refuse = [&](const std::string& why) {
+  auto refuse = [&](const std::string& why) -> std::optional<Admitted> {
     REVENANT_LOG(WARNING, "agent") << "refused the application: " << why;
     (void)transport::SendFrame(fd, FormatKv({{"op", "refused"}, {"error", why}}));
     close(fd);
+    return std::nullopt;
   };
   if (m["op"] != "hello" || m["version"] != "1") return refuse("unknown handshake version");
   if (channel_path.rfind(job_dir + "/chan-", 0) != 0 ||
@@ -182,6 +279,16 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
     // The minibatch log's first chunk (journal/journal.h); Journal::Open
     // refuses a size that is not whole 32 KiB blocks.
     jopts.journal.minibatch_first_chunk = static_cast<size_t>(*kib) << 10;
+  }
+  // Journal size bounds (journal/journal.h): a warning from 1 GiB on (and at
+  // each doubling) by default; the agent stops, as on a full disk, at
+  // REVENANT_JOURNAL_MAX_KIB (default: none).
+  constexpr int64_t kMaxKib = int64_t{1} << 40;  // 1 EiB: no overflow of the byte count
+  jopts.journal.warn_bytes = static_cast<uint64_t>(
+                                 knobs::Int(knobs::Id::kJournalWarnKib, 0, kMaxKib).value_or(1 << 20))
+                             << 10;
+  if (const std::optional<int64_t> kib = knobs::Int(knobs::Id::kJournalMaxKib, 0, kMaxKib)) {
+    jopts.journal.max_bytes = static_cast<uint64_t>(*kib) << 10;
   }
   SessionOptions options;
   if (absl::GetFlag(FLAGS_journal) && !recover) {
@@ -255,7 +362,7 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
           fd, FormatKv({{"op", "refused"}, {"error", "recovery failed: " + s.ToString()}}));
       g_recovery_failed.store(true);
       g_stop.store(true);
-      return;
+      return std::nullopt;
     }
   }
   const DeviceRange range = backend->device_range();
@@ -266,8 +373,14 @@ void Serve(Backend* backend, int fd, const std::string& job_dir, int rank) {
                     {"rank", std::to_string(rank)},
                     {"device_base", std::to_string(range.base)},
                     {"device_size", std::to_string(range.size)}}));
-  if (!sent.ok()) return;
-  session.Run();
+  if (!sent.ok()) return std::nullopt;
+  std::optional<Admitted> next;
+  {
+    Doorkeeper doorkeeper(listen_fd, rank, &session, session.channel()->client_pid());
+    session.Run();
+    next = doorkeeper.TakeNext();
+  }
+  return next;
 }
 
 int Main(int argc, char** argv) {
@@ -282,7 +395,10 @@ int Main(int argc, char** argv) {
       "Environment (docs/knobs.md lists every variable):\n",
       knobs::Help(knobs::Kind::kProduct)));
   absl::ParseCommandLine(argc, argv);
-  // Journals, pid files and shared mappings are private to this user.
+  // Everything the agent creates is private to this user. Revenant's own
+  // files name their mode (0600, directories 0700); this also covers files
+  // that libraries create with the umask's mode, such as the Gloo FileStore
+  // of a communicator's rendezvous.
   umask(077);
   const std::string minibatch = absl::GetFlag(FLAGS_minibatch);
   if (minibatch != "auto" && minibatch != "manual") {
@@ -403,20 +519,31 @@ int Main(int argc, char** argv) {
   }
   {
     // For revenant-chaos and operators: which process serves this rank.
-    std::FILE* f = std::fopen((job_dir + "/agent.pid").c_str(), "w");
-    if (f != nullptr) {
-      std::fprintf(f, "%d\n", getpid());
-      std::fclose(f);
+    const int fd = open((job_dir + "/agent.pid").c_str(),
+                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      const std::string text = absl::StrCat(getpid(), "\n");
+      if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+        REVENANT_LOG(WARNING, "agent") << "cannot write " << job_dir << "/agent.pid";
+      }
+      close(fd);
     }
   }
   REVENANT_LOG(DEBUG, "agent") << "rank " << options.rank << " ready on " << socket_path << " ("
                                << (*backend)->name() << " backend)";
+  std::optional<Admitted> next;
   while (!g_stop.load()) {
-    absl::StatusOr<int> fd =
-        transport::AcceptWithDeadline(*listen_fd, absl::Now() + absl::Milliseconds(500));
-    if (!fd.ok()) continue;
-    Serve(backend->get(), *fd, job_dir, options.rank);
+    if (!next.has_value()) {
+      absl::StatusOr<int> fd =
+          transport::AcceptWithDeadline(*listen_fd, absl::Now() + absl::Milliseconds(500));
+      if (!fd.ok()) continue;
+      next = Admit(*fd, absl::Seconds(10));
+      if (!next.has_value()) continue;
+    }
+    Admitted conn = std::move(*next);
+    next = Serve(backend->get(), std::move(conn), job_dir, options.rank, *listen_fd);
   }
+  if (next.has_value()) close(next->fd);
   close(*listen_fd);
   unlink(socket_path.c_str());
   return g_recovery_failed.load() ? 3 : 0;

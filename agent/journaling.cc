@@ -11,11 +11,14 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "api/hook_protocol.h"
 #include "api/traits.h"
 #include "api/wire.h"
 #include "common/knobs.h"
+#include "common/logging.h"
+#include "journal/file.h"
 
 namespace revenant {
 namespace agent {
@@ -215,7 +218,12 @@ absl::Status RequestJournal::DetectBoundary(const transport::RecordHeader& rec) 
   }
   if (!was_anchored) {
     // A replacement agent continues with the same anchor.
-    std::ofstream(journal_->dir() + "/anchor") << detector_.anchor() << "\n";
+    // Mode 0600 as every journal file.
+    if (absl::Status s = journal::WriteStringToFile(journal_->dir() + "/anchor",
+                                                    absl::StrCat(detector_.anchor(), "\n"));
+        !s.ok()) {
+      REVENANT_LOG(WARNING, "agent") << "cannot record the boundary anchor: " << s;
+    }
   }
   return Boundary();
 }

@@ -23,6 +23,7 @@
 #include "journal/journal.h"
 
 #include "common/events.h"
+#include "common/kv.h"
 #include "common/logging.h"
 #include "shim/wire_prefix.h"
 #include "transport/control_socket.h"
@@ -123,6 +124,7 @@ void Session::Run() {
   REVENANT_LOG(DEBUG, "agent") << "serving application pid " << pid;
   StartJournalAhead();
   uint64_t executed = 0;
+  uint32_t last_api = 0;
   while (true) {
     absl::StatusOr<const transport::RecordHeader*> rec = nullptr;
     if (ahead_ != nullptr && ahead_->behind && released_seq_ < executed_seq_) {
@@ -141,13 +143,22 @@ void Session::Run() {
     if (!rec.ok()) {
       if (absl::IsDeadlineExceeded(rec.status()) && !disconnected_.load()) continue;
       if (!absl::IsUnavailable(rec.status()) && !absl::IsDeadlineExceeded(rec.status())) {
-        REVENANT_LOG(ERROR, "agent") << "request ring of pid " << pid
-                                     << " is corrupt: " << rec.status();
+        // A request the agent cannot even frame (a length past the ring, a
+        // record smaller than its header): nothing after it can be trusted.
+        // This application is dropped and told why on its control socket,
+        // so that its shim fails its calls instead of waiting for a
+        // replacement; the agent goes on to serve the next application.
+        const std::string why = absl::StrCat("request ring of application pid ", pid,
+                                             " is corrupt: ", rec.status().ToString());
+        REVENANT_LOG(ERROR, "agent") << "dropping application pid " << pid << " after "
+                                     << executed << " requests: " << why;
+        (void)transport::SendFrame(control_fd_, FormatKv({{"op", "dropped"}, {"error", why}}));
       }
       break;
     }
     const transport::RecordHeader* r = *rec;
     const bool synchronous = r->reply_slot >= 0;
+    last_api = r->api_id;
     Execute(*r);
     const uint64_t seq = r->seq;
     ch->Advance();
@@ -190,7 +201,20 @@ void Session::Run() {
     }
     ++executed;
   }
+  stopped_serving_.store(true);
   StopJournalAhead();
+  if (disconnected_.load() && !ch->shutdown_requested()) {
+    // The shim marks its channel at a normal exit: this one was killed or
+    // crashed (or left by _exit), possibly in the middle of a request.
+    REVENANT_LOG(WARNING, "agent")
+        << "application pid " << pid
+        << " went away without a normal exit (killed or crashed) after " << executed
+        << " requests"
+        << (executed > 0 ? absl::StrCat(", the last ", api::Traits(last_api).name, " (seq ",
+                                        executed_seq_, ")")
+                         : std::string())
+        << "; its session ends, the agent serves the next application";
+  }
   if (const std::string w = transport::shm_internal::WaitStatsReport(); !w.empty()) {
     REVENANT_LOG(INFO, "agent") << "waits at exit: " << w;
   }
@@ -965,9 +989,21 @@ void Session::SnapshotRecorded(uint64_t minibatch) {
 
 void Session::JournalFailed(const absl::Status& status) {
   // The journal must never lie: an agent that cannot journal stops rather
-  // than execute calls a replacement could not replay. The application sees
-  // the agent's death like any other.
-  REVENANT_LOG(ERROR, "agent") << "journaling failed, stopping: " << status;
+  // than execute calls a replacement could not replay. The request that
+  // failed is not executed and nothing of it is in the journal (a record is
+  // written whole or, torn, dropped by the reader). The application is told
+  // why before the agent exits, so that its shim fails its calls at once
+  // instead of waiting for a replacement that would meet the same journal
+  // (revenant-run replaces only agents killed by a signal).
+  const std::string why = absl::StrCat(
+      "the agent of rank ", options_.rank, " cannot journal and stops taking requests: ",
+      status.ToString(),
+      absl::IsResourceExhausted(status)
+          ? " (the journal's file system or limit is full: free space in the job directory, "
+            "or mark training steps with revenantMarkStep() so that the journal stays small)"
+          : "");
+  REVENANT_LOG(ERROR, "agent") << "journaling failed, stopping: " << why;
+  (void)transport::SendFrame(control_fd_, FormatKv({{"op", "dropped"}, {"error", why}}));
   std::_Exit(70);
 }
 

@@ -125,6 +125,11 @@ class Session {
   absl::Status Recover(const std::string& journal_dir, const std::string& job, int rank,
                        const RequestJournal::Options& journal_options);
 
+  // Whether Run still serves the application: false once its control socket
+  // closed (it exited or died) or Run stopped reading its requests (a
+  // malformed ring). Any thread.
+  bool serving() const { return !disconnected_.load() && !stopped_serving_.load(); }
+
   Backend* backend() { return backend_; }
   HandleTable* handles() { return &handles_; }
   transport::ShmServerChannel* channel() { return channel_.get(); }
@@ -215,7 +220,9 @@ class Session {
   // ReplayBody: inline payloads restored).
   absl::Status ExecuteJournaled(const journal::JournalEntry& entry,
                                 const journal::JournalEntry* expected);
-  [[noreturn]] static void JournalFailed(const absl::Status& status);
+  // Tells the application why (op=dropped on its control socket) and exits
+  // the agent (status 70). Any thread.
+  [[noreturn]] void JournalFailed(const absl::Status& status);
 
   // The journal thread (SessionOptions::journal_thread; docs/design.md, "The
   // journal thread"). The ring's requests are journaled in seq order, each
@@ -385,6 +392,7 @@ class Session {
   HandleTable handles_;
   DispatchContext ctx_;
   std::atomic<bool> disconnected_{false};
+  std::atomic<bool> stopped_serving_{false};
 
   // First error of an asynchronous request since the last reply.
   int32_t deferred_error_ = 0;

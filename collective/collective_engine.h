@@ -1,7 +1,7 @@
 // CollectiveEngine: one communicator's collectives on host memory.
 //
 //   GlooEngineOptions o;
-//   o.rendezvous_dir = "/dev/shm/revenant-collectives-<token>";
+//   o.rendezvous_dir = job_root + "/collectives-<token>";  // a private directory
 //   o.rank = rank;  o.size = world;
 //   absl::StatusOr<std::unique_ptr<CollectiveEngine>> e = GlooEngine::Create(o);
 //   absl::Status s = (*e)->AllReduce(send, recv, n, DataType::kFloat32, RedOp::kSum);

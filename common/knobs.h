@@ -68,6 +68,12 @@ enum class Type { kBool, kInt, kDouble, kString };
   X(kDaemonRoot, "REVENANT_DAEMON_ROOT", kString, kProduct, "/dev/shm",                          \
     "Where standalone agents (revenant-agent --gpu=I) and the applications looking for them "   \
     "meet: <root>/revenant-daemon-<uid>/gpu<I>.")                                                \
+  X(kJournalWarnKib, "REVENANT_JOURNAL_WARN_KIB", kInt, kProduct, "1048576 (1 GiB)",              \
+    "The agent warns when a rank's journal grows past this many KiB, and again at each "        \
+    "doubling (a job that never reaches a minibatch boundary keeps every call).")                \
+  X(kJournalMaxKib, "REVENANT_JOURNAL_MAX_KIB", kInt, kProduct, "no limit",                      \
+    "A rank's journal may not grow past this many KiB: there, as on a full disk, the agent "    \
+    "stops taking requests and the application's calls fail with the reason.")                  \
   X(kHostKernels, "REVENANT_HOST_KERNELS", kString, kProduct, "",                                \
     "Host backend: colon-separated host kernel libraries (as --host_kernels).")                 \
   X(kHostKernelStackKb, "REVENANT_HOST_KERNEL_STACK_KB", kInt, kProduct, "64",                   \

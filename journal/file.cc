@@ -104,7 +104,7 @@ absl::Status PosixError(const std::string& context, int err) {
 }
 
 absl::StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return PosixError(absl::StrCat("open ", path), errno);
   return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
 }
@@ -116,7 +116,7 @@ absl::StatusOr<std::unique_ptr<MappedLogFile>> MappedLogFile::Create(const std::
     return absl::InvalidArgumentError(
         absl::StrCat("mapped log chunk sizes ", first_chunk, "/", max_chunk));
   }
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return PosixError(absl::StrCat("open ", path), errno);
   return std::unique_ptr<MappedLogFile>(new MappedLogFile(path, fd, first_chunk, max_chunk));
 }
@@ -276,7 +276,7 @@ absl::Status CreateDirs(const std::string& path) {
     pos = path.find('/', pos + 1);
     partial = path.substr(0, pos);
     if (partial.empty()) continue;
-    if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+    if (::mkdir(partial.c_str(), 0700) != 0 && errno != EEXIST) {
       return PosixError(absl::StrCat("mkdir ", partial), errno);
     }
   }
@@ -311,7 +311,7 @@ absl::Status ReadFileToString(const std::string& path, std::string* out) {
 }
 
 absl::Status WriteStringToFile(const std::string& path, absl::string_view data) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return PosixError(absl::StrCat("open ", path), errno);
   PosixWritableFile file(path, fd);
   absl::Status s = file.Append(data);

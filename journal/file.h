@@ -111,7 +111,9 @@ class SequentialFile {
                             absl::string_view* result) = 0;
 };
 
-// Opens `path` for appending, creating it if absent.
+// Opens `path` for appending, creating it if absent. Every file this header
+// creates is mode 0600 and every directory 0700, whatever the umask: a
+// journal holds every argument and payload of its application.
 absl::StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(
     const std::string& path);
 absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(
@@ -128,7 +130,7 @@ absl::Status PosixError(const std::string& context, int err);
 absl::StatusOr<uint64_t> FileSize(const std::string& path);
 absl::Status RenameFile(const std::string& from, const std::string& to);
 absl::Status RemoveFile(const std::string& path);
-absl::Status CreateDirs(const std::string& path);  // mkdir -p
+absl::Status CreateDirs(const std::string& path);  // mkdir -p, each made 0700
 absl::StatusOr<std::vector<std::string>> ListDir(const std::string& path);
 absl::Status ReadFileToString(const std::string& path, std::string* out);
 absl::Status WriteStringToFile(const std::string& path, absl::string_view data);

@@ -839,6 +839,43 @@ absl::Status Journal::AppendLocked(LogKind kind, JournalEntry* entry, absl::stri
     }
   }
   SegmentWriter* w = kind == SETUP ? setup_.get() : minibatch_.get();
+  // The bounds apply to new appends (check_seq), not to the entries Init
+  // carries over from a reopened journal, which were admitted before (and
+  // during which the minibatch log does not exist yet).
+  if (check_seq && (options_.max_bytes != 0 || options_.warn_bytes != 0)) {
+    const uint64_t held = (setup_ != nullptr ? setup_->file_bytes() : 0) +
+                          (minibatch_ != nullptr ? minibatch_->file_bytes() : 0);
+    // The record's size bounded from above: the entry, its payload and the
+    // framing of every 32 KiB block it may span (computed only with a limit:
+    // it costs a pass over the entry).
+    uint64_t record = 0;
+    if (options_.max_bytes != 0) {
+      record = entry->ByteSizeLong() + payload.size();
+      record += log::kHeaderSize * (2 + record / log::kBlockSize);
+    }
+    const uint64_t after = held + record;
+    if (options_.max_bytes != 0 && after > options_.max_bytes) {
+      status_ = absl::ResourceExhaustedError(absl::StrCat(
+          "journal in ", dir_, " is full: ", held, " bytes held, the journal's limit is ",
+          options_.max_bytes, " bytes (as ENOSPC: nothing of this record was written)"));
+      return status_;
+    }
+    if (next_warn_bytes_ == 0) next_warn_bytes_ = options_.warn_bytes;
+    if (options_.warn_bytes != 0 && after > next_warn_bytes_) {
+      next_warn_bytes_ *= 2;
+      REVENANT_LOG(WARNING, "journal")
+          << "journal in " << dir_ << " holds " << held << " bytes (" << entries_.size()
+          << " live setup entries" << (boundaries_ == 0 ? ", no minibatch boundary yet" : "")
+          << "): a job whose calls reach no minibatch boundary keeps every call, and the "
+             "journal grows with each; mark each training step with revenantMarkStep() "
+             "(docs/reliability.md)"
+          << (options_.max_bytes != 0
+                  ? absl::StrCat("; the agent stops at its limit of ", options_.max_bytes,
+                                 " bytes")
+                  : std::string())
+          << "; next warning at " << next_warn_bytes_ << " bytes";
+    }
+  }
   uint64_t bytes = 0;
   if (absl::Status s = w->Append(entry, payload, &bytes); !s.ok()) {
     status_ = s;
@@ -984,6 +1021,7 @@ absl::Status Journal::CompactLocked() {
 absl::Status Journal::MarkBoundary(uint64_t minibatch) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
+  ++boundaries_;
   if (minibatch_->CanHoldMarker()) {
     // Most training steps: a marker in the small live segment, no system call.
     if (absl::Status s = minibatch_->AppendMarker(minibatch); !s.ok()) {

@@ -101,6 +101,18 @@ struct JournalOptions {
   // its zeroed spare take this much tmpfs memory each per rank.
   // REVENANT_JOURNAL_MINIBATCH_CHUNK_KIB sets it in the agent.
   size_t minibatch_first_chunk = 4 << 20;
+  // Bounds on what the logs and payload files hold (setup log and payloads,
+  // the live minibatch segment), 0: none. A job whose calls never reach a
+  // minibatch boundary keeps every call in the setup log, so its journal
+  // (in memory, on tmpfs) grows with every call.
+  //   warn_bytes: the first append past it logs a warning naming the size
+  //     and the missing boundaries; again at each doubling.
+  //   max_bytes: an append that would go past it fails with
+  //     kResourceExhausted, as on a full file system (ENOSPC), and writes
+  //     nothing; the error is sticky like any IO error.
+  // REVENANT_JOURNAL_WARN_KIB / REVENANT_JOURNAL_MAX_KIB set them in the agent.
+  uint64_t warn_bytes = 0;
+  uint64_t max_bytes = 0;
 };
 
 struct JournalStats {
@@ -216,6 +228,8 @@ class Journal {
   uint64_t current_minibatch_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t minibatch_entries_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t compactions_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t boundaries_ ABSL_GUARDED_BY(mu_) = 0;       // MarkBoundary calls since Open
+  uint64_t next_warn_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // options_.warn_bytes, doubling
   std::atomic<uint64_t> minibatch_segments_started_{0};
   std::unique_ptr<journal_internal::SegmentWriter> setup_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<journal_internal::SegmentWriter> minibatch_ ABSL_GUARDED_BY(mu_);

@@ -295,6 +295,141 @@ TEST(JournalTest, RoundTripWithInlineAndOutOfLinePayloads) {
   EXPECT_LT(WrittenExtent(OnlyFile(dir, "setup-", ".log")), 6000u);
 }
 
+// A journal is private to its owner whatever the process umask: every
+// directory it makes is 0700 and every file 0600 (setup and minibatch logs,
+// payload files, the spare log, compacted segments).
+TEST(JournalTest, FilesAndDirectoriesArePrivateUnderAnyUmask) {
+  const std::string base = TestDir("modes");
+  const std::string dir = base + "/a/b";
+  const mode_t old_umask = umask(0);
+  {
+    auto j = OpenJournal(dir);
+    ASSERT_NE(j, nullptr);
+    std::string big(300000, 'p');
+    JournalEntry e1 = Entry(1);
+    e1.set_inline_payload(big);
+    ASSERT_TRUE(j->AppendSetup(e1).ok());
+    JournalEntry e2 = Entry(2);
+    e2.set_inline_payload(big);
+    ASSERT_TRUE(j->AppendMinibatch(e2).ok());
+    ASSERT_TRUE(j->MarkBoundary(1).ok());
+    ASSERT_TRUE(WriteStringToFile(dir + "/extra", "x").ok());
+  }
+  umask(old_umask);
+  int files = 0;
+  for (const std::string& d : {base, base + "/a", dir}) {
+    struct stat st {};
+    ASSERT_EQ(0, stat(d.c_str(), &st)) << d;
+    EXPECT_EQ(0700u, st.st_mode & 07777) << d;
+  }
+  absl::StatusOr<std::vector<std::string>> names = ListDir(dir);
+  ASSERT_TRUE(names.ok()) << names.status();
+  for (const std::string& name : *names) {
+    struct stat st {};
+    ASSERT_EQ(0, stat((dir + "/" + name).c_str(), &st)) << name;
+    EXPECT_EQ(0600u, st.st_mode & 07777) << name;
+    ++files;
+  }
+  EXPECT_GE(files, 4);  // both logs, a payload file, the extra file
+}
+
+// A journal at its size limit fails as on a full file system: the append
+// that would pass the limit gets kResourceExhausted and writes nothing, every
+// later append fails too (sticky), and the journal reads back exactly the
+// entries appended before, with no torn or half-written record.
+TEST(JournalTest, MaxBytesFailsLikeAFullDiskAndWritesNothingOfTheRecord) {
+  const std::string dir = TestDir("max_bytes");
+  JournalOptions options;
+  options.max_bytes = 16 << 10;
+  auto j = OpenJournal(dir, options);
+  ASSERT_NE(j, nullptr);
+  std::vector<uint64_t> written;
+  absl::Status s;
+  uint64_t seq = 1;
+  for (; seq < 10000; ++seq) {
+    JournalEntry e = Entry(seq);
+    e.set_inline_payload(std::string(200 + seq % 300, static_cast<char>(seq)));
+    e.add_creates(seq);  // live: nothing can be compacted away
+    s = j->AppendSetup(e);
+    if (!s.ok()) break;
+    written.push_back(seq);
+  }
+  ASSERT_FALSE(s.ok()) << "never reached the limit";
+  EXPECT_EQ(absl::StatusCode::kResourceExhausted, s.code()) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("is full"));
+  EXPECT_GT(written.size(), 10u);
+  EXPECT_LE(j->stats().setup_file_bytes + j->stats().minibatch_segment_bytes, options.max_bytes);
+  // Sticky: a small entry that would fit fails as well, in either log.
+  EXPECT_EQ(absl::StatusCode::kResourceExhausted, j->AppendSetup(Entry(seq + 1)).code());
+  EXPECT_EQ(absl::StatusCode::kResourceExhausted, j->AppendMinibatch(Entry(seq + 2)).code());
+  j.reset();
+  Read setup = ReadLog(dir, SETUP);
+  ASSERT_TRUE(setup.status.ok()) << setup.status;
+  EXPECT_THAT(setup.seqs(), ElementsAreArray(written));
+  Read mb = ReadLog(dir, MINIBATCH);
+  ASSERT_TRUE(mb.status.ok()) << mb.status;
+  EXPECT_TRUE(mb.entries.empty());
+}
+
+// Regression: reopening a journal (a replacement agent) with size bounds
+// set crashed: the bound was computed while the carried-over setup entries
+// were appended, before the minibatch log existed. The bounds apply to new
+// appends only.
+TEST(JournalTest, ReopenWithSizeBoundsCarriesEntriesOver) {
+  const std::string dir = TestDir("reopen_bounds");
+  {
+    auto j = OpenJournal(dir);
+    ASSERT_NE(j, nullptr);
+    for (uint64_t seq = 1; seq <= 40; ++seq) {
+      JournalEntry e = Entry(seq);
+      e.set_inline_payload(std::string(300, 'r'));
+      e.add_creates(seq);
+      ASSERT_TRUE(j->AppendSetup(e).ok());
+    }
+    ASSERT_TRUE(j->AppendMinibatch(Entry(41)).ok());
+  }
+  JournalOptions options;
+  options.warn_bytes = 1024;
+  options.max_bytes = 64 << 10;
+  auto j = OpenJournal(dir, options);
+  ASSERT_NE(j, nullptr);
+  EXPECT_EQ(40u, j->stats().setup_live_entries);
+  ASSERT_TRUE(j->AppendSetup(Entry(42)).ok());
+  j.reset();
+  Read setup = ReadLog(dir, SETUP);
+  ASSERT_TRUE(setup.status.ok()) << setup.status;
+  EXPECT_EQ(41u, setup.entries.size());
+  EXPECT_EQ(42u, setup.entries.back().seq());
+}
+
+// warn_bytes warns, at each doubling, and limits nothing.
+TEST(JournalTest, WarnBytesWarnsAtEachDoublingAndDoesNotLimit) {
+  const std::string dir = TestDir("warn_bytes");
+  JournalOptions options;
+  options.warn_bytes = 4 << 10;
+  auto j = OpenJournal(dir, options);
+  ASSERT_NE(j, nullptr);
+  testing::internal::CaptureStderr();
+  for (uint64_t seq = 1; seq <= 180; ++seq) {
+    JournalEntry e = Entry(seq);
+    e.set_inline_payload(std::string(300, 'w'));
+    e.add_creates(seq);
+    ASSERT_TRUE(j->AppendSetup(e).ok()) << seq;
+  }
+  const std::string log = testing::internal::GetCapturedStderr();
+  // ~60 KiB held: warnings at 4, 8, 16 and 32 KiB, each naming the cause.
+  EXPECT_GT(j->stats().setup_file_bytes, 32u << 10);
+  EXPECT_LT(j->stats().setup_file_bytes, 128u << 10);
+  size_t warnings = 0;
+  for (size_t at = log.find("no minibatch boundary yet"); at != std::string::npos;
+       at = log.find("no minibatch boundary yet", at + 1)) {
+    ++warnings;
+  }
+  EXPECT_EQ(4u, warnings) << log;
+  EXPECT_THAT(log, HasSubstr("revenantMarkStep()"));
+  EXPECT_THAT(log, HasSubstr("next warning at 65536 bytes"));
+}
+
 // The hand-written encoder gives exactly protobuf's bytes.
 TEST(JournalTest, EncodeEntryMatchesProtobuf) {
   std::mt19937_64 rng(7);

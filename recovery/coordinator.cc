@@ -1,6 +1,8 @@
 #include "recovery/coordinator.h"
 
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -70,10 +72,12 @@ void Coordinator::DeclareEpoch() {
   // Written under a temporary name and renamed: a reader sees the old epoch
   // or the new one, never a half-written number.
   const std::string tmp = options_.job_dir + "/epoch.tmp";
+  // 0600 like every file of the job.
   bool ok = false;
-  if (std::FILE* f = std::fopen(tmp.c_str(), "w"); f != nullptr) {
-    ok = std::fprintf(f, "%d\n", epoch_) > 0;
-    ok = std::fclose(f) == 0 && ok;
+  if (const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600); fd >= 0) {
+    const std::string text = absl::StrCat(epoch_, "\n");
+    ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ok = close(fd) == 0 && ok;
   }
   if (!ok || std::rename(tmp.c_str(), (options_.job_dir + "/epoch").c_str()) != 0) {
     REVENANT_LOG(ERROR, "coordinator") << "cannot declare recovery epoch " << epoch_ << " in "

@@ -154,6 +154,12 @@ bool Runtime::Connect() {
   StartMonitor();
   callback_thread_ = std::thread([this] { CallbackLoop(); });
   callback_thread_.detach();
+  // A normal exit says so in the channel, so that the agent tells an
+  // application that ended from one killed while being served.
+  std::atexit([] {
+    Runtime* r = Runtime::Get();
+    if (r->channel_ != nullptr) r->channel_->SetShutdown();
+  });
   REVENANT_LOG(DEBUG, "shim") << "connected to agent pid " << agent_.agent_pid << " ("
                               << agent_.backend << " backend, rank " << agent_.rank << ")";
   return true;
@@ -198,6 +204,21 @@ void Runtime::StartMonitor() {
 }
 
 void Runtime::OnAgentDeath() {
+  // A live agent that drops this process (its request ring was malformed)
+  // says why before it closes the socket: no replacement is coming, and
+  // reconnecting would only hand it the same ring.
+  if (absl::StatusOr<std::string> last =
+          transport::RecvFrame(control_fd_, absl::Now() + absl::Milliseconds(100));
+      last.ok()) {
+    std::map<std::string, std::string> m = ParseKv(*last);
+    if (m["op"] == "dropped") {
+      REVENANT_LOG(ERROR, "shim") << "the agent of rank " << agent_.rank << " (pid "
+                                  << agent_.agent_pid << ") dropped this process: " << m["error"]
+                                  << "; CUDA calls now fail with cudaErrorDevicesUnavailable";
+      channel_->MarkPeerDead();
+      return;
+    }
+  }
   const bool recover = recovery_enabled();
   REVENANT_LOG(ERROR, "shim") << "the agent of rank " << agent_.rank << " (pid "
                               << agent_.agent_pid << ") is gone"

@@ -1,8 +1,8 @@
 // revenant-chaos: kills agents of a running job on purpose.
 //
-//   revenant-chaos --job=12345-678901 --rank=1                 # now
-//   revenant-chaos --job=12345-678901 --rank=1 --delay_ms=500  # in 0.5 s
-//   revenant-chaos --job=12345-678901 --random --seed=7 --count=3 --interval_ms=2000
+//   revenant-chaos --job=3f9c2e71a04b8d15 --rank=1                 # now
+//   revenant-chaos --job=3f9c2e71a04b8d15 --rank=1 --delay_ms=500  # in 0.5 s
+//   revenant-chaos --job=3f9c2e71a04b8d15 --random --seed=7 --count=3 --interval_ms=2000
 //
 // The job id is the one revenant-run prints ("job <id>: ..."); --job also
 // takes the job directory itself. Each agent writes its pid to

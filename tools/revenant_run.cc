@@ -50,6 +50,7 @@
 #include "common/events.h"
 #include "common/knobs.h"
 #include "common/kv.h"
+#include "common/random.h"
 #include "recovery/coordinator.h"
 
 extern char** environ;
@@ -447,7 +448,15 @@ int Main(int argc, char** argv) {
   const int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
   signal(SIGPIPE, SIG_IGN);
 
-  const std::string job = absl::StrCat(getpid(), "-", absl::ToUnixMicros(absl::Now()) % 1000000);
+  // The job's name, and so its directory's, is random: no other user can
+  // guess it to create the directory first (mkdir fails on one that exists).
+  absl::StatusOr<std::string> job_id = RandomHex(8);
+  if (!job_id.ok()) {
+    std::fprintf(stderr, "revenant-run: cannot name the job: %s\n",
+                 job_id.status().ToString().c_str());
+    return 1;
+  }
+  const std::string job = *job_id;
   const std::string job_dir = absl::GetFlag(FLAGS_job_root) + "/revenant-" + job;
   if (mkdir(job_dir.c_str(), 0700) != 0) {
     std::fprintf(stderr, "revenant-run: cannot create %s: %s\n", job_dir.c_str(),

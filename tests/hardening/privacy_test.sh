@@ -1,5 +1,7 @@
 #!/bin/bash
-# Privacy of a job: what it makes on disk is its owner's only, the agent
+# Privacy of a job: what it makes on disk is its owner's only (every
+# directory 0700, every file and socket 0600, the job directory named at
+# random, a communicator's rendezvous inside it, not in /dev/shm), the agent
 # talks only to its own uid, nothing listens beyond loopback, and the NCCL
 # unique id's token never reaches a log. Needs root for the other-uid part
 # (CI runs tests as root); without root that part fails, it does not skip.
@@ -62,20 +64,26 @@ fi
 grep -q "refused a connection" "$root/agent.log" && ok "the agent logged the refusal" ||
   fail "no refusal in the agent's log"
 kill "$agent_pid"; wait "$agent_pid" 2>/dev/null; agent_pid=
+# What the standalone agent made in its directory (agent.pid, the socket).
+bad=$(find "$root/agent" -mindepth 1 -perm /077 -printf '%m %P\n')
+[ -z "$bad" ] && [ -e "$rank_dir/agent.pid" ] && ok "standalone agent: agent.pid and socket 0600" ||
+  fail "standalone agent's files with group/other bits (or no agent.pid): $bad"
 
 # --- 2. Jobs under revenant-run: modes of everything in the job directory,
 # TCP listeners of the agents, the NCCL token in logs.
 # Watches a running job (pid $1, job root $2) until it ends (bounded by the
-# job's own --timeout). Every 50 ms: modes of what the job directory holds
-# (strict for the directories, channels, pinned files and sockets the
-# application and agent share; recorded as notes for the rest), whether
-# another uid can list it, and the journal (for the NCCL token). Every 10 ms,
+# job's own --timeout). Every 50 ms: the mode of everything the job directory
+# holds (any group/other bit fails: directories 0700, files and sockets
+# 0600), the names of /dev/shm (a communicator's rendezvous must not be
+# there), whether another uid can list the job directory, and the journal
+# (for the NCCL token). Every 10 ms,
 # in a second loop: the agents' listening TCP sockets (Gloo's listeners live
 # only while a communicator connects).
 watch_job() {
   local pid="$1" jroot="$2" tag="$3"
   : >"$root/$tag.bad"; : >"$root/$tag.note"; : >"$root/$tag.seen"; : >"$root/$tag.listen"
-  : >"$root/$tag.tokens"; : >"$root/$tag.dirtokens"; : >"$root/$tag.other"
+  : >"$root/$tag.tokens"; : >"$root/$tag.jobtokens"; : >"$root/$tag.shmnames"
+  : >"$root/$tag.jobnames"; : >"$root/$tag.other"
   (
     while kill -0 "$pid" 2>/dev/null; do
       for p in $(cat "$jroot"/revenant-*/rank*/agent.pid 2>/dev/null); do
@@ -91,12 +99,13 @@ watch_job() {
   ) &
   local sampler=$!
   while kill -0 "$pid" 2>/dev/null; do
-    find "$jroot" -mindepth 1 \( -type d \( -name 'revenant-*' -o -name 'rank*' \) ! -perm 0700 \
-      -printf 'dir %m %p\n' \) -o \( \( -name 'chan-*' -o -name 'host-*' -o -name '*.sock' \) \
-      -perm /077 -printf 'file %m %p\n' \) >>"$root/$tag.bad" 2>/dev/null
-    find "$jroot" -mindepth 1 -perm /077 -printf '%m %P\n' 2>/dev/null |
-      sed 's/\([0-9]\)[0-9]\{3,\}/N/g' >>"$root/$tag.note"
+    find "$jroot" -mindepth 1 -perm /077 -printf '%y %m %P\n' 2>/dev/null >>"$root/$tag.bad"
     find "$jroot" -mindepth 1 -printf '%f\n' 2>/dev/null | sed 's/[0-9]\+/N/g' >>"$root/$tag.seen"
+    find "$jroot" -mindepth 1 -maxdepth 1 -printf '%f\n' 2>/dev/null >>"$root/$tag.jobnames"
+    # Rendezvous directories: in the job directory (wanted), in /dev/shm (not).
+    find "$jroot" -mindepth 2 -maxdepth 2 -name 'collectives-*' -printf '%f\n' 2>/dev/null |
+      sed 's/^collectives-//; s/-e[0-9]*$//' >>"$root/$tag.jobtokens"
+    ls /dev/shm 2>/dev/null >>"$root/$tag.shmnames"
     for d in "$jroot"/revenant-*; do
       [ -d "$d" ] || continue
       "${NOBODY[@]}" ls "$d" >/dev/null 2>&1 && echo "listed $d" >>"$root/$tag.other"
@@ -115,13 +124,19 @@ check_job() {
   local tag="$1"
   shift
   sort -u "$root/$tag.bad" | sed "s|^|$tag: |" >"$root/$tag.bad.u"
-  [ -s "$root/$tag.bad.u" ] && fail "modes in the $tag job directory: $(cat "$root/$tag.bad.u")" ||
-    ok "$tag: job and rank directories 0700; channels, pinned files, sockets 0600"
+  [ -s "$root/$tag.bad.u" ] &&
+    fail "group/other bits in the $tag job directory: $(head -20 "$root/$tag.bad.u" | tr '\n' ';')" ||
+    ok "$tag: every directory of the job 0700, every file and socket 0600 ($(sort -u "$root/$tag.seen" | wc -l) kinds of names seen)"
   [ -s "$root/$tag.other" ] && fail "$tag: uid 65534 could $(sort -u "$root/$tag.other" | head -3)" ||
     ok "$tag: uid 65534 can neither list the job directory nor read a journal"
-  [ -s "$root/$tag.note" ] &&
-    echo "note: $tag: reachable only through the 0700 job directory, with group/other bits:" \
-      "$(sort -u "$root/$tag.note" | tr '\n' ';')"
+  # The job directory's name is random (16 hex digits), not a pid or a time.
+  local names
+  names=$(sort -u "$root/$tag.jobnames")
+  if [ -n "$names" ] && ! echo "$names" | grep -qvE '^revenant-[0-9a-f]{16}$'; then
+    ok "$tag: job directory named by 8 random bytes ($names)"
+  else
+    fail "$tag: job directory names not of the form revenant-<16 hex>: $names"
+  fi
   for want in "$@"; do
     grep -qx "$want" "$root/$tag.seen" ||
       fail "$tag: never saw a file like '$want' (the mode check would be vacuous)"
@@ -191,14 +206,22 @@ tokens=$(sort -u "$root/nccl.tokens" | grep -E '^[0-9a-f]{32}$' | grep -v '^0*$'
 if [ -z "$tokens" ]; then
   fail "never saw the NCCL unique id's token (the log check would be vacuous)"
 else
+  # Rank 1's agent is held in its rendezvous (above), so rank 0's is seen.
+  if sort -u "$root/nccl.jobtokens" | grep -qxF "$tokens"; then
+    ok "the communicator's rendezvous is in the job directory (collectives-${tokens:0:6}...)"
+  else
+    fail "never saw the rendezvous collectives-<token> in the job directory" \
+      "(seen: $(sort -u "$root/nccl.jobtokens" | tr '\n' ' '))"
+  fi
   for t in $tokens; do
     hits=$(grep -l -r -F "$t" "$root/job2.out" "$root/events.jsonl" "$root/job1.out" 2>/dev/null)
     [ -z "$hits" ] && ok "the NCCL token ${t:0:6}... appears in no log" ||
       fail "the NCCL token appears in: $hits"
-    # Known gap (docs/reliability.md): the rendezvous directory is named after
-    # the token, in world-listable /dev/shm, while the communicator connects.
-    grep -qx "$t" "$root/nccl.dirtokens" &&
-      echo "note: the token names /dev/shm/revenant-collectives-${t:0:6}... while the communicator connects"
+    # The rendezvous is named after the token: it must be in the job
+    # directory (seen there, else the check is vacuous), never in /dev/shm.
+    grep -F "$t" "$root/nccl.shmnames" | sort -u | sed 's/^/in \/dev\/shm: /' >"$root/nccl.shmhits"
+    [ -s "$root/nccl.shmhits" ] && fail "the NCCL token names /dev/shm entries: $(cat "$root/nccl.shmhits")" ||
+      ok "the NCCL token ${t:0:6}... names nothing in /dev/shm"
   done
 fi
 

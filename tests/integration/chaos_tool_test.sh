@@ -11,7 +11,7 @@ ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/ref.log")
 "$run" "${common[@]}" -- "$app" --iters 300 >"$tmp/run.log" 2>&1 &
 job_pid=$!
 for _ in $(seq 200); do grep -q "^\[revenant-run\] job " "$tmp/run.log" && break; sleep 0.05; done
-job=$(sed -n 's/^\[revenant-run\] job \([0-9-]*\): .*/\1/p' "$tmp/run.log" | head -1)
+job=$(sed -n 's/^\[revenant-run\] job \([0-9a-f]*\): .*/\1/p' "$tmp/run.log" | head -1)
 [ -n "$job" ] || { echo "FAIL: no job id"; cat "$tmp/run.log"; exit 1; }
 # Let it train for a second (its output is buffered), then kill rank 1's
 # agent from outside.

@@ -10,7 +10,7 @@ tmp="$(mktemp -d)"; trap 'kill $job_pid 2>/dev/null; rm -rf "$tmp"' EXIT
   -- "$app" 400 10 >"$tmp/run.log" 2>&1 &
 job_pid=$!
 for _ in $(seq 200); do grep -q "^\[revenant-run\] job " "$tmp/run.log" && break; sleep 0.05; done
-job=$(sed -n 's/^\[revenant-run\] job \([0-9-]*\): .*/\1/p' "$tmp/run.log" | head -1)
+job=$(sed -n 's/^\[revenant-run\] job \([0-9a-f]*\): .*/\1/p' "$tmp/run.log" | head -1)
 [ -n "$job" ] || { echo "FAIL: no job id"; cat "$tmp/run.log"; exit 1; }
 sleep 1
 log=$(ls /dev/shm/revenant-"$job"/rank0/journal/setup-*.log | head -1)

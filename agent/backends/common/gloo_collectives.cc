@@ -20,6 +20,7 @@
 #include "collective/gloo_engine.h"
 #include "common/events.h"
 #include "common/logging.h"
+#include "common/random.h"
 
 namespace revenant {
 namespace agent {
@@ -61,20 +62,6 @@ int RemoveEntry(const char* path, const struct stat*, int, struct FTW*) {
 
 void RemoveTree(const std::string& dir) {
   if (!dir.empty()) nftw(dir.c_str(), RemoveEntry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-bool ReadRandom(void* out, size_t n) {
-  const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = read(fd, static_cast<char*>(out) + got, n - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += static_cast<size_t>(r);
-  }
-  close(fd);
-  return got == n;
 }
 
 }  // namespace
@@ -158,8 +145,8 @@ ncclResult_t GlooCollectives::ncclGetUniqueId(ncclUniqueId* id) {
   if (id == nullptr) return ncclInvalidArgument;
   std::memset(id, 0, sizeof(*id));
   std::memcpy(id->internal, kIdMagic, sizeof(kIdMagic));
-  if (!ReadRandom(id->internal + sizeof(kIdMagic), kTokenBytes)) {
-    REVENANT_LOG(ERROR, kLog) << "cannot read /dev/urandom";
+  if (absl::Status s = RandomBytes(id->internal + sizeof(kIdMagic), kTokenBytes); !s.ok()) {
+    REVENANT_LOG(ERROR, kLog) << "ncclGetUniqueId: " << s;
     return ncclSystemError;
   }
   return ncclSuccess;
@@ -189,7 +176,11 @@ ncclResult_t GlooCollectives::ncclCommInitRankConfig(ncclComm_t* comm, int nrank
   c->rank = rank;
   c->nranks = nranks;
   c->token = token;
-  c->dir = absl::StrCat("/dev/shm/revenant-collectives-", token);
+  // In the job's directory (0700, shared by the job's agents on this node),
+  // so no other user can list the token or create the rendezvous first.
+  // Agents always have one; only in-process tests have none.
+  c->dir = absl::StrCat(job_root_.empty() ? std::string("/dev/shm/revenant-") : job_root_ + "/",
+                        "collectives-", token);
   if (replay_phase_ != ReplayPhase::kNone && nranks > 1) {
     // A replacement replaying its journal: the other members connected long
     // ago; this communicator joins them at the recovery's epoch

@@ -14,12 +14,15 @@
 //   ncclComm_t comm;  nccl.ncclCommInitRank(&comm, n, id, r);
 //   nccl.ncclAllReduce(dev_send, dev_recv, count, ncclFloat, ncclSum, comm, stream);
 //
-// Unique id: 8 bytes of magic, then a 16-byte random token (/dev/urandom),
-// the rest zero. Every member of a communicator rendezvous through a Gloo
-// FileStore in /dev/shm/revenant-collectives-<token hex> (created 0700 by
-// whoever comes first, removed by rank 0 once all members are connected and
-// again at destroy), so the ranks of a job on this node need nothing but the
-// id the application already passes around. Init blocks until every member
+// Unique id: 8 bytes of magic, then a 16-byte random token (getrandom), the
+// rest zero. Every member of a communicator rendezvous through a Gloo
+// FileStore in <job root>/collectives-<token hex>, inside the job's 0700
+// directory, so no other user can see the token or create the rendezvous
+// first (created 0700 by whoever comes first, removed by rank 0 once all
+// members are connected and again at destroy; without a job directory, in
+// in-process tests only, /dev/shm/revenant-collectives-<token hex>). The
+// ranks of a job on this node need nothing but the id the application
+// already passes around. Init blocks until every member
 // joined, bounded by REVENANT_COLLECTIVE_TIMEOUT_S (default 60 s).
 //
 // Collectives run in stream order: each unit (one call, or one NCCL group of
