@@ -161,17 +161,19 @@ REVENANT_COLLECTIVE_TIMEOUT_S=30 "$run" -n 2 --backend=host --timeout=120 \
   -- "$nccl_app" --iters 20 --hidden 64 >"$root/job2.out" 2>&1 &
 job=$!
 # Gloo's listeners live only until their peer connects: hold rank 1's agent
-# (SIGSTOP) until the sampler has seen a listener, at most 15 s (a loaded
-# machine may take seconds to bring rank 0 to its communicator), so rank 0's
-# listener stays up long enough to be sampled.
+# (SIGSTOP) until the sampler has seen a listener and the rendezvous, at most
+# 20 s (within the job's 30 s collective timeout; a loaded machine may take
+# seconds to bring rank 0 to its communicator), so rank 0's listener and rendezvous stay up long enough to
+# be sampled. Rank 1's agent is looked for for up to 30 s as well (under a
+# full test run its start took longer than the 10 s waited before).
 (
-  for _ in $(seq 1000); do
+  for _ in $(seq 3000); do
     p1=$(cat "$root"/job2/revenant-*/rank1/agent.pid 2>/dev/null) && [ -n "$p1" ] && break
     sleep 0.01
   done
   if [ -n "${p1:-}" ] && kill -STOP "$p1"; then
-    for _ in $(seq 150); do
-      [ -s "$root/nccl.listen" ] && break
+    for _ in $(seq 200); do
+      [ -s "$root/nccl.listen" ] && [ -s "$root/nccl.jobtokens" ] && break
       sleep 0.1
     done
     sleep 0.2
