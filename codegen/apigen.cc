@@ -1,11 +1,13 @@
 // apigen: turns the API table (api/*.textproto, schema api/api_table.proto)
 // into the code and docs every other part of Revenant uses.
 //
-//   apigen --out_dir=DIR table1.textproto [table2.textproto ...]
+//   apigen --out_dir=DIR [--library_exports=FILE] table1.textproto [table2.textproto ...]
 //
-// writes DIR/{api_ids.h, api_traits.cc, shim_stubs.cc, backend_api.h,
-// backend_api.cc, dispatch.cc, agent_hooks.h, shim_hooks.h, shim.map,
-// library_rows.h, api_coverage.md}. Every file is a pure function of the table, so Bazel
+// writes DIR/{api_ids.h, api_traits.cc, shim_stubs.cc, shim_refused.cc,
+// backend_api.h, backend_api.cc, dispatch.cc, agent_hooks.h, shim_hooks.h,
+// shim.map, library_rows.h, api_coverage.md}. FILE lists the CUDA libraries'
+// exports ("<soname> <name>" lines): those without a row get a refusing stub
+// in shim_refused.cc. Every file is a pure function of the table, so Bazel
 // reruns it only when a row changes. Validation errors name the row and
 // exit 1: a bad row fails the build, not the run.
 #include <fcntl.h>
@@ -419,21 +421,161 @@ void EmitShimHooksHeader(const std::vector<Function>& fns, const std::string& di
   s << "};\n\n#endif  // REVENANT_API_SHIM_HOOKS_H_\n";
 }
 
-void EmitVersionScript(const std::vector<Function>& fns, const std::string& dir) {
+// ---------------------------------------------------------------------------
+// Every other function the CUDA libraries export: refused in the shim.
+//
+// The libraries' exports (api:library_exports, from `nm -D` of the toolkit's
+// libraries at build time) less the table's rows: each gets a stub in the
+// shim that logs once and answers its library's "not supported" status, so
+// no call of an application reaches a real CUDA library in its own process
+// unseen (where the agent's memory does not exist).
+
+struct LibraryExport {
+  std::string soname;  // "libcublasLt.so.13"
+  std::string name;    // "cublasLtMatmul"
+};
+
+struct LibraryInfo {
+  const char* soname;
+  const char* short_name;
+  const char* version_node;   // "" for an unversioned library (NCCL)
+  const char* refused_value;  // the library's "not supported" status
+};
+
+// The libraries whose every export the shim answers (PyTorch links them all).
+constexpr LibraryInfo kLibraries[] = {
+    {"libcudart.so.13", "cudart", "libcudart.so.13", "801 /* cudaErrorNotSupported */"},
+    {"libcublas.so.13", "cublas", "libcublas.so.13", "15 /* CUBLAS_STATUS_NOT_SUPPORTED */"},
+    {"libcublasLt.so.13", "cublasLt", "libcublasLt.so.13", "15 /* CUBLAS_STATUS_NOT_SUPPORTED */"},
+    {"libcudnn.so.9", "cudnn", "libcudnn.so.9", "3000 /* CUDNN_STATUS_NOT_SUPPORTED */"},
+    {"libnccl.so.2", "nccl", "", "5 /* ncclInvalidUsage */"},
+    {"libcusparse.so.12", "cusparse", "libcusparse.so.12", "10 /* CUSPARSE_STATUS_NOT_SUPPORTED */"},
+    {"libcufft.so.12", "cufft", "libcufft.so.12", "16 /* CUFFT_NOT_SUPPORTED */"},
+    {"libcurand.so.10", "curand", "libcurand.so.10", "203 /* CURAND_STATUS_NOT_INITIALIZED */"},
+    {"libcusolver.so.12", "cusolver", "libcusolver.so.12", "15 /* CUSOLVER_STATUS_NOT_SUPPORTED */"},
+};
+
+const LibraryInfo* FindLibrary(const std::string& soname) {
+  for (const LibraryInfo& l : kLibraries)
+    if (soname == l.soname) return &l;
+  return nullptr;
+}
+
+// Names the shim exports from the table (and its own).
+std::set<std::string> TableExports(const std::vector<Function>& fns) {
+  std::set<std::string> out = {"revenantMarkStep"};
+  for (const Function& f : fns) {
+    out.insert(f.name());
+    if (IsNccl(f)) out.insert("p" + f.name());
+  }
+  return out;
+}
+
+std::vector<LibraryExport> ReadLibraryExports(const std::string& path) {
+  std::vector<LibraryExport> out;
+  if (path.empty()) return out;
+  std::ifstream in(path);
+  if (!in) Die("cannot read " + path);
+  std::string soname, name;
+  std::set<std::string> seen;
+  while (in >> soname >> name) {
+    if (FindLibrary(soname) == nullptr) Die(path + ": unknown library " + soname);
+    // C++ names are not part of the libraries' C APIs.
+    if (name.rfind("_Z", 0) == 0) continue;
+    if (!seen.insert(name).second) continue;  // exported by two: the first one
+    out.push_back({soname, name});
+  }
+  return out;
+}
+
+// The refused exports: the libraries' exports the table has no row for.
+std::vector<LibraryExport> Refused(const std::vector<Function>& fns,
+                                   const std::vector<LibraryExport>& exports) {
+  const std::set<std::string> table = TableExports(fns);
+  std::vector<LibraryExport> out;
+  for (const LibraryExport& e : exports)
+    if (!table.count(e.name)) out.push_back(e);
+  return out;
+}
+
+// Functions whose result is not a status: a string, or a version number.
+enum class RefusedShape { kStatus, kString, kVersion };
+RefusedShape ShapeOf(const std::string& name) {
+  auto ends = [&](const char* suffix) {
+    const std::string s(suffix);
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  if (ends("ErrorString") || ends("StatusString") || ends("ErrorName") || ends("StatusName"))
+    return RefusedShape::kString;
+  if (name == "cudnnGetVersion" || name == "cudnnGetMaxDeviceVersion" ||
+      name == "cudnnGetCudartVersion" || name == "cublasLtGetVersion" ||
+      name == "cublasLtGetCudartVersion" || name == "cublasGetCudartVersion")
+    return RefusedShape::kVersion;
+  return RefusedShape::kStatus;
+}
+
+void EmitRefused(const std::vector<Function>& fns, const std::vector<LibraryExport>& exports,
+                 const std::string& dir) {
+  Out o(dir, "shim_refused.cc");
+  auto& s = o.s();
+  s << kBanner
+    << "// Every function the CUDA libraries export that the table has no row for:\n"
+    << "// refused with one log line. No CUDA header is included: the stubs do not\n"
+    << "// claim the functions' signatures (arguments are ignored; the result is a\n"
+    << "// status, a string or a version number in a register).\n"
+    << "#include <atomic>\n#include <cstddef>\n\n#include \"shim/refused.h\"\n\n"
+    << "#define REVENANT_REFUSED_EXPORT extern \"C\" __attribute__((visibility(\"default\")))\n\n";
+  int i = 0;
+  for (const LibraryExport& e : Refused(fns, exports)) {
+    const LibraryInfo& lib = *FindLibrary(e.soname);
+    s << "static std::atomic<bool> refused_" << i << "{false};\n";
+    switch (ShapeOf(e.name)) {
+      case RefusedShape::kString:
+        s << "REVENANT_REFUSED_EXPORT const char* " << e.name << "(...) {\n"
+          << "  ::revenant::shim::NoteRefused(&refused_" << i << ", \"" << e.name << "\", \""
+          << lib.soname << "\");\n"
+          << "  return \"" << e.name << " is not supported under Revenant\";\n}\n";
+        break;
+      case RefusedShape::kVersion:
+        s << "REVENANT_REFUSED_EXPORT size_t " << e.name << "(...) {\n"
+          << "  ::revenant::shim::NoteRefused(&refused_" << i << ", \"" << e.name << "\", \""
+          << lib.soname << "\");\n  return 0;\n}\n";
+        break;
+      case RefusedShape::kStatus:
+        s << "REVENANT_REFUSED_EXPORT int " << e.name << "(...) {\n"
+          << "  ::revenant::shim::NoteRefused(&refused_" << i << ", \"" << e.name << "\", \""
+          << lib.soname << "\");\n  return " << lib.refused_value << ";\n}\n";
+        break;
+    }
+    ++i;
+  }
+}
+
+void EmitVersionScript(const std::vector<Function>& fns, const std::vector<LibraryExport>& exports,
+                       const std::string& dir) {
   Out o(dir, "shim.map");
   auto& s = o.s();
-  s << "/* Generated by codegen/apigen. Runtime names carry libcudart.so.13's version\n"
-    << "   and cuBLAS names libcublas.so.13's, so versioned references\n"
-    << "   (name@libcudart.so.13, name@libcublas.so.13) bind to the shim; NCCL\n"
-    << "   programs' unversioned references bind to these default versions too. */\n";
-  for (const char* node : {"libcudart.so.13", "libcublas.so.13"}) {
+  s << "/* Generated by codegen/apigen. Each name carries the version node of the\n"
+    << "   library that exports it (runtime names libcudart.so.13's, cuBLAS names\n"
+    << "   libcublas.so.13's, ...), so versioned references (name@libcublasLt.so.13)\n"
+    << "   bind to the shim; NCCL's and other unversioned references bind to these\n"
+    << "   default versions too. */\n";
+  const std::vector<LibraryExport> refused = Refused(fns, exports);
+  for (const LibraryInfo& lib : kLibraries) {
+    const std::string node = *lib.version_node ? lib.version_node : "libcudart.so.13";
+    if (!*lib.version_node) continue;  // unversioned names go into libcudart.so.13's node
     s << node << " {\n  global:\n";
     for (const Function& f : fns) {
       if (std::string(VersionNode(f.library())) != node) continue;
       s << "    " << f.name() << ";\n";
       if (IsNccl(f)) s << "    p" << f.name() << ";\n";
     }
-    if (std::string(node) == "libcudart.so.13") s << "    revenantMarkStep;\n  local:\n    *;\n";
+    for (const LibraryExport& e : refused) {
+      const LibraryInfo& from = *FindLibrary(e.soname);
+      const std::string its = *from.version_node ? from.version_node : "libcudart.so.13";
+      if (its == node) s << "    " << e.name << ";\n";
+    }
+    if (node == "libcudart.so.13") s << "    revenantMarkStep;\n  local:\n    *;\n";
     s << "};\n";
   }
 }
@@ -716,7 +858,8 @@ const char* LibraryName(Library l) {
   }
 }
 
-void EmitCoverage(const std::vector<Function>& fns, const std::string& dir) {
+void EmitCoverage(const std::vector<Function>& fns, const std::vector<LibraryExport>& exports,
+                  const std::string& dir) {
   Out o(dir, "api_coverage.md");
   auto& s = o.s();
   std::map<std::string, int> per_support;
@@ -736,6 +879,24 @@ void EmitCoverage(const std::vector<Function>& fns, const std::string& dir) {
   s << "\n\nPer library (remoted by the agent / answered in the shim, refusals included):";
   for (auto& [lib, counts] : per_library)
     s << " " << lib << " " << counts.first << " / " << counts.second << ";";
+  if (!exports.empty()) {
+    // Per shared object: its exports with a row, and those refused.
+    std::map<std::string, std::pair<int, int>> per_so;
+    const std::set<std::string> table = TableExports(fns);
+    for (const LibraryExport& e : exports) {
+      auto& [rows, refused] = per_so[e.soname];
+      (table.count(e.name) ? rows : refused)++;
+    }
+    s << "\n\nEvery function the CUDA libraries export (`nm -D` of the toolkit's libraries at"
+      << " build time) is exported by the shim: from a row of the table, or refused (one log"
+      << " line, the library's \"not supported\" status; `//shim:library_exports_test` checks"
+      << " it). Per library (with a row / refused):";
+    for (const LibraryInfo& l : kLibraries) {
+      auto it = per_so.find(l.soname);
+      if (it == per_so.end()) continue;
+      s << " " << l.soname << " " << it->second.first << " / " << it->second.second << ";";
+    }
+  }
   s << "\n\n- **mode**: sync (waits for the agent), async (returns at once; errors surface"
     << " later), local (answered in the shim).\n"
     << "- **journal**: STATE (setup log, compacted), REPLAY (minibatch log), SKIP.\n"
@@ -763,12 +924,16 @@ void EmitCoverage(const std::vector<Function>& fns, const std::string& dir) {
 
 int main(int argc, char** argv) {
   using namespace revenant::codegen;
-  std::string out_dir;
+  std::string out_dir, exports_path;
   std::vector<revenant::api_table::Function> fns;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--out_dir=", 0) == 0) {
       out_dir = arg.substr(10);
+      continue;
+    }
+    if (arg.rfind("--library_exports=", 0) == 0) {
+      exports_path = arg.substr(18);
       continue;
     }
     std::ifstream in(arg);
@@ -782,14 +947,16 @@ int main(int argc, char** argv) {
   }
   if (out_dir.empty() || fns.empty()) Die("usage: apigen --out_dir=DIR table.textproto...");
   Validate(fns);
+  const std::vector<LibraryExport> exports = ReadLibraryExports(exports_path);
   EmitIds(fns, out_dir);
   EmitTraits(fns, out_dir);
   EmitShim(fns, out_dir);
   EmitShimHooksHeader(fns, out_dir);
-  EmitVersionScript(fns, out_dir);
+  EmitVersionScript(fns, exports, out_dir);
+  EmitRefused(fns, exports, out_dir);
   EmitBackend(fns, out_dir);
   EmitDispatch(fns, out_dir);
   EmitLibraryRows(fns, out_dir);
-  EmitCoverage(fns, out_dir);
+  EmitCoverage(fns, exports, out_dir);
   return 0;
 }
