@@ -157,6 +157,26 @@ TEST_F(DispatchTest, MalformedRequestsNeverReachTheBackend) {
   EXPECT_EQ(backend_.calls, 0);
 }
 
+// Enum arguments are checked against their enumeration's range at decode
+// (the agent never holds an out-of-range enum) and answered with the real
+// library's code.
+TEST_F(DispatchTest, OutOfRangeEnumsGetTheNativeCodeAndNeverReachTheBackend) {
+  Request limit;
+  limit.enc.PutFlag(true);
+  limit.enc.Put(int32_t{1 << 24});
+  EXPECT_EQ(Run(api::ApiId::cudaDeviceGetLimit, limit), cudaErrorUnsupportedLimit);
+  Request below;
+  below.enc.PutFlag(true);
+  below.enc.Put(int32_t{-1});
+  EXPECT_EQ(Run(api::ApiId::cudaDeviceGetLimit, below), cudaErrorUnsupportedLimit);
+  Request attr;
+  attr.enc.PutFlag(true);
+  attr.enc.Put(int32_t{0});  // below cudaDevAttrMaxThreadsPerBlock
+  attr.enc.Put(int32_t{0});
+  EXPECT_EQ(Run(api::ApiId::cudaDeviceGetAttribute, attr), cudaErrorInvalidValue);
+  EXPECT_EQ(backend_.calls, 0);
+}
+
 // cuBLAS scalars travel as values (host pointer mode) or device addresses
 // (device pointer mode); a request that disagrees with the backend's handle
 // is refused before the backend could dereference it, and short scalar bytes

@@ -112,6 +112,46 @@ std::string BadRequest(const Function& f) {
   if (IsCublas(f)) return "CUBLAS_STATUS_INVALID_VALUE";
   return IsNccl(f) ? "ncclInvalidArgument" : "cudaErrorInvalidValue";
 }
+// Enum types whose values cross the wire: decoded as their underlying
+// integer and checked against the enumeration's range before they become
+// the enum (so the agent never holds an out-of-range enum value), answered
+// outside it with the code the real library answers. The bounds are
+// enumerators, so the headers check them at compile time. Left out: enums
+// whose range is the whole int (ncclRedOp_t: user-made operations; statuses
+// handed to the string functions; cublasMath_t: flags), and the sparse ones
+// the backends check value by value (cudaDataType, cublasComputeType_t,
+// cublasGemmAlgo_t).
+struct EnumRange {
+  const char* type;
+  const char* min;
+  const char* max;
+  const char* cudart_error;  // for runtime rows; others: BadRequest's code
+};
+constexpr EnumRange kEnumRanges[] = {
+    {"cudaMemcpyKind", "cudaMemcpyHostToHost", "cudaMemcpyDefault", "cudaErrorInvalidMemcpyDirection"},
+    {"cudaLimit", "cudaLimitStackSize", "cudaLimitPersistingL2CacheSize", "cudaErrorUnsupportedLimit"},
+    {"cudaStreamCaptureMode", "cudaStreamCaptureModeGlobal", "cudaStreamCaptureModeRelaxed",
+     "cudaErrorInvalidValue"},
+    {"cudaMemPoolAttr", "cudaMemPoolReuseFollowEventDependencies", "cudaMemPoolAttrUsedMemHigh",
+     "cudaErrorInvalidValue"},
+    {"cudaFuncAttribute", "cudaFuncAttributeMaxDynamicSharedMemorySize", "cudaFuncAttributeMax",
+     "cudaErrorInvalidValue"},
+    {"cudaDeviceAttr", "cudaDevAttrMaxThreadsPerBlock", "cudaDevAttrMax", "cudaErrorInvalidValue"},
+    {"ncclDataType_t", "ncclInt8", "ncclNumTypes", ""},
+    {"ncclScalarResidence_t", "ncclScalarDevice", "ncclScalarHostImmediate", ""},
+    {"cublasOperation_t", "CUBLAS_OP_N", "CUBLAS_OP_CONJG", ""},
+    {"cublasSideMode_t", "CUBLAS_SIDE_LEFT", "CUBLAS_SIDE_RIGHT", ""},
+    {"cublasFillMode_t", "CUBLAS_FILL_MODE_LOWER", "CUBLAS_FILL_MODE_FULL", ""},
+    {"cublasDiagType_t", "CUBLAS_DIAG_NON_UNIT", "CUBLAS_DIAG_UNIT", ""},
+    {"cublasPointerMode_t", "CUBLAS_POINTER_MODE_HOST", "CUBLAS_POINTER_MODE_DEVICE", ""},
+};
+
+const EnumRange* FindEnumRange(const std::string& c_type) {
+  for (const EnumRange& e : kEnumRanges)
+    if (LocalType(c_type) == e.type) return &e;
+  return nullptr;
+}
+
 // A handle parameter that names no live handle: cuBLAS answers a null or
 // destroyed cublasHandle_t with NOT_INITIALIZED, anything else it is handed
 // (a stream) with INVALID_VALUE.
@@ -683,6 +723,17 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
     }
     switch (KindOf(f, p)) {
       case Kind::kValue:
+        if (const EnumRange* e = FindEnumRange(p.c_type()); e != nullptr && p.handle() == pb::NO_HANDLE) {
+          const std::string bad = IsCublas(f) || IsNccl(f) ? BadRequest(f) : e->cudart_error;
+          s << "      std::underlying_type_t<" << e->type << "> " << n << "_raw{};\n"
+            << "      if (!in.Get(&" << n << "_raw)) return " << BadRequest(f) << ";\n"
+            << "      if (" << n << "_raw < static_cast<std::underlying_type_t<" << e->type << ">>("
+            << e->min << ") || " << n << "_raw > static_cast<std::underlying_type_t<" << e->type
+            << ">>(" << e->max << ")) return " << bad << ";\n"
+            << "      const " << e->type << " " << n << " = static_cast<" << e->type << ">(" << n
+            << "_raw);\n";
+          break;
+        }
         s << "      " << LocalType(p.c_type()) << " " << n << "{};\n"
           << "      if (!in.Get(&" << n << ")) return " << BadRequest(f) << ";\n";
         if (p.handle() != pb::NO_HANDLE) {
@@ -798,7 +849,7 @@ void EmitDispatch(const std::vector<Function>& fns, const std::string& dir) {
   }
   Out o(dir, "dispatch.cc");
   auto& s = o.s();
-  s << kBanner << "#include <cstring>\n\n#include \"agent/dispatch.h\"\n"
+  s << kBanner << "#include <cstring>\n#include <type_traits>\n\n#include \"agent/dispatch.h\"\n"
     << "#include \"api/agent_hooks.h\"\n#include \"api/backend_api.h\"\n\n"
     << "namespace revenant {\nnamespace agent {\n\nusing ::revenant::api::ApiId;\n\n"
     << "// The largest scalar a device_if parameter points to (a double complex).\n"
