@@ -19,8 +19,23 @@ bool Coordinator::AgentDied(int rank, int status, absl::Time now) {
   const std::string how = WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status))
                                               : absl::StrCat("status ", WEXITSTATUS(status));
   RecordEvent(options_.job_dir, "agent_died", rank, epoch_, how);
-  if (!options_.recover || !WIFSIGNALED(status) || recoveries_ >= options_.max_recoveries) {
+  if (!options_.recover || !WIFSIGNALED(status) || recoveries_ >= options_.max_recoveries ||
+      gave_up()) {
     return false;
+  }
+  auto started = replacement_started_.find(rank);
+  if (started != replacement_started_.end() && now - started->second < options_.quick_death) {
+    if (++quick_deaths_[rank] >= options_.max_quick_deaths) {
+      give_up_reason_ = absl::StrCat(
+          "the replacements of rank ", rank, " died ", quick_deaths_[rank],
+          " times in a row, each within ", absl::FormatDuration(options_.quick_death),
+          " of its start (last: ", how,
+          "): a request the rank replays kills every agent that runs it; not replacing it again");
+      RecordEvent(options_.job_dir, "recovery_abandoned", rank, epoch_, give_up_reason_);
+      return false;
+    }
+  } else {
+    quick_deaths_[rank] = 0;
   }
   ++recoveries_;
   if (pending_.empty()) due_ = now + options_.batch_window;
@@ -45,7 +60,8 @@ std::vector<Coordinator::Replacement> Coordinator::DueReplacements(absl::Time no
   return out;
 }
 
-void Coordinator::ReplacementStarted(int rank, const std::string& how) {
+void Coordinator::ReplacementStarted(int rank, const std::string& how, absl::Time now) {
+  replacement_started_[rank] = now;
   RecordEvent(options_.job_dir, "replacement_started", rank, epoch_, how);
 }
 

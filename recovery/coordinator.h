@@ -18,6 +18,7 @@
 #ifndef REVENANT_RECOVERY_COORDINATOR_H_
 #define REVENANT_RECOVERY_COORDINATOR_H_
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,10 @@ class Coordinator {
     int max_recoveries = 8;   // replacements over the job's life
     // Deaths within this window of the first share one epoch.
     absl::Duration batch_window = absl::Milliseconds(800);
+    // A rank whose replacements die this many times in a row, each within
+    // `quick_death` of its start, is given up (see AgentDied).
+    int max_quick_deaths = 3;
+    absl::Duration quick_death = absl::Seconds(30);
   };
 
   struct Replacement {
@@ -54,7 +59,16 @@ class Coordinator {
   // repeat it. Deaths close together (two ranks at once, a node's GPUs) wait
   // for one another so that their replacements start in one epoch and
   // re-form the collectives once, not once per death.
+  //
+  // A rank whose replacements keep dying soon after they start (each within
+  // options.quick_death, max_quick_deaths times in a row) is given up: a
+  // request its journal replays kills every agent that runs it, and
+  // replacing it again would only loop until the job's time runs out. Then
+  // gave_up() is true and give_up_reason() says why; the launcher ends the
+  // job.
   bool AgentDied(int rank, int status, absl::Time now);
+  bool gave_up() const { return !give_up_reason_.empty(); }
+  const std::string& give_up_reason() const { return give_up_reason_; }
 
   // The replacements whose batch window ended by `now`, in death order,
   // after declaring the next recovery epoch (<job_dir>/epoch, replaced
@@ -66,7 +80,7 @@ class Coordinator {
 
   // A replacement for `rank` was started (`how`: "spare, pid P" or "new
   // process, pid P"): recorded in the events.
-  void ReplacementStarted(int rank, const std::string& how);
+  void ReplacementStarted(int rank, const std::string& how, absl::Time now);
 
   // Spares: `id` is the launcher's name for a waiting spare agent.
   void AddSpare(int id);
@@ -92,6 +106,9 @@ class Coordinator {
   std::vector<int> pending_;  // ranks to replace, in death order
   absl::Time due_ = absl::InfiniteFuture();
   std::vector<int> spares_;   // waiting spares, oldest first
+  std::map<int, absl::Time> replacement_started_;  // per rank, the latest
+  std::map<int, int> quick_deaths_;                // per rank, in a row
+  std::string give_up_reason_;
 };
 
 }  // namespace recovery

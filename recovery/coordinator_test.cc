@@ -105,6 +105,47 @@ TEST(CoordinatorTest, AnAgentThatExitsByItselfOrPastTheLimitIsNotReplaced) {
   EXPECT_TRUE(off.DueReplacements(t0 + absl::Seconds(1)).empty());
 }
 
+TEST(CoordinatorTest, ARankWhoseReplacementsKeepDyingAtOnceIsGivenUp) {
+  const std::string dir = TempDir();
+  Coordinator c({dir, true, 16, absl::Milliseconds(1), 3, absl::Seconds(30)});
+  absl::Time t = absl::Now();
+  // The first death is the agent's own; then its replacements die 2 s after
+  // their start, twice: still replaced.
+  ASSERT_TRUE(c.AgentDied(1, Killed(SIGSEGV), t));
+  for (int i = 0; i < 2; ++i) {
+    t += absl::Seconds(1);
+    ASSERT_EQ(1u, c.DueReplacements(t).size());
+    c.ReplacementStarted(1, "new process", t);
+    t += absl::Seconds(2);
+    EXPECT_TRUE(c.AgentDied(1, Killed(SIGSEGV), t)) << i;
+    EXPECT_FALSE(c.gave_up());
+  }
+  t += absl::Seconds(1);
+  ASSERT_EQ(1u, c.DueReplacements(t).size());
+  c.ReplacementStarted(1, "new process", t);
+  // The third quick death in a row: given up, with the reason.
+  EXPECT_FALSE(c.AgentDied(1, Killed(SIGSEGV), t + absl::Seconds(2)));
+  EXPECT_TRUE(c.gave_up());
+  EXPECT_THAT(c.give_up_reason(), HasSubstr("rank 1 died 3 times in a row"));
+  EXPECT_THAT(Contents(dir + "/events.jsonl"), HasSubstr("\"recovery_abandoned\""));
+  EXPECT_FALSE(c.AgentDied(2, Killed(SIGKILL), t + absl::Seconds(3))) << "nothing after";
+}
+
+TEST(CoordinatorTest, AReplacementThatLivedLongResetsTheCount) {
+  Coordinator c({TempDir(), true, 16, absl::Milliseconds(1), 3, absl::Seconds(30)});
+  absl::Time t = absl::Now();
+  ASSERT_TRUE(c.AgentDied(0, Killed(SIGKILL), t));
+  for (int i = 0; i < 6; ++i) {
+    t += absl::Seconds(1);
+    ASSERT_EQ(1u, c.DueReplacements(t).size());
+    c.ReplacementStarted(0, "new process", t);
+    // Alternately quick and long-lived: never three quick ones in a row.
+    t += i % 2 == 0 ? absl::Seconds(2) : absl::Seconds(60);
+    EXPECT_TRUE(c.AgentDied(0, Killed(SIGKILL), t)) << i;
+  }
+  EXPECT_FALSE(c.gave_up());
+}
+
 TEST(CoordinatorTest, ARemovedSpareIsNotOffered) {
   Coordinator c({TempDir(), true, 8, absl::Milliseconds(1)});
   c.AddSpare(5);

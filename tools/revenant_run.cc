@@ -748,6 +748,13 @@ int Main(int argc, char** argv) {
             // A replacement comes on the same socket: the rank's shim
             // reconnects and hands it the channel; it replays the journal.
             coordinator.AgentDied(c.rank, status, absl::Now());
+            if (coordinator.gave_up() && !stopping) {
+              Say("recovery given up: " + coordinator.give_up_reason() + "; stopping the job");
+              if (result == 0) result = 1;
+              stopping = true;
+              stop_all(SIGTERM);
+              kill_deadline = absl::Now() + absl::Seconds(3);
+            }
           }
         } else {
           if (code != 0 && !first_failure_reported) {
@@ -784,7 +791,7 @@ int Main(int argc, char** argv) {
           for (Pipe& p : pipes) {
             if (p.pid == spare->pid) p.label = spare->label;
           }
-          coordinator.ReplacementStarted(rank, absl::StrCat("spare, pid ", spare->pid));
+          coordinator.ReplacementStarted(rank, absl::StrCat("spare, pid ", spare->pid), absl::Now());
           Say(absl::StrCat("recovery epoch ", epoch, ": spare agent pid ", spare->pid,
                            " takes rank ", rank));
           if (spares_wanted > 0) start_spare(&replacements);
@@ -796,7 +803,7 @@ int Main(int argc, char** argv) {
       }
       pid_t pid = Spawn(agent_args[rank], base_env, absl::StrCat("a", rank), &pipes);
       if (pid > 0) {
-        coordinator.ReplacementStarted(rank, absl::StrCat("new process, pid ", pid));
+        coordinator.ReplacementStarted(rank, absl::StrCat("new process, pid ", pid), absl::Now());
         replacements.push_back({pid, absl::StrCat("a", rank), true, rank});
         Say(absl::StrCat("recovery epoch ", epoch, ": replacement agent for rank ", rank,
                          " started (pid ", pid, ")"));
