@@ -166,9 +166,14 @@ job=$!
 # seconds to bring rank 0 to its communicator), so rank 0's listener and rendezvous stay up long enough to
 # be sampled. Rank 1's agent is looked for for up to 30 s as well (under a
 # full test run its start took longer than the 10 s waited before).
+# Held only once it listens on its socket: revenant-run starts the
+# applications when every agent's socket exists, so an agent stopped before
+# that holds the whole job back (nothing to sample).
 (
   for _ in $(seq 3000); do
-    p1=$(cat "$root"/job2/revenant-*/rank1/agent.pid 2>/dev/null) && [ -n "$p1" ] && break
+    p1=$(cat "$root"/job2/revenant-*/rank1/agent.pid 2>/dev/null) && [ -n "$p1" ] &&
+      ls "$root"/job2/revenant-*/rank1/agent.sock >/dev/null 2>&1 && break
+    p1=
     sleep 0.01
   done
   if [ -n "${p1:-}" ] && kill -STOP "$p1"; then
