@@ -19,13 +19,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "agent/validator.h"
+#include "api/reply_prefix.h"
 #include "common/knobs.h"
 #include "journal/journal.h"
 
 #include "common/events.h"
 #include "common/kv.h"
 #include "common/logging.h"
-#include "shim/wire_prefix.h"
 #include "transport/control_socket.h"
 
 namespace revenant {

@@ -7,9 +7,9 @@
 #include <set>
 #include <string>
 
+#include "api/reply_prefix.h"
 #include "common/logging.h"
 #include "shim/runtime.h"
-#include "shim/wire_prefix.h"
 
 namespace revenant {
 namespace shim {

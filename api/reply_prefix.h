@@ -1,11 +1,12 @@
-// The fixed prefix of every reply, before the encoded OUT values.
+// The fixed prefix of every reply, before the encoded OUT values (written by
+// the agent, read by the shim).
 //
 // It carries the first error an asynchronous call of this process hit in the
 // agent since the previous reply, so that deferred errors reach the
 // application at its next synchronous call (cudaGetLastError then reports
 // them), as CUDA's asynchronous errors do.
-#ifndef REVENANT_SHIM_WIRE_PREFIX_H_
-#define REVENANT_SHIM_WIRE_PREFIX_H_
+#ifndef REVENANT_API_REPLY_PREFIX_H_
+#define REVENANT_API_REPLY_PREFIX_H_
 
 #include <cstdint>
 
@@ -23,4 +24,4 @@ static_assert(kReplyPrefixSize == 8, "keeps OUT values 8-byte aligned");
 
 }  // namespace revenant
 
-#endif  // REVENANT_SHIM_WIRE_PREFIX_H_
+#endif  // REVENANT_API_REPLY_PREFIX_H_
