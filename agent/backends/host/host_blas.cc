@@ -18,6 +18,15 @@ namespace agent {
 namespace host {
 namespace {
 
+// cuBLAS's arrays and scalars are aligned to their element type (a
+// misaligned one faults on the GPU); the host backend refuses one rather
+// than access it.
+template <typename T>
+bool Aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % alignof(T) == 0;
+}
+
+
 constexpr char kLog[] = "host-backend";
 
 CBLAS_TRANSPOSE ToCblas(cublasOperation_t op) {
@@ -296,14 +305,16 @@ cublasStatus_t HostBackend::Gemm(const char* api, cublasHandle_t handle, const G
   const int cols_b = g.transb == CUBLAS_OP_N ? g.n : g.k;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto reach = [&](const void* p, uint64_t n) { return n == 0 || DeviceAccessible(p, n); };
+    auto reach = [&](const void* p, uint64_t n) {
+      return n == 0 || (Aligned<T>(p) && DeviceAccessible(p, n));
+    };
     if (device && (!reach(g.alpha, sizeof(T)) || !reach(g.beta, sizeof(T)))) {
-      return Unreachable(api, "alpha/beta are not device memory (pointer mode device)");
+      return Unreachable(api, "alpha/beta are not aligned device memory (pointer mode device)");
     }
     if (!reach(g.a, MatrixBytes<T>(rows_a, cols_a, g.lda, g.stride_a, g.batch_count)) ||
         !reach(g.b, MatrixBytes<T>(rows_b, cols_b, g.ldb, g.stride_b, g.batch_count)) ||
         !reach(g.c, MatrixBytes<T>(g.m, g.n, g.ldc, g.stride_c, g.batch_count))) {
-      return Unreachable(api, "A, B or C is not device memory of that size");
+      return Unreachable(api, "A, B or C is not aligned device memory of that size");
     }
   }
   const GemmArgs a = g;
@@ -351,13 +362,14 @@ cublasStatus_t HostBackend::Gemv(const char* api, cublasHandle_t handle, cublasO
   const int len_y = trans == CUBLAS_OP_N ? m : n;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (device && (!DeviceAccessible(alpha, sizeof(T)) || !DeviceAccessible(beta, sizeof(T)))) {
-      return Unreachable(api, "alpha/beta are not device memory (pointer mode device)");
+    if (device && (!(Aligned<T>(alpha) && DeviceAccessible(alpha, sizeof(T))) ||
+                   !(Aligned<T>(beta) && DeviceAccessible(beta, sizeof(T))))) {
+      return Unreachable(api, "alpha/beta are not aligned device memory (pointer mode device)");
     }
-    if (!DeviceAccessible(a, MatrixBytes<T>(m, n, lda, 0, 1)) ||
-        !DeviceAccessible(x, VectorBytes<T>(len_x, incx)) ||
-        !DeviceAccessible(y, VectorBytes<T>(len_y, incy))) {
-      return Unreachable(api, "A, x or y is not device memory of that size");
+    if (!(Aligned<T>(a) && DeviceAccessible(a, MatrixBytes<T>(m, n, lda, 0, 1))) ||
+        !(Aligned<T>(x) && DeviceAccessible(x, VectorBytes<T>(len_x, incx))) ||
+        !(Aligned<T>(y) && DeviceAccessible(y, VectorBytes<T>(len_y, incy)))) {
+      return Unreachable(api, "A, x or y is not aligned device memory of that size");
     }
   }
   const cudaError_t e = EnqueueFallible(h.stream, [=]() {
@@ -376,12 +388,12 @@ cublasStatus_t HostBackend::Dot(const char* api, cublasHandle_t handle, int n, c
   const bool device = h.pointer_mode == CUBLAS_POINTER_MODE_DEVICE;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (device && !DeviceAccessible(result, sizeof(T))) {
-      return Unreachable(api, "the result is not device memory (pointer mode device)");
+    if (device && !(Aligned<T>(result) && DeviceAccessible(result, sizeof(T)))) {
+      return Unreachable(api, "the result is not aligned device memory (pointer mode device)");
     }
-    if (n > 0 && (!DeviceAccessible(x, VectorBytes<T>(n, incx)) ||
-                  !DeviceAccessible(y, VectorBytes<T>(n, incy)))) {
-      return Unreachable(api, "x or y is not device memory of that size");
+    if (n > 0 && (!(Aligned<T>(x) && DeviceAccessible(x, VectorBytes<T>(n, incx))) ||
+                  !(Aligned<T>(y) && DeviceAccessible(y, VectorBytes<T>(n, incy))))) {
+      return Unreachable(api, "x or y is not aligned device memory of that size");
     }
   }
   // cuBLAS: n <= 0 gives 0. A host result is written by the time the call
@@ -440,12 +452,12 @@ cublasStatus_t HostBackend::Trsm(const char* api, cublasHandle_t handle, cublasS
   const int order = side == CUBLAS_SIDE_LEFT ? m : n;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (device && !DeviceAccessible(alpha, sizeof(T))) {
+    if (device && !(Aligned<T>(alpha) && DeviceAccessible(alpha, sizeof(T)))) {
       return Unreachable(api, "alpha is not device memory (pointer mode device)");
     }
-    if (!DeviceAccessible(a, MatrixBytes<T>(order, order, lda, 0, 1)) ||
-        !DeviceAccessible(b, MatrixBytes<T>(m, n, ldb, 0, 1))) {
-      return Unreachable(api, "A or B is not device memory of that size");
+    if (!(Aligned<T>(a) && DeviceAccessible(a, MatrixBytes<T>(order, order, lda, 0, 1))) ||
+        !(Aligned<T>(b) && DeviceAccessible(b, MatrixBytes<T>(m, n, ldb, 0, 1)))) {
+      return Unreachable(api, "A or B is not aligned device memory of that size");
     }
   }
   const TrsmOps ops{side == CUBLAS_SIDE_LEFT ? CblasLeft : CblasRight,

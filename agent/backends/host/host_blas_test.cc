@@ -155,6 +155,17 @@ TEST_F(HostBlasTest, BadCallsGetCublasCodesAndNeverTouchMemory) {
   EXPECT_EQ(b_->cublasSgemm_v2(h_, CUBLAS_OP_N, CUBLAS_OP_N, 64, 64, 64, &one, a, 64, a, 64, &one, a, 64),
             CUBLAS_STATUS_EXECUTION_FAILED)
       << "A spans far beyond its allocation";
+  // Misaligned arrays and a misaligned device-mode result (the dispatch
+  // fuzzer's regression_blas_misaligned_result): refused, nothing written.
+  float* b = Floats({1, 2, 3, 4, 5, 6, 7, 8});
+  const float* odd = reinterpret_cast<const float*>(reinterpret_cast<const char*>(b) + 1);
+  EXPECT_EQ(b_->cublasSdot_v2(h_, 2, odd, 1, b, 1, &host[0]), CUBLAS_STATUS_EXECUTION_FAILED);
+  ASSERT_EQ(b_->cublasSetPointerMode_v2(h_, CUBLAS_POINTER_MODE_DEVICE), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(b_->cublasSdot_v2(h_, 2, b, 1, b, 1, const_cast<float*>(odd)),
+            CUBLAS_STATUS_EXECUTION_FAILED);
+  ASSERT_EQ(b_->cublasSetPointerMode_v2(h_, CUBLAS_POINTER_MODE_HOST), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(b_->cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(std::vector<float>(b, b + 8), (std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}));
   // Strides whose extent overflows 64 bits.
   EXPECT_EQ(b_->cublasSgemmStridedBatched(h_, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, a, 2,
                                           1ll << 62, a, 2, 0, &one, a, 2, 0, 1 << 20),
