@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "agent/backends/cuda/cuda_nccl_start.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -177,40 +178,8 @@ absl::StatusOr<std::vector<NcclRecoveryReport>> ExchangeRecoveryReports(
       !s.ok()) {
     return s;
   }
-  std::vector<NcclRecoveryReport> all(nranks);
-  std::vector<bool> have(nranks, false);
-  int count = 0;
-  for (;;) {
-    for (int r = 0; r < nranks; ++r) {
-      if (have[r]) continue;
-      const std::string path = absl::StrCat(dir, "/report", r);
-      std::string line;
-      if (!ReadWhole(path, &line)) continue;
-      absl::StatusOr<NcclRecoveryReport> rep = ParseRecoveryReport(line);
-      if (!rep.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, " does not parse: ", rep.status().message()));
-      }
-      if (rep->rank != r) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, " names rank ", rep->rank, ", not ", r));
-      }
-      all[r] = *rep;
-      have[r] = true;
-      ++count;
-    }
-    if (count == nranks) return all;
-    if (preempt && preempt()) return absl::AbortedError("a newer recovery epoch was declared");
-    if (absl::Now() >= deadline) {
-      std::vector<int> missing;
-      for (int r = 0; r < nranks; ++r) {
-        if (!have[r]) missing.push_back(r);
-      }
-      return absl::DeadlineExceededError(absl::StrCat(
-          "rank(s) ", absl::StrJoin(missing, ", "), " of ", nranks, " did not report in ", dir));
-    }
-    absl::SleepFor(kPoll);
-  }
+  return CollectRankLines<NcclRecoveryReport>(dir, "report", nranks, deadline,
+                                              ParseRecoveryReport, "did not report in", preempt);
 }
 
 absl::Status WriteRecoveryBlob(const std::string& dir, const std::string& name,

@@ -196,41 +196,8 @@ absl::StatusOr<std::vector<StartRankInfo>> ExchangeStartInfo(const std::string& 
       return absl::UnavailableError(absl::StrCat("cannot write ", mine));
     }
   }
-  std::vector<StartRankInfo> all(nranks);
-  std::vector<bool> have(nranks, false);
-  int count = 0;
-  for (;;) {
-    for (int r = 0; r < nranks; ++r) {
-      if (have[r]) continue;
-      const std::string path = absl::StrCat(dir, "/rank", r);
-      std::ifstream f(path);
-      std::string line;
-      if (!f || !std::getline(f, line)) continue;
-      absl::StatusOr<StartRankInfo> info = ParseStartInfo(line);
-      if (!info.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, " does not parse: ", info.status().message()));
-      }
-      if (info->rank != r) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, " names rank ", info->rank, ", not ", r));
-      }
-      all[r] = *info;
-      have[r] = true;
-      ++count;
-    }
-    if (count == nranks) return all;
-    if (absl::Now() >= deadline) {
-      std::vector<int> missing;
-      for (int r = 0; r < nranks; ++r) {
-        if (!have[r]) missing.push_back(r);
-      }
-      return absl::DeadlineExceededError(
-          absl::StrCat("rank(s) ", absl::StrJoin(missing, ", "), " of ", nranks,
-                       " did not join the NCCL start agreement in ", dir));
-    }
-    absl::SleepFor(absl::Milliseconds(2));
-  }
+  return CollectRankLines<StartRankInfo>(dir, "rank", nranks, deadline, ParseStartInfo,
+                                         "did not join the NCCL start agreement in");
 }
 
 std::string IdHash(absl::string_view bytes) {

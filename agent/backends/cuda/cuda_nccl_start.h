@@ -33,11 +33,17 @@
 #ifndef REVENANT_AGENT_BACKENDS_CUDA_CUDA_NCCL_START_H_
 #define REVENANT_AGENT_BACKENDS_CUDA_CUDA_NCCL_START_H_
 
+#include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/time/time.h"
 
 namespace revenant {
@@ -81,6 +87,55 @@ StartVerdict DecideStart(const std::vector<StartRankInfo>& all, int nranks, int 
 absl::StatusOr<std::vector<StartRankInfo>> ExchangeStartInfo(const std::string& dir,
                                                              const StartRankInfo& self,
                                                              int nranks, absl::Time deadline);
+
+// The collecting half of this agreement and of the recovery's
+// (cuda_nccl_recovery.h): polls every 2 ms for dir/<prefix><r>, r < nranks,
+// each holding one line that `parse` turns into a T whose `rank` is r, until
+// all are read (returned by rank), `preempt` (may be empty) says to stop
+// (kAborted), or `deadline` passes (kDeadlineExceeded: "rank(s) A, B of N
+// <what> <dir>"). A line that does not parse or names another rank:
+// kInvalidArgument naming the file.
+template <typename T>
+absl::StatusOr<std::vector<T>> CollectRankLines(
+    const std::string& dir, const std::string& prefix, int nranks, absl::Time deadline,
+    const std::function<absl::StatusOr<T>(absl::string_view)>& parse, absl::string_view what,
+    const std::function<bool()>& preempt = {}) {
+  std::vector<T> all(nranks);
+  std::vector<bool> have(nranks, false);
+  int count = 0;
+  for (;;) {
+    for (int r = 0; r < nranks; ++r) {
+      if (have[r]) continue;
+      const std::string path = absl::StrCat(dir, "/", prefix, r);
+      std::ifstream f(path);
+      std::string line;
+      if (!f || !std::getline(f, line)) continue;
+      absl::StatusOr<T> value = parse(line);
+      if (!value.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, " does not parse: ", value.status().message()));
+      }
+      if (value->rank != r) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, " names rank ", value->rank, ", not ", r));
+      }
+      all[r] = *value;
+      have[r] = true;
+      ++count;
+    }
+    if (count == nranks) return all;
+    if (preempt && preempt()) return absl::AbortedError("a newer recovery epoch was declared");
+    if (absl::Now() >= deadline) {
+      std::vector<int> missing;
+      for (int r = 0; r < nranks; ++r) {
+        if (!have[r]) missing.push_back(r);
+      }
+      return absl::DeadlineExceededError(absl::StrCat(
+          "rank(s) ", absl::StrJoin(missing, ", "), " of ", nranks, " ", what, " ", dir));
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+}
 
 // The exchange directory of a communicator: job_root/nccl-start-<hash of id>.
 std::string StartDirFor(const std::string& job_root, absl::string_view unique_id_bytes);
