@@ -174,11 +174,15 @@ fi
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 echo "NCCL section: $NGPU GPU(s); NCCL env: $(env | grep '^NCCL_' | tr '\n' ' ')"
 # native N LOG CMD...: N processes with the launcher environment, one per GPU.
+# NATIVE_HOSTIDS=1: each also gets an NCCL_HOSTID of its own (several ranks on
+# one GPU, as the agents set it) and NCCL_SOCKET_IFNAME=lo.
 native() {
   local n=$1 log=$2; shift 2
-  local port=$((20000 + RANDOM % 20000)) pids=() r rc=0
+  local port=$((20000 + RANDOM % 20000)) pids=() r rc=0 ids
   for r in $(seq 0 $((n - 1))); do
-    RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
+    ids=()
+    [ -n "${NATIVE_HOSTIDS:-}" ] && ids=(NCCL_HOSTID="$(hostname)-native-rank$r" NCCL_SOCKET_IFNAME=lo)
+    env "${ids[@]}" RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
       MASTER_PORT=$port timeout 150 "$@" >"$log.r$r" 2>&1 &
     pids+=($!)
   done

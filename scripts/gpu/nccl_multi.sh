@@ -43,20 +43,7 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ]; then
       grep -v "revenant hostkernel" | head -"${2:-30}" | sed 's/^/   | /'
   }
   # nm_native N LOG CMD...: N processes on GPU 0, each with its own NCCL_HOSTID.
-  nm_native() {
-    local n=$1 log=$2; shift 2
-    local port=$((20000 + RANDOM % 20000)) pids=() r rc=0
-    for r in $(seq 0 $((n - 1))); do
-      NCCL_HOSTID="$(hostname)-native-rank$r" NCCL_SOCKET_IFNAME=lo \
-        RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
-        MASTER_PORT=$port timeout 150 "$@" >"$log.r$r" 2>&1 &
-      pids+=($!)
-    done
-    for r in "${pids[@]}"; do wait "$r" || rc=$?; done
-    : >"$log"
-    for r in $(seq 0 $((n - 1))); do sed "s/^/[r$r] /" "$log.r$r" >>"$log"; done
-    return $rc
-  }
+  nm_native() { NATIVE_HOSTIDS=1 native "$@"; }
   # nm_ok LOG N APP: every rank passed and (train_mlp) one checksum.
   nm_ok() {
     [ "$(grep -c "PASS $3" "$1")" -eq "$2" ] || return 1
