@@ -53,7 +53,7 @@ TEST(ApiTraitsTest, EnumsMirrorTheSchema) {
   EXPECT_EQ(kHandleKindCount, api_table::HandleKind_ARRAYSIZE);
   EXPECT_EQ(static_cast<int>(Library::kNccl), api_table::NCCL);
   EXPECT_EQ(static_cast<int>(Library::kCublas), api_table::CUBLAS);
-  EXPECT_EQ(static_cast<int>(Library::kCublas) + 1, api_table::Library_ARRAYSIZE);
+  EXPECT_EQ(static_cast<int>(Library::kDriver) + 1, api_table::Library_ARRAYSIZE);
   EXPECT_EQ(static_cast<int>(HandleKind::kBlasHandle), api_table::BLAS_HANDLE);
   EXPECT_EQ(static_cast<int>(Mode::kLocal), api_table::LOCAL);
   EXPECT_EQ(static_cast<int>(JournalClass::kReplay), api_table::REPLAY);

@@ -16,7 +16,8 @@ namespace revenant {
 namespace api {
 
 enum class Library : uint8_t {
-  kUnspecified = 0, kCudart = 1, kCudartNvcc = 2, kNccl = 3, kCublas = 4,
+  kUnspecified = 0, kCudart = 1, kCudartNvcc = 2, kNccl = 3, kCublas = 4, kCublasLt = 5,
+  kCudnn = 6, kDriver = 7,
 };
 enum class HandleKind : uint8_t {
   kNone = 0, kStream = 1, kEvent = 2, kGraph = 3, kGraphExec = 4, kGraphNode = 5,

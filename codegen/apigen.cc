@@ -97,19 +97,31 @@ std::string HandleEnum(HandleKind k) {
 
 bool IsNccl(const Function& f) { return f.library() == pb::NCCL; }
 bool IsCublas(const Function& f) { return f.library() == pb::CUBLAS; }
+// cuBLAS and cuBLASLt answer with the same cublasStatus_t.
+bool IsBlasStatus(const Function& f) {
+  return f.library() == pb::CUBLAS || f.library() == pb::CUBLASLT;
+}
+bool IsCudnn(const Function& f) { return f.library() == pb::CUDNN; }
+bool IsDriver(const Function& f) { return f.library() == pb::DRIVER; }
 
 // Each library's own status codes, for what the generated code answers.
 std::string Unreachable(const Function& f) {
   if (!f.unreachable().empty()) return f.unreachable();
-  if (IsCublas(f)) return "CUBLAS_STATUS_INTERNAL_ERROR";
+  if (IsBlasStatus(f)) return "CUBLAS_STATUS_INTERNAL_ERROR";
+  if (IsCudnn(f)) return "CUDNN_STATUS_INTERNAL_ERROR";
+  if (IsDriver(f)) return "CUDA_ERROR_DEVICE_UNAVAILABLE";
   return IsNccl(f) ? "ncclRemoteError" : "cudaErrorDevicesUnavailable";
 }
 std::string NotSupported(const Function& f) {
-  if (IsCublas(f)) return "CUBLAS_STATUS_NOT_SUPPORTED";
+  if (IsBlasStatus(f)) return "CUBLAS_STATUS_NOT_SUPPORTED";
+  if (IsCudnn(f)) return "CUDNN_STATUS_NOT_SUPPORTED";
+  if (IsDriver(f)) return "CUDA_ERROR_NOT_SUPPORTED";
   return IsNccl(f) ? "ncclInvalidUsage" : "cudaErrorNotSupported";
 }
 std::string BadRequest(const Function& f) {
-  if (IsCublas(f)) return "CUBLAS_STATUS_INVALID_VALUE";
+  if (IsBlasStatus(f)) return "CUBLAS_STATUS_INVALID_VALUE";
+  if (IsCudnn(f)) return "CUDNN_STATUS_BAD_PARAM";
+  if (IsDriver(f)) return "CUDA_ERROR_INVALID_VALUE";
   return IsNccl(f) ? "ncclInvalidArgument" : "cudaErrorInvalidValue";
 }
 // Enum types whose values cross the wire: decoded as their underlying
@@ -160,16 +172,28 @@ std::string BadHandle(const Function& f, const Param& p) {
     return p.handle() == pb::BLAS_HANDLE ? "CUBLAS_STATUS_NOT_INITIALIZED"
                                          : "CUBLAS_STATUS_INVALID_VALUE";
   }
+  if (f.library() == pb::CUBLASLT) return "CUBLAS_STATUS_NOT_INITIALIZED";
+  if (IsCudnn(f)) return "CUDNN_STATUS_BAD_PARAM";
+  if (IsDriver(f)) return "CUDA_ERROR_INVALID_HANDLE";
   return IsNccl(f) ? "ncclInvalidArgument" : "cudaErrorInvalidResourceHandle";
 }
-const char* kStatusTypes[] = {"cudaError_t", "ncclResult_t", "cublasStatus_t"};
+const char* kStatusTypes[] = {"cudaError_t", "ncclResult_t", "cublasStatus_t", "cudnnStatus_t",
+                              "CUresult"};
 bool IsStatusType(const std::string& t) {
   for (const char* s : kStatusTypes)
     if (t == s) return true;
   return false;
 }
-// The version node a library's names are exported in (shim.map).
-const char* VersionNode(Library l) { return l == pb::CUBLAS ? "libcublas.so.13" : "libcudart.so.13"; }
+// The version node a library's names are exported in (shim.map); the
+// unversioned libraries' names (NCCL, the driver) go into libcudart.so.13's.
+const char* VersionNode(Library l) {
+  switch (l) {
+    case pb::CUBLAS: return "libcublas.so.13";
+    case pb::CUBLASLT: return "libcublasLt.so.13";
+    case pb::CUDNN: return "libcudnn.so.9";
+    default: return "libcudart.so.13";
+  }
+}
 
 bool Forwarded(const Function& f) {
   return f.mode() != pb::LOCAL && f.support() != pb::REFUSED;
@@ -240,9 +264,13 @@ void Validate(const std::vector<Function>& fns) {
     if (f.mode() == pb::LOCAL && f.support() == pb::GENERATED)
       Die(f.name() + ": a LOCAL call needs a shim hook");
     if (HasGeneratedShim(f) && !IsStatusType(f.returns()))
-      Die(f.name() + ": generated stubs return cudaError_t, ncclResult_t or cublasStatus_t; use a hook");
-    if (IsCublas(f) != (f.returns() == "cublasStatus_t") && HasGeneratedShim(f))
-      Die(f.name() + ": cuBLAS rows, and only they, return cublasStatus_t");
+      Die(f.name() + ": generated stubs return their library's status type; use a hook");
+    if (IsBlasStatus(f) != (f.returns() == "cublasStatus_t") && HasGeneratedShim(f))
+      Die(f.name() + ": cuBLAS and cuBLASLt rows, and only they, return cublasStatus_t");
+    if (IsCudnn(f) != (f.returns() == "cudnnStatus_t") && HasGeneratedShim(f))
+      Die(f.name() + ": cuDNN rows, and only they, return cudnnStatus_t");
+    if (IsDriver(f) != (f.returns() == "CUresult") && HasGeneratedShim(f))
+      Die(f.name() + ": driver rows, and only they, return CUresult");
     if (f.creates() != pb::NO_HANDLE && HasGeneratedDispatch(f)) {
       bool found = false;
       for (const Param& p : f.params())
@@ -427,7 +455,8 @@ void EmitShim(const std::vector<Function>& fns, const std::string& dir) {
     << "// The exported entry points of librevenant_shim.so for every row without a\n"
     << "// hand-written shim hook. Compiled against the real headers, so a row whose\n"
     << "// signature differs from CUDA's or NCCL's fails to compile.\n"
-    << "#include <cublas_api.h>\n#include <cuda_profiler_api.h>\n#include <cuda_runtime_api.h>\n"
+    << "#include <cublasLt.h>\n#include <cublas_api.h>\n#include <cuda.h>\n"
+    << "#include <cuda_profiler_api.h>\n#include <cuda_runtime_api.h>\n#include <cudnn.h>\n"
     << "#include <nccl.h>\n\n"
     << "#include \"api/wire.h\"\n#include \"shim/blas_checks.h\"\n#include \"shim/call.h\"\n"
     << "#include \"shim/nccl_checks.h\"\n\n";
@@ -493,6 +522,7 @@ constexpr LibraryInfo kLibraries[] = {
     {"libcufft.so.12", "cufft", "libcufft.so.12", "16 /* CUFFT_NOT_SUPPORTED */"},
     {"libcurand.so.10", "curand", "libcurand.so.10", "203 /* CURAND_STATUS_NOT_INITIALIZED */"},
     {"libcusolver.so.12", "cusolver", "libcusolver.so.12", "15 /* CUSOLVER_STATUS_NOT_SUPPORTED */"},
+    {"libcuda.so.1", "driver", "", "801 /* CUDA_ERROR_NOT_SUPPORTED */"},
 };
 
 const LibraryInfo* FindLibrary(const std::string& soname) {
@@ -629,7 +659,8 @@ void EmitBackend(const std::vector<Function>& fns, const std::string& dir) {
     auto& s = o.s();
     s << kBanner
       << "#ifndef REVENANT_API_BACKEND_API_H_\n#define REVENANT_API_BACKEND_API_H_\n\n"
-      << "#include <cublas_api.h>\n#include <cuda_runtime_api.h>\n#include <nccl.h>\n\n"
+      << "#include <cublasLt.h>\n#include <cublas_api.h>\n#include <cuda.h>\n"
+      << "#include <cuda_runtime_api.h>\n#include <cudnn.h>\n#include <nccl.h>\n\n"
       << "#include <cstdint>\n\n#include \"api/traits.h\"\n\n"
       << "namespace revenant {\nnamespace api {\n\n"
       << "// What a backend (agent/backends/*) implements: one virtual per forwarded row\n"
@@ -724,7 +755,9 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
     switch (KindOf(f, p)) {
       case Kind::kValue:
         if (const EnumRange* e = FindEnumRange(p.c_type()); e != nullptr && p.handle() == pb::NO_HANDLE) {
-          const std::string bad = IsCublas(f) || IsNccl(f) ? BadRequest(f) : e->cudart_error;
+          const std::string bad =
+              f.library() == pb::CUDART || f.library() == pb::CUDART_NVCC ? e->cudart_error
+                                                                          : BadRequest(f);
           s << "      std::underlying_type_t<" << e->type << "> " << n << "_raw{};\n"
             << "      if (!in.Get(&" << n << "_raw)) return " << BadRequest(f) << ";\n"
             << "      if (" << n << "_raw < static_cast<std::underlying_type_t<" << e->type << ">>("
@@ -873,14 +906,24 @@ void EmitLibraryRows(const std::vector<Function>& fns, const std::string& dir) {
   auto& s = o.s();
   s << kBanner
     << "#ifndef REVENANT_API_LIBRARY_ROWS_H_\n#define REVENANT_API_LIBRARY_ROWS_H_\n\n"
-    << "// X(name, (parameters with types), (arguments)) for every cuBLAS row with a\n"
-    << "// generated dispatcher (a virtual of api::BackendApi returning cublasStatus_t).\n"
-    << "#define REVENANT_CUBLAS_ROWS(X)";
-  for (const Function& f : fns) {
-    if (!IsCublas(f) || !HasGeneratedDispatch(f)) continue;
-    s << " \\\n  X(" << f.name() << ", (" << ParamList(f, true) << "), (" << ArgList(f) << "))";
+    << "// X(name, (parameters with types), (arguments)) for every row of a library\n"
+    << "// with a generated dispatcher (a virtual of api::BackendApi returning the\n"
+    << "// library's status type).\n";
+  const std::pair<Library, const char*> kMacros[] = {
+      {pb::CUBLAS, "REVENANT_CUBLAS_ROWS"},
+      {pb::CUBLASLT, "REVENANT_CUBLASLT_ROWS"},
+      {pb::CUDNN, "REVENANT_CUDNN_ROWS"},
+      {pb::DRIVER, "REVENANT_DRIVER_ROWS"},
+  };
+  for (const auto& [lib, macro] : kMacros) {
+    s << "#define " << macro << "(X)";
+    for (const Function& f : fns) {
+      if (f.library() != lib || !HasGeneratedDispatch(f)) continue;
+      s << " \\\n  X(" << f.name() << ", (" << ParamList(f, true) << "), (" << ArgList(f) << "))";
+    }
+    s << "\n";
   }
-  s << "\n\n#endif  // REVENANT_API_LIBRARY_ROWS_H_\n";
+  s << "\n#endif  // REVENANT_API_LIBRARY_ROWS_H_\n";
 }
 
 // ---------------------------------------------------------------------------
@@ -905,6 +948,9 @@ const char* LibraryName(Library l) {
     case pb::CUDART_NVCC: return "nvcc";
     case pb::NCCL: return "nccl";
     case pb::CUBLAS: return "cublas";
+    case pb::CUBLASLT: return "cublasLt";
+    case pb::CUDNN: return "cudnn";
+    case pb::DRIVER: return "driver";
     default: return "?";
   }
 }

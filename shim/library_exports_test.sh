@@ -1,8 +1,8 @@
 #!/bin/bash
 # Every function the CUDA libraries export (api:library_exports: "<soname>
 # <name>" lines from the toolkit's libraries) is exported by the shim, under
-# the library's version node (NCCL's unversioned names under
-# libcudart.so.13's), so an application's references to any of them bind to
+# the library's version node (NCCL's and the driver's unversioned names
+# under libcudart.so.13's), so an application's references to any of them bind to
 # the shim and never to a real library in its own process.
 set -u
 shim="$1"; exports="$2"
@@ -12,7 +12,7 @@ total=0; missing=0
 while read -r lib name; do
   case "$name" in _Z*) continue ;; esac
   total=$((total + 1))
-  node="$lib"; [ "$lib" = libnccl.so.2 ] && node=libcudart.so.13
+  node="$lib"; case "$lib" in libnccl.so.2 | libcuda.so.1) node=libcudart.so.13 ;; esac
   # The first library that exports a name gives its version.
   if ! grep -qxF "$name@@$node" "$got" && ! grep -q "^$name@@" "$got"; then
     echo "missing: $name ($lib)"; missing=$((missing + 1))
@@ -31,12 +31,13 @@ print("cudnnConvolutionForward", lib.cudnnConvolutionForward(), lib.cudnnConvolu
 print("cublasLtMatmul", lib.cublasLtMatmul())
 print("cusolverDnCreate", lib.cusolverDnCreate(None))
 print("cudaGetExportTable", lib.cudaGetExportTable(None, None))
+print("cuTexRefCreate", lib.cuTexRefCreate(None))
 print("cudnnGetErrorString", lib.cudnnGetErrorString(0).decode())
 PY
 )"
 echo "$out"
 for want in "cudnnConvolutionForward 3000 3000" "cublasLtMatmul 15" "cusolverDnCreate 15" \
-            "cudaGetExportTable 801" "cudnnGetErrorString cudnnGetErrorString is not supported"; do
+            "cudaGetExportTable 801" "cuTexRefCreate 801" "cudnnGetErrorString cudnnGetErrorString is not supported"; do
   grep -qF "$want" <<<"$out" || { echo "FAIL: no '$want'"; exit 1; }
 done
 n=$(grep -c "cudnnConvolutionForward (libcudnn.so.9) is not supported under Revenant" <<<"$out")
