@@ -1,0 +1,135 @@
+# GPU section: unmodified PyTorch training scripts (tests/torch/) natively and
+# under revenant-run --backend=cuda (sourced by .gpu/run_gpu.sh with MODE, G,
+# RUN, LOGS and the helpers record, native, now, calc).
+#
+# MODE torch_probe: what PyTorch reaches natively (tools/entry_probe.cc: the
+# driver entry points it asks for, the modules it registers; the loader's
+# LD_DEBUG=files,bindings: who loads libcuda.so.1 and which symbols bind to
+# it) and the first failure under the shim with REVENANT_DIAGNOSTICS=1.
+#
+# MODE torch (and all):
+#   1. each script at 1 rank natively and under revenant-run -n 1: the final
+#      parameter SHA-256 equal; step time ratio and start-up times printed;
+#   2. 4 ranks on the one GPU over the Gloo staging and over real NCCL (an
+#      NCCL_HOSTID per rank), twice each: one hash on every rank, both runs;
+#   3. agent kills in the 4-rank jobs, each ending with the fault-free hash
+#      on every rank.
+if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch_probe ]; then
+  echo
+  echo "=== PyTorch (tests/torch) natively and under the shim"
+  PY="${TORCH_PYTHON:-python3}"
+  TS="$G/torch"
+  export NCCL_NVLS_ENABLE=0
+  tv=$("$PY" -c 'import torch, torch.backends.cudnn as c; print(torch.__version__, torch.version.cuda, c.version(), torch.cuda.nccl.version())' 2>&1 | tail -1)
+  echo "   torch: $tv; numpy: $("$PY" -c 'import numpy; print(numpy.__version__)' 2>&1 | tail -1)"
+  # The agent runs PyTorch's own cuBLAS/cuBLASLt/cuDNN (the pip nvidia packages).
+  sp=$("$PY" -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))' 2>/dev/null)
+  for d in "$sp"/nvidia/cu13/lib "$sp"/nvidia/cudnn/lib "$sp"/nvidia/cublas/lib; do
+    [ -d "$d" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
+  done
+  echo "   library path for the agent: $LD_LIBRARY_PATH"
+  th_hash() { sed -n 's/^\(\[r[0-9]*\] \)\{0,1\}rank \([0-9]*\) params sha256 \([0-9a-f]*\)$/\3/p' "$1" | sort -u; }
+  th_nhash() { grep -c "params sha256 " "$1"; }
+  th_step() { sed -n 's/.*rank 0 step time median \([0-9.]*\) ms.*/\1/p' "$1" | head -1; }
+  th_start() { sed -n 's/.*\(startup import torch .*\)$/\1/p' "$1" | head -1; }
+  th_diag() {
+    grep -E "Error|error|FAIL|refus|not supported|Traceback|RuntimeError|cannot" "$1" |
+      grep -v "^\s*$" | head -"${2:-25}" | sed 's/^/   | /'
+  }
+  th_native1() {  # LOG SCRIPT ARGS: one rank, through DDP like the launcher's ranks
+    local log=$1; shift
+    env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$((20000 + RANDOM % 20000)) timeout 300 "$PY" "$@" >"$log" 2>&1
+  }
+  declare -A th_ref
+
+  if [ "$MODE" = torch_probe ]; then
+    for s in mlp_ddp conv_bf16 pinned_events; do
+      log="$LOGS/torch.$s.native.log"
+      th_native1 "$log" "$TS/$s.py"; rc=$?
+      echo "   $s native: rc=$rc hash $(th_hash "$log") step $(th_step "$log") ms; $(th_start "$log")"
+      [ $rc -eq 0 ] && s2=PASS || { s2="FAIL (rc=$rc)"; th_diag "$log"; }
+      record "torch $s native" "$s2" "$log"
+    done
+    for s in mlp_ddp conv_bf16; do
+      log="$LOGS/torch.$s.probe.log"
+      rm -f "$LOGS"/lddbg.*
+      LD_PRELOAD="$G/librevenant_probe.so" REVENANT_PROBE_OUT="$LOGS/torch.$s.probe.txt" \
+        LD_DEBUG=files,bindings LD_DEBUG_OUTPUT="$LOGS/lddbg" th_native1 "$log" "$TS/$s.py" --steps 4
+      echo "   $s probe: rc=$?"
+      cat "$LOGS"/lddbg.* 2>/dev/null | grep -E "to [^ ]*libcuda\.so" |
+        sed -n 's/.*binding file \([^ ]*\) .* to \([^ ]*\) .*symbol `\([^'"'"']*\).*/\1 \3/p' |
+        awk '{ n = split($1, a, "/"); print a[n], $2 }' | sort -u >"$LOGS/torch.$s.libcuda_bindings.txt"
+      cat "$LOGS"/lddbg.* 2>/dev/null | grep -E "file=[^ ]*(libcuda|libcublas|libcudnn|libnccl|libnvrtc|libnvidia)" |
+        sed 's/^ *[0-9]*: *//' | sort -u >"$LOGS/torch.$s.loads.txt"
+      rm -f "$LOGS"/lddbg.*
+      echo "   $s: $(wc -l <"$LOGS/torch.$s.libcuda_bindings.txt") symbols bound to libcuda; entry points asked:"
+      grep -E "^(entry|procaddr)" "$LOGS/torch.$s.probe.txt" 2>/dev/null | tr '\n' ' ' | fold -w 150 | sed 's/^/   | /'
+      grep "modules" "$log" | head -3 | sed 's/^/   | /'
+      sed 's/^/   | bound: /' "$LOGS/torch.$s.libcuda_bindings.txt" | head -60
+      sed 's/^/   | load: /' "$LOGS/torch.$s.loads.txt" | head -20
+    done
+    for s in mlp_ddp conv_bf16; do
+      log="$LOGS/torch.$s.cuda.log"
+      REVENANT_DIAGNOSTICS=1 timeout 300 $RUN -n 1 --backend=cuda --timeout=240 -- \
+        "$PY" "$TS/$s.py" --steps 4 >"$log" 2>&1; rc=$?
+      echo "   $s under the shim: rc=$rc"
+      grep -E "shim|refus|not supported|Error|error" "$log" | grep -v "submission" | head -30 | sed 's/^/   | /'
+      tail -n 15 "$log" | sed 's/^/   | tail: /'
+    done
+  else
+    # 1. One rank: native = revenant.
+    for s in mlp_ddp conv_bf16 pinned_events; do
+      nlog="$LOGS/torch.$s.native.log"; clog="$LOGS/torch.$s.cuda.log"
+      th_native1 "$nlog" "$TS/$s.py"; nrc=$?
+      timeout 400 $RUN -n 1 --backend=cuda --timeout=360 -- "$PY" "$TS/$s.py" >"$clog" 2>&1; crc=$?
+      ref=$(th_hash "$nlog"); got=$(th_hash "$clog")
+      nst=$(th_step "$nlog"); cst=$(th_step "$clog")
+      ratio=none; [ -n "$nst" ] && [ -n "$cst" ] && ratio=$(calc "$cst / $nst")
+      echo "   $s: native rc=$nrc $ref step $nst ms; revenant rc=$crc $got step $cst ms; ratio $ratio"
+      echo "   $s start-up: native $(th_start "$nlog"); revenant $(th_start "$clog")"
+      if [ $nrc -eq 0 ] && [ $crc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ]; then
+        st=PASS; th_ref[$s]=$ref
+      else
+        st="FAIL (native rc=$nrc, revenant rc=$crc)"; th_diag "$clog"
+      fi
+      record "torch $s 1 rank native = revenant" "$st" "$clog"
+    done
+    # 2. Four ranks on the one GPU, twice each.
+    for coll in gloo nccl; do
+      s=mlp_ddp; h1=""
+      for round in 1 2; do
+        log="$LOGS/torch.$s.n4.$coll.$round.log"
+        timeout 500 $RUN -n 4 --backend=cuda --collectives=$coll --gpus=1 --timeout=450 -- \
+          "$PY" "$TS/$s.py" --steps 30 >"$log" 2>&1; rc=$?
+        h=$(th_hash "$log"); nh=$(th_nhash "$log")
+        echo "   $s 4 ranks $coll round $round: rc=$rc, $nh hashes: $h; step $(th_step "$log") ms"
+        if [ $rc -eq 0 ] && [ "$nh" -eq 4 ] && [ "$(echo "$h" | wc -l)" -eq 1 ] &&
+           { [ -z "$h1" ] || [ "$h" = "$h1" ]; }; then st=PASS; else st="FAIL (rc=$rc)"; th_diag "$log"; fi
+        [ $round = 1 ] && h1=$h
+        record "torch $s 4 ranks/1 GPU $coll round $round" "$st" "$log"
+      done
+      [ -n "$h1" ] && th_ref[n4$coll]=$h1
+    done
+    # 3. Kills in the 4-rank jobs (Gloo staging, then real NCCL).
+    for coll in gloo nccl; do
+      [ -n "${th_ref[n4$coll]:-}" ] || { results+=("$(printf '%-40s %s' "torch chaos $coll" "NOT RUN (no 4-rank reference)")"); continue; }
+      for spec in "rank=1,minibatch=5,calls=20,point=after_execute" \
+                  "rank=2,minibatch=8,calls=60,point=after_execute" \
+                  "rank=1,minibatch=6,calls=10;rank=3,minibatch=6,calls=10" \
+                  "rank=1,minibatch=5,calls=30;rank=2,recovery=1"; do
+        tag=$(echo "$coll.$spec" | tr -c 'a-zA-Z0-9.\n' '_')
+        log="$LOGS/torch.chaos.$tag.log"; ev="$log.events"
+        t0=$(now)
+        timeout 500 $RUN -n 4 --backend=cuda --collectives=$coll --gpus=1 --timeout=450 \
+          --chaos="$spec" --events_file="$ev" -- "$PY" "$TS/mlp_ddp.py" --steps 30 >"$log" 2>&1; rc=$?
+        same=$(grep -c "params sha256 ${th_ref[n4$coll]}\$" "$log")
+        repl=$(grep -c "replacement agent for rank" "$log")
+        printf '   chaos %s [%s]: rc=%s after %.1f s, %s replacement(s), %s/4 ranks equal\n' \
+          "$coll" "$spec" "$rc" "$(calc "$(now) - $t0")" "$repl" "$same"
+        if [ $rc -eq 0 ] && [ "$same" -eq 4 ] && [ "$repl" -ge 1 ]; then st=PASS; else st="FAIL (rc=$rc)"; th_diag "$log" 40; fi
+        record "torch chaos $coll [$spec]" "$st" "$log"
+      done
+    done
+  fi
+fi
