@@ -2,12 +2,18 @@
 // layout documented in api/hook_protocol.h; a malformed request answers
 // cudaErrorInvalidValue and never touches memory the request may not name.
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "agent/backend.h"
 #include "agent/dispatch.h"
 #include "agent/session.h"
@@ -210,19 +216,99 @@ int32_t Hook___cudaLaunchKernel_ptsz(DispatchContext& ctx, wire::Decoder& in, wi
   return LaunchHook(ctx, in, false);
 }
 
+namespace {
+
+// A module image the application has in a file it mapped (api/hook_protocol.h).
+struct ModuleFile {
+  std::string path;
+  uint64_t offset = 0, size = 0, dev = 0, ino = 0;
+  int64_t mtime_ns = 0;
+};
+
+// Reads the image, refusing anything but the very file the application
+// described (same device, inode and modification time) and a fat binary
+// that starts where it said.
+absl::Status ReadModuleFile(const ModuleFile& f, std::string* out) {
+  constexpr uint64_t kMaxImage = uint64_t{1} << 30;
+  if (f.path.empty() || f.path[0] != '/' || f.path.find('\0') != std::string::npos)
+    return absl::InvalidArgumentError("module file: not an absolute path");
+  if (f.size < 16 || f.size > kMaxImage)
+    return absl::InvalidArgumentError(absl::StrCat("module file ", f.path, ": bad size ", f.size));
+  const int fd = open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("module file ", f.path, ": ", strerror(errno)));
+  struct stat st {};
+  absl::Status s;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    s = absl::InvalidArgumentError(absl::StrCat("module file ", f.path, ": not a regular file"));
+  } else if (static_cast<uint64_t>(st.st_dev) != f.dev ||
+             static_cast<uint64_t>(st.st_ino) != f.ino ||
+             int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec != f.mtime_ns) {
+    s = absl::FailedPreconditionError(absl::StrCat(
+        "module file ", f.path, " is not the file the application mapped (changed on disk?)"));
+  } else if (f.offset + f.size > static_cast<uint64_t>(st.st_size)) {
+    s = absl::OutOfRangeError(absl::StrCat("module file ", f.path, ": image past its end"));
+  } else {
+    out->resize(f.size);
+    uint64_t done = 0;
+    while (done < f.size) {
+      const ssize_t n = pread(fd, out->data() + done, f.size - done, f.offset + done);
+      if (n <= 0) {
+        s = absl::DataLossError(absl::StrCat("module file ", f.path, ": short read"));
+        break;
+      }
+      done += n;
+    }
+    uint32_t magic = 0;
+    if (s.ok()) std::memcpy(&magic, out->data(), 4);
+    if (s.ok() && magic != 0xBA55ED50u)
+      s = absl::DataLossError(absl::StrCat("module file ", f.path, ": no fat binary at offset ",
+                                           f.offset));
+  }
+  close(fd);
+  return s;
+}
+
+}  // namespace
+
 int32_t Hook___cudaRegisterFatBinaryEnd(DispatchContext& ctx, wire::Decoder& in,
                                         wire::Encoder& out) {
   REVENANT_NEED_SESSION(ctx);
   uint64_t module_key = 0;
-  bool has_image = false;
+  bool has_image = false, by_file = false;
   const char* image = nullptr;
   uint64_t image_size = 0;
+  ModuleFile file;
   const char* name = nullptr;
   uint64_t name_len = 0;
   if (!in.Get(&module_key) || !in.GetFlag(&has_image)) return cudaErrorInvalidValue;
-  if (has_image && !in.GetBytes(&image, &image_size)) return cudaErrorInvalidValue;
+  if (has_image && !in.GetFlag(&by_file)) return cudaErrorInvalidValue;
+  if (has_image && by_file) {
+    const char* path = nullptr;
+    uint64_t path_len = 0;
+    if (!in.GetBytes(&path, &path_len) || path == nullptr || !in.Get(&file.offset) ||
+        !in.Get(&file.size) || !in.Get(&file.dev) || !in.Get(&file.ino) ||
+        !in.Get(&file.mtime_ns)) {
+      return cudaErrorInvalidValue;
+    }
+    file.path.assign(path, path_len);
+  } else if (has_image && !in.GetBytes(&image, &image_size)) {
+    return cudaErrorInvalidValue;
+  }
   if (!in.GetBytes(&name, &name_len) || name == nullptr) return cudaErrorInvalidValue;
   Session* session = ctx.session;
+  std::string file_image;
+  if (has_image && by_file && !session->module_loaded(module_key)) {
+    absl::Status s = ReadModuleFile(file, &file_image);
+    if (!s.ok()) {
+      REVENANT_LOG(ERROR, "agent") << "module " << module_key << ": " << s;
+      return cudaErrorInvalidKernelImage;
+    }
+    REVENANT_LOG(DEBUG, "agent") << "module " << module_key << ": " << file.size
+                                 << " bytes read from " << file.path << " at offset "
+                                 << file.offset;
+    image = file_image.data();
+    image_size = file_image.size();
+  }
   if (has_image && !session->module_loaded(module_key)) {
     absl::Status s = B(ctx)->LoadModule(module_key, absl::string_view(image ? image : "", image_size));
     if (!s.ok()) {

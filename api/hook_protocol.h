@@ -41,7 +41,10 @@ inline bool GetCopyHead(wire::Decoder& in, CopyHead* h) {
 }
 
 // __cudaRegisterFatBinaryEnd (module load + kernel lookup):
-//   u64 module_key, flag has_image, [bytes image], bytes mangled_name
+//   u64 module_key, flag has_image, [flag by_file, then either bytes image
+//   or (by_file) bytes path, u64 offset, u64 size, u64 st_dev, u64 st_ino,
+//   i64 mtime_ns: the image lies in that file the application mapped, which
+//   the agent reads after checking it is the same file], bytes mangled_name
 // reply: u64 function_id (a FUNCTION handle), u32 args_size, bytes params
 // (u32 offset, u32 size per parameter). A kernel the backend cannot run
 // answers cudaErrorInvalidDeviceFunction.

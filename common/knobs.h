@@ -110,7 +110,10 @@ enum class Type { kBool, kInt, kDouble, kString };
   /* Test. */                                                                                    \
   X(kJournalThreadDelayUs, "REVENANT_JOURNAL_THREAD_DELAY_US", kInt, kTest, "0",                 \
     "Slows the journal thread down by this many microseconds per request, so that requests "    \
-    "run ahead of their journal.")
+    "run ahead of their journal.")                                                               \
+  X(kInlineImageKib, "REVENANT_INLINE_IMAGE_KIB", kInt, kTest, "1024",                           \
+    "Module images larger than this many KiB reach the agent as a reference to the file the "   \
+    "application mapped them from, smaller ones inside the request.")
 
 enum class Id {
 #define REVENANT_KNOB_ID(id, name, type, kind, def, doc) id,

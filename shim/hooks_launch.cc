@@ -8,7 +8,11 @@
 // every launch after that is one asynchronous record with the arguments
 // packed at the reported offsets.
 #include <cuda_runtime_api.h>
+#include <link.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <climits>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -17,6 +21,7 @@
 #include <vector>
 
 #include "api/hook_protocol.h"
+#include "common/knobs.h"
 #include "common/logging.h"
 #include "shim/call.h"
 #include "shim/runtime.h"
@@ -65,16 +70,87 @@ struct LaunchConfig {
 };
 thread_local std::vector<LaunchConfig> tls_configs;
 
+// Where a module image lies in a file the process mapped (a library's or the
+// executable's read-only segment), so the agent reads it there instead of
+// receiving it through the ring.
+struct ImageFile {
+  std::string path;
+  uint64_t offset = 0;
+  uint64_t dev = 0, ino = 0;
+  int64_t mtime_ns = 0;
+};
+
+bool FindImageFile(const void* image, size_t size, ImageFile* out) {
+  struct Query {
+    uintptr_t addr;
+    size_t size;
+    ImageFile* out;
+    bool found;
+  } q{reinterpret_cast<uintptr_t>(image), size, out, false};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) -> int {
+        auto* q = static_cast<Query*>(data);
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD) continue;
+          const uintptr_t start = info->dlpi_addr + ph.p_vaddr;
+          if (q->addr < start || q->addr + q->size > start + ph.p_filesz) continue;
+          q->out->offset = q->addr - start + ph.p_offset;
+          if (info->dlpi_name != nullptr && info->dlpi_name[0] != '\0') {
+            q->out->path = info->dlpi_name;
+          } else {
+            char buf[PATH_MAX];
+            const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+            if (n <= 0) return 1;
+            q->out->path.assign(buf, n);
+          }
+          q->found = true;
+          return 1;
+        }
+        return 0;
+      },
+      &q);
+  if (!q.found || out->path.empty() || out->path[0] != '/') return false;
+  struct stat st {};
+  if (stat(out->path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  if (out->offset + size > static_cast<uint64_t>(st.st_size)) return false;
+  out->dev = st.st_dev;
+  out->ino = st.st_ino;
+  out->mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  return true;
+}
+
+// Images up to this size travel in the request; larger ones by reference
+// to their file when they lie in one (PyTorch's largest modules are ~7 MB,
+// past the ring's per-request limit).
+size_t InlineImageBytes() {
+  static const size_t bytes =
+      size_t(knobs::Int(knobs::Id::kInlineImageKib, 0, 1 << 20).value_or(1024)) << 10;
+  return bytes;
+}
+
 // Sends the module (first time) and asks for `f`'s id and layout.
 // Caller holds Reg().mu.
 void Resolve(Function* f) {
   if (f->resolved) return;
   Module* m = f->module;
   const bool send_image = !m->sent;
+  ImageFile file;
+  const bool by_file = send_image && m->image_size > InlineImageBytes() &&
+                       FindImageFile(m->image, m->image_size, &file);
   wire::Sizer sz;
   sz.Put(uint64_t{});
   sz.PutFlag();
-  if (send_image) sz.PutBytes(m->image, m->image_size);
+  if (send_image) {
+    sz.PutFlag();
+    if (by_file) {
+      sz.PutBytes(file.path.data(), file.path.size());
+      sz.Put(uint64_t{}); sz.Put(uint64_t{}); sz.Put(uint64_t{}); sz.Put(uint64_t{});
+      sz.Put(int64_t{});
+    } else {
+      sz.PutBytes(m->image, m->image_size);
+    }
+  }
   sz.PutBytes(f->name.data(), f->name.size());
   Call call(api::ApiId::__cudaRegisterFatBinaryEnd, sz.size());
   if (!call.ok()) {
@@ -83,7 +159,19 @@ void Resolve(Function* f) {
   }
   call.args().Put(m->key);
   call.args().PutFlag(send_image);
-  if (send_image) call.args().PutBytes(m->image, m->image_size);
+  if (send_image) {
+    call.args().PutFlag(by_file);
+    if (by_file) {
+      call.args().PutBytes(file.path.data(), file.path.size());
+      call.args().Put(file.offset);
+      call.args().Put(uint64_t{m->image_size});
+      call.args().Put(file.dev);
+      call.args().Put(file.ino);
+      call.args().Put(file.mtime_ns);
+    } else {
+      call.args().PutBytes(m->image, m->image_size);
+    }
+  }
   call.args().PutBytes(f->name.data(), f->name.size());
   if (!call.Send()) {
     f->error = call.FailureStatus(cudaErrorDevicesUnavailable);
