@@ -159,3 +159,41 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ]; then
   echo "   recovery times (ranks:ms): ${nm_times[*]:-none}"
   unset NCCL_ALGO NCCL_PROTO REVENANT_COLLECTIVE_TIMEOUT_S
 fi
+
+# Several ranks on one GPU, benchmarks (MODE nccl_multi_bench, or with
+# nccl_multi): bench/nccl_bench (all-reduce algbw/busbw, 4 KiB latency, issue
+# cost) at 2 and 4 ranks natively (an NCCL_HOSTID each) and under the shim,
+# ratios in the same run; and the 4-rank train_mlp step time (whole-job wall
+# clock of --iters 2020 minus --iters 20, over 2000 steps), native vs shim.
+if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_multi_bench ]; then
+  echo
+  echo "=== real NCCL, several ranks on one GPU: benchmarks (ratio = revenant / native, same run)"
+  export NCCL_NVLS_ENABLE=0
+  NB_RUN="$RUN --backend=cuda --collectives=nccl --gpus=1"
+  for n in 2 4; do
+    nlog="$LOGS/nccl_multi.bench.n$n.native.log"; rlog="$LOGS/nccl_multi.bench.n$n.cuda.log"
+    NATIVE_HOSTIDS=1 native "$n" "$nlog" "$G/bench/nccl_bench.bin"; rc=$?
+    if [ $rc -eq 0 ] && [ "$(grep -c 'PASS nccl_bench' "$nlog")" -eq "$n" ]; then s=PASS; else s="FAIL (rc=$rc)"; fi
+    record "nccl_multi nccl_bench native, $n ranks/1 GPU" "$s" "$nlog"
+    timeout 200 $NB_RUN -n "$n" --timeout=180 -- "$G/bench/nccl_bench.bin" >"$rlog" 2>&1; rc=$?
+    if [ $rc -eq 0 ] && [ "$(grep -c 'PASS nccl_bench' "$rlog")" -eq "$n" ]; then s=PASS; else s="FAIL (rc=$rc)"; fi
+    record "nccl_multi nccl_bench revenant, $n ranks/1 GPU" "$s" "$rlog"
+    grep "^\[r0\] RESULT" "$nlog" >"$nlog.r0"; grep "^\[r0\] RESULT" "$rlog" >"$rlog.r0"
+    echo "   --- nccl_bench, $n ranks on one GPU (rank 0's figures)"
+    bash "$G/bench/compare.sh" "$nlog.r0" "$rlog.r0" | tee "$LOGS/nccl_multi.bench.n$n.table.txt" | sed 's/^/   /'
+  done
+  n=4
+  nb_wall() {  # LOG CMD...: seconds of one run
+    local log=$1 t0; shift; t0=$(now); "$@" >"$log" 2>&1; calc "$(now) - $t0"
+  }
+  a=$(NATIVE_HOSTIDS=1 nb_wall "$LOGS/nccl_multi.step.native.20.log" native $n "$LOGS/nccl_multi.step.native.20" "$G/apps/train_mlp.bin" --iters 20)
+  b=$(NATIVE_HOSTIDS=1 nb_wall "$LOGS/nccl_multi.step.native.2020.log" native $n "$LOGS/nccl_multi.step.native.2020" "$G/apps/train_mlp.bin" --iters 2020)
+  c=$(nb_wall "$LOGS/nccl_multi.step.cuda.20.log" timeout 300 $NB_RUN -n $n --timeout=280 -- "$G/apps/train_mlp.bin" --iters 20)
+  d=$(nb_wall "$LOGS/nccl_multi.step.cuda.2020.log" timeout 300 $NB_RUN -n $n --timeout=280 -- "$G/apps/train_mlp.bin" --iters 2020)
+  nat=$(calc "($b - $a) * 1e6 / 2000"); rev=$(calc "($d - $c) * 1e6 / 2000")
+  printf '   train_mlp step, 4 ranks on one GPU: native %.1f us, revenant %.1f us, ratio %.3f\n' \
+    "$nat" "$rev" "$(calc "$rev / $nat")"
+  if [ "$(grep -c "PASS train_mlp" "$LOGS/nccl_multi.step.native.2020")" -eq $n ] &&
+     [ "$(grep -c "PASS train_mlp" "$LOGS/nccl_multi.step.cuda.2020.log")" -eq $n ]; then s=PASS; else s=FAIL; fi
+  record "nccl_multi train_mlp step time, 4 ranks" "$s" "$LOGS/nccl_multi.step.cuda.2020.log"
+fi
