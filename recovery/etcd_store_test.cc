@@ -1,8 +1,7 @@
-// The etcd client and store against a real etcd: REVENANT_TEST_ETCD_ENDPOINT
-// (HOST:PORT, the one .ci/run starts) or, when unset, a private one this test
-// starts on loopback (scripts/etcd_local.sh) and stops at the end. Without
-// etcd every test fails: the test is tagged "etcd" so that scripts/test.sh
-// leaves it out only outside CI on a machine without etcd-server.
+// The etcd client and store against a real etcd (recovery/etcd_test_env.h).
+// Without etcd every test fails: the test is tagged "etcd" so that
+// scripts/test.sh leaves it out only outside CI on a machine without
+// etcd-server.
 #include "recovery/etcd_store.h"
 
 #include <signal.h>
@@ -15,7 +14,6 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/events.h"
@@ -23,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "recovery/coordinator.h"
+#include "recovery/etcd_test_env.h"
 
 namespace revenant {
 namespace recovery {
@@ -30,47 +29,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string g_endpoint;
-
-class EtcdEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    const char* e = getenv("REVENANT_TEST_ETCD_ENDPOINT");
-    if (e != nullptr && *e != '\0') {
-      g_endpoint = e;
-      return;
-    }
-    const char* srcdir = getenv("TEST_SRCDIR");
-    const char* tmp = getenv("TEST_TMPDIR");
-    if (srcdir == nullptr || tmp == nullptr) return;
-    script_ = absl::StrCat(srcdir, "/revenant/scripts/etcd_local.sh");
-    dir_ = absl::StrCat(tmp, "/etcd");
-    FILE* p = popen(absl::StrCat("bash ", script_, " start ", dir_).c_str(), "r");
-    if (p == nullptr) return;
-    char buf[256] = {0};
-    if (fgets(buf, sizeof(buf), p) != nullptr) g_endpoint = std::string(absl::StripAsciiWhitespace(buf));
-    if (pclose(p) != 0) g_endpoint.clear();
-  }
-  void TearDown() override {
-    if (!dir_.empty()) {
-      int ignored = system(absl::StrCat("bash ", script_, " stop ", dir_).c_str());
-      (void)ignored;
-    }
-  }
-
- private:
-  std::string script_, dir_;
-};
-
-std::string Endpoint() { return g_endpoint; }
-
 std::unique_ptr<EtcdClient> Client(EtcdClientOptions options = {}) {
-  const std::string e = Endpoint();
-  if (e.empty()) {
-    ADD_FAILURE() << "no etcd: REVENANT_TEST_ETCD_ENDPOINT is not set and no private etcd "
-                     "could be started (apt-get install etcd-server; see scripts/setup.sh)";
-    return nullptr;
-  }
+  const std::string e = TestEtcdEndpoint();
+  if (e.empty()) return nullptr;
   absl::StatusOr<std::unique_ptr<EtcdClient>> c = EtcdClient::Create(e, options);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? *std::move(c) : nullptr;
@@ -287,9 +248,6 @@ TEST(EtcdStoreTest, ALauncherThatStopsRenewingIsLostWhenItsLeaseExpires) {
   EXPECT_TRUE(s0.Finish(false, "test over").ok());
   ASSERT_TRUE(s0.client()->DeletePrefix(s0.prefix()).ok());
 }
-
-const ::testing::Environment* const kEtcd =
-    ::testing::AddGlobalTestEnvironment(new EtcdEnvironment);
 
 }  // namespace
 }  // namespace recovery
