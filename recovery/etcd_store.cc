@@ -138,6 +138,21 @@ absl::StatusOr<std::string> EtcdStore::Agree(const std::string& name, const std:
   return *won ? proposal : existing;
 }
 
+absl::StatusOr<std::string> EtcdStore::AwaitValue(const std::string& name,
+                                                  absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    absl::StatusOr<std::optional<EtcdKv>> kv = client_->Get(prefix_ + name);
+    if (!kv.ok()) return kv.status();
+    if (kv->has_value()) return (*kv)->value;
+    if (absl::Now() >= deadline) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("job '", options_.job_id, "': no ", name,
+                                                  " in etcd at ", client_->endpoint(),
+                                                  " within ", absl::FormatDuration(timeout)));
+}
+
 absl::Status EtcdStore::WaitForNodes(int nproc, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   const std::string dir = prefix_ + "nodes/";

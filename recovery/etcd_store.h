@@ -79,6 +79,9 @@ class EtcdStore : public CoordinationStore {
   // The value of `name` under the prefix: `proposal` when this call created
   // it, else the value another node put there first.
   absl::StatusOr<std::string> Agree(const std::string& name, const std::string& proposal);
+  // Waits for `name` under the prefix to exist (another node's Agree), bounded:
+  // kDeadlineExceeded after `timeout`.
+  absl::StatusOr<std::string> AwaitValue(const std::string& name, absl::Duration timeout);
   // Waits until every node 0..M-1 joined, each with `nproc` ranks; bounded:
   // kDeadlineExceeded naming the nodes that did not come.
   absl::Status WaitForNodes(int nproc, absl::Duration timeout);
