@@ -241,7 +241,11 @@ void EtcdStore::WatchLoop() {
     if (!failure.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return;
-      if (health_.status.ok()) health_.status = failure;
+      if (health_.status.ok()) {
+        health_.status = absl::Status(
+            failure.code(), absl::StrCat("node ", options_.node_rank, " lost the job's etcd: ",
+                                         failure.message()));
+      }
       return;
     }
   }
@@ -306,6 +310,14 @@ absl::Status EtcdStore::Finish(bool ok, const std::string& reason) {
   finished_ = true;
   Stop();
   if (lease_ == 0) return absl::OkStatus();  // never joined
+  {
+    // etcd was already given up on (past the retries): say so at once
+    // rather than retrying the markers for as long again.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!health_.status.ok() && health_.status.code() != absl::StatusCode::kNotFound) {
+      return health_.status;
+    }
+  }
   const std::string mine = absl::StrCat(ok ? "done/" : "failed/", options_.node_rank);
   absl::Status s = client_->Put(prefix_ + mine, ok ? "ok" : reason);
   // The marker is written before the lease goes, so no other node takes
