@@ -816,6 +816,10 @@ int Main(int argc, char** argv) {
   const absl::Time job_deadline =
       timeout_s > 0 ? absl::Now() + absl::Seconds(timeout_s) : absl::InfiniteFuture();
   int result = 0;
+  std::string end_reason;  // what set `result` first (recorded in etcd for the other nodes)
+  auto note_end = [&](const std::string& why) {
+    if (end_reason.empty()) end_reason = why;
+  };
   bool first_failure_reported = false;
   bool stopping = false;
   auto apps_running = [&] {
@@ -861,6 +865,7 @@ int Main(int argc, char** argv) {
         if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM || si.ssi_signo == SIGHUP) {
           Say(absl::StrCat("signal ", si.ssi_signo, ": stopping the job"));
           if (result == 0) result = 128 + static_cast<int>(si.ssi_signo);
+          note_end(absl::StrCat("its launcher got signal ", si.ssi_signo));
           stopping = true;
           stop_all(SIGTERM);
           kill_deadline = absl::Now() + absl::Seconds(3);
@@ -898,6 +903,7 @@ int Main(int argc, char** argv) {
             if (coordinator.gave_up() && !stopping) {
               Say("recovery given up: " + coordinator.give_up_reason() + "; stopping the job");
               if (result == 0) result = 1;
+              note_end("recovery given up: " + coordinator.give_up_reason());
               stopping = true;
               stop_all(SIGTERM);
               kill_deadline = absl::Now() + absl::Seconds(3);
@@ -908,6 +914,7 @@ int Main(int argc, char** argv) {
             Say(absl::StrCat("rank ", c.rank, " failed with status ", code));
             first_failure_reported = true;
             if (result == 0) result = code;
+            note_end(absl::StrCat("rank ", c.rank, " failed with status ", code));
           }
         }
       }
@@ -994,6 +1001,7 @@ int Main(int argc, char** argv) {
     if (!stopping && absl::Now() > job_deadline) {
       Say(absl::StrCat("timeout after ", timeout_s, " s: stopping the job"));
       result = 124;
+      note_end(absl::StrCat("timeout after ", timeout_s, " s"));
       stopping = true;
       stop_all(SIGTERM);
       kill_deadline = absl::Now() + absl::Seconds(3);
@@ -1018,8 +1026,9 @@ int Main(int argc, char** argv) {
     // done/<K> or failed/<K>: the other nodes tell this node's end from a loss.
     absl::Status s = etcd->Finish(
         result == 0, !node_failure.empty() ? node_failure
-                                           : absl::StrCat("node ", node_rank, "'s ranks ended with "
-                                                          "status ", result));
+                     : !end_reason.empty()
+                         ? end_reason
+                         : absl::StrCat("node ", node_rank, "'s ranks ended with status ", result));
     if (!s.ok()) Say(absl::StrCat("could not record this node's end in etcd: ", s.message()));
   }
   if (!absl::GetFlag(FLAGS_events_file).empty()) {

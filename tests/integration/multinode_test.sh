@@ -10,8 +10,12 @@
 #   equal          train_mlp on 2 nodes x 2 ranks ends bitwise equal to the
 #                  4-rank single-node run; the job's keys are gone after it
 #   agent_kill     agents killed (on node 1, on node 0, one on each node at
-#                  once: two coordinators claiming epochs) are replaced on
-#                  their node; every run ends bitwise equal
+#                  once: two coordinators claiming epochs; on node 1 with a
+#                  spare there) are replaced on their node; every run ends
+#                  bitwise equal
+#   launcher_term  node 1's launcher is stopped (SIGTERM, a scheduler's
+#                  preemption) mid-run: it records its failure in etcd and
+#                  node 0 ends at once, naming node 1 and the reason
 #   launcher_kill  node 1's launcher is killed (SIGKILL) mid-run: node 0 ends
 #                  with an error naming node 1's ranks once its lease
 #                  expires, bounded, never a hang
@@ -132,17 +136,18 @@ equal)
   ;;
 agent_kill)
   reference 12
-  trial() {  # name node0-chaos node1-chaos
+  trial() {  # name node0-chaos node1-chaos [node1 options]
     local c0=() c1=()
     [ -n "$2" ] && c0=(--chaos="$2")
     [ -n "$3" ] && c1=(--chaos="$3")
+    [ -n "${4:-}" ] && c1+=($4)
     local t0=$(date +%s%N)
     nodes 12 "${c0[@]}" -- "${c1[@]}"
     wait_nodes
     equal_to_ref "$1"
     local r0 r1
-    r0=$(grep -c "replacement agent for rank" "$tmp/n0.log")
-    r1=$(grep -c "replacement agent for rank" "$tmp/n1.log")
+    r0=$(grep -cE "replacement agent for rank|spare agent pid [0-9]+ takes rank" "$tmp/n0.log")
+    r1=$(grep -cE "replacement agent for rank|spare agent pid [0-9]+ takes rank" "$tmp/n1.log")
     [ -z "$2" ] || [ "$r0" -ge 1 ] || fail "$1: no replacement on node 0"
     [ -z "$3" ] || [ "$r1" -ge 1 ] || fail "$1: no replacement on node 1"
     [ -n "$2" ] || [ "$r0" -eq 0 ] || fail "$1: a replacement on node 0, whose agents were not killed"
@@ -153,6 +158,26 @@ agent_kill)
   trial "rank 1 (node 0) mid-backward" "rank=1,minibatch=4,calls=8" ""
   trial "rank 1 and rank 2 at once (both nodes)" "rank=1,minibatch=4,calls=8" "rank=2,minibatch=4,calls=8"
   trial "rank 0 (node 0) after the step" "rank=0,minibatch=6,calls=15,point=before_append" ""
+  trial "rank 2 (node 1), a spare waiting there" "" "rank=2,minibatch=4,calls=8" "--spares=1"
+  grep -qE "spare agent pid [0-9]+ takes rank 2" "$tmp/n1.log" || fail "the spare of node 1 did not take rank 2"
+  ;;
+launcher_term)
+  nodes 3000
+  for _ in $(seq 300); do
+    grep -q "agents ready" "$tmp/n1.log" 2>/dev/null && grep -q "agents ready" "$tmp/n0.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  sleep 2
+  kill -TERM "$(cat "$tmp/pid1")"
+  t0=$(date +%s%N)
+  wait_nodes
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ "$rc1" -eq 143 ] || fail "node 1 ended with status $rc1 after SIGTERM, want 143"
+  [ "$rc0" -ne 0 ] || fail "node 0 ended with status 0 without node 1"
+  grep -q "node 1 (ranks 2, 3) of job '$job' ended with a failure: its launcher got signal 15" "$tmp/n0.log" ||
+    fail "node 0 did not name node 1's failure"
+  [ "$ms" -lt 20000 ] || fail "node 0 took $ms ms to end after node 1 stopped"
+  echo "ok: node 1 stopped by SIGTERM; node 0 ended (status $rc0) within ${ms} ms: $(grep -o "node 1 (ranks 2, 3) of job[^;]*" "$tmp/n0.log" | head -1)"
   ;;
 launcher_kill)
   nodes 3000 --rdzv_lease=3 -- --rdzv_lease=3
