@@ -153,7 +153,8 @@ absl::StatusOr<std::string> EtcdStore::AwaitValue(const std::string& name,
                                                   " within ", absl::FormatDuration(timeout)));
 }
 
-absl::Status EtcdStore::WaitForNodes(int nproc, absl::Duration timeout) {
+absl::Status EtcdStore::WaitForNodes(int nproc, absl::Duration timeout,
+                                     const std::function<bool()>& cancelled) {
   const absl::Time deadline = absl::Now() + timeout;
   const std::string dir = prefix_ + "nodes/";
   std::set<int> present;
@@ -178,6 +179,11 @@ absl::Status EtcdStore::WaitForNodes(int nproc, absl::Duration timeout) {
     }
     if (static_cast<int>(present.size()) == options_.nnodes) return absl::OkStatus();
     if (absl::Now() >= deadline) break;
+    if (cancelled && cancelled()) {
+      return absl::CancelledError(absl::StrCat("stopped by a signal while waiting for the other ",
+                                               "nodes (", present.size(), " of ", options_.nnodes,
+                                               " present)"));
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!health_.status.ok()) return health_.status;

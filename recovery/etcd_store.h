@@ -38,6 +38,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -83,8 +84,10 @@ class EtcdStore : public CoordinationStore {
   // kDeadlineExceeded after `timeout`.
   absl::StatusOr<std::string> AwaitValue(const std::string& name, absl::Duration timeout);
   // Waits until every node 0..M-1 joined, each with `nproc` ranks; bounded:
-  // kDeadlineExceeded naming the nodes that did not come.
-  absl::Status WaitForNodes(int nproc, absl::Duration timeout);
+  // kDeadlineExceeded naming the nodes that did not come; kCancelled as
+  // soon as `cancelled` (if given) returns true.
+  absl::Status WaitForNodes(int nproc, absl::Duration timeout,
+                            const std::function<bool()>& cancelled = nullptr);
   // Starts the watcher thread (epoch mirror, membership).
   void StartWatcher();
 

@@ -561,7 +561,15 @@ int Main(int argc, char** argv) {
     etcd = std::make_unique<recovery::EtcdStore>(*std::move(client), so);
     const absl::Time t0 = absl::Now();
     absl::Status joined = etcd->Join(n, absl::GetFlag(FLAGS_node_addr));
-    if (joined.ok()) joined = etcd->WaitForNodes(n, rdzv_timeout);
+    // Ctrl-C / SIGTERM while waiting for the other nodes (the signals are
+    // blocked, waiting for the main loop's signalfd): stop waiting.
+    auto interrupted = [] {
+      sigset_t pending;
+      return sigpending(&pending) == 0 &&
+             (sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1 ||
+              sigismember(&pending, SIGHUP) == 1);
+    };
+    if (joined.ok()) joined = etcd->WaitForNodes(n, rdzv_timeout, interrupted);
     absl::StatusOr<std::string> master = absl::UnknownError("");
     if (joined.ok()) {
       master = node_rank == 0
@@ -964,6 +972,15 @@ int Main(int argc, char** argv) {
       }
     }
     for (Child& c : replacements) children.push_back(c);
+    if (coordinator.gave_up() && !stopping) {
+      // No epoch could be declared (the store failed past its retries).
+      Say("recovery given up: " + coordinator.give_up_reason() + "; stopping the job");
+      if (result == 0) result = 1;
+      note_end("recovery given up: " + coordinator.give_up_reason());
+      stopping = true;
+      stop_all(SIGTERM);
+      kill_deadline = absl::Now() + absl::Seconds(3);
+    }
     if (etcd && !stopping && absl::Now() >= next_health_check) {
       // The other nodes, as the etcd watcher last saw them (never blocks).
       next_health_check = absl::Now() + absl::Milliseconds(200);

@@ -4,6 +4,9 @@
 # their agents' Gloo collectives meeting through it.
 #   multinode_test.sh MODE RUN APP KERNELS ETCD_LOCAL
 # MODE:
+#   join           the start agreement: a node whose peer never comes ends
+#                  within --rdzv_timeout naming it; SIGTERM while waiting ends
+#                  it at once; a node rank taken twice is refused
 #   env            each rank's torchrun environment (RANK, LOCAL_RANK,
 #                  WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
 #                  MASTER_PORT the same on both nodes)
@@ -108,6 +111,43 @@ equal_to_ref() {  # what: every rank of both nodes printed $ref
 }
 
 case "$mode" in
+join)
+  job="mn-join-$$-$RANDOM"
+  one() {  # node-rank log [options]: node K of 2, alone (call it in a subshell: it execs)
+    local k="$1" log="$2"; shift 2
+    exec "$run" --nnodes=2 --node-rank="$k" --nproc-per-node=1 --rdzv-endpoint="$endpoint" \
+      --rdzv-id="$job" "${host[@]}" "$@" -- "$app" --iters 1 >"$tmp/$log" 2>&1
+  }
+  t0=$(date +%s%N)
+  (one 0 alone.log --rdzv_timeout=2); rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ "$rc" -eq 1 ] || fail "a node without its peer ended with status $rc, want 1"
+  grep -q "node(s) 1 did not join within 2s (1 of 2 present" "$tmp/alone.log" || fail "the missing node is not named"
+  [ "$ms" -lt 10000 ] || fail "the start agreement took $ms ms with --rdzv_timeout=2"
+  echo "ok: alone, node 0 ended in $ms ms: $(grep -o "node(s) 1 did not join[^(]*" "$tmp/alone.log")"
+  job="mn-join-$$-$RANDOM"
+  one 0 term.log --rdzv_timeout=60 &
+  pid=$!
+  sleep 1.5
+  kill -TERM "$pid"
+  t0=$(date +%s%N)
+  wait "$pid"; rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ "$rc" -ne 0 ] || fail "SIGTERM while waiting: status 0"
+  grep -q "stopped by a signal while waiting for the other nodes" "$tmp/term.log" || fail "SIGTERM while waiting: no reason given"
+  [ "$ms" -lt 5000 ] || fail "SIGTERM while waiting: it took $ms ms to stop"
+  echo "ok: SIGTERM while waiting for node 1 ended node 0 in $ms ms"
+  job="mn-join-$$-$RANDOM"
+  one 1 first.log --rdzv_timeout=30 &
+  pid=$!
+  for _ in $(seq 100); do [ -n "$(etcdctl_get "/revenant/$job/nodes/")" ] && break; sleep 0.1; done
+  (one 1 second.log --rdzv_timeout=30); rc=$?
+  kill -TERM "$pid"; wait "$pid"
+  [ "$rc" -eq 1 ] || fail "a node rank taken twice: status $rc, want 1"
+  grep -q "node rank 1 of job '$job' is held by a live launcher (nproc=1 addr=127.0.0.1" "$tmp/second.log" ||
+    fail "a node rank taken twice: not refused clearly"
+  echo "ok: node rank 1 taken twice: the second launcher is refused"
+  ;;
 env)
   nodes 1
   wait_nodes
