@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <utility>
 
 #include <gloo/common/error.h>
@@ -17,6 +18,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "absl/strings/match.h"
+#include "collective/etcd_gloo_store.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 
@@ -150,18 +152,41 @@ absl::StatusOr<std::unique_ptr<GlooEngine>> GlooEngine::Create(const GlooEngineO
   if (options.rendezvous_dir.empty()) {
     return absl::InvalidArgumentError("a rendezvous directory is required");
   }
-  if (mkdir(options.rendezvous_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+  const bool in_etcd = !options.store_endpoint.empty();
+  std::unique_ptr<recovery::EtcdClient> etcd;
+  std::string etcd_prefix;
+  if (in_etcd) {
+    recovery::EtcdClientOptions co;
+    co.unreachable_timeout = std::min(options.timeout, absl::Seconds(20));
+    co.request_timeout = std::min(co.unreachable_timeout, absl::Seconds(5));
+    absl::StatusOr<std::unique_ptr<recovery::EtcdClient>> c =
+        recovery::EtcdClient::Create(options.store_endpoint, co);
+    if (!c.ok()) return c.status();
+    etcd = *std::move(c);
+    const size_t slash = options.rendezvous_dir.find_last_of('/');
+    etcd_prefix = absl::StrCat(options.store_prefix,
+                               slash == std::string::npos ? options.rendezvous_dir
+                                                          : options.rendezvous_dir.substr(slash + 1),
+                               "/");
+  } else if (mkdir(options.rendezvous_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return absl::UnavailableError(absl::StrCat("cannot create ", options.rendezvous_dir, ": ",
                                                strerror(errno)));
   }
+  const std::string where = in_etcd ? absl::StrCat(etcd_prefix, " in etcd at ", etcd->endpoint())
+                                    : options.rendezvous_dir;
   const absl::Time start = absl::Now();
   const auto timeout_ms =
       std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(options.timeout)));
   try {
-    gloo::rendezvous::FileStore file_store(options.rendezvous_dir);
-    gloo::rendezvous::PrefixStore store(options.prefix, file_store);
+    std::unique_ptr<gloo::rendezvous::Store> base;
+    if (in_etcd) {
+      base = std::make_unique<EtcdGlooStore>(etcd.get(), etcd_prefix, options.timeout);
+    } else {
+      base = std::make_unique<gloo::rendezvous::FileStore>(options.rendezvous_dir);
+    }
+    gloo::rendezvous::PrefixStore store(options.prefix, *base);
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
+    attr.hostname = options.hostname;
     e->device_ = gloo::transport::tcp::CreateDevice(attr);
     e->context_ = std::make_shared<gloo::rendezvous::Context>(e->engine_rank_, options.size);
     e->context_->setTimeout(timeout_ms);
@@ -170,8 +195,8 @@ absl::StatusOr<std::unique_ptr<GlooEngine>> GlooEngine::Create(const GlooEngineO
     const bool late = absl::Now() - start >= options.timeout;
     const std::string what = ex.what();
     const std::string msg =
-        absl::StrCat("rendezvous of rank ", options.rank, "/", options.size, " in ",
-                     options.rendezvous_dir, " failed: ", what);
+        absl::StrCat("rendezvous of rank ", options.rank, "/", options.size, " in ", where,
+                     " failed: ", what);
     if (late || absl::StrContains(what, "imeout") || absl::StrContains(what, "imed out")) {
       return absl::DeadlineExceededError(msg);
     }
@@ -190,6 +215,11 @@ absl::StatusOr<std::unique_ptr<GlooEngine>> GlooEngine::Create(const GlooEngineO
     }
     absl::Status s = e->Exchange(xs, start + options.timeout);
     if (!s.ok()) return s;
+  }
+  if (in_etcd && options.rank == 0) {
+    // Everybody passed the barrier: the rendezvous keys are read no more.
+    absl::StatusOr<int64_t> removed = etcd->DeletePrefix(etcd_prefix);
+    if (!removed.ok()) REVENANT_LOG(WARNING, kLog) << "rendezvous keys stay: " << removed.status();
   }
   REVENANT_LOG(DEBUG, kLog) << "rank " << options.rank << "/" << options.size << " connected in "
                             << absl::FormatDuration(absl::Now() - start);

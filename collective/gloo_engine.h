@@ -1,4 +1,5 @@
-// GlooEngine: a CollectiveEngine over Gloo's TCP transport on 127.0.0.1.
+// GlooEngine: a CollectiveEngine over Gloo's TCP transport (127.0.0.1, or
+// the node's address in a job spanning nodes).
 //
 //   GlooEngineOptions o;
 //   o.rendezvous_dir = dir;   // shared by every member, exists or is creatable
@@ -7,7 +8,10 @@
 //   absl::StatusOr<std::unique_ptr<GlooEngine>> e = GlooEngine::Create(o);
 //
 // Rendezvous: a Gloo FileStore in `rendezvous_dir` under a PrefixStore of
-// `prefix`; every member connects to every other (full mesh). Create returns
+// `prefix`; or, when `store_endpoint` is set (members on several nodes), an
+// EtcdGlooStore (etcd_gloo_store.h) under
+// <store_prefix><last component of rendezvous_dir>/, removed by rank 0 once
+// everybody connected. Every member connects to every other (full mesh). Create returns
 // only after all members connected and passed a barrier, so once it returns
 // on any member nobody reads the store again (it may be removed).
 //
@@ -64,6 +68,12 @@ struct GlooEngineOptions {
   absl::Duration timeout = DefaultCollectiveTimeout();
   // Identity when empty; otherwise size() entries.
   std::vector<int> app_to_engine;
+  // The address this member listens on for its peers.
+  std::string hostname = "127.0.0.1";
+  // etcd (HOST:PORT) holding the rendezvous instead of rendezvous_dir, and
+  // the key prefix there (the job's, ending in '/').
+  std::string store_endpoint;
+  std::string store_prefix;
 };
 
 class GlooEngine : public CollectiveEngine {

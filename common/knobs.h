@@ -89,6 +89,14 @@ enum class Type { kBool, kInt, kDouble, kString };
     "The job's directory (journals, epochs, rendezvous).")                                       \
   X(kRank, "REVENANT_RANK", kInt, kLauncher, "",                                                 \
     "The rank an application process serves.")                                                   \
+  X(kRdzvEndpoint, "REVENANT_RDZV_ENDPOINT", kString, kLauncher, "",                             \
+    "A job spanning nodes: the etcd (HOST:PORT) where the agents' collectives rendezvous "      \
+    "instead of the job directory (docs/multinode.md).")                                        \
+  X(kRdzvPrefix, "REVENANT_RDZV_PREFIX", kString, kLauncher, "",                                 \
+    "The etcd key prefix of the job's collective rendezvous (/revenant/<rdzv id>/gloo/).")      \
+  X(kCollectiveAddr, "REVENANT_COLLECTIVE_ADDR", kString, kLauncher, "127.0.0.1",                \
+    "The address an agent's Gloo collectives listen on for their peers (revenant-run: the "     \
+    "node's --node_addr in a job spanning nodes).")                                              \
   /* Measurement. */                                                                             \
   X(kSpinUs, "REVENANT_SPIN_US", kInt, kMeasurement, "200 with 8 or more CPUs, else 50",         \
     "Microseconds a waiter spins before it sleeps (0-10000000).")                                \

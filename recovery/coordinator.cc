@@ -1,11 +1,8 @@
 #include "recovery/coordinator.h"
 
-#include <fcntl.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "common/events.h"
@@ -15,10 +12,23 @@
 namespace revenant {
 namespace recovery {
 
+Coordinator::Coordinator(Options options) : options_(std::move(options)) {
+  if (options_.store == nullptr) {
+    own_store_ = std::make_unique<EmbeddedStore>(options_.job_dir);
+    store_ = own_store_.get();
+  } else {
+    store_ = options_.store;
+  }
+}
+
+void Coordinator::Record(const std::string& event, int rank, const std::string& detail) {
+  store_->RecordEvent(event, rank, epoch_, detail);
+}
+
 bool Coordinator::AgentDied(int rank, int status, absl::Time now) {
   const std::string how = WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status))
                                               : absl::StrCat("status ", WEXITSTATUS(status));
-  RecordEvent(options_.job_dir, "agent_died", rank, epoch_, how);
+  Record("agent_died", rank, how);
   if (!options_.recover || !WIFSIGNALED(status) || recoveries_ >= options_.max_recoveries ||
       gave_up()) {
     return false;
@@ -31,7 +41,7 @@ bool Coordinator::AgentDied(int rank, int status, absl::Time now) {
           " times in a row, each within ", absl::FormatDuration(options_.quick_death),
           " of its start (last: ", how,
           "): a request the rank replays kills every agent that runs it; not replacing it again");
-      RecordEvent(options_.job_dir, "recovery_abandoned", rank, epoch_, give_up_reason_);
+      Record("recovery_abandoned", rank, give_up_reason_);
       return false;
     }
   } else {
@@ -46,7 +56,11 @@ bool Coordinator::AgentDied(int rank, int status, absl::Time now) {
 std::vector<Coordinator::Replacement> Coordinator::DueReplacements(absl::Time now) {
   std::vector<Replacement> out;
   if (pending_.empty() || now < due_) return out;
-  DeclareEpoch();
+  if (!DeclareEpoch()) {
+    pending_.clear();
+    due_ = absl::InfiniteFuture();
+    return out;
+  }
   for (int rank : pending_) {
     Replacement r{rank, std::nullopt};
     if (!spares_.empty()) {
@@ -62,7 +76,7 @@ std::vector<Coordinator::Replacement> Coordinator::DueReplacements(absl::Time no
 
 void Coordinator::ReplacementStarted(int rank, const std::string& how, absl::Time now) {
   replacement_started_[rank] = now;
-  RecordEvent(options_.job_dir, "replacement_started", rank, epoch_, how);
+  Record("replacement_started", rank, how);
 }
 
 void Coordinator::AddSpare(int id) {
@@ -83,22 +97,17 @@ std::string Coordinator::AssignmentMessage(int rank, const std::string& socket,
          "\nend\n";
 }
 
-void Coordinator::DeclareEpoch() {
-  ++epoch_;
-  // Written under a temporary name and renamed: a reader sees the old epoch
-  // or the new one, never a half-written number.
-  const std::string tmp = options_.job_dir + "/epoch.tmp";
-  // 0600 like every file of the job.
-  bool ok = false;
-  if (const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600); fd >= 0) {
-    const std::string text = absl::StrCat(epoch_, "\n");
-    ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    ok = close(fd) == 0 && ok;
+bool Coordinator::DeclareEpoch() {
+  absl::StatusOr<int> epoch = store_->ClaimNextEpoch();
+  if (!epoch.ok()) {
+    give_up_reason_ = absl::StrCat("cannot declare recovery epoch ", epoch_ + 1, ": ",
+                                   epoch.status().message());
+    REVENANT_LOG(ERROR, "coordinator") << give_up_reason_;
+    Record("recovery_abandoned", -1, give_up_reason_);
+    return false;
   }
-  if (!ok || std::rename(tmp.c_str(), (options_.job_dir + "/epoch").c_str()) != 0) {
-    REVENANT_LOG(ERROR, "coordinator") << "cannot declare recovery epoch " << epoch_ << " in "
-                                       << options_.job_dir;
-  }
+  epoch_ = *epoch;
+  return true;
 }
 
 }  // namespace recovery

@@ -10,20 +10,27 @@
 //
 // It owns no process: the launcher (revenant-run, or a supervisor of
 // standalone agents) starts and reaps processes and tells the coordinator
-// what happened; the coordinator writes the job's recovery epoch
-// (<job_dir>/epoch, read by agents and shims through ReadRecoveryEpoch) and
-// the recovery events (<job_dir>/events.jsonl).
+// what happened; the coordinator declares the job's recovery epochs and
+// records the recovery events through a CoordinationStore
+// (recovery/coordination_store.h): by default an EmbeddedStore of the job
+// directory (<job_dir>/epoch, read by agents and shims through
+// ReadRecoveryEpoch, and <job_dir>/events.jsonl); for a job spanning nodes
+// an EtcdStore (recovery/etcd_store.h), whose epochs are claimed in etcd
+// so that the coordinators of several nodes never declare the same one.
 //
 // Thread safety: none; one thread (the launcher's loop) calls it.
 #ifndef REVENANT_RECOVERY_COORDINATOR_H_
 #define REVENANT_RECOVERY_COORDINATOR_H_
 
+#include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "recovery/coordination_store.h"
 
 namespace revenant {
 namespace recovery {
@@ -40,6 +47,9 @@ class Coordinator {
     // `quick_death` of its start, is given up (see AgentDied).
     int max_quick_deaths = 3;
     absl::Duration quick_death = absl::Seconds(30);
+    // Where epochs and events go; not owned, must outlive the coordinator.
+    // Null: an EmbeddedStore of job_dir, owned by the coordinator.
+    CoordinationStore* store = nullptr;
   };
 
   struct Replacement {
@@ -47,7 +57,7 @@ class Coordinator {
     std::optional<int> spare;  // the spare that takes the rank, if one waits
   };
 
-  explicit Coordinator(Options options) : options_(std::move(options)) {}
+  explicit Coordinator(Options options);
 
   // The agent of `rank` exited with wait status `status`. Records the death
   // and returns whether a replacement is planned (it then comes from
@@ -71,9 +81,11 @@ class Coordinator {
   const std::string& give_up_reason() const { return give_up_reason_; }
 
   // The replacements whose batch window ended by `now`, in death order,
-  // after declaring the next recovery epoch (<job_dir>/epoch, replaced
-  // atomically: survivors watching it abort their communicators and rebuild
-  // them for the new epoch). Each takes a waiting spare (a spare's backend is
+  // after declaring the next recovery epoch (through the store: survivors
+  // watching <job_dir>/epoch abort their communicators and rebuild them for
+  // the new epoch). When the store cannot declare one (etcd unreachable
+  // past its retries), nothing is returned, gave_up() becomes true and
+  // give_up_reason() says why. Each takes a waiting spare (a spare's backend is
   // already up: faster than a new process) while there are any. Empty when
   // nothing is due.
   std::vector<Replacement> DueReplacements(absl::Time now);
@@ -89,6 +101,9 @@ class Coordinator {
   int spares_waiting() const { return static_cast<int>(spares_.size()); }
 
   int epoch() const { return epoch_; }
+  // An epoch another node's coordinator declared (an EtcdStore's mirror):
+  // the events from now on carry it.
+  void ObserveEpoch(int epoch) { epoch_ = std::max(epoch_, epoch); }
   int recoveries() const { return recoveries_; }
   bool replacements_pending() const { return !pending_.empty(); }
 
@@ -98,9 +113,12 @@ class Coordinator {
                                        const std::string& rank_dir, int device);
 
  private:
-  void DeclareEpoch();
+  bool DeclareEpoch();
+  void Record(const std::string& event, int rank, const std::string& detail);
 
   Options options_;
+  std::unique_ptr<CoordinationStore> own_store_;
+  CoordinationStore* store_;
   int epoch_ = 0;
   int recoveries_ = 0;
   std::vector<int> pending_;  // ranks to replace, in death order

@@ -158,6 +158,46 @@ TEST(CoordinatorTest, ARemovedSpareIsNotOffered) {
   EXPECT_EQ(std::optional<int>(6), due[0].spare);
 }
 
+// A store whose epoch claims fail (etcd unreachable past its retries).
+class UnreachableStore : public CoordinationStore {
+ public:
+  absl::StatusOr<int> ClaimNextEpoch() override {
+    ++claims;
+    return absl::UnavailableError("etcd at http://h:1 unreachable: 3 attempt(s)");
+  }
+  int LatestEpoch() override { return 0; }
+  void RecordEvent(const std::string& event, int, int, const std::string&) override {
+    events.push_back(event);
+  }
+  int claims = 0;
+  std::vector<std::string> events;
+};
+
+TEST(CoordinatorTest, EventsAndEpochsGoToTheStoreItIsGiven) {
+  const std::string dir = TempDir();
+  UnreachableStore store;
+  Coordinator c({dir, true, 8, absl::Milliseconds(0), 3, absl::Seconds(30), &store});
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(c.AgentDied(1, Killed(SIGKILL), t0));
+  EXPECT_TRUE(c.DueReplacements(t0).empty()) << "no epoch: nothing may be replaced";
+  EXPECT_EQ(1, store.claims);
+  EXPECT_TRUE(c.gave_up());
+  EXPECT_THAT(c.give_up_reason(), HasSubstr("cannot declare recovery epoch 1: etcd at http://h:1"));
+  EXPECT_FALSE(c.replacements_pending());
+  EXPECT_EQ(0, c.epoch());
+  EXPECT_EQ((std::vector<std::string>{"agent_died", "recovery_abandoned"}), store.events);
+  EXPECT_EQ(0, ReadRecoveryEpoch(dir)) << "the job directory is the store's business";
+  EXPECT_EQ("", Contents(dir + "/events.jsonl"));
+}
+
+TEST(CoordinatorTest, AnEpochSeenFromAnotherNodeIsObservedNeverLowered) {
+  Coordinator c({TempDir(), true, 8, absl::Milliseconds(0)});
+  c.ObserveEpoch(4);
+  EXPECT_EQ(4, c.epoch());
+  c.ObserveEpoch(2);
+  EXPECT_EQ(4, c.epoch());
+}
+
 TEST(CoordinatorTest, AssignmentMessageNamesTheRank) {
   const std::string m = Coordinator::AssignmentMessage(3, "/j/rank3/agent.sock", "/j/rank3", 1);
   EXPECT_THAT(m, HasSubstr("op=assign"));

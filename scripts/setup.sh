@@ -13,6 +13,8 @@ PACKAGES=(
   libgloo-dev          # collectives on the host backend
   libisal-dev          # CRC32C for the journal
   libopenblas-dev      # the cuBLAS rows on the host backend
+  libcurl4-openssl-dev # the etcd client (jobs spanning nodes, recovery/etcd_client.h)
+  etcd-server          # etcd 3.4 for the tests tagged "etcd" (scripts/etcd_local.sh)
   g++ make
   python3              # tests of revenant-run's torchrun command line (*.py programs)
   clang libclang-rt-14-dev  # libFuzzer + sanitizers: scripts/fuzz.sh, //tests/fuzz:fuzz_test

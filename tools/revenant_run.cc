@@ -1,11 +1,16 @@
-// revenant-run: launches a job under Revenant on one node.
+// revenant-run: launches a job under Revenant on one node, or this node's
+// part of a job spanning nodes (one revenant-run per node, coordinated
+// through etcd: docs/multinode.md).
 //
 //   revenant-run -n 4 --backend=host --host_kernels=libtrain_host_kernels.so -- ./train --steps 100
+//   revenant-run --nnodes=2 --node-rank=K --nproc-per-node=4 --rdzv-endpoint=HOST:2379 \
+//       --rdzv-id=job7 --node-addr=ADDR train.py      # on node K of 2
 //
 // For each rank it starts a revenant-agent, waits until the agent listens,
 // then starts the application with librevenant_shim.so preloaded and a
 // torchrun-like environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT). Output lines are prefixed with "[rN]" (the
+// GROUP_RANK, GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; across nodes, rank
+// = node rank * nproc-per-node + local rank). Output lines are prefixed with "[rN]" (the
 // application) or "[aN]" (its agent). The exit status is the first failing
 // rank's (128 + signal for a signal), or 0. Everything the job made (agents,
 // the per-job directory with rings, sockets and journals) is cleaned up on
@@ -24,6 +29,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -43,6 +49,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -52,13 +59,33 @@
 #include "common/kv.h"
 #include "common/random.h"
 #include "recovery/coordinator.h"
+#include "recovery/etcd_client.h"
+#include "recovery/etcd_store.h"
 
 extern char** environ;
 
 ABSL_FLAG(int, n, 1, "number of ranks (application processes, one agent each)");
 ABSL_FLAG(int, nproc_per_node, 0, "torchrun's name for -n (also --nproc-per-node)");
-ABSL_FLAG(int, nnodes, 1, "nodes of the job (torchrun's flag; only 1 for now)");
-ABSL_FLAG(int, node_rank, 0, "this node's rank (torchrun's flag; only 0 for now)");
+ABSL_FLAG(int, nnodes, 1,
+          "nodes of the job (torchrun's flag); more than 1 needs --rdzv-endpoint and --rdzv-id");
+ABSL_FLAG(int, node_rank, 0, "this node's rank, 0..nnodes-1 (torchrun's flag)");
+ABSL_FLAG(std::string, rdzv_endpoint, "",
+          "etcd v3 (HOST:PORT) holding the coordination of a job spanning nodes (torchrun's "
+          "flag; docs/multinode.md); empty: the embedded coordinator of one node");
+ABSL_FLAG(std::string, rdzv_id, "",
+          "the job's name in etcd, the same on every node (torchrun's flag; letters, digits, "
+          "'.', '_', '-')");
+ABSL_FLAG(std::string, rdzv_backend, "etcd",
+          "torchrun's flag: only etcd (etcd-v2 is accepted as the same) with --rdzv-endpoint");
+ABSL_FLAG(std::string, node_addr, "127.0.0.1",
+          "with --rdzv-endpoint: this node's address the other nodes reach (Gloo collectives; "
+          "node 0's is MASTER_ADDR)");
+ABSL_FLAG(double, rdzv_timeout, 120,
+          "with --rdzv-endpoint: seconds to wait for every node to join, and for etcd to answer "
+          "before the job ends");
+ABSL_FLAG(int, rdzv_lease, 10,
+          "with --rdzv-endpoint: seconds of the lease holding this node's membership (a node "
+          "whose launcher stopped renewing it for this long is lost)");
 ABSL_FLAG(bool, standalone, false, "torchrun's single-node rendezvous: the default here");
 ABSL_FLAG(std::string, module, "",
           "run the program as `python3 -m MODULE args` (torchrun's -m/--module)");
@@ -372,12 +399,43 @@ int Main(int argc, char** argv) {
                  absl::ProgramUsageMessage().data());
     return 2;
   }
-  if (absl::GetFlag(FLAGS_nnodes) != 1 || absl::GetFlag(FLAGS_node_rank) != 0) {
+  const std::string rdzv_endpoint = absl::GetFlag(FLAGS_rdzv_endpoint);
+  const std::string rdzv_id = absl::GetFlag(FLAGS_rdzv_id);
+  const bool multinode = !rdzv_endpoint.empty();
+  const int nnodes = absl::GetFlag(FLAGS_nnodes);
+  const int node_rank = absl::GetFlag(FLAGS_node_rank);
+  if (!multinode && (nnodes != 1 || node_rank != 0)) {
     std::fprintf(stderr,
-                 "revenant-run: --nnodes=%d --node-rank=%d: jobs of several nodes are not "
-                 "supported yet (one node: --nnodes=1)\n",
-                 absl::GetFlag(FLAGS_nnodes), absl::GetFlag(FLAGS_node_rank));
+                 "revenant-run: --nnodes=%d --node-rank=%d: a job of several nodes needs "
+                 "--rdzv-endpoint=HOST:PORT (etcd) and --rdzv-id=JOB (docs/multinode.md)\n",
+                 nnodes, node_rank);
     return 2;
+  }
+  if (multinode) {
+    const std::string backend = absl::GetFlag(FLAGS_rdzv_backend);
+    if (backend != "etcd" && backend != "etcd-v2") {
+      std::fprintf(stderr, "revenant-run: --rdzv-backend=%s: only etcd is supported\n",
+                   backend.c_str());
+      return 2;
+    }
+    if (nnodes < 1 || nnodes > 4096 || node_rank < 0 || node_rank >= nnodes) {
+      std::fprintf(stderr, "revenant-run: --node-rank=%d must be in 0..%d (--nnodes=%d)\n",
+                   node_rank, nnodes - 1, nnodes);
+      return 2;
+    }
+    if (rdzv_id.empty() || rdzv_id.size() > 128 ||
+        !std::all_of(rdzv_id.begin(), rdzv_id.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+        })) {
+      std::fprintf(stderr,
+                   "revenant-run: --rdzv-endpoint needs --rdzv-id=JOB (1-128 letters, digits, "
+                   "'.', '_', '-'; the same on every node)\n");
+      return 2;
+    }
+    if (absl::GetFlag(FLAGS_rdzv_lease) < 2 || absl::GetFlag(FLAGS_rdzv_timeout) <= 0) {
+      std::fprintf(stderr, "revenant-run: --rdzv_lease must be >= 2 and --rdzv_timeout > 0\n");
+      return 2;
+    }
   }
   if (absl::GetFlag(FLAGS_nproc_per_node) != 0 && absl::GetFlag(FLAGS_n) != 1 &&
       absl::GetFlag(FLAGS_nproc_per_node) != absl::GetFlag(FLAGS_n)) {
@@ -415,6 +473,9 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "revenant-run: -n must be between 1 and 1024\n");
     return 2;
   }
+  // Ranks: this node's are base..base+n-1 of `world` (one node: 0..n-1).
+  const int world = multinode ? nnodes * n : n;
+  const int base = multinode ? node_rank * n : 0;
   const std::string agent_bin =
       Locate(absl::GetFlag(FLAGS_agent), knobs::Id::kAgentBin, "agent", "revenant-agent");
   const std::string shim =
@@ -463,20 +524,98 @@ int Main(int argc, char** argv) {
                  std::strerror(errno));
     return 1;
   }
+  std::unique_ptr<recovery::EtcdStore> etcd;
+  // Also ends this node's part in etcd when the job ends before the main
+  // loop (the others then stop instead of waiting for it).
   auto cleanup_dir = [&] {
+    if (etcd) (void)etcd->Finish(false, absl::StrCat("the launcher of node ", node_rank,
+                                                      " stopped before its ranks ran"));
     std::error_code ec;
     fs::remove_all(job_dir, ec);
   };
+  // A job spanning nodes: this node joins it in etcd (its membership on a
+  // lease), every node's launcher waits for the others (bounded), node 0
+  // publishes MASTER_ADDR/MASTER_PORT; the coordinator's epochs and events
+  // go through etcd.
+  std::string master_addr = "127.0.0.1";
+  int port = 0;
+  if (multinode) {
+    const absl::Duration rdzv_timeout = absl::Seconds(absl::GetFlag(FLAGS_rdzv_timeout));
+    recovery::EtcdClientOptions co;
+    co.unreachable_timeout = std::min(rdzv_timeout, absl::Seconds(30));
+    co.request_timeout = std::min(co.unreachable_timeout, absl::Seconds(5));
+    absl::StatusOr<std::unique_ptr<recovery::EtcdClient>> client =
+        recovery::EtcdClient::Create(rdzv_endpoint, co);
+    if (!client.ok()) {
+      std::fprintf(stderr, "revenant-run: --rdzv-endpoint: %s\n",
+                   std::string(client.status().message()).c_str());
+      cleanup_dir();
+      return 2;
+    }
+    recovery::EtcdStoreOptions so;
+    so.job_id = rdzv_id;
+    so.node_rank = node_rank;
+    so.nnodes = nnodes;
+    so.job_dir = job_dir;
+    so.lease_ttl_s = absl::GetFlag(FLAGS_rdzv_lease);
+    etcd = std::make_unique<recovery::EtcdStore>(*std::move(client), so);
+    const absl::Time t0 = absl::Now();
+    absl::Status joined = etcd->Join(n, absl::GetFlag(FLAGS_node_addr));
+    // Ctrl-C / SIGTERM while waiting for the other nodes (the signals are
+    // blocked, waiting for the main loop's signalfd): stop waiting.
+    auto interrupted = [] {
+      sigset_t pending;
+      return sigpending(&pending) == 0 &&
+             (sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1 ||
+              sigismember(&pending, SIGHUP) == 1);
+    };
+    if (joined.ok()) joined = etcd->WaitForNodes(n, rdzv_timeout, interrupted);
+    absl::StatusOr<std::string> master = absl::UnknownError("");
+    if (joined.ok()) {
+      master = node_rank == 0
+                   ? etcd->Agree("master", absl::StrCat(absl::GetFlag(FLAGS_node_addr), " ",
+                                                        FreePort()))
+                   : etcd->AwaitValue("master", rdzv_timeout);
+      if (!master.ok()) joined = master.status();
+    }
+    if (joined.ok()) {
+      std::vector<std::string> parts = absl::StrSplit(*master, ' ');
+      if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &port)) {
+        joined = absl::FailedPreconditionError("bad master entry in etcd: " + *master);
+      } else {
+        master_addr = parts[0];
+      }
+    }
+    if (!joined.ok()) {
+      std::fprintf(stderr, "revenant-run: node %d of job '%s': %s\n", node_rank, rdzv_id.c_str(),
+                   std::string(joined.message()).c_str());
+      (void)etcd->Finish(false, std::string(joined.message()));
+      cleanup_dir();
+      etcd.reset();
+      return 1;
+    }
+    etcd->StartWatcher();
+    Say(absl::StrCat("node ", node_rank, " of ", nnodes, " joined job '", rdzv_id, "' in etcd at ",
+                     rdzv_endpoint, " (ranks ", base, "..", base + n - 1, " of ", world, ") in ",
+                     absl::ToInt64Milliseconds(absl::Now() - t0), " ms; master ", master_addr, ":",
+                     port));
+  }
   recovery::Coordinator coordinator({job_dir, absl::GetFlag(FLAGS_recover),
                                      absl::GetFlag(FLAGS_max_recoveries),
-                                     absl::Milliseconds(800)});
+                                     absl::Milliseconds(800), 3, absl::Seconds(30), etcd.get()});
 
   std::vector<Child> children;
   std::vector<Pipe> pipes;
-  std::vector<std::vector<std::string>> agent_args(n);
+  std::map<int, std::vector<std::string>> agent_args;  // by rank
   std::vector<std::string> base_env;
   for (char** e = environ; *e != nullptr; ++e) {
     if (std::strncmp(*e, "LD_PRELOAD=", 11) != 0) base_env.emplace_back(*e);
+  }
+  if (multinode) {
+    // The agents' collectives rendezvous in etcd and listen on this node's address.
+    base_env.push_back("REVENANT_RDZV_ENDPOINT=" + rdzv_endpoint);
+    base_env.push_back("REVENANT_RDZV_PREFIX=" + etcd->prefix() + "gloo/");
+    base_env.push_back("REVENANT_COLLECTIVE_ADDR=" + absl::GetFlag(FLAGS_node_addr));
   }
 
   // --chaos=key=value,...[;key=value,...]: one plan per rank.
@@ -491,9 +630,11 @@ int Main(int argc, char** argv) {
       }
       chaos[p[0]] = p[1];
     }
-    const int rank = chaos.count("rank") ? std::atoi(chaos["rank"].c_str()) : 0;
-    if (rank < 0 || rank >= n) {
-      std::fprintf(stderr, "revenant-run: --chaos names rank %d of %d\n", rank, n);
+    const int rank = chaos.count("rank") ? std::atoi(chaos["rank"].c_str()) : base;
+    if (rank < base || rank >= base + n) {
+      std::fprintf(stderr, "revenant-run: --chaos names rank %d, not one of this node's (%d..%d)\n",
+                   rank, base, base + n - 1);
+      cleanup_dir();
       return 2;
     }
     chaos_plans[rank] = chaos;
@@ -501,7 +642,8 @@ int Main(int argc, char** argv) {
   if (!chaos_plans.empty()) Say(absl::StrCat("chaos: ", absl::GetFlag(FLAGS_chaos)));
 
   const absl::Time start = absl::Now();
-  for (int r = 0; r < n; ++r) {
+  for (int l = 0; l < n; ++l) {
+    const int r = base + l;  // the rank
     const std::string rank_dir = absl::StrCat(job_dir, "/rank", r);
     mkdir(rank_dir.c_str(), 0700);
     std::vector<std::string> args = {agent_bin,
@@ -514,12 +656,12 @@ int Main(int argc, char** argv) {
                                      absl::StrCat("--journal=", absl::GetFlag(FLAGS_journal)),
                                      "--snapshots=" + snapshots,
                                      "--journal_thread=" + absl::GetFlag(FLAGS_journal_thread),
-                                     absl::StrCat("--world_size=", n),
+                                     absl::StrCat("--world_size=", world),
                                      "--die_with_parent"};
-    // The agent uses the GPU of its local rank (one node: local rank = rank).
+    // The agent uses the GPU of its local rank.
     if (absl::GetFlag(FLAGS_backend) == "cuda") {
       const int gpus = absl::GetFlag(FLAGS_gpus);
-      args.push_back(absl::StrCat("--device=", gpus > 0 ? r % gpus : r));
+      args.push_back(absl::StrCat("--device=", gpus > 0 ? l % gpus : l));
       args.push_back("--collectives=" + absl::GetFlag(FLAGS_collectives));
       // More ranks than GPUs: ranks share a GPU on purpose (cuda_nccl.h).
       if (gpus > 0 && gpus < n) args.push_back("--gpu_shared");
@@ -557,11 +699,12 @@ int Main(int argc, char** argv) {
   // Wait until every agent listens (its socket exists), bounded.
   const absl::Time agents_deadline =
       absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_agent_start_timeout));
-  for (int r = 0; r < n; ++r) {
+  for (int l = 0; l < n; ++l) {
+    const int r = base + l;
     const std::string sock = absl::StrCat(job_dir, "/rank", r, "/agent.sock");
     while (access(sock.c_str(), F_OK) != 0) {
       int status = 0;
-      if (waitpid(children[r].pid, &status, WNOHANG) == children[r].pid) {
+      if (waitpid(children[l].pid, &status, WNOHANG) == children[l].pid) {
         // Print what it said before giving up.
         for (Pipe& p : pipes) {
           char buf[4096];
@@ -587,14 +730,16 @@ int Main(int argc, char** argv) {
       usleep(5000);
     }
   }
-  Say(absl::StrCat("job ", job, ": ", n, " rank(s), ", absl::GetFlag(FLAGS_backend),
+  Say(absl::StrCat("job ", job, ": ", n, " rank(s)", multinode ? " on this node" : "", ", ",
+                   absl::GetFlag(FLAGS_backend),
                    " backend, agents ready in ",
                    absl::ToInt64Milliseconds(absl::Now() - start), " ms"));
 
-  const int port = FreePort();
+  if (!multinode) port = FreePort();
   const double timeout_s = absl::GetFlag(FLAGS_timeout);
   const double timeout_s_flag = timeout_s;
-  for (int r = 0; r < n; ++r) {
+  for (int l = 0; l < n; ++l) {
+    const int r = base + l;
     const std::string rank_dir = absl::StrCat(job_dir, "/rank", r);
     std::vector<std::string> env = base_env;
     env.push_back("LD_PRELOAD=" + shim);
@@ -602,10 +747,15 @@ int Main(int argc, char** argv) {
     env.push_back("REVENANT_JOB_DIR=" + rank_dir);
     env.push_back(absl::StrCat("REVENANT_RANK=", r));
     env.push_back(absl::StrCat("RANK=", r));
-    env.push_back(absl::StrCat("LOCAL_RANK=", r));
-    env.push_back(absl::StrCat("WORLD_SIZE=", n));
+    env.push_back(absl::StrCat("LOCAL_RANK=", l));
+    env.push_back(absl::StrCat("WORLD_SIZE=", world));
     env.push_back(absl::StrCat("LOCAL_WORLD_SIZE=", n));
-    env.push_back("MASTER_ADDR=127.0.0.1");
+    env.push_back(absl::StrCat("GROUP_RANK=", multinode ? node_rank : 0));
+    env.push_back(absl::StrCat("GROUP_WORLD_SIZE=", multinode ? nnodes : 1));
+    env.push_back(absl::StrCat("ROLE_RANK=", r));
+    env.push_back(absl::StrCat("ROLE_WORLD_SIZE=", world));
+    if (multinode) env.push_back("TORCHELASTIC_RUN_ID=" + rdzv_id);
+    env.push_back("MASTER_ADDR=" + master_addr);
     env.push_back(absl::StrCat("MASTER_PORT=", port));
     if (absl::GetFlag(FLAGS_recover)) {
       env.push_back(absl::StrCat("REVENANT_RECOVERY_TIMEOUT_S=",
@@ -621,21 +771,21 @@ int Main(int argc, char** argv) {
     children.push_back({pid, absl::StrCat("r", r), false, r});
   }
 
-  // Spare agents: the arguments of rank 0's agent without its rank, socket,
-  // directory and GPU; the warm-up backend uses rank n's range (no rank of
-  // the job has it) and, on the cuda backend, GPU (i mod GPUs).
+  // Spare agents: the arguments of this node's first agent without its rank,
+  // socket, directory and GPU; the warm-up backend uses the range of rank
+  // `world` (no rank of the job has it) and, on the cuda backend, GPU (i mod GPUs).
   const int spares_wanted = std::max(0, absl::GetFlag(FLAGS_spares));
   int spare_seq = 0;
   const std::string spare_dir = job_dir + "/spares";
   if (spares_wanted > 0) mkdir(spare_dir.c_str(), 0700);
   auto device_of = [&](int rank) {
     const int gpus = absl::GetFlag(FLAGS_gpus);
-    return gpus > 0 ? rank % gpus : rank;
+    return gpus > 0 ? (rank - base) % gpus : rank - base;
   };
   auto start_spare = [&](std::vector<Child>* out) {
     const int index = spare_seq++;
     std::vector<std::string> args;
-    for (const std::string& a : agent_args[0]) {
+    for (const std::string& a : agent_args.begin()->second) {
       if (absl::StartsWith(a, "--socket=") || absl::StartsWith(a, "--job_dir=") ||
           absl::StartsWith(a, "--rank=") || absl::StartsWith(a, "--device=")) {
         continue;
@@ -644,7 +794,7 @@ int Main(int argc, char** argv) {
     }
     args.push_back("--spare");
     args.push_back("--job_dir=" + spare_dir);
-    args.push_back(absl::StrCat("--rank=", n));
+    args.push_back(absl::StrCat("--rank=", world));
     if (absl::GetFlag(FLAGS_backend) == "cuda") {
       const int gpus = absl::GetFlag(FLAGS_gpus);
       args.push_back(absl::StrCat("--device=", index % (gpus > 0 ? gpus : n)));
@@ -674,6 +824,10 @@ int Main(int argc, char** argv) {
   const absl::Time job_deadline =
       timeout_s > 0 ? absl::Now() + absl::Seconds(timeout_s) : absl::InfiniteFuture();
   int result = 0;
+  std::string end_reason;  // what set `result` first (recorded in etcd for the other nodes)
+  auto note_end = [&](const std::string& why) {
+    if (end_reason.empty()) end_reason = why;
+  };
   bool first_failure_reported = false;
   bool stopping = false;
   auto apps_running = [&] {
@@ -686,6 +840,11 @@ int Main(int argc, char** argv) {
       if (!c.exited) kill(-c.pid, sig);
   };
   absl::Time kill_deadline = absl::InfiniteFuture();
+  absl::Time next_health_check = absl::Now();
+  std::string node_failure;  // why another node or etcd ended the job
+  auto coordinator_event = [&](const std::string& event, const std::string& detail) {
+    RecordEvent(job_dir, event, -1, coordinator.epoch(), detail);
+  };
 
   while (true) {
     std::vector<pollfd> pfds;
@@ -714,6 +873,7 @@ int Main(int argc, char** argv) {
         if (si.ssi_signo == SIGINT || si.ssi_signo == SIGTERM || si.ssi_signo == SIGHUP) {
           Say(absl::StrCat("signal ", si.ssi_signo, ": stopping the job"));
           if (result == 0) result = 128 + static_cast<int>(si.ssi_signo);
+          note_end(absl::StrCat("its launcher got signal ", si.ssi_signo));
           stopping = true;
           stop_all(SIGTERM);
           kill_deadline = absl::Now() + absl::Seconds(3);
@@ -751,6 +911,7 @@ int Main(int argc, char** argv) {
             if (coordinator.gave_up() && !stopping) {
               Say("recovery given up: " + coordinator.give_up_reason() + "; stopping the job");
               if (result == 0) result = 1;
+              note_end("recovery given up: " + coordinator.give_up_reason());
               stopping = true;
               stop_all(SIGTERM);
               kill_deadline = absl::Now() + absl::Seconds(3);
@@ -761,6 +922,7 @@ int Main(int argc, char** argv) {
             Say(absl::StrCat("rank ", c.rank, " failed with status ", code));
             first_failure_reported = true;
             if (result == 0) result = code;
+            note_end(absl::StrCat("rank ", c.rank, " failed with status ", code));
           }
         }
       }
@@ -810,9 +972,53 @@ int Main(int argc, char** argv) {
       }
     }
     for (Child& c : replacements) children.push_back(c);
+    if (coordinator.gave_up() && !stopping) {
+      // No epoch could be declared (the store failed past its retries).
+      Say("recovery given up: " + coordinator.give_up_reason() + "; stopping the job");
+      if (result == 0) result = 1;
+      note_end("recovery given up: " + coordinator.give_up_reason());
+      stopping = true;
+      stop_all(SIGTERM);
+      kill_deadline = absl::Now() + absl::Seconds(3);
+    }
+    if (etcd && !stopping && absl::Now() >= next_health_check) {
+      // The other nodes, as the etcd watcher last saw them (never blocks).
+      next_health_check = absl::Now() + absl::Milliseconds(200);
+      const recovery::EtcdStore::Health h = etcd->health();
+      coordinator.ObserveEpoch(etcd->LatestEpoch());
+      std::string why;
+      auto ranks_of = [&](int k) {
+        std::vector<int> ranks;
+        for (int l = 0; l < n; ++l) ranks.push_back(k * n + l);
+        return absl::StrCat("node ", k, " (rank", n > 1 ? "s " : " ", absl::StrJoin(ranks, ", "),
+                            ")");
+      };
+      if (!h.lost_nodes.empty()) {
+        std::vector<std::string> lost;
+        for (int k : h.lost_nodes) lost.push_back(ranks_of(k));
+        why = absl::StrCat("lost ", absl::StrJoin(lost, ", "), " of job '", rdzv_id,
+                           "': its launcher's lease in etcd expired (the launcher or its machine "
+                           "died, or it lost etcd); its ranks cannot be recovered here");
+        coordinator_event("node_lost", why);
+      } else if (!h.failed_nodes.empty()) {
+        why = absl::StrCat(ranks_of(h.failed_nodes[0].first), " of job '", rdzv_id,
+                           "' ended with a failure: ", h.failed_nodes[0].second);
+      } else if (!h.status.ok()) {
+        why = std::string(h.status.message());
+      }
+      if (!why.empty()) {
+        Say(why + "; stopping the job");
+        node_failure = why;
+        if (result == 0) result = 1;
+        stopping = true;
+        stop_all(SIGTERM);
+        kill_deadline = absl::Now() + absl::Seconds(3);
+      }
+    }
     if (!stopping && absl::Now() > job_deadline) {
       Say(absl::StrCat("timeout after ", timeout_s, " s: stopping the job"));
       result = 124;
+      note_end(absl::StrCat("timeout after ", timeout_s, " s"));
       stopping = true;
       stop_all(SIGTERM);
       kill_deadline = absl::Now() + absl::Seconds(3);
@@ -833,6 +1039,15 @@ int Main(int argc, char** argv) {
     }
   }
   PrintTimeline(job_dir + "/events.jsonl");
+  if (etcd) {
+    // done/<K> or failed/<K>: the other nodes tell this node's end from a loss.
+    absl::Status s = etcd->Finish(
+        result == 0, !node_failure.empty() ? node_failure
+                     : !end_reason.empty()
+                         ? end_reason
+                         : absl::StrCat("node ", node_rank, "'s ranks ended with status ", result));
+    if (!s.ok()) Say(absl::StrCat("could not record this node's end in etcd: ", s.message()));
+  }
   if (!absl::GetFlag(FLAGS_events_file).empty()) {
     std::error_code ec;
     fs::copy_file(job_dir + "/events.jsonl", absl::GetFlag(FLAGS_events_file),

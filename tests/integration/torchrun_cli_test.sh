@@ -1,7 +1,8 @@
 #!/bin/bash
 # revenant-run takes torchrun's command line: --nproc-per-node (or _), a *.py
 # program run with the interpreter, -m MODULE, --no-python, and the program's
-# own flags after its name; several nodes are refused clearly.
+# own flags after its name; several nodes without etcd, and bad rendezvous
+# flags, are refused clearly (jobs spanning nodes: multinode_test.sh).
 set -u
 run="$1"; script="$2"
 dir="$(mktemp -d)"
@@ -43,7 +44,25 @@ check classic "$dir/c.log" "argv=a|b"
 
 "$run" --quiet --nnodes=2 --nproc-per-node=1 "$script" >"$dir/x.log" 2>&1; rc=$?
 if [ "$rc" -ne 2 ]; then echo "FAIL nnodes: exit $rc, want 2"; fail=1; fi
-check nnodes "$dir/x.log" "several nodes are not supported yet"
+check nnodes "$dir/x.log" "a job of several nodes needs --rdzv-endpoint=HOST:PORT (etcd) and --rdzv-id=JOB"
+
+"$run" --quiet --nnodes=2 --rdzv-endpoint=127.0.0.1:1 --nproc-per-node=1 "$script" >"$dir/x.log" 2>&1; rc=$?
+if [ "$rc" -ne 2 ]; then echo "FAIL rdzv-id: exit $rc, want 2"; fail=1; fi
+check rdzv-id "$dir/x.log" "needs --rdzv-id=JOB"
+
+"$run" --quiet --nnodes=2 --node-rank=2 --rdzv-endpoint=127.0.0.1:1 --rdzv-id=j "$script" >"$dir/x.log" 2>&1; rc=$?
+if [ "$rc" -ne 2 ]; then echo "FAIL node-rank: exit $rc, want 2"; fail=1; fi
+check node-rank "$dir/x.log" "node-rank=2 must be in 0..1"
+
+"$run" --quiet --nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:1 --rdzv-id=j "$script" >"$dir/x.log" 2>&1; rc=$?
+if [ "$rc" -ne 2 ]; then echo "FAIL rdzv-backend: exit $rc, want 2"; fail=1; fi
+check rdzv-backend "$dir/x.log" "only etcd is supported"
+
+# etcd that is not there: a clear error, bounded (--rdzv_timeout bounds the retries).
+t0=$(date +%s)
+"$run" --quiet --nnodes=2 --rdzv-endpoint=127.0.0.1:1 --rdzv-id=j --rdzv_timeout=2 "$script" >"$dir/x.log" 2>&1; rc=$?
+if [ "$rc" -ne 1 ] || [ $(( $(date +%s) - t0 )) -gt 20 ]; then echo "FAIL no-etcd: exit $rc after $(( $(date +%s) - t0 )) s"; fail=1; fi
+check no-etcd "$dir/x.log" "node 0 of job 'j': etcd at http://127.0.0.1:1 unreachable"
 
 "$run" --quiet -n 2 --nproc-per-node=3 "$script" >"$dir/y.log" 2>&1; rc=$?
 if [ "$rc" -ne 2 ]; then echo "FAIL disagree: exit $rc, want 2"; fail=1; fi

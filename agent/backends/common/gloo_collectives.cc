@@ -19,6 +19,7 @@
 #include "agent/backends/common/recovery_plan.h"
 #include "collective/gloo_engine.h"
 #include "common/events.h"
+#include "common/knobs.h"
 #include "common/logging.h"
 #include "common/random.h"
 
@@ -74,6 +75,9 @@ GlooCollectivesOptions GlooCollectivesOptions::From(const BackendOptions& option
   o.chaos_kill_in_recovery = options.chaos_kill_in_recovery;
   o.cache_results = options.journal;
   o.backend = backend;
+  o.store_endpoint = knobs::String(knobs::Id::kRdzvEndpoint).value_or("");
+  o.store_prefix = knobs::String(knobs::Id::kRdzvPrefix).value_or("");
+  o.hostname = knobs::String(knobs::Id::kCollectiveAddr).value_or("127.0.0.1");
   return o;
 }
 
@@ -82,6 +86,9 @@ GlooCollectives::GlooCollectives(CollectiveDevice* device, const GlooCollectives
   if (!options.job_dir.empty()) {
     job_root_ = options.job_dir.substr(0, options.job_dir.find_last_of('/'));
   }
+  store_endpoint_ = options.store_endpoint;
+  store_prefix_ = options.store_prefix;
+  hostname_ = options.hostname;
   recovery_timeout_ = options.recovery_timeout;
   chaos_kill_in_recovery_ = options.chaos_kill_in_recovery;
   cache_results_ = options.cache_results;
@@ -202,6 +209,9 @@ ncclResult_t GlooCollectives::ncclCommInitRankConfig(ncclComm_t* comm, int nrank
   o.prefix = "comm";
   o.rank = rank;
   o.size = nranks;
+  o.store_endpoint = store_endpoint_;
+  o.store_prefix = store_prefix_;
+  o.hostname = hostname_;
   absl::StatusOr<std::unique_ptr<collective::GlooEngine>> engine =
       collective::GlooEngine::Create(o);
   if (!engine.ok()) {
@@ -718,6 +728,9 @@ absl::Status GlooCollectives::RecoverComm(Comm& comm, Ordinal pending, bool repl
     o.prefix = "comm";
     o.rank = comm.rank;
     o.size = comm.nranks;
+    o.store_endpoint = store_endpoint_;
+    o.store_prefix = store_prefix_;
+    o.hostname = hostname_;
     // Short: a member that died during the recovery makes the epoch fail,
     // and the next one (with its replacement) is formed.
     // Bounds the rendezvous (a member that died during the recovery makes

@@ -16,7 +16,9 @@
 //
 // Unique id: 8 bytes of magic, then a 16-byte random token (getrandom), the
 // rest zero. Every member of a communicator rendezvous through a Gloo
-// FileStore in <job root>/collectives-<token hex>, inside the job's 0700
+// FileStore in <job root>/collectives-<token hex> (in a job spanning nodes:
+// through etcd, under <REVENANT_RDZV_PREFIX>collectives-<token hex>/,
+// collective/etcd_gloo_store.h), inside the job's 0700
 // directory, so no other user can see the token or create the rendezvous
 // first (created 0700 by whoever comes first, removed by rank 0 once all
 // members are connected and again at destroy; without a job directory, in
@@ -150,6 +152,13 @@ struct GlooCollectivesOptions {
   bool cache_results = true;
   // Name in log lines ("host", "cuda").
   std::string backend = "host";
+  // A job spanning nodes: the etcd (HOST:PORT) holding the rendezvous of
+  // every communicator, under `store_prefix` (REVENANT_RDZV_ENDPOINT,
+  // REVENANT_RDZV_PREFIX); empty: the job directory. `hostname`: the
+  // address the Gloo transport listens on (REVENANT_COLLECTIVE_ADDR).
+  std::string store_endpoint;
+  std::string store_prefix;
+  std::string hostname = "127.0.0.1";
 
   static GlooCollectivesOptions From(const BackendOptions& options, const std::string& backend);
 };
@@ -298,6 +307,7 @@ class GlooCollectives {
   CollectiveDevice* const device_;
   const std::string log_name_;
   std::string job_root_;
+  std::string store_endpoint_, store_prefix_, hostname_;
   absl::Duration recovery_timeout_ = absl::ZeroDuration();
   bool chaos_kill_in_recovery_ = false;
   bool cache_results_ = true;
