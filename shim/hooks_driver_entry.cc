@@ -227,3 +227,17 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(
   }
   return RuntimeEntry(symbol, funcPtr, static_cast<int>(cudaVersion), flags, driverStatus);
 }
+
+// What programs built with --default-stream per-thread call: the same lookups
+// (the shim never hands out per-thread-stream variants).
+extern "C" REVENANT_EXPORT cudaError_t cudaGetDriverEntryPoint_ptsz(
+    const char* symbol, void** funcPtr, unsigned long long flags,
+    cudaDriverEntryPointQueryResult* driverStatus) {
+  return cudaGetDriverEntryPoint(symbol, funcPtr, flags, driverStatus);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGetDriverEntryPointByVersion_ptsz(
+    const char* symbol, void** funcPtr, unsigned int cudaVersion, unsigned long long flags,
+    cudaDriverEntryPointQueryResult* driverStatus) {
+  return cudaGetDriverEntryPointByVersion(symbol, funcPtr, cudaVersion, flags, driverStatus);
+}

@@ -1002,7 +1002,7 @@ TEST_F(HostBackendTest, DriverMemsetD32AndStreamMemoryOperations) {
   EXPECT_EQ(words[0], 0xdeadbeefu);
   EXPECT_EQ(words[n - 1], 0xdeadbeefu);
   EXPECT_EQ(b_->cuMemsetD32_v2(w + 2, 1, 1), CUDA_ERROR_INVALID_VALUE) << "misaligned";
-  EXPECT_EQ(b_->cuMemsetD32_v2(w, 1, n + 1 << 20), CUDA_ERROR_INVALID_VALUE) << "past the end";
+  EXPECT_EQ(b_->cuMemsetD32_v2(w, 1, (n + 1) << 20), CUDA_ERROR_INVALID_VALUE) << "past the end";
   EXPECT_EQ(b_->cuMemsetD32_v2(0x1000, 1, 1), CUDA_ERROR_INVALID_VALUE) << "not device memory";
   EXPECT_EQ(words[0], 0xdeadbeefu);
 
