@@ -67,6 +67,15 @@ class FakeBackend : public api::BackendApi {
     }
     return CUBLAS_STATUS_SUCCESS;
   }
+  // Driver rows: CUstream arguments arrive as the backend's streams.
+  CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t value,
+                                   unsigned int flags) override {
+    ++calls;
+    last_stream = reinterpret_cast<cudaStream_t>(s);
+    last_size = addr;
+    last_flags = value + flags;
+    return CUDA_SUCCESS;
+  }
   bool device_pointers = false;
   const void* last_result = nullptr;
   const void* last_alpha = nullptr;
@@ -235,6 +244,42 @@ TEST_F(DispatchTest, CublasScalarsFollowTheHandlesPointerMode) {
   std::memcpy(&one_byte, "\x01\0\0\0", 4);
   EXPECT_EQ(backend_.last_scalars[0], one_byte) << "short scalar not zero-padded";
   EXPECT_EQ(backend_.last_scalars[1], 2.5f);
+}
+
+// A driver row: its CUstream is a virtual stream like the runtime's; an
+// unknown one, a short body or trailing bytes get the driver's codes and
+// never reach the backend.
+TEST_F(DispatchTest, DriverRowsTranslateStreamsAndRefuseMalformedRequests) {
+  Request create;
+  create.enc.PutFlag(true);
+  create.enc.Put(1u);
+  ASSERT_EQ(Run(api::ApiId::cudaStreamCreateWithFlags, create), cudaSuccess);
+  const auto virtual_stream = Out<CUstream>(0);
+  auto write = [&](CUstream s, bool truncated, bool trailing) {
+    Request r;
+    r.enc.Put(s);
+    r.enc.Put(CUdeviceptr{0x200000001000ull});
+    r.enc.Put(cuuint32_t{5});
+    if (!truncated) r.enc.Put(1u);
+    if (trailing) r.enc.Put(uint8_t{0});
+    return Run(api::ApiId::cuStreamWriteValue32_v2, r);
+  };
+  const int calls = backend_.calls;
+  EXPECT_EQ(write(reinterpret_cast<CUstream>(0x7e00000000000999ull), false, false),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(write(virtual_stream, true, false), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(write(virtual_stream, false, true), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(backend_.calls, calls);
+  ASSERT_EQ(write(virtual_stream, false, false), CUDA_SUCCESS);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(backend_.last_stream), 0xabc1u);
+  EXPECT_EQ(backend_.last_size, 0x200000001000ull);
+  EXPECT_EQ(backend_.last_flags, 6u);
+  // A row the backend does not implement answers the driver's not-supported.
+  Request memset;
+  memset.enc.Put(CUdeviceptr{0x200000001000ull});
+  memset.enc.Put(0u);
+  memset.enc.Put(size_t{4});
+  EXPECT_EQ(Run(api::ApiId::cuMemsetD32_v2, memset), CUDA_ERROR_NOT_SUPPORTED);
 }
 
 TEST_F(DispatchTest, EveryForwardedRowHasADispatcher) {

@@ -16,7 +16,7 @@ api_table::ApiTable LoadAll() {
   api_table::ApiTable all;
   for (const char* path :
        {"api/cuda_runtime.textproto", "api/cuda_nvcc.textproto", "api/nccl.textproto",
-        "api/cublas.textproto"}) {
+        "api/cublas.textproto", "api/driver.textproto"}) {
     std::ifstream in(path);
     EXPECT_TRUE(in.good()) << path;
     std::stringstream buf;

@@ -1,13 +1,17 @@
 // apigen: turns the API table (api/*.textproto, schema api/api_table.proto)
 // into the code and docs every other part of Revenant uses.
 //
-//   apigen --out_dir=DIR [--library_exports=FILE] table1.textproto [table2.textproto ...]
+//   apigen --out_dir=DIR [--library_exports=FILE] [--driver_versions=VFILE]
+//          table1.textproto [table2.textproto ...]
 //
 // writes DIR/{api_ids.h, api_traits.cc, shim_stubs.cc, shim_refused.cc,
 // backend_api.h, backend_api.cc, dispatch.cc, agent_hooks.h, shim_hooks.h,
-// shim.map, library_rows.h, api_coverage.md}. FILE lists the CUDA libraries'
-// exports ("<soname> <name>" lines): those without a row get a refusing stub
-// in shim_refused.cc. Every file is a pure function of the table, so Bazel
+// shim.map, library_rows.h, shim_driver_names.cc, api_coverage.md}. FILE
+// lists the CUDA libraries' exports ("<soname> <name>" lines): those without
+// a row get a refusing stub in shim_refused.cc. VFILE lists the CUDA version
+// each driver function variant was introduced in ("<base> <version>" lines,
+// from cudaTypedefs.h): with the driver's exports it gives the table
+// cuGetProcAddress answers from (shim_driver_names.cc). Every file is a pure function of the table, so Bazel
 // reruns it only when a row changes. Validation errors name the row and
 // exit 1: a bad row fails the build, not the run.
 #include <fcntl.h>
@@ -308,11 +312,24 @@ void EmitIds(const std::vector<Function>& fns, const std::string& dir) {
   auto& s = o.s();
   s << kBanner
     << "#ifndef REVENANT_API_API_IDS_H_\n#define REVENANT_API_API_IDS_H_\n\n"
-    << "#include <cstdint>\n\nnamespace revenant {\nnamespace api {\n\n"
+    << "#include <cstdint>\n\n";
+  // cuda.h #defines some driver names to their newest variant
+  // (cuGetProcAddress is cuGetProcAddress_v2): the enumerators must not be
+  // renamed where cuda.h was included first.
+  for (const Function& f : fns) {
+    if (IsDriver(f))
+      s << "#pragma push_macro(\"" << f.name() << "\")\n#undef " << f.name() << "\n";
+  }
+  s << "\nnamespace revenant {\nnamespace api {\n\n"
     << "// One id per row of the API table, in table order; 0 is invalid.\n"
     << "enum class ApiId : uint16_t {\n  kInvalid = 0,\n";
   for (size_t i = 0; i < fns.size(); ++i) s << "  " << fns[i].name() << " = " << i + 1 << ",\n";
   s << "};\n\ninline constexpr int kApiCount = " << fns.size() + 1 << ";\n\n"
+    << "}  // namespace api\n}  // namespace revenant\n\n";
+  for (const Function& f : fns) {
+    if (IsDriver(f)) s << "#pragma pop_macro(\"" << f.name() << "\")\n";
+  }
+  s << "\nnamespace revenant {\nnamespace api {\n\n"
     << "}  // namespace api\n}  // namespace revenant\n\n#endif  // REVENANT_API_API_IDS_H_\n";
 }
 
@@ -459,7 +476,7 @@ void EmitShim(const std::vector<Function>& fns, const std::string& dir) {
     << "#include <cuda_profiler_api.h>\n#include <cuda_runtime_api.h>\n#include <cudnn.h>\n"
     << "#include <nccl.h>\n\n"
     << "#include \"api/wire.h\"\n#include \"shim/blas_checks.h\"\n#include \"shim/call.h\"\n"
-    << "#include \"shim/nccl_checks.h\"\n\n";
+    << "#include \"shim/driver_checks.h\"\n#include \"shim/nccl_checks.h\"\n\n";
   for (const Function& f : fns)
     if (HasGeneratedShim(f)) EmitShimStub(f, s);
   // NCCL's profiling aliases: pncclX is ncclX.
@@ -648,6 +665,11 @@ void EmitVersionScript(const std::vector<Function>& fns, const std::vector<Libra
     if (node == "libcudart.so.13") s << "    revenantMarkStep;\n  local:\n    *;\n";
     s << "};\n";
   }
+  // The shim's dlopen/dlmopen (shim/hooks_driver_entry.cc) answer a load of
+  // the driver with the shim itself. They carry glibc's versions (bound with
+  // .symver there), so the application's versioned references (dlopen@GLIBC_2.2.5
+  // and dlmopen@GLIBC_2.3.4 from libdl, both @GLIBC_2.34) bind to them.
+  s << "GLIBC_2.2.5 {\n};\nGLIBC_2.3.4 {\n} GLIBC_2.2.5;\nGLIBC_2.34 {\n} GLIBC_2.3.4;\n";
 }
 
 // ---------------------------------------------------------------------------
@@ -926,6 +948,87 @@ void EmitLibraryRows(const std::vector<Function>& fns, const std::string& dir) {
   s << "\n#endif  // REVENANT_API_LIBRARY_ROWS_H_\n";
 }
 
+
+// ---------------------------------------------------------------------------
+// The driver's entry points by base name and CUDA version.
+//
+// cuda.h's `#define cuMemAlloc cuMemAlloc_v2` and cudaTypedefs.h's
+// PFN_cuMemAlloc_v2000 / PFN_cuMemAlloc_v3020 say which variant a program
+// built for a CUDA version calls: the base name's variants (cuMemAlloc,
+// cuMemAlloc_v2, cuMemAlloc_v3...: the driver's exports, per-thread-stream
+// _ptsz/_ptds variants left out) are paired in order with the versions its
+// typedefs name (the n-th variant was introduced in the n-th version). A
+// base whose variants and versions differ in number fails the build: the
+// toolkit changed its naming and the rule must be looked at again. An export
+// without typedefs is reachable under its own name from version 0.
+
+std::map<std::string, std::set<int>> ReadDriverVersions(const std::string& path) {
+  std::map<std::string, std::set<int>> out;
+  if (path.empty()) return out;
+  std::ifstream in(path);
+  if (!in) Die("cannot read " + path);
+  std::string base;
+  int version = 0;
+  while (in >> base >> version) out[base].insert(version);
+  return out;
+}
+
+void EmitDriverNames(const std::vector<LibraryExport>& exports,
+                     const std::map<std::string, std::set<int>>& versions,
+                     const std::string& dir) {
+  Out o(dir, "shim_driver_names.cc");
+  auto& s = o.s();
+  std::set<std::string> driver;
+  for (const LibraryExport& e : exports)
+    if (e.soname == "libcuda.so.1") driver.insert(e.name);
+  auto ends = [](const std::string& n, const char* suffix) {
+    const std::string x(suffix);
+    return n.size() > x.size() && n.compare(n.size() - x.size(), x.size(), x) == 0;
+  };
+  // (base, version, export), sorted by base then version.
+  std::map<std::string, std::vector<std::pair<int, std::string>>> table;
+  std::set<std::string> paired;
+  for (const auto& [base, vs] : versions) {
+    std::vector<std::string> variants;
+    if (driver.count(base)) variants.push_back(base);
+    for (int n = 2; n < 10; ++n) {
+      const std::string v = base + "_v" + std::to_string(n);
+      if (driver.count(v)) variants.push_back(v);
+    }
+    if (variants.empty()) continue;  // a typedef of a function this driver lacks
+    if (variants.size() != vs.size())
+      Die("driver function " + base + ": " + std::to_string(variants.size()) +
+          " exported variants but " + std::to_string(vs.size()) +
+          " introduction versions in cudaTypedefs.h; see EmitDriverNames");
+    size_t i = 0;
+    for (int v : vs) {
+      table[base].push_back({v, variants[i]});
+      paired.insert(variants[i]);
+      ++i;
+    }
+  }
+  for (const std::string& name : driver) {
+    if (paired.count(name) || ends(name, "_ptsz") || ends(name, "_ptds")) continue;
+    if (table.count(name)) continue;
+    table[name].push_back({0, name});
+  }
+  s << kBanner
+    << "// The driver's base names with the CUDA version each variant was introduced\n"
+    << "// in and the shim's export that answers it (codegen/apigen.cc, EmitDriverNames).\n"
+    << "#include \"shim/driver_names.h\"\n\n"
+    << "namespace revenant {\nnamespace shim {\n\n"
+    << "const DriverSymbol kDriverSymbols[] = {\n";
+  size_t n = 0;
+  for (const auto& [base, rows] : table) {
+    for (const auto& [v, name] : rows) {
+      s << "    {\"" << base << "\", " << v << ", \"" << name << "\"},\n";
+      ++n;
+    }
+  }
+  if (n == 0) s << "    {\"\", 0, \"\"},\n";
+  s << "};\n\nconst size_t kDriverSymbolCount = " << n << ";\n\n"
+    << "}  // namespace shim\n}  // namespace revenant\n";
+}
 // ---------------------------------------------------------------------------
 
 const char* ModeName(pb::Mode m) {
@@ -1021,7 +1124,7 @@ void EmitCoverage(const std::vector<Function>& fns, const std::vector<LibraryExp
 
 int main(int argc, char** argv) {
   using namespace revenant::codegen;
-  std::string out_dir, exports_path;
+  std::string out_dir, exports_path, versions_path;
   std::vector<revenant::api_table::Function> fns;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -1031,6 +1134,10 @@ int main(int argc, char** argv) {
     }
     if (arg.rfind("--library_exports=", 0) == 0) {
       exports_path = arg.substr(18);
+      continue;
+    }
+    if (arg.rfind("--driver_versions=", 0) == 0) {
+      versions_path = arg.substr(18);
       continue;
     }
     std::ifstream in(arg);
@@ -1054,6 +1161,7 @@ int main(int argc, char** argv) {
   EmitBackend(fns, out_dir);
   EmitDispatch(fns, out_dir);
   EmitLibraryRows(fns, out_dir);
+  EmitDriverNames(exports, ReadDriverVersions(versions_path), out_dir);
   EmitCoverage(fns, exports, out_dir);
   return 0;
 }

@@ -51,10 +51,12 @@ enum class Type { kBool, kInt, kDouble, kString };
   X(kLogLevel, "REVENANT_LOG_LEVEL", kString, kProduct, "info",                                  \
     "Least severe log line printed: error, warning, info or debug.")                             \
   X(kDiagnostics, "REVENANT_DIAGNOSTICS", kBool, kProduct, "0",                                  \
-    "1: agents log every submission (API name, size, sync or async).")                          \
+    "1: agents log every submission (API name, size, sync or async); the shim logs how it "     \
+    "answered the application's first load of the driver (libcuda.so.1).")                      \
   X(kCollectiveTimeoutS, "REVENANT_COLLECTIVE_TIMEOUT_S", kDouble, kProduct, "60",               \
     "Seconds a collective (NCCL or Gloo) may wait for its peers before it fails and its "       \
-    "communicator is aborted.")                                                                  \
+    "communicator is aborted; also the bound of a host-backend stream wait on a value "         \
+    "(cuStreamWaitValue32).")                                                                    \
   X(kRecoveryTimeoutS, "REVENANT_RECOVERY_TIMEOUT_S", kDouble, kProduct, "0 (set by revenant-run)", \
     "Seconds an application waits for a replacement agent after its agent died; 0: no "         \
     "recovery, calls fail at once.")                                                             \

@@ -3,6 +3,7 @@
 #include <cuda.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <functional>
 #include <type_traits>
 #include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "agent/backends/cuda/cuda_blas.h"
 #include "agent/backends/cuda/cuda_gloo.h"
 #include "agent/backends/cuda/cuda_nccl.h"
+#include "api/library_rows.h"
 #include "common/logging.h"
 
 namespace revenant {
@@ -88,6 +91,34 @@ struct Driver {
 #undef REVENANT_LOAD
     return absl::OkStatus();
   }
+};
+
+// The driver rows of the API table the agent runs (api/driver.textproto:
+// 32-bit memsets, stream memory operations), by their exact names from the
+// libcuda.so.1 the runtime loaded, once; a missing one answers
+// CUDA_ERROR_NOT_SUPPORTED and is logged.
+struct DriverRows {
+#define REVENANT_DRIVER_ROW_POINTER(name, params, args) CUresult (*name) params = nullptr;
+  REVENANT_DRIVER_ROWS(REVENANT_DRIVER_ROW_POINTER)
+#undef REVENANT_DRIVER_ROW_POINTER
+
+  void Load() {
+    std::call_once(once, [this] {
+      void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+      if (lib == nullptr) {
+        REVENANT_LOG(ERROR, "cuda-backend") << "libcuda.so.1 is not loaded (" << dlerror()
+                                            << "): the driver rows answer not-supported";
+        return;
+      }
+#define REVENANT_DRIVER_ROW_RESOLVE(fn, params, args)                                         \
+  fn = reinterpret_cast<decltype(fn)>(dlsym(lib, #fn));                                       \
+  if (fn == nullptr)                                                                          \
+    REVENANT_LOG(ERROR, "cuda-backend") << "libcuda.so.1 has no " #fn ": it answers not-supported";
+      REVENANT_DRIVER_ROWS(REVENANT_DRIVER_ROW_RESOLVE)
+#undef REVENANT_DRIVER_ROW_RESOLVE
+    });
+  }
+  std::once_flag once;
 };
 
 // Runtime and driver codes share their numbering for every error the driver
@@ -657,6 +688,17 @@ class CudaBackend : public Backend {
   }
   REVENANT_CUBLAS_ROWS(REVENANT_CUDA_BLAS_ROW)
 #undef REVENANT_CUDA_BLAS_ROW
+  // The driver rows: the real driver on this device's context and the
+  // agent's streams (the dispatcher translated them; CUstream is cudaStream_t).
+#define REVENANT_CUDA_DRIVER_ROW(name, params, args)       \
+  CUresult name params override {                          \
+    Bind();                                                \
+    driver_rows_.Load();                                   \
+    if (driver_rows_.name == nullptr) return CUDA_ERROR_NOT_SUPPORTED; \
+    return driver_rows_.name args;                         \
+  }
+  REVENANT_DRIVER_ROWS(REVENANT_CUDA_DRIVER_ROW)
+#undef REVENANT_CUDA_DRIVER_ROW
   bool DevicePointers(api::HandleKind kind, uint64_t handle) override {
     if (kind != api::HandleKind::kBlasHandle || !blas_.Load()) return false;
     cublasPointerMode_t mode = CUBLAS_POINTER_MODE_HOST;
@@ -729,6 +771,7 @@ class CudaBackend : public Backend {
   const Driver drv_;
   const int device_;
   const CUcontext ctx_;
+  DriverRows driver_rows_;
   const DeviceRange range_;
   const uint64_t granularity_;
   std::unique_ptr<CudaNccl> nccl_;  // reset first at destruction: aborts what is left

@@ -251,6 +251,15 @@ class HostBackend : public Backend {
   REVENANT_CUBLAS_ROWS(REVENANT_HOST_BLAS_ROW)
 #undef REVENANT_HOST_BLAS_ROW
 
+  // The driver rows with no runtime equivalent (host_driver.cc): 32-bit
+  // memsets and the stream memory operations, in stream order. A wait on a
+  // value polls the word (sleeping between looks, from 2 us up to 1 ms) on
+  // the stream's worker, bounded by REVENANT_COLLECTIVE_TIMEOUT_S; past it
+  // the stream fails with cudaErrorLaunchTimeout (deferred, as a kernel's).
+#define REVENANT_HOST_DRIVER_ROW(name, params, args) CUresult name params override;
+  REVENANT_DRIVER_ROWS(REVENANT_HOST_DRIVER_ROW)
+#undef REVENANT_HOST_DRIVER_ROW
+
  protected:
   // What Create does before constructing: picks the device range (the
   // default for options.rank), loads the host kernel libraries and maps the

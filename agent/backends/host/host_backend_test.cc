@@ -989,6 +989,75 @@ TEST_F(HostBackendTest, AllocNodeMemoryLivesWithItsGraph) {
             cudaErrorInvalidValue);
 }
 
+// The driver rows (host_driver.cc): 32-bit memsets and the stream memory
+// operations, in stream order; bad arguments are refused before anything
+// runs; a wait that is never satisfied fails its stream after the bound.
+TEST_F(HostBackendTest, DriverMemsetD32AndStreamMemoryOperations) {
+  const size_t n = 1000;
+  auto* words = static_cast<uint32_t*>(Malloc(n * sizeof(uint32_t)));
+  auto* flag = static_cast<uint32_t*>(Malloc(sizeof(uint32_t)));
+  const CUdeviceptr w = reinterpret_cast<CUdeviceptr>(words);
+  const CUdeviceptr f = reinterpret_cast<CUdeviceptr>(flag);
+  ASSERT_EQ(b_->cuMemsetD32_v2(w, 0xdeadbeefu, n), CUDA_SUCCESS);
+  EXPECT_EQ(words[0], 0xdeadbeefu);
+  EXPECT_EQ(words[n - 1], 0xdeadbeefu);
+  EXPECT_EQ(b_->cuMemsetD32_v2(w + 2, 1, 1), CUDA_ERROR_INVALID_VALUE) << "misaligned";
+  EXPECT_EQ(b_->cuMemsetD32_v2(w, 1, (n + 1) << 20), CUDA_ERROR_INVALID_VALUE) << "past the end";
+  EXPECT_EQ(b_->cuMemsetD32_v2(0x1000, 1, 1), CUDA_ERROR_INVALID_VALUE) << "not device memory";
+  EXPECT_EQ(words[0], 0xdeadbeefu);
+
+  ASSERT_EQ(b_->cuMemsetD32_v2(f, 0, 1), CUDA_SUCCESS);
+  CUstream waiter = reinterpret_cast<CUstream>(Stream(cudaStreamNonBlocking));
+  CUstream writer = reinterpret_cast<CUstream>(Stream(cudaStreamNonBlocking));
+  ASSERT_EQ(b_->cuStreamWaitValue32_v2(waiter, f, 3, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+  ASSERT_EQ(b_->cuMemsetD32Async(w, 7, n, waiter), CUDA_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(b_->cudaStreamQuery(reinterpret_cast<cudaStream_t>(waiter)), cudaErrorNotReady);
+  EXPECT_EQ(words[0], 0xdeadbeefu) << "the memset ran before the wait was satisfied";
+  ASSERT_EQ(b_->cuStreamWriteValue32_v2(writer, f, 2, CU_STREAM_WRITE_VALUE_DEFAULT),
+            CUDA_SUCCESS);
+  ASSERT_EQ(b_->cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(writer)), cudaSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(b_->cudaStreamQuery(reinterpret_cast<cudaStream_t>(waiter)), cudaErrorNotReady)
+      << "EQ 3 released by 2";
+  ASSERT_EQ(b_->cuStreamWriteValue32_v2(writer, f, 3, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER),
+            CUDA_SUCCESS);
+  ASSERT_EQ(b_->cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(waiter)), cudaSuccess);
+  EXPECT_EQ(words[n - 1], 7u);
+  EXPECT_EQ(*flag, 3u);
+
+  // GEQ compares as a signed difference, AND and NOR as bit tests.
+  ASSERT_EQ(b_->cuStreamWaitValue32_v2(waiter, f, 2, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+  ASSERT_EQ(b_->cuStreamWaitValue32_v2(waiter, f, 1, CU_STREAM_WAIT_VALUE_AND), CUDA_SUCCESS);
+  ASSERT_EQ(b_->cuStreamWaitValue32_v2(waiter, f, 0xfffffff0u,
+                                       CU_STREAM_WAIT_VALUE_NOR | CU_STREAM_WAIT_VALUE_FLUSH),
+            CUDA_SUCCESS);
+  EXPECT_EQ(b_->cudaStreamSynchronize(reinterpret_cast<cudaStream_t>(waiter)), cudaSuccess);
+
+  EXPECT_EQ(b_->cuStreamWriteValue32_v2(writer, f, 1, 2), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b_->cuStreamWriteValue32_v2(writer, f + 1, 1, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b_->cuStreamWaitValue32_v2(waiter, f, 1, 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b_->cuStreamWaitValue32_v2(waiter, 0x1000, 1, 0), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(b_->cuMemsetD32Async(w, 1, 1, reinterpret_cast<CUstream>(0x5)),
+            CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(*flag, 3u);
+}
+
+TEST_F(HostBackendTest, DriverWaitValueIsBounded) {
+  setenv("REVENANT_COLLECTIVE_TIMEOUT_S", "0.2", 1);
+  auto* flag = static_cast<uint32_t*>(Malloc(sizeof(uint32_t)));
+  *flag = 0;
+  cudaStream_t s = Stream(cudaStreamNonBlocking);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(b_->cuStreamWaitValue32_v2(reinterpret_cast<CUstream>(s),
+                                       reinterpret_cast<CUdeviceptr>(flag), 1,
+                                       CU_STREAM_WAIT_VALUE_EQ),
+            CUDA_SUCCESS);
+  EXPECT_EQ(b_->cudaStreamSynchronize(s), cudaErrorLaunchTimeout);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  unsetenv("REVENANT_COLLECTIVE_TIMEOUT_S");
+}
+
 TEST_F(HostBackendTest, ResetDropsEverything) {
   void* p = Malloc(1 << 20);
   ASSERT_EQ(b_->cudaMemset(p, 1, 1 << 20), cudaSuccess);
