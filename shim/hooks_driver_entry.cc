@@ -96,6 +96,10 @@ void NoteDriverLoad(const char* file, void* handle) {
 
 }  // namespace
 
+// Every other request must reach the real dlopen as a tail call: glibc takes
+// the caller from the return address to search the caller's RUNPATH, which a
+// frame of the shim in between would replace with the shim's
+// (//shim:dlopen_runpath_test checks it).
 void* Dlopen(const char* file, int mode) {
   if (IsDriverFile(file)) {
     void* h = SelfHandle(mode);
