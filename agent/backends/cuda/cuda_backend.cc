@@ -657,7 +657,45 @@ class CudaBackend : public Backend {
   }
   REVENANT_CUBLAS_ROWS(REVENANT_CUDA_BLAS_ROW)
 #undef REVENANT_CUDA_BLAS_ROW
+  // cuBLASLt: the real library alike, after the agent's own checks of what
+  // the library would take on trust (LtGuard).
+#define REVENANT_CUDA_BLASLT_ROW(name, params, args)                 \
+  cublasStatus_t name params override {                              \
+    Bind();                                                          \
+    if (!blas_lt_.Load()) return CUBLAS_STATUS_NOT_INITIALIZED;      \
+    if (cublasStatus_t s = LtGuard args) return s;                   \
+    return blas_lt_.name args;                                       \
+  }
+  REVENANT_CUBLASLT_ROWS(REVENANT_CUDA_BLASLT_ROW)
+#undef REVENANT_CUDA_BLASLT_ROW
+  // Nothing to check for most rows.
+  template <typename... Args>
+  static cublasStatus_t LtGuard(Args...) {
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  // An emulation descriptor is a host object of the library the application
+  // cannot have made here (its functions are refused): a pointer to one
+  // would be dereferenced by the library.
+  static cublasStatus_t LtGuard(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t attr,
+                                const void* buf, size_t size) {
+    if (attr != CUBLASLT_MATMUL_DESC_EMULATION_DESCRIPTOR || buf == nullptr ||
+        size != sizeof(void*)) {
+      return CUBLAS_STATUS_SUCCESS;
+    }
+    void* emulation = nullptr;
+    std::memcpy(&emulation, buf, sizeof(emulation));
+    return emulation == nullptr ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   bool DevicePointers(api::HandleKind kind, uint64_t handle) override {
+    if (kind == api::HandleKind::kLtMatmulDesc) {
+      if (!blas_lt_.Load()) return false;
+      int32_t mode = CUBLASLT_POINTER_MODE_HOST;
+      size_t written = 0;
+      return blas_lt_.cublasLtMatmulDescGetAttribute(
+                 reinterpret_cast<cublasLtMatmulDesc_t>(handle), CUBLASLT_MATMUL_DESC_POINTER_MODE,
+                 &mode, sizeof(mode), &written) == CUBLAS_STATUS_SUCCESS &&
+             mode == CUBLASLT_POINTER_MODE_DEVICE;
+    }
     if (kind != api::HandleKind::kBlasHandle || !blas_.Load()) return false;
     cublasPointerMode_t mode = CUBLAS_POINTER_MODE_HOST;
     return blas_.cublasGetPointerMode_v2(reinterpret_cast<cublasHandle_t>(handle), &mode) ==
@@ -734,6 +772,7 @@ class CudaBackend : public Backend {
   std::unique_ptr<CudaNccl> nccl_;  // reset first at destruction: aborts what is left
   std::unique_ptr<CudaGloo> gloo_;  // --collectives=gloo: serves the NCCL rows instead
   CudaBlas blas_;
+  CudaBlasLt blas_lt_;
 
   mutable absl::Mutex mu_;
   FixedRangeAllocator allocator_ ABSL_GUARDED_BY(mu_);
