@@ -659,15 +659,51 @@ class CudaBackend : public Backend {
 #undef REVENANT_CUDA_BLAS_ROW
   // cuBLASLt: the real library alike, after the agent's own checks of what
   // the library would take on trust (LtGuard).
-#define REVENANT_CUDA_BLASLT_ROW(name, params, args)                 \
-  cublasStatus_t name params override {                              \
-    Bind();                                                          \
-    if (!blas_lt_.Load()) return CUBLAS_STATUS_NOT_INITIALIZED;      \
-    if (cublasStatus_t s = LtGuard args) return s;                   \
-    return blas_lt_.name args;                                       \
+#define REVENANT_CUDA_BLASLT_ROW(name, params, args)                                  \
+  cublasStatus_t name params override {                                               \
+    Bind();                                                                           \
+    if (!blas_lt_.Load()) return CUBLAS_STATUS_NOT_INITIALIZED;                       \
+    if (cublasStatus_t s = LtGuard args) return s;                                    \
+    return [&](auto... a) { return LtCall(blas_lt_.name, a...); } args;               \
   }
   REVENANT_CUBLASLT_ROWS(REVENANT_CUDA_BLASLT_ROW)
 #undef REVENANT_CUDA_BLASLT_ROW
+  // cuBLASLt library handles: the library hands out one context for every
+  // cublasLtCreate of a process (the same pointer), which the application's
+  // distinct handles must not share a fate with. So each cublasLtHandle_t
+  // the agent hands out is an LtHandle of its own over one real handle,
+  // made on first use and kept for the agent's life.
+  struct LtHandle {
+    cublasLtHandle_t real;
+  };
+  template <typename F, typename... A>
+  cublasStatus_t LtCall(F f, A... a) {
+    return f(LtReal(a)...);
+  }
+  cublasStatus_t LtCall(cublasStatus_t (*create)(cublasLtHandle_t*), cublasLtHandle_t* out) {
+    if (out == nullptr) return create(nullptr);
+    absl::MutexLock lock(&mu_);
+    if (lt_real_ == nullptr) {
+      if (cublasStatus_t s = create(&lt_real_)) {
+        lt_real_ = nullptr;
+        return s;
+      }
+    }
+    *out = reinterpret_cast<cublasLtHandle_t>(new LtHandle{lt_real_});
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  cublasStatus_t LtCall(cublasStatus_t (*)(cublasLtHandle_t), cublasLtHandle_t handle) {
+    // The dispatcher passes only handles this backend made.
+    delete reinterpret_cast<LtHandle*>(handle);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  static cublasLtHandle_t LtReal(cublasLtHandle_t handle) {
+    return handle == nullptr ? nullptr : reinterpret_cast<LtHandle*>(handle)->real;
+  }
+  template <typename T>
+  static T LtReal(T v) {
+    return v;
+  }
   // Nothing to check for most rows.
   template <typename... Args>
   static cublasStatus_t LtGuard(Args...) {
@@ -773,6 +809,7 @@ class CudaBackend : public Backend {
   std::unique_ptr<CudaGloo> gloo_;  // --collectives=gloo: serves the NCCL rows instead
   CudaBlas blas_;
   CudaBlasLt blas_lt_;
+  cublasLtHandle_t lt_real_ ABSL_GUARDED_BY(mu_) = nullptr;
 
   mutable absl::Mutex mu_;
   FixedRangeAllocator allocator_ ABSL_GUARDED_BY(mu_);
