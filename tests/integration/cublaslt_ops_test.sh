@@ -16,6 +16,13 @@ iters=8
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 common=(-n 1 --backend=host --timeout=120)
+# CUBLASLT_TEST_EXTRA_ARGS: further revenant-run options (the journal-thread
+# variants).
+if [ -n "${CUBLASLT_TEST_EXTRA_ARGS:-}" ]; then
+  read -r -a extra_args <<<"$CUBLASLT_TEST_EXTRA_ARGS"
+  common+=("${extra_args[@]}")
+  echo "extra revenant-run options: ${extra_args[*]}"
+fi
 
 "$run" "${common[@]}" -- "$app" >"$tmp/cases.log" 2>&1
 rc=$?
