@@ -303,9 +303,9 @@ TEST_F(DispatchTest, CublasLtScalarsFollowTheMatmulDescriptorsPointerMode) {
   layout_create.enc.Put(int64_t{4});
   ASSERT_EQ(Run(api::ApiId::cublasLtMatrixLayoutCreate, layout_create), CUBLAS_STATUS_SUCCESS);
   const auto layout = Out<cublasLtMatrixLayout_t>(0);
-  auto matmul = [&](bool device, cublasLtMatmulDesc_t d) {
+  auto matmul = [&](bool device, cublasLtMatmulDesc_t d, cublasLtHandle_t lt = nullptr) {
     Request r;
-    r.enc.Put(handle);
+    r.enc.Put(lt != nullptr ? lt : handle);
     r.enc.Put(d);
     const float alpha = 1.5f, beta = -2.0f;
     auto scalar = [&](const float* v, uint64_t address) {
@@ -347,6 +347,16 @@ TEST_F(DispatchTest, CublasLtScalarsFollowTheMatmulDescriptorsPointerMode) {
   // library handle's NOT_INITIALIZED.
   EXPECT_EQ(matmul(true, reinterpret_cast<cublasLtMatmulDesc_t>(0x999)), CUBLAS_STATUS_INVALID_VALUE);
   EXPECT_EQ(backend_.calls, calls + 1);
+  // A cuBLAS handle in the cuBLASLt handle's place is translated as one;
+  // anything else is not initialized.
+  Request blas_create;
+  blas_create.enc.PutFlag(true);
+  ASSERT_EQ(Run(api::ApiId::cublasCreate_v2, blas_create), CUBLAS_STATUS_SUCCESS);
+  const auto blas = Out<cublasLtHandle_t>(0);
+  ASSERT_EQ(matmul(true, desc, blas), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(backend_.last_lt.first, uint64_t{0xb1a5});
+  EXPECT_EQ(matmul(true, desc, reinterpret_cast<cublasLtHandle_t>(desc)), CUBLAS_STATUS_NOT_INITIALIZED)
+      << "a descriptor is no handle";
 }
 
 // A getter's OUT buffer is as long as its sizeInBytes says: a request whose

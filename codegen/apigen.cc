@@ -262,6 +262,9 @@ void Validate(const std::vector<Function>& fns) {
       if (!p.device_if().empty() && k != Kind::kInBytes && k != Kind::kOutValue)
         Die(f.name() + "." + p.name() +
             ": device_if belongs to IN pointers with a length or OUT pointers without one");
+      if (p.or_handle() != pb::NO_HANDLE &&
+          (p.handle() == pb::NO_HANDLE || p.dir() != pb::IN || k != Kind::kValue))
+        Die(f.name() + "." + p.name() + ": or_handle belongs to IN handle parameters");
       if (!p.device_if().empty() && p.handle() != pb::NO_HANDLE)
         Die(f.name() + "." + p.name() + ": a handle cannot be a device pointer");
     }
@@ -812,8 +815,11 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
           << "      if (!in.Get(&" << n << ")) return " << BadRequest(f) << ";\n";
         if (p.handle() != pb::NO_HANDLE) {
           s << "      const auto " << n << "_virtual = " << n << ";\n"
-            << "      if (!ctx.handles->ToBackend(" << HandleEnum(p.handle()) << ", &" << n
-            << ")) return " << BadHandle(f, p) << ";\n"
+            << "      if (!ctx.handles->ToBackend(" << HandleEnum(p.handle()) << ", &" << n << ")"
+            << (p.or_handle() == pb::NO_HANDLE
+                    ? std::string()
+                    : " && !ctx.handles->ToBackend(" + HandleEnum(p.or_handle()) + ", &" + n + ")")
+            << ") return " << BadHandle(f, p) << ";\n"
             << "      (void)" << n << "_virtual;\n";
         }
         break;

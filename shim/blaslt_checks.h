@@ -66,6 +66,8 @@ size_t LtScalarSize(cublasLtMatmulDesc_t desc);
 size_t LtTypeSize(int32_t type);
 
 // Each returns 0 (CUBLAS_STATUS_SUCCESS) or the status cuBLASLt would.
+// A live cuBLAS handle passes for a cuBLASLt handle (cuBLAS documents that a
+// cublasHandle_t may be cast to one; PyTorch does).
 int32_t LtCheckHandle(cublasLtHandle_t handle);
 // cublasLtDestroy: a null handle is a bad argument (INVALID_VALUE), a
 // destroyed one not initialized.

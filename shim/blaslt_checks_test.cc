@@ -4,6 +4,8 @@
 // workspace answers.
 #include "shim/blaslt_checks.h"
 
+#include "shim/blas_checks.h"
+
 #include <cublasLt.h>
 
 #include <cstdint>
@@ -166,6 +168,20 @@ TEST(BlasLtChecks, TooSmallWorkspacesAreRefusedAtTheCall) {
   EXPECT_EQ(o.Matmul(&one, &results[0].algo, workspace, 4095), CUBLAS_STATUS_INVALID_VALUE);
   SetInt(o.d, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
   EXPECT_EQ(o.Matmul(&one, &results[0].algo, workspace, 4095), CUBLAS_STATUS_SUCCESS);
+}
+
+// A cuBLAS handle passes for a cuBLASLt handle (cuBLAS documents the cast;
+// PyTorch passes its cuBLAS handle to cublasLtMatmul), but cublasLtDestroy
+// takes only its own.
+TEST(BlasLtChecks, ACublasHandleIsACublasLtHandle) {
+  const cublasHandle_t blas = Fake<cublasHandle_t>(0x7e0a000000000001);
+  const cublasLtHandle_t as_lt = reinterpret_cast<cublasLtHandle_t>(blas);
+  EXPECT_EQ(LtCheckHandle(as_lt), CUBLAS_STATUS_NOT_INITIALIZED);
+  BlasHandleCreated(blas);
+  EXPECT_EQ(LtCheckHandle(as_lt), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(LtCheckDestroyHandle(as_lt), CUBLAS_STATUS_NOT_INITIALIZED);
+  BlasHandleGone(blas);
+  EXPECT_EQ(LtCheckHandle(as_lt), CUBLAS_STATUS_NOT_INITIALIZED);
 }
 
 TEST(BlasLtChecks, AnsweredInTheShim) {

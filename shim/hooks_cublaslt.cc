@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "common/logging.h"
+#include "shim/blas_checks.h"
 #include "shim/blaslt_checks.h"
 #include "shim/call.h"
 
@@ -204,17 +205,28 @@ size_t LtScalarSize(cublasLtMatmulDesc_t desc) {
 }
 
 int32_t LtCheckHandle(cublasLtHandle_t handle) {
-  Registry& r = Live();
-  std::lock_guard<std::mutex> lock(r.mu);
-  if (!IsLive(r, api::HandleKind::kLtHandle, handle)) {
-    return Refuse(CUBLAS_STATUS_NOT_INITIALIZED, handle ? "unknown handle" : "null handle");
+  {
+    Registry& r = Live();
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (IsLive(r, api::HandleKind::kLtHandle, handle)) return CUBLAS_STATUS_SUCCESS;
   }
-  return CUBLAS_STATUS_SUCCESS;
+  // A cuBLAS handle is a cuBLASLt handle too (cuBLAS documents the cast).
+  if (handle != nullptr &&
+      BlasCheckHandle(reinterpret_cast<cublasHandle_t>(handle)) == CUBLAS_STATUS_SUCCESS) {
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  return Refuse(CUBLAS_STATUS_NOT_INITIALIZED, handle ? "unknown handle" : "null handle");
 }
 
 int32_t LtCheckDestroyHandle(cublasLtHandle_t handle) {
   if (handle == nullptr) return Refuse(CUBLAS_STATUS_INVALID_VALUE, "null handle");
-  return LtCheckHandle(handle);
+  Registry& r = Live();
+  std::lock_guard<std::mutex> lock(r.mu);
+  // Only handles of cublasLtCreate (a cuBLAS handle goes with cublasDestroy).
+  if (!IsLive(r, api::HandleKind::kLtHandle, handle)) {
+    return Refuse(CUBLAS_STATUS_NOT_INITIALIZED, "unknown handle");
+  }
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 int32_t LtCheckDescriptor(api::HandleKind kind, const void* desc) {

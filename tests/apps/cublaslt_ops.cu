@@ -2,9 +2,9 @@
 // transposes, leading dimensions larger than the rows, C apart from D and in
 // place, strided batches, the epilogues DEFAULT, BIAS, RELU, RELU_BIAS and
 // GELU_BIAS, alpha/beta in host and in device memory (the descriptor's
-// pointer mode), the algorithm from cublasLtMatmulAlgoGetHeuristic, the
-// attribute getters, and cuBLASLt's own codes for bad calls. Plain CUDA +
-// cuBLASLt code.
+// pointer mode), the algorithm from cublasLtMatmulAlgoGetHeuristic, a cuBLAS
+// handle in place of the cuBLASLt handle, the attribute getters, and
+// cuBLASLt's own codes for bad calls. Plain CUDA + cuBLAS(Lt) code.
 //
 //   cublaslt_ops                 every case once; prints "RESULT <case> <checksum>"
 //                                per case and "PASS cublaslt_ops"
@@ -19,6 +19,7 @@
 // the native library (null scalars, destroyed descriptors) are made only
 // under Revenant (REVENANT_AGENT_SOCKET set), which refuses them.
 #include <cublasLt.h>
+#include <cublas_api.h>
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -462,6 +463,16 @@ int RunAll() {
     d = cases[6];
     d.tag = "d_nt_in_place";
     MatmulCase<double>(h, stream, workspace, d, device);
+  }
+  // A cuBLAS handle where cuBLASLt takes its own (cuBLAS documents the cast;
+  // PyTorch passes its cuBLAS handle).
+  {
+    cublasHandle_t blas;
+    EXPECT_APP(cublasCreate_v2(&blas) == CUBLAS_STATUS_SUCCESS, "cublasCreate_v2 failed");
+    Case c = cases[4];
+    c.tag = "s_nn_relu_bias_on_a_cublas_handle";
+    MatmulCase<float>(reinterpret_cast<cublasLtHandle_t>(blas), stream, workspace, c, false);
+    EXPECT_APP(cublasDestroy_v2(blas) == CUBLAS_STATUS_SUCCESS, "cublasDestroy_v2 failed");
   }
   ErrorCases(h, stream, workspace);
   CHECK_LT(cublasLtDestroy(h));

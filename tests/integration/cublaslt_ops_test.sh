@@ -32,8 +32,9 @@ grep -q "^\[r0\] PASS cublaslt_ops" "$tmp/cases.log" || { echo "FAIL: no PASS li
 grep -q "^\[r0\] revenant-only error cases ok" "$tmp/cases.log" || {
   echo "FAIL: the error cases only Revenant answers did not run"; exit 1; }
 results=$(grep -c "^\[r0\] RESULT " "$tmp/cases.log")
-# 11 matmuls in each pointer mode, then the error cases.
-[ "$results" -eq 23 ] || { echo "FAIL: $results RESULT lines, expected 23"; exit 1; }
+# 11 matmuls in each pointer mode, one on a cuBLAS handle, then the error
+# cases.
+[ "$results" -eq 24 ] || { echo "FAIL: $results RESULT lines, expected 24"; exit 1; }
 echo "ok: $results cuBLASLt cases match the CPU reference under the shim"
 
 "$run" "${common[@]}" -- "$app" --iters "$iters" >"$tmp/ref.log" 2>&1 || {

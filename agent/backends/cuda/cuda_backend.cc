@@ -672,7 +672,9 @@ class CudaBackend : public Backend {
   // cublasLtCreate of a process (the same pointer), which the application's
   // distinct handles must not share a fate with. So each cublasLtHandle_t
   // the agent hands out is an LtHandle of its own over one real handle,
-  // made on first use and kept for the agent's life.
+  // made on first use and kept for the agent's life. A cuBLAS handle in its
+  // place (the dispatcher translates either) goes to the library as it is:
+  // a cublasHandle_t is a cublasLtHandle_t, as cuBLAS documents.
   struct LtHandle {
     cublasLtHandle_t real;
   };
@@ -689,16 +691,22 @@ class CudaBackend : public Backend {
         return s;
       }
     }
-    *out = reinterpret_cast<cublasLtHandle_t>(new LtHandle{lt_real_});
+    auto* h = new LtHandle{lt_real_};
+    lt_handles_.insert(h);
+    *out = reinterpret_cast<cublasLtHandle_t>(h);
     return CUBLAS_STATUS_SUCCESS;
   }
   cublasStatus_t LtCall(cublasStatus_t (*)(cublasLtHandle_t), cublasLtHandle_t handle) {
-    // The dispatcher passes only handles this backend made.
-    delete reinterpret_cast<LtHandle*>(handle);
+    absl::MutexLock lock(&mu_);
+    auto* h = reinterpret_cast<LtHandle*>(handle);
+    if (lt_handles_.erase(h) == 0) return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete h;
     return CUBLAS_STATUS_SUCCESS;
   }
-  static cublasLtHandle_t LtReal(cublasLtHandle_t handle) {
-    return handle == nullptr ? nullptr : reinterpret_cast<LtHandle*>(handle)->real;
+  cublasLtHandle_t LtReal(cublasLtHandle_t handle) {
+    absl::MutexLock lock(&mu_);
+    auto* h = reinterpret_cast<LtHandle*>(handle);
+    return lt_handles_.contains(h) ? h->real : handle;
   }
   template <typename T>
   static T LtReal(T v) {
@@ -810,6 +818,7 @@ class CudaBackend : public Backend {
   CudaBlas blas_;
   CudaBlasLt blas_lt_;
   cublasLtHandle_t lt_real_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::flat_hash_set<LtHandle*> lt_handles_ ABSL_GUARDED_BY(mu_);
 
   mutable absl::Mutex mu_;
   FixedRangeAllocator allocator_ ABSL_GUARDED_BY(mu_);

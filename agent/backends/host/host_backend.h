@@ -443,6 +443,8 @@ class HostBackend : public Backend {
                                 size_t size, size_t* written);
   // An attribute's value, sign-extended from its size (0 if absent).
   static int64_t LtAttr(const LtObject& o, int id);
+  // Whether `handle` is a live cublasLtCreate handle or cuBLAS handle.
+  bool LtHandleLiveLocked(const void* handle) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The live object `p` of `kind`, or null.
   const LtObject* LtFindLocked(api::HandleKind kind, const void* p) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -198,6 +198,12 @@ const HostBackend::LtObject* HostBackend::LtFindLocked(api::HandleKind kind, con
   return it->second.get();
 }
 
+bool HostBackend::LtHandleLiveLocked(const void* handle) const {
+  // A cuBLAS handle serves as a cuBLASLt handle too, as cuBLAS documents.
+  return LtFindLocked(api::HandleKind::kLtHandle, handle) != nullptr ||
+         blas_handles_.contains(static_cast<BlasHandle*>(const_cast<void*>(handle)));
+}
+
 bool HostBackend::LtDevicePointers(uint64_t desc) {
   std::lock_guard<std::mutex> lock(mu_);
   const LtObject* o =
@@ -587,9 +593,7 @@ cublasStatus_t HostBackend::cublasLtMatmulAlgoGetHeuristic(
     cublasLtMatmulHeuristicResult_t* heuristicResultsArray, int* returnAlgoCount) {
   const char* api = "cublasLtMatmulAlgoGetHeuristic";
   std::lock_guard<std::mutex> lock(mu_);
-  if (LtFindLocked(api::HandleKind::kLtHandle, lightHandle) == nullptr) {
-    return CUBLAS_STATUS_NOT_INITIALIZED;
-  }
+  if (!LtHandleLiveLocked(lightHandle)) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (LtFindLocked(api::HandleKind::kLtMatmulPreference, preference) == nullptr) {
     return Invalid(api, "not a live preference");
   }
@@ -621,9 +625,7 @@ cublasStatus_t HostBackend::cublasLtMatmul(
   LtPlan plan;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (LtFindLocked(api::HandleKind::kLtHandle, lightHandle) == nullptr) {
-      return CUBLAS_STATUS_NOT_INITIALIZED;
-    }
+    if (!LtHandleLiveLocked(lightHandle)) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (cublasStatus_t s = LtPlanLocked(api, computeDesc, Adesc, Bdesc, Cdesc, Ddesc, &plan)) {
       return s;
     }

@@ -205,6 +205,27 @@ TEST_F(HostBlasLtTest, BadMemoryIsRefusedBeforeItIsTouched) {
             CUBLAS_STATUS_NOT_INITIALIZED);
 }
 
+// A cuBLAS handle serves as a cuBLASLt handle, as cuBLAS documents.
+TEST_F(HostBlasLtTest, ACublasHandleIsACublasLtHandle) {
+  cublasHandle_t blas = nullptr;
+  ASSERT_EQ(b_->cublasCreate_v2(&blas), CUBLAS_STATUS_SUCCESS);
+  const auto lt = reinterpret_cast<cublasLtHandle_t>(blas);
+  float* a = Floats({1, 0, 0, 1});
+  float* d = Floats({0, 0, 0, 0});
+  const float two = 2, zero = 0;
+  ASSERT_EQ(b_->cublasLtMatmul(lt, d_, &two, a, l_, a, l_, &zero, d, l_, d, l_, nullptr, nullptr, 0,
+                               nullptr),
+            CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(b_->cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(std::vector<float>(d, d + 4), (std::vector<float>{2, 0, 0, 2}));
+  cublasLtMatmulHeuristicResult_t r;
+  int n = 0;
+  EXPECT_EQ(b_->cublasLtMatmulAlgoGetHeuristic(lt, d_, l_, l_, l_, l_, p_, 1, &r, &n), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(b_->cublasDestroy_v2(blas), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(b_->cublasLtMatmulAlgoGetHeuristic(lt, d_, l_, l_, l_, l_, p_, 1, &r, &n),
+            CUBLAS_STATUS_NOT_INITIALIZED);
+}
+
 // Strided batches: each batch its own A, B, C, D and bias.
 TEST_F(HostBlasLtTest, StridedBatchesWithABiasPerBatch) {
   cublasLtMatrixLayout_t batched;
