@@ -3,6 +3,7 @@
 #include "agent/dispatch.h"
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "api/backend_api.h"
@@ -44,8 +45,52 @@ class FakeBackend : public api::BackendApi {
     return CUBLAS_STATUS_SUCCESS;
   }
   bool DevicePointers(api::HandleKind kind, uint64_t handle) override {
+    if (kind == api::HandleKind::kLtMatmulDesc) return handle == 0xde5c && lt_device_pointers;
     return kind == api::HandleKind::kBlasHandle && handle == 0xb1a5 && device_pointers;
   }
+  // cuBLASLt: one handle, one matmul descriptor (whose pointer mode the test
+  // sets), one layout.
+  cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) override {
+    ++calls;
+    *h = reinterpret_cast<cublasLtHandle_t>(0x17);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t,
+                                          cudaDataType_t) override {
+    ++calls;
+    *d = reinterpret_cast<cublasLtMatmulDesc_t>(0xde5c);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType, uint64_t,
+                                            uint64_t, int64_t) override {
+    ++calls;
+    *l = reinterpret_cast<cublasLtMatrixLayout_t>(0x1a70);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t,
+                                                void* buf, size_t size, size_t* written) override {
+    ++calls;
+    if (buf != nullptr) std::memset(buf, 0x5a, size);  // writes all it is told it may
+    if (written != nullptr) *written = size;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha,
+                                const void*, cublasLtMatrixLayout_t, const void*,
+                                cublasLtMatrixLayout_t, const void* beta, const void*,
+                                cublasLtMatrixLayout_t, void*, cublasLtMatrixLayout_t,
+                                const cublasLtMatmulAlgo_t*, void*, size_t,
+                                cudaStream_t) override {
+    ++calls;
+    last_lt = {reinterpret_cast<uint64_t>(h), reinterpret_cast<uint64_t>(d)};
+    last_alpha = alpha;
+    if (!lt_device_pointers) {
+      std::memcpy(&last_scalars[0], alpha, sizeof(float));
+      std::memcpy(&last_scalars[1], beta, sizeof(float));
+    }
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  bool lt_device_pointers = false;
+  std::pair<uint64_t, uint64_t> last_lt{0, 0};
   cublasStatus_t cublasSdot_v2(cublasHandle_t h, int n, const float* x, int incx, const float* y,
                                int incy, float* result) override {
     ++calls;
@@ -280,6 +325,110 @@ TEST_F(DispatchTest, DriverRowsTranslateStreamsAndRefuseMalformedRequests) {
   memset.enc.Put(0u);
   memset.enc.Put(size_t{4});
   EXPECT_EQ(Run(api::ApiId::cuMemsetD32_v2, memset), CUDA_ERROR_NOT_SUPPORTED);
+}
+
+// cublasLtMatmul's alpha/beta follow the matmul descriptor's pointer mode
+// (its second parameter, pointer_mode_from), not the library handle's.
+TEST_F(DispatchTest, CublasLtScalarsFollowTheMatmulDescriptorsPointerMode) {
+  Request create;
+  create.enc.PutFlag(true);
+  ASSERT_EQ(Run(api::ApiId::cublasLtCreate, create), CUBLAS_STATUS_SUCCESS);
+  const auto handle = Out<cublasLtHandle_t>(0);
+  Request desc_create;
+  desc_create.enc.PutFlag(true);
+  desc_create.enc.Put(CUBLAS_COMPUTE_32F);
+  desc_create.enc.Put(CUDA_R_32F);
+  ASSERT_EQ(Run(api::ApiId::cublasLtMatmulDescCreate, desc_create), CUBLAS_STATUS_SUCCESS);
+  const auto desc = Out<cublasLtMatmulDesc_t>(0);
+  Request layout_create;
+  layout_create.enc.PutFlag(true);
+  layout_create.enc.Put(CUDA_R_32F);
+  layout_create.enc.Put(uint64_t{4});
+  layout_create.enc.Put(uint64_t{4});
+  layout_create.enc.Put(int64_t{4});
+  ASSERT_EQ(Run(api::ApiId::cublasLtMatrixLayoutCreate, layout_create), CUBLAS_STATUS_SUCCESS);
+  const auto layout = Out<cublasLtMatrixLayout_t>(0);
+  auto matmul = [&](bool device, cublasLtMatmulDesc_t d, cublasLtHandle_t lt = nullptr) {
+    Request r;
+    r.enc.Put(lt != nullptr ? lt : handle);
+    r.enc.Put(d);
+    const float alpha = 1.5f, beta = -2.0f;
+    auto scalar = [&](const float* v, uint64_t address) {
+      r.enc.PutFlag(device);
+      if (device) {
+        r.enc.Put(address);
+      } else {
+        r.enc.PutBytes(v, sizeof(*v));
+      }
+    };
+    scalar(&alpha, 0x200000003000ull);
+    r.enc.Put(static_cast<const void*>(nullptr));
+    r.enc.Put(layout);
+    r.enc.Put(static_cast<const void*>(nullptr));
+    r.enc.Put(layout);
+    scalar(&beta, 0x200000003004ull);
+    r.enc.Put(static_cast<const void*>(nullptr));
+    r.enc.Put(layout);
+    r.enc.Put(static_cast<void*>(nullptr));
+    r.enc.Put(layout);
+    r.enc.PutBytes(nullptr, 0);  // no algorithm
+    r.enc.Put(static_cast<void*>(nullptr));
+    r.enc.Put(size_t{0});
+    r.enc.Put(static_cast<cudaStream_t>(nullptr));
+    return Run(api::ApiId::cublasLtMatmul, r);
+  };
+  ASSERT_EQ(matmul(false, desc), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(backend_.last_lt, std::make_pair(uint64_t{0x17}, uint64_t{0xde5c}));
+  EXPECT_EQ(backend_.last_scalars[0], 1.5f);
+  EXPECT_EQ(backend_.last_scalars[1], -2.0f);
+  const int calls = backend_.calls;
+  EXPECT_EQ(matmul(true, desc), CUBLAS_STATUS_INVALID_VALUE) << "device scalars, host-mode descriptor";
+  backend_.lt_device_pointers = true;
+  EXPECT_EQ(matmul(false, desc), CUBLAS_STATUS_INVALID_VALUE) << "host scalars, device-mode descriptor";
+  EXPECT_EQ(backend_.calls, calls);
+  ASSERT_EQ(matmul(true, desc), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(backend_.last_alpha), 0x200000003000ull);
+  // A descriptor that is no handle: cuBLASLt's INVALID_VALUE, not the
+  // library handle's NOT_INITIALIZED.
+  EXPECT_EQ(matmul(true, reinterpret_cast<cublasLtMatmulDesc_t>(0x999)), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(backend_.calls, calls + 1);
+  // A cuBLAS handle in the cuBLASLt handle's place is translated as one;
+  // anything else is not initialized.
+  Request blas_create;
+  blas_create.enc.PutFlag(true);
+  ASSERT_EQ(Run(api::ApiId::cublasCreate_v2, blas_create), CUBLAS_STATUS_SUCCESS);
+  const auto blas = Out<cublasLtHandle_t>(0);
+  ASSERT_EQ(matmul(true, desc, blas), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(backend_.last_lt.first, uint64_t{0xb1a5});
+  EXPECT_EQ(matmul(true, desc, reinterpret_cast<cublasLtHandle_t>(desc)), CUBLAS_STATUS_NOT_INITIALIZED)
+      << "a descriptor is no handle";
+}
+
+// A getter's OUT buffer is as long as its sizeInBytes says: a request whose
+// buffer is shorter (the backend would write past it) is refused.
+TEST_F(DispatchTest, OutBuffersMustBeAsLongAsTheirLengthSays) {
+  Request desc_create;
+  desc_create.enc.PutFlag(true);
+  desc_create.enc.Put(CUBLAS_COMPUTE_32F);
+  desc_create.enc.Put(CUDA_R_32F);
+  ASSERT_EQ(Run(api::ApiId::cublasLtMatmulDescCreate, desc_create), CUBLAS_STATUS_SUCCESS);
+  const auto desc = Out<cublasLtMatmulDesc_t>(0);
+  auto get = [&](uint64_t buffer, size_t size_in_bytes) {
+    Request r;
+    r.enc.Put(desc);
+    r.enc.Put(CUBLASLT_MATMUL_DESC_TRANSA);
+    r.enc.PutFlag(true);
+    r.enc.Put(buffer);
+    r.enc.Put(size_in_bytes);
+    r.enc.PutFlag(true);
+    return Run(api::ApiId::cublasLtMatmulDescGetAttribute, r);
+  };
+  const int calls = backend_.calls;
+  EXPECT_EQ(get(4, 4096), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(get(8, 4), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(backend_.calls, calls);
+  EXPECT_EQ(get(4, 4), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(backend_.calls, calls + 1);
 }
 
 TEST_F(DispatchTest, EveryForwardedRowHasADispatcher) {

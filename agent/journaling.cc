@@ -46,22 +46,28 @@ uint64_t FirstOutU64(absl::string_view outputs) {
   return v;
 }
 
-// One attribute (a sets_attribute row) of one handle.
-uint64_t AttributeKey(uint64_t handle, uint16_t api_id) {
-  return Mix(handle, 0xa77ull << 16 | api_id);
+// One attribute (a sets_attribute row) of one handle: per row, and per
+// attribute id where one row sets many (attribute_in_second: cuBLASLt's
+// descriptor setters).
+uint64_t AttributeKey(uint64_t handle, uint16_t api_id, const api::ApiTraits& traits,
+                      absl::string_view body) {
+  if (!traits.attribute_in_second) return Mix(handle, 0xa77ull << 16 | api_id);
+  uint32_t attribute = 0;
+  if (body.size() >= sizeof(uint64_t) + sizeof(attribute)) {
+    std::memcpy(&attribute, body.data() + sizeof(uint64_t), sizeof(attribute));
+  }
+  return Mix(Mix(handle, static_cast<uint64_t>(attribute) + 1), 0xa77ull << 16 | api_id);
 }
 
-// The rows that set a handle attribute.
-const std::vector<uint16_t>& AttributeSetters() {
-  static const std::vector<uint16_t>* setters = [] {
-    auto* v = new std::vector<uint16_t>();
-    for (int i = 1; i < api::kApiCount; ++i)
-      if (api::Traits(static_cast<uint32_t>(i)).sets_attribute) {
-        v->push_back(static_cast<uint16_t>(i));
-      }
-    return v;
-  }();
-  return *setters;
+// Handles whose destruction the setup log applies only once the minibatch
+// of the destroy is over, and never for minibatch 0: cuBLASLt's descriptors,
+// which PyTorch makes and drops at every matmul. A replay of the current
+// minibatch (or of minibatch 0, always replayed) reruns matmuls that name
+// descriptors destroyed since; with the destroy applied at once, a
+// compaction would have dropped their creation and setters.
+bool DefersDestroy(api::HandleKind kind) {
+  return kind == api::HandleKind::kLtHandle || kind == api::HandleKind::kLtMatmulDesc ||
+         kind == api::HandleKind::kLtMatrixLayout || kind == api::HandleKind::kLtMatmulPreference;
 }
 
 bool IsAllocation(api::ApiId id) {
@@ -262,20 +268,54 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   // reply of a replayed request the application still waits for.
   e.set_flags((rec.flags & 0xffffu) | (static_cast<uint32_t>(rec.reply_slot + 1) << 16));
   e.set_minibatch(minibatch_.load(std::memory_order_relaxed));
-  if (IsFree(id) || traits.destroys != api::HandleKind::kNone) {
-    e.add_destroys(FirstU64(body));
-  }
-  if (traits.sets_attribute) JournalAttributeCall(rec, FirstU64(body), &e);
+  const uint64_t handle = FirstU64(body);
+  // A destroy this journal defers (DefersDestroy): its keys go once its
+  // minibatch is over.
+  const bool deferred = traits.destroys != api::HandleKind::kNone &&
+                        DefersDestroy(traits.destroys) && deferrable_.erase(handle) > 0;
+  std::vector<uint64_t> gone;
+  if (IsFree(id) || traits.destroys != api::HandleKind::kNone) gone.push_back(handle);
+  attribute_call_key_ = 0;
+  deferred_handle_ = 0;
+  if (traits.sets_attribute) JournalAttributeCall(rec, traits, handle, body, &e);
   if (traits.destroys != api::HandleKind::kNone) {
     // The handle's attribute calls go with it; only those this journal keyed
     // (a destroy of a key no entry named is kept, as it may matter on replay).
-    for (uint16_t setter : AttributeSetters()) {
-      auto it = attribute_calls_.find(AttributeKey(FirstU64(body), setter));
-      if (it == attribute_calls_.end()) continue;
-      if (it->second.anchor != 0) e.add_destroys(it->second.anchor);
-      for (uint64_t key : it->second.current) e.add_destroys(key);
-      attribute_calls_.erase(it);
+    auto keys = handle_attributes_.find(handle);
+    if (keys != handle_attributes_.end()) {
+      for (uint64_t attribute : keys->second) {
+        auto it = attribute_calls_.find(attribute);
+        if (it == attribute_calls_.end()) continue;
+        if (it->second.anchor != 0) gone.push_back(it->second.anchor);
+        for (uint64_t key : it->second.current) gone.push_back(key);
+        for (uint64_t key : it->second.setup) gone.push_back(key);
+        attribute_calls_.erase(it);
+      }
+      handle_attributes_.erase(keys);
     }
+  }
+  if (!deferred) {
+    for (uint64_t key : gone) e.add_destroys(key);
+  } else {
+    // The call itself lives while the handle does (it is replayed, in order,
+    // until its keys go); the destroys of earlier minibatches (not minibatch
+    // 0's, which is always replayed) take effect on it.
+    const uint64_t minibatch = minibatch_.load(std::memory_order_relaxed);
+    e.add_touches(handle);
+    deferred_handle_ = handle;
+    size_t kept = 0;
+    for (size_t i = 0; i < pending_destroys_.size(); ++i) {
+      PendingDestroy& p = pending_destroys_[i];
+      if (p.minibatch >= minibatch) {
+        if (kept != i) pending_destroys_[kept] = std::move(p);
+        ++kept;
+        continue;
+      }
+      if (p.minibatch == 0) continue;
+      for (uint64_t key : p.keys) e.add_destroys(key);
+    }
+    pending_destroys_.resize(kept);
+    pending_destroys_.push_back(PendingDestroy{minibatch, std::move(gone)});
   }
   if (IsSharedHostAlloc(id)) e.add_creates(FirstU64(body));
 
@@ -289,18 +329,31 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   return setup ? journal_->AppendSetup(&e, payload) : journal_->AppendMinibatch(&e, payload);
 }
 
-void RequestJournal::JournalAttributeCall(const transport::RecordHeader& rec, uint64_t handle,
-                                          journal::JournalEntry* e) {
+void RequestJournal::JournalAttributeCall(const transport::RecordHeader& rec,
+                                          const api::ApiTraits& traits, uint64_t handle,
+                                          absl::string_view body, journal::JournalEntry* e) {
   // A replay runs the setup log from its start and the minibatch log of the
   // current minibatch, merged in request order. Calls of minibatch 0 sit
-  // among setup-log work that is always replayed: they stay (no key). Later,
+  // among setup-log work that is always replayed: they stay as long as the
+  // handle does (a key its destruction drops). Later,
   // a replay needs the last call before the current minibatch (what the
   // handle held at its boundary) and every call inside it (the minibatch's
   // replayed work ran between them); the earlier ones are dropped once a
   // later minibatch sets the attribute again.
   const uint64_t minibatch = minibatch_.load(std::memory_order_relaxed);
-  if (minibatch == 0) return;
-  AttributeCalls& a = attribute_calls_[AttributeKey(handle, rec.api_id)];
+  const uint64_t attribute = AttributeKey(handle, rec.api_id, traits, body);
+  auto [slot, inserted] = attribute_calls_.try_emplace(attribute);
+  if (inserted) handle_attributes_[handle].push_back(attribute);
+  AttributeCalls& a = slot->second;
+  if (minibatch == 0) {
+    // Kept until the handle goes (then nothing replays them: its creation
+    // goes too).
+    const uint64_t key = Mix(attribute, rec.seq);
+    e->add_creates(key);
+    a.setup.push_back(key);
+    attribute_call_key_ = key;
+    return;
+  }
   if (minibatch > a.minibatch && !a.current.empty()) {
     if (a.anchor != 0) e->add_destroys(a.anchor);
     for (size_t i = 0; i + 1 < a.current.size(); ++i) e->add_destroys(a.current[i]);
@@ -308,9 +361,10 @@ void RequestJournal::JournalAttributeCall(const transport::RecordHeader& rec, ui
     a.current.clear();
   }
   a.minibatch = minibatch;
-  const uint64_t key = Mix(AttributeKey(handle, rec.api_id), rec.seq);
+  const uint64_t key = Mix(attribute, rec.seq);
   e->add_creates(key);
   a.current.push_back(key);
+  attribute_call_key_ = key;
 }
 
 bool RequestJournal::OutcomeMayFollowReply(uint16_t api_id) {
@@ -337,7 +391,13 @@ absl::Status RequestJournal::AfterExecute(const transport::RecordHeader& rec, in
   if (status == 0 && (IsAllocation(id) || traits.creates != api::HandleKind::kNone)) {
     const uint64_t key = FirstOutU64(outputs);
     if (key != 0) e.add_creates(key);
+    if (key != 0 && DefersDestroy(traits.creates)) deferrable_.insert(key);
   }
+  // A deferred destroy's outcome lives as long as the call.
+  if (deferred_handle_ != 0) e.add_touches(deferred_handle_);
+  // A synchronous attribute setter's outcome goes with its call (when a later
+  // call or the handle's destruction drops it).
+  if (traits.sets_attribute && attribute_call_key_ != 0) e.add_creates(attribute_call_key_);
   return last_in_setup_ ? journal_->AppendSetup(&e) : journal_->AppendMinibatch(&e);
 }
 

@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "api/traits.h"
 #include "journal/journal.h"
 #include "transport/shm_channel.h"
 
@@ -171,8 +172,8 @@ class RequestJournal {
   absl::Status DetectBoundary(const transport::RecordHeader& rec);
   // Keys an attribute setter's entry so that the setup log keeps only the
   // calls a replay needs, and drops the ones it no longer does.
-  void JournalAttributeCall(const transport::RecordHeader& rec, uint64_t handle,
-                            journal::JournalEntry* e);
+  void JournalAttributeCall(const transport::RecordHeader& rec, const api::ApiTraits& traits,
+                            uint64_t handle, absl::string_view body, journal::JournalEntry* e);
   // The request PlaceBoundaryBefore placed a boundary for (0: none).
   uint64_t boundary_placed_for_ = 0;
 
@@ -192,8 +193,25 @@ class RequestJournal {
     uint64_t minibatch = 0;
     uint64_t anchor = 0;
     std::vector<uint64_t> current;
+    std::vector<uint64_t> setup;  // the calls of minibatch 0
   };
   absl::flat_hash_map<uint64_t, AttributeCalls> attribute_calls_;
+  // The key JournalAttributeCall gave the last journaled request (0: none),
+  // for its outcome.
+  uint64_t attribute_call_key_ = 0;
+  // Handles this journal saw created whose destroys it defers
+  // (DefersDestroy in journaling.cc), and the deferred destroys' keys by the
+  // minibatch of the destroy; the deferred destroy journaled last (0: none),
+  // for its outcome.
+  absl::flat_hash_set<uint64_t> deferrable_;
+  struct PendingDestroy {
+    uint64_t minibatch = 0;
+    std::vector<uint64_t> keys;
+  };
+  std::vector<PendingDestroy> pending_destroys_;
+  uint64_t deferred_handle_ = 0;
+  // The keys of attribute_calls_ per handle, dropped with the handle.
+  absl::flat_hash_map<uint64_t, std::vector<uint64_t>> handle_attributes_;
   // See busy_ns().
   class Timed;
   static constexpr uint32_t kOutcomeKey = 0x10000, kMarkStepKey = 0x10001;

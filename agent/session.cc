@@ -438,7 +438,7 @@ void Session::RunAndReply(const transport::RecordHeader& rec, const api::ApiTrai
     // An NCCL error is NCCL's, never a CUDA error: it waits for the next
     // synchronous NCCL call (docs/design.md, "NCCL calls").
     int32_t& deferred = nccl ? nccl_deferred_error_ : deferred_error_;
-    if (traits.library == api::Library::kCublas) {
+    if (traits.library == api::Library::kCublas || traits.library == api::Library::kCublasLt) {
       // The shim made cuBLAS's argument checks at the call; what fails here
       // failed on the device, which CUDA reports as a launch failure at the
       // next synchronization (as a faulting cuBLAS kernel would).

@@ -16,7 +16,7 @@ api_table::ApiTable LoadAll() {
   api_table::ApiTable all;
   for (const char* path :
        {"api/cuda_runtime.textproto", "api/cuda_nvcc.textproto", "api/nccl.textproto",
-        "api/cublas.textproto", "api/driver.textproto"}) {
+        "api/cublas.textproto", "api/driver.textproto", "api/cublaslt.textproto"}) {
     std::ifstream in(path);
     EXPECT_TRUE(in.good()) << path;
     std::stringstream buf;
@@ -41,6 +41,7 @@ TEST(ApiTraitsTest, EveryRowHasTraitsMatchingTheTable) {
     EXPECT_EQ(static_cast<int>(f.support()), static_cast<int>(t.support)) << f.name();
     EXPECT_EQ(static_cast<int>(f.library()), static_cast<int>(t.library)) << f.name();
     EXPECT_EQ(f.sets_attribute(), t.sets_attribute) << f.name();
+    EXPECT_EQ(f.attribute_in_second(), t.attribute_in_second) << f.name();
     EXPECT_EQ(FindApi(f.name().c_str()), static_cast<ApiId>(i + 1));
   }
   EXPECT_EQ(FindApi("cudaNoSuchThing"), ApiId::kInvalid);
@@ -55,6 +56,8 @@ TEST(ApiTraitsTest, EnumsMirrorTheSchema) {
   EXPECT_EQ(static_cast<int>(Library::kCublas), api_table::CUBLAS);
   EXPECT_EQ(static_cast<int>(Library::kDriver) + 1, api_table::Library_ARRAYSIZE);
   EXPECT_EQ(static_cast<int>(HandleKind::kBlasHandle), api_table::BLAS_HANDLE);
+  EXPECT_EQ(static_cast<int>(HandleKind::kLtHandle), api_table::LT_HANDLE);
+  EXPECT_EQ(static_cast<int>(HandleKind::kLtMatmulPreference), api_table::LT_MATMUL_PREFERENCE);
   EXPECT_EQ(static_cast<int>(Mode::kLocal), api_table::LOCAL);
   EXPECT_EQ(static_cast<int>(JournalClass::kReplay), api_table::REPLAY);
   EXPECT_EQ(static_cast<int>(Support::kRefused), api_table::REFUSED);

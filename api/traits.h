@@ -22,8 +22,9 @@ enum class Library : uint8_t {
 enum class HandleKind : uint8_t {
   kNone = 0, kStream = 1, kEvent = 2, kGraph = 3, kGraphExec = 4, kGraphNode = 5,
   kMemPool = 6, kComm = 7, kFunction = 8, kKernel = 9, kBlasHandle = 10,
+  kLtHandle = 11, kLtMatmulDesc = 12, kLtMatrixLayout = 13, kLtMatmulPreference = 14,
 };
-inline constexpr int kHandleKindCount = 11;
+inline constexpr int kHandleKindCount = 15;
 enum class Mode : uint8_t { kSync = 0, kAsync = 1, kLocal = 2 };
 enum class JournalClass : uint8_t { kSkip = 0, kState = 1, kReplay = 2 };
 enum class Support : uint8_t { kGenerated = 0, kShimHook = 1, kHook = 2, kRefused = 3 };
@@ -41,10 +42,14 @@ struct ApiTraits {
   // The row sets one attribute of the handle in its first parameter (the
   // table's sets_attribute).
   bool sets_attribute;
+  // With sets_attribute: the second parameter (4 bytes after the 8-byte
+  // handle in the request) names the attribute set (the table's
+  // attribute_in_second).
+  bool attribute_in_second;
 };
 
 // Whether a row belongs to the CUDA runtime (its errors are the CUDA last
-// error); NCCL and cuBLAS statuses are their libraries' own.
+// error); NCCL, cuBLAS and cuBLASLt statuses are their libraries' own.
 inline bool IsCudaRuntime(Library library) {
   return library == Library::kCudart || library == Library::kCudartNvcc;
 }

@@ -92,9 +92,13 @@ std::string LocalType(const std::string& c_type) {
 }
 
 std::string HandleEnum(HandleKind k) {
-  static const char* kNames[] = {"kNone",      "kStream",    "kEvent",   "kGraph",
-                                 "kGraphExec", "kGraphNode", "kMemPool", "kComm",
-                                 "kFunction",  "kKernel",    "kBlasHandle"};
+  static const char* kNames[] = {"kNone",          "kStream",          "kEvent",
+                                 "kGraph",         "kGraphExec",       "kGraphNode",
+                                 "kMemPool",       "kComm",            "kFunction",
+                                 "kKernel",        "kBlasHandle",      "kLtHandle",
+                                 "kLtMatmulDesc",  "kLtMatrixLayout",  "kLtMatmulPreference"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == pb::HandleKind_ARRAYSIZE,
+                "one name per handle kind");
   return std::string("::revenant::api::HandleKind::") + kNames[static_cast<int>(k)];
 }
 
@@ -176,7 +180,12 @@ std::string BadHandle(const Function& f, const Param& p) {
     return p.handle() == pb::BLAS_HANDLE ? "CUBLAS_STATUS_NOT_INITIALIZED"
                                          : "CUBLAS_STATUS_INVALID_VALUE";
   }
-  if (f.library() == pb::CUBLASLT) return "CUBLAS_STATUS_NOT_INITIALIZED";
+  // cuBLASLt: a dead library handle is NOT_INITIALIZED; a dead descriptor is
+  // a bad argument (INVALID_VALUE), as cuBLASLt answers a null one.
+  if (f.library() == pb::CUBLASLT) {
+    return p.handle() == pb::LT_HANDLE ? "CUBLAS_STATUS_NOT_INITIALIZED"
+                                       : "CUBLAS_STATUS_INVALID_VALUE";
+  }
   if (IsCudnn(f)) return "CUDNN_STATUS_BAD_PARAM";
   if (IsDriver(f)) return "CUDA_ERROR_INVALID_HANDLE";
   return IsNccl(f) ? "ncclInvalidArgument" : "cudaErrorInvalidResourceHandle";
@@ -229,6 +238,15 @@ std::string ArgList(const Function& f) {
   return out;
 }
 
+// The parameter whose pointer mode decides the row's device_if parameters:
+// pointer_mode_from, else the first; -1 when it names no parameter.
+int PointerModeFrom(const Function& f) {
+  if (f.pointer_mode_from().empty()) return f.params_size() > 0 ? 0 : -1;
+  for (int i = 0; i < f.params_size(); ++i)
+    if (f.params(i).name() == f.pointer_mode_from()) return i;
+  return -1;
+}
+
 void Validate(const std::vector<Function>& fns) {
   std::set<std::string> names;
   for (const Function& f : fns) {
@@ -248,21 +266,40 @@ void Validate(const std::vector<Function>& fns) {
       if (!p.device_if().empty() && k != Kind::kInBytes && k != Kind::kOutValue)
         Die(f.name() + "." + p.name() +
             ": device_if belongs to IN pointers with a length or OUT pointers without one");
+      if (p.or_handle() != pb::NO_HANDLE &&
+          (p.handle() == pb::NO_HANDLE || p.dir() != pb::IN || k != Kind::kValue))
+        Die(f.name() + "." + p.name() + ": or_handle belongs to IN handle parameters");
       if (!p.device_if().empty() && p.handle() != pb::NO_HANDLE)
         Die(f.name() + "." + p.name() + ": a handle cannot be a device pointer");
     }
     bool has_device_if = false;
     for (const Param& p : f.params()) has_device_if |= !p.device_if().empty();
-    if (has_device_if && (f.params_size() == 0 || f.params(0).handle() == pb::NO_HANDLE ||
-                          f.params(0).dir() != pb::IN))
-      Die(f.name() + ": device_if needs the handle (whose pointer mode decides) as the first parameter");
+    if (has_device_if) {
+      const int from = PointerModeFrom(f);
+      if (from < 0 || f.params(from).handle() == pb::NO_HANDLE || f.params(from).dir() != pb::IN ||
+          KindOf(f, f.params(from)) != Kind::kValue)
+        Die(f.name() + ": device_if needs an IN handle whose pointer mode decides (the first "
+                       "parameter, or pointer_mode_from)");
+      for (int i = 0; i < from; ++i)
+        if (!f.params(i).device_if().empty())
+          Die(f.name() + "." + f.params(i).name() +
+              ": a device_if parameter must follow the handle whose pointer mode decides");
+    } else if (!f.pointer_mode_from().empty()) {
+      Die(f.name() + ": pointer_mode_from without a device_if parameter");
+    }
+    if (f.attribute_in_second() &&
+        (!f.sets_attribute() || f.params_size() < 2 || KindOf(f, f.params(1)) != Kind::kValue ||
+         IsPointer(f.params(1).c_type())))
+      Die(f.name() + ": attribute_in_second needs sets_attribute and an attribute enum as the "
+                     "second parameter");
     if (f.sets_attribute() &&
         (f.params_size() == 0 || f.params(0).handle() == pb::NO_HANDLE || f.params(0).dir() != pb::IN))
       Die(f.name() + ": sets_attribute needs the handle as the first (IN) parameter");
     if (f.sets_attribute() && f.journal() != pb::STATE)
       Die(f.name() + ": an attribute setter is journaled as STATE");
-    if ((!f.shim_check().empty() || !f.shim_done().empty()) && f.support() != pb::GENERATED)
-      Die(f.name() + ": shim_check/shim_done belong to generated stubs");
+    if ((!f.shim_check().empty() || !f.shim_done().empty() || !f.success_if().empty()) &&
+        f.support() != pb::GENERATED)
+      Die(f.name() + ": shim_check/shim_done/success_if belong to generated stubs");
     if (f.mode() == pb::ASYNC && out_params > 0)
       Die(f.name() + ": an ASYNC call cannot have OUT parameters");
     if (f.mode() == pb::LOCAL && f.support() == pb::GENERATED)
@@ -340,14 +377,15 @@ void EmitTraits(const std::vector<Function>& fns, const std::string& dir) {
     << "namespace revenant {\nnamespace api {\nnamespace {\n\n"
     << "const ApiTraits kTraits[kApiCount] = {\n"
     << "    {\"<invalid>\", Library::kUnspecified, Mode::kSync, JournalClass::kSkip, "
-       "HandleKind::kNone, HandleKind::kNone, Support::kRefused, false, false},\n";
+       "HandleKind::kNone, HandleKind::kNone, Support::kRefused, false, false, false},\n";
   for (const Function& f : fns) {
     s << "    {\"" << f.name() << "\", static_cast<Library>(" << f.library()
       << "), static_cast<Mode>(" << f.mode() << "), static_cast<JournalClass>(" << f.journal()
       << "), static_cast<HandleKind>(" << f.creates() << "), static_cast<HandleKind>("
       << f.destroys() << "), static_cast<Support>(" << f.support() << "), "
       << ((HasGeneratedDispatch(f) || HasHookDispatch(f)) ? "true" : "false") << ", "
-      << (f.sets_attribute() ? "true" : "false") << "},\n";
+      << (f.sets_attribute() ? "true" : "false") << ", "
+      << (f.attribute_in_second() ? "true" : "false") << "},\n";
   }
   s << "};\n\n}  // namespace\n\n"
     << "const ApiTraits& Traits(ApiId id) { return Traits(static_cast<uint32_t>(id)); }\n"
@@ -360,7 +398,8 @@ void EmitTraits(const std::vector<Function>& fns, const std::string& dir) {
     << "const char* HandleKindName(HandleKind kind) {\n"
     << "  static const char* kNames[] = {\"none\", \"stream\", \"event\", \"graph\", "
        "\"graph_exec\", \"graph_node\", \"mem_pool\", \"comm\", \"function\", \"kernel\", "
-       "\"blas_handle\"};\n"
+       "\"blas_handle\", \"lt_handle\", \"lt_matmul_desc\", \"lt_matrix_layout\", "
+       "\"lt_matmul_preference\"};\n"
     << "  int i = static_cast<int>(kind);\n"
     << "  return i >= 0 && i < kHandleKindCount ? kNames[i] : \"?\";\n}\n\n"
     << "}  // namespace api\n}  // namespace revenant\n";
@@ -377,6 +416,10 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
     s << "  ::revenant::shim::LogNotSupported(\"" << f.name() << "\");\n"
       << "  return " << NotSupported(f) << ";\n}\n\n";
     return;
+  }
+  // Calls the native library answers with success doing nothing.
+  if (!f.success_if().empty()) {
+    s << "  if (" << f.success_if() << ") return static_cast<" << f.returns() << ">(0);\n";
   }
   // Checks the native library makes at the call, before anything is sent.
   if (!f.shim_check().empty()) {
@@ -475,7 +518,8 @@ void EmitShim(const std::vector<Function>& fns, const std::string& dir) {
     << "#include <cublasLt.h>\n#include <cublas_api.h>\n#include <cuda.h>\n"
     << "#include <cuda_profiler_api.h>\n#include <cuda_runtime_api.h>\n#include <cudnn.h>\n"
     << "#include <nccl.h>\n\n"
-    << "#include \"api/wire.h\"\n#include \"shim/blas_checks.h\"\n#include \"shim/call.h\"\n"
+    << "#include \"api/wire.h\"\n#include \"shim/blas_checks.h\"\n"
+    << "#include \"shim/blaslt_checks.h\"\n#include \"shim/call.h\"\n"
     << "#include \"shim/driver_checks.h\"\n#include \"shim/nccl_checks.h\"\n\n";
   for (const Function& f : fns)
     if (HasGeneratedShim(f)) EmitShimStub(f, s);
@@ -733,8 +777,8 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
         // The backend reads the pointer by its own handle's pointer mode: a
         // request that disagrees with it is refused, never dereferenced.
         << "      if (" << n << "_device != ctx.backend->DevicePointers("
-        << HandleEnum(f.params(0).handle()) << ", reinterpret_cast<uint64_t>("
-        << f.params(0).name() << "))) return " << BadRequest(f) << ";\n"
+        << HandleEnum(f.params(PointerModeFrom(f)).handle()) << ", reinterpret_cast<uint64_t>("
+        << f.params(PointerModeFrom(f)).name() << "))) return " << BadRequest(f) << ";\n"
         << "      alignas(16) char " << n << "_scalar[kScalarBytes] = {};\n"
         << "      (void)" << n << "_scalar;\n"
         << "      char* " << n << "_reply = nullptr;\n"
@@ -793,8 +837,11 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
           << "      if (!in.Get(&" << n << ")) return " << BadRequest(f) << ";\n";
         if (p.handle() != pb::NO_HANDLE) {
           s << "      const auto " << n << "_virtual = " << n << ";\n"
-            << "      if (!ctx.handles->ToBackend(" << HandleEnum(p.handle()) << ", &" << n
-            << ")) return " << BadHandle(f, p) << ";\n"
+            << "      if (!ctx.handles->ToBackend(" << HandleEnum(p.handle()) << ", &" << n << ")"
+            << (p.or_handle() == pb::NO_HANDLE
+                    ? std::string()
+                    : " && !ctx.handles->ToBackend(" + HandleEnum(p.or_handle()) + ", &" + n + ")")
+            << ") return " << BadHandle(f, p) << ";\n"
             << "      (void)" << n << "_virtual;\n";
         }
         break;
@@ -846,6 +893,23 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
     }
   }
   s << "      if (in.remaining() != 0) return " << BadRequest(f) << ";\n";
+  // A byte buffer's size is what its length expression says, where the agent
+  // can evaluate it (no shim function): the backend reads or writes that
+  // many bytes (a getter's sizeInBytes), so a request whose buffer is shorter
+  // is refused, never overrun.
+  for (const Param& p : f.params()) {
+    const Kind k = KindOf(f, p);
+    if (!p.device_if().empty() || p.length().find("::") != std::string::npos) continue;
+    if (k == Kind::kInBytes) {
+      s << "      if (" << p.name() << "_data != nullptr && " << p.name()
+        << "_size != static_cast<uint64_t>(" << p.length() << ")) return " << BadRequest(f)
+        << ";\n";
+    } else if (k == Kind::kOutBytes) {
+      s << "      if (" << p.name() << "_present && " << p.name()
+        << "_size != static_cast<uint64_t>(" << p.length() << ")) return " << BadRequest(f)
+        << ";\n";
+    }
+  }
   s << "      const " << f.returns() << " rc = ctx.backend->" << f.name() << "(" << ArgList(f)
     << ");\n";
   for (const Param& p : f.params()) {

@@ -894,6 +894,11 @@ void Journal::TrackSetupEntry(const JournalEntry& entry, uint64_t bytes) {
   const uint64_t seq = entry.seq();
   const bool has_keys = entry.creates_size() > 0 || entry.destroys_size() > 0 ||
                         entry.touches_size() > 0 || entry.overwrites_size() > 0;
+  if (!has_keys && entry.completes() != 0 && !entries_.contains(entry.completes())) {
+    // The outcome of a request that is no longer live (a destroy, whose keys
+    // went with it): nothing replays it, so it is not live either.
+    return;
+  }
   entries_[seq] = EntryState{bytes, 0, !has_keys};
   live_bytes_ += bytes;
   if (!has_keys) return;

@@ -667,6 +667,36 @@ TEST(JournalTest, CompactionKeepsExactlyTheLiveEntries) {
   EXPECT_THAT(r.seqs(), ElementsAreArray({1, 9, 10, 14}));
 }
 
+// An outcome (an entry that `completes` another) of an entry no longer live
+// -- a destroy, dropped with its keys -- is dropped at once; the outcome of a
+// keyless entry that stays is kept, and one that creates a key holds its
+// request.
+TEST(JournalTest, OutcomesOfDroppedEntriesAreDropped) {
+  const std::string dir = TestDir("outcomes");
+  JournalOptions options;
+  options.compaction_enabled = false;
+  auto j = OpenJournal(dir, options);
+  auto add = [&](uint64_t seq, uint64_t completes, std::vector<uint64_t> creates,
+                 std::vector<uint64_t> destroys) {
+    JournalEntry e = Entry(seq);
+    if (completes != 0) e.set_completes(completes);
+    for (auto k : creates) e.add_creates(k);
+    for (auto k : destroys) e.add_destroys(k);
+    ASSERT_TRUE(j->AppendSetup(e).ok());
+  };
+  add(2, 0, {}, {});      // create a handle: its key comes with the outcome
+  add(3, 2, {100}, {});   // outcome: creates 100, holds 2
+  add(4, 0, {}, {});      // a keyless call (kept)
+  add(5, 4, {}, {});      // its outcome (kept)
+  add(6, 0, {}, {100});   // destroy: drops 2, 3 and itself
+  add(7, 6, {}, {});      // the destroy's outcome: dropped too
+  EXPECT_EQ(2u, j->stats().setup_live_entries);
+  ASSERT_TRUE(j->Compact().ok());
+  Read r = ReadLog(dir, SETUP);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(r.seqs(), ElementsAreArray({4, 5}));
+}
+
 // Liveness stated declaratively (independently of the journal's reference
 // counting): which entries of `history` must survive compaction.
 std::vector<uint64_t> ExpectedLive(const std::vector<JournalEntry>& h) {

@@ -38,6 +38,7 @@ targets=(
   //bench:shim_bench //bench:nccl_bench //bench:cpu_pairs
   //tests/apps:train_mlp //tests/apps:collectives_all //tests/apps:collectives_bad
   //tests/apps:cublas_ops //tests/apps:driver_api //tools:librevenant_probe.so
+  //tests/apps:cublaslt_ops
 )
 bazel build "${targets[@]}"
 bin="$(bazel info bazel-bin 2>/dev/null)"
@@ -55,7 +56,7 @@ cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$bin/bench/cpu_pairs
   "$root/bench/journal_step.sh" "$out/bench/"
 cp "$bin/tests/apps/train_mlp.bin" "$bin/tests/apps/collectives_all.bin" \
   "$bin/tests/apps/collectives_bad.bin" "$bin/tests/apps/cublas_ops.bin" \
-  "$bin/tests/apps/driver_api.bin" "$out/apps/"
+  "$bin/tests/apps/driver_api.bin" "$bin/tests/apps/cublaslt_ops.bin" "$out/apps/"
 mkdir -p "$out/sections" "$out/torch"
 cp "$root"/tests/torch/*.py "$out/torch/"
 cp "$bin/tools/librevenant_probe.so" "$out/"

@@ -2,7 +2,7 @@
 // nvcc entry points in the libcudart.so.13 version node (so versioned
 // references of nvcc 13 programs bind to it), cuBLAS names in the
 // libcublas.so.13 node (what programs linked against libcublas.so.13
-// reference), NCCL names with their pnccl aliases. A row that lost its stub or hook fails here.
+// reference), cuBLASLt names in the libcublasLt.so.13 node, NCCL names with their pnccl aliases. A row that lost its stub or hook fails here.
 #include <dlfcn.h>
 
 #include <string>
@@ -26,9 +26,10 @@ TEST(ShimExportTest, EveryRowIsExported) {
       EXPECT_NE(dlsym(h, t.name), nullptr) << t.name << " is not exported";
       EXPECT_NE(dlsym(h, (std::string("p") + t.name).c_str()), nullptr)
           << "p" << t.name << " is not exported";
-    } else if (t.library == api::Library::kCublas) {
-      EXPECT_NE(dlvsym(h, t.name, "libcublas.so.13"), nullptr)
-          << t.name << "@libcublas.so.13 is not exported";
+    } else if (t.library == api::Library::kCublas || t.library == api::Library::kCublasLt) {
+      const char* node =
+          t.library == api::Library::kCublas ? "libcublas.so.13" : "libcublasLt.so.13";
+      EXPECT_NE(dlvsym(h, t.name, node), nullptr) << t.name << "@" << node << " is not exported";
       EXPECT_EQ(dlvsym(h, t.name, "libcudart.so.13"), nullptr)
           << t.name << " is exported in the runtime's version node";
     } else {

@@ -28,7 +28,7 @@ import ctypes, sys
 lib = ctypes.CDLL(sys.argv[1])
 lib.cudnnGetErrorString.restype = ctypes.c_char_p
 print("cudnnConvolutionForward", lib.cudnnConvolutionForward(), lib.cudnnConvolutionForward())
-print("cublasLtMatmul", lib.cublasLtMatmul())
+print("cublasLtMatrixTransform", lib.cublasLtMatrixTransform())
 print("cusolverDnCreate", lib.cusolverDnCreate(None))
 print("cudaGetExportTable", lib.cudaGetExportTable(None, None))
 print("cuTexRefCreate", lib.cuTexRefCreate(None))
@@ -36,7 +36,7 @@ print("cudnnGetErrorString", lib.cudnnGetErrorString(0).decode())
 PY
 )"
 echo "$out"
-for want in "cudnnConvolutionForward 3000 3000" "cublasLtMatmul 15" "cusolverDnCreate 15" \
+for want in "cudnnConvolutionForward 3000 3000" "cublasLtMatrixTransform 15" "cusolverDnCreate 15" \
             "cudaGetExportTable 801" "cuTexRefCreate 801" "cudnnGetErrorString cudnnGetErrorString is not supported"; do
   grep -qF "$want" <<<"$out" || { echo "FAIL: no '$want'"; exit 1; }
 done

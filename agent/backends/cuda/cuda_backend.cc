@@ -699,7 +699,89 @@ class CudaBackend : public Backend {
   }
   REVENANT_DRIVER_ROWS(REVENANT_CUDA_DRIVER_ROW)
 #undef REVENANT_CUDA_DRIVER_ROW
+  // cuBLASLt: the real library alike, after the agent's own checks of what
+  // the library would take on trust (LtGuard).
+#define REVENANT_CUDA_BLASLT_ROW(name, params, args)                                  \
+  cublasStatus_t name params override {                                               \
+    Bind();                                                                           \
+    if (!blas_lt_.Load()) return CUBLAS_STATUS_NOT_INITIALIZED;                       \
+    if (cublasStatus_t s = LtGuard args) return s;                                    \
+    return [&](auto... a) { return LtCall(blas_lt_.name, a...); } args;               \
+  }
+  REVENANT_CUBLASLT_ROWS(REVENANT_CUDA_BLASLT_ROW)
+#undef REVENANT_CUDA_BLASLT_ROW
+  // cuBLASLt library handles: the library hands out one context for every
+  // cublasLtCreate of a process (the same pointer), which the application's
+  // distinct handles must not share a fate with. So each cublasLtHandle_t
+  // the agent hands out is an LtHandle of its own over one real handle,
+  // made on first use and kept for the agent's life. A cuBLAS handle in its
+  // place (the dispatcher translates either) goes to the library as it is:
+  // a cublasHandle_t is a cublasLtHandle_t, as cuBLAS documents.
+  struct LtHandle {
+    cublasLtHandle_t real;
+  };
+  template <typename F, typename... A>
+  cublasStatus_t LtCall(F f, A... a) {
+    return f(LtReal(a)...);
+  }
+  cublasStatus_t LtCall(cublasStatus_t (*create)(cublasLtHandle_t*), cublasLtHandle_t* out) {
+    if (out == nullptr) return create(nullptr);
+    absl::MutexLock lock(&mu_);
+    if (lt_real_ == nullptr) {
+      if (cublasStatus_t s = create(&lt_real_)) {
+        lt_real_ = nullptr;
+        return s;
+      }
+    }
+    auto* h = new LtHandle{lt_real_};
+    lt_handles_.insert(h);
+    *out = reinterpret_cast<cublasLtHandle_t>(h);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  cublasStatus_t LtCall(cublasStatus_t (*)(cublasLtHandle_t), cublasLtHandle_t handle) {
+    absl::MutexLock lock(&mu_);
+    auto* h = reinterpret_cast<LtHandle*>(handle);
+    if (lt_handles_.erase(h) == 0) return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  cublasLtHandle_t LtReal(cublasLtHandle_t handle) {
+    absl::MutexLock lock(&mu_);
+    auto* h = reinterpret_cast<LtHandle*>(handle);
+    return lt_handles_.contains(h) ? h->real : handle;
+  }
+  template <typename T>
+  static T LtReal(T v) {
+    return v;
+  }
+  // Nothing to check for most rows.
+  template <typename... Args>
+  static cublasStatus_t LtGuard(Args...) {
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  // An emulation descriptor is a host object of the library the application
+  // cannot have made here (its functions are refused): a pointer to one
+  // would be dereferenced by the library.
+  static cublasStatus_t LtGuard(cublasLtMatmulDesc_t, cublasLtMatmulDescAttributes_t attr,
+                                const void* buf, size_t size) {
+    if (attr != CUBLASLT_MATMUL_DESC_EMULATION_DESCRIPTOR || buf == nullptr ||
+        size != sizeof(void*)) {
+      return CUBLAS_STATUS_SUCCESS;
+    }
+    void* emulation = nullptr;
+    std::memcpy(&emulation, buf, sizeof(emulation));
+    return emulation == nullptr ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   bool DevicePointers(api::HandleKind kind, uint64_t handle) override {
+    if (kind == api::HandleKind::kLtMatmulDesc) {
+      if (!blas_lt_.Load()) return false;
+      int32_t mode = CUBLASLT_POINTER_MODE_HOST;
+      size_t written = 0;
+      return blas_lt_.cublasLtMatmulDescGetAttribute(
+                 reinterpret_cast<cublasLtMatmulDesc_t>(handle), CUBLASLT_MATMUL_DESC_POINTER_MODE,
+                 &mode, sizeof(mode), &written) == CUBLAS_STATUS_SUCCESS &&
+             mode == CUBLASLT_POINTER_MODE_DEVICE;
+    }
     if (kind != api::HandleKind::kBlasHandle || !blas_.Load()) return false;
     cublasPointerMode_t mode = CUBLAS_POINTER_MODE_HOST;
     return blas_.cublasGetPointerMode_v2(reinterpret_cast<cublasHandle_t>(handle), &mode) ==
@@ -777,6 +859,9 @@ class CudaBackend : public Backend {
   std::unique_ptr<CudaNccl> nccl_;  // reset first at destruction: aborts what is left
   std::unique_ptr<CudaGloo> gloo_;  // --collectives=gloo: serves the NCCL rows instead
   CudaBlas blas_;
+  CudaBlasLt blas_lt_;
+  cublasLtHandle_t lt_real_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::flat_hash_set<LtHandle*> lt_handles_ ABSL_GUARDED_BY(mu_);
 
   mutable absl::Mutex mu_;
   FixedRangeAllocator allocator_ ABSL_GUARDED_BY(mu_);

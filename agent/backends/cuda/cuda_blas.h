@@ -16,6 +16,7 @@
 #ifndef REVENANT_AGENT_BACKENDS_CUDA_CUDA_BLAS_H_
 #define REVENANT_AGENT_BACKENDS_CUDA_CUDA_BLAS_H_
 
+#include <cublasLt.h>
 #include <cublas_api.h>
 
 #include <mutex>
@@ -35,6 +36,22 @@ class CudaBlas {
 #define REVENANT_CUDA_BLAS_POINTER(name, params, args) cublasStatus_t (*name) params = nullptr;
   REVENANT_CUBLAS_ROWS(REVENANT_CUDA_BLAS_POINTER)
 #undef REVENANT_CUDA_BLAS_POINTER
+
+ private:
+  std::once_flag once_;
+  bool loaded_ = false;
+};
+
+// CudaBlasLt: the real libcublasLt.so.13, alike (the API table's cuBLASLt
+// rows, api/cublaslt.textproto); CUBLAS_STATUS_NOT_INITIALIZED and one log
+// line where it is missing.
+class CudaBlasLt {
+ public:
+  bool Load();
+
+#define REVENANT_CUDA_BLASLT_POINTER(name, params, args) cublasStatus_t (*name) params = nullptr;
+  REVENANT_CUBLASLT_ROWS(REVENANT_CUDA_BLASLT_POINTER)
+#undef REVENANT_CUDA_BLASLT_POINTER
 
  private:
   std::once_flag once_;

@@ -41,10 +41,21 @@
 // complex GEMM/GEMV/dot and the triangular solves run in single and double. Math modes are kept
 // and reported but change nothing (the CPU computes in the full precision).
 //
+// cuBLASLt (host_blaslt.cc): handles and descriptors are plain objects
+// keeping every attribute; cublasLtMatmul runs OpenBLAS on column-major
+// CUDA_R_32F / CUDA_R_64F matrices (A, B, C, D and the scale type alike,
+// compute 32F / 64F), transposes, plain and strided batches, C apart from or
+// equal to D, the epilogues DEFAULT, RELU, BIAS, RELU_BIAS, GELU and
+// GELU_BIAS, alpha/beta in host or device memory; everything else is
+// CUBLAS_STATUS_NOT_SUPPORTED with one log line, answered first by
+// cublasLtMatmulAlgoGetHeuristic (which offers one algorithm, needing no
+// workspace, for what runs).
+//
 // Thread safety: all methods may be called from several threads.
 #ifndef REVENANT_AGENT_BACKENDS_HOST_HOST_BACKEND_H_
 #define REVENANT_AGENT_BACKENDS_HOST_HOST_BACKEND_H_
 
+#include <cublasLt.h>
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
 
@@ -249,6 +260,8 @@ class HostBackend : public Backend {
   bool DevicePointers(api::HandleKind kind, uint64_t handle) override;
 #define REVENANT_HOST_BLAS_ROW(name, params, args) cublasStatus_t name params override;
   REVENANT_CUBLAS_ROWS(REVENANT_HOST_BLAS_ROW)
+  // cuBLASLt (host_blaslt.cc).
+  REVENANT_CUBLASLT_ROWS(REVENANT_HOST_BLAS_ROW)
 #undef REVENANT_HOST_BLAS_ROW
 
   // The driver rows with no runtime equivalent (host_driver.cc): 32-bit
@@ -296,6 +309,15 @@ class HostBackend : public Backend {
     void* workspace = nullptr;
     size_t workspace_size = 0;
   };
+  // A cuBLASLt handle or descriptor (cublasLtHandle_t, cublasLtMatmulDesc_t,
+  // cublasLtMatrixLayout_t and cublasLtMatmulPreference_t are LtObject*):
+  // its kind and every attribute's value, as bytes by attribute id.
+  struct LtObject {
+    api::HandleKind kind = api::HandleKind::kNone;
+    std::map<int, std::vector<char>> attributes;
+  };
+  // What a cublasLtMatmul runs (host_blaslt.cc).
+  struct LtPlan;
   // One GEMM family call, strides 0 for a single GEMM.
   struct GemmArgs {
     cublasOperation_t transa, transb;
@@ -419,6 +441,33 @@ class HostBackend : public Backend {
   cublasStatus_t GemmEx(const char* api, cublasHandle_t handle, const GemmArgs& g,
                         cudaDataType a_type, cudaDataType b_type, cudaDataType c_type,
                         cublasComputeType_t compute_type);
+  // cuBLASLt: a new object of `kind` with its attributes' defaults (then
+  // `init` sets those the create call gives), and the generic setter/getter.
+  cublasStatus_t LtCreate(api::HandleKind kind, void** out,
+                          const std::vector<std::pair<int, int64_t>>& init);
+  cublasStatus_t LtDestroy(api::HandleKind kind, void* object);
+  cublasStatus_t LtSetAttribute(api::HandleKind kind, void* object, int attr, const void* buf,
+                                size_t size);
+  cublasStatus_t LtGetAttribute(api::HandleKind kind, void* object, int attr, void* buf,
+                                size_t size, size_t* written);
+  // An attribute's value, sign-extended from its size (0 if absent).
+  static int64_t LtAttr(const LtObject& o, int id);
+  // Whether `handle` is a live cublasLtCreate handle or cuBLAS handle.
+  bool LtHandleLiveLocked(const void* handle) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The live object `p` of `kind`, or null.
+  const LtObject* LtFindLocked(api::HandleKind kind, const void* p) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks a matmul's descriptor and layouts and fills `plan`, or answers
+  // the status cuBLASLt would (NOT_SUPPORTED, one log line, for what the
+  // host backend does not run).
+  cublasStatus_t LtPlanLocked(const char* api, cublasLtMatmulDesc_t desc,
+                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d, LtPlan* plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  template <typename T>
+  cublasStatus_t LtMatmul(const LtPlan& plan, const void* alpha, const void* a, const void* b,
+                          const void* beta, const void* c, void* d, cudaStream_t stream);
+  bool LtDevicePointers(uint64_t desc);
 
   // Ends the capture of graph `g` on every stream that joined it.
   void EndCaptureLocked(Graph* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -449,6 +498,7 @@ class HostBackend : public Backend {
   // Graph-owned allocations -> how many graphs and executables hold each.
   absl::flat_hash_map<uint64_t, int> graph_allocs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<BlasHandle*, std::unique_ptr<BlasHandle>> blas_handles_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<const void*, std::unique_ptr<LtObject>> lt_objects_ ABSL_GUARDED_BY(mu_);
 
   std::mutex error_mu_;
   std::vector<std::pair<HostStream*, cudaError_t>> errors_ ABSL_GUARDED_BY(error_mu_);

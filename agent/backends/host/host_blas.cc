@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/backends/host/host_backend.h"
+#include "agent/backends/host/host_blas_internal.h"
 #include "api/blas_args.h"
 #include "common/logging.h"
 
@@ -18,33 +19,15 @@ namespace agent {
 namespace host {
 namespace {
 
-// cuBLAS's arrays and scalars are aligned to their element type (a
-// misaligned one faults on the GPU); the host backend refuses one rather
-// than access it.
-template <typename T>
-bool Aligned(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % alignof(T) == 0;
-}
-
-
-constexpr char kLog[] = "host-backend";
-
-CBLAS_TRANSPOSE ToCblas(cublasOperation_t op) {
-  // CblasConjTrans of a real matrix is its transpose, as CUBLAS_OP_C's.
-  return op == CUBLAS_OP_N ? CblasNoTrans : op == CUBLAS_OP_T ? CblasTrans : CblasConjTrans;
-}
-
-// Bytes a column-major rows x cols matrix with leading dimension ld spans,
-// repeated `batch` times `stride` (>= 0) elements apart; 0 when it is empty,
-// UINT64_MAX when it exceeds any address space (no device range holds it).
-template <typename T>
-uint64_t MatrixBytes(int rows, int cols, int ld, long long stride, int batch) {
-  if (rows == 0 || cols == 0 || batch == 0) return 0;
-  using Wide = unsigned __int128;
-  const Wide one = static_cast<Wide>(cols - 1) * static_cast<Wide>(ld) + static_cast<Wide>(rows);
-  const Wide all = (static_cast<Wide>(batch - 1) * static_cast<Wide>(stride) + one) * sizeof(T);
-  return all > static_cast<Wide>(UINT64_MAX) ? UINT64_MAX : static_cast<uint64_t>(all);
-}
+using blas_internal::Aligned;
+using blas_internal::Gemm1;
+using blas_internal::kLog;
+using blas_internal::MatrixBytes;
+using blas_internal::RefuseTypes;
+using blas_internal::Scalar;
+using blas_internal::SingleThreadedBlas;
+using blas_internal::ToCblas;
+using blas_internal::Unreachable;
 
 template <typename T>
 uint64_t VectorBytes(int n, int inc) {
@@ -53,23 +36,6 @@ uint64_t VectorBytes(int n, int inc) {
   return ((n - 1) * step + 1) * sizeof(T);
 }
 
-// A cuBLAS scalar: its value (host pointer mode, read at the call) or where
-// it lives in device memory (read when the operation runs, as on a GPU).
-template <typename T>
-struct Scalar {
-  const T* device = nullptr;
-  T value{};
-  T Get() const { return device != nullptr ? *device : value; }
-};
-
-void Gemm1(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
-           const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
-  cblas_sgemm(CblasColMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-void Gemm1(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, double alpha,
-           const double* a, int lda, const double* b, int ldb, double beta, double* c, int ldc) {
-  cblas_dgemm(CblasColMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
 void Gemv1(CBLAS_TRANSPOSE t, int m, int n, float alpha, const float* a, int lda, const float* x,
            int incx, float beta, float* y, int incy) {
   cblas_sgemv(CblasColMajor, t, m, n, alpha, a, lda, x, incx, beta, y, incy);
@@ -137,30 +103,6 @@ void Trsm1(const TrsmOps& o, int m, int n, cuDoubleComplex alpha, const cuDouble
   cblas_ztrsm(CblasColMajor, o.side, o.uplo, o.trans, o.diag, m, n, &alpha, a, lda, b, ldb);
 }
 
-// One log line per refused type combination.
-cublasStatus_t RefuseTypes(const std::string& what, const char* supported) {
-  static std::mutex mu;
-  static std::set<std::string>* logged = new std::set<std::string>();
-  std::lock_guard<std::mutex> lock(mu);
-  if (logged->insert(what).second) {
-    REVENANT_LOG(WARNING, kLog) << what << " are not supported by the host backend (it runs "
-                                << supported << "): CUBLAS_STATUS_NOT_SUPPORTED";
-  }
-  return CUBLAS_STATUS_NOT_SUPPORTED;
-}
-
-// OpenBLAS runs on the stream's worker thread: its own thread pool would
-// only compete with the other streams (and spin).
-void SingleThreadedBlas() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-}
-
-cublasStatus_t Unreachable(const char* api, const std::string& what) {
-  REVENANT_LOG(WARNING, kLog) << api << ": " << what;
-  return CUBLAS_STATUS_EXECUTION_FAILED;
-}
-
 }  // namespace
 
 cublasStatus_t HostBackend::BlasState(cublasHandle_t handle, BlasHandle* state) {
@@ -172,6 +114,7 @@ cublasStatus_t HostBackend::BlasState(cublasHandle_t handle, BlasHandle* state) 
 }
 
 bool HostBackend::DevicePointers(api::HandleKind kind, uint64_t handle) {
+  if (kind == api::HandleKind::kLtMatmulDesc) return LtDevicePointers(handle);
   if (kind != api::HandleKind::kBlasHandle) return false;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = blas_handles_.find(reinterpret_cast<BlasHandle*>(handle));

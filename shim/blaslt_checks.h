@@ -1,0 +1,94 @@
+// cuBLASLt state and checks the shim keeps (shim_check / shim_done /
+// device_if / length of the rows in api/cublaslt.textproto).
+//
+// The shim knows every cuBLASLt handle and descriptor this process holds
+// (the agent's virtual ids), and per matmul descriptor what decides how
+// cublasLtMatmul's alpha/beta travel:
+//   - CUBLASLT_MATMUL_DESC_POINTER_MODE: by value in the request (host) or
+//     as a device address the agent resolves (device); the vector modes are
+//     refused (CUBLAS_STATUS_NOT_SUPPORTED, one log line);
+//   - CUBLASLT_MATMUL_DESC_SCALE_TYPE (cublasLtMatmulDescCreate's scaleType
+//     or the setter): the scalars' size.
+// cublasLtMatmul is asynchronous: it still fails at the call, with
+// cuBLASLt's codes, for what the application can get wrong locally: a null
+// or destroyed handle (CUBLAS_STATUS_NOT_INITIALIZED), a null or destroyed
+// descriptor, a null scalar, a workspace size without a workspace, a bias
+// epilogue without a bias, less workspace than the heuristic said the
+// algorithm needs (CUBLAS_STATUS_INVALID_VALUE). What only the agent's library can judge
+// (a type combination, an algorithm, too small a workspace) comes back from
+// the synchronous cublasLtMatmulAlgoGetHeuristic, or, at cublasLtMatmul, as
+// a CUDA error of the next synchronizing call.
+//
+// Thread safety: the registry is process-wide and locked.
+#ifndef REVENANT_SHIM_BLASLT_CHECKS_H_
+#define REVENANT_SHIM_BLASLT_CHECKS_H_
+
+#include <cublasLt.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "api/traits.h"
+
+namespace revenant {
+namespace shim {
+
+// Handles and descriptors this process holds, by kind (kLtHandle,
+// kLtMatmulDesc, kLtMatrixLayout, kLtMatmulPreference).
+void LtCreated(api::HandleKind kind, const void* handle);
+void LtGone(api::HandleKind kind, const void* handle);
+// A new matmul descriptor: host pointer mode, scalars of `scale_type`.
+void LtMatmulDescCreated(cublasLtMatmulDesc_t desc, cudaDataType_t scale_type);
+// After a successful cublasLtMatmulDescSetAttribute: notes the pointer mode,
+// the scale type, the epilogue and whether a bias is set.
+void LtNoteMatmulDescAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
+                               const void* buf, size_t size);
+// After a successful cublasLtMatrixLayoutSetAttribute: what the heuristic
+// said of this layout no longer holds.
+void LtNoteLayoutChanged(cublasLtMatrixLayout_t layout);
+// After a successful cublasLtMatmulAlgoGetHeuristic: the workspace each
+// returned algorithm needs for this descriptor and these layouts, so that
+// cublasLtMatmul refuses a smaller one at the call, as cuBLASLt does
+// (forgotten when one of them changes or goes).
+void LtNoteHeuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                     cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                     cublasLtMatrixLayout_t d, const cublasLtMatmulHeuristicResult_t* results,
+                     const int* returned);
+
+// Whether the descriptor's alpha/beta are device pointers (false for an
+// unknown descriptor, whose call the checks refuse first).
+bool LtDevicePointers(cublasLtMatmulDesc_t desc);
+// Byte size of one alpha/beta of the descriptor's scale type; 0 when the
+// descriptor or the type is unknown (the checks refuse the call first).
+size_t LtScalarSize(cublasLtMatmulDesc_t desc);
+// Byte size of one scalar of `type` (a cudaDataType), 0 for one the shim
+// does not know.
+size_t LtTypeSize(int32_t type);
+
+// Each returns 0 (CUBLAS_STATUS_SUCCESS) or the status cuBLASLt would.
+// A live cuBLAS handle passes for a cuBLASLt handle (cuBLAS documents that a
+// cublasHandle_t may be cast to one; PyTorch does).
+int32_t LtCheckHandle(cublasLtHandle_t handle);
+// cublasLtDestroy: a null handle is a bad argument (INVALID_VALUE), a
+// destroyed one not initialized.
+int32_t LtCheckDestroyHandle(cublasLtHandle_t handle);
+int32_t LtCheckDescriptor(api::HandleKind kind, const void* desc);
+int32_t LtCheckSetAttribute(api::HandleKind kind, const void* desc, const void* buf);
+int32_t LtCheckMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
+                                      cublasLtMatmulDescAttributes_t attr, const void* buf,
+                                      size_t size);
+int32_t LtCheckHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                         cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                         cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                         cublasLtMatmulPreference_t pref, int requested,
+                         const cublasLtMatmulHeuristicResult_t* results, const int* returned);
+int32_t LtCheckMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha,
+                      cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, const void* beta,
+                      cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                      const cublasLtMatmulAlgo_t* algo, const void* workspace,
+                      size_t workspace_size);
+
+}  // namespace shim
+}  // namespace revenant
+
+#endif  // REVENANT_SHIM_BLASLT_CHECKS_H_
