@@ -7,14 +7,14 @@
 # LD_DEBUG=files,bindings: who loads libcuda.so.1 and which symbols bind to
 # it) and the first failure under the shim with REVENANT_DIAGNOSTICS=1.
 #
-# MODE torch (and all):
+# MODE torch (and all; torch1: step 1 only):
 #   1. each script at 1 rank natively and under revenant-run -n 1: the final
 #      parameter SHA-256 equal; step time ratio and start-up times printed;
 #   2. 4 ranks on the one GPU over the Gloo staging and over real NCCL (an
 #      NCCL_HOSTID per rank), twice each: one hash on every rank, both runs;
 #   3. agent kills in the 4-rank jobs, each ending with the fault-free hash
 #      on every rank.
-if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch_probe ]; then
+if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE" = torch_probe ]; then
   echo
   echo "=== PyTorch (tests/torch) natively and under the shim"
   PY="${TORCH_PYTHON:-python3}"
@@ -95,8 +95,9 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch_probe ]; then
       fi
       record "torch $s 1 rank native = revenant" "$st" "$clog"
     done
-    # 2. Four ranks on the one GPU, twice each.
-    for coll in gloo nccl; do
+    # 2. Four ranks on the one GPU, twice each (not in MODE torch1).
+    [ "$MODE" = torch1 ] && th_colls="" || th_colls="gloo nccl"
+    for coll in $th_colls; do
       s=mlp_ddp; h1=""
       for round in 1 2; do
         log="$LOGS/torch.$s.n4.$coll.$round.log"
@@ -112,7 +113,7 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch_probe ]; then
       [ -n "$h1" ] && th_ref[n4$coll]=$h1
     done
     # 3. Kills in the 4-rank jobs (Gloo staging, then real NCCL).
-    for coll in gloo nccl; do
+    for coll in $th_colls; do
       [ -n "${th_ref[n4$coll]:-}" ] || { results+=("$(printf '%-40s %s' "torch chaos $coll" "NOT RUN (no 4-rank reference)")"); continue; }
       for spec in "rank=1,minibatch=5,calls=20,point=after_execute" \
                   "rank=2,minibatch=8,calls=60,point=after_execute" \
