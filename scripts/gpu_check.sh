@@ -3,7 +3,8 @@
 # its runner, .gpu/run_gpu.sh, which runs THERE (no Bazel):
 #
 #   scripts/gpu_check.sh            # here: build + pack
-#   bash .gpu/run_gpu.sh            # on the GPU machine (carry .gpu)
+#   bash .gpu/run_gpu.sh            # on the GPU machine (carry .gpu, or
+#                                   # .gpu.tar.xz: tar -xJf .gpu.tar.xz first)
 #   bash .gpu/run_gpu.sh nccl       # only the NCCL section (below)
 #   bash .gpu/run_gpu.sh MODE       # only the sections of scripts/gpu/ that run for MODE
 #   bash .gpu/run_gpu.sh cublas     # e.g. only cuBLAS (scripts/gpu/cublas.sh)
@@ -315,4 +316,9 @@ RUNNER
 sed -i "s/__APPS__/$APPS/" "$out/run_gpu.sh"
 chmod +x "$out/run_gpu.sh"
 du -sh "$out"
-echo "packed $out: run there with: bash .gpu/run_gpu.sh (carry .gpu)"
+# The same, compressed (the libraries the agent links, OpenBLAS above all,
+# make the folder larger than what a device call may carry).
+tar -C "$root" -cJf "$root/.gpu.tar.xz" .gpu
+du -sh "$root/.gpu.tar.xz"
+echo "packed $out: run there with: bash .gpu/run_gpu.sh (carry .gpu, or carry .gpu.tar.xz and"
+echo "  first: tar -xJf .gpu.tar.xz)"
