@@ -148,7 +148,7 @@ void LtNoteMatmulDescAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttr
   std::lock_guard<std::mutex> lock(r.mu);
   if (!IsLive(r, api::HandleKind::kLtMatmulDesc, desc)) return;
   ForgetAlgos(r, desc);
-  Entry& e = r.live[desc];
+  Entry& e = r.live.find(desc)->second;
   switch (attr) {
     case CUBLASLT_MATMUL_DESC_POINTER_MODE:
       e.device_pointers = value == CUBLASLT_POINTER_MODE_DEVICE;
@@ -170,7 +170,7 @@ void LtNoteMatmulDescAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttr
 bool LtDevicePointers(cublasLtMatmulDesc_t desc) {
   Registry& r = Live();
   std::lock_guard<std::mutex> lock(r.mu);
-  return IsLive(r, api::HandleKind::kLtMatmulDesc, desc) && r.live[desc].device_pointers;
+  return IsLive(r, api::HandleKind::kLtMatmulDesc, desc) && r.live.find(desc)->second.device_pointers;
 }
 
 size_t LtTypeSize(int32_t type) {
@@ -201,7 +201,7 @@ size_t LtScalarSize(cublasLtMatmulDesc_t desc) {
   Registry& r = Live();
   std::lock_guard<std::mutex> lock(r.mu);
   if (!IsLive(r, api::HandleKind::kLtMatmulDesc, desc)) return 0;
-  return LtTypeSize(r.live[desc].scale_type);
+  return LtTypeSize(r.live.find(desc)->second.scale_type);
 }
 
 int32_t LtCheckHandle(cublasLtHandle_t handle) {
@@ -313,7 +313,11 @@ int32_t LtCheckMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const 
   }
   Registry& r = Live();
   std::lock_guard<std::mutex> lock(r.mu);
-  const Entry& e = r.live[desc];
+  auto live = r.live.find(desc);
+  if (live == r.live.end()) {
+    return Refuse(CUBLAS_STATUS_INVALID_VALUE, "descriptor destroyed during the call");
+  }
+  const Entry& e = live->second;
   if ((e.epilogue & CUBLASLT_EPILOGUE_BIAS) != 0 && !e.bias) {
     return Refuse(CUBLAS_STATUS_INVALID_VALUE, "a bias epilogue without a bias pointer");
   }
