@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "api/blaslt_attrs.h"
 #include "common/logging.h"
 #include "shim/blas_checks.h"
 #include "shim/blaslt_checks.h"
@@ -238,16 +239,22 @@ int32_t LtCheckDescriptor(api::HandleKind kind, const void* desc) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-int32_t LtCheckSetAttribute(api::HandleKind kind, const void* desc, const void* buf) {
+int32_t LtCheckSetAttribute(api::HandleKind kind, const void* desc, int attr, const void* buf,
+                            size_t size) {
   if (int32_t s = LtCheckDescriptor(kind, desc)) return s;
+  const api::LtAttr* a = api::FindLtAttr(kind, attr);
+  if (a == nullptr) return Refuse(CUBLAS_STATUS_INVALID_VALUE, "unknown attribute");
   if (buf == nullptr) return Refuse(CUBLAS_STATUS_INVALID_VALUE, "null attribute value");
+  if (size != a->size) return Refuse(CUBLAS_STATUS_INVALID_VALUE, "attribute value of another size");
   return CUBLAS_STATUS_SUCCESS;
 }
 
 int32_t LtCheckMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
                                       cublasLtMatmulDescAttributes_t attr, const void* buf,
                                       size_t size) {
-  if (int32_t s = LtCheckSetAttribute(api::HandleKind::kLtMatmulDesc, desc, buf)) return s;
+  if (int32_t s = LtCheckSetAttribute(api::HandleKind::kLtMatmulDesc, desc, attr, buf, size)) {
+    return s;
+  }
   if (attr == CUBLASLT_MATMUL_DESC_POINTER_MODE && size == sizeof(int32_t)) {
     int32_t mode = 0;
     std::memcpy(&mode, buf, sizeof(mode));
