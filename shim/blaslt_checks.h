@@ -9,10 +9,12 @@
 //     refused (CUBLAS_STATUS_NOT_SUPPORTED, one log line);
 //   - CUBLASLT_MATMUL_DESC_SCALE_TYPE (cublasLtMatmulDescCreate's scaleType
 //     or the setter): the scalars' size.
-// cublasLtMatmul is asynchronous: it still fails at the call, with
+// cublasLtMatmul, the setters and the descriptors' destroys are
+// asynchronous: they still fail at the call, with
 // cuBLASLt's codes, for what the application can get wrong locally: a null
 // or destroyed handle (CUBLAS_STATUS_NOT_INITIALIZED), a null or destroyed
-// descriptor, a null scalar, a workspace size without a workspace, a bias
+// descriptor, an attribute id the descriptor does not have or a value of
+// another size, a null scalar, a workspace size without a workspace, a bias
 // epilogue without a bias, less workspace than the heuristic said the
 // algorithm needs (CUBLAS_STATUS_INVALID_VALUE). What only the agent's library can judge
 // (a type combination, an algorithm, too small a workspace) comes back from
@@ -73,7 +75,10 @@ int32_t LtCheckHandle(cublasLtHandle_t handle);
 // destroyed one not initialized.
 int32_t LtCheckDestroyHandle(cublasLtHandle_t handle);
 int32_t LtCheckDescriptor(api::HandleKind kind, const void* desc);
-int32_t LtCheckSetAttribute(api::HandleKind kind, const void* desc, const void* buf);
+// A setter: a live descriptor of `kind`, an attribute it has
+// (api/blaslt_attrs.h), a value of the attribute's size.
+int32_t LtCheckSetAttribute(api::HandleKind kind, const void* desc, int attr, const void* buf,
+                            size_t size);
 int32_t LtCheckMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
                                       cublasLtMatmulDescAttributes_t attr, const void* buf,
                                       size_t size);

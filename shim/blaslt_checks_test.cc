@@ -76,7 +76,8 @@ TEST(BlasLtChecks, HandlesAndDescriptorsMustBeLive) {
   LtCreated(HandleKind::kLtHandle, gone.h);
   LtGone(HandleKind::kLtMatmulDesc, gone.d);
   EXPECT_EQ(gone.Matmul(&one), CUBLAS_STATUS_INVALID_VALUE);
-  EXPECT_EQ(LtCheckSetAttribute(HandleKind::kLtMatmulDesc, gone.d, &one), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(LtCheckSetAttribute(HandleKind::kLtMatmulDesc, gone.d, CUBLASLT_MATMUL_DESC_TRANSA, &one, 4),
+            CUBLAS_STATUS_INVALID_VALUE);
 }
 
 TEST(BlasLtChecks, BadMatmulArgumentsAreRefusedAtTheCall) {
@@ -108,6 +109,30 @@ TEST(BlasLtChecks, BadMatmulArgumentsAreRefusedAtTheCall) {
   EXPECT_EQ(LtCheckHeuristic(nullptr, o.d, o.l, o.l, o.l, o.l, pref, 1, results, &returned),
             CUBLAS_STATUS_NOT_INITIALIZED);
   LtGone(HandleKind::kLtMatmulPreference, pref);
+}
+
+// The setters are asynchronous: what cuBLASLt checks at them (the attribute
+// id, the value's size, a value given), the shim checks with its codes.
+TEST(BlasLtChecks, SettersCheckTheAttributeIdAndSize) {
+  Objects o;
+  const int64_t v = 0;
+  EXPECT_EQ(LtCheckSetAttribute(HandleKind::kLtMatrixLayout, o.l, CUBLASLT_MATRIX_LAYOUT_LD, &v, 8), 0);
+  EXPECT_EQ(LtCheckSetAttribute(HandleKind::kLtMatrixLayout, o.l, CUBLASLT_MATRIX_LAYOUT_LD, &v, 4),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(LtCheckSetAttribute(HandleKind::kLtMatrixLayout, o.l, 999, &v, 8), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(LtCheckSetAttribute(HandleKind::kLtMatrixLayout, o.l, CUBLASLT_MATRIX_LAYOUT_LD, nullptr, 8),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(LtCheckMatmulDescSetAttribute(o.d, CUBLASLT_MATMUL_DESC_TRANSA, &v, 1),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(LtCheckMatmulDescSetAttribute(o.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &v, 4),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(LtCheckMatmulDescSetAttribute(o.d, static_cast<cublasLtMatmulDescAttributes_t>(9999), &v, 4),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(LtCheckMatmulDescSetAttribute(o.d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &v, 1), 0);
+  // A preference attribute is no layout attribute.
+  EXPECT_EQ(LtCheckSetAttribute(HandleKind::kLtMatmulPreference, o.l,
+                                CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &v, 8),
+            CUBLAS_STATUS_INVALID_VALUE);
 }
 
 TEST(BlasLtChecks, PointerModeAndScaleTypeDecideHowScalarsTravel) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "api/blaslt_attrs.h"
 #include "common/logging.h"
 #include "shim/blas_checks.h"
 #include "shim/blaslt_checks.h"
@@ -148,7 +149,7 @@ void LtNoteMatmulDescAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttr
   std::lock_guard<std::mutex> lock(r.mu);
   if (!IsLive(r, api::HandleKind::kLtMatmulDesc, desc)) return;
   ForgetAlgos(r, desc);
-  Entry& e = r.live[desc];
+  Entry& e = r.live.find(desc)->second;
   switch (attr) {
     case CUBLASLT_MATMUL_DESC_POINTER_MODE:
       e.device_pointers = value == CUBLASLT_POINTER_MODE_DEVICE;
@@ -170,7 +171,7 @@ void LtNoteMatmulDescAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttr
 bool LtDevicePointers(cublasLtMatmulDesc_t desc) {
   Registry& r = Live();
   std::lock_guard<std::mutex> lock(r.mu);
-  return IsLive(r, api::HandleKind::kLtMatmulDesc, desc) && r.live[desc].device_pointers;
+  return IsLive(r, api::HandleKind::kLtMatmulDesc, desc) && r.live.find(desc)->second.device_pointers;
 }
 
 size_t LtTypeSize(int32_t type) {
@@ -201,7 +202,7 @@ size_t LtScalarSize(cublasLtMatmulDesc_t desc) {
   Registry& r = Live();
   std::lock_guard<std::mutex> lock(r.mu);
   if (!IsLive(r, api::HandleKind::kLtMatmulDesc, desc)) return 0;
-  return LtTypeSize(r.live[desc].scale_type);
+  return LtTypeSize(r.live.find(desc)->second.scale_type);
 }
 
 int32_t LtCheckHandle(cublasLtHandle_t handle) {
@@ -238,16 +239,22 @@ int32_t LtCheckDescriptor(api::HandleKind kind, const void* desc) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-int32_t LtCheckSetAttribute(api::HandleKind kind, const void* desc, const void* buf) {
+int32_t LtCheckSetAttribute(api::HandleKind kind, const void* desc, int attr, const void* buf,
+                            size_t size) {
   if (int32_t s = LtCheckDescriptor(kind, desc)) return s;
+  const api::LtAttr* a = api::FindLtAttr(kind, attr);
+  if (a == nullptr) return Refuse(CUBLAS_STATUS_INVALID_VALUE, "unknown attribute");
   if (buf == nullptr) return Refuse(CUBLAS_STATUS_INVALID_VALUE, "null attribute value");
+  if (size != a->size) return Refuse(CUBLAS_STATUS_INVALID_VALUE, "attribute value of another size");
   return CUBLAS_STATUS_SUCCESS;
 }
 
 int32_t LtCheckMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
                                       cublasLtMatmulDescAttributes_t attr, const void* buf,
                                       size_t size) {
-  if (int32_t s = LtCheckSetAttribute(api::HandleKind::kLtMatmulDesc, desc, buf)) return s;
+  if (int32_t s = LtCheckSetAttribute(api::HandleKind::kLtMatmulDesc, desc, attr, buf, size)) {
+    return s;
+  }
   if (attr == CUBLASLT_MATMUL_DESC_POINTER_MODE && size == sizeof(int32_t)) {
     int32_t mode = 0;
     std::memcpy(&mode, buf, sizeof(mode));
@@ -313,7 +320,11 @@ int32_t LtCheckMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const 
   }
   Registry& r = Live();
   std::lock_guard<std::mutex> lock(r.mu);
-  const Entry& e = r.live[desc];
+  auto live = r.live.find(desc);
+  if (live == r.live.end()) {
+    return Refuse(CUBLAS_STATUS_INVALID_VALUE, "descriptor destroyed during the call");
+  }
+  const Entry& e = live->second;
   if ((e.epilogue & CUBLASLT_EPILOGUE_BIAS) != 0 && !e.bias) {
     return Refuse(CUBLAS_STATUS_INVALID_VALUE, "a bias epilogue without a bias pointer");
   }

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/backends/host/host_backend.h"
 #include "agent/backends/host/host_blas_internal.h"
+#include "api/blaslt_attrs.h"
 #include "common/logging.h"
 
 namespace revenant {
@@ -32,88 +33,11 @@ using blas_internal::SingleThreadedBlas;
 using blas_internal::ToCblas;
 using blas_internal::Unreachable;
 
-// One attribute: its id, its size in bytes and its default (the low `size`
-// bytes of the value, as cuBLASLt documents them in cublasLt.h).
-struct AttrSpec {
-  int id;
-  uint8_t size;
-  int64_t value;
-};
-
-constexpr AttrSpec kMatmulDescAttrs[] = {
-    {CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, 4, 0},  // set at create
-    {CUBLASLT_MATMUL_DESC_SCALE_TYPE, 4, 0},    // set at create
-    {CUBLASLT_MATMUL_DESC_POINTER_MODE, 4, CUBLASLT_POINTER_MODE_HOST},
-    {CUBLASLT_MATMUL_DESC_TRANSA, 4, CUBLAS_OP_N},
-    {CUBLASLT_MATMUL_DESC_TRANSB, 4, CUBLAS_OP_N},
-    {CUBLASLT_MATMUL_DESC_TRANSC, 4, CUBLAS_OP_N},
-    {CUBLASLT_MATMUL_DESC_FILL_MODE, 4, CUBLAS_FILL_MODE_FULL},
-    {CUBLASLT_MATMUL_DESC_EPILOGUE, 4, CUBLASLT_EPILOGUE_DEFAULT},
-    {CUBLASLT_MATMUL_DESC_BIAS_POINTER, 8, 0},
-    {CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, 8, 0},
-    {CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, 8, 0},
-    {CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, 8, 0},
-    {CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE, 8, 0},
-    {CUBLASLT_MATMUL_DESC_ALPHA_VECTOR_BATCH_STRIDE, 8, 0},
-    {CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, 4, 0},
-    {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, 8, 0},
-    {CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, 8, 0},
-    {CUBLASLT_MATMUL_DESC_C_SCALE_POINTER, 8, 0},
-    {CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, 8, 0},
-    {CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, 8, 0},
-    {CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, 4, -1},
-    {CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_POINTER, 8, 0},
-    {CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_AMAX_POINTER, 8, 0},
-    {CUBLASLT_MATMUL_DESC_FAST_ACCUM, 1, 0},
-    {CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, 4, -1},
-    {CUBLASLT_MATMUL_DESC_A_SCALE_MODE, 4, 0},
-    {CUBLASLT_MATMUL_DESC_B_SCALE_MODE, 4, 0},
-    {CUBLASLT_MATMUL_DESC_C_SCALE_MODE, 4, 0},
-    {CUBLASLT_MATMUL_DESC_D_SCALE_MODE, 4, 0},
-    {CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_SCALE_MODE, 4, 0},
-    {CUBLASLT_MATMUL_DESC_D_OUT_SCALE_POINTER, 8, 0},
-    {CUBLASLT_MATMUL_DESC_D_OUT_SCALE_MODE, 4, 0},
-    {CUBLASLT_MATMUL_DESC_EMULATION_DESCRIPTOR, 8, 0},
-};
-
-constexpr AttrSpec kLayoutAttrs[] = {
-    {CUBLASLT_MATRIX_LAYOUT_TYPE, 4, 0},  // type, rows, cols, ld: set at create
-    {CUBLASLT_MATRIX_LAYOUT_ORDER, 4, CUBLASLT_ORDER_COL},
-    {CUBLASLT_MATRIX_LAYOUT_ROWS, 8, 0},
-    {CUBLASLT_MATRIX_LAYOUT_COLS, 8, 0},
-    {CUBLASLT_MATRIX_LAYOUT_LD, 8, 0},
-    {CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, 4, 1},
-    {CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, 8, 0},
-    {CUBLASLT_MATRIX_LAYOUT_PLANE_OFFSET, 8, 0},
-};
-
-constexpr AttrSpec kPreferenceAttrs[] = {
-    {CUBLASLT_MATMUL_PREF_SEARCH_MODE, 4, CUBLASLT_SEARCH_BEST_FIT},
-    {CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, 8, 0},
-    {CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, 4, CUBLASLT_REDUCTION_SCHEME_MASK},
-    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, 4, 256},
-    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, 4, 256},
-    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, 4, 256},
-    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, 4, 256},
-    {CUBLASLT_MATMUL_PREF_MAX_WAVES_COUNT, 4, 0},  // float 0.0f
-    {CUBLASLT_MATMUL_PREF_IMPL_MASK, 8, -1},
-};
-
-template <size_t N>
-const AttrSpec* FindIn(const AttrSpec (&specs)[N], int id) {
-  for (const AttrSpec& s : specs)
-    if (s.id == id) return &s;
-  return nullptr;
-}
-
-const AttrSpec* FindSpec(api::HandleKind kind, int id) {
-  switch (kind) {
-    case api::HandleKind::kLtMatmulDesc: return FindIn(kMatmulDescAttrs, id);
-    case api::HandleKind::kLtMatrixLayout: return FindIn(kLayoutAttrs, id);
-    case api::HandleKind::kLtMatmulPreference: return FindIn(kPreferenceAttrs, id);
-    default: return nullptr;
-  }
-}
+using api::FindLtAttr;
+using api::kLtLayoutAttrs;
+using api::kLtMatmulDescAttrs;
+using api::kLtPreferenceAttrs;
+using AttrSpec = api::LtAttr;
 
 template <size_t N>
 void Defaults(const AttrSpec (&specs)[N], std::map<int, std::vector<char>>* out) {
@@ -218,9 +142,9 @@ cublasStatus_t HostBackend::LtCreate(api::HandleKind kind, void** out,
   auto o = std::make_unique<LtObject>();
   o->kind = kind;
   switch (kind) {
-    case api::HandleKind::kLtMatmulDesc: Defaults(kMatmulDescAttrs, &o->attributes); break;
-    case api::HandleKind::kLtMatrixLayout: Defaults(kLayoutAttrs, &o->attributes); break;
-    case api::HandleKind::kLtMatmulPreference: Defaults(kPreferenceAttrs, &o->attributes); break;
+    case api::HandleKind::kLtMatmulDesc: Defaults(kLtMatmulDescAttrs, &o->attributes); break;
+    case api::HandleKind::kLtMatrixLayout: Defaults(kLtLayoutAttrs, &o->attributes); break;
+    case api::HandleKind::kLtMatmulPreference: Defaults(kLtPreferenceAttrs, &o->attributes); break;
     default: break;
   }
   for (const auto& [id, value] : init) {
@@ -247,7 +171,7 @@ cublasStatus_t HostBackend::LtDestroy(api::HandleKind kind, void* object) {
 cublasStatus_t HostBackend::LtSetAttribute(api::HandleKind kind, void* object, int attr,
                                            const void* buf, size_t size) {
   const char* api = "cuBLASLt set attribute";
-  const AttrSpec* spec = FindSpec(kind, attr);
+  const AttrSpec* spec = FindLtAttr(kind, attr);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = lt_objects_.find(object);
   if (object == nullptr || it == lt_objects_.end() || it->second->kind != kind) {
@@ -267,7 +191,7 @@ cublasStatus_t HostBackend::LtSetAttribute(api::HandleKind kind, void* object, i
 cublasStatus_t HostBackend::LtGetAttribute(api::HandleKind kind, void* object, int attr,
                                            void* buf, size_t size, size_t* written) {
   const char* api = "cuBLASLt get attribute";
-  const AttrSpec* spec = FindSpec(kind, attr);
+  const AttrSpec* spec = FindLtAttr(kind, attr);
   std::lock_guard<std::mutex> lock(mu_);
   const LtObject* o = LtFindLocked(kind, object);
   if (o == nullptr) return Invalid(api, "not a live descriptor");
@@ -325,7 +249,7 @@ cublasStatus_t HostBackend::LtPlanLocked(const char* api, cublasLtMatmulDesc_t d
   }
   // The descriptor: what is interpreted, and every other attribute at its
   // default.
-  for (const AttrSpec& s : kMatmulDescAttrs) {
+  for (const AttrSpec& s : kLtMatmulDescAttrs) {
     switch (s.id) {
       case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE:
       case CUBLASLT_MATMUL_DESC_SCALE_TYPE:
