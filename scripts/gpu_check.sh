@@ -25,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
 
-APPS="vector_add streams_events pinned_async callbacks graphs multithread errors mempool"
+APPS="vector_add streams_events pinned_async callbacks graphs multithread errors mempool runtime_names"
 PROGRAMS="async_launch agent_death maps_probe replay_unsafe"
 
 targets=(

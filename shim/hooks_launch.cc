@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "api/hook_protocol.h"
+#include "api/launch_attributes.h"
 #include "common/logging.h"
 #include "shim/call.h"
 #include "shim/runtime.h"
@@ -46,10 +47,22 @@ struct Function {
   size_t max_dynamic_shared = 48 << 10;
 };
 
+// A `__device__` variable: found in the agent's module on first use.
+struct Variable {
+  Module* module = nullptr;
+  std::string name;     // device name
+  uint64_t host_size = 0;  // the size nvcc registered
+  bool resolved = false;
+  int32_t error = 0;
+  uint64_t address = 0;  // in the agent
+  uint64_t size = 0;
+};
+
 struct Registry {
   std::mutex mu;
   std::vector<std::unique_ptr<Module>> modules;
   std::map<const void*, std::unique_ptr<Function>> functions;  // by host stub
+  std::map<const void*, std::unique_ptr<Variable>> variables;  // by host shadow
 };
 
 Registry& Reg() {
@@ -113,6 +126,45 @@ void Resolve(Function* f) {
   }
 }
 
+// Sends the module (first time) and asks for `v`'s address and size.
+// Caller holds Reg().mu.
+void ResolveVariable(Variable* v) {
+  if (v->resolved) return;
+  Module* m = v->module;
+  const bool send_image = !m->sent;
+  wire::Sizer sz;
+  sz.Put(uint64_t{});
+  sz.PutFlag();
+  if (send_image) sz.PutBytes(m->image, m->image_size);
+  sz.PutBytes(v->name.data(), v->name.size());
+  Call call(api::ApiId::__cudaRegisterVar, sz.size());
+  if (!call.ok()) {
+    v->error = call.FailureStatus(cudaErrorDevicesUnavailable);
+    return;
+  }
+  call.args().Put(m->key);
+  call.args().PutFlag(send_image);
+  if (send_image) call.args().PutBytes(m->image, m->image_size);
+  call.args().PutBytes(v->name.data(), v->name.size());
+  if (!call.Send()) {
+    v->error = call.FailureStatus(cudaErrorDevicesUnavailable);
+    return;
+  }
+  m->sent = true;
+  v->resolved = true;
+  v->error = call.status();
+  if (v->error != 0) {
+    REVENANT_LOG(ERROR, "shim") << "device variable " << v->name
+                                << " cannot be reached on this agent ("
+                                << cudaGetErrorName(static_cast<cudaError_t>(v->error))
+                                << "); see the agent's log";
+    return;
+  }
+  if (!call.reply().Get(&v->address) || !call.reply().Get(&v->size)) {
+    v->error = cudaErrorInvalidSymbol;
+  }
+}
+
 Function* FindFunction(const void* host_fun) {
   Registry& reg = Reg();
   std::lock_guard<std::mutex> lock(reg.mu);
@@ -137,8 +189,12 @@ cudaError_t PackArgs(const Function& f, void** args, std::vector<char>* packed) 
   return cudaSuccess;
 }
 
+// `attrs` (cudaLaunchKernelExC only, else empty): travel after the
+// arguments; the host backend's refusals are answered here, at the call.
 cudaError_t Launch(Function* f, dim3 grid, dim3 block, void** args, size_t shared,
-                   cudaStream_t stream, bool cooperative) {
+                   cudaStream_t stream, bool cooperative,
+                   const cudaLaunchAttribute* attrs = nullptr, unsigned num_attrs = 0,
+                   bool ex = false) {
   if (f == nullptr) return Fail(cudaErrorInvalidDeviceFunction);
   if (!f->resolved) return Fail(static_cast<cudaError_t>(f->error ? f->error : cudaErrorDevicesUnavailable));
   if (f->error != 0) return Fail(static_cast<cudaError_t>(f->error));
@@ -150,12 +206,35 @@ cudaError_t Launch(Function* f, dim3 grid, dim3 block, void** args, size_t share
     return Fail(cudaErrorInvalidValue);  // what CUDA 13 answers (measured on an H200)
   }
   if (shared > f->max_dynamic_shared) return Fail(cudaErrorInvalidValue);
+  if (ex) {
+    if (num_attrs > 0 && attrs == nullptr) return Fail(cudaErrorInvalidValue);
+    if (num_attrs > api::kMaxLaunchAttributes) {
+      REVENANT_LOG(ERROR, "shim") << "cudaLaunchKernelExC of " << f->name << ": " << num_attrs
+                                  << " launch attributes, at most " << api::kMaxLaunchAttributes
+                                  << " are supported";
+      return Fail(cudaErrorNotSupported);
+    }
+    if (Runtime::Get()->agent().backend == "host") {
+      bool coop = false;
+      std::string why;
+      const cudaError_t e = api::CheckHostLaunchAttributes(attrs, num_attrs, grid, &coop, &why);
+      if (e != cudaSuccess) {
+        REVENANT_LOG(ERROR, "shim") << "cudaLaunchKernelExC of " << f->name << " refused ("
+                                    << cudaGetErrorName(e) << "): " << why;
+        return Fail(e);
+      }
+    }
+  }
+  const size_t attr_bytes = ex ? size_t{num_attrs} * sizeof(cudaLaunchAttribute) : 0;
   std::vector<char> packed;
   if (cudaError_t e = PackArgs(*f, args, &packed); e != cudaSuccess) return Fail(e);
   wire::Sizer sz;
   sz.Put(uint64_t{}); sz.Put(dim3{}); sz.Put(dim3{}); sz.Put(uint64_t{}); sz.Put(uint64_t{});
   sz.Put(uint8_t{}); sz.PutBytes(packed.data(), packed.size());
-  Call call(cooperative ? api::ApiId::cudaLaunchCooperativeKernel : api::ApiId::cudaLaunchKernel,
+  if (ex) sz.PutBytes(attrs, attr_bytes);
+  Call call(ex            ? api::ApiId::cudaLaunchKernelExC
+            : cooperative ? api::ApiId::cudaLaunchCooperativeKernel
+                          : api::ApiId::cudaLaunchKernel,
             sz.size());
   if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
   wire::Encoder& a = call.args();
@@ -166,6 +245,7 @@ cudaError_t Launch(Function* f, dim3 grid, dim3 block, void** args, size_t share
   a.Put(reinterpret_cast<uint64_t>(stream));
   a.Put(static_cast<uint8_t>(cooperative));
   a.PutBytes(packed.data(), packed.size());
+  if (ex) a.PutBytes(attrs, attr_bytes);
   if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
   return cudaSuccess;
 }
@@ -185,6 +265,22 @@ cudaError_t PackKernelArgs(const void* host_stub, void** args, uint64_t* functio
   if (f->error != 0) return static_cast<cudaError_t>(f->error);
   *function_id = f->id;
   return PackArgs(*f, args, packed);
+}
+
+int32_t ResolveSymbol(const void* symbol, SymbolRef* out) {
+  Registry& reg = Reg();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  auto it = reg.variables.find(symbol);
+  if (it == reg.variables.end()) return cudaErrorInvalidSymbol;
+  Variable* v = it->second.get();
+  ResolveVariable(v);
+  if (!v->resolved) return v->error ? v->error : cudaErrorDevicesUnavailable;
+  if (v->error != 0) return v->error;
+  out->module_key = v->module->key;
+  out->name = v->name;
+  out->address = v->address;
+  out->size = v->size;
+  return cudaSuccess;
 }
 
 uint64_t FunctionToWire(const void* host_stub) {
@@ -255,12 +351,20 @@ extern "C" REVENANT_EXPORT void __cudaRegisterFunction(void** fatCubinHandle, co
   reg.functions[hostFun] = std::move(f);
 }
 
-extern "C" REVENANT_EXPORT void __cudaRegisterVar(void**, char*, char*, const char* deviceName,
-                                                  int, size_t, int, int) {
-  // Device globals live in the module on the agent; host access through
-  // cudaMemcpyToSymbol is not intercepted yet.
-  REVENANT_LOG(DEBUG, "shim") << "device variable " << (deviceName ? deviceName : "?")
-                              << " stays inside its module";
+// Records the variable; it is found in the agent's module on first use by
+// cudaMemcpyToSymbol & co. (the host shadow `hostVar` is how the
+// application names it).
+extern "C" REVENANT_EXPORT void __cudaRegisterVar(void** fatCubinHandle, char* hostVar, char*,
+                                                  const char* deviceName, int, size_t size, int,
+                                                  int) {
+  if (hostVar == nullptr || deviceName == nullptr) return;
+  auto& reg = revenant::shim::Reg();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  auto v = std::make_unique<revenant::shim::Variable>();
+  v->module = reinterpret_cast<Module*>(fatCubinHandle);
+  v->name = deviceName;
+  v->host_size = size;
+  reg.variables[hostVar] = std::move(v);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* func) {
@@ -336,6 +440,18 @@ extern "C" REVENANT_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void* f
                                                                    cudaStream_t stream) {
   return revenant::shim::Launch(revenant::shim::FindFunction(func), gridDim, blockDim, args,
                                 sharedMem, stream, true);
+}
+
+// cudaLaunchKernelEx (cuda_runtime.h) is a template over this one.
+extern "C" REVENANT_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config,
+                                                           const void* func, void** args) {
+  if (config == nullptr) {
+    revenant::shim::SetLastError(cudaErrorInvalidValue);
+    return cudaErrorInvalidValue;
+  }
+  return revenant::shim::Launch(revenant::shim::FindFunction(func), config->gridDim,
+                                config->blockDim, args, config->dynamicSmemBytes, config->stream,
+                                false, config->attrs, config->numAttrs, /*ex=*/true);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaFuncSetAttribute(const void* func,
