@@ -220,6 +220,11 @@ class Backend : public api::BackendApi {
     (void)node; (void)deps;
     return cudaErrorNotSupported;
   }
+  // A Graphviz description of `graph` (cudaGraphDebugDotPrint's `flags`).
+  virtual cudaError_t GraphDebugDot(cudaGraph_t graph, unsigned int flags, std::string* dot) {
+    (void)graph; (void)flags; (void)dot;
+    return cudaErrorNotSupported;
+  }
   // New parameters for kernel node `node` (of the graph `exec` came from).
   virtual cudaError_t ExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
                                               const KernelInfo& kernel, dim3 grid, dim3 block,

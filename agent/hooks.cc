@@ -618,6 +618,23 @@ int32_t Hook_cudaGraphNodeGetDependencies(DispatchContext& ctx, wire::Decoder& i
   return cudaSuccess;
 }
 
+// u64 graph, u32 flags; reply: bytes dot (the shim writes the file).
+int32_t Hook_cudaGraphDebugDotPrint(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  cudaGraph_t graph = nullptr;
+  uint32_t flags = 0;
+  if (!GetGraph(ctx, in, &graph) || !in.Get(&flags)) return cudaErrorInvalidValue;
+  std::string dot;
+  if (cudaError_t err = B(ctx)->GraphDebugDot(graph, flags, &dot); err != cudaSuccess) return err;
+  char* buf = out.ReserveBytes(dot.size());
+  if (buf == nullptr) {
+    REVENANT_LOG(ERROR, "agent") << "cudaGraphDebugDotPrint: the graph's description ("
+                                 << dot.size() << " bytes) does not fit in a reply";
+    return cudaErrorNotSupported;
+  }
+  std::memcpy(buf, dot.data(), dot.size());
+  return cudaSuccess;
+}
+
 // u64 graph, bytes deps, i32 type, then the parameters of that type (as the
 // Add*Node rows); reply: bytes node (one u64) [, u64 dptr for an alloc node].
 int32_t Hook_cudaGraphAddNode(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {

@@ -449,7 +449,14 @@ extern "C" REVENANT_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfi
     revenant::shim::SetLastError(cudaErrorInvalidValue);
     return cudaErrorInvalidValue;
   }
-  return revenant::shim::Launch(revenant::shim::FindFunction(func), config->gridDim,
+  revenant::shim::Function* f = revenant::shim::FindFunction(func);
+  if (f == nullptr) {
+    // What the runtime answers for an address that is no kernel's (measured
+    // on an H200, driver 580): it takes `func` for a cudaKernel_t.
+    revenant::shim::SetLastError(cudaErrorInvalidResourceHandle);
+    return cudaErrorInvalidResourceHandle;
+  }
+  return revenant::shim::Launch(f, config->gridDim,
                                 config->blockDim, args, config->dynamicSmemBytes, config->stream,
                                 false, config->attrs, config->numAttrs, /*ex=*/true);
 }

@@ -12,7 +12,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "tests/apps/app_check.h"
 #include "tests/apps/runtime_names_kernels.cuh"
@@ -192,7 +195,7 @@ void LaunchEx(cudaStream_t s) {
   cfg.numAttrs = 0;
   EXPECT_CUDA_ERROR(cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(&host_only_variable),
                                         nullptr),
-                    cudaErrorInvalidDeviceFunction);
+                    cudaErrorInvalidResourceHandle);
   (void)cudaGetLastError();
   std::printf("cudaLaunchKernelEx: ok\n");
 }
@@ -218,7 +221,7 @@ void DeviceQueries(int count) {
   int can = -1;
   CHECK_CUDA(cudaDeviceCanAccessPeer(&can, 0, 0));
   EXPECT_APP(can == 0, "cudaDeviceCanAccessPeer(0, 0) = %d", can);
-  EXPECT_CUDA_ERROR(cudaDeviceEnablePeerAccess(0, 0), cudaErrorInvalidDevice);
+  EXPECT_CUDA_ERROR(cudaDeviceEnablePeerAccess(0, 0), cudaErrorPeerAccessUnsupported);
   (void)cudaGetLastError();
   EXPECT_CUDA_ERROR(cudaDeviceEnablePeerAccess(count, 0), cudaErrorInvalidDevice);
   (void)cudaGetLastError();
@@ -312,6 +315,25 @@ void Graphs(cudaStream_t s) {
   for (int& v : table) v += 3;
   EXPECT_APP(ReadTable() == table, "a launch of the graph instantiated without flags");
   CHECK_CUDA(cudaGraphExecDestroy(exec));
+
+  // A DOT description of the graph, written where the application says.
+  char path[128];
+  std::snprintf(path, sizeof(path), "/tmp/runtime_names_%d.dot", static_cast<int>(getpid()));
+  CHECK_CUDA(cudaGraphDebugDotPrint(g, path, cudaGraphDebugDotFlagsVerbose));
+  FILE* f = std::fopen(path, "r");
+  EXPECT_APP(f != nullptr, "cudaGraphDebugDotPrint wrote no %s", path);
+  std::string dot;
+  char buf[4096];
+  size_t got = 0;
+  while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) dot.append(buf, got);
+  std::fclose(f);
+  std::remove(path);
+  EXPECT_APP(dot.find("digraph") != std::string::npos && dot.find("->") != std::string::npos,
+             "the graph's DOT file has no digraph with edges (%zu bytes)", dot.size());
+  size_t arrows = 0;
+  for (size_t at = dot.find("->"); at != std::string::npos; at = dot.find("->", at + 2)) ++arrows;
+  EXPECT_APP(arrows >= 4, "the graph DOT file has %zu edges, the graph 4", arrows);
+  std::printf("graph DOT file: %zu bytes, %zu edges\n", dot.size(), arrows);
   CHECK_CUDA(cudaGraphDestroy(g));
   std::printf("graphs: ok\n");
 }

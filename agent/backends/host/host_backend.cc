@@ -1433,6 +1433,27 @@ cudaError_t HostBackend::GraphNodeGetDependencies(cudaGraphNode_t node,
   return cudaErrorInvalidValue;
 }
 
+cudaError_t HostBackend::GraphDebugDot(cudaGraph_t graph, unsigned int flags, std::string* dot) {
+  (void)flags;
+  std::lock_guard<std::mutex> lock(mu_);
+  Graph* g = ResolveGraph(graph);
+  if (g == nullptr || dot == nullptr) return cudaErrorInvalidValue;
+  static const char* kKinds[] = {"captured", "kernel", "memset", "memcpy",
+                                 "host",     "empty",  "mem_alloc", "mem_free"};
+  *dot = absl::StrCat("digraph revenant_host_graph {\n  label=\"graph of ", g->nodes.size(),
+                      " nodes (Revenant host backend)\";\n");
+  for (size_t i = 0; i < g->nodes.size(); ++i) {
+    const int kind = static_cast<int>(g->nodes[i]->kind);
+    absl::StrAppend(dot, "  node", i, " [label=\"", i, ": ",
+                    kind >= 0 && kind < 8 ? kKinds[kind] : "?", "\"];\n");
+  }
+  for (size_t i = 0; i < g->nodes.size(); ++i) {
+    for (size_t d : g->nodes[i]->deps) absl::StrAppend(dot, "  node", d, " -> node", i, ";\n");
+  }
+  absl::StrAppend(dot, "}\n");
+  return cudaSuccess;
+}
+
 cudaError_t HostBackend::ExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
                                                  const KernelInfo& kernel, dim3 grid, dim3 block,
                                                  size_t shared_bytes, const void* packed_args) {
@@ -1691,11 +1712,11 @@ cudaError_t HostBackend::cudaDeviceCanAccessPeer(int* can_access, int device, in
 }
 
 cudaError_t HostBackend::cudaDeviceEnablePeerAccess(int peer, unsigned int flags) {
-  // One device: no ordinal is a peer (the process's own included), as the
-  // runtime answers for the current device.
-  (void)peer;
+  // One device: the runtime answers cudaErrorPeerAccessUnsupported for the
+  // current device itself (measured on an H200, driver 580) and
+  // cudaErrorInvalidDevice for an ordinal that does not exist.
   (void)flags;
-  return cudaErrorInvalidDevice;
+  return peer == 0 ? cudaErrorPeerAccessUnsupported : cudaErrorInvalidDevice;
 }
 
 cudaError_t HostBackend::cudaDeviceGetPCIBusId(char* id, int len, int device) {

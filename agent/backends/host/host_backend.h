@@ -244,6 +244,8 @@ class HostBackend : public Backend {
   cudaError_t GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) override;
   cudaError_t GraphNodeGetDependencies(cudaGraphNode_t node,
                                        std::vector<cudaGraphNode_t>* deps) override;
+  // Nodes (creation order, kind) and edges; `flags` select nothing more here.
+  cudaError_t GraphDebugDot(cudaGraph_t graph, unsigned int flags, std::string* dot) override;
   cudaError_t ExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
                                       const KernelInfo& kernel, dim3 grid, dim3 block,
                                       size_t shared_bytes, const void* packed_args) override;
