@@ -317,13 +317,15 @@ int32_t ModuleRequest(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& ou
   if (!session->module_loaded(module_key)) return cudaErrorInvalidResourceHandle;
   const std::string mangled(name, name_len);
   if (variable) {
+    bool want_address = false;
+    if (!in.GetFlag(&want_address)) return cudaErrorInvalidValue;
     absl::StatusOr<Backend::Symbol> sym = B(ctx)->GetSymbol(module_key, mangled);
     if (!sym.ok()) {
       REVENANT_LOG(ERROR, "agent") << "device variable " << mangled << ": " << sym.status();
       return cudaErrorInvalidSymbol;
     }
-    out.Put(reinterpret_cast<uint64_t>(sym->address));
     out.Put(static_cast<uint64_t>(sym->size));
+    if (want_address) out.Put(reinterpret_cast<uint64_t>(sym->address));
     return cudaSuccess;
   }
   absl::StatusOr<KernelInfo> k = B(ctx)->GetKernel(module_key, mangled);
@@ -351,8 +353,12 @@ int32_t Hook___cudaRegisterFatBinaryEnd(DispatchContext& ctx, wire::Decoder& in,
   return ModuleRequest(ctx, in, out, /*variable=*/false);
 }
 
-// Same layout (the name is the variable's device name); reply: u64 address,
-// u64 size.
+// Same layout (the name is the variable's device name) and a flag
+// want_address; reply: u64 size [, u64 address]. The address is asked for
+// only by cudaGetSymbolAddress: a replay compares it with the journaled one,
+// so a replacement agent that has the variable elsewhere fails the recovery
+// loudly (the application holds the old address) -- copies by symbol never
+// depend on it.
 int32_t Hook___cudaRegisterVar(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
   return ModuleRequest(ctx, in, out, /*variable=*/true);
 }

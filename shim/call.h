@@ -96,7 +96,8 @@ uint64_t FunctionToWire(const void* host_stub);
 
 // A `__device__` variable registered by __cudaRegisterVar, as the agent
 // resolved it on first use (its module loaded there): the module and device
-// name a copy names it by, and the agent's address and size.
+// name a copy names it by, its size, and (when asked for) the agent's
+// address of it.
 struct SymbolRef {
   uint64_t module_key = 0;
   std::string name;
@@ -105,8 +106,11 @@ struct SymbolRef {
 };
 // cudaSuccess, cudaErrorInvalidSymbol (not a registered variable, or the
 // agent cannot find it) or the agent's unreachable status. Must be called
-// with no Call open (resolving makes one).
-int32_t ResolveSymbol(const void* symbol, SymbolRef* out);
+// with no Call open (resolving makes one). `want_address`: also the
+// address (cudaGetSymbolAddress; journaled, so a replacement agent that has
+// the variable elsewhere fails its recovery rather than let the
+// application's copy of the address go stale).
+int32_t ResolveSymbol(const void* symbol, SymbolRef* out, bool want_address = false);
 
 // Byte size of a cudaMemPoolAttr value (int or cuuint64_t).
 size_t MemPoolAttrSize(int attr);

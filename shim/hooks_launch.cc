@@ -54,8 +54,9 @@ struct Variable {
   uint64_t host_size = 0;  // the size nvcc registered
   bool resolved = false;
   int32_t error = 0;
-  uint64_t address = 0;  // in the agent
   uint64_t size = 0;
+  bool address_known = false;  // asked for by cudaGetSymbolAddress only
+  uint64_t address = 0;        // in the agent
 };
 
 struct Registry {
@@ -126,10 +127,10 @@ void Resolve(Function* f) {
   }
 }
 
-// Sends the module (first time) and asks for `v`'s address and size.
-// Caller holds Reg().mu.
-void ResolveVariable(Variable* v) {
-  if (v->resolved) return;
+// Sends the module (first time) and asks for `v`'s size, and its address
+// when `want_address`. Caller holds Reg().mu.
+void ResolveVariable(Variable* v, bool want_address) {
+  if (v->resolved && (!want_address || v->address_known || v->error != 0)) return;
   Module* m = v->module;
   const bool send_image = !m->sent;
   wire::Sizer sz;
@@ -137,6 +138,7 @@ void ResolveVariable(Variable* v) {
   sz.PutFlag();
   if (send_image) sz.PutBytes(m->image, m->image_size);
   sz.PutBytes(v->name.data(), v->name.size());
+  sz.PutFlag();
   Call call(api::ApiId::__cudaRegisterVar, sz.size());
   if (!call.ok()) {
     v->error = call.FailureStatus(cudaErrorDevicesUnavailable);
@@ -146,8 +148,9 @@ void ResolveVariable(Variable* v) {
   call.args().PutFlag(send_image);
   if (send_image) call.args().PutBytes(m->image, m->image_size);
   call.args().PutBytes(v->name.data(), v->name.size());
+  call.args().PutFlag(want_address);
   if (!call.Send()) {
-    v->error = call.FailureStatus(cudaErrorDevicesUnavailable);
+    if (!v->resolved) v->error = call.FailureStatus(cudaErrorDevicesUnavailable);
     return;
   }
   m->sent = true;
@@ -160,9 +163,11 @@ void ResolveVariable(Variable* v) {
                                 << "); see the agent's log";
     return;
   }
-  if (!call.reply().Get(&v->address) || !call.reply().Get(&v->size)) {
+  if (!call.reply().Get(&v->size) || (want_address && !call.reply().Get(&v->address))) {
     v->error = cudaErrorInvalidSymbol;
+    return;
   }
+  if (want_address) v->address_known = true;
 }
 
 Function* FindFunction(const void* host_fun) {
@@ -267,15 +272,16 @@ cudaError_t PackKernelArgs(const void* host_stub, void** args, uint64_t* functio
   return PackArgs(*f, args, packed);
 }
 
-int32_t ResolveSymbol(const void* symbol, SymbolRef* out) {
+int32_t ResolveSymbol(const void* symbol, SymbolRef* out, bool want_address) {
   Registry& reg = Reg();
   std::lock_guard<std::mutex> lock(reg.mu);
   auto it = reg.variables.find(symbol);
   if (it == reg.variables.end()) return cudaErrorInvalidSymbol;
   Variable* v = it->second.get();
-  ResolveVariable(v);
+  ResolveVariable(v, want_address);
   if (!v->resolved) return v->error ? v->error : cudaErrorDevicesUnavailable;
   if (v->error != 0) return v->error;
+  if (want_address && !v->address_known) return cudaErrorDevicesUnavailable;
   out->module_key = v->module->key;
   out->name = v->name;
   out->address = v->address;

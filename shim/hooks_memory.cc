@@ -394,7 +394,8 @@ extern "C" REVENANT_EXPORT cudaError_t cudaMemcpyFromSymbolAsync(void* dst, cons
 extern "C" REVENANT_EXPORT cudaError_t cudaGetSymbolAddress(void** devPtr, const void* symbol) {
   if (devPtr == nullptr) return revenant::shim::Failed(cudaErrorInvalidValue);
   revenant::shim::SymbolRef sym;
-  if (int32_t e = revenant::shim::ResolveSymbol(symbol, &sym); e != cudaSuccess) {
+  if (int32_t e = revenant::shim::ResolveSymbol(symbol, &sym, /*want_address=*/true);
+      e != cudaSuccess) {
     return revenant::shim::Failed(static_cast<cudaError_t>(e));
   }
   Runtime::Get()->AddDeviceSymbol(sym.address, sym.size);

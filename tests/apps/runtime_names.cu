@@ -115,18 +115,6 @@ void DeviceVariables(cudaStream_t s) {
   EXPECT_APP(back == fresh, "device-to-device through the variable");
   table = fresh;
 
-  // The variable's address, used by a kernel and by a plain copy.
-  void* addr = nullptr;
-  CHECK_CUDA(cudaGetSymbolAddress(&addr, rn_table));
-  EXPECT_APP(addr != nullptr, "cudaGetSymbolAddress gave null");
-  rn_read_ptr<<<1, kTableSize>>>(static_cast<const int*>(addr), d_b, kTableSize);
-  CHECK_CUDA(cudaGetLastError());
-  CHECK_CUDA(cudaMemcpy(back.data(), d_b, sizeof(int) * kTableSize, cudaMemcpyDeviceToHost));
-  EXPECT_APP(back == table, "a kernel reading through cudaGetSymbolAddress's pointer");
-  std::fill(back.begin(), back.end(), 0);
-  CHECK_CUDA(cudaMemcpy(back.data(), addr, sizeof(int) * kTableSize, cudaMemcpyDeviceToHost));
-  EXPECT_APP(back == table, "cudaMemcpy from cudaGetSymbolAddress's pointer");
-
   // Errors, with the runtime's codes.
   EXPECT_CUDA_ERROR(cudaMemcpyToSymbol(rn_table, table.data(), sizeof(int) * 8,
                                        sizeof(int) * (kTableSize - 4)),
@@ -146,6 +134,31 @@ void DeviceVariables(cudaStream_t s) {
   CHECK_CUDA(cudaFree(d_b));
   CHECK_CUDA(cudaFree(d_out));
   std::printf("device variables: ok\n");
+}
+
+// cudaGetSymbolAddress last: a replacement agent may have the variable
+// elsewhere, so the program cannot be recovered past it (runtime_names_recovery_test).
+void SymbolAddress() {
+  std::vector<int> table(kTableSize);
+  for (int i = 0; i < kTableSize; ++i) table[i] = 11 * i + 2;
+  CHECK_CUDA(cudaMemcpyToSymbol(rn_table, table.data(), sizeof(int) * kTableSize));
+  int* d_b = nullptr;
+  CHECK_CUDA(cudaMalloc(&d_b, sizeof(int) * kTableSize));
+  std::vector<int> back(kTableSize);
+  // The variable's address, used by a kernel and by a plain copy.
+  void* addr = nullptr;
+  CHECK_CUDA(cudaGetSymbolAddress(&addr, rn_table));
+  EXPECT_APP(addr != nullptr, "cudaGetSymbolAddress gave null");
+  rn_read_ptr<<<1, kTableSize>>>(static_cast<const int*>(addr), d_b, kTableSize);
+  CHECK_CUDA(cudaGetLastError());
+  CHECK_CUDA(cudaMemcpy(back.data(), d_b, sizeof(int) * kTableSize, cudaMemcpyDeviceToHost));
+  EXPECT_APP(back == table, "a kernel reading through cudaGetSymbolAddress's pointer");
+  std::fill(back.begin(), back.end(), 0);
+  CHECK_CUDA(cudaMemcpy(back.data(), addr, sizeof(int) * kTableSize, cudaMemcpyDeviceToHost));
+  EXPECT_APP(back == table, "cudaMemcpy from cudaGetSymbolAddress's pointer");
+
+  CHECK_CUDA(cudaFree(d_b));
+  std::printf("symbol address: ok\n");
 }
 
 void LaunchEx(cudaStream_t s) {
@@ -395,6 +408,7 @@ int main() {
   Graphs(s);
   Pools();
   Ipc();
+  SymbolAddress();
   CHECK_CUDA(cudaStreamDestroy(s));
   CHECK_CUDA(cudaDeviceSynchronize());
   std::printf("PASS runtime_names\n");
