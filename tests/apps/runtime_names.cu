@@ -203,6 +203,34 @@ void LaunchEx(cudaStream_t s) {
   CHECK_CUDA(cudaStreamSynchronize(s));
   for (int& v : table) v += 1 + 2 + 4 + 8;
   EXPECT_APP(ReadTable() == table, "cudaLaunchKernelEx launches did not all run");
+  // A launch-completion event (an event handle inside an attribute): the
+  // host backend cannot signal it from inside a kernel and refuses the
+  // launch at the call; elsewhere the event completes with the kernel.
+  cudaEvent_t done = nullptr;
+  CHECK_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  cudaLaunchAttribute completion;
+  std::memset(&completion, 0, sizeof(completion));
+  completion.id = cudaLaunchAttributeLaunchCompletionEvent;
+  completion.val.launchCompletionEvent.event = done;
+  completion.val.launchCompletionEvent.flags = 0;
+  cfg.gridDim = dim3(1);
+  cfg.attrs = &completion;
+  cfg.numAttrs = 1;
+  const cudaError_t ce = cudaLaunchKernelEx(&cfg, rn_bump_table, 16);
+  if (ce == cudaSuccess) {
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    CHECK_CUDA(cudaEventQuery(done));
+    for (int& v : table) v += 16;
+    std::printf("launch-completion event: signalled\n");
+  } else {
+    EXPECT_APP(ce == cudaErrorNotSupported && UnderRevenant(),
+               "launch with a completion event: %s", cudaGetErrorName(ce));
+    EXPECT_APP(cudaGetLastError() == cudaErrorNotSupported, "the refusal is the last error");
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    std::printf("launch-completion event: refused at the call\n");
+  }
+  EXPECT_APP(ReadTable() == table, "after the launch with a completion event");
+  CHECK_CUDA(cudaEventDestroy(done));
   // Unknown kernel.
   cfg.attrs = nullptr;
   cfg.numAttrs = 0;
