@@ -265,7 +265,9 @@ void Session::Execute(const transport::RecordHeader& rec) {
   MaybeChaos(SessionOptions::Chaos::Point::kBeforeAppend);
   if (turn.here) JournalBeforeRun(rec);
   FinishJournaling(rec, &turn);
-  if (validator_ != nullptr && traits.journal == api::JournalClass::kState) {
+  if (validator_ != nullptr &&
+      (traits.journal == api::JournalClass::kState ||
+       SymbolWriteRegion(rec.api_id, absl::string_view(rec.body(), rec.body_size())) != 0)) {
     validator_->NoteStateRequest(traits.name);
   }
   if (SkipSuperseded(rec, traits)) return;
