@@ -26,13 +26,13 @@ cd "$(dirname "$0")/.."
 root="$(pwd)"
 
 APPS="vector_add streams_events pinned_async callbacks graphs multithread errors mempool runtime_names"
-PROGRAMS="async_launch agent_death maps_probe replay_unsafe"
+PROGRAMS="async_launch agent_death maps_probe replay_unsafe symbol_loop"
 
 targets=(
   //tools:revenant-run //agent:revenant-agent //shim:librevenant_shim.so
   //tests/apps:all_apps
   //tests/integration:async_launch //tests/integration:agent_death //tests/integration:maps_probe
-  //tests/integration:replay_unsafe
+  //tests/integration:replay_unsafe //tests/integration:symbol_loop
   //agent/backends/cuda:cuda_backend_gpu_test //agent/backends/cuda:gpu_test_kernels
   //agent/backends/cuda:cuda_backend_test
   //bench:shim_bench //bench:nccl_bench //bench:cpu_pairs
