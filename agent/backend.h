@@ -121,6 +121,20 @@ class Backend : public api::BackendApi {
     return LaunchKernel(kernel, grid, block, shared_bytes, stream, packed_args, false);
   }
 
+  // cudaDeviceGetPCIBusId of device `device` into `id` (`len` bytes, the
+  // hook's own buffer).
+  virtual cudaError_t PciBusId(char* id, int len, int device) {
+    (void)id; (void)len; (void)device;
+    return cudaErrorNotSupported;
+  }
+  // cudaMemPoolSetAccess; `count` entries of `descs` are readable (the hook
+  // took the count from the request's bytes).
+  virtual cudaError_t MemPoolSetAccess(cudaMemPool_t pool, const cudaMemAccessDesc* descs,
+                                       size_t count) {
+    (void)pool; (void)descs; (void)count;
+    return cudaErrorNotSupported;
+  }
+
   // A `__device__` (or `__constant__`) variable of a loaded module, found by
   // the device name nvcc passes to __cudaRegisterVar. Its storage is device
   // memory the backend's copies accept from then on (Memcpy's checks), at an

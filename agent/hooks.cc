@@ -605,6 +605,33 @@ int32_t Hook_cudaGraphGetNodes(DispatchContext& ctx, wire::Decoder& in, wire::En
   return cudaSuccess;
 }
 
+int32_t Hook_cudaDeviceGetPCIBusId(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  int32_t device = 0;
+  if (!in.Get(&device) || in.remaining() != 0) return cudaErrorInvalidValue;
+  char id[hooks::kPciBusIdBytes] = {0};
+  cudaError_t err = B(ctx)->PciBusId(id, sizeof(id), device);
+  if (err != cudaSuccess) return err;
+  id[sizeof(id) - 1] = '\0';
+  out.PutBytes(id, std::strlen(id) + 1);
+  return cudaSuccess;
+}
+
+int32_t Hook_cudaMemPoolSetAccess(DispatchContext& ctx, wire::Decoder& in, wire::Encoder&) {
+  uint64_t pool = 0;
+  const char* data = nullptr;
+  uint64_t n = 0;
+  if (!in.Get(&pool) || !in.GetBytes(&data, &n) || n % sizeof(cudaMemAccessDesc) != 0 ||
+      in.remaining() != 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (!ctx.handles->ToBackendRaw(api::HandleKind::kMemPool, &pool))
+    return cudaErrorInvalidResourceHandle;
+  std::vector<cudaMemAccessDesc> descs(n / sizeof(cudaMemAccessDesc));
+  if (n > 0) std::memcpy(descs.data(), data, n);
+  return B(ctx)->MemPoolSetAccess(reinterpret_cast<cudaMemPool_t>(pool), descs.data(),
+                                      descs.size());
+}
+
 // u64 node, u64 capacity; reply: u64 count, bytes ids (at most capacity).
 int32_t Hook_cudaGraphNodeGetDependencies(DispatchContext& ctx, wire::Decoder& in,
                                           wire::Encoder& out) {

@@ -65,6 +65,12 @@ inline bool GetCopyHead(wire::Decoder& in, CopyHead* h) {
 // cudaLaunchKernelExC: the same, then bytes attrs (cudaLaunchAttribute[],
 //   at most api::kMaxLaunchAttributes; event handles are virtual ids)
 //
+// cudaDeviceGetPCIBusId: i32 device; reply: bytes id (NUL-terminated,
+//   at most kPciBusIdBytes)
+// cudaMemPoolSetAccess: u64 pool, bytes descs (cudaMemAccessDesc[]; the
+//   count is the bytes' length over the entry size, never sent apart)
+inline constexpr uint32_t kPciBusIdBytes = 64;
+//
 // cudaGraphNodeGetDependencies: u64 node, u64 capacity;
 //   reply: u64 count, bytes ids (u64 GRAPH_NODE ids, at most capacity)
 // cudaGraphDebugDotPrint: u64 graph, u32 flags; reply: bytes dot

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -411,6 +412,44 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGetSymbolSize(size_t* size, const voi
   }
   *size = sym.size;
   return cudaSuccess;
+}
+
+// The agent answers into a buffer of its own (hook_protocol.h); at most
+// `len` bytes reach the application, always NUL-terminated.
+extern "C" REVENANT_EXPORT cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
+  if (pciBusId == nullptr || len <= 0) return revenant::shim::Failed(cudaErrorInvalidValue);
+  revenant::wire::Sizer sz;
+  sz.Put(int32_t{});
+  revenant::shim::Call call(ApiId::cudaDeviceGetPCIBusId, sz.size());
+  if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+  call.args().Put(static_cast<int32_t>(device));
+  if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+  if (call.status() != 0) return revenant::shim::Failed(static_cast<cudaError_t>(call.status()));
+  const char* id = nullptr;
+  uint64_t n = 0;
+  if (!call.reply().GetBytes(&id, &n) || id == nullptr || n == 0) {
+    return revenant::shim::Failed(cudaErrorUnknown);
+  }
+  const size_t copy = std::min<size_t>(n, static_cast<size_t>(len));
+  std::memcpy(pciBusId, id, copy);
+  pciBusId[copy - 1] = '\0';
+  return cudaSuccess;
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool,
+                                                            const cudaMemAccessDesc* descList,
+                                                            size_t count) {
+  if (count > 0 && descList == nullptr) return revenant::shim::Failed(cudaErrorInvalidValue);
+  const size_t bytes = count * sizeof(cudaMemAccessDesc);
+  revenant::wire::Sizer sz;
+  sz.Put(uint64_t{});
+  sz.PutBytes(descList, bytes);
+  revenant::shim::Call call(ApiId::cudaMemPoolSetAccess, sz.size());
+  if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+  call.args().Put(reinterpret_cast<uint64_t>(memPool));
+  call.args().PutBytes(descList, bytes);
+  if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+  return revenant::shim::Failed(static_cast<cudaError_t>(call.status()));
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t*, void*) {

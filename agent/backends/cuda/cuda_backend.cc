@@ -361,7 +361,7 @@ class CudaBackend : public Backend {
     if (e != cudaSuccess) (void)::cudaGetLastError();
     return e;
   }
-  cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) override {
+  cudaError_t PciBusId(char* id, int len, int device) override {
     Bind();
     if (device != 0) return cudaErrorInvalidDevice;
     return ::cudaDeviceGetPCIBusId(id, len, device_);
@@ -424,8 +424,8 @@ class CudaBackend : public Backend {
     return ::cudaMemPoolTrimTo(pool, keep);
   }
   // Device ordinal 0 is this agent's GPU; other devices do not exist here.
-  cudaError_t cudaMemPoolSetAccess(cudaMemPool_t pool, const struct cudaMemAccessDesc* descs,
-                                   size_t count) override {
+  cudaError_t MemPoolSetAccess(cudaMemPool_t pool, const cudaMemAccessDesc* descs,
+                               size_t count) override {
     Bind();
     if (count > 0 && descs == nullptr) return cudaErrorInvalidValue;
     std::vector<cudaMemAccessDesc> mapped(descs, descs + count);

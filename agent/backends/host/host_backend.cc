@@ -726,9 +726,8 @@ cudaError_t HostBackend::cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPool
   }
 }
 
-cudaError_t HostBackend::cudaMemPoolSetAccess(cudaMemPool_t pool,
-                                              const struct cudaMemAccessDesc* descs,
-                                              size_t count) {
+cudaError_t HostBackend::MemPoolSetAccess(cudaMemPool_t pool, const cudaMemAccessDesc* descs,
+                                          size_t count) {
   if (count > 0 && descs == nullptr) return cudaErrorInvalidValue;
   std::lock_guard<std::mutex> lock(mu_);
   if (pool != reinterpret_cast<cudaMemPool_t>(&default_pool_)) return cudaErrorInvalidValue;
@@ -1719,7 +1718,7 @@ cudaError_t HostBackend::cudaDeviceEnablePeerAccess(int peer, unsigned int flags
   return peer == 0 ? cudaErrorPeerAccessUnsupported : cudaErrorInvalidDevice;
 }
 
-cudaError_t HostBackend::cudaDeviceGetPCIBusId(char* id, int len, int device) {
+cudaError_t HostBackend::PciBusId(char* id, int len, int device) {
   if (id == nullptr || len <= 0) return cudaErrorInvalidValue;
   if (device != 0) return cudaErrorInvalidDevice;
   // Domain, bus and device 0, as cudaDevAttrPci*Id answer.

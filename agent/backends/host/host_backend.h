@@ -131,7 +131,7 @@ class HostBackend : public Backend {
   cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) override;
   cudaError_t cudaDeviceCanAccessPeer(int* can_access, int device, int peer) override;
   cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags) override;
-  cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) override;
+  cudaError_t PciBusId(char* id, int len, int device) override;
   cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) override;
   cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) override;
   cudaError_t cudaDeviceSynchronize() override;
@@ -152,8 +152,8 @@ class HostBackend : public Backend {
   cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr,
                                       void* value) override;
   cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t min_bytes_to_keep) override;
-  cudaError_t cudaMemPoolSetAccess(cudaMemPool_t pool, const struct cudaMemAccessDesc* descs,
-                                   size_t count) override;
+  cudaError_t MemPoolSetAccess(cudaMemPool_t pool, const cudaMemAccessDesc* descs,
+                               size_t count) override;
   cudaError_t cudaMemset(void* ptr, int value, size_t count) override;
   cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) override;
   cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* attributes,

@@ -1147,23 +1147,23 @@ TEST_F(HostBackendTest, PeerAccessPciBusIdAndPoolAccessOfTheOneDevice) {
   EXPECT_EQ(b_->cudaDeviceEnablePeerAccess(0, 0), cudaErrorPeerAccessUnsupported);
   EXPECT_EQ(b_->cudaDeviceEnablePeerAccess(1, 0), cudaErrorInvalidDevice);
   char bus[32];
-  ASSERT_EQ(b_->cudaDeviceGetPCIBusId(bus, sizeof(bus), 0), cudaSuccess);
+  ASSERT_EQ(b_->PciBusId(bus, sizeof(bus), 0), cudaSuccess);
   EXPECT_STREQ(bus, "0000:00:00.0");
-  EXPECT_EQ(b_->cudaDeviceGetPCIBusId(bus, sizeof(bus), 1), cudaErrorInvalidDevice);
+  EXPECT_EQ(b_->PciBusId(bus, sizeof(bus), 1), cudaErrorInvalidDevice);
   cudaMemPool_t pool = nullptr;
   ASSERT_EQ(b_->cudaDeviceGetDefaultMemPool(&pool, 0), cudaSuccess);
   cudaMemAccessDesc desc = {};
   desc.location.type = cudaMemLocationTypeDevice;
   desc.location.id = 0;
   desc.flags = cudaMemAccessFlagsProtReadWrite;
-  EXPECT_EQ(b_->cudaMemPoolSetAccess(pool, &desc, 1), cudaSuccess);
-  EXPECT_EQ(b_->cudaMemPoolSetAccess(pool, &desc, 0), cudaSuccess);
+  EXPECT_EQ(b_->MemPoolSetAccess(pool, &desc, 1), cudaSuccess);
+  EXPECT_EQ(b_->MemPoolSetAccess(pool, &desc, 0), cudaSuccess);
   desc.location.id = 1;
-  EXPECT_EQ(b_->cudaMemPoolSetAccess(pool, &desc, 1), cudaErrorInvalidDevice);
+  EXPECT_EQ(b_->MemPoolSetAccess(pool, &desc, 1), cudaErrorInvalidDevice);
   desc.location.id = 0;
   desc.flags = cudaMemAccessFlagsProtNone;
-  EXPECT_EQ(b_->cudaMemPoolSetAccess(pool, &desc, 1), cudaErrorInvalidValue);
-  EXPECT_EQ(b_->cudaMemPoolSetAccess(pool, nullptr, 1), cudaErrorInvalidValue);
+  EXPECT_EQ(b_->MemPoolSetAccess(pool, &desc, 1), cudaErrorInvalidValue);
+  EXPECT_EQ(b_->MemPoolSetAccess(pool, nullptr, 1), cudaErrorInvalidValue);
 }
 
 }  // namespace
