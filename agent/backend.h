@@ -110,6 +110,45 @@ class Backend : public api::BackendApi {
                                    size_t shared_bytes, cudaStream_t stream,
                                    const void* packed_args, bool cooperative) = 0;
 
+  // cudaLaunchKernelExC: a launch with launch attributes (event handles in
+  // them already translated to the backend's). The default serves a launch
+  // without attributes and refuses any attribute.
+  virtual cudaError_t LaunchKernelEx(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                     size_t shared_bytes, cudaStream_t stream,
+                                     const void* packed_args,
+                                     const std::vector<cudaLaunchAttribute>& attrs) {
+    if (!attrs.empty()) return cudaErrorNotSupported;
+    return LaunchKernel(kernel, grid, block, shared_bytes, stream, packed_args, false);
+  }
+
+  // cudaDeviceGetPCIBusId of device `device` into `id` (`len` bytes, the
+  // hook's own buffer).
+  virtual cudaError_t PciBusId(char* id, int len, int device) {
+    (void)id; (void)len; (void)device;
+    return cudaErrorNotSupported;
+  }
+  // cudaMemPoolSetAccess; `count` entries of `descs` are readable (the hook
+  // took the count from the request's bytes).
+  virtual cudaError_t MemPoolSetAccess(cudaMemPool_t pool, const cudaMemAccessDesc* descs,
+                                       size_t count) {
+    (void)pool; (void)descs; (void)count;
+    return cudaErrorNotSupported;
+  }
+
+  // A `__device__` (or `__constant__`) variable of a loaded module, found by
+  // the device name nvcc passes to __cudaRegisterVar. Its storage is device
+  // memory the backend's copies accept from then on (Memcpy's checks), at an
+  // address that is not in the fixed device range and may differ in a
+  // replacement agent. kNotFound (with what to do) when the module lacks it.
+  struct Symbol {
+    void* address = nullptr;
+    size_t size = 0;
+  };
+  virtual absl::StatusOr<Symbol> GetSymbol(uint64_t module_key, const std::string& name) {
+    (void)module_key;
+    return absl::UnimplementedError("this backend has no device variables: " + name);
+  }
+
   // --- Copies -----------------------------------------------------------------
   // A copy whose host side the agent already resolved to memory it can touch:
   // request bytes (H2D from pageable memory, valid during the call only, so an
@@ -187,6 +226,17 @@ class Backend : public api::BackendApi {
   // The graph's nodes in creation order (captured work included).
   virtual cudaError_t GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) {
     (void)graph; (void)nodes;
+    return cudaErrorNotSupported;
+  }
+  // The nodes `node` depends on (its graph's order of edges).
+  virtual cudaError_t GraphNodeGetDependencies(cudaGraphNode_t node,
+                                               std::vector<cudaGraphNode_t>* deps) {
+    (void)node; (void)deps;
+    return cudaErrorNotSupported;
+  }
+  // A Graphviz description of `graph` (cudaGraphDebugDotPrint's `flags`).
+  virtual cudaError_t GraphDebugDot(cudaGraph_t graph, unsigned int flags, std::string* dot) {
+    (void)graph; (void)flags; (void)dot;
     return cudaErrorNotSupported;
   }
   // New parameters for kernel node `node` (of the graph `exec` came from).

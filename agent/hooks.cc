@@ -19,6 +19,7 @@
 #include "agent/session.h"
 #include "api/agent_hooks.h"
 #include "api/hook_protocol.h"
+#include "api/launch_attributes.h"
 #include "common/logging.h"
 
 namespace revenant {
@@ -37,10 +38,12 @@ bool TranslateStream(DispatchContext& ctx, uint64_t* stream) {
   return ctx.handles->ToBackendRaw(api::HandleKind::kStream, stream);
 }
 
-int32_t Copy(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out, bool async_api) {
-  REVENANT_NEED_SESSION(ctx);
-  hooks::CopyHead h;
-  if (!hooks::GetCopyHead(in, &h)) return cudaErrorInvalidValue;
+// A copy whose head was read; `symbol_side` names the side the agent
+// resolved itself to a module variable (exempt from the host-side check:
+// the backend checks it as device memory).
+enum class SymbolSide { kNone, kDst, kSrc };
+int32_t CopyBody(DispatchContext& ctx, const hooks::CopyHead& h, wire::Decoder& in,
+                 wire::Encoder& out, bool async_api, SymbolSide symbol_side) {
   const uint64_t dst = h.dst, src = h.src, count = h.count;
   const int32_t kind = h.kind;
   const uint8_t mode = h.mode;
@@ -55,6 +58,8 @@ int32_t Copy(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out, bool a
   // Host-side pointers must be shared memory of this session: the device
   // side is checked by the backend.
   auto host_ok = [&](const void* p) {
+    if ((symbol_side == SymbolSide::kDst && p == d) || (symbol_side == SymbolSide::kSrc && p == sp))
+      return true;
     return session->IsSharedHost(p, count) ||
            (reinterpret_cast<uint64_t>(p) >= B(ctx)->device_range().base &&
             reinterpret_cast<uint64_t>(p) - B(ctx)->device_range().base <
@@ -92,7 +97,41 @@ int32_t Copy(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out, bool a
   }
 }
 
-int32_t LaunchHook(DispatchContext& ctx, wire::Decoder& in, bool cooperative_api) {
+int32_t Copy(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out, bool async_api) {
+  REVENANT_NEED_SESSION(ctx);
+  hooks::CopyHead h;
+  if (!hooks::GetCopyHead(in, &h)) return cudaErrorInvalidValue;
+  return CopyBody(ctx, h, in, out, async_api, SymbolSide::kNone);
+}
+
+// u64 module_key, bytes device_name, u64 offset, then a copy body whose
+// symbol side (dst for To, src for From) the agent fills in.
+int32_t SymbolCopy(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out, bool to_symbol,
+                   bool async_api) {
+  REVENANT_NEED_SESSION(ctx);
+  uint64_t module_key = 0, offset = 0;
+  const char* name = nullptr;
+  uint64_t name_len = 0;
+  if (!in.Get(&module_key) || !in.GetBytes(&name, &name_len) || name == nullptr ||
+      !in.Get(&offset)) {
+    return cudaErrorInvalidValue;
+  }
+  hooks::CopyHead h;
+  if (!hooks::GetCopyHead(in, &h)) return cudaErrorInvalidValue;
+  if (!ctx.session->module_loaded(module_key)) return cudaErrorInvalidSymbol;
+  absl::StatusOr<Backend::Symbol> sym = B(ctx)->GetSymbol(module_key, std::string(name, name_len));
+  if (!sym.ok()) {
+    REVENANT_LOG(ERROR, "agent") << sym.status();
+    return cudaErrorInvalidSymbol;
+  }
+  if (offset > sym->size || h.count > sym->size - offset) return cudaErrorInvalidValue;
+  const uint64_t addr = reinterpret_cast<uint64_t>(sym->address) + offset;
+  if (to_symbol) h.dst = addr; else h.src = addr;
+  return CopyBody(ctx, h, in, out, async_api, to_symbol ? SymbolSide::kDst : SymbolSide::kSrc);
+}
+
+int32_t LaunchHook(DispatchContext& ctx, wire::Decoder& in, bool cooperative_api,
+                   bool ex = false) {
   REVENANT_NEED_SESSION(ctx);
   uint64_t function_id = 0, shared = 0, stream = 0;
   dim3 grid, block;
@@ -110,6 +149,30 @@ int32_t LaunchHook(DispatchContext& ctx, wire::Decoder& in, bool cooperative_api
   if (kernel == nullptr) return cudaErrorInvalidDeviceFunction;
   if (args_size != kernel->args_size) return cudaErrorInvalidValue;
   if (!TranslateStream(ctx, &stream)) return cudaErrorInvalidResourceHandle;
+  if (ex) {
+    const char* attr_bytes = nullptr;
+    uint64_t attr_size = 0;
+    if (!in.GetBytes(&attr_bytes, &attr_size) || attr_size % sizeof(cudaLaunchAttribute) != 0 ||
+        attr_size / sizeof(cudaLaunchAttribute) > api::kMaxLaunchAttributes) {
+      return cudaErrorInvalidValue;
+    }
+    std::vector<cudaLaunchAttribute> attrs(attr_size / sizeof(cudaLaunchAttribute));
+    if (attr_size > 0) std::memcpy(attrs.data(), attr_bytes, attr_size);
+    // Events inside attributes are the application's virtual handles.
+    for (cudaLaunchAttribute& a : attrs) {
+      cudaEvent_t* ev = nullptr;
+      if (a.id == cudaLaunchAttributeProgrammaticEvent) ev = &a.val.programmaticEvent.event;
+      if (a.id == cudaLaunchAttributeLaunchCompletionEvent) ev = &a.val.launchCompletionEvent.event;
+      if (ev == nullptr) continue;
+      uint64_t id = reinterpret_cast<uint64_t>(*ev);
+      if (!ctx.handles->ToBackendRaw(api::HandleKind::kEvent, &id))
+        return cudaErrorInvalidResourceHandle;
+      *ev = reinterpret_cast<cudaEvent_t>(id);
+    }
+    if (in.remaining() != 0) return cudaErrorInvalidValue;
+    return B(ctx)->LaunchKernelEx(*kernel, grid, block, shared,
+                                  reinterpret_cast<cudaStream_t>(stream), args, attrs);
+  }
   return B(ctx)->LaunchKernel(*kernel, grid, block, shared, reinterpret_cast<cudaStream_t>(stream),
                               args, cooperative != 0 || cooperative_api);
 }
@@ -209,6 +272,23 @@ int32_t Hook_cudaLaunchCooperativeKernel(DispatchContext& ctx, wire::Decoder& in
                                          wire::Encoder&) {
   return LaunchHook(ctx, in, true);
 }
+int32_t Hook_cudaLaunchKernelExC(DispatchContext& ctx, wire::Decoder& in, wire::Encoder&) {
+  return LaunchHook(ctx, in, false, /*ex=*/true);
+}
+int32_t Hook_cudaMemcpyToSymbol(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  return SymbolCopy(ctx, in, out, /*to_symbol=*/true, false);
+}
+int32_t Hook_cudaMemcpyFromSymbol(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  return SymbolCopy(ctx, in, out, /*to_symbol=*/false, false);
+}
+int32_t Hook_cudaMemcpyToSymbolAsync(DispatchContext& ctx, wire::Decoder& in,
+                                     wire::Encoder& out) {
+  return SymbolCopy(ctx, in, out, /*to_symbol=*/true, true);
+}
+int32_t Hook_cudaMemcpyFromSymbolAsync(DispatchContext& ctx, wire::Decoder& in,
+                                       wire::Encoder& out) {
+  return SymbolCopy(ctx, in, out, /*to_symbol=*/false, true);
+}
 int32_t Hook___cudaLaunchKernel(DispatchContext& ctx, wire::Decoder& in, wire::Encoder&) {
   return LaunchHook(ctx, in, false);
 }
@@ -268,10 +348,10 @@ absl::Status ReadModuleFile(const ModuleFile& f, std::string* out) {
   return s;
 }
 
-}  // namespace
-
-int32_t Hook___cudaRegisterFatBinaryEnd(DispatchContext& ctx, wire::Decoder& in,
-                                        wire::Encoder& out) {
+// Loads the module if the request carries its image, then finds a kernel
+// (reply: id and layout) or a device variable (reply: address and size).
+int32_t ModuleRequest(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out,
+                      bool variable) {
   REVENANT_NEED_SESSION(ctx);
   uint64_t module_key = 0;
   bool has_image = false, by_file = false;
@@ -319,6 +399,18 @@ int32_t Hook___cudaRegisterFatBinaryEnd(DispatchContext& ctx, wire::Decoder& in,
   }
   if (!session->module_loaded(module_key)) return cudaErrorInvalidResourceHandle;
   const std::string mangled(name, name_len);
+  if (variable) {
+    bool want_address = false;
+    if (!in.GetFlag(&want_address)) return cudaErrorInvalidValue;
+    absl::StatusOr<Backend::Symbol> sym = B(ctx)->GetSymbol(module_key, mangled);
+    if (!sym.ok()) {
+      REVENANT_LOG(ERROR, "agent") << "device variable " << mangled << ": " << sym.status();
+      return cudaErrorInvalidSymbol;
+    }
+    out.Put(static_cast<uint64_t>(sym->size));
+    if (want_address) out.Put(reinterpret_cast<uint64_t>(sym->address));
+    return cudaSuccess;
+  }
   absl::StatusOr<KernelInfo> k = B(ctx)->GetKernel(module_key, mangled);
   if (!k.ok()) {
     REVENANT_LOG(ERROR, "agent") << "kernel " << mangled << ": " << k.status();
@@ -336,6 +428,22 @@ int32_t Hook___cudaRegisterFatBinaryEnd(DispatchContext& ctx, wire::Decoder& in,
   }
   out.PutBytes(params.data(), params.size());
   return cudaSuccess;
+}
+}  // namespace
+
+int32_t Hook___cudaRegisterFatBinaryEnd(DispatchContext& ctx, wire::Decoder& in,
+                                        wire::Encoder& out) {
+  return ModuleRequest(ctx, in, out, /*variable=*/false);
+}
+
+// Same layout (the name is the variable's device name) and a flag
+// want_address; reply: u64 size [, u64 address]. The address is asked for
+// only by cudaGetSymbolAddress: a replay compares it with the journaled one,
+// so a replacement agent that has the variable elsewhere fails the recovery
+// loudly (the application holds the old address) -- copies by symbol never
+// depend on it.
+int32_t Hook___cudaRegisterVar(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  return ModuleRequest(ctx, in, out, /*variable=*/true);
 }
 
 // --- Graphs (layouts: shim/hooks_graph.cc) ----------------------------------------------
@@ -577,6 +685,69 @@ int32_t Hook_cudaGraphGetNodes(DispatchContext& ctx, wire::Decoder& in, wire::En
                                             reinterpret_cast<uint64_t>(nodes[i])));
   }
   out.PutBytes(ids.data(), ids.size() * 8);
+  return cudaSuccess;
+}
+
+int32_t Hook_cudaDeviceGetPCIBusId(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  int32_t device = 0;
+  if (!in.Get(&device) || in.remaining() != 0) return cudaErrorInvalidValue;
+  char id[hooks::kPciBusIdBytes] = {0};
+  cudaError_t err = B(ctx)->PciBusId(id, sizeof(id), device);
+  if (err != cudaSuccess) return err;
+  id[sizeof(id) - 1] = '\0';
+  out.PutBytes(id, std::strlen(id) + 1);
+  return cudaSuccess;
+}
+
+int32_t Hook_cudaMemPoolSetAccess(DispatchContext& ctx, wire::Decoder& in, wire::Encoder&) {
+  uint64_t pool = 0;
+  const char* data = nullptr;
+  uint64_t n = 0;
+  if (!in.Get(&pool) || !in.GetBytes(&data, &n) || n % sizeof(cudaMemAccessDesc) != 0 ||
+      in.remaining() != 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (!ctx.handles->ToBackendRaw(api::HandleKind::kMemPool, &pool))
+    return cudaErrorInvalidResourceHandle;
+  std::vector<cudaMemAccessDesc> descs(n / sizeof(cudaMemAccessDesc));
+  if (n > 0) std::memcpy(descs.data(), data, n);
+  return B(ctx)->MemPoolSetAccess(reinterpret_cast<cudaMemPool_t>(pool), descs.data(),
+                                      descs.size());
+}
+
+// u64 node, u64 capacity; reply: u64 count, bytes ids (at most capacity).
+int32_t Hook_cudaGraphNodeGetDependencies(DispatchContext& ctx, wire::Decoder& in,
+                                          wire::Encoder& out) {
+  uint64_t node = 0, capacity = 0;
+  if (!in.Get(&node) || !in.Get(&capacity)) return cudaErrorInvalidValue;
+  if (!ctx.handles->ToBackendRaw(api::HandleKind::kGraphNode, &node)) return cudaErrorInvalidValue;
+  std::vector<cudaGraphNode_t> deps;
+  cudaError_t err = B(ctx)->GraphNodeGetDependencies(reinterpret_cast<cudaGraphNode_t>(node), &deps);
+  if (err != cudaSuccess) return err;
+  out.Put(static_cast<uint64_t>(deps.size()));
+  std::vector<uint64_t> ids;
+  for (size_t i = 0; i < deps.size() && i < capacity; ++i) {
+    ids.push_back(ctx.handles->ToVirtualRaw(api::HandleKind::kGraphNode,
+                                            reinterpret_cast<uint64_t>(deps[i])));
+  }
+  out.PutBytes(ids.data(), ids.size() * 8);
+  return cudaSuccess;
+}
+
+// u64 graph, u32 flags; reply: bytes dot (the shim writes the file).
+int32_t Hook_cudaGraphDebugDotPrint(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  cudaGraph_t graph = nullptr;
+  uint32_t flags = 0;
+  if (!GetGraph(ctx, in, &graph) || !in.Get(&flags)) return cudaErrorInvalidValue;
+  std::string dot;
+  if (cudaError_t err = B(ctx)->GraphDebugDot(graph, flags, &dot); err != cudaSuccess) return err;
+  char* buf = out.ReserveBytes(dot.size());
+  if (buf == nullptr) {
+    REVENANT_LOG(ERROR, "agent") << "cudaGraphDebugDotPrint: the graph's description ("
+                                 << dot.size() << " bytes) does not fit in a reply";
+    return cudaErrorNotSupported;
+  }
+  std::memcpy(buf, dot.data(), dot.size());
   return cudaSuccess;
 }
 

@@ -46,6 +46,26 @@ uint64_t FirstOutU64(absl::string_view outputs) {
   return v;
 }
 
+}  // namespace
+
+uint64_t SymbolWriteRegion(uint16_t api_id, absl::string_view body) {
+  const auto id = static_cast<api::ApiId>(api_id);
+  if (id != api::ApiId::cudaMemcpyToSymbol && id != api::ApiId::cudaMemcpyToSymbolAsync) return 0;
+  wire::Decoder in(body.data(), body.size());
+  uint64_t module_key = 0, offset = 0, n = 0;
+  const char* name = nullptr;
+  if (!in.Get(&module_key) || !in.GetBytes(&name, &n) || name == nullptr || !in.Get(&offset)) {
+    return 0;
+  }
+  hooks::CopyHead h;
+  if (!hooks::GetCopyHead(in, &h) || h.mode != hooks::kInlineSource) return 0;
+  uint64_t key = Mix(module_key, offset);
+  for (uint64_t i = 0; i < n; ++i) key = Mix(key, static_cast<unsigned char>(name[i]));
+  return Mix(key, h.count) | 1;
+}
+
+namespace {
+
 // One attribute (a sets_attribute row) of one handle: per row, and per
 // attribute id where one row sets many (attribute_in_second: cuBLASLt's
 // descriptor setters).
@@ -278,6 +298,10 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   attribute_call_key_ = 0;
   deferred_handle_ = 0;
   if (traits.sets_attribute) JournalAttributeCall(rec, traits, handle, body, &e);
+  // A host write to a __device__ variable: the last one per written region
+  // stays (keyed like an attribute of the region).
+  const uint64_t symbol_region = SymbolWriteRegion(rec.api_id, body);
+  if (symbol_region != 0) JournalAttributeCall(rec, traits, symbol_region, body, &e);
   if (traits.destroys != api::HandleKind::kNone) {
     // The handle's attribute calls go with it; only those this journal keyed
     // (a destroy of a key no entry named is kept, as it may matter on replay).
@@ -319,7 +343,7 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   }
   if (IsSharedHostAlloc(id)) e.add_creates(FirstU64(body));
 
-  const bool setup = traits.journal == api::JournalClass::kState ||
+  const bool setup = traits.journal == api::JournalClass::kState || symbol_region != 0 ||
                      minibatch_.load(std::memory_order_relaxed) == 0;
   last_in_setup_ = setup;
   last_journaled_ = true;

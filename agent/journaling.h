@@ -11,7 +11,11 @@
 //
 // Which log: STATE calls go to the setup log (compacted); REPLAY calls go to
 // the minibatch log once the first minibatch boundary is known, before that
-// to the setup log (the program's initialization).
+// to the setup log (the program's initialization). Host bytes written to a
+// `__device__` variable (SymbolWriteRegion) go to the setup log too, kept per
+// region as a sets_attribute row's calls are: a variable lives outside the
+// device memory a boundary snapshot or a survivor restores, so what the host
+// last wrote there before the current minibatch must stay replayable.
 //
 // Minibatch boundaries (MinibatchDetector) are found from the call stream
 // or marked explicitly by revenantMarkStep(); docs/journal_format.md
@@ -43,6 +47,12 @@
 
 namespace revenant {
 namespace agent {
+
+// For cudaMemcpyToSymbol(Async) with its host bytes in the request: a
+// nonzero key of the region it writes (module, variable, offset, size).
+// 0 for every other request (a device-to-variable copy replays with the
+// minibatch that made it, as any device copy).
+uint64_t SymbolWriteRegion(uint16_t api_id, absl::string_view body);
 
 // Finds minibatch boundaries in a training loop's call stream.
 //

@@ -265,7 +265,9 @@ void Session::Execute(const transport::RecordHeader& rec) {
   MaybeChaos(SessionOptions::Chaos::Point::kBeforeAppend);
   if (turn.here) JournalBeforeRun(rec);
   FinishJournaling(rec, &turn);
-  if (validator_ != nullptr && traits.journal == api::JournalClass::kState) {
+  if (validator_ != nullptr &&
+      (traits.journal == api::JournalClass::kState ||
+       SymbolWriteRegion(rec.api_id, absl::string_view(rec.body(), rec.body_size())) != 0)) {
     validator_->NoteStateRequest(traits.name);
   }
   if (SkipSuperseded(rec, traits)) return;
@@ -1381,6 +1383,18 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
       ++divergences;
       REVENANT_LOG(ERROR, "agent") << "replay of request " << seq << " ("
                                    << api::Traits(e.api_id()).name << ") diverged: " << s;
+      // The application holds a device variable's address (from
+      // cudaGetSymbolAddress) that this agent has elsewhere: later requests
+      // may pass it to kernels, which would fault here. Stop now.
+      if (static_cast<api::ApiId>(e.api_id()) == api::ApiId::__cudaRegisterVar) {
+        backend_->SetReplayPhase(ReplayPhase::kNone);
+        replaying_ = false;
+        replay_setup_ = false;
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the application holds the address of a __device__ variable (cudaGetSymbolAddress, "
+            "request ", seq, ") that this replacement agent has at another address: the job "
+            "cannot be recovered past that call"));
+      }
     }
     ++replayed;
   }

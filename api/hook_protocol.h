@@ -49,9 +49,34 @@ inline bool GetCopyHead(wire::Decoder& in, CopyHead* h) {
 // (u32 offset, u32 size per parameter). A kernel the backend cannot run
 // answers cudaErrorInvalidDeviceFunction.
 //
+// __cudaRegisterVar (module load + device variable lookup, on first use):
+//   u64 module_key, flag has_image, [bytes image], bytes device_name,
+//   flag want_address
+// reply: u64 size [, u64 address (want_address: cudaGetSymbolAddress)].
+//
+// cudaMemcpyToSymbol / FromSymbol / ToSymbolAsync / FromSymbolAsync:
+//   u64 module_key, bytes device_name, u64 offset, then a copy body as
+//   above whose symbol side (dst for To, src for From) is 0: the agent finds
+//   the variable and puts its address there, so a replay finds it wherever
+//   a replacement agent has it. Host bytes to a variable always travel
+//   inline (kInlineSource); bytes from it come back by kReplyDest or
+//   kStagingDest.
+//
 // cudaLaunchKernel / cudaLaunchCooperativeKernel / __cudaLaunchKernel*:
 //   u64 function_id, dim3 grid, dim3 block, u64 shared_bytes, u64 stream,
 //   u8 cooperative, bytes packed_args
+// cudaLaunchKernelExC: the same, then bytes attrs (cudaLaunchAttribute[],
+//   at most api::kMaxLaunchAttributes; event handles are virtual ids)
+//
+// cudaDeviceGetPCIBusId: i32 device; reply: bytes id (NUL-terminated,
+//   at most kPciBusIdBytes)
+// cudaMemPoolSetAccess: u64 pool, bytes descs (cudaMemAccessDesc[]; the
+//   count is the bytes' length over the entry size, never sent apart)
+inline constexpr uint32_t kPciBusIdBytes = 64;
+//
+// cudaGraphNodeGetDependencies: u64 node, u64 capacity;
+//   reply: u64 count, bytes ids (u64 GRAPH_NODE ids, at most capacity)
+// cudaGraphDebugDotPrint: u64 graph, u32 flags; reply: bytes dot
 //
 // cudaLaunchHostFunc / cudaStreamAddCallback:
 //   u64 stream, u64 fn, u64 user_data, u8 kind (kCallbackHostFn or

@@ -35,8 +35,10 @@
 //    memory another launch or the application touches), __threadfence*,
 //    warpSize, min/max, a few fast-math intrinsics, and the cooperative-groups
 //    subset this_thread_block().sync() / this_grid().sync().
-// Not provided: warp shuffles/votes/__syncwarp, textures/surfaces, __constant__
-// symbols set by cudaMemcpyToSymbol, dynamic parallelism.
+// Not provided: warp shuffles/votes/__syncwarp, textures/surfaces, dynamic
+// parallelism. `__device__`/`__constant__` variables are plain globals here;
+// a host kernel library registers them (REVENANT_HOST_DEVICE_VARIABLE,
+// host_kernel.h) so cudaMemcpyToSymbol & co. reach the same storage.
 #ifndef REVENANT_HOSTKERNEL_CUDA_HOST_COMPAT_H_
 #define REVENANT_HOSTKERNEL_CUDA_HOST_COMPAT_H_
 

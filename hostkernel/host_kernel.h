@@ -55,6 +55,14 @@ struct Registration {
 // Appends to the library's registration list (runs during dlopen).
 bool AddRegistration(const Registration& r);
 
+// One REVENANT_HOST_DEVICE_VARIABLE line.
+struct VariableRegistration {
+  void* address;
+  size_t size;
+  const char* explicit_name;  // REVENANT_HOST_DEVICE_VARIABLE_NAMED, else nullptr
+};
+bool AddVariableRegistration(const VariableRegistration& r);
+
 constexpr size_t AlignUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 template <typename... Args>
@@ -159,5 +167,22 @@ bool Register(const char* explicit_name) {
   [[maybe_unused]] static const bool REVENANT_HK_CONCAT(                 \
       revenant_host_kernel_registered_, __COUNTER__) =                   \
       ::revenant::hostkernel::internal::Register<&fn>(mangled_name)
+
+// Registers a `__device__` variable (any type, arrays too) under the name
+// dladdr() reports for it: the variable's own name at global scope, its
+// mangled name inside a namespace -- what nvcc passes to __cudaRegisterVar.
+#define REVENANT_HOST_DEVICE_VARIABLE(var)                               \
+  [[maybe_unused]] static const bool REVENANT_HK_CONCAT(                 \
+      revenant_host_device_variable_registered_, __COUNTER__) =          \
+      ::revenant::hostkernel::internal::AddVariableRegistration(         \
+          {static_cast<void*>(&(var)), sizeof(var), nullptr})
+
+// A variable without an exported symbol (`__constant__` is `static` under
+// g++, see cuda_host_compat.h) under an explicit name.
+#define REVENANT_HOST_DEVICE_VARIABLE_NAMED(var, name)                   \
+  [[maybe_unused]] static const bool REVENANT_HK_CONCAT(                 \
+      revenant_host_device_variable_registered_, __COUNTER__) =          \
+      ::revenant::hostkernel::internal::AddVariableRegistration(         \
+          {static_cast<void*>(&(var)), sizeof(var), name})
 
 #endif  // REVENANT_HOSTKERNEL_HOST_KERNEL_H_

@@ -71,6 +71,28 @@ typedef struct RevenantHostKernelTable {
 
 typedef const RevenantHostKernelTable* (*RevenantHostKernelTableFn)(void);
 
+/* The library's `__device__`/`__constant__` variables (REVENANT_HOST_DEVICE_VARIABLE
+ * lines), by the name nvcc passes to __cudaRegisterVar: the agent's copies
+ * to and from a symbol (cudaMemcpyToSymbol...) read and write this storage,
+ * which the library's kernels use directly. Optional: a library without
+ * variables may lack the symbol. */
+#define REVENANT_HOST_DEVICE_VAR_TABLE_SYMBOL "revenant_host_device_var_table_v1"
+
+typedef struct RevenantHostDeviceVarDesc {
+  const char* name; /* e.g. "table" or "_ZN2ns5tableE" */
+  void* address;
+  size_t size;
+} RevenantHostDeviceVarDesc;
+
+typedef struct RevenantHostDeviceVarTable {
+  uint32_t abi_version; /* REVENANT_HOST_KERNEL_ABI_VERSION */
+  uint32_t num_vars;
+  const RevenantHostDeviceVarDesc* vars;
+  uint32_t num_unnamed; /* as for kernels: the loader refuses such a library */
+} RevenantHostDeviceVarTable;
+
+typedef const RevenantHostDeviceVarTable* (*RevenantHostDeviceVarTableFn)(void);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

@@ -117,8 +117,32 @@ absl::StatusOr<std::unique_ptr<HostKernelRegistry>> HostKernelRegistry::Load(
       }
       registry->kernels_.emplace(kernel->name, std::move(kernel));
     }
+    // Device variables: optional (a library may have none).
+    auto var_fn = reinterpret_cast<RevenantHostDeviceVarTableFn>(
+        dlsym(handle, REVENANT_HOST_DEVICE_VAR_TABLE_SYMBOL));
+    const RevenantHostDeviceVarTable* vars = var_fn == nullptr ? nullptr : var_fn();
+    if (vars != nullptr) {
+      if (vars->abi_version != REVENANT_HOST_KERNEL_ABI_VERSION || vars->num_unnamed != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ": device variable table version ", vars->abi_version, " with ",
+            vars->num_unnamed,
+            " unnamed variables (use REVENANT_HOST_DEVICE_VARIABLE_NAMED for variables "
+            "without an exported symbol)"));
+      }
+      for (uint32_t i = 0; i < vars->num_vars; ++i) {
+        const RevenantHostDeviceVarDesc& d = vars->vars[i];
+        Variable v{d.name, d.address, d.size, path};
+        auto [it, inserted] = registry->variables_.emplace(v.name, v);
+        if (!inserted) {
+          return absl::AlreadyExistsError(absl::StrCat("device variable ", v.name,
+                                                       " is registered twice: in ",
+                                                       it->second.library, " and in ", path));
+        }
+      }
+    }
     REVENANT_LOG(INFO, "hostkernel")
-        << "loaded " << table->num_kernels << " host kernels from " << path;
+        << "loaded " << table->num_kernels << " host kernels and "
+        << (vars == nullptr ? 0 : vars->num_vars) << " device variables from " << path;
   }
   return registry;
 }
@@ -139,6 +163,12 @@ std::vector<std::string> HostKernelRegistry::Names() const {
   for (const auto& entry : kernels_) names.push_back(entry.first);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+const HostKernelRegistry::Variable* HostKernelRegistry::FindVariable(
+    absl::string_view name) const {
+  auto it = variables_.find(name);
+  return it == variables_.end() ? nullptr : &it->second;
 }
 
 std::vector<std::string> SplitHostKernelPaths(absl::string_view list) {

@@ -101,11 +101,22 @@ class HostKernelRegistry {
   // Every kernel's mangled name, sorted.
   std::vector<std::string> Names() const;
 
+  // A `__device__` variable of the libraries (REVENANT_HOST_DEVICE_VARIABLE),
+  // by the name nvcc registers it under; nullptr if none has it.
+  struct Variable {
+    std::string name;
+    void* address = nullptr;
+    size_t size = 0;
+    std::string library;
+  };
+  const Variable* FindVariable(absl::string_view name) const;
+
  private:
   HostKernelRegistry() = default;
 
   std::vector<void*> handles_;
   absl::flat_hash_map<std::string, std::unique_ptr<HostKernel>> kernels_;
+  absl::flat_hash_map<std::string, Variable> variables_;
 };
 
 // Splits "a.so:b.so" (REVENANT_HOST_KERNELS) into paths, dropping empty ones.

@@ -32,6 +32,18 @@ bool AddRegistration(const Registration& r) {
 }
 
 namespace {
+std::vector<VariableRegistration>& VariableRegistrations() {
+  static auto* list = new std::vector<VariableRegistration>();
+  return *list;
+}
+}  // namespace
+
+bool AddVariableRegistration(const VariableRegistration& r) {
+  VariableRegistrations().push_back(r);
+  return true;
+}
+
+namespace {
 
 const RevenantHostKernelTable* BuildTable() {
   static auto* descs = new std::vector<RevenantHostKernelDesc>();
@@ -68,10 +80,43 @@ const RevenantHostKernelTable* BuildTable() {
   return &table;
 }
 
+const RevenantHostDeviceVarTable* BuildVariableTable() {
+  static auto* descs = new std::vector<RevenantHostDeviceVarDesc>();
+  static RevenantHostDeviceVarTable table;
+  table.abi_version = REVENANT_HOST_KERNEL_ABI_VERSION;
+  table.num_unnamed = 0;
+  for (const VariableRegistration& r : VariableRegistrations()) {
+    const char* name = r.explicit_name;
+    if (name == nullptr) {
+      Dl_info info;
+      if (dladdr(r.address, &info) != 0 && info.dli_sname != nullptr &&
+          info.dli_saddr == r.address) {
+        name = info.dli_sname;
+      }
+    }
+    if (name == nullptr) {
+      ++table.num_unnamed;
+      continue;
+    }
+    descs->push_back({name, r.address, r.size});
+  }
+  table.num_vars = static_cast<uint32_t>(descs->size());
+  table.vars = descs->data();
+  return &table;
+}
+
 }  // namespace
 }  // namespace internal
 }  // namespace hostkernel
 }  // namespace revenant
+
+extern "C" __attribute__((visibility("default"))) const RevenantHostDeviceVarTable*
+revenant_host_device_var_table_v1() {
+  static std::once_flag once;
+  static const RevenantHostDeviceVarTable* table = nullptr;
+  std::call_once(once, [] { table = revenant::hostkernel::internal::BuildVariableTable(); });
+  return table;
+}
 
 extern "C" __attribute__((visibility("default"))) const RevenantHostKernelTable*
 revenant_host_kernel_table_v1() {

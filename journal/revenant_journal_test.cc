@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "api/api_ids.h"
 #include "journal/api_name.h"
 #include "journal/file.h"
 #include "journal/journal.h"
@@ -47,18 +48,18 @@ std::string MakeJournal(const std::string& name) {
   EXPECT_TRUE(j.ok()) << j.status();
   JournalEntry a;
   a.set_seq(1);
-  a.set_api_id(17);
+  a.set_api_id(static_cast<uint32_t>(api::ApiId::cudaGetLastError));
   a.add_creates(0xabc0);
   EXPECT_TRUE((*j)->AppendSetup(a).ok());
   JournalEntry b;
   b.set_seq(2);
-  b.set_api_id(23);
+  b.set_api_id(static_cast<uint32_t>(api::ApiId::cudaMallocAsync));
   b.add_overwrites(0xabc0);
   b.set_inline_payload(std::string(300000, 'x'));
   EXPECT_TRUE((*j)->AppendSetup(b).ok());
   JournalEntry c;
   c.set_seq(3);
-  c.set_api_id(40);
+  c.set_api_id(static_cast<uint32_t>(api::ApiId::cudaStreamCreateWithFlags));
   c.set_flags(2);
   EXPECT_TRUE((*j)->AppendMinibatch(c).ok());
   return dir;
@@ -79,7 +80,7 @@ std::string Find(const std::string& dir, const std::string& suffix) {
 
 // Names come from the API table; ids it does not know stay numeric.
 TEST(ApiNameTest, NamesFromTheApiTable) {
-  EXPECT_EQ("cudaGetLastError", ApiName(17));
+  EXPECT_EQ("cudaGetLastError", ApiName(static_cast<uint16_t>(api::ApiId::cudaGetLastError)));
   EXPECT_EQ("(outcome)", ApiName(0));
   EXPECT_EQ("65000", ApiName(65000));
 }

@@ -26,20 +26,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
 
-APPS="vector_add streams_events pinned_async callbacks graphs multithread errors mempool"
-PROGRAMS="async_launch agent_death maps_probe replay_unsafe"
+APPS="vector_add streams_events pinned_async callbacks graphs multithread errors mempool runtime_names"
+PROGRAMS="async_launch agent_death maps_probe replay_unsafe symbol_loop"
 
 targets=(
   //tools:revenant-run //agent:revenant-agent //shim:librevenant_shim.so
   //tests/apps:all_apps
   //tests/integration:async_launch //tests/integration:agent_death //tests/integration:maps_probe
-  //tests/integration:replay_unsafe
+  //tests/integration:replay_unsafe //tests/integration:symbol_loop
   //agent/backends/cuda:cuda_backend_gpu_test //agent/backends/cuda:gpu_test_kernels
   //agent/backends/cuda:cuda_backend_test
   //bench:shim_bench //bench:nccl_bench //bench:cpu_pairs
   //tests/apps:train_mlp //tests/apps:collectives_all //tests/apps:collectives_bad
   //tests/apps:cublas_ops //tests/apps:driver_api //tools:librevenant_probe.so
-  //tests/apps:cublaslt_ops
+  //tests/apps:cublaslt_ops //tests/apps:nccl_group_sim
 )
 bazel build "${targets[@]}"
 bin="$(bazel info bazel-bin 2>/dev/null)"
@@ -57,7 +57,8 @@ cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$bin/bench/cpu_pairs
   "$root/bench/journal_step.sh" "$out/bench/"
 cp "$bin/tests/apps/train_mlp.bin" "$bin/tests/apps/collectives_all.bin" \
   "$bin/tests/apps/collectives_bad.bin" "$bin/tests/apps/cublas_ops.bin" \
-  "$bin/tests/apps/driver_api.bin" "$bin/tests/apps/cublaslt_ops.bin" "$out/apps/"
+  "$bin/tests/apps/driver_api.bin" "$bin/tests/apps/cublaslt_ops.bin" \
+  "$bin/tests/apps/nccl_group_sim.bin" "$out/apps/"
 mkdir -p "$out/sections" "$out/torch"
 cp "$root"/tests/torch/*.py "$out/torch/"
 cp "$bin/tools/librevenant_probe.so" "$out/"

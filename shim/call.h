@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "api/traits.h"
 #include "api/wire.h"
@@ -92,6 +93,24 @@ class Call {
 // The wire value of a kernel's host stub address (FUNCTION handles): the
 // shim's registration id for it, 0 for an unknown address.
 uint64_t FunctionToWire(const void* host_stub);
+
+// A `__device__` variable registered by __cudaRegisterVar, as the agent
+// resolved it on first use (its module loaded there): the module and device
+// name a copy names it by, its size, and (when asked for) the agent's
+// address of it.
+struct SymbolRef {
+  uint64_t module_key = 0;
+  std::string name;
+  uint64_t address = 0;
+  uint64_t size = 0;
+};
+// cudaSuccess, cudaErrorInvalidSymbol (not a registered variable, or the
+// agent cannot find it) or the agent's unreachable status. Must be called
+// with no Call open (resolving makes one). `want_address`: also the
+// address (cudaGetSymbolAddress; journaled, so a replacement agent that has
+// the variable elsewhere fails its recovery rather than let the
+// application's copy of the address go stale).
+int32_t ResolveSymbol(const void* symbol, SymbolRef* out, bool want_address = false);
 
 // Byte size of a cudaMemPoolAttr value (int or cuuint64_t).
 size_t MemPoolAttrSize(int attr);

@@ -16,6 +16,9 @@
 //       u64 graph, deps, <params>; reply: bytes node [, u64 dptr (alloc)]
 //   cudaGraphAddNode:  u64 graph, deps, i32 type, <params of that type>
 //   cudaGraphGetNodes: u64 graph, u64 capacity; reply: u64 count, bytes ids
+//   cudaGraphNodeGetDependencies: u64 node, u64 capacity; reply: u64 count,
+//       bytes ids (at most capacity)
+//   cudaGraphDebugDotPrint: u64 graph, u32 flags; reply: bytes dot
 //   cudaGraphExecKernelNodeSetParams: u64 exec, u64 node, kernel
 //   cudaGraphExecUpdate: u64 exec, u64 graph;
 //       reply (also on failure): i32 result, u64 error_node, u64 error_from_node
@@ -29,6 +32,7 @@
 // Edge data (cudaGraphEdgeData) other than the default is not supported.
 #include <cuda_runtime_api.h>
 
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -312,6 +316,67 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph,
   if (got > 0) std::memcpy(nodes, ids, len);
   for (size_t i = got; i < capacity; ++i) nodes[i] = nullptr;
   *numNodes = got;
+  return cudaSuccess;
+}
+
+// Every edge is a default edge (edge data is refused where edges are made),
+// so edge data, when asked for, is all zeros.
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node,
+                                                                    cudaGraphNode_t* deps,
+                                                                    cudaGraphEdgeData* edgeData,
+                                                                    size_t* numDeps) {
+  if (numDeps == nullptr || node == nullptr) return Fail(cudaErrorInvalidValue);
+  if (edgeData != nullptr && deps == nullptr) return Fail(cudaErrorInvalidValue);
+  const uint64_t capacity = deps == nullptr ? 0 : *numDeps;
+  revenant::wire::Sizer sz;
+  sz.Put(uint64_t{});
+  sz.Put(uint64_t{});
+  Call call(ApiId::cudaGraphNodeGetDependencies, sz.size());
+  if (!call.ok()) return Unreachable(call);
+  call.args().Put(Wire(node));
+  call.args().Put(capacity);
+  if (!call.Send()) return Unreachable(call);
+  if (call.status() != 0) return static_cast<cudaError_t>(call.status());
+  revenant::wire::Decoder& r = call.reply();
+  uint64_t count = 0, len = 0;
+  const char* ids = nullptr;
+  if (!r.Get(&count) || !r.GetBytes(&ids, &len) || len % sizeof(uint64_t) != 0 ||
+      len / sizeof(uint64_t) > capacity) {
+    return Fail(cudaErrorUnknown);
+  }
+  if (deps == nullptr) {
+    *numDeps = count;
+    return cudaSuccess;
+  }
+  const size_t got = len / sizeof(uint64_t);
+  if (got > 0) std::memcpy(deps, ids, len);
+  for (size_t i = got; i < capacity; ++i) deps[i] = nullptr;
+  if (edgeData != nullptr) std::memset(edgeData, 0, capacity * sizeof(cudaGraphEdgeData));
+  *numDeps = got;
+  return cudaSuccess;
+}
+
+// The agent describes the graph; the file is written here, relative to the
+// application's working directory and with its permissions.
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char* path,
+                                                              unsigned int flags) {
+  if (path == nullptr) return Fail(cudaErrorInvalidValue);
+  revenant::wire::Sizer sz;
+  sz.Put(uint64_t{});
+  sz.Put(uint32_t{});
+  Call call(ApiId::cudaGraphDebugDotPrint, sz.size());
+  if (!call.ok()) return Unreachable(call);
+  call.args().Put(Wire(graph));
+  call.args().Put(static_cast<uint32_t>(flags));
+  if (!call.Send()) return Unreachable(call);
+  if (call.status() != 0) return Fail(static_cast<cudaError_t>(call.status()));
+  const char* dot = nullptr;
+  uint64_t len = 0;
+  if (!call.reply().GetBytes(&dot, &len)) return Fail(cudaErrorUnknown);
+  FILE* f = std::fopen(path, "w");
+  if (f == nullptr) return Fail(cudaErrorOperatingSystem);
+  const bool ok = (len == 0 || std::fwrite(dot, 1, len, f) == len);
+  if (std::fclose(f) != 0 || !ok) return Fail(cudaErrorOperatingSystem);
   return cudaSuccess;
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "api/hook_protocol.h"
+#include "api/launch_attributes.h"
 #include "common/knobs.h"
 #include "common/logging.h"
 #include "shim/call.h"
@@ -51,10 +52,23 @@ struct Function {
   size_t max_dynamic_shared = 48 << 10;
 };
 
+// A `__device__` variable: found in the agent's module on first use.
+struct Variable {
+  Module* module = nullptr;
+  std::string name;     // device name
+  uint64_t host_size = 0;  // the size nvcc registered
+  bool resolved = false;
+  int32_t error = 0;
+  uint64_t size = 0;
+  bool address_known = false;  // asked for by cudaGetSymbolAddress only
+  uint64_t address = 0;        // in the agent
+};
+
 struct Registry {
   std::mutex mu;
   std::vector<std::unique_ptr<Module>> modules;
   std::map<const void*, std::unique_ptr<Function>> functions;  // by host stub
+  std::map<const void*, std::unique_ptr<Variable>> variables;  // by host shadow
 };
 
 Registry& Reg() {
@@ -129,49 +143,68 @@ size_t InlineImageBytes() {
   return bytes;
 }
 
+// How a module request carries its module (api/hook_protocol.h): nothing
+// once sent, else the image inline or a reference to its file.
+struct ImageForm {
+  bool send = false;
+  bool by_file = false;
+  ImageFile file;
+};
+ImageForm ImageFormOf(const Module* m) {
+  ImageForm f;
+  f.send = !m->sent;
+  f.by_file = f.send && m->image_size > InlineImageBytes() &&
+              FindImageFile(m->image, m->image_size, &f.file);
+  return f;
+}
+void SizeImage(wire::Sizer& sz, const Module* m, const ImageForm& f) {
+  sz.Put(uint64_t{});
+  sz.PutFlag();
+  if (!f.send) return;
+  sz.PutFlag();
+  if (f.by_file) {
+    sz.PutBytes(f.file.path.data(), f.file.path.size());
+    sz.Put(uint64_t{});
+    sz.Put(uint64_t{});
+    sz.Put(uint64_t{});
+    sz.Put(uint64_t{});
+    sz.Put(int64_t{});
+  } else {
+    sz.PutBytes(m->image, m->image_size);
+  }
+}
+void PutImage(wire::Encoder& e, const Module* m, const ImageForm& f) {
+  e.Put(m->key);
+  e.PutFlag(f.send);
+  if (!f.send) return;
+  e.PutFlag(f.by_file);
+  if (f.by_file) {
+    e.PutBytes(f.file.path.data(), f.file.path.size());
+    e.Put(f.file.offset);
+    e.Put(uint64_t{m->image_size});
+    e.Put(f.file.dev);
+    e.Put(f.file.ino);
+    e.Put(f.file.mtime_ns);
+  } else {
+    e.PutBytes(m->image, m->image_size);
+  }
+}
+
 // Sends the module (first time) and asks for `f`'s id and layout.
 // Caller holds Reg().mu.
 void Resolve(Function* f) {
   if (f->resolved) return;
   Module* m = f->module;
-  const bool send_image = !m->sent;
-  ImageFile file;
-  const bool by_file = send_image && m->image_size > InlineImageBytes() &&
-                       FindImageFile(m->image, m->image_size, &file);
+  const ImageForm form = ImageFormOf(m);
   wire::Sizer sz;
-  sz.Put(uint64_t{});
-  sz.PutFlag();
-  if (send_image) {
-    sz.PutFlag();
-    if (by_file) {
-      sz.PutBytes(file.path.data(), file.path.size());
-      sz.Put(uint64_t{}); sz.Put(uint64_t{}); sz.Put(uint64_t{}); sz.Put(uint64_t{});
-      sz.Put(int64_t{});
-    } else {
-      sz.PutBytes(m->image, m->image_size);
-    }
-  }
+  SizeImage(sz, m, form);
   sz.PutBytes(f->name.data(), f->name.size());
   Call call(api::ApiId::__cudaRegisterFatBinaryEnd, sz.size());
   if (!call.ok()) {
     f->error = call.FailureStatus(cudaErrorDevicesUnavailable);
     return;  // not resolved: retried on the next use
   }
-  call.args().Put(m->key);
-  call.args().PutFlag(send_image);
-  if (send_image) {
-    call.args().PutFlag(by_file);
-    if (by_file) {
-      call.args().PutBytes(file.path.data(), file.path.size());
-      call.args().Put(file.offset);
-      call.args().Put(uint64_t{m->image_size});
-      call.args().Put(file.dev);
-      call.args().Put(file.ino);
-      call.args().Put(file.mtime_ns);
-    } else {
-      call.args().PutBytes(m->image, m->image_size);
-    }
-  }
+  PutImage(call.args(), m, form);
   call.args().PutBytes(f->name.data(), f->name.size());
   if (!call.Send()) {
     f->error = call.FailureStatus(cudaErrorDevicesUnavailable);
@@ -201,6 +234,45 @@ void Resolve(Function* f) {
   }
 }
 
+// Sends the module (first time) and asks for `v`'s size, and its address
+// when `want_address`. Caller holds Reg().mu.
+void ResolveVariable(Variable* v, bool want_address) {
+  if (v->resolved && (!want_address || v->address_known || v->error != 0)) return;
+  Module* m = v->module;
+  const ImageForm form = ImageFormOf(m);
+  wire::Sizer sz;
+  SizeImage(sz, m, form);
+  sz.PutBytes(v->name.data(), v->name.size());
+  sz.PutFlag();
+  Call call(api::ApiId::__cudaRegisterVar, sz.size());
+  if (!call.ok()) {
+    v->error = call.FailureStatus(cudaErrorDevicesUnavailable);
+    return;
+  }
+  PutImage(call.args(), m, form);
+  call.args().PutBytes(v->name.data(), v->name.size());
+  call.args().PutFlag(want_address);
+  if (!call.Send()) {
+    if (!v->resolved) v->error = call.FailureStatus(cudaErrorDevicesUnavailable);
+    return;
+  }
+  m->sent = true;
+  v->resolved = true;
+  v->error = call.status();
+  if (v->error != 0) {
+    REVENANT_LOG(ERROR, "shim") << "device variable " << v->name
+                                << " cannot be reached on this agent ("
+                                << cudaGetErrorName(static_cast<cudaError_t>(v->error))
+                                << "); see the agent's log";
+    return;
+  }
+  if (!call.reply().Get(&v->size) || (want_address && !call.reply().Get(&v->address))) {
+    v->error = cudaErrorInvalidSymbol;
+    return;
+  }
+  if (want_address) v->address_known = true;
+}
+
 Function* FindFunction(const void* host_fun) {
   Registry& reg = Reg();
   std::lock_guard<std::mutex> lock(reg.mu);
@@ -225,8 +297,12 @@ cudaError_t PackArgs(const Function& f, void** args, std::vector<char>* packed) 
   return cudaSuccess;
 }
 
+// `attrs` (cudaLaunchKernelExC only, else empty): travel after the
+// arguments; the host backend's refusals are answered here, at the call.
 cudaError_t Launch(Function* f, dim3 grid, dim3 block, void** args, size_t shared,
-                   cudaStream_t stream, bool cooperative) {
+                   cudaStream_t stream, bool cooperative,
+                   const cudaLaunchAttribute* attrs = nullptr, unsigned num_attrs = 0,
+                   bool ex = false) {
   if (f == nullptr) return Fail(cudaErrorInvalidDeviceFunction);
   if (!f->resolved) return Fail(static_cast<cudaError_t>(f->error ? f->error : cudaErrorDevicesUnavailable));
   if (f->error != 0) return Fail(static_cast<cudaError_t>(f->error));
@@ -238,12 +314,35 @@ cudaError_t Launch(Function* f, dim3 grid, dim3 block, void** args, size_t share
     return Fail(cudaErrorInvalidValue);  // what CUDA 13 answers (measured on an H200)
   }
   if (shared > f->max_dynamic_shared) return Fail(cudaErrorInvalidValue);
+  if (ex) {
+    if (num_attrs > 0 && attrs == nullptr) return Fail(cudaErrorInvalidValue);
+    if (num_attrs > api::kMaxLaunchAttributes) {
+      REVENANT_LOG(ERROR, "shim") << "cudaLaunchKernelExC of " << f->name << ": " << num_attrs
+                                  << " launch attributes, at most " << api::kMaxLaunchAttributes
+                                  << " are supported";
+      return Fail(cudaErrorNotSupported);
+    }
+    if (Runtime::Get()->agent().backend == "host") {
+      bool coop = false;
+      std::string why;
+      const cudaError_t e = api::CheckHostLaunchAttributes(attrs, num_attrs, grid, &coop, &why);
+      if (e != cudaSuccess) {
+        REVENANT_LOG(ERROR, "shim") << "cudaLaunchKernelExC of " << f->name << " refused ("
+                                    << cudaGetErrorName(e) << "): " << why;
+        return Fail(e);
+      }
+    }
+  }
+  const size_t attr_bytes = ex ? size_t{num_attrs} * sizeof(cudaLaunchAttribute) : 0;
   std::vector<char> packed;
   if (cudaError_t e = PackArgs(*f, args, &packed); e != cudaSuccess) return Fail(e);
   wire::Sizer sz;
   sz.Put(uint64_t{}); sz.Put(dim3{}); sz.Put(dim3{}); sz.Put(uint64_t{}); sz.Put(uint64_t{});
   sz.Put(uint8_t{}); sz.PutBytes(packed.data(), packed.size());
-  Call call(cooperative ? api::ApiId::cudaLaunchCooperativeKernel : api::ApiId::cudaLaunchKernel,
+  if (ex) sz.PutBytes(attrs, attr_bytes);
+  Call call(ex            ? api::ApiId::cudaLaunchKernelExC
+            : cooperative ? api::ApiId::cudaLaunchCooperativeKernel
+                          : api::ApiId::cudaLaunchKernel,
             sz.size());
   if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
   wire::Encoder& a = call.args();
@@ -254,6 +353,7 @@ cudaError_t Launch(Function* f, dim3 grid, dim3 block, void** args, size_t share
   a.Put(reinterpret_cast<uint64_t>(stream));
   a.Put(static_cast<uint8_t>(cooperative));
   a.PutBytes(packed.data(), packed.size());
+  if (ex) a.PutBytes(attrs, attr_bytes);
   if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
   return cudaSuccess;
 }
@@ -273,6 +373,23 @@ cudaError_t PackKernelArgs(const void* host_stub, void** args, uint64_t* functio
   if (f->error != 0) return static_cast<cudaError_t>(f->error);
   *function_id = f->id;
   return PackArgs(*f, args, packed);
+}
+
+int32_t ResolveSymbol(const void* symbol, SymbolRef* out, bool want_address) {
+  Registry& reg = Reg();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  auto it = reg.variables.find(symbol);
+  if (it == reg.variables.end()) return cudaErrorInvalidSymbol;
+  Variable* v = it->second.get();
+  ResolveVariable(v, want_address);
+  if (!v->resolved) return v->error ? v->error : cudaErrorDevicesUnavailable;
+  if (v->error != 0) return v->error;
+  if (want_address && !v->address_known) return cudaErrorDevicesUnavailable;
+  out->module_key = v->module->key;
+  out->name = v->name;
+  out->address = v->address;
+  out->size = v->size;
+  return cudaSuccess;
 }
 
 uint64_t FunctionToWire(const void* host_stub) {
@@ -343,12 +460,20 @@ extern "C" REVENANT_EXPORT void __cudaRegisterFunction(void** fatCubinHandle, co
   reg.functions[hostFun] = std::move(f);
 }
 
-extern "C" REVENANT_EXPORT void __cudaRegisterVar(void**, char*, char*, const char* deviceName,
-                                                  int, size_t, int, int) {
-  // Device globals live in the module on the agent; host access through
-  // cudaMemcpyToSymbol is not intercepted yet.
-  REVENANT_LOG(DEBUG, "shim") << "device variable " << (deviceName ? deviceName : "?")
-                              << " stays inside its module";
+// Records the variable; it is found in the agent's module on first use by
+// cudaMemcpyToSymbol & co. (the host shadow `hostVar` is how the
+// application names it).
+extern "C" REVENANT_EXPORT void __cudaRegisterVar(void** fatCubinHandle, char* hostVar, char*,
+                                                  const char* deviceName, int, size_t size, int,
+                                                  int) {
+  if (hostVar == nullptr || deviceName == nullptr) return;
+  auto& reg = revenant::shim::Reg();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  auto v = std::make_unique<revenant::shim::Variable>();
+  v->module = reinterpret_cast<Module*>(fatCubinHandle);
+  v->name = deviceName;
+  v->host_size = size;
+  reg.variables[hostVar] = std::move(v);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t* kernel, const void* func) {
@@ -424,6 +549,25 @@ extern "C" REVENANT_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void* f
                                                                    cudaStream_t stream) {
   return revenant::shim::Launch(revenant::shim::FindFunction(func), gridDim, blockDim, args,
                                 sharedMem, stream, true);
+}
+
+// cudaLaunchKernelEx (cuda_runtime.h) is a template over this one.
+extern "C" REVENANT_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* config,
+                                                           const void* func, void** args) {
+  if (config == nullptr) {
+    revenant::shim::SetLastError(cudaErrorInvalidValue);
+    return cudaErrorInvalidValue;
+  }
+  revenant::shim::Function* f = revenant::shim::FindFunction(func);
+  if (f == nullptr) {
+    // What the runtime answers for an address that is no kernel's (measured
+    // on an H200, driver 580): it takes `func` for a cudaKernel_t.
+    revenant::shim::SetLastError(cudaErrorInvalidResourceHandle);
+    return cudaErrorInvalidResourceHandle;
+  }
+  return revenant::shim::Launch(f, config->gridDim,
+                                config->blockDim, args, config->dynamicSmemBytes, config->stream,
+                                false, config->attrs, config->numAttrs, /*ex=*/true);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaFuncSetAttribute(const void* func,

@@ -4,7 +4,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -33,12 +36,25 @@ cudaMemcpyKind ResolveKind(Runtime* rt, void* dst, const void* src, cudaMemcpyKi
   return cudaMemcpyHostToHost;
 }
 
+// The variable a symbol copy names (cudaMemcpyToSymbol & co.): the request
+// starts with it, so a replay finds the variable in a replacement agent's
+// module wherever it lies there.
+struct SymbolPrefix {
+  const SymbolRef* symbol;
+  uint64_t offset;
+};
+
 // One copy request; `inline_src` non-null for kInlineSource.
 cudaError_t SendCopy(api::ApiId id, void* dst, const void* src, size_t count,
                      cudaMemcpyKind kind, cudaStream_t stream, MemcpyMode mode,
-                     uint64_t staging_offset) {
+                     uint64_t staging_offset, const SymbolPrefix* sym = nullptr) {
   const bool inline_bytes = mode == hooks::kInlineSource;
   wire::Sizer sz;
+  if (sym != nullptr) {
+    sz.Put(uint64_t{});
+    sz.PutBytes(sym->symbol->name.data(), sym->symbol->name.size());
+    sz.Put(uint64_t{});
+  }
   sz.Put(uint64_t{}); sz.Put(uint64_t{}); sz.Put(uint64_t{}); sz.Put(int32_t{});
   sz.Put(uint64_t{}); sz.Put(uint8_t{});
   if (inline_bytes) sz.PutBytes(src, count);
@@ -46,6 +62,11 @@ cudaError_t SendCopy(api::ApiId id, void* dst, const void* src, size_t count,
   Call call(id, sz.size());
   if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
   wire::Encoder& a = call.args();
+  if (sym != nullptr) {
+    a.Put(sym->symbol->module_key);
+    a.PutBytes(sym->symbol->name.data(), sym->symbol->name.size());
+    a.Put(sym->offset);
+  }
   a.Put(reinterpret_cast<uint64_t>(dst));
   a.Put(reinterpret_cast<uint64_t>(src));
   a.Put(static_cast<uint64_t>(count));
@@ -122,6 +143,98 @@ cudaError_t Memcpy(api::ApiId id, void* dst, const void* src, size_t count, cuda
     std::memcpy(static_cast<char*>(dst) + done, ch->staging(), n);
   }
   return cudaSuccess;
+}
+
+cudaError_t Failed(cudaError_t e) {
+  if (e != cudaSuccess) SetLastError(e);
+  return e;
+}
+
+// A copy to (`to_symbol`) or from a `__device__` variable; `other` is the
+// application's side. Host bytes going to the variable always travel in the
+// request (in chunks), so the journal holds them and a replay does not read
+// host memory the application may have reused; bytes coming from it come
+// back in the reply or through the staging area (synchronously, as natively
+// into pageable memory).
+cudaError_t SymbolMemcpy(bool to_symbol, bool async, const void* symbol, void* other,
+                         size_t count, size_t offset, cudaMemcpyKind kind, cudaStream_t stream) {
+  Runtime* rt = Runtime::Get();
+  transport::ShmClientChannel* ch = rt->Channel();
+  if (ch == nullptr) return Failed(cudaErrorDevicesUnavailable);
+  const bool kind_ok = to_symbol ? (kind == cudaMemcpyHostToDevice ||
+                                    kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDefault)
+                                 : (kind == cudaMemcpyDeviceToHost ||
+                                    kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDefault);
+  if (!kind_ok) return Failed(cudaErrorInvalidMemcpyDirection);
+  SymbolRef sym;
+  if (int32_t e = ResolveSymbol(symbol, &sym); e != cudaSuccess) {
+    return Failed(static_cast<cudaError_t>(e));
+  }
+  if (offset > sym.size || count > sym.size - offset) return Failed(cudaErrorInvalidValue);
+  if (count == 0) return cudaSuccess;
+  if (kind == cudaMemcpyDefault) {
+    kind = rt->IsDevicePointer(other, count)
+               ? cudaMemcpyDeviceToDevice
+               : (to_symbol ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+  }
+  const api::ApiId sync_id =
+      to_symbol ? api::ApiId::cudaMemcpyToSymbol : api::ApiId::cudaMemcpyFromSymbol;
+  const api::ApiId id =
+      !async ? sync_id
+             : (to_symbol ? api::ApiId::cudaMemcpyToSymbolAsync
+                          : api::ApiId::cudaMemcpyFromSymbolAsync);
+  if (kind == cudaMemcpyDeviceToDevice) {
+    if (!rt->IsDevicePointer(other, count)) return Failed(cudaErrorInvalidValue);
+    SymbolPrefix p{&sym, offset};
+    return Failed(SendCopy(id, to_symbol ? nullptr : other, to_symbol ? other : nullptr, count,
+                           kind, stream, hooks::kDirect, 0, &p));
+  }
+  if (to_symbol) {
+    for (size_t done = 0; done < count; done += kInlineLimit) {
+      const size_t n = count - done < kInlineLimit ? count - done : kInlineLimit;
+      SymbolPrefix p{&sym, offset + done};
+      cudaError_t e = SendCopy(id, nullptr, static_cast<const char*>(other) + done, n, kind,
+                               stream, hooks::kInlineSource, 0, &p);
+      if (e != cudaSuccess) return Failed(e);
+    }
+    return cudaSuccess;
+  }
+  const uint32_t reply_room = transport::ChannelOptions().reply_data_size - 64;
+  if (count <= reply_room) {
+    SymbolPrefix p{&sym, offset};
+    return Failed(SendCopy(sync_id, other, nullptr, count, kind, stream, hooks::kReplyDest, 0, &p));
+  }
+  std::lock_guard<std::mutex> lock(rt->staging_mutex());
+  const size_t chunk = ch->staging_size();
+  for (size_t done = 0; done < count; done += chunk) {
+    const size_t n = count - done < chunk ? count - done : chunk;
+    SymbolPrefix p{&sym, offset + done};
+    cudaError_t e =
+        SendCopy(sync_id, nullptr, nullptr, n, kind, stream, hooks::kStagingDest, 0, &p);
+    if (e != cudaSuccess) return Failed(e);
+    std::memcpy(static_cast<char*>(other) + done, ch->staging(), n);
+  }
+  return cudaSuccess;
+}
+
+// The process sees one device, ordinal 0 (shim/hooks_device.cc).
+bool PeerDevicesOk(const char* api, int dst_device, int src_device) {
+  if (dst_device == 0 && src_device == 0) return true;
+  REVENANT_LOG(ERROR, "shim") << api << " between devices " << src_device << " and "
+                              << dst_device
+                              << ": the process has one device (ordinal 0) under Revenant";
+  return false;
+}
+
+void LogIpcRefused(const char* api) {
+  static std::mutex mu;
+  static std::set<std::string>* logged = new std::set<std::string>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (!logged->insert(api).second) return;
+  REVENANT_LOG(ERROR, "shim")
+      << api << " is refused under Revenant (cudaErrorNotSupported): device memory and events "
+      << "belong to the process's agent, which journals and may replace them, so they cannot "
+         "be shared with another process through CUDA IPC handles";
 }
 
 }  // namespace
@@ -226,6 +339,139 @@ extern "C" REVENANT_EXPORT cudaError_t cudaMemcpy(void* dst, const void* src, si
 extern "C" REVENANT_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count,
                                                        cudaMemcpyKind kind, cudaStream_t stream) {
   return revenant::shim::Memcpy(ApiId::cudaMemcpyAsync, dst, src, count, kind, stream);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaMemcpyPeer(void* dst, int dstDevice, const void* src,
+                                                      int srcDevice, size_t count) {
+  if (!revenant::shim::PeerDevicesOk("cudaMemcpyPeer", dstDevice, srcDevice)) {
+    return revenant::shim::Failed(cudaErrorInvalidDevice);
+  }
+  return revenant::shim::Memcpy(ApiId::cudaMemcpy, dst, src, count, cudaMemcpyDeviceToDevice,
+                                nullptr);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaMemcpyPeerAsync(void* dst, int dstDevice,
+                                                           const void* src, int srcDevice,
+                                                           size_t count, cudaStream_t stream) {
+  if (!revenant::shim::PeerDevicesOk("cudaMemcpyPeerAsync", dstDevice, srcDevice)) {
+    return revenant::shim::Failed(cudaErrorInvalidDevice);
+  }
+  return revenant::shim::Memcpy(ApiId::cudaMemcpyAsync, dst, src, count,
+                                cudaMemcpyDeviceToDevice, stream);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaMemcpyToSymbol(const void* symbol, const void* src,
+                                                          size_t count, size_t offset,
+                                                          cudaMemcpyKind kind) {
+  return revenant::shim::SymbolMemcpy(true, false, symbol, const_cast<void*>(src), count, offset,
+                                      kind, nullptr);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaMemcpyFromSymbol(void* dst, const void* symbol,
+                                                            size_t count, size_t offset,
+                                                            cudaMemcpyKind kind) {
+  return revenant::shim::SymbolMemcpy(false, false, symbol, dst, count, offset, kind, nullptr);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaMemcpyToSymbolAsync(const void* symbol,
+                                                               const void* src, size_t count,
+                                                               size_t offset,
+                                                               cudaMemcpyKind kind,
+                                                               cudaStream_t stream) {
+  return revenant::shim::SymbolMemcpy(true, true, symbol, const_cast<void*>(src), count, offset,
+                                      kind, stream);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaMemcpyFromSymbolAsync(void* dst, const void* symbol,
+                                                                 size_t count, size_t offset,
+                                                                 cudaMemcpyKind kind,
+                                                                 cudaStream_t stream) {
+  return revenant::shim::SymbolMemcpy(false, true, symbol, dst, count, offset, kind, stream);
+}
+
+// The address is the agent's: usable in kernel arguments and copies (the
+// shim then treats the variable's range as device memory), not kept across a
+// replacement agent.
+extern "C" REVENANT_EXPORT cudaError_t cudaGetSymbolAddress(void** devPtr, const void* symbol) {
+  if (devPtr == nullptr) return revenant::shim::Failed(cudaErrorInvalidValue);
+  revenant::shim::SymbolRef sym;
+  if (int32_t e = revenant::shim::ResolveSymbol(symbol, &sym, /*want_address=*/true);
+      e != cudaSuccess) {
+    return revenant::shim::Failed(static_cast<cudaError_t>(e));
+  }
+  Runtime::Get()->AddDeviceSymbol(sym.address, sym.size);
+  *devPtr = reinterpret_cast<void*>(sym.address);
+  return cudaSuccess;
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGetSymbolSize(size_t* size, const void* symbol) {
+  if (size == nullptr) return revenant::shim::Failed(cudaErrorInvalidValue);
+  revenant::shim::SymbolRef sym;
+  if (int32_t e = revenant::shim::ResolveSymbol(symbol, &sym); e != cudaSuccess) {
+    return revenant::shim::Failed(static_cast<cudaError_t>(e));
+  }
+  *size = sym.size;
+  return cudaSuccess;
+}
+
+// The agent answers into a buffer of its own (hook_protocol.h); at most
+// `len` bytes reach the application, always NUL-terminated.
+extern "C" REVENANT_EXPORT cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
+  if (pciBusId == nullptr || len <= 0) return revenant::shim::Failed(cudaErrorInvalidValue);
+  revenant::wire::Sizer sz;
+  sz.Put(int32_t{});
+  revenant::shim::Call call(ApiId::cudaDeviceGetPCIBusId, sz.size());
+  if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+  call.args().Put(static_cast<int32_t>(device));
+  if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+  if (call.status() != 0) return revenant::shim::Failed(static_cast<cudaError_t>(call.status()));
+  const char* id = nullptr;
+  uint64_t n = 0;
+  if (!call.reply().GetBytes(&id, &n) || id == nullptr || n == 0) {
+    return revenant::shim::Failed(cudaErrorUnknown);
+  }
+  const size_t copy = std::min<size_t>(n, static_cast<size_t>(len));
+  std::memcpy(pciBusId, id, copy);
+  pciBusId[copy - 1] = '\0';
+  return cudaSuccess;
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool,
+                                                            const cudaMemAccessDesc* descList,
+                                                            size_t count) {
+  if (count > 0 && descList == nullptr) return revenant::shim::Failed(cudaErrorInvalidValue);
+  const size_t bytes = count * sizeof(cudaMemAccessDesc);
+  revenant::wire::Sizer sz;
+  sz.Put(uint64_t{});
+  sz.PutBytes(descList, bytes);
+  revenant::shim::Call call(ApiId::cudaMemPoolSetAccess, sz.size());
+  if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+  call.args().Put(reinterpret_cast<uint64_t>(memPool));
+  call.args().PutBytes(descList, bytes);
+  if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+  return revenant::shim::Failed(static_cast<cudaError_t>(call.status()));
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t*, void*) {
+  revenant::shim::LogIpcRefused("cudaIpcGetMemHandle");
+  return revenant::shim::Failed(cudaErrorNotSupported);
+}
+extern "C" REVENANT_EXPORT cudaError_t cudaIpcOpenMemHandle(void**, cudaIpcMemHandle_t,
+                                                            unsigned int) {
+  revenant::shim::LogIpcRefused("cudaIpcOpenMemHandle");
+  return revenant::shim::Failed(cudaErrorNotSupported);
+}
+extern "C" REVENANT_EXPORT cudaError_t cudaIpcCloseMemHandle(void*) {
+  revenant::shim::LogIpcRefused("cudaIpcCloseMemHandle");
+  return revenant::shim::Failed(cudaErrorNotSupported);
+}
+extern "C" REVENANT_EXPORT cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t*, cudaEvent_t) {
+  revenant::shim::LogIpcRefused("cudaIpcGetEventHandle");
+  return revenant::shim::Failed(cudaErrorNotSupported);
+}
+extern "C" REVENANT_EXPORT cudaError_t cudaIpcOpenEventHandle(cudaEvent_t*, cudaIpcEventHandle_t) {
+  revenant::shim::LogIpcRefused("cudaIpcOpenEventHandle");
+  return revenant::shim::Failed(cudaErrorNotSupported);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {

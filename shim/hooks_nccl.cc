@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -38,6 +39,8 @@ Registry& Comms() {
 }
 
 thread_local int tls_group_depth = 0;
+// NCCL operations this thread queued since its outermost ncclGroupStart.
+thread_local int tls_group_ops = 0;
 
 int32_t Invalid(const char* why, long long value) {
   REVENANT_LOG(WARNING, "shim") << "NCCL call refused: " << why << " (" << value << ")";
@@ -89,6 +92,7 @@ int32_t NcclCheckCall(ncclComm_t comm, size_t count, int datatype, bool has_op, 
   if (count > 0 && ((check_a && a == nullptr) || (check_b && b == nullptr))) {
     return Invalid("null buffer with count", static_cast<long long>(count));
   }
+  if (tls_group_depth > 0) ++tls_group_ops;
   return ncclSuccess;
 }
 
@@ -102,6 +106,7 @@ int32_t NcclCheckGroupEnd() {
 
 void NcclGroupEnded() {
   if (tls_group_depth > 0) --tls_group_depth;
+  if (tls_group_depth == 0) tls_group_ops = 0;
 }
 
 }  // namespace shim
@@ -134,3 +139,48 @@ extern "C" REVENANT_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm,
 extern "C" REVENANT_EXPORT ncclResult_t pncclCommGetAsyncError(ncclComm_t comm,
                                                                 ncclResult_t* asyncError)
     __attribute__((alias("ncclCommGetAsyncError")));
+
+// ncclGroupSimulateEnd, as NCCL 2.28 answers it (src/group.cc,
+// ncclGroupEndInternal with simInfo): outside a group ncclInvalidUsage; a
+// nested level only ends that level; the outermost level checks simInfo's
+// magic (ncclInvalidArgument, the group still ends) and, for an empty group,
+// ends it leaving simInfo as it was (NCCL fills the estimate only from the
+// operations it planned). A group holding operations would need NCCL's
+// cost model on the operations the agent queued, without running them: it
+// is refused (ncclInvalidUsage, one log line) and stays open, so the
+// operations are neither run nor lost; ncclGroupEnd still runs them.
+extern "C" REVENANT_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  using revenant::shim::tls_group_depth;
+  using revenant::shim::tls_group_ops;
+  if (tls_group_depth == 0) {
+    REVENANT_LOG(WARNING, "shim") << "ncclGroupSimulateEnd without ncclGroupStart";
+    return ncclInvalidUsage;
+  }
+  if (tls_group_depth > 1) return ncclGroupEnd();
+  if (tls_group_ops > 0) {
+    REVENANT_LOG(ERROR, "shim")
+        << "ncclGroupSimulateEnd over a group holding " << tls_group_ops
+        << " NCCL operations is not supported under Revenant (ncclInvalidUsage): the "
+           "operations cannot be simulated without running them; the group stays open";
+    return ncclInvalidUsage;
+  }
+  bool valid_info = true;
+  if (simInfo != nullptr) {
+    ncclSimInfo_t copy{};
+    size_t size = 0;
+    std::memcpy(&size, &simInfo->size, sizeof(size));
+    if (size > sizeof(copy)) size = sizeof(copy);
+    std::memcpy(&copy, simInfo, size);
+    if (copy.magic != 0x74685283u) {
+      REVENANT_LOG(WARNING, "shim")
+          << "ncclSimInfo_t argument not initialized via NCCL_SIM_INFO_INITIALIZER";
+      valid_info = false;
+    }
+  }
+  const ncclResult_t r = ncclGroupEnd();
+  if (r != ncclSuccess) return r;
+  return valid_info ? ncclSuccess : ncclInvalidArgument;
+}
+
+extern "C" REVENANT_EXPORT ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo)
+    __attribute__((alias("ncclGroupSimulateEnd")));

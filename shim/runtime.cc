@@ -321,9 +321,24 @@ void Runtime::CallbackLoop() {
 
 bool Runtime::IsDevicePointer(const void* p, size_t len) const {
   const uint64_t a = reinterpret_cast<uint64_t>(p);
-  return agent_.device_size != 0 && a >= agent_.device_base &&
-         a - agent_.device_base < agent_.device_size &&
-         len <= agent_.device_size - (a - agent_.device_base);
+  if (agent_.device_size != 0 && a >= agent_.device_base &&
+      a - agent_.device_base < agent_.device_size &&
+      len <= agent_.device_size - (a - agent_.device_base)) {
+    return true;
+  }
+  if (!has_symbols_.load(std::memory_order_acquire)) return false;
+  std::lock_guard<std::mutex> lock(symbols_mu_);
+  auto it = symbols_.upper_bound(a);
+  if (it == symbols_.begin()) return false;
+  --it;
+  const uint64_t end = it->first + it->second;
+  return a < end && len <= end - a;
+}
+
+void Runtime::AddDeviceSymbol(uint64_t addr, uint64_t size) {
+  std::lock_guard<std::mutex> lock(symbols_mu_);
+  symbols_[addr] = size;
+  has_symbols_.store(true, std::memory_order_release);
 }
 
 bool Runtime::FindPinned(const void* p, size_t len, PinnedRange* out) {

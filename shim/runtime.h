@@ -64,6 +64,9 @@ class Runtime {
 
   // Classification of application pointers.
   bool IsDevicePointer(const void* p, size_t len = 1) const;
+  // A module variable's range in the agent (cudaGetSymbolAddress handed it
+  // out): IsDevicePointer counts it as device memory from then on.
+  void AddDeviceSymbol(uint64_t addr, uint64_t size);
   // The pinned range holding [p, p+len), if any (copies it out).
   bool FindPinned(const void* p, size_t len, PinnedRange* out);
 
@@ -124,6 +127,10 @@ class Runtime {
   std::map<uint64_t, PinnedRange> pinned_;  // by address
   uint64_t pinned_next_ = 0;
   uint64_t pinned_serial_ = 0;
+
+  mutable std::mutex symbols_mu_;
+  std::map<uint64_t, uint64_t> symbols_;  // start -> size, guarded by symbols_mu_
+  std::atomic<bool> has_symbols_{false};
 
   std::mutex staging_mu_;
   std::atomic<int32_t> deferred_error_{0};

@@ -5,8 +5,10 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <type_traits>
@@ -59,9 +61,11 @@ uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
   X(cuModuleLoadFatBinary)                                \
   X(cuModuleUnload)                                       \
   X(cuModuleGetFunction)                                  \
+  X(cuModuleGetGlobal)                                    \
   X(cuFuncGetParamInfo)                                   \
   X(cuLaunchKernel)                                       \
   X(cuLaunchCooperativeKernel)                            \
+  X(cuLaunchKernelEx)                                     \
   X(cuFuncGetAttribute)                                   \
   X(cuFuncSetAttribute)                                   \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) \
@@ -148,6 +152,10 @@ class CudaBackend : public Backend {
   cudaError_t LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 block, size_t shared_bytes,
                            cudaStream_t stream, const void* packed_args,
                            bool cooperative) override;
+  cudaError_t LaunchKernelEx(const KernelInfo& kernel, dim3 grid, dim3 block,
+                             size_t shared_bytes, cudaStream_t stream, const void* packed_args,
+                             const std::vector<cudaLaunchAttribute>& attrs) override;
+  absl::StatusOr<Symbol> GetSymbol(uint64_t module_key, const std::string& name) override;
   cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                      cudaStream_t stream, bool async) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
@@ -374,6 +382,21 @@ class CudaBackend : public Backend {
     if (device != 0 || peer != 0) return cudaErrorInvalidDevice;
     return ::cudaDeviceCanAccessPeer(can_access, device_, device_);
   }
+  // The process's own device is the only one: peer access to it (or to any
+  // other ordinal) is what the runtime answers for a peer that is the
+  // current device.
+  cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags) override {
+    Bind();
+    if (peer != 0) return cudaErrorInvalidDevice;
+    cudaError_t e = ::cudaDeviceEnablePeerAccess(device_, flags);
+    if (e != cudaSuccess) (void)::cudaGetLastError();
+    return e;
+  }
+  cudaError_t PciBusId(char* id, int len, int device) override {
+    Bind();
+    if (device != 0) return cudaErrorInvalidDevice;
+    return ::cudaDeviceGetPCIBusId(id, len, device_);
+  }
   cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) override {
     Bind();
     return ::cudaDeviceGetStreamPriorityRange(least, greatest);
@@ -430,6 +453,20 @@ class CudaBackend : public Backend {
   cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) override {
     Bind();
     return ::cudaMemPoolTrimTo(pool, keep);
+  }
+  // Device ordinal 0 is this agent's GPU; other devices do not exist here.
+  cudaError_t MemPoolSetAccess(cudaMemPool_t pool, const cudaMemAccessDesc* descs,
+                               size_t count) override {
+    Bind();
+    if (count > 0 && descs == nullptr) return cudaErrorInvalidValue;
+    std::vector<cudaMemAccessDesc> mapped(descs, descs + count);
+    for (cudaMemAccessDesc& d : mapped) {
+      if (d.location.type == cudaMemLocationTypeDevice) {
+        if (d.location.id != 0) return cudaErrorInvalidDevice;
+        d.location.id = device_;
+      }
+    }
+    return ::cudaMemPoolSetAccess(pool, mapped.data(), mapped.size());
   }
   cudaError_t cudaMemset(void* ptr, int value, size_t count) override;
   cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) override;
@@ -569,6 +606,16 @@ class CudaBackend : public Backend {
     }
     return e;
   }
+  cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                            unsigned long long flags) override {
+    Bind();
+    cudaError_t e = ::cudaGraphInstantiateWithFlags(exec, graph, flags);
+    if (e == cudaSuccess) {
+      Track(&execs_, *exec);
+      ShareGraphMemory(graph, &exec_memory_, *exec);
+    }
+    return e;
+  }
   cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) override {
     Bind();
     return ::cudaGraphLaunch(exec, stream);
@@ -619,6 +666,39 @@ class CudaBackend : public Backend {
   cudaError_t AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph,
                              const std::vector<cudaGraphNode_t>& deps, void* dptr) override;
   cudaError_t GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) override;
+  // The runtime's own description, through a private temporary file.
+  cudaError_t GraphDebugDot(cudaGraph_t graph, unsigned int flags, std::string* dot) override {
+    Bind();
+    char path[] = "/tmp/revenant-graph-dot-XXXXXX";
+    const int fd = ::mkstemp(path);
+    if (fd < 0) return cudaErrorOperatingSystem;
+    ::close(fd);
+    cudaError_t e = ::cudaGraphDebugDotPrint(graph, path, flags);
+    if (e == cudaSuccess) {
+      FILE* f = std::fopen(path, "r");
+      if (f == nullptr) {
+        e = cudaErrorOperatingSystem;
+      } else {
+        char buf[4096];
+        size_t n = 0;
+        dot->clear();
+        while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) dot->append(buf, n);
+        std::fclose(f);
+      }
+    }
+    ::unlink(path);
+    return e;
+  }
+  cudaError_t GraphNodeGetDependencies(cudaGraphNode_t node,
+                                       std::vector<cudaGraphNode_t>* deps) override {
+    Bind();
+    size_t n = 0;
+    cudaError_t e = ::cudaGraphNodeGetDependencies(node, nullptr, nullptr, &n);
+    if (e != cudaSuccess) return e;
+    deps->assign(n, nullptr);
+    if (n == 0) return cudaSuccess;
+    return ::cudaGraphNodeGetDependencies(node, deps->data(), nullptr, &n);
+  }
   cudaError_t ExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
                                       const KernelInfo& kernel, dim3 grid, dim3 block,
                                       size_t shared_bytes, const void* packed_args) override;
@@ -825,7 +905,16 @@ class CudaBackend : public Backend {
   bool DeviceAccessible(const void* p, size_t n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (p == nullptr) return false;
     if (InDeviceRange(p)) return allocator_.Contains(Addr(p), n);
-    return IsSharedHost(p, n);
+    return IsSharedHost(p, n) || IsSymbol(p, n);
+  }
+  // Inside a module variable found by GetSymbol.
+  bool IsSymbol(const void* p, size_t n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const uint64_t a = Addr(p);
+    auto it = symbols_.upper_bound(a);
+    if (it == symbols_.begin()) return false;
+    --it;
+    const uint64_t end = it->first + it->second;
+    return a < end && n <= end - a;
   }
   bool KnownKernel(const void* func) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return kernels_.contains(static_cast<CUfunction>(const_cast<void*>(func)));
@@ -879,6 +968,7 @@ class CudaBackend : public Backend {
   };
   absl::flat_hash_map<uint64_t, Module> modules_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<CUfunction> kernels_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, uint64_t> symbols_ ABSL_GUARDED_BY(mu_);  // module variables: start -> size
   // Functions of host nodes (a graph and its clones and executables may run them).
   std::vector<std::unique_ptr<std::function<void()>>> host_node_fns_ ABSL_GUARDED_BY(mu_);
   GraphMemory<cudaGraph_t> graph_memory_ ABSL_GUARDED_BY(mu_);
@@ -1382,6 +1472,66 @@ cudaError_t CudaBackend::LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 
   return FromCu(r);
 }
 
+cudaError_t CudaBackend::LaunchKernelEx(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                        size_t shared_bytes, cudaStream_t stream,
+                                        const void* packed_args,
+                                        const std::vector<cudaLaunchAttribute>& attrs) {
+  static_assert(sizeof(cudaLaunchAttribute) == sizeof(CUlaunchAttribute),
+                "the runtime's and the driver's launch attributes share their layout");
+  Bind();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!KnownKernel(kernel.handle)) return cudaErrorInvalidDeviceFunction;
+  }
+  if (!kernel.params.empty() && packed_args == nullptr) return cudaErrorInvalidValue;
+  if (shared_bytes > 0xffffffffull) return cudaErrorInvalidValue;
+  std::vector<void*> params;
+  const char* base = static_cast<const char*>(packed_args);
+  for (const KernelInfo::Param& p : kernel.params) params.push_back(const_cast<char*>(base + p.offset));
+  // Attribute ids and values are the driver's (cudaLaunchAttributeID mirrors
+  // CUlaunchAttributeID; cudaEvent_t is a CUevent).
+  std::vector<CUlaunchAttribute> cu(attrs.size());
+  if (!attrs.empty()) std::memcpy(cu.data(), attrs.data(), attrs.size() * sizeof(CUlaunchAttribute));
+  CUlaunchConfig cfg = {};
+  cfg.gridDimX = grid.x;
+  cfg.gridDimY = grid.y;
+  cfg.gridDimZ = grid.z;
+  cfg.blockDimX = block.x;
+  cfg.blockDimY = block.y;
+  cfg.blockDimZ = block.z;
+  cfg.sharedMemBytes = static_cast<unsigned int>(shared_bytes);
+  cfg.hStream = reinterpret_cast<CUstream>(stream);
+  cfg.attrs = cu.empty() ? nullptr : cu.data();
+  cfg.numAttrs = static_cast<unsigned int>(cu.size());
+  CUresult r = drv_.cuLaunchKernelEx(&cfg, static_cast<CUfunction>(const_cast<void*>(kernel.handle)),
+                                     params.empty() ? nullptr : params.data(), nullptr);
+  if (r != CUDA_SUCCESS) (void)::cudaGetLastError();
+  return FromCu(r);
+}
+
+absl::StatusOr<Backend::Symbol> CudaBackend::GetSymbol(uint64_t module_key,
+                                                       const std::string& name) {
+  Bind();
+  absl::MutexLock lock(&mu_);
+  auto it = modules_.find(module_key);
+  if (it == modules_.end()) {
+    return absl::NotFoundError(absl::StrCat("module ", module_key, " is not loaded"));
+  }
+  CUdeviceptr dptr = 0;
+  size_t bytes = 0;
+  CUresult r = drv_.cuModuleGetGlobal(&dptr, &bytes, it->second.module, name.c_str());
+  if (r != CUDA_SUCCESS) {
+    return absl::NotFoundError(absl::StrCat("device variable ", name, " is not in module ",
+                                            module_key, " (driver error ", static_cast<int>(r),
+                                            ")"));
+  }
+  symbols_[dptr] = bytes;
+  Symbol sym;
+  sym.address = reinterpret_cast<void*>(dptr);
+  sym.size = bytes;
+  return sym;
+}
+
 // --- Graphs built node by node --------------------------------------------------------------
 
 namespace {
@@ -1691,6 +1841,7 @@ cudaError_t CudaBackend::Reset() {
   for (cudaStream_t s : streams_) ::cudaStreamDestroy(s);
   streams_.clear();
   kernels_.clear();
+  symbols_.clear();
   for (auto& [key, m] : modules_) drv_.cuModuleUnload(m.module);
   modules_.clear();
   pending_frees_.clear();

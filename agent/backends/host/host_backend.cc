@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "api/launch_attributes.h"
 #include "common/logging.h"
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -278,7 +279,13 @@ bool HostBackend::IsSharedHost(const void* p, size_t n) const {
 bool HostBackend::DeviceAccessible(const void* p, size_t n) const {
   if (p == nullptr) return false;
   if (InDeviceRange(p)) return allocator_.Contains(Addr(p), n);
-  return IsSharedHost(p, n);
+  if (IsSharedHost(p, n)) return true;
+  const uint64_t a = Addr(p);
+  auto it = symbols_.upper_bound(a);
+  if (it == symbols_.begin()) return false;
+  --it;
+  const uint64_t end = it->first + it->second;
+  return a < end && n <= end - a;
 }
 
 void HostBackend::ReapRetired() {
@@ -405,6 +412,44 @@ cudaError_t HostBackend::LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 
   if (err != cudaSuccess) return err;
   EnqueueLocked(s, {}, std::move(op));
   return cudaSuccess;
+}
+
+cudaError_t HostBackend::LaunchKernelEx(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                        size_t shared_bytes, cudaStream_t stream,
+                                        const void* packed_args,
+                                        const std::vector<cudaLaunchAttribute>& attrs) {
+  bool cooperative = false;
+  std::string why;
+  cudaError_t e =
+      api::CheckHostLaunchAttributes(attrs.data(), attrs.size(), grid, &cooperative, &why);
+  if (e != cudaSuccess) {
+    REVENANT_LOG(ERROR, kLog) << "cudaLaunchKernelExC refused (cudaError " << static_cast<int>(e)
+                              << "): " << why;
+    return e;
+  }
+  return LaunchKernel(kernel, grid, block, shared_bytes, stream, packed_args, cooperative);
+}
+
+absl::StatusOr<Backend::Symbol> HostBackend::GetSymbol(uint64_t module_key,
+                                                       const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!modules_.contains(module_key)) {
+    return absl::NotFoundError(absl::StrCat("module ", module_key, " is not loaded"));
+  }
+  const hostkernel::HostKernelRegistry::Variable* v =
+      registry_ == nullptr ? nullptr : registry_->FindVariable(name);
+  if (v == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "the host backend has no storage for device variable ", name,
+        registry_ == nullptr ? " (no host kernel library was given)" : "",
+        ": register it in the host kernel library with REVENANT_HOST_DEVICE_VARIABLE (", name,
+        ") (hostkernel/host_kernel.h) and pass the library with --host-kernels"));
+  }
+  symbols_[Addr(v->address)] = v->size;
+  Symbol s;
+  s.address = v->address;
+  s.size = v->size;
+  return s;
 }
 
 // --- Copies and memory ------------------------------------------------------------------
@@ -679,6 +724,21 @@ cudaError_t HostBackend::cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPool
     default:
       return cudaErrorInvalidValue;
   }
+}
+
+cudaError_t HostBackend::MemPoolSetAccess(cudaMemPool_t pool, const cudaMemAccessDesc* descs,
+                                          size_t count) {
+  if (count > 0 && descs == nullptr) return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pool != reinterpret_cast<cudaMemPool_t>(&default_pool_)) return cudaErrorInvalidValue;
+  // The pool's own device always has read-write access; there is no other.
+  for (size_t i = 0; i < count; ++i) {
+    const cudaMemAccessDesc& d = descs[i];
+    if (d.location.type != cudaMemLocationTypeDevice) return cudaErrorInvalidValue;
+    if (d.location.id != 0) return cudaErrorInvalidDevice;
+    if (d.flags != cudaMemAccessFlagsProtReadWrite) return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t HostBackend::cudaMemPoolTrimTo(cudaMemPool_t pool, size_t) {
@@ -1090,9 +1150,30 @@ cudaError_t HostBackend::cudaGraphClone(cudaGraph_t* clone, cudaGraph_t original
   return cudaSuccess;
 }
 
+cudaError_t HostBackend::cudaGraphInstantiateWithFlags(cudaGraphExec_t* exec,
+                                                       cudaGraph_t graph,
+                                                       unsigned long long flags) {
+  return cudaGraphInstantiate(exec, graph, flags);
+}
+
 cudaError_t HostBackend::cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
-                                              unsigned long long) {
+                                              unsigned long long flags) {
   if (exec == nullptr) return cudaErrorInvalidValue;
+  // Auto-free-on-launch holds (graph memory stays valid between launches, see
+  // the class comment) and node priorities change nothing in order. An
+  // upload needs cudaGraphInstantiateWithParams's stream; device launches
+  // have no device to run on.
+  constexpr unsigned long long kKnown =
+      cudaGraphInstantiateFlagAutoFreeOnLaunch | cudaGraphInstantiateFlagUpload |
+      cudaGraphInstantiateFlagDeviceLaunch | cudaGraphInstantiateFlagUseNodePriority;
+  if ((flags & ~kKnown) != 0 || (flags & cudaGraphInstantiateFlagUpload) != 0) {
+    return cudaErrorInvalidValue;
+  }
+  if ((flags & cudaGraphInstantiateFlagDeviceLaunch) != 0) {
+    REVENANT_LOG(ERROR, kLog) << "cudaGraphInstantiate: cudaGraphInstantiateFlagDeviceLaunch "
+                                 "is not supported by the host backend (no device-side launch)";
+    return cudaErrorNotSupported;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   Graph* g = ResolveGraph(graph);
   if (g == nullptr) return cudaErrorInvalidValue;
@@ -1334,6 +1415,41 @@ cudaError_t HostBackend::GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphN
   for (const std::unique_ptr<Node>& n : g->nodes) {
     nodes->push_back(reinterpret_cast<cudaGraphNode_t>(n.get()));
   }
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::GraphNodeGetDependencies(cudaGraphNode_t node,
+                                                  std::vector<cudaGraphNode_t>* deps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (node == nullptr || deps == nullptr) return cudaErrorInvalidValue;
+  const auto* n = reinterpret_cast<const Node*>(node);
+  for (const auto& [key, g] : graphs_) {
+    if (!g->index.contains(n)) continue;
+    deps->clear();
+    for (size_t i : n->deps) deps->push_back(reinterpret_cast<cudaGraphNode_t>(g->nodes[i].get()));
+    return cudaSuccess;
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t HostBackend::GraphDebugDot(cudaGraph_t graph, unsigned int flags, std::string* dot) {
+  (void)flags;
+  std::lock_guard<std::mutex> lock(mu_);
+  Graph* g = ResolveGraph(graph);
+  if (g == nullptr || dot == nullptr) return cudaErrorInvalidValue;
+  static const char* kKinds[] = {"captured", "kernel", "memset", "memcpy",
+                                 "host",     "empty",  "mem_alloc", "mem_free"};
+  *dot = absl::StrCat("digraph revenant_host_graph {\n  label=\"graph of ", g->nodes.size(),
+                      " nodes (Revenant host backend)\";\n");
+  for (size_t i = 0; i < g->nodes.size(); ++i) {
+    const int kind = static_cast<int>(g->nodes[i]->kind);
+    absl::StrAppend(dot, "  node", i, " [label=\"", i, ": ",
+                    kind >= 0 && kind < 8 ? kKinds[kind] : "?", "\"];\n");
+  }
+  for (size_t i = 0; i < g->nodes.size(); ++i) {
+    for (size_t d : g->nodes[i]->deps) absl::StrAppend(dot, "  node", d, " -> node", i, ";\n");
+  }
+  absl::StrAppend(dot, "}\n");
   return cudaSuccess;
 }
 
@@ -1594,6 +1710,22 @@ cudaError_t HostBackend::cudaDeviceCanAccessPeer(int* can_access, int device, in
   return cudaSuccess;
 }
 
+cudaError_t HostBackend::cudaDeviceEnablePeerAccess(int peer, unsigned int flags) {
+  // One device: the runtime answers cudaErrorPeerAccessUnsupported for the
+  // current device itself (measured on an H200, driver 580) and
+  // cudaErrorInvalidDevice for an ordinal that does not exist.
+  (void)flags;
+  return peer == 0 ? cudaErrorPeerAccessUnsupported : cudaErrorInvalidDevice;
+}
+
+cudaError_t HostBackend::PciBusId(char* id, int len, int device) {
+  if (id == nullptr || len <= 0) return cudaErrorInvalidValue;
+  if (device != 0) return cudaErrorInvalidDevice;
+  // Domain, bus and device 0, as cudaDevAttrPci*Id answer.
+  std::snprintf(id, static_cast<size_t>(len), "%04x:%02x:%02x.0", 0, 0, 0);
+  return cudaSuccess;
+}
+
 cudaError_t HostBackend::cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
   if (least != nullptr) *least = kLeastStreamPriority;
   if (greatest != nullptr) *greatest = kGreatestStreamPriority;
@@ -1649,6 +1781,7 @@ cudaError_t HostBackend::Reset() {
     capture_mode_ = cudaStreamCaptureModeGlobal;
     modules_.clear();
     kernels_.clear();
+    symbols_.clear();
     pending_frees_.clear();
     // Shared host ranges stay: the agent owns those mappings and
     // unregisters them itself.

@@ -117,6 +117,12 @@ class HostBackend : public Backend {
   cudaError_t LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 block, size_t shared_bytes,
                            cudaStream_t stream, const void* packed_args,
                            bool cooperative) override;
+  // Attributes as api/launch_attributes.h says (the rest refused, logged).
+  cudaError_t LaunchKernelEx(const KernelInfo& kernel, dim3 grid, dim3 block,
+                             size_t shared_bytes, cudaStream_t stream, const void* packed_args,
+                             const std::vector<cudaLaunchAttribute>& attrs) override;
+  // The storage of a REVENANT_HOST_DEVICE_VARIABLE of the kernel libraries.
+  absl::StatusOr<Symbol> GetSymbol(uint64_t module_key, const std::string& name) override;
   cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                      cudaStream_t stream, bool async) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
@@ -135,6 +141,8 @@ class HostBackend : public Backend {
   cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) override;
   cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) override;
   cudaError_t cudaDeviceCanAccessPeer(int* can_access, int device, int peer) override;
+  cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags) override;
+  cudaError_t PciBusId(char* id, int len, int device) override;
   cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) override;
   cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) override;
   cudaError_t cudaDeviceSynchronize() override;
@@ -155,6 +163,8 @@ class HostBackend : public Backend {
   cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr,
                                       void* value) override;
   cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t min_bytes_to_keep) override;
+  cudaError_t MemPoolSetAccess(cudaMemPool_t pool, const cudaMemAccessDesc* descs,
+                               size_t count) override;
   cudaError_t cudaMemset(void* ptr, int value, size_t count) override;
   cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) override;
   cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* attributes,
@@ -207,6 +217,8 @@ class HostBackend : public Backend {
   cudaError_t cudaGraphClone(cudaGraph_t* clone, cudaGraph_t original) override;
   cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
                                    unsigned long long flags) override;
+  cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                            unsigned long long flags) override;
   cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) override;
   cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) override;
 
@@ -241,6 +253,10 @@ class HostBackend : public Backend {
   cudaError_t AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph,
                              const std::vector<cudaGraphNode_t>& deps, void* dptr) override;
   cudaError_t GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) override;
+  cudaError_t GraphNodeGetDependencies(cudaGraphNode_t node,
+                                       std::vector<cudaGraphNode_t>* deps) override;
+  // Nodes (creation order, kind) and edges; `flags` select nothing more here.
+  cudaError_t GraphDebugDot(cudaGraph_t graph, unsigned int flags, std::string* dot) override;
   cudaError_t ExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
                                       const KernelInfo& kernel, dim3 grid, dim3 block,
                                       size_t shared_bytes, const void* packed_args) override;
@@ -486,6 +502,9 @@ class HostBackend : public Backend {
   absl::flat_hash_map<Event*, std::unique_ptr<Event>> events_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> modules_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<const void*, FuncAttrs> kernels_ ABSL_GUARDED_BY(mu_);
+  // Device variables handed out by GetSymbol: start -> size (device memory
+  // outside the fixed range, see DeviceAccessible).
+  std::map<uint64_t, uint64_t> symbols_ ABSL_GUARDED_BY(mu_);
   std::map<int, size_t> limits_ ABSL_GUARDED_BY(mu_);
   unsigned int device_flags_ ABSL_GUARDED_BY(mu_) = 0;
   MemPool default_pool_ ABSL_GUARDED_BY(mu_);

@@ -1083,3 +1083,159 @@ TEST_F(HostBackendTest, ResetDropsEverything) {
 }  // namespace host
 }  // namespace agent
 }  // namespace revenant
+
+namespace revenant {
+namespace agent {
+namespace host {
+namespace {
+
+cudaLaunchAttribute Attr(cudaLaunchAttributeID id) {
+  cudaLaunchAttribute a;
+  std::memset(&a, 0, sizeof(a));
+  a.id = id;
+  return a;
+}
+
+TEST_F(HostBackendTest, LaunchAttributesWithoutEffectInOrderAreHonouredTheRestRefused) {
+  KernelInfo k = Kernel("_Z7add_onePii");
+  int* d = static_cast<int*>(Malloc(64 * sizeof(int)));
+  cudaStream_t s = Stream();
+  ASSERT_EQ(b_->cudaMemsetAsync(d, 0, 64 * sizeof(int), s), cudaSuccess);
+  std::vector<char> args(k.args_size);
+  int n = 64;
+  std::memcpy(args.data() + k.params[0].offset, &d, sizeof(d));
+  std::memcpy(args.data() + k.params[1].offset, &n, sizeof(n));
+  auto launch = [&](dim3 grid, std::vector<cudaLaunchAttribute> attrs) {
+    return b_->LaunchKernelEx(k, grid, dim3(64 / grid.x), 0, s, args.data(), attrs);
+  };
+  cudaLaunchAttribute prio = Attr(cudaLaunchAttributePriority);
+  prio.val.priority = -1;
+  cudaLaunchAttribute pss = Attr(cudaLaunchAttributeProgrammaticStreamSerialization);
+  pss.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute domain = Attr(cudaLaunchAttributeMemSyncDomain);
+  cudaLaunchAttribute cluster = Attr(cudaLaunchAttributeClusterDimension);
+  cluster.val.clusterDim.x = 2;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  EXPECT_EQ(launch(dim3(1), {}), cudaSuccess);
+  EXPECT_EQ(launch(dim3(1), {prio, pss, domain}), cudaSuccess);
+  EXPECT_EQ(launch(dim3(4), {cluster}), cudaSuccess);
+  // Refused before anything runs.
+  EXPECT_EQ(launch(dim3(2), {Attr(cudaLaunchAttributeProgrammaticEvent)}), cudaErrorNotSupported);
+  EXPECT_EQ(launch(dim3(2), {prio, Attr(cudaLaunchAttributeLaunchCompletionEvent)}),
+            cudaErrorNotSupported);
+  EXPECT_EQ(launch(dim3(2), {Attr(cudaLaunchAttributeDeviceUpdatableKernelNode)}),
+            cudaErrorNotSupported);
+  EXPECT_EQ(launch(dim3(2), {Attr(static_cast<cudaLaunchAttributeID>(99))}),
+            cudaErrorNotSupported);
+  cluster.val.clusterDim.x = 3;  // does not divide a grid of 4
+  EXPECT_EQ(launch(dim3(4), {cluster}), cudaErrorInvalidClusterSize);
+  cluster.val.clusterDim.x = 16;  // more than 8 blocks
+  EXPECT_EQ(launch(dim3(16), {cluster}), cudaErrorInvalidClusterSize);
+  std::vector<int> h(64, -1);
+  ASSERT_EQ(b_->Memcpy(h.data(), d, 64 * sizeof(int), cudaMemcpyDeviceToHost, s, false),
+            cudaSuccess);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(h[i], 3) << i;  // the three accepted launches only
+
+  // The cooperative attribute makes a cooperative launch: grid.sync() works.
+  KernelInfo coop = Kernel("_Z17needs_cooperativePi");
+  std::vector<char> cargs(coop.args_size);
+  std::memcpy(cargs.data() + coop.params[0].offset, &d, sizeof(d));
+  cudaLaunchAttribute c = Attr(cudaLaunchAttributeCooperative);
+  c.val.cooperative = 1;
+  ASSERT_EQ(b_->LaunchKernelEx(coop, dim3(2), dim3(32), 0, s, cargs.data(), {c}), cudaSuccess);
+  EXPECT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  c.val.cooperative = 0;
+  ASSERT_EQ(b_->LaunchKernelEx(coop, dim3(2), dim3(32), 0, s, cargs.data(), {c}), cudaSuccess);
+  EXPECT_EQ(b_->cudaStreamSynchronize(s), cudaErrorLaunchFailure);
+}
+
+TEST_F(HostBackendTest, DeviceVariablesAreTheKernelLibrarysStorage) {
+  KernelInfo k = Kernel("_Z11copy_valuesPi");
+  EXPECT_EQ(b_->GetSymbol(kModule, "no_such_variable").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(b_->GetSymbol(kModule + 1, "bt_values").status().code(),
+            absl::StatusCode::kNotFound);  // module not loaded
+  absl::StatusOr<Backend::Symbol> sym = b_->GetSymbol(kModule, "bt_values");
+  ASSERT_TRUE(sym.ok()) << sym.status();
+  ASSERT_EQ(sym->size, 8 * sizeof(int));
+  cudaStream_t s = Stream();
+  const int values[8] = {5, 4, 3, 2, 1, 0, -1, -2};
+  ASSERT_EQ(b_->Memcpy(sym->address, values, sizeof(values), cudaMemcpyHostToDevice, s, true),
+            cudaSuccess);
+  int* d = static_cast<int*>(Malloc(8 * sizeof(int)));
+  std::vector<char> args(k.args_size);
+  std::memcpy(args.data() + k.params[0].offset, &d, sizeof(d));
+  ASSERT_EQ(b_->LaunchKernel(k, dim3(1), dim3(8), 0, s, args.data(), false), cudaSuccess);
+  int out[8] = {};
+  ASSERT_EQ(b_->Memcpy(out, d, sizeof(out), cudaMemcpyDeviceToHost, s, false), cudaSuccess);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(out[i], values[i]) << i;
+  // Past the variable's end: refused, nothing written.
+  char* end = static_cast<char*>(sym->address) + sym->size - 4;
+  EXPECT_EQ(b_->Memcpy(end, values, 8, cudaMemcpyHostToDevice, s, false), cudaErrorInvalidValue);
+}
+
+TEST_F(HostBackendTest, NodeDependenciesInstantiateFlagsAndDot) {
+  cudaGraph_t g = nullptr;
+  ASSERT_EQ(b_->cudaGraphCreate(&g, 0), cudaSuccess);
+  cudaGraphNode_t a, b, c, d;
+  ASSERT_EQ(b_->AddEmptyNode(&a, g, {}), cudaSuccess);
+  ASSERT_EQ(b_->AddEmptyNode(&b, g, {a}), cudaSuccess);
+  ASSERT_EQ(b_->AddEmptyNode(&c, g, {a}), cudaSuccess);
+  ASSERT_EQ(b_->AddEmptyNode(&d, g, {b, c}), cudaSuccess);
+  std::vector<cudaGraphNode_t> deps;
+  ASSERT_EQ(b_->GraphNodeGetDependencies(d, &deps), cudaSuccess);
+  EXPECT_EQ(deps, (std::vector<cudaGraphNode_t>{b, c}));
+  ASSERT_EQ(b_->GraphNodeGetDependencies(a, &deps), cudaSuccess);
+  EXPECT_TRUE(deps.empty());
+  int not_a_node = 0;
+  EXPECT_EQ(b_->GraphNodeGetDependencies(reinterpret_cast<cudaGraphNode_t>(&not_a_node), &deps),
+            cudaErrorInvalidValue);
+
+  std::string dot;
+  ASSERT_EQ(b_->GraphDebugDot(g, 0, &dot), cudaSuccess);
+  EXPECT_NE(dot.find("digraph"), std::string::npos) << dot;
+  for (const char* edge : {"node0 -> node1", "node0 -> node2", "node1 -> node3", "node2 -> node3"})
+    EXPECT_NE(dot.find(edge), std::string::npos) << edge << " in " << dot;
+
+  cudaGraphExec_t e = nullptr;
+  for (unsigned long long flags : {0ull, 1ull * cudaGraphInstantiateFlagAutoFreeOnLaunch,
+                                   1ull * cudaGraphInstantiateFlagUseNodePriority}) {
+    ASSERT_EQ(b_->cudaGraphInstantiateWithFlags(&e, g, flags), cudaSuccess) << flags;
+    EXPECT_EQ(b_->cudaGraphExecDestroy(e), cudaSuccess);
+  }
+  EXPECT_EQ(b_->cudaGraphInstantiateWithFlags(&e, g, cudaGraphInstantiateFlagUpload),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(b_->cudaGraphInstantiateWithFlags(&e, g, cudaGraphInstantiateFlagDeviceLaunch),
+            cudaErrorNotSupported);
+  EXPECT_EQ(b_->cudaGraphInstantiateWithFlags(&e, g, 1ull << 20), cudaErrorInvalidValue);
+  EXPECT_EQ(b_->cudaGraphDestroy(g), cudaSuccess);
+}
+
+TEST_F(HostBackendTest, PeerAccessPciBusIdAndPoolAccessOfTheOneDevice) {
+  EXPECT_EQ(b_->cudaDeviceEnablePeerAccess(0, 0), cudaErrorPeerAccessUnsupported);
+  EXPECT_EQ(b_->cudaDeviceEnablePeerAccess(1, 0), cudaErrorInvalidDevice);
+  char bus[32];
+  ASSERT_EQ(b_->PciBusId(bus, sizeof(bus), 0), cudaSuccess);
+  EXPECT_STREQ(bus, "0000:00:00.0");
+  EXPECT_EQ(b_->PciBusId(bus, sizeof(bus), 1), cudaErrorInvalidDevice);
+  cudaMemPool_t pool = nullptr;
+  ASSERT_EQ(b_->cudaDeviceGetDefaultMemPool(&pool, 0), cudaSuccess);
+  cudaMemAccessDesc desc = {};
+  desc.location.type = cudaMemLocationTypeDevice;
+  desc.location.id = 0;
+  desc.flags = cudaMemAccessFlagsProtReadWrite;
+  EXPECT_EQ(b_->MemPoolSetAccess(pool, &desc, 1), cudaSuccess);
+  EXPECT_EQ(b_->MemPoolSetAccess(pool, &desc, 0), cudaSuccess);
+  desc.location.id = 1;
+  EXPECT_EQ(b_->MemPoolSetAccess(pool, &desc, 1), cudaErrorInvalidDevice);
+  desc.location.id = 0;
+  desc.flags = cudaMemAccessFlagsProtNone;
+  EXPECT_EQ(b_->MemPoolSetAccess(pool, &desc, 1), cudaErrorInvalidValue);
+  EXPECT_EQ(b_->MemPoolSetAccess(pool, nullptr, 1), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace host
+}  // namespace agent
+}  // namespace revenant

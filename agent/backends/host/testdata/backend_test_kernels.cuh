@@ -24,4 +24,12 @@ __global__ void needs_cooperative(int* out) {
   grid.sync();
 }
 
+// A __device__ variable the host backend serves through GetSymbol.
+__device__ int bt_values[8];
+
+__global__ void copy_values(int* out) {
+  int i = threadIdx.x;
+  if (i < 8) out[i] = bt_values[i];
+}
+
 #endif  // REVENANT_AGENT_BACKENDS_HOST_TESTDATA_BACKEND_TEST_KERNELS_CUH_
