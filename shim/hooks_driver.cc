@@ -27,6 +27,7 @@
 
 #include "common/logging.h"
 #include "shim/call.h"
+#include "shim/driver_status.h"
 #include "shim/runtime.h"
 
 // cuda.h renames these to their newest variants, which are rows of their own.
@@ -169,31 +170,21 @@ const char* ErrorString(int e) {
   }
 }
 
-// A runtime status as the driver's: the same number where the driver has
-// that error, else invalid value for the runtime's argument errors (below
-// 100: bad pitch, symbol, direction...) and unknown for the rest.
-CUresult ToCu(cudaError_t e) {
+}  // namespace
+
+CUresult CuFromRuntime(cudaError_t e) {
   if (ErrorName(static_cast<int>(e)) != nullptr) return static_cast<CUresult>(e);
   return static_cast<int>(e) < 100 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_UNKNOWN;
 }
 
-// Keeps the thread's runtime last error as it was across a runtime call.
-class KeepLastError {
- public:
-  KeepLastError() : saved_(TakeLastError()) {}
-  ~KeepLastError() {
-    TakeLastError();
-    SetLastError(saved_);
-  }
+namespace {
 
- private:
-  int32_t saved_;
-};
+CUresult ToCu(cudaError_t e) { return CuFromRuntime(e); }
 
-#define REVENANT_VIA_RUNTIME(call) \
-  do {                             \
+#define REVENANT_VIA_RUNTIME(call)       \
+  do {                                   \
     ::revenant::shim::KeepLastError keep_; \
-    return ::revenant::shim::ToCu(call); \
+    return ::revenant::shim::ToCu(call);   \
   } while (0)
 
 // The stand-in primary context.
