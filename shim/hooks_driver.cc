@@ -352,13 +352,14 @@ extern "C" REVENANT_EXPORT CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) 
   return cuDeviceGetUuid_v2(uuid, dev);
 }
 
-// "domain:bus:device.function" in hex, as cudaDeviceGetPCIBusId writes it.
+// "domain:bus:device.function" in upper-case hex, as cudaDeviceGetPCIBusId
+// writes it (driver_api compares the two natively).
 extern "C" REVENANT_EXPORT CUresult cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
   if (pciBusId == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (rs::BadDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
   const cudaDeviceProp* p = nullptr;
   if (CUresult r = rs::Properties(&p); r != CUDA_SUCCESS) return r;
-  std::snprintf(pciBusId, static_cast<size_t>(len), "%04x:%02x:%02x.0", p->pciDomainID,
+  std::snprintf(pciBusId, static_cast<size_t>(len), "%04X:%02X:%02X.0", p->pciDomainID,
                 p->pciBusID, p->pciDeviceID);
   return CUDA_SUCCESS;
 }

@@ -30,6 +30,7 @@
 #include "shim/call.h"
 #include "shim/driver_entry.h"
 #include "shim/driver_names.h"
+#include "shim/runtime.h"
 
 // cuda.h names the CUDA 12 form cuGetProcAddress; the CUDA 11.3 one is a row too.
 #undef cuGetProcAddress
@@ -119,11 +120,15 @@ void* Dlmopen(Lmid_t lmid, const char* file, int mode) {
 
 namespace {
 
-// The version of the driver the agent runs (cached; 0 when unknown).
+// The version of the driver the agent runs (cached; 0 when unknown). Asked
+// only once the process is connected: the lookups run in libraries'
+// initializers (the runtime inside libcublasLt resolves the driver while it
+// is being loaded), where connecting to the agent must not happen.
 int AgentDriverVersion() {
   static std::atomic<int> cached{0};
   int v = cached.load(std::memory_order_relaxed);
   if (v != 0) return v;
+  if (!Runtime::Get()->connected()) return 0;
   using Fn = cudaError_t (*)(int*);
   static Fn own = [] {
     void* self = SelfHandle(RTLD_LAZY);

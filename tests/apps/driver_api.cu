@@ -88,6 +88,10 @@ int main() {
       CHECK_CU(get_proc("cuStreamGetCaptureInfo", &p, 11030, CU_GET_PROC_ADDRESS_DEFAULT, &q));
       EXPECT_APP(p == dlsym(lib, "cuStreamGetCaptureInfo_v2"), "11.3 is the _v2 variant");
       EXPECT_CU(get_proc("cuMemAlloc", &p, CUDA_VERSION, 7, &q), CUDA_ERROR_INVALID_VALUE);
+      // "If the specified CUDA version is greater than the driver version,
+      // the API will return CUDA_ERROR_INVALID_VALUE" (cuda.h).
+      EXPECT_CU(get_proc("cuMemAlloc", &p, 99000, CU_GET_PROC_ADDRESS_DEFAULT, &q),
+                CUDA_ERROR_INVALID_VALUE);
       EXPECT_APP(dlopen("/no/such/dir/libcuda.so", RTLD_NOW) != nullptr,
                  "libcuda.so in any directory is the shim");
       // A driver function without a row: handed out, and refused when called.
@@ -164,6 +168,15 @@ int main() {
   CUuuid uuid;
   CHECK_CU(device_uuid(&uuid, dev));
   EXPECT_APP(std::memcmp(&uuid, &prop.uuid, sizeof(uuid)) == 0, "UUIDs differ");
+  auto pci_bus_id = Entry<PFN_cuDeviceGetPCIBusId_v4010>("cuDeviceGetPCIBusId");
+  char bus[64] = {};
+  CHECK_CU(pci_bus_id(bus, sizeof(bus), dev));
+  std::printf("driver_api: PCI bus id %s\n", bus);
+  if (!under_shim) {  // the shim has no cudaDeviceGetPCIBusId row: the format is checked here
+    char rt_bus[64] = {};
+    CHECK_CUDA(cudaDeviceGetPCIBusId(rt_bus, sizeof(rt_bus), 0));
+    EXPECT_APP(std::strcmp(bus, rt_bus) == 0, "PCI bus ids '%s' and '%s'", bus, rt_bus);
+  }
   int sms = 0;
   CHECK_CU(device_attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
   EXPECT_APP(sms == prop.multiProcessorCount, "SMs %d and %d", sms, prop.multiProcessorCount);
