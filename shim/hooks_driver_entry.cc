@@ -97,6 +97,16 @@ void NoteDriverLoad(const char* file, void* handle) {
 
 }  // namespace
 
+bool AnswerDriverLoad(const char* file, int mode, void** handle) {
+  if (!IsDriverFile(file)) return false;
+  *handle = SelfHandle(mode);
+  NoteDriverLoad(file, *handle);
+  return true;
+}
+
+void* RealDlopenAddress() { return reinterpret_cast<void*>(RealDlopen()); }
+void* RealDlmopenAddress() { return reinterpret_cast<void*>(RealDlmopen()); }
+
 void* Dlopen(const char* file, int mode) {
   if (IsDriverFile(file)) {
     void* h = SelfHandle(mode);
