@@ -51,6 +51,7 @@ TRANSPORT=(transport/control_socket.cc transport/shm_channel.cc)
 AGENT=(agent/handles.cc agent/hooks.cc agent/session.cc agent/journaling.cc agent/allocator.cc
        agent/snapshot.cc agent/validator.cc
        agent/backends/host/host_backend.cc agent/backends/host/host_blas.cc
+       agent/backends/host/host_driver.cc
        agent/backends/host/host_stream.cc hostkernel/loader.cc
        GEN:api/api_traits.cc GEN:api/backend_api.cc GEN:api/dispatch.cc)
 declare -A SRCS=(
