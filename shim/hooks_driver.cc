@@ -290,6 +290,20 @@ namespace rs = ::revenant::shim;
 
 // --- Initialization, version, devices ----------------------------------------
 
+// The driver's private tables: the runtimes inside the application's
+// libraries (its own libcudart, kept loaded as a dependency; those linked
+// into cuBLASLt and cuDNN) ask for them while they initialize against the
+// driver they loaded -- the shim. It has none: they fail their
+// initialization, which is what keeps them from driving a GPU in this
+// process. Expected, so logged at debug level only.
+extern "C" REVENANT_EXPORT CUresult cuGetExportTable(const void** ppExportTable,
+                                                     const CUuuid* pExportTableId) {
+  if (ppExportTable == nullptr || pExportTableId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *ppExportTable = nullptr;
+  REVENANT_LOG(DEBUG, "shim") << "cuGetExportTable: the shim has no private driver tables";
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 // Never connects: libraries call it from their initializers, before main.
 extern "C" REVENANT_EXPORT CUresult cuInit(unsigned int Flags) {
   return Flags != 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
