@@ -52,6 +52,7 @@ AGENT=(agent/handles.cc agent/hooks.cc agent/session.cc agent/journaling.cc agen
        agent/snapshot.cc agent/validator.cc
        agent/backends/host/host_backend.cc agent/backends/host/host_blas.cc
        agent/backends/host/host_blaslt.cc
+       agent/backends/host/host_driver.cc
        agent/backends/host/host_stream.cc hostkernel/loader.cc
        GEN:api/api_traits.cc GEN:api/backend_api.cc GEN:api/dispatch.cc)
 declare -A SRCS=(

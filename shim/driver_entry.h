@@ -15,6 +15,14 @@ namespace shim {
 void* Dlopen(const char* file, int mode);
 void* Dlmopen(Lmid_t lmid, const char* file, int mode);
 
+// The parts of those for an interposer that must enter the real dlopen with
+// its caller's own frame (glibc finds the caller's RUNPATH and namespace from
+// the return address): true with *handle set when `file` is the driver.
+bool AnswerDriverLoad(const char* file, int mode, void** handle);
+// The real dlopen / dlmopen (null if the loader has none).
+void* RealDlopenAddress();
+void* RealDlmopenAddress();
+
 }  // namespace shim
 }  // namespace revenant
 

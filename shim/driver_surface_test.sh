@@ -52,6 +52,10 @@ check(r == 0 and st.value == 0 and fn.value == addr("cuTexRefCreate"), "a refuse
 check(ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(fn.value)(None) == 801, "refused call")
 check(lib.cudaGetDriverEntryPointByVersion(b"cuInit", ctypes.byref(fn), 12000, 9, None) == 1,
       "runtime lookup, bad flags")
+tab = ctypes.c_void_p(1)
+uuid = (ctypes.c_char * 16)()
+check(lib.cuGetExportTable(ctypes.byref(tab), uuid) == 801 and tab.value is None,
+      "no private driver tables")
 print("entry points checked")
 
 # Initialization and the primary context, no agent: inactive until retained.

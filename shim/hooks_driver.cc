@@ -27,6 +27,7 @@
 
 #include "common/logging.h"
 #include "shim/call.h"
+#include "shim/driver_status.h"
 #include "shim/runtime.h"
 
 // cuda.h renames these to their newest variants, which are rows of their own.
@@ -169,31 +170,21 @@ const char* ErrorString(int e) {
   }
 }
 
-// A runtime status as the driver's: the same number where the driver has
-// that error, else invalid value for the runtime's argument errors (below
-// 100: bad pitch, symbol, direction...) and unknown for the rest.
-CUresult ToCu(cudaError_t e) {
+}  // namespace
+
+CUresult CuFromRuntime(cudaError_t e) {
   if (ErrorName(static_cast<int>(e)) != nullptr) return static_cast<CUresult>(e);
   return static_cast<int>(e) < 100 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_UNKNOWN;
 }
 
-// Keeps the thread's runtime last error as it was across a runtime call.
-class KeepLastError {
- public:
-  KeepLastError() : saved_(TakeLastError()) {}
-  ~KeepLastError() {
-    TakeLastError();
-    SetLastError(saved_);
-  }
+namespace {
 
- private:
-  int32_t saved_;
-};
+CUresult ToCu(cudaError_t e) { return CuFromRuntime(e); }
 
-#define REVENANT_VIA_RUNTIME(call) \
-  do {                             \
+#define REVENANT_VIA_RUNTIME(call)       \
+  do {                                   \
     ::revenant::shim::KeepLastError keep_; \
-    return ::revenant::shim::ToCu(call); \
+    return ::revenant::shim::ToCu(call);   \
   } while (0)
 
 // The stand-in primary context.
@@ -299,6 +290,20 @@ namespace rs = ::revenant::shim;
 
 // --- Initialization, version, devices ----------------------------------------
 
+// The driver's private tables: the runtimes inside the application's
+// libraries (its own libcudart, kept loaded as a dependency; those linked
+// into cuBLASLt and cuDNN) ask for them while they initialize against the
+// driver they loaded -- the shim. It has none: they fail their
+// initialization, which is what keeps them from driving a GPU in this
+// process. Expected, so logged at debug level only.
+extern "C" REVENANT_EXPORT CUresult cuGetExportTable(const void** ppExportTable,
+                                                     const CUuuid* pExportTableId) {
+  if (ppExportTable == nullptr || pExportTableId == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *ppExportTable = nullptr;
+  REVENANT_LOG(DEBUG, "shim") << "cuGetExportTable: the shim has no private driver tables";
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 // Never connects: libraries call it from their initializers, before main.
 extern "C" REVENANT_EXPORT CUresult cuInit(unsigned int Flags) {
   return Flags != 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
@@ -361,13 +366,14 @@ extern "C" REVENANT_EXPORT CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) 
   return cuDeviceGetUuid_v2(uuid, dev);
 }
 
-// "domain:bus:device.function" in hex, as cudaDeviceGetPCIBusId writes it.
+// "domain:bus:device.function" in upper-case hex, as cudaDeviceGetPCIBusId
+// writes it (driver_api compares the two natively).
 extern "C" REVENANT_EXPORT CUresult cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev) {
   if (pciBusId == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (rs::BadDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
   const cudaDeviceProp* p = nullptr;
   if (CUresult r = rs::Properties(&p); r != CUDA_SUCCESS) return r;
-  std::snprintf(pciBusId, static_cast<size_t>(len), "%04x:%02x:%02x.0", p->pciDomainID,
+  std::snprintf(pciBusId, static_cast<size_t>(len), "%04X:%02X:%02X.0", p->pciDomainID,
                 p->pciBusID, p->pciDeviceID);
   return CUDA_SUCCESS;
 }

@@ -30,6 +30,7 @@
 #include "shim/call.h"
 #include "shim/driver_entry.h"
 #include "shim/driver_names.h"
+#include "shim/runtime.h"
 
 // cuda.h names the CUDA 12 form cuGetProcAddress; the CUDA 11.3 one is a row too.
 #undef cuGetProcAddress
@@ -96,10 +97,16 @@ void NoteDriverLoad(const char* file, void* handle) {
 
 }  // namespace
 
-// Every other request must reach the real dlopen as a tail call: glibc takes
-// the caller from the return address to search the caller's RUNPATH, which a
-// frame of the shim in between would replace with the shim's
-// (//shim:dlopen_runpath_test checks it).
+bool AnswerDriverLoad(const char* file, int mode, void** handle) {
+  if (!IsDriverFile(file)) return false;
+  *handle = SelfHandle(mode);
+  NoteDriverLoad(file, *handle);
+  return true;
+}
+
+void* RealDlopenAddress() { return reinterpret_cast<void*>(RealDlopen()); }
+void* RealDlmopenAddress() { return reinterpret_cast<void*>(RealDlmopen()); }
+
 void* Dlopen(const char* file, int mode) {
   if (IsDriverFile(file)) {
     void* h = SelfHandle(mode);
@@ -123,11 +130,15 @@ void* Dlmopen(Lmid_t lmid, const char* file, int mode) {
 
 namespace {
 
-// The version of the driver the agent runs (cached; 0 when unknown).
+// The version of the driver the agent runs (cached; 0 when unknown). Asked
+// only once the process is connected: the lookups run in libraries'
+// initializers (the runtime inside libcublasLt resolves the driver while it
+// is being loaded), where connecting to the agent must not happen.
 int AgentDriverVersion() {
   static std::atomic<int> cached{0};
   int v = cached.load(std::memory_order_relaxed);
   if (v != 0) return v;
+  if (!Runtime::Get()->connected()) return 0;
   using Fn = cudaError_t (*)(int*);
   static Fn own = [] {
     void* self = SelfHandle(RTLD_LAZY);

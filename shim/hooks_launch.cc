@@ -1,4 +1,5 @@
-// Hand-written shim hooks for modules and kernel launches.
+// Hand-written shim hooks for modules and kernel launches, nvcc's and the
+// driver API's (modules of run-time compiled kernels: at the end).
 //
 // nvcc's generated code registers every module and kernel from static
 // constructors (__cudaRegisterFatBinary, __cudaRegisterFunction), before
@@ -7,11 +8,13 @@
 // then, once): the agent answers the kernel's id and parameter layout, and
 // every launch after that is one asynchronous record with the arguments
 // packed at the reported offsets.
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <link.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <map>
@@ -25,6 +28,7 @@
 #include "common/knobs.h"
 #include "common/logging.h"
 #include "shim/call.h"
+#include "shim/driver_status.h"
 #include "shim/runtime.h"
 
 namespace revenant {
@@ -36,6 +40,10 @@ struct Module {
   const void* image = nullptr;
   size_t image_size = 0;
   bool sent = false;
+  // A module the application loaded itself (cuModuleLoadData): the image is
+  // a copy (the application may free its own), and its functions by name.
+  std::string owned_image;
+  std::map<std::string, struct Function*> by_name;
 };
 
 struct Function {
@@ -588,4 +596,231 @@ extern "C" REVENANT_EXPORT cudaError_t cudaFuncSetAttribute(const void* func,
     if (it != reg.functions.end()) it->second->max_dynamic_shared = static_cast<size_t>(value);
   }
   return static_cast<cudaError_t>(call.status());
+}
+
+// --- Modules and launches through the driver API ----------------------------------
+//
+// cuModuleLoadData(Ex) records a module the application made (an NVRTC
+// cubin, PTX, a fat binary): the shim keeps a copy of the image, which goes
+// to the agent with the first cuModuleGetFunction of the module, as nvcc's
+// modules do (so a bad image fails there, not at the load). A CUfunction is
+// the shim's record of the kernel, registered under its own address as the
+// kernel's "host stub": launches, attributes and occupancy go through the
+// runtime rows (journaled and replayed as theirs). The host backend runs such
+// a kernel from its host kernel libraries by name, as any kernel.
+
+namespace {
+
+using revenant::shim::CuFromRuntime;
+using revenant::shim::KeepLastError;
+
+// The size of a module image: a fat binary's header says it, an ELF cubin's
+// section and program headers bound it, anything else is PTX text.
+size_t ImageSize(const void* image) {
+  const auto* b = static_cast<const unsigned char*>(image);
+  uint32_t magic = 0;
+  std::memcpy(&magic, b, 4);
+  if (magic == 0xBA55ED50u) {
+    const auto* h = static_cast<const FatbinHeader*>(image);
+    return h->header_size + h->fat_size;
+  }
+  if (b[0] == 0x7f && b[1] == 'E' && b[2] == 'L' && b[3] == 'F' && b[4] == 2 /* 64-bit */) {
+    uint64_t shoff = 0, phoff = 0;
+    uint16_t phentsize = 0, phnum = 0, shentsize = 0, shnum = 0;
+    std::memcpy(&phoff, b + 0x20, 8);
+    std::memcpy(&shoff, b + 0x28, 8);
+    std::memcpy(&phentsize, b + 0x36, 2);
+    std::memcpy(&phnum, b + 0x38, 2);
+    std::memcpy(&shentsize, b + 0x3a, 2);
+    std::memcpy(&shnum, b + 0x3c, 2);
+    uint64_t end = std::max<uint64_t>(shoff + uint64_t{shentsize} * shnum,
+                                      phoff + uint64_t{phentsize} * phnum);
+    return static_cast<size_t>(std::max<uint64_t>(end, 64));
+  }
+  return std::strlen(static_cast<const char*>(image)) + 1;
+}
+
+CUresult LoadModule(CUmodule* module, const void* image) {
+  if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& reg = revenant::shim::Reg();
+  auto m = std::make_unique<Module>();
+  m->owned_image.assign(static_cast<const char*>(image), ImageSize(image));
+  std::lock_guard<std::mutex> lock(reg.mu);
+  m->key = reg.modules.size() + 1;
+  m->image = m->owned_image.data();
+  m->image_size = m->owned_image.size();
+  *module = reinterpret_cast<CUmodule>(m.get());
+  reg.modules.push_back(std::move(m));
+  return CUDA_SUCCESS;
+}
+
+// The module record of a handle the shim gave out, or null.
+Module* FindModule(CUmodule hmod) {
+  auto& reg = revenant::shim::Reg();
+  for (const auto& m : reg.modules)
+    if (reinterpret_cast<CUmodule>(m.get()) == hmod && !m->owned_image.empty()) return m.get();
+  return nullptr;
+}
+
+// A CUfunction the shim gave out (registered under its own address).
+Function* FindDriverFunction(CUfunction f) {
+  if (f == nullptr) return nullptr;
+  auto& reg = revenant::shim::Reg();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  auto it = reg.functions.find(reinterpret_cast<const void*>(f));
+  return it == reg.functions.end() ? nullptr : it->second.get();
+}
+
+}  // namespace
+
+extern "C" REVENANT_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  return LoadModule(module, image);
+}
+
+// JIT options are the agent's driver's business: they are not forwarded.
+extern "C" REVENANT_EXPORT CUresult cuModuleLoadDataEx(CUmodule* module, const void* image,
+                                                       unsigned int numOptions,
+                                                       CUjit_option* options,
+                                                       void** optionValues) {
+  if (numOptions > 0 && (options == nullptr || optionValues == nullptr))
+    return CUDA_ERROR_INVALID_VALUE;
+  return LoadModule(module, image);
+}
+
+extern "C" REVENANT_EXPORT CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule hmod,
+                                                        const char* name) {
+  if (hfunc == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto& reg = revenant::shim::Reg();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  Module* m = FindModule(hmod);
+  if (m == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  Function* f = nullptr;
+  if (auto it = m->by_name.find(name); it != m->by_name.end()) {
+    f = it->second;
+  } else {
+    auto made = std::make_unique<Function>();
+    made->module = m;
+    made->name = name;
+    made->host_fun = made.get();
+    f = made.get();
+    reg.functions[f] = std::move(made);
+    m->by_name[name] = f;
+  }
+  {
+    KeepLastError keep;
+    revenant::shim::Resolve(f);
+  }
+  if (!f->resolved) return CuFromRuntime(static_cast<cudaError_t>(f->error));
+  switch (f->error) {
+    case 0:
+      *hfunc = reinterpret_cast<CUfunction>(f);
+      return CUDA_SUCCESS;
+    case cudaErrorInvalidKernelImage:
+      return CUDA_ERROR_INVALID_IMAGE;
+    case cudaErrorInvalidDeviceFunction:
+      return CUDA_ERROR_NOT_FOUND;
+    default:
+      return CuFromRuntime(static_cast<cudaError_t>(f->error));
+  }
+}
+
+// The agent keeps the module until the process disconnects; its functions
+// stay valid for the launches already queued.
+extern "C" REVENANT_EXPORT CUresult cuModuleUnload(CUmodule hmod) {
+  auto& reg = revenant::shim::Reg();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  return FindModule(hmod) == nullptr ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+}
+
+extern "C" REVENANT_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX,
+                                                   unsigned int gridDimY, unsigned int gridDimZ,
+                                                   unsigned int blockDimX, unsigned int blockDimY,
+                                                   unsigned int blockDimZ,
+                                                   unsigned int sharedMemBytes, CUstream hStream,
+                                                   void** kernelParams, void** extra) {
+  Function* fn = FindDriverFunction(f);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  const dim3 grid(gridDimX, gridDimY, gridDimZ), block(blockDimX, blockDimY, blockDimZ);
+  KeepLastError keep;
+  if (extra == nullptr) {
+    return CuFromRuntime(revenant::shim::Launch(fn, grid, block, kernelParams, sharedMemBytes,
+                                                reinterpret_cast<cudaStream_t>(hStream), false));
+  }
+  // The packed form: CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE, END.
+  if (kernelParams != nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const void* buffer = nullptr;
+  size_t size = 0;
+  bool have_size = false;
+  for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+    if (i > 64) return CUDA_ERROR_INVALID_VALUE;
+    if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+      buffer = extra[i + 1];
+    } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+      if (extra[i + 1] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+      size = *static_cast<const size_t*>(extra[i + 1]);
+      have_size = true;
+    } else {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  if (buffer == nullptr || !have_size || !fn->resolved || fn->error != 0 || size < fn->args_size)
+    return CUDA_ERROR_INVALID_VALUE;
+  // Launch packs from one pointer per parameter: point into the buffer.
+  std::vector<void*> args(fn->params.size());
+  for (size_t i = 0; i < fn->params.size(); ++i)
+    args[i] = const_cast<char*>(static_cast<const char*>(buffer) + fn->params[i].first);
+  return CuFromRuntime(revenant::shim::Launch(fn, grid, block, args.data(), sharedMemBytes,
+                                              reinterpret_cast<cudaStream_t>(hStream), false));
+}
+
+extern "C" REVENANT_EXPORT CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib,
+                                                       CUfunction hfunc) {
+  if (pi == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Function* fn = FindDriverFunction(hfunc);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  cudaFuncAttributes a{};
+  {
+    KeepLastError keep;
+    cudaError_t e = cudaFuncGetAttributes(&a, fn);
+    if (e != cudaSuccess) return CuFromRuntime(e);
+  }
+  switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = a.maxThreadsPerBlock; break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = static_cast<int>(a.sharedSizeBytes); break;
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = static_cast<int>(a.constSizeBytes); break;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = static_cast<int>(a.localSizeBytes); break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = a.numRegs; break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = a.ptxVersion; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = a.binaryVersion; break;
+    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA: *pi = a.cacheModeCA; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *pi = a.maxDynamicSharedSizeBytes; break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *pi = a.preferredShmemCarveout; break;
+    default:
+      revenant::shim::LogNotSupported("cuFuncGetAttribute of this attribute");
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_SUCCESS;
+}
+
+// CUfunction_attribute and cudaFuncAttribute share their numbering for the
+// settable attributes (from the maximum dynamic shared memory on).
+extern "C" REVENANT_EXPORT CUresult cuFuncSetAttribute(CUfunction hfunc,
+                                                       CUfunction_attribute attrib, int value) {
+  Function* fn = FindDriverFunction(hfunc);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (attrib < CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES ||
+      static_cast<int>(attrib) >= static_cast<int>(cudaFuncAttributeMax))
+    return CUDA_ERROR_INVALID_VALUE;
+  KeepLastError keep;
+  return CuFromRuntime(cudaFuncSetAttribute(fn, static_cast<cudaFuncAttribute>(attrib), value));
+}
+
+extern "C" REVENANT_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(
+    int* numBlocks, CUfunction func, int blockSize, size_t dynamicSMemSize) {
+  if (numBlocks == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Function* fn = FindDriverFunction(func);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  KeepLastError keep;
+  return CuFromRuntime(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+      numBlocks, fn, blockSize, dynamicSMemSize, 0));
 }

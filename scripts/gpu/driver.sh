@@ -7,6 +7,9 @@
 #      context, driver memory/copies/memsets, stream write/wait-value,
 #      events, a runtime kernel on driver memory) passes natively and under
 #      revenant-run --backend=cuda, with equal checksums;
+#      and, killed between its stream wait-on-value and the releasing write
+#      and after its PTX module load, recovered by a replacement agent with
+#      the same checksum;
 #   2. maps_probe loading the real driver by name and by its path under the
 #      shim: every load is answered by the shim and libcuda is never mapped;
 #   3. where PyTorch is installed: torch.cuda.init() and one small tensor
@@ -26,6 +29,15 @@ if [ "$MODE" = all ] || [ "$MODE" = driver ]; then
   got=$(sed -n 's/^\[r0\] driver_api checksum=\([0-9a-f]*\)$/\1/p' "$clog")
   if [ -n "$ref" ] && [ "$got" = "$ref" ]; then s=PASS; else s="FAIL (native '$ref', cuda '$got')"; fi
   record "driver_api checksum native = cuda" "$s" "$clog"
+  for calls in 27 51; do
+    log="$LOGS/driver_api.cuda.chaos$calls.log"
+    timeout 150 $RUN -n 1 --backend=cuda --timeout=120 --chaos="rank=0,calls=$calls" -- \
+      "$G/apps/driver_api.bin" >"$log" 2>&1
+    got=$(sed -n 's/^\[r0\] driver_api checksum=\([0-9a-f]*\)$/\1/p' "$log")
+    if [ -n "$ref" ] && [ "$got" = "$ref" ] && grep -q "replacement agent for rank" "$log"
+    then s=PASS; else s="FAIL (native '$ref', recovered '$got')"; fi
+    record "driver_api cuda, agent killed after $calls calls" "$s" "$log"
+  done
 
   real=$(ldconfig -p | awk '$1 == "libcuda.so.1" { print $NF; exit }')
   log="$LOGS/maps_probe_driver.cuda.log"

@@ -2,10 +2,11 @@
 
 load("//build_defs:cuda.bzl", "cuda_binary", "cuda_kernel_symbols", "host_kernel_library")
 
-def cuda_test_app(name, num_kernels, nvcc_flags = ""):
+def cuda_test_app(name, num_kernels, nvcc_flags = "", extra_hdrs = []):
     """`name` (nvcc, from <name>.cu) and `<name>_host_kernels` (lib<name>_host_kernels.so).
 
-    Both compile the same `<name>_kernels.cuh`. `<name>_kernel_names_test`
+    Both compile the same `<name>_kernels.cuh`; `extra_hdrs` are further
+    headers the program includes (generated ones too). `<name>_kernel_names_test`
     fails when a kernel nvcc registers from it (at least `num_kernels`) has no
     host implementation under the same mangled name.
     """
@@ -16,7 +17,7 @@ def cuda_test_app(name, num_kernels, nvcc_flags = ""):
             name + "_kernels.cuh",
             "app_check.h",
             "//hostkernel:kernel_portability.h",
-        ],
+        ] + extra_hdrs,
         nvcc_flags = nvcc_flags,
         visibility = ["//visibility:public"],
     )
@@ -33,7 +34,7 @@ def cuda_test_app(name, num_kernels, nvcc_flags = ""):
             name + "_kernels.cuh",
             "app_check.h",
             "//hostkernel:kernel_portability.h",
-        ],
+        ] + extra_hdrs,
         nvcc_flags = nvcc_flags,
     )
     native.cc_test(

@@ -4,3 +4,4 @@
 #include "hostkernel/host_kernel.h"
 
 REVENANT_HOST_KERNEL(mix_words);
+REVENANT_HOST_KERNEL(driver_add);

@@ -59,6 +59,7 @@ uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
   X(cuMemUnmap)                                           \
   X(cuMemSetAccess)                                       \
   X(cuModuleLoadFatBinary)                                \
+  X(cuModuleLoadData)                                     \
   X(cuModuleUnload)                                       \
   X(cuModuleGetFunction)                                  \
   X(cuModuleGetGlobal)                                    \
@@ -1396,9 +1397,16 @@ absl::Status CudaBackend::LoadModule(uint64_t module_key, absl::string_view imag
   }
   Module m;
   m.image.assign(image.data(), image.size());  // aligned, and alive as long as the module
-  CUresult r = drv_.cuModuleLoadFatBinary(&m.module, m.image.data());
+  // nvcc's modules are fat binaries; the application's own (cuModuleLoadData
+  // through the driver API: run-time compiled cubins or PTX) load as such.
+  uint32_t magic = 0;
+  std::memcpy(&magic, m.image.data(), sizeof(magic));
+  const bool fatbin = magic == 0xBA55ED50u;
+  CUresult r = fatbin ? drv_.cuModuleLoadFatBinary(&m.module, m.image.data())
+                      : drv_.cuModuleLoadData(&m.module, m.image.data());
   if (r != CUDA_SUCCESS) {
-    return absl::InvalidArgumentError(absl::StrCat("cuModuleLoadFatBinary of module ", module_key,
+    return absl::InvalidArgumentError(absl::StrCat(fatbin ? "cuModuleLoadFatBinary" : "cuModuleLoadData",
+                                                   " of module ", module_key,
                                                    " (", image.size(), " bytes): driver error ",
                                                    static_cast<int>(r)));
   }
