@@ -76,6 +76,18 @@ bool IsSharedHostAlloc(api::ApiId id) {
   return id == api::ApiId::cudaHostAlloc || id == api::ApiId::cudaMallocHost;
 }
 
+// cuDNN handles and backend descriptors are never compacted away: their
+// creation, every call that builds them and their destruction stay in the
+// setup log (no journal keys). A descriptor refers to others (an execution
+// plan to its engine config, an operation to its tensors, a plan to its
+// handle), and cuDNN lets the application destroy the referred ones while
+// the referring one lives on; dropping a destroyed descriptor's calls would
+// leave a replay unable to rebuild those that still use it. Their number is
+// bounded by what the application builds (PyTorch caches its plans).
+bool KeepsEveryCall(api::HandleKind kind) {
+  return kind == api::HandleKind::kDnnHandle || kind == api::HandleKind::kDnnDescriptor;
+}
+
 }  // namespace
 
 bool MinibatchDetector::OnRequest(uint16_t api_id, absl::string_view body) {
@@ -262,11 +274,11 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   // reply of a replayed request the application still waits for.
   e.set_flags((rec.flags & 0xffffu) | (static_cast<uint32_t>(rec.reply_slot + 1) << 16));
   e.set_minibatch(minibatch_.load(std::memory_order_relaxed));
-  if (IsFree(id) || traits.destroys != api::HandleKind::kNone) {
-    e.add_destroys(FirstU64(body));
-  }
+  const bool keyed_destroy =
+      traits.destroys != api::HandleKind::kNone && !KeepsEveryCall(traits.destroys);
+  if (IsFree(id) || keyed_destroy) e.add_destroys(FirstU64(body));
   if (traits.sets_attribute) JournalAttributeCall(rec, FirstU64(body), &e);
-  if (traits.destroys != api::HandleKind::kNone) {
+  if (keyed_destroy) {
     // The handle's attribute calls go with it; only those this journal keyed
     // (a destroy of a key no entry named is kept, as it may matter on replay).
     for (uint16_t setter : AttributeSetters()) {
@@ -334,7 +346,8 @@ absl::Status RequestJournal::AfterExecute(const transport::RecordHeader& rec, in
   e.set_status(status);
   e.set_outputs(outputs.data(), outputs.size());
   e.set_minibatch(minibatch_.load(std::memory_order_relaxed));
-  if (status == 0 && (IsAllocation(id) || traits.creates != api::HandleKind::kNone)) {
+  if (status == 0 && (IsAllocation(id) || (traits.creates != api::HandleKind::kNone &&
+                                            !KeepsEveryCall(traits.creates)))) {
     const uint64_t key = FirstOutU64(outputs);
     if (key != 0) e.add_creates(key);
   }

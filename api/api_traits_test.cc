@@ -16,7 +16,7 @@ api_table::ApiTable LoadAll() {
   api_table::ApiTable all;
   for (const char* path :
        {"api/cuda_runtime.textproto", "api/cuda_nvcc.textproto", "api/nccl.textproto",
-        "api/cublas.textproto"}) {
+        "api/cublas.textproto", "api/cudnn.textproto"}) {
     std::ifstream in(path);
     EXPECT_TRUE(in.good()) << path;
     std::stringstream buf;
@@ -55,6 +55,8 @@ TEST(ApiTraitsTest, EnumsMirrorTheSchema) {
   EXPECT_EQ(static_cast<int>(Library::kCublas), api_table::CUBLAS);
   EXPECT_EQ(static_cast<int>(Library::kDriver) + 1, api_table::Library_ARRAYSIZE);
   EXPECT_EQ(static_cast<int>(HandleKind::kBlasHandle), api_table::BLAS_HANDLE);
+  EXPECT_EQ(static_cast<int>(HandleKind::kDnnHandle), api_table::DNN_HANDLE);
+  EXPECT_EQ(static_cast<int>(HandleKind::kDnnDescriptor), api_table::DNN_DESCRIPTOR);
   EXPECT_EQ(static_cast<int>(Mode::kLocal), api_table::LOCAL);
   EXPECT_EQ(static_cast<int>(JournalClass::kReplay), api_table::REPLAY);
   EXPECT_EQ(static_cast<int>(Support::kRefused), api_table::REFUSED);

@@ -21,9 +21,10 @@ enum class Library : uint8_t {
 };
 enum class HandleKind : uint8_t {
   kNone = 0, kStream = 1, kEvent = 2, kGraph = 3, kGraphExec = 4, kGraphNode = 5,
-  kMemPool = 6, kComm = 7, kFunction = 8, kKernel = 9, kBlasHandle = 10,
+  kMemPool = 6, kComm = 7, kFunction = 8, kKernel = 9, kBlasHandle = 10, kDnnHandle = 11,
+  kDnnDescriptor = 12,
 };
-inline constexpr int kHandleKindCount = 11;
+inline constexpr int kHandleKindCount = 13;
 enum class Mode : uint8_t { kSync = 0, kAsync = 1, kLocal = 2 };
 enum class JournalClass : uint8_t { kSkip = 0, kState = 1, kReplay = 2 };
 enum class Support : uint8_t { kGenerated = 0, kShimHook = 1, kHook = 2, kRefused = 3 };

@@ -90,7 +90,8 @@ std::string LocalType(const std::string& c_type) {
 std::string HandleEnum(HandleKind k) {
   static const char* kNames[] = {"kNone",      "kStream",    "kEvent",   "kGraph",
                                  "kGraphExec", "kGraphNode", "kMemPool", "kComm",
-                                 "kFunction",  "kKernel",    "kBlasHandle"};
+                                 "kFunction",  "kKernel",    "kBlasHandle", "kDnnHandle",
+                                 "kDnnDescriptor"};
   return std::string("::revenant::api::HandleKind::") + kNames[static_cast<int>(k)];
 }
 
@@ -343,7 +344,7 @@ void EmitTraits(const std::vector<Function>& fns, const std::string& dir) {
     << "const char* HandleKindName(HandleKind kind) {\n"
     << "  static const char* kNames[] = {\"none\", \"stream\", \"event\", \"graph\", "
        "\"graph_exec\", \"graph_node\", \"mem_pool\", \"comm\", \"function\", \"kernel\", "
-       "\"blas_handle\"};\n"
+       "\"blas_handle\", \"dnn_handle\", \"dnn_descriptor\"};\n"
     << "  int i = static_cast<int>(kind);\n"
     << "  return i >= 0 && i < kHandleKindCount ? kNames[i] : \"?\";\n}\n\n"
     << "}  // namespace api\n}  // namespace revenant\n";

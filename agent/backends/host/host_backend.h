@@ -41,11 +41,21 @@
 // complex GEMM/GEMV/dot and the triangular solves run in single and double. Math modes are kept
 // and reported but change nothing (the CPU computes in the full precision).
 //
+// cuDNN (host_dnn.cc): the host backend has no cuDNN. Handles and backend
+// descriptors can be created, given a stream, queried and destroyed (with
+// cuDNN's codes for bad input), so applications and tests get past their
+// setup; finalizing, executing and the attribute calls answer
+// CUDNN_STATUS_NOT_SUPPORTED with one log line each, and
+// cudnnGetLastErrorString says why. cudnnGetVersion, cudnnGetCudartVersion
+// and cudnnGetProperty answer the versions of the headers the agent was
+// built with (the API the rows follow).
+//
 // Thread safety: all methods may be called from several threads.
 #ifndef REVENANT_AGENT_BACKENDS_HOST_HOST_BACKEND_H_
 #define REVENANT_AGENT_BACKENDS_HOST_HOST_BACKEND_H_
 
 #include <cublas_api.h>
+#include <cudnn.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -251,6 +261,32 @@ class HostBackend : public Backend {
   REVENANT_CUBLAS_ROWS(REVENANT_HOST_BLAS_ROW)
 #undef REVENANT_HOST_BLAS_ROW
 
+  // cuDNN (host_dnn.cc).
+  cudnnStatus_t cudnnGetProperty(libraryPropertyType type, int* value) override;
+  cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) override;
+  cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) override;
+  cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t streamId) override;
+  cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t* streamId) override;
+  cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType,
+                                             cudnnBackendDescriptor_t* descriptor) override;
+  cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor) override;
+  cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor) override;
+  cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan,
+                                    cudnnBackendDescriptor_t variantPack) override;
+  size_t DnnGetVersion() override;
+  size_t DnnGetCudartVersion() override;
+  void DnnGetLastErrorString(char* message, size_t max_size) override;
+  cudnnStatus_t DnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor,
+                                       cudnnBackendAttributeName_t attributeName,
+                                       cudnnBackendAttributeType_t attributeType,
+                                       int64_t elementCount,
+                                       const void* arrayOfElements) override;
+  cudnnStatus_t DnnBackendGetAttribute(cudnnBackendDescriptor_t descriptor,
+                                       cudnnBackendAttributeName_t attributeName,
+                                       cudnnBackendAttributeType_t attributeType,
+                                       int64_t requestedElementCount, int64_t* elementCount,
+                                       void* arrayOfElements) override;
+
  protected:
   // What Create does before constructing: picks the device range (the
   // default for options.rank), loads the host kernel libraries and maps the
@@ -287,6 +323,19 @@ class HostBackend : public Backend {
     void* workspace = nullptr;
     size_t workspace_size = 0;
   };
+  // A cuDNN handle (cudnnHandle_t is a DnnHandle*) and a backend descriptor
+  // (cudnnBackendDescriptor_t is a DnnDescriptor*).
+  struct DnnHandle {
+    cudaStream_t stream = nullptr;
+  };
+  struct DnnDescriptor {
+    cudnnBackendDescriptorType_t type;
+  };
+  // A cuDNN call the host backend cannot serve: CUDNN_STATUS_NOT_SUPPORTED,
+  // one log line per function, the message for cudnnGetLastErrorString.
+  cudnnStatus_t DnnNotSupported(const char* api);
+  // A refused cuDNN call: `status`, the message for cudnnGetLastErrorString.
+  cudnnStatus_t DnnFail(cudnnStatus_t status, const std::string& message);
   // One GEMM family call, strides 0 for a single GEMM.
   struct GemmArgs {
     cublasOperation_t transa, transb;
@@ -440,6 +489,10 @@ class HostBackend : public Backend {
   // Graph-owned allocations -> how many graphs and executables hold each.
   absl::flat_hash_map<uint64_t, int> graph_allocs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<BlasHandle*, std::unique_ptr<BlasHandle>> blas_handles_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<DnnHandle*, std::unique_ptr<DnnHandle>> dnn_handles_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<DnnDescriptor*, std::unique_ptr<DnnDescriptor>> dnn_descriptors_
+      ABSL_GUARDED_BY(mu_);
+  std::string dnn_last_error_ ABSL_GUARDED_BY(mu_);
 
   std::mutex error_mu_;
   std::vector<std::pair<HostStream*, cudaError_t>> errors_ ABSL_GUARDED_BY(error_mu_);

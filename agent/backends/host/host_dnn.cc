@@ -1,0 +1,172 @@
+// The cuDNN rows on the host backend, which has no cuDNN (host_backend.h
+// says what works and what is refused).
+#include <cudnn.h>
+
+#include <cstdio>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "agent/backends/host/host_backend.h"
+#include "common/logging.h"
+
+namespace revenant {
+namespace agent {
+namespace host {
+namespace {
+
+constexpr char kLog[] = "host-backend";
+
+}  // namespace
+
+cudnnStatus_t HostBackend::DnnFail(cudnnStatus_t status, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  dnn_last_error_ = message;
+  return status;
+}
+
+cudnnStatus_t HostBackend::DnnNotSupported(const char* api) {
+  const std::string message =
+      absl::StrCat(api, ": the host backend has no cuDNN (CUDNN_STATUS_NOT_SUPPORTED); run with "
+                        "--backend=cuda for cuDNN computations");
+  {
+    static std::mutex logged_mu;
+    static std::set<std::string>* logged = new std::set<std::string>();
+    std::lock_guard<std::mutex> lock(logged_mu);
+    if (logged->insert(api).second) {
+      REVENANT_LOG(WARNING, kLog) << message;
+    }
+  }
+  return DnnFail(CUDNN_STATUS_NOT_SUPPORTED, message);
+}
+
+size_t HostBackend::DnnGetVersion() { return CUDNN_VERSION; }
+
+size_t HostBackend::DnnGetCudartVersion() { return CUDART_VERSION; }
+
+void HostBackend::DnnGetLastErrorString(char* message, size_t max_size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::snprintf(message, max_size, "%s", dnn_last_error_.c_str());
+}
+
+cudnnStatus_t HostBackend::cudnnGetProperty(libraryPropertyType type, int* value) {
+  if (value == nullptr) {
+    return DnnFail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "cudnnGetProperty: value is null");
+  }
+  switch (type) {
+    case MAJOR_VERSION: *value = CUDNN_MAJOR; return CUDNN_STATUS_SUCCESS;
+    case MINOR_VERSION: *value = CUDNN_MINOR; return CUDNN_STATUS_SUCCESS;
+    case PATCH_LEVEL: *value = CUDNN_PATCHLEVEL; return CUDNN_STATUS_SUCCESS;
+    default:
+      return DnnFail(CUDNN_STATUS_BAD_PARAM, "cudnnGetProperty: unknown property type");
+  }
+}
+
+cudnnStatus_t HostBackend::cudnnCreate(cudnnHandle_t* handle) {
+  if (handle == nullptr) {
+    return DnnFail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "cudnnCreate: handle is null");
+  }
+  auto h = std::make_unique<DnnHandle>();
+  std::lock_guard<std::mutex> lock(mu_);
+  *handle = reinterpret_cast<cudnnHandle_t>(h.get());
+  dnn_handles_[h.get()] = std::move(h);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t HostBackend::cudnnDestroy(cudnnHandle_t handle) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (dnn_handles_.erase(reinterpret_cast<DnnHandle*>(handle)) > 0) return CUDNN_STATUS_SUCCESS;
+  }
+  return DnnFail(CUDNN_STATUS_BAD_PARAM, "cudnnDestroy: not a live cuDNN handle");
+}
+
+cudnnStatus_t HostBackend::cudnnSetStream(cudnnHandle_t handle, cudaStream_t streamId) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = dnn_handles_.find(reinterpret_cast<DnnHandle*>(handle));
+    if (it != dnn_handles_.end()) {
+      if (ResolveStream(streamId) != nullptr) {
+        it->second->stream = streamId;
+        return CUDNN_STATUS_SUCCESS;
+      }
+    } else {
+      dnn_last_error_ = "cudnnSetStream: not a live cuDNN handle";
+      return CUDNN_STATUS_BAD_PARAM;
+    }
+  }
+  return DnnFail(CUDNN_STATUS_BAD_PARAM, "cudnnSetStream: not a live stream");
+}
+
+cudnnStatus_t HostBackend::cudnnGetStream(cudnnHandle_t handle, cudaStream_t* streamId) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = dnn_handles_.find(reinterpret_cast<DnnHandle*>(handle));
+    if (it != dnn_handles_.end() && streamId != nullptr) {
+      *streamId = it->second->stream;
+      return CUDNN_STATUS_SUCCESS;
+    }
+    if (it == dnn_handles_.end()) {
+      dnn_last_error_ = "cudnnGetStream: not a live cuDNN handle";
+      return CUDNN_STATUS_BAD_PARAM;
+    }
+  }
+  return DnnFail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "cudnnGetStream: streamId is null");
+}
+
+cudnnStatus_t HostBackend::cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType,
+                                                        cudnnBackendDescriptor_t* descriptor) {
+  if (descriptor == nullptr) {
+    return DnnFail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER,
+                   "cudnnBackendCreateDescriptor: descriptor is null");
+  }
+  if (static_cast<int>(descriptorType) < CUDNN_BACKEND_POINTWISE_DESCRIPTOR ||
+      static_cast<int>(descriptorType) > CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR) {
+    return DnnFail(CUDNN_STATUS_NOT_SUPPORTED,
+                   absl::StrCat("cudnnBackendCreateDescriptor: unknown descriptor type ",
+                                static_cast<int>(descriptorType)));
+  }
+  auto d = std::make_unique<DnnDescriptor>();
+  d->type = descriptorType;
+  std::lock_guard<std::mutex> lock(mu_);
+  *descriptor = reinterpret_cast<cudnnBackendDescriptor_t>(d.get());
+  dnn_descriptors_[d.get()] = std::move(d);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t HostBackend::cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (dnn_descriptors_.erase(reinterpret_cast<DnnDescriptor*>(descriptor)) > 0)
+      return CUDNN_STATUS_SUCCESS;
+  }
+  return DnnFail(CUDNN_STATUS_BAD_PARAM,
+                 "cudnnBackendDestroyDescriptor: not a live backend descriptor");
+}
+
+cudnnStatus_t HostBackend::cudnnBackendFinalize(cudnnBackendDescriptor_t) {
+  return DnnNotSupported("cudnnBackendFinalize");
+}
+
+cudnnStatus_t HostBackend::cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t,
+                                               cudnnBackendDescriptor_t) {
+  return DnnNotSupported("cudnnBackendExecute");
+}
+
+cudnnStatus_t HostBackend::DnnBackendSetAttribute(cudnnBackendDescriptor_t,
+                                                  cudnnBackendAttributeName_t,
+                                                  cudnnBackendAttributeType_t, int64_t,
+                                                  const void*) {
+  return DnnNotSupported("cudnnBackendSetAttribute");
+}
+
+cudnnStatus_t HostBackend::DnnBackendGetAttribute(cudnnBackendDescriptor_t,
+                                                  cudnnBackendAttributeName_t,
+                                                  cudnnBackendAttributeType_t, int64_t,
+                                                  int64_t*, void*) {
+  return DnnNotSupported("cudnnBackendGetAttribute");
+}
+
+}  // namespace host
+}  // namespace agent
+}  // namespace revenant
