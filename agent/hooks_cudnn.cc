@@ -26,9 +26,10 @@ namespace {
 
 Backend* B(DispatchContext& ctx) { return static_cast<Backend*>(ctx.backend); }
 
-int32_t Refuse(const char* api, const char* why) {
-  REVENANT_LOG(WARNING, "agent") << api << " refused: " << why << " (CUDNN_STATUS_BAD_PARAM)";
-  return CUDNN_STATUS_BAD_PARAM;
+int32_t Refuse(const char* api, const char* why, cudnnStatus_t status = CUDNN_STATUS_BAD_PARAM) {
+  REVENANT_LOG(WARNING, "agent") << api << " refused: " << why << " (" << static_cast<int>(status)
+                                 << ")";
+  return status;
 }
 
 // Translates `count` virtual handles of `kind` at `elements` in place.
@@ -89,16 +90,19 @@ int32_t Hook_cudnnBackendSetAttribute(DispatchContext& ctx, wire::Decoder& in, w
     return Refuse(kApi, "malformed request");
   }
   h.element_size = api::DnnElementSize(h.type);
-  if (h.element_size == 0) return Refuse(kApi, "unknown attribute type");
+  if (h.element_size == 0)
+    return Refuse(kApi, "unknown attribute type", CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE);
   if (!api::DnnElementCountOk(h.count)) return Refuse(kApi, "bad element count");
-  if (data != nullptr && size != static_cast<uint64_t>(h.count) * h.element_size)
+  // cuDNN answers a null array so (whatever the count); it never reaches it.
+  if (data == nullptr) return Refuse(kApi, "null array");
+  if (size != static_cast<uint64_t>(h.count) * h.element_size)
     return Refuse(kApi, "element bytes disagree with the count");
   if (!ctx.handles->ToBackendRaw(api::HandleKind::kDnnDescriptor, &h.descriptor))
     return Refuse(kApi, "not a live backend descriptor");
   const api::HandleKind kind = api::DnnElementHandleKind(h.type);
   std::vector<uint64_t> handles;
   const void* elements = data;
-  if (kind != api::HandleKind::kNone && data != nullptr) {
+  if (kind != api::HandleKind::kNone) {
     handles.resize(static_cast<size_t>(h.count));
     if (size != 0) std::memcpy(handles.data(), data, size);
     if (!ToBackendAll(ctx, kind, handles.data(), h.count))
@@ -126,7 +130,8 @@ int32_t Hook_cudnnBackendGetAttribute(DispatchContext& ctx, wire::Decoder& in,
     return Refuse(kApi, "malformed request");
   }
   h.element_size = api::DnnElementSize(h.type);
-  if (h.element_size == 0) return Refuse(kApi, "unknown attribute type");
+  if (h.element_size == 0)
+    return Refuse(kApi, "unknown attribute type", CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE);
   if (!api::DnnElementCountOk(h.count)) return Refuse(kApi, "bad requested element count");
   const uint64_t bytes = static_cast<uint64_t>(h.count) * h.element_size;
   if (has_array && bytes > api::kDnnMaxReplyElementBytes)

@@ -19,9 +19,9 @@ namespace {
 using revenant::api::ApiId;
 using revenant::shim::Call;
 
-cudnnStatus_t BadParam(const char* api, const char* why) {
+cudnnStatus_t Refuse(const char* api, const char* why, cudnnStatus_t status) {
   REVENANT_LOG(DEBUG, "shim") << api << " refused: " << why;
-  return CUDNN_STATUS_BAD_PARAM;
+  return status;
 }
 
 // cudnnGetVersion / cudnnGetCudartVersion: the agent's answer, cached once
@@ -129,13 +129,30 @@ extern "C" REVENANT_EXPORT void cudnnGetLastErrorString(char* message, size_t ma
   message[capacity - 1] = '\0';
 }
 
+// cuDNN destroys a null handle successfully (nothing to do).
+extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
+  if (handle == nullptr) return CUDNN_STATUS_SUCCESS;
+  revenant::wire::Sizer sz;
+  sz.Put(handle);
+  Call call(ApiId::cudnnDestroy, sz.size());
+  if (!call.ok()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
+  call.args().Put(handle);
+  if (!call.Send()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
+  return static_cast<cudnnStatus_t>(call.status());
+}
+
 extern "C" REVENANT_EXPORT cudnnStatus_t cudnnBackendSetAttribute(
     cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t attributeName,
     cudnnBackendAttributeType_t attributeType, int64_t elementCount, const void* arrayOfElements) {
   constexpr const char* kApi = "cudnnBackendSetAttribute";
+  // cuDNN's own codes for what it checks first.
+  if (descriptor == nullptr)
+    return Refuse(kApi, "null descriptor", CUDNN_STATUS_BAD_PARAM_NULL_POINTER);
   const size_t size = revenant::api::DnnElementSize(attributeType);
-  if (size == 0) return BadParam(kApi, "unknown attribute type");
-  if (!revenant::api::DnnElementCountOk(elementCount)) return BadParam(kApi, "bad element count");
+  if (size == 0)
+    return Refuse(kApi, "unknown attribute type", CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE);
+  if (!revenant::api::DnnElementCountOk(elementCount))
+    return Refuse(kApi, "bad element count", CUDNN_STATUS_BAD_PARAM);
   const uint64_t bytes = static_cast<uint64_t>(elementCount) * size;
   revenant::wire::Sizer sz;
   sz.Put(uint64_t{});
@@ -160,9 +177,10 @@ extern "C" REVENANT_EXPORT cudnnStatus_t cudnnBackendGetAttribute(
     int64_t* elementCount, void* arrayOfElements) {
   constexpr const char* kApi = "cudnnBackendGetAttribute";
   const size_t size = revenant::api::DnnElementSize(attributeType);
-  if (size == 0) return BadParam(kApi, "unknown attribute type");
+  if (size == 0)
+    return Refuse(kApi, "unknown attribute type", CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE);
   if (!revenant::api::DnnElementCountOk(requestedElementCount))
-    return BadParam(kApi, "bad requested element count");
+    return Refuse(kApi, "bad requested element count", CUDNN_STATUS_BAD_PARAM);
   const bool has_array = arrayOfElements != nullptr;
   // Handle elements go both ways: a descriptor-typed get fills descriptors
   // the caller created (cudnn_graph.h), so the agent needs to know them.

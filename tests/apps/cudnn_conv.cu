@@ -333,15 +333,19 @@ int RunErrors(bool after_destroy) {
   cudnnBackendDescriptor_t t2 = Make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
   EXPECT_APP(t != t2, "two descriptors with one handle");
 
-  // Bad input a real cuDNN answers defined.
+  // Bad input a real cuDNN answers defined (cuDNN 9.19's codes in
+  // tests/integration/cudnn_host_test.sh and scripts/gpu/cudnn.sh).
   Code("create_null", cudnnCreate(nullptr));
+  Code("destroy_null_handle", cudnnDestroy(nullptr));
   Code("set_stream_null_handle", cudnnSetStream(nullptr, stream));
-  Code("get_stream_null_out", cudnnGetStream(h, nullptr));
-  Code("create_descriptor_null_out", cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, nullptr));
   cudnnBackendDescriptor_t bad = nullptr;
   Code("create_descriptor_unknown_type",
        cudnnBackendCreateDescriptor(static_cast<cudnnBackendDescriptorType_t>(999), &bad));
-  const int64_t dims[4] = {1, 2, 3, 4};
+  Code("destroy_null_descriptor", cudnnBackendDestroyDescriptor(nullptr));
+  Code("finalize_null_descriptor", cudnnBackendFinalize(nullptr));
+  const int64_t dims[4] = {2, 3, 4, 5};
+  Code("set_null_descriptor",
+       cudnnBackendSetAttribute(nullptr, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims));
   Code("set_unknown_attribute_type",
        cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS,
                                 static_cast<cudnnBackendAttributeType_t>(999), 4, dims));
@@ -352,20 +356,62 @@ int RunErrors(bool after_destroy) {
        cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_FLOAT, 1, &f));
   Code("set_null_array",
        cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, nullptr));
-  int64_t n = 0, v[4] = {0, 0, 0, 0};
-  Code("get_negative_count",
-       cudnnBackendGetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, -1, &n, v));
-  Code("get_unknown_attribute_type",
-       cudnnBackendGetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS,
-                                static_cast<cudnnBackendAttributeType_t>(999), 4, &n, v));
+  Code("set_null_array_zero_count",
+       cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 0, nullptr));
+  cudnnBackendDescriptor_t null_element = nullptr;
+  cudnnBackendDescriptor_t op = Make(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+  Code("set_null_element", cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &null_element));
   Code("finalize_incomplete", cudnnBackendFinalize(t));
   Code("execute_null_handle", cudnnBackendExecute(nullptr, t, t2));
   char message[256] = "unset";
   cudnnGetLastErrorString(message, sizeof(message));
   std::printf("last error string: %s\n", message);
 
+  // A complete tensor (the host backend cannot finalize it: it has no cuDNN).
+  cudnnBackendDescriptor_t tf = Make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  const cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  const int64_t strides[4] = {60, 20, 5, 1}, uid = 1, alignment = 16;
+  Code("set_data_type", cudnnBackendSetAttribute(tf, CUDNN_ATTR_TENSOR_DATA_TYPE,
+                                                 CUDNN_TYPE_DATA_TYPE, 1, &type));
+  Code("set_dims", cudnnBackendSetAttribute(tf, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims));
+  Code("set_strides", cudnnBackendSetAttribute(tf, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides));
+  Code("set_uid", cudnnBackendSetAttribute(tf, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
+  Code("set_alignment", cudnnBackendSetAttribute(tf, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT,
+                                                 CUDNN_TYPE_INT64, 1, &alignment));
+  Code("finalize_complete", cudnnBackendFinalize(tf));
+  Code("finalize_twice", cudnnBackendFinalize(tf));
+  Code("set_after_finalize", cudnnBackendSetAttribute(tf, CUDNN_ATTR_TENSOR_DIMENSIONS,
+                                                      CUDNN_TYPE_INT64, 4, dims));
+  int64_t n = -7, v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  Code("get_negative_count",
+       cudnnBackendGetAttribute(tf, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, -1, &n, v));
+  Code("get_unknown_attribute_type",
+       cudnnBackendGetAttribute(tf, CUDNN_ATTR_TENSOR_DIMENSIONS,
+                                static_cast<cudnnBackendAttributeType_t>(999), 4, &n, v));
+  Code("get_wrong_attribute_type",
+       cudnnBackendGetAttribute(tf, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_FLOAT, 4, &n, v));
+  Code("get_null_descriptor",
+       cudnnBackendGetAttribute(nullptr, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, &n, v));
+  // An array too small: the first elements, and how many were written.
+  Code("get_two_of_four",
+       cudnnBackendGetAttribute(tf, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 2, &n, v));
+  std::printf("VALUES get_two_of_four %lld: %lld %lld %lld\n", (long long)n, (long long)v[0],
+              (long long)v[1], (long long)v[2]);
+  Code("get_count_only",
+       cudnnBackendGetAttribute(tf, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 0, &n, nullptr));
+  std::printf("VALUES get_count_only %lld\n", (long long)n);
+  v[0] = v[1] = v[2] = v[3] = 0;
+  Code("get_without_count",
+       cudnnBackendGetAttribute(tf, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, nullptr, v));
+  std::printf("VALUES get_without_count %lld %lld %lld %lld\n", (long long)v[0], (long long)v[1],
+              (long long)v[2], (long long)v[3]);
+
   if (after_destroy) {
     // Only defined under Revenant: a real cuDNN dereferences these.
+    Code("create_descriptor_null_out",
+         cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, nullptr));
+    Code("get_stream_null_out", cudnnGetStream(h, nullptr));
     cudnnBackendDescriptor_t gone = Make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
     CHECK_DNN(cudnnBackendDestroyDescriptor(gone));
     Code("destroy_twice", cudnnBackendDestroyDescriptor(gone));
@@ -374,7 +420,6 @@ int RunErrors(bool after_destroy) {
     Code("get_destroyed", cudnnBackendGetAttribute(gone, CUDNN_ATTR_TENSOR_DIMENSIONS,
                                                    CUDNN_TYPE_INT64, 4, &n, v));
     Code("finalize_destroyed", cudnnBackendFinalize(gone));
-    cudnnBackendDescriptor_t op = Make(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
     Code("set_destroyed_element", cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
                                                            CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &gone));
     cudnnBackendDescriptor_t made_up = reinterpret_cast<cudnnBackendDescriptor_t>(0x1234);
@@ -391,10 +436,11 @@ int RunErrors(bool after_destroy) {
     Code("execute_destroyed_plan", cudnnBackendExecute(h, gone, t2));
     Code("set_handle_made_up_element",
          cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &made_up));
-    CHECK_DNN(cudnnBackendDestroyDescriptor(op));
   }
 
   // Everything still works afterwards.
+  CHECK_DNN(cudnnBackendDestroyDescriptor(op));
+  CHECK_DNN(cudnnBackendDestroyDescriptor(tf));
   CHECK_DNN(cudnnBackendDestroyDescriptor(t));
   CHECK_DNN(cudnnBackendDestroyDescriptor(t2));
   CHECK_DNN(cudnnDestroy(h));

@@ -12,6 +12,21 @@ namespace cuda {
 
 namespace {
 constexpr char kLibrary[] = "libcudnn.so.9";
+
+// Out-pointers cuDNN dereferences unchecked (a request built without the
+// shim could carry a null one): refused here, so the agent never faults.
+cudnnStatus_t (*real_create_descriptor)(cudnnBackendDescriptorType_t,
+                                        cudnnBackendDescriptor_t*) = nullptr;
+cudnnStatus_t (*real_get_stream)(cudnnHandle_t, cudaStream_t*) = nullptr;
+cudnnStatus_t CreateDescriptorChecked(cudnnBackendDescriptorType_t type,
+                                      cudnnBackendDescriptor_t* descriptor) {
+  if (descriptor == nullptr) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
+  return real_create_descriptor(type, descriptor);
+}
+cudnnStatus_t GetStreamChecked(cudnnHandle_t handle, cudaStream_t* stream) {
+  if (stream == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  return real_get_stream(handle, stream);
+}
 }  // namespace
 
 bool CudaDnn::Load() {
@@ -41,6 +56,12 @@ bool CudaDnn::Load() {
     resolve(&cudnnGetLastErrorString, "cudnnGetLastErrorString");
     resolve(&cudnnBackendSetAttribute, "cudnnBackendSetAttribute");
     resolve(&cudnnBackendGetAttribute, "cudnnBackendGetAttribute");
+    if (ok) {
+      real_create_descriptor = cudnnBackendCreateDescriptor;
+      cudnnBackendCreateDescriptor = &CreateDescriptorChecked;
+      real_get_stream = cudnnGetStream;
+      cudnnGetStream = &GetStreamChecked;
+    }
     // The library stays loaded for the agent's life (handles point into it).
     loaded_ = ok;
   });

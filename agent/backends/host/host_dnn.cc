@@ -1,8 +1,11 @@
 // The cuDNN rows on the host backend, which has no cuDNN (host_backend.h
-// says what works and what is refused).
+// says what works and what is refused). Bad input gets the codes cuDNN 9.19
+// answers (null out-pointers of the handle functions CUDNN_STATUS_BAD_PARAM,
+// an unknown descriptor type CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED).
 #include <cudnn.h>
 
 #include <cstdio>
+#include <memory>
 #include <set>
 #include <string>
 
@@ -51,7 +54,7 @@ void HostBackend::DnnGetLastErrorString(char* message, size_t max_size) {
 
 cudnnStatus_t HostBackend::cudnnGetProperty(libraryPropertyType type, int* value) {
   if (value == nullptr) {
-    return DnnFail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "cudnnGetProperty: value is null");
+    return DnnFail(CUDNN_STATUS_BAD_PARAM, "cudnnGetProperty: value is null");
   }
   switch (type) {
     case MAJOR_VERSION: *value = CUDNN_MAJOR; return CUDNN_STATUS_SUCCESS;
@@ -64,7 +67,7 @@ cudnnStatus_t HostBackend::cudnnGetProperty(libraryPropertyType type, int* value
 
 cudnnStatus_t HostBackend::cudnnCreate(cudnnHandle_t* handle) {
   if (handle == nullptr) {
-    return DnnFail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "cudnnCreate: handle is null");
+    return DnnFail(CUDNN_STATUS_BAD_PARAM, "cudnnCreate: handle is null");
   }
   auto h = std::make_unique<DnnHandle>();
   std::lock_guard<std::mutex> lock(mu_);
@@ -111,7 +114,7 @@ cudnnStatus_t HostBackend::cudnnGetStream(cudnnHandle_t handle, cudaStream_t* st
       return CUDNN_STATUS_BAD_PARAM;
     }
   }
-  return DnnFail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "cudnnGetStream: streamId is null");
+  return DnnFail(CUDNN_STATUS_BAD_PARAM, "cudnnGetStream: streamId is null");
 }
 
 cudnnStatus_t HostBackend::cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType,
@@ -122,7 +125,8 @@ cudnnStatus_t HostBackend::cudnnBackendCreateDescriptor(cudnnBackendDescriptorTy
   }
   if (static_cast<int>(descriptorType) < CUDNN_BACKEND_POINTWISE_DESCRIPTOR ||
       static_cast<int>(descriptorType) > CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR) {
-    return DnnFail(CUDNN_STATUS_NOT_SUPPORTED,
+    // cuDNN 9.19's answer to an unknown type.
+    return DnnFail(CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED,
                    absl::StrCat("cudnnBackendCreateDescriptor: unknown descriptor type ",
                                 static_cast<int>(descriptorType)));
   }
