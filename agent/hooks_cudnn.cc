@@ -15,6 +15,7 @@
 
 #include "agent/backend.h"
 #include "agent/dispatch.h"
+#include "agent/session.h"
 #include "api/agent_hooks.h"
 #include "api/dnn_args.h"
 #include "api/hook_protocol.h"
@@ -37,6 +38,18 @@ bool ToBackendAll(DispatchContext& ctx, api::HandleKind kind, uint64_t* elements
   for (int64_t i = 0; i < count; ++i)
     if (!ctx.handles->ToBackendRaw(kind, &elements[i])) return false;
   return true;
+}
+
+// CUDNN_TYPE_VOID_PTR elements are addresses cuDNN reads and writes when it
+// executes (a variant pack's tensors and workspace). Device memory and host
+// memory shared with the application are the same here as in the
+// application; any other host address (a pass-by-value scalar in the
+// application's own memory) does not exist in the agent and is refused.
+bool AgentAddressable(DispatchContext& ctx, uint64_t p) {
+  if (p == 0) return true;
+  const DeviceRange r = B(ctx)->device_range();
+  if (p >= r.base && p - r.base < r.size) return true;
+  return ctx.session != nullptr && ctx.session->IsSharedHost(reinterpret_cast<const void*>(p), 1);
 }
 
 // The head every attribute request starts with.
@@ -110,6 +123,20 @@ int32_t Hook_cudnnBackendSetAttribute(DispatchContext& ctx, wire::Decoder& in, w
                               ? "an element is not a live backend descriptor"
                               : "an element is not a live cuDNN handle");
     elements = handles.data();
+  }
+  if (h.type == CUDNN_TYPE_VOID_PTR) {
+    for (int64_t i = 0; i < h.count; ++i) {
+      uint64_t p = 0;
+      std::memcpy(&p, data + i * sizeof(p), sizeof(p));
+      if (!AgentAddressable(ctx, p)) {
+        REVENANT_LOG(WARNING, "agent")
+            << kApi << ": element " << i << " (0x" << std::hex << p << std::dec
+            << ") is neither device memory nor host memory shared with the agent (a "
+               "pass-by-value scalar in application memory is not supported): "
+               "CUDNN_STATUS_NOT_SUPPORTED";
+        return CUDNN_STATUS_NOT_SUPPORTED;
+      }
+    }
   }
   return B(ctx)->DnnBackendSetAttribute(
       reinterpret_cast<cudnnBackendDescriptor_t>(h.descriptor),

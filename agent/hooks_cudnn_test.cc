@@ -21,7 +21,7 @@ namespace {
 class FakeDnnBackend : public Backend {
  public:
   const char* name() const override { return "fake-dnn"; }
-  DeviceRange device_range() const override { return {}; }
+  DeviceRange device_range() const override { return {0x200000000000ull, 1ull << 30}; }
   absl::Status LoadModule(uint64_t, absl::string_view) override { return absl::OkStatus(); }
   absl::StatusOr<KernelInfo> GetKernel(uint64_t, const std::string&) override {
     return absl::NotFoundError("none");
@@ -193,6 +193,14 @@ TEST_F(HooksCudnnTest, SetAttributeTranslatesEveryDescriptorElement) {
   Request p = Set(graph, CUDNN_TYPE_VOID_PTR, 2, pointers, sizeof(pointers));
   ASSERT_EQ(Run(api::ApiId::cudnnBackendSetAttribute, p), CUDNN_STATUS_SUCCESS);
   EXPECT_EQ(std::memcmp(backend_.last_bytes.data(), pointers, sizeof(pointers)), 0);
+
+  // An address outside device memory (host memory the agent does not
+  // share) is refused before cuDNN could dereference it.
+  const int calls = backend_.calls;
+  const uint64_t host[2] = {0x200000001000ull, 0x7ffc00001000ull};
+  Request q = Set(graph, CUDNN_TYPE_VOID_PTR, 2, host, sizeof(host));
+  EXPECT_EQ(Run(api::ApiId::cudnnBackendSetAttribute, q), CUDNN_STATUS_NOT_SUPPORTED);
+  EXPECT_EQ(backend_.calls, calls);
 }
 
 TEST_F(HooksCudnnTest, UnknownElementsAndMalformedRequestsNeverReachTheBackend) {
