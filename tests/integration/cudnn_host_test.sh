@@ -9,8 +9,8 @@
 #    (CUDNN_STATUS_NOT_SUPPORTED, one log line per function), and the agent
 #    still serving afterwards.
 # 2. The same with the agent killed at several points: the replacement
-#    rebuilds the handles and descriptors from the setup log, so every
-#    answer equals the fault-free run's.
+#    rebuilds the handles and descriptors from the setup log (every replayed
+#    call answering as it did), so every answer equals the fault-free run's.
 # 3. The convolution itself is refused cleanly (an exit with the reason,
 #    not a hang or a crash).
 set -u
@@ -94,6 +94,9 @@ for calls in 6 15 30; do
   if [ "$rc" -ne 0 ] || ! grep -q "replacement agent for rank 0" "$log" || \
      ! grep -q "^\[r0\] PASS cudnn_conv errors" "$log"; then
     cat "$log"; fail "agent killed after $calls calls: rc $rc, no recovery or no PASS"; continue
+  fi
+  if grep -q "diverged" "$log"; then
+    grep "diverged" "$log"; fail "the replay after a kill after $calls calls diverged"; continue
   fi
   grep "^\[r0\] CODE " "$log" >"$tmp/got.codes"
   if diff "$tmp/ref.codes" "$tmp/got.codes" >"$tmp/diff"; then
