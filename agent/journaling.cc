@@ -83,9 +83,21 @@ bool IsSharedHostAlloc(api::ApiId id) {
 // handle), and cuDNN lets the application destroy the referred ones while
 // the referring one lives on; dropping a destroyed descriptor's calls would
 // leave a replay unable to rebuild those that still use it. Their number is
-// bounded by what the application builds (PyTorch caches its plans).
+// bounded by what the application builds (PyTorch caches its plans). The
+// legacy descriptors (tensor, filter, convolution, activation) likewise: their
+// setters carry no keys either, so their creation must stay with them.
 bool KeepsEveryCall(api::HandleKind kind) {
-  return kind == api::HandleKind::kDnnHandle || kind == api::HandleKind::kDnnDescriptor;
+  switch (kind) {
+    case api::HandleKind::kDnnHandle:
+    case api::HandleKind::kDnnDescriptor:
+    case api::HandleKind::kDnnTensor:
+    case api::HandleKind::kDnnFilter:
+    case api::HandleKind::kDnnConvolution:
+    case api::HandleKind::kDnnActivation:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace

@@ -57,6 +57,7 @@ TEST(ApiTraitsTest, EnumsMirrorTheSchema) {
   EXPECT_EQ(static_cast<int>(HandleKind::kBlasHandle), api_table::BLAS_HANDLE);
   EXPECT_EQ(static_cast<int>(HandleKind::kDnnHandle), api_table::DNN_HANDLE);
   EXPECT_EQ(static_cast<int>(HandleKind::kDnnDescriptor), api_table::DNN_DESCRIPTOR);
+  EXPECT_EQ(static_cast<int>(HandleKind::kDnnActivation), api_table::DNN_ACTIVATION);
   EXPECT_EQ(static_cast<int>(Mode::kLocal), api_table::LOCAL);
   EXPECT_EQ(static_cast<int>(JournalClass::kReplay), api_table::REPLAY);
   EXPECT_EQ(static_cast<int>(Support::kRefused), api_table::REFUSED);

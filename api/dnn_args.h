@@ -85,6 +85,29 @@ inline bool DnnElementCountOk(int64_t count) { return count >= 0 && count <= kDn
 // CUDNN_STATUS_NOT_SUPPORTED and one log line.
 inline constexpr uint64_t kDnnMaxReplyElementBytes = 32 << 10;
 
+// The legacy descriptors' arrays (cudnnSetTensorNdDescriptor and friends):
+// cuDNN answers a negative count CUDNN_STATUS_BAD_PARAM and more than
+// CUDNN_DIM_MAX dimensions CUDNN_STATUS_NOT_SUPPORTED; a null array it
+// dereferences, so it is refused with CUDNN_STATUS_BAD_PARAM. The bytes of
+// `n` ints then never exceed CUDNN_DIM_MAX of them.
+inline int32_t DnnNdArgsStatus(int n, const int* a, const int* b) {
+  if (n < 0) return CUDNN_STATUS_BAD_PARAM;
+  if (n > CUDNN_DIM_MAX) return CUDNN_STATUS_NOT_SUPPORTED;
+  if (n > 0 && (a == nullptr || b == nullptr)) return CUDNN_STATUS_BAD_PARAM;
+  return CUDNN_STATUS_SUCCESS;
+}
+inline int32_t DnnConvArgsStatus(int n, const int* pad, const int* stride, const int* dilation) {
+  if (int32_t s = DnnNdArgsStatus(n, pad, stride)) return s;
+  return DnnNdArgsStatus(n, dilation, dilation);
+}
+// The bytes a cudnnGet*NdDescriptor may write per array: cuDNN writes at
+// most min(requested, the descriptor's dimensions) ints, and a descriptor has
+// at most CUDNN_DIM_MAX.
+inline size_t DnnDimsBytes(int requested) {
+  const int n = requested < 0 ? 0 : requested > CUDNN_DIM_MAX ? CUDNN_DIM_MAX : requested;
+  return static_cast<size_t>(n) * sizeof(int);
+}
+
 }  // namespace api
 }  // namespace revenant
 

@@ -22,9 +22,9 @@ enum class Library : uint8_t {
 enum class HandleKind : uint8_t {
   kNone = 0, kStream = 1, kEvent = 2, kGraph = 3, kGraphExec = 4, kGraphNode = 5,
   kMemPool = 6, kComm = 7, kFunction = 8, kKernel = 9, kBlasHandle = 10, kDnnHandle = 11,
-  kDnnDescriptor = 12,
+  kDnnDescriptor = 12, kDnnTensor = 13, kDnnFilter = 14, kDnnConvolution = 15, kDnnActivation = 16,
 };
-inline constexpr int kHandleKindCount = 13;
+inline constexpr int kHandleKindCount = 17;
 enum class Mode : uint8_t { kSync = 0, kAsync = 1, kLocal = 2 };
 enum class JournalClass : uint8_t { kSkip = 0, kState = 1, kReplay = 2 };
 enum class Support : uint8_t { kGenerated = 0, kShimHook = 1, kHook = 2, kRefused = 3 };

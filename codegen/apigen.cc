@@ -91,7 +91,8 @@ std::string HandleEnum(HandleKind k) {
   static const char* kNames[] = {"kNone",      "kStream",    "kEvent",   "kGraph",
                                  "kGraphExec", "kGraphNode", "kMemPool", "kComm",
                                  "kFunction",  "kKernel",    "kBlasHandle", "kDnnHandle",
-                                 "kDnnDescriptor"};
+                                 "kDnnDescriptor", "kDnnTensor", "kDnnFilter",
+                                 "kDnnConvolution", "kDnnActivation"};
   return std::string("::revenant::api::HandleKind::") + kNames[static_cast<int>(k)];
 }
 
@@ -344,7 +345,8 @@ void EmitTraits(const std::vector<Function>& fns, const std::string& dir) {
     << "const char* HandleKindName(HandleKind kind) {\n"
     << "  static const char* kNames[] = {\"none\", \"stream\", \"event\", \"graph\", "
        "\"graph_exec\", \"graph_node\", \"mem_pool\", \"comm\", \"function\", \"kernel\", "
-       "\"blas_handle\", \"dnn_handle\", \"dnn_descriptor\"};\n"
+       "\"blas_handle\", \"dnn_handle\", \"dnn_descriptor\", \"dnn_tensor\", "
+       "\"dnn_filter\", \"dnn_convolution\", \"dnn_activation\"};\n"
     << "  int i = static_cast<int>(kind);\n"
     << "  return i >= 0 && i < kHandleKindCount ? kNames[i] : \"?\";\n}\n\n"
     << "}  // namespace api\n}  // namespace revenant\n";
@@ -459,7 +461,8 @@ void EmitShim(const std::vector<Function>& fns, const std::string& dir) {
     << "#include <cublasLt.h>\n#include <cublas_api.h>\n#include <cuda.h>\n"
     << "#include <cuda_profiler_api.h>\n#include <cuda_runtime_api.h>\n#include <cudnn.h>\n"
     << "#include <nccl.h>\n\n"
-    << "#include \"api/wire.h\"\n#include \"shim/blas_checks.h\"\n#include \"shim/call.h\"\n"
+    << "#include \"api/dnn_args.h\"\n#include \"api/wire.h\"\n#include \"shim/blas_checks.h\"\n"
+    << "#include \"shim/call.h\"\n"
     << "#include \"shim/nccl_checks.h\"\n\n";
   for (const Function& f : fns)
     if (HasGeneratedShim(f)) EmitShimStub(f, s);

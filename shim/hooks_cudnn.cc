@@ -129,16 +129,38 @@ extern "C" REVENANT_EXPORT void cudnnGetLastErrorString(char* message, size_t ma
   message[capacity - 1] = '\0';
 }
 
-// cuDNN destroys a null handle successfully (nothing to do).
-extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
+// cuDNN destroys a null handle or legacy descriptor successfully (nothing to
+// do); anything else is the generated row's request (one handle).
+namespace {
+template <typename T>
+cudnnStatus_t DestroyHandle(ApiId id, T handle) {
   if (handle == nullptr) return CUDNN_STATUS_SUCCESS;
   revenant::wire::Sizer sz;
   sz.Put(handle);
-  Call call(ApiId::cudnnDestroy, sz.size());
+  Call call(id, sz.size());
   if (!call.ok()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
   call.args().Put(handle);
   if (!call.Send()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
   return static_cast<cudnnStatus_t>(call.status());
+}
+}  // namespace
+
+extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
+  return DestroyHandle(ApiId::cudnnDestroy, handle);
+}
+extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
+  return DestroyHandle(ApiId::cudnnDestroyTensorDescriptor, desc);
+}
+extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) {
+  return DestroyHandle(ApiId::cudnnDestroyFilterDescriptor, desc);
+}
+extern "C" REVENANT_EXPORT cudnnStatus_t
+cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t desc) {
+  return DestroyHandle(ApiId::cudnnDestroyConvolutionDescriptor, desc);
+}
+extern "C" REVENANT_EXPORT cudnnStatus_t
+cudnnDestroyActivationDescriptor(cudnnActivationDescriptor_t desc) {
+  return DestroyHandle(ApiId::cudnnDestroyActivationDescriptor, desc);
 }
 
 extern "C" REVENANT_EXPORT cudnnStatus_t cudnnBackendSetAttribute(

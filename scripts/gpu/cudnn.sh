@@ -10,7 +10,9 @@
 #   2. --errors: lifecycle and bad input answer the same codes and values
 #      (CODE and VALUES lines) natively and under the shim; --errors --after-destroy (destroyed and
 #      made-up handles, only defined under Revenant) passes under the shim;
-#   3. the --iters loop (input copy, execute, output copy on a stream of the
+#   3. --legacy (tensor, filter, convolution, activation descriptors): the
+#      same codes and values natively and under the shim;
+#   4. the --iters loop (input copy, execute, output copy on a stream of the
 #      handle) ends with the native final checksum, also when the agent is
 #      killed mid-loop and a replacement rebuilds the handle, descriptors,
 #      heuristics and plan from the setup log.
@@ -63,6 +65,17 @@ if [ "$MODE" = all ] || [ "$MODE" = cudnn ]; then
   if [ $rc -eq 0 ] && grep -q "^\[r0\] PASS cudnn_conv errors" "$clog" && [ "$n" -eq 13 ] && [ "$bad" -eq 0 ]
   then s=PASS; else s="FAIL (rc=$rc, $n cases, $bad unexpected answers)"; fi
   record "cudnn_conv destroyed/made-up handles cuda" "$s" "$clog"
+
+  nlog="$LOGS/cudnn_legacy.native.log"; clog="$LOGS/cudnn_legacy.cuda.log"
+  timeout 120 "$app" --legacy >"$nlog" 2>&1
+  timeout 150 $RUN -n 1 --backend=cuda --timeout=120 -- "$app" --legacy >"$clog" 2>&1; rc=$?
+  grep "^CODE \|^VALUES " "$nlog" >"$LOGS/cudnn_legacy.native.codes"
+  sed -n 's/^\[r0\] \(\(CODE\|VALUES\) .*\)$/\1/p' "$clog" >"$LOGS/cudnn_legacy.cuda.codes"
+  n=$(grep -c "^CODE " "$LOGS/cudnn_legacy.native.codes")
+  if [ $rc -eq 0 ] && [ "$n" -eq 25 ] && diff -q "$LOGS/cudnn_legacy.native.codes" "$LOGS/cudnn_legacy.cuda.codes" >/dev/null
+  then s=PASS; else s="FAIL (rc=$rc, $n native codes; diff below)"; fi
+  diff "$LOGS/cudnn_legacy.native.codes" "$LOGS/cudnn_legacy.cuda.codes" >"$LOGS/cudnn_legacy.diff"
+  record "cudnn_conv legacy descriptors native = cuda" "$s" "$LOGS/cudnn_legacy.diff"
 
   nlog="$LOGS/cudnn_loop.native.log"; clog="$LOGS/cudnn_loop.cuda.log"
   timeout 120 "$app" --iters 8 >"$nlog" 2>&1

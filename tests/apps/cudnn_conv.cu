@@ -16,6 +16,11 @@
 //                                 also uses destroyed and made-up handles,
 //                                 which only Revenant answers defined (a real
 //                                 cuDNN may crash): expects CUDNN_STATUS_BAD_PARAM
+//   cudnn_conv --legacy [--after-destroy]
+//                                 the legacy tensor/filter/convolution/activation
+//                                 descriptors (no GPU needed): "CODE" and
+//                                 "VALUES" lines, the same natively and under
+//                                 Revenant on the cuda backend
 //
 // Runs natively and under the shim (revenant-run); every wait is bounded.
 #include <cuda_runtime_api.h>
@@ -453,6 +458,90 @@ int RunErrors(bool after_destroy) {
   return 0;
 }
 
+int RunLegacy(bool after_destroy) {
+  cudnnTensorDescriptor_t t = nullptr;
+  cudnnFilterDescriptor_t f = nullptr;
+  cudnnConvolutionDescriptor_t c = nullptr;
+  cudnnActivationDescriptor_t a = nullptr;
+  CHECK_DNN(cudnnCreateTensorDescriptor(&t));
+  CHECK_DNN(cudnnCreateFilterDescriptor(&f));
+  CHECK_DNN(cudnnCreateConvolutionDescriptor(&c));
+  CHECK_DNN(cudnnCreateActivationDescriptor(&a));
+  Code("tensor_create_null", cudnnCreateTensorDescriptor(nullptr));
+  Code("filter_create_null", cudnnCreateFilterDescriptor(nullptr));
+  Code("convolution_create_null", cudnnCreateConvolutionDescriptor(nullptr));
+  Code("activation_create_null", cudnnCreateActivationDescriptor(nullptr));
+  Code("tensor_destroy_null", cudnnDestroyTensorDescriptor(nullptr));
+  Code("filter_destroy_null", cudnnDestroyFilterDescriptor(nullptr));
+  Code("convolution_destroy_null", cudnnDestroyConvolutionDescriptor(nullptr));
+  Code("activation_destroy_null", cudnnDestroyActivationDescriptor(nullptr));
+
+  const int dims[4] = {2, 3, 4, 5}, strides[4] = {60, 20, 5, 1};
+  Code("tensor_set", cudnnSetTensorNdDescriptor(t, CUDNN_DATA_FLOAT, 4, dims, strides));
+  Code("tensor_set_negative", cudnnSetTensorNdDescriptor(t, CUDNN_DATA_FLOAT, -1, dims, strides));
+  const int nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+  Code("tensor_set_nine", cudnnSetTensorNdDescriptor(t, CUDNN_DATA_FLOAT, 9, nine, nine));
+  Code("tensor_set_null_descriptor",
+       cudnnSetTensorNdDescriptor(nullptr, CUDNN_DATA_FLOAT, 4, dims, strides));
+  cudnnDataType_t type = CUDNN_DATA_DOUBLE;
+  int n = -1, d[8] = {0}, st[8] = {0};
+  Code("tensor_get_two", cudnnGetTensorNdDescriptor(t, 2, &type, &n, d, st));
+  std::printf("VALUES tensor_get_two type %d dims %d: %d %d %d strides %d %d %d\n",
+              static_cast<int>(type), n, d[0], d[1], d[2], st[0], st[1], st[2]);
+  Code("tensor_get_nine", cudnnGetTensorNdDescriptor(t, 9, &type, &n, d, st));
+  std::printf("VALUES tensor_get_nine %d: %d %d %d %d\n", n, d[0], d[1], d[2], d[3]);
+
+  Code("filter_set", cudnnSetFilterNdDescriptor(f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 4, dims));
+  Code("filter_set_negative",
+       cudnnSetFilterNdDescriptor(f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, -1, dims));
+  cudnnTensorFormat_t format = CUDNN_TENSOR_NHWC;
+  n = -1;
+  Code("filter_get", cudnnGetFilterNdDescriptor(f, 8, &type, &format, &n, d));
+  std::printf("VALUES filter_get type %d format %d dims %d: %d %d %d %d\n", static_cast<int>(type),
+              static_cast<int>(format), n, d[0], d[1], d[2], d[3]);
+
+  const int pad[2] = {1, 1}, stride[2] = {1, 1}, dilation[2] = {1, 1};
+  Code("convolution_set", cudnnSetConvolutionNdDescriptor(c, 2, pad, stride, dilation,
+                                                          CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  Code("convolution_set_negative",
+       cudnnSetConvolutionNdDescriptor(c, -1, pad, stride, dilation, CUDNN_CROSS_CORRELATION,
+                                       CUDNN_DATA_FLOAT));
+  Code("convolution_groups", cudnnSetConvolutionGroupCount(c, 2));
+  Code("convolution_groups_zero", cudnnSetConvolutionGroupCount(c, 0));
+  Code("convolution_math", cudnnSetConvolutionMathType(c, CUDNN_TENSOR_OP_MATH));
+  Code("convolution_math_unknown", cudnnSetConvolutionMathType(c, static_cast<cudnnMathType_t>(99)));
+  Code("activation_set", cudnnSetActivationDescriptor(a, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+  Code("activation_set_unknown", cudnnSetActivationDescriptor(a, static_cast<cudnnActivationMode_t>(99),
+                                                              CUDNN_PROPAGATE_NAN, 0.0));
+
+  if (after_destroy) {
+    // Only defined under Revenant: a real cuDNN dereferences these.
+    Code("tensor_set_null_dims", cudnnSetTensorNdDescriptor(t, CUDNN_DATA_FLOAT, 4, nullptr, strides));
+    Code("filter_set_null_dims",
+         cudnnSetFilterNdDescriptor(f, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, 4, nullptr));
+    Code("convolution_set_null_pads",
+         cudnnSetConvolutionNdDescriptor(c, 2, nullptr, stride, dilation, CUDNN_CROSS_CORRELATION,
+                                         CUDNN_DATA_FLOAT));
+    Code("tensor_get_null_out", cudnnGetTensorNdDescriptor(t, 4, &type, &n, nullptr, st));
+    cudnnTensorDescriptor_t gone = nullptr;
+    CHECK_DNN(cudnnCreateTensorDescriptor(&gone));
+    CHECK_DNN(cudnnDestroyTensorDescriptor(gone));
+    Code("tensor_destroy_twice", cudnnDestroyTensorDescriptor(gone));
+    Code("tensor_set_destroyed", cudnnSetTensorNdDescriptor(gone, CUDNN_DATA_FLOAT, 4, dims, strides));
+    // A filter where a tensor belongs: another kind of handle.
+    Code("tensor_set_filter", cudnnSetTensorNdDescriptor(reinterpret_cast<cudnnTensorDescriptor_t>(f),
+                                                         CUDNN_DATA_FLOAT, 4, dims, strides));
+    Code("activation_destroy_convolution",
+         cudnnDestroyActivationDescriptor(reinterpret_cast<cudnnActivationDescriptor_t>(c)));
+  }
+  CHECK_DNN(cudnnDestroyTensorDescriptor(t));
+  CHECK_DNN(cudnnDestroyFilterDescriptor(f));
+  CHECK_DNN(cudnnDestroyConvolutionDescriptor(c));
+  CHECK_DNN(cudnnDestroyActivationDescriptor(a));
+  std::printf("PASS cudnn_conv legacy\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -462,6 +551,12 @@ int main(int argc, char** argv) {
                "usage: cudnn_conv --errors [--after-destroy]");
     return RunErrors(argc == 3);
   }
-  EXPECT_APP(argc == 1, "usage: cudnn_conv [--iters N | --errors [--after-destroy]]");
+  if (argc >= 2 && std::strcmp(argv[1], "--legacy") == 0) {
+    EXPECT_APP(argc == 2 || (argc == 3 && std::strcmp(argv[2], "--after-destroy") == 0),
+               "usage: cudnn_conv --legacy [--after-destroy]");
+    return RunLegacy(argc == 3);
+  }
+  EXPECT_APP(argc == 1,
+             "usage: cudnn_conv [--iters N | --errors [--after-destroy] | --legacy [--after-destroy]]");
   return RunOnce();
 }

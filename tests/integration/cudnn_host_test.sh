@@ -13,6 +13,11 @@
 #    call answering as it did), so every answer equals the fault-free run's.
 # 3. The convolution itself is refused cleanly (an exit with the reason,
 #    not a hang or a crash).
+# 4. cudnn_conv --legacy (tensor, filter, convolution and activation
+#    descriptors): run natively too (the real libcudnn needs no GPU for
+#    these), every answer the shim and agent give themselves equals the real
+#    library's; setting and reading them is refused on the host backend
+#    (3000); destroyed, null and wrong-kind handles answer CUDNN_STATUS_BAD_PARAM.
 set -u
 run="$1"; app="$2"
 tmp="$(mktemp -d)"
@@ -113,5 +118,26 @@ if [ "$rc" -eq 1 ] && grep -q "CUDNN_STATUS_NOT_SUPPORTED.*the host backend has 
 else
   cat "$tmp/conv.log"; fail "the convolution on the host backend: rc $rc, expected 1 with the reason"
 fi
+"$app" --legacy >"$tmp/legacy.native" 2>&1 || { cat "$tmp/legacy.native"; fail "cudnn_conv --legacy natively"; }
+"$run" "${common[@]}" -- "$app" --legacy --after-destroy >"$tmp/legacy.log" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] && grep -q "^\[r0\] PASS cudnn_conv legacy" "$tmp/legacy.log" || {
+  cat "$tmp/legacy.log"; fail "cudnn_conv --legacy under the shim: rc $rc"; }
+refused=0; same=0
+while read -r _ case want; do
+  got="$(sed -n "s/^\[r0\] CODE $case \(-\?[0-9]*\)$/\1/p" "$tmp/legacy.log")"
+  if [ "$got" = 3000 ] && [ "$want" != 3000 ]; then
+    refused=$((refused + 1))  # needs the library: the host backend refuses
+  elif [ "$got" = "$want" ]; then
+    same=$((same + 1))
+  else
+    fail "legacy $case answered '$got' under the shim, '$want' natively"
+  fi
+done < <(grep "^CODE " "$tmp/legacy.native")
+[ "$same" -eq 13 ] && [ "$refused" -eq 12 ] || fail "legacy: $same answers as native, $refused refused (expected 13 and 12)"
+n=$(sed -n 's/^\[r0\] CODE \(tensor_set_null_dims\|filter_set_null_dims\|convolution_set_null_pads\|tensor_get_null_out\|tensor_destroy_twice\|tensor_set_destroyed\|tensor_set_filter\|activation_destroy_convolution\) 2000$/x/p' "$tmp/legacy.log" | wc -l)
+[ "$n" -eq 8 ] || fail "legacy: $n of 8 null, destroyed and wrong-kind handles answered CUDNN_STATUS_BAD_PARAM"
+[ "$failed" -eq 0 ] && echo "ok: legacy descriptors: $same answers as the real library's, $refused refused by the host backend"
+
 [ "$failed" -eq 0 ] && echo PASS
 exit "$failed"

@@ -41,10 +41,12 @@
 // complex GEMM/GEMV/dot and the triangular solves run in single and double. Math modes are kept
 // and reported but change nothing (the CPU computes in the full precision).
 //
-// cuDNN (host_dnn.cc): the host backend has no cuDNN. Handles and backend
-// descriptors can be created, given a stream, queried and destroyed (with
-// cuDNN's codes for bad input), so applications and tests get past their
-// setup; finalizing, executing and the attribute calls answer
+// cuDNN (host_dnn.cc): the host backend has no cuDNN. Handles, backend
+// descriptors and the legacy tensor/filter/convolution/activation descriptors
+// can be created and destroyed (handles also given a stream and queried), with
+// cuDNN's codes for bad input, so applications and tests get past their
+// setup; setting the legacy descriptors, finalizing, executing and the
+// attribute calls answer
 // CUDNN_STATUS_NOT_SUPPORTED with one log line each, and
 // cudnnGetLastErrorString says why. cudnnGetVersion, cudnnGetCudartVersion
 // and cudnnGetProperty answer the versions of the headers the agent was
@@ -273,6 +275,40 @@ class HostBackend : public Backend {
   cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor) override;
   cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan,
                                     cudnnBackendDescriptor_t variantPack) override;
+  cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* desc) override;
+  cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) override;
+  cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t tensorDesc,
+                                           cudnnDataType_t dataType, int nbDims,
+                                           const int* dimA, const int* strideA) override;
+  cudnnStatus_t cudnnGetTensorNdDescriptor(const cudnnTensorDescriptor_t tensorDesc,
+                                           int nbDimsRequested, cudnnDataType_t* dataType,
+                                           int* nbDims, int* dimA, int* strideA) override;
+  cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* desc) override;
+  cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) override;
+  cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t filterDesc,
+                                           cudnnDataType_t dataType, cudnnTensorFormat_t format,
+                                           int nbDims, const int* filterDimA) override;
+  cudnnStatus_t cudnnGetFilterNdDescriptor(const cudnnFilterDescriptor_t filterDesc,
+                                           int nbDimsRequested, cudnnDataType_t* dataType,
+                                           cudnnTensorFormat_t* format, int* nbDims,
+                                           int* filterDimA) override;
+  cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* desc) override;
+  cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t desc) override;
+  cudnnStatus_t cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescriptor_t convDesc,
+                                                int arrayLength, const int* padA,
+                                                const int* filterStrideA, const int* dilationA,
+                                                cudnnConvolutionMode_t mode,
+                                                cudnnDataType_t computeType) override;
+  cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t convDesc,
+                                              int groupCount) override;
+  cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t convDesc,
+                                            cudnnMathType_t mathType) override;
+  cudnnStatus_t cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t* desc) override;
+  cudnnStatus_t cudnnDestroyActivationDescriptor(cudnnActivationDescriptor_t desc) override;
+  cudnnStatus_t cudnnSetActivationDescriptor(cudnnActivationDescriptor_t activationDesc,
+                                             cudnnActivationMode_t mode,
+                                             cudnnNanPropagation_t reluNanOpt,
+                                             double coef) override;
   size_t DnnGetVersion() override;
   size_t DnnGetCudartVersion() override;
   void DnnGetLastErrorString(char* message, size_t max_size) override;
@@ -331,6 +367,13 @@ class HostBackend : public Backend {
   struct DnnDescriptor {
     cudnnBackendDescriptorType_t type;
   };
+  // A legacy descriptor (tensor, filter, convolution, activation: the
+  // cudnn*Descriptor_t is a DnnLegacyDescriptor*).
+  struct DnnLegacyDescriptor {
+    api::HandleKind kind;
+  };
+  cudnnStatus_t DnnCreateLegacy(api::HandleKind kind, void** desc);
+  cudnnStatus_t DnnDestroyLegacy(api::HandleKind kind, void* desc, const char* api);
   // A cuDNN call the host backend cannot serve: CUDNN_STATUS_NOT_SUPPORTED,
   // one log line per function, the message for cudnnGetLastErrorString.
   cudnnStatus_t DnnNotSupported(const char* api);
@@ -491,6 +534,8 @@ class HostBackend : public Backend {
   absl::flat_hash_map<BlasHandle*, std::unique_ptr<BlasHandle>> blas_handles_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<DnnHandle*, std::unique_ptr<DnnHandle>> dnn_handles_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<DnnDescriptor*, std::unique_ptr<DnnDescriptor>> dnn_descriptors_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<DnnLegacyDescriptor*, std::unique_ptr<DnnLegacyDescriptor>> dnn_legacy_
       ABSL_GUARDED_BY(mu_);
   std::string dnn_last_error_ ABSL_GUARDED_BY(mu_);
 

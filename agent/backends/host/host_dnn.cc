@@ -171,6 +171,79 @@ cudnnStatus_t HostBackend::DnnBackendGetAttribute(cudnnBackendDescriptor_t,
   return DnnNotSupported("cudnnBackendGetAttribute");
 }
 
+cudnnStatus_t HostBackend::DnnCreateLegacy(api::HandleKind kind, void** desc) {
+  if (desc == nullptr) return DnnFail(CUDNN_STATUS_BAD_PARAM, "a descriptor out-pointer is null");
+  auto d = std::make_unique<DnnLegacyDescriptor>();
+  d->kind = kind;
+  std::lock_guard<std::mutex> lock(mu_);
+  *desc = d.get();
+  dnn_legacy_[d.get()] = std::move(d);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+cudnnStatus_t HostBackend::DnnDestroyLegacy(api::HandleKind kind, void* desc, const char* api) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = dnn_legacy_.find(static_cast<DnnLegacyDescriptor*>(desc));
+    if (it != dnn_legacy_.end() && it->second->kind == kind) {
+      dnn_legacy_.erase(it);
+      return CUDNN_STATUS_SUCCESS;
+    }
+  }
+  return DnnFail(CUDNN_STATUS_BAD_PARAM, absl::StrCat(api, ": not a live descriptor of its kind"));
+}
+
+#define REVENANT_HOST_DNN_LEGACY(Name, Kind)                                                    \
+  cudnnStatus_t HostBackend::cudnnCreate##Name##Descriptor(cudnn##Name##Descriptor_t* desc) {  \
+    return DnnCreateLegacy(api::HandleKind::Kind, reinterpret_cast<void**>(desc));             \
+  }                                                                                             \
+  cudnnStatus_t HostBackend::cudnnDestroy##Name##Descriptor(cudnn##Name##Descriptor_t desc) {  \
+    return DnnDestroyLegacy(api::HandleKind::Kind, desc, "cudnnDestroy" #Name "Descriptor");   \
+  }
+REVENANT_HOST_DNN_LEGACY(Tensor, kDnnTensor)
+REVENANT_HOST_DNN_LEGACY(Filter, kDnnFilter)
+REVENANT_HOST_DNN_LEGACY(Convolution, kDnnConvolution)
+REVENANT_HOST_DNN_LEGACY(Activation, kDnnActivation)
+#undef REVENANT_HOST_DNN_LEGACY
+
+// What a legacy descriptor holds is cuDNN's: setting and reading it needs the
+// library.
+cudnnStatus_t HostBackend::cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t, cudnnDataType_t,
+                                                      int, const int*, const int*) {
+  return DnnNotSupported("cudnnSetTensorNdDescriptor");
+}
+cudnnStatus_t HostBackend::cudnnGetTensorNdDescriptor(const cudnnTensorDescriptor_t, int,
+                                                      cudnnDataType_t*, int*, int*, int*) {
+  return DnnNotSupported("cudnnGetTensorNdDescriptor");
+}
+cudnnStatus_t HostBackend::cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t, cudnnDataType_t,
+                                                      cudnnTensorFormat_t, int, const int*) {
+  return DnnNotSupported("cudnnSetFilterNdDescriptor");
+}
+cudnnStatus_t HostBackend::cudnnGetFilterNdDescriptor(const cudnnFilterDescriptor_t, int,
+                                                      cudnnDataType_t*, cudnnTensorFormat_t*,
+                                                      int*, int*) {
+  return DnnNotSupported("cudnnGetFilterNdDescriptor");
+}
+cudnnStatus_t HostBackend::cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescriptor_t, int,
+                                                           const int*, const int*, const int*,
+                                                           cudnnConvolutionMode_t,
+                                                           cudnnDataType_t) {
+  return DnnNotSupported("cudnnSetConvolutionNdDescriptor");
+}
+cudnnStatus_t HostBackend::cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t, int) {
+  return DnnNotSupported("cudnnSetConvolutionGroupCount");
+}
+cudnnStatus_t HostBackend::cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t,
+                                                       cudnnMathType_t) {
+  return DnnNotSupported("cudnnSetConvolutionMathType");
+}
+cudnnStatus_t HostBackend::cudnnSetActivationDescriptor(cudnnActivationDescriptor_t,
+                                                        cudnnActivationMode_t,
+                                                        cudnnNanPropagation_t, double) {
+  return DnnNotSupported("cudnnSetActivationDescriptor");
+}
+
 }  // namespace host
 }  // namespace agent
 }  // namespace revenant
