@@ -275,6 +275,39 @@ class Backend : public api::BackendApi {
     return cudaErrorNotSupported;
   }
 
+  // --- cuDNN rows with hand-written dispatch (agent/hooks_cudnn.cc) -----------
+  // Descriptors and handles are the backend's own: the hook translated the
+  // descriptor and every element of a CUDNN_TYPE_BACKEND_DESCRIPTOR or
+  // CUDNN_TYPE_HANDLE array. The arrays hold exactly `elementCount`
+  // (SetAttribute) or `requestedElementCount` (GetAttribute) elements of the
+  // type's size (api/dnn_args.h), or are null as the application passed them.
+  // The defaults stand for a backend without cuDNN: versions 0, not supported.
+  virtual size_t DnnGetVersion() { return 0; }
+  virtual size_t DnnGetCudartVersion() { return 0; }
+  // Writes a NUL-terminated message of at most `max_size` bytes (max_size > 0).
+  virtual void DnnGetLastErrorString(char* message, size_t max_size) {
+    (void)max_size;
+    message[0] = '\0';
+  }
+  virtual cudnnStatus_t DnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor,
+                                               cudnnBackendAttributeName_t attributeName,
+                                               cudnnBackendAttributeType_t attributeType,
+                                               int64_t elementCount,
+                                               const void* arrayOfElements) {
+    (void)descriptor; (void)attributeName; (void)attributeType; (void)elementCount;
+    (void)arrayOfElements;
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  }
+  virtual cudnnStatus_t DnnBackendGetAttribute(cudnnBackendDescriptor_t descriptor,
+                                               cudnnBackendAttributeName_t attributeName,
+                                               cudnnBackendAttributeType_t attributeType,
+                                               int64_t requestedElementCount,
+                                               int64_t* elementCount, void* arrayOfElements) {
+    (void)descriptor; (void)attributeName; (void)attributeType; (void)requestedElementCount;
+    (void)elementCount; (void)arrayOfElements;
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  }
+
   // --- Replay ---------------------------------------------------------------------
   // The next device allocation must land at `addr` (a replacement agent
   // restoring the address the application holds). Backends whose allocator

@@ -102,6 +102,30 @@ bool IsSharedHostAlloc(api::ApiId id) {
   return id == api::ApiId::cudaHostAlloc || id == api::ApiId::cudaMallocHost;
 }
 
+// cuDNN handles and backend descriptors are never compacted away: their
+// creation, every call that builds them and their destruction stay in the
+// setup log (no journal keys). A descriptor refers to others (an execution
+// plan to its engine config, an operation to its tensors, a plan to its
+// handle), and cuDNN lets the application destroy the referred ones while
+// the referring one lives on; dropping a destroyed descriptor's calls would
+// leave a replay unable to rebuild those that still use it. Their number is
+// bounded by what the application builds (PyTorch caches its plans). The
+// legacy descriptors (tensor, filter, convolution, activation) likewise: their
+// setters carry no keys either, so their creation must stay with them.
+bool KeepsEveryCall(api::HandleKind kind) {
+  switch (kind) {
+    case api::HandleKind::kDnnHandle:
+    case api::HandleKind::kDnnDescriptor:
+    case api::HandleKind::kDnnTensor:
+    case api::HandleKind::kDnnFilter:
+    case api::HandleKind::kDnnConvolution:
+    case api::HandleKind::kDnnActivation:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 bool MinibatchDetector::OnRequest(uint16_t api_id, absl::string_view body) {
@@ -289,12 +313,15 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   e.set_flags((rec.flags & 0xffffu) | (static_cast<uint32_t>(rec.reply_slot + 1) << 16));
   e.set_minibatch(minibatch_.load(std::memory_order_relaxed));
   const uint64_t handle = FirstU64(body);
+  // A destroy of a handle whose calls all stay (KeepsEveryCall) drops no keys.
+  const bool keyed_destroy =
+      traits.destroys != api::HandleKind::kNone && !KeepsEveryCall(traits.destroys);
   // A destroy this journal defers (DefersDestroy): its keys go once its
   // minibatch is over.
-  const bool deferred = traits.destroys != api::HandleKind::kNone &&
-                        DefersDestroy(traits.destroys) && deferrable_.erase(handle) > 0;
+  const bool deferred =
+      keyed_destroy && DefersDestroy(traits.destroys) && deferrable_.erase(handle) > 0;
   std::vector<uint64_t> gone;
-  if (IsFree(id) || traits.destroys != api::HandleKind::kNone) gone.push_back(handle);
+  if (IsFree(id) || keyed_destroy) gone.push_back(handle);
   attribute_call_key_ = 0;
   deferred_handle_ = 0;
   if (traits.sets_attribute) JournalAttributeCall(rec, traits, handle, body, &e);
@@ -302,7 +329,16 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   // stays (keyed like an attribute of the region).
   const uint64_t symbol_region = SymbolWriteRegion(rec.api_id, body);
   if (symbol_region != 0) JournalAttributeCall(rec, traits, symbol_region, body, &e);
-  if (traits.destroys != api::HandleKind::kNone) {
+  if (traits.destroys != api::HandleKind::kNone && !keyed_destroy) {
+    // Its attribute calls stay in the journal with it; only this journal's
+    // record of them goes.
+    auto keys = handle_attributes_.find(handle);
+    if (keys != handle_attributes_.end()) {
+      for (uint64_t attribute : keys->second) attribute_calls_.erase(attribute);
+      handle_attributes_.erase(keys);
+    }
+  }
+  if (keyed_destroy) {
     // The handle's attribute calls go with it; only those this journal keyed
     // (a destroy of a key no entry named is kept, as it may matter on replay).
     auto keys = handle_attributes_.find(handle);
@@ -412,7 +448,8 @@ absl::Status RequestJournal::AfterExecute(const transport::RecordHeader& rec, in
   e.set_status(status);
   e.set_outputs(outputs.data(), outputs.size());
   e.set_minibatch(minibatch_.load(std::memory_order_relaxed));
-  if (status == 0 && (IsAllocation(id) || traits.creates != api::HandleKind::kNone)) {
+  if (status == 0 && (IsAllocation(id) || (traits.creates != api::HandleKind::kNone &&
+                                            !KeepsEveryCall(traits.creates)))) {
     const uint64_t key = FirstOutU64(outputs);
     if (key != 0) e.add_creates(key);
     if (key != 0 && DefersDestroy(traits.creates)) deferrable_.insert(key);

@@ -16,7 +16,8 @@ api_table::ApiTable LoadAll() {
   api_table::ApiTable all;
   for (const char* path :
        {"api/cuda_runtime.textproto", "api/cuda_nvcc.textproto", "api/nccl.textproto",
-        "api/cublas.textproto", "api/driver.textproto", "api/cublaslt.textproto"}) {
+        "api/cublas.textproto", "api/driver.textproto", "api/cublaslt.textproto",
+        "api/cudnn.textproto"}) {
     std::ifstream in(path);
     EXPECT_TRUE(in.good()) << path;
     std::stringstream buf;
@@ -58,6 +59,9 @@ TEST(ApiTraitsTest, EnumsMirrorTheSchema) {
   EXPECT_EQ(static_cast<int>(HandleKind::kBlasHandle), api_table::BLAS_HANDLE);
   EXPECT_EQ(static_cast<int>(HandleKind::kLtHandle), api_table::LT_HANDLE);
   EXPECT_EQ(static_cast<int>(HandleKind::kLtMatmulPreference), api_table::LT_MATMUL_PREFERENCE);
+  EXPECT_EQ(static_cast<int>(HandleKind::kDnnHandle), api_table::DNN_HANDLE);
+  EXPECT_EQ(static_cast<int>(HandleKind::kDnnDescriptor), api_table::DNN_DESCRIPTOR);
+  EXPECT_EQ(static_cast<int>(HandleKind::kDnnActivation), api_table::DNN_ACTIVATION);
   EXPECT_EQ(static_cast<int>(Mode::kLocal), api_table::LOCAL);
   EXPECT_EQ(static_cast<int>(JournalClass::kReplay), api_table::REPLAY);
   EXPECT_EQ(static_cast<int>(Support::kRefused), api_table::REFUSED);

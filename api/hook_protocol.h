@@ -105,6 +105,21 @@ inline constexpr uint16_t kMarkStepApiId = 0xFFFE;
 // cudaHostGetDevicePointer:        u64 host_addr, u32 flags; reply: u64 device_addr
 // cudaDeviceReset:                 (nothing)
 
+// cuDNN (api/cudnn.textproto; element sizes: api/dnn_args.h):
+// cudnnGetVersion / cudnnGetCudartVersion:  (nothing); reply: bytes u64 version
+// cudnnGetLastErrorString:   u64 capacity (at most kDnnMaxErrorString);
+//   reply: bytes message (NUL-terminated, at most capacity bytes)
+// cudnnBackendSetAttribute:  u64 descriptor, i32 name, i32 type, i64 count,
+//   bytes elements (count * element size; null for a null array)
+// cudnnBackendGetAttribute:  u64 descriptor, i32 name, i32 type,
+//   i64 requested, flag has_count, flag has_array, bytes in_elements (the
+//   caller's `requested` handles for a descriptor- or handle-typed attribute
+//   with an array, else null); reply on success: [bytes i64 count] if
+//   has_count, [bytes elements] if has_array (the elements written: all
+//   `requested` without a count, else min(requested, count)); handle
+//   elements are the caller's virtual handles.
+inline constexpr uint64_t kDnnMaxErrorString = 4096;
+
 }  // namespace hooks
 }  // namespace revenant
 

@@ -23,8 +23,10 @@ enum class HandleKind : uint8_t {
   kNone = 0, kStream = 1, kEvent = 2, kGraph = 3, kGraphExec = 4, kGraphNode = 5,
   kMemPool = 6, kComm = 7, kFunction = 8, kKernel = 9, kBlasHandle = 10,
   kLtHandle = 11, kLtMatmulDesc = 12, kLtMatrixLayout = 13, kLtMatmulPreference = 14,
+  kDnnHandle = 15, kDnnDescriptor = 16, kDnnTensor = 17, kDnnFilter = 18, kDnnConvolution = 19,
+  kDnnActivation = 20,
 };
-inline constexpr int kHandleKindCount = 15;
+inline constexpr int kHandleKindCount = 21;
 enum class Mode : uint8_t { kSync = 0, kAsync = 1, kLocal = 2 };
 enum class JournalClass : uint8_t { kSkip = 0, kState = 1, kReplay = 2 };
 enum class Support : uint8_t { kGenerated = 0, kShimHook = 1, kHook = 2, kRefused = 3 };

@@ -96,7 +96,9 @@ std::string HandleEnum(HandleKind k) {
                                  "kGraph",         "kGraphExec",       "kGraphNode",
                                  "kMemPool",       "kComm",            "kFunction",
                                  "kKernel",        "kBlasHandle",      "kLtHandle",
-                                 "kLtMatmulDesc",  "kLtMatrixLayout",  "kLtMatmulPreference"};
+                                 "kLtMatmulDesc",  "kLtMatrixLayout",  "kLtMatmulPreference",
+                                 "kDnnHandle",     "kDnnDescriptor",   "kDnnTensor",
+                                 "kDnnFilter",     "kDnnConvolution",  "kDnnActivation"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == pb::HandleKind_ARRAYSIZE,
                 "one name per handle kind");
   return std::string("::revenant::api::HandleKind::") + kNames[static_cast<int>(k)];
@@ -399,7 +401,10 @@ void EmitTraits(const std::vector<Function>& fns, const std::string& dir) {
     << "  static const char* kNames[] = {\"none\", \"stream\", \"event\", \"graph\", "
        "\"graph_exec\", \"graph_node\", \"mem_pool\", \"comm\", \"function\", \"kernel\", "
        "\"blas_handle\", \"lt_handle\", \"lt_matmul_desc\", \"lt_matrix_layout\", "
-       "\"lt_matmul_preference\"};\n"
+       "\"lt_matmul_preference\", \"dnn_handle\", \"dnn_descriptor\", \"dnn_tensor\", "
+       "\"dnn_filter\", \"dnn_convolution\", \"dnn_activation\"};\n"
+    << "  static_assert(sizeof(kNames) / sizeof(kNames[0]) == kHandleKindCount,\n"
+    << "                \"one name per handle kind\");\n"
     << "  int i = static_cast<int>(kind);\n"
     << "  return i >= 0 && i < kHandleKindCount ? kNames[i] : \"?\";\n}\n\n"
     << "}  // namespace api\n}  // namespace revenant\n";
@@ -518,7 +523,7 @@ void EmitShim(const std::vector<Function>& fns, const std::string& dir) {
     << "#include <cublasLt.h>\n#include <cublas_api.h>\n#include <cuda.h>\n"
     << "#include <cuda_profiler_api.h>\n#include <cuda_runtime_api.h>\n#include <cudnn.h>\n"
     << "#include <nccl.h>\n\n"
-    << "#include \"api/wire.h\"\n#include \"shim/blas_checks.h\"\n"
+    << "#include \"api/dnn_args.h\"\n#include \"api/wire.h\"\n#include \"shim/blas_checks.h\"\n"
     << "#include \"shim/blaslt_checks.h\"\n#include \"shim/call.h\"\n"
     << "#include \"shim/driver_checks.h\"\n#include \"shim/nccl_checks.h\"\n\n";
   for (const Function& f : fns)

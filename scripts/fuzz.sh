@@ -48,11 +48,10 @@ COMMON=(common/crc32c.cc common/events.cc common/knobs.cc common/kv.cc common/lo
 JOURNAL=(journal/api_name.cc journal/file.cc journal/journal.cc
          journal/log_reader.cc journal/log_writer.cc GEN:proto/journal.pb.cc GEN:api/api_traits.cc)
 TRANSPORT=(transport/control_socket.cc transport/shm_channel.cc)
-AGENT=(agent/handles.cc agent/hooks.cc agent/session.cc agent/journaling.cc agent/allocator.cc
+AGENT=(agent/handles.cc agent/hooks.cc agent/hooks_cudnn.cc agent/session.cc agent/journaling.cc agent/allocator.cc
        agent/snapshot.cc agent/validator.cc
        agent/backends/host/host_backend.cc agent/backends/host/host_blas.cc
-       agent/backends/host/host_blaslt.cc
-       agent/backends/host/host_driver.cc
+       agent/backends/host/host_blaslt.cc agent/backends/host/host_dnn.cc agent/backends/host/host_driver.cc
        agent/backends/host/host_stream.cc hostkernel/loader.cc
        GEN:api/api_traits.cc GEN:api/backend_api.cc GEN:api/dispatch.cc)
 declare -A SRCS=(

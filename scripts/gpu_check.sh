@@ -8,6 +8,7 @@
 #   bash .gpu/run_gpu.sh nccl       # only the NCCL section (below)
 #   bash .gpu/run_gpu.sh MODE       # only the sections of scripts/gpu/ that run for MODE
 #   bash .gpu/run_gpu.sh cublas     # e.g. only cuBLAS (scripts/gpu/cublas.sh)
+#   bash .gpu/run_gpu.sh cudnn      # only cuDNN (scripts/gpu/cudnn.sh)
 #
 # The runner executes every tests/apps program natively and under
 # `revenant-run --backend=cuda`, the integration programs under the cuda
@@ -39,7 +40,7 @@ targets=(
   //bench:shim_bench //bench:nccl_bench //bench:cpu_pairs
   //tests/apps:train_mlp //tests/apps:collectives_all //tests/apps:collectives_bad
   //tests/apps:cublas_ops //tests/apps:driver_api //tools:librevenant_probe.so
-  //tests/apps:cublaslt_ops //tests/apps:nccl_group_sim
+  //tests/apps:cublaslt_ops //tests/apps:nccl_group_sim //tests/apps:cudnn_conv
 )
 bazel build "${targets[@]}"
 bin="$(bazel info bazel-bin 2>/dev/null)"
@@ -58,7 +59,7 @@ cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$bin/bench/cpu_pairs
 cp "$bin/tests/apps/train_mlp.bin" "$bin/tests/apps/collectives_all.bin" \
   "$bin/tests/apps/collectives_bad.bin" "$bin/tests/apps/cublas_ops.bin" \
   "$bin/tests/apps/driver_api.bin" "$bin/tests/apps/cublaslt_ops.bin" \
-  "$bin/tests/apps/nccl_group_sim.bin" "$out/apps/"
+  "$bin/tests/apps/nccl_group_sim.bin" "$bin/tests/apps/cudnn_conv.bin" "$out/apps/"
 mkdir -p "$out/sections" "$out/torch"
 cp "$root"/tests/torch/*.py "$out/torch/"
 cp "$bin/tools/librevenant_probe.so" "$out/"

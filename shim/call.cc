@@ -55,6 +55,7 @@ int32_t Call::InvalidArgument() const {
   switch (traits_.library) {
     case api::Library::kNccl: return 4;     // ncclInvalidArgument
     case api::Library::kCublas: return 7;   // CUBLAS_STATUS_INVALID_VALUE
+    case api::Library::kCudnn: return 2000;  // CUDNN_STATUS_BAD_PARAM
     default: return cudaErrorInvalidValue;
   }
 }

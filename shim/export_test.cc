@@ -32,6 +32,11 @@ TEST(ShimExportTest, EveryRowIsExported) {
       EXPECT_NE(dlvsym(h, t.name, node), nullptr) << t.name << "@" << node << " is not exported";
       EXPECT_EQ(dlvsym(h, t.name, "libcudart.so.13"), nullptr)
           << t.name << " is exported in the runtime's version node";
+    } else if (t.library == api::Library::kCudnn) {
+      EXPECT_NE(dlvsym(h, t.name, "libcudnn.so.9"), nullptr)
+          << t.name << "@libcudnn.so.9 is not exported";
+      EXPECT_EQ(dlvsym(h, t.name, "libcudart.so.13"), nullptr)
+          << t.name << " is exported in the runtime's version node";
     } else {
       EXPECT_NE(dlvsym(h, t.name, "libcudart.so.13"), nullptr)
           << t.name << "@libcudart.so.13 is not exported";

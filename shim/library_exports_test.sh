@@ -27,17 +27,20 @@ out="$(python3 - "$shim" 2>&1 <<'PY'
 import ctypes, sys
 lib = ctypes.CDLL(sys.argv[1])
 lib.cudnnGetErrorString.restype = ctypes.c_char_p
+lib.cusparseGetErrorString.restype = ctypes.c_char_p
 print("cudnnConvolutionForward", lib.cudnnConvolutionForward(), lib.cudnnConvolutionForward())
 print("cublasLtMatrixTransform", lib.cublasLtMatrixTransform())
 print("cusolverDnCreate", lib.cusolverDnCreate(None))
 print("cudaGetExportTable", lib.cudaGetExportTable(None, None))
 print("cuTexRefCreate", lib.cuTexRefCreate(None))
-print("cudnnGetErrorString", lib.cudnnGetErrorString(0).decode())
+print("cusparseGetErrorString", lib.cusparseGetErrorString(0).decode())
+print("cudnnGetErrorString", lib.cudnnGetErrorString(2000).decode())
 PY
 )"
 echo "$out"
 for want in "cudnnConvolutionForward 3000 3000" "cublasLtMatrixTransform 15" "cusolverDnCreate 15" \
-            "cudaGetExportTable 801" "cuTexRefCreate 801" "cudnnGetErrorString cudnnGetErrorString is not supported"; do
+            "cudaGetExportTable 801" "cuTexRefCreate 801" "cusparseGetErrorString cusparseGetErrorString is not supported" \
+            "cudnnGetErrorString CUDNN_STATUS_BAD_PARAM"; do
   grep -qF "$want" <<<"$out" || { echo "FAIL: no '$want'"; exit 1; }
 done
 n=$(grep -c "cudnnConvolutionForward (libcudnn.so.9) is not supported under Revenant" <<<"$out")

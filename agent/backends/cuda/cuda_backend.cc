@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "agent/allocator.h"
 #include "agent/backends/cuda/cuda_blas.h"
+#include "agent/backends/cuda/cuda_dnn.h"
 #include "agent/backends/cuda/cuda_gloo.h"
 #include "agent/backends/cuda/cuda_nccl.h"
 #include "api/library_rows.h"
@@ -853,6 +854,48 @@ class CudaBackend : public Backend {
     std::memcpy(&emulation, buf, sizeof(emulation));
     return emulation == nullptr ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
   }
+  // cuDNN: the real library on this device's context, as cuBLAS (handles
+  // and descriptors translated by the dispatcher or agent/hooks_cudnn.cc);
+  // CUDNN_STATUS_NOT_INITIALIZED when libcudnn cannot be loaded.
+#define REVENANT_CUDA_DNN_ROW(name, params, args)            \
+  cudnnStatus_t name params override {                       \
+    Bind();                                                  \
+    if (!dnn_.Load()) return CUDNN_STATUS_NOT_INITIALIZED;   \
+    return dnn_.name args;                                   \
+  }
+  REVENANT_CUDNN_ROWS(REVENANT_CUDA_DNN_ROW)
+#undef REVENANT_CUDA_DNN_ROW
+  size_t DnnGetVersion() override { return dnn_.Load() ? dnn_.cudnnGetVersion() : 0; }
+  size_t DnnGetCudartVersion() override {
+    return dnn_.Load() ? dnn_.cudnnGetCudartVersion() : 0;
+  }
+  void DnnGetLastErrorString(char* message, size_t max_size) override {
+    if (!dnn_.Load()) {
+      std::snprintf(message, max_size, "the agent cannot load libcudnn.so.9");
+      return;
+    }
+    dnn_.cudnnGetLastErrorString(message, max_size);
+  }
+  cudnnStatus_t DnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor,
+                                       cudnnBackendAttributeName_t attributeName,
+                                       cudnnBackendAttributeType_t attributeType,
+                                       int64_t elementCount,
+                                       const void* arrayOfElements) override {
+    Bind();
+    if (!dnn_.Load()) return CUDNN_STATUS_NOT_INITIALIZED;
+    return dnn_.cudnnBackendSetAttribute(descriptor, attributeName, attributeType, elementCount,
+                                         arrayOfElements);
+  }
+  cudnnStatus_t DnnBackendGetAttribute(cudnnBackendDescriptor_t descriptor,
+                                       cudnnBackendAttributeName_t attributeName,
+                                       cudnnBackendAttributeType_t attributeType,
+                                       int64_t requestedElementCount, int64_t* elementCount,
+                                       void* arrayOfElements) override {
+    Bind();
+    if (!dnn_.Load()) return CUDNN_STATUS_NOT_INITIALIZED;
+    return dnn_.cudnnBackendGetAttribute(descriptor, attributeName, attributeType,
+                                         requestedElementCount, elementCount, arrayOfElements);
+  }
   bool DevicePointers(api::HandleKind kind, uint64_t handle) override {
     if (kind == api::HandleKind::kLtMatmulDesc) {
       if (!blas_lt_.Load()) return false;
@@ -952,6 +995,7 @@ class CudaBackend : public Backend {
   CudaBlasLt blas_lt_;
   cublasLtHandle_t lt_real_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::flat_hash_set<LtHandle*> lt_handles_ ABSL_GUARDED_BY(mu_);
+  CudaDnn dnn_;
 
   mutable absl::Mutex mu_;
   FixedRangeAllocator allocator_ ABSL_GUARDED_BY(mu_);

@@ -51,12 +51,24 @@
 // cublasLtMatmulAlgoGetHeuristic (which offers one algorithm, needing no
 // workspace, for what runs).
 //
+// cuDNN (host_dnn.cc): the host backend has no cuDNN. Handles, backend
+// descriptors and the legacy tensor/filter/convolution/activation descriptors
+// can be created and destroyed (handles also given a stream and queried), with
+// cuDNN's codes for bad input, so applications and tests get past their
+// setup; setting the legacy descriptors, finalizing, executing and the
+// attribute calls answer
+// CUDNN_STATUS_NOT_SUPPORTED with one log line each, and
+// cudnnGetLastErrorString says why. cudnnGetVersion, cudnnGetCudartVersion
+// and cudnnGetProperty answer the versions of the headers the agent was
+// built with (the API the rows follow).
+//
 // Thread safety: all methods may be called from several threads.
 #ifndef REVENANT_AGENT_BACKENDS_HOST_HOST_BACKEND_H_
 #define REVENANT_AGENT_BACKENDS_HOST_HOST_BACKEND_H_
 
 #include <cublasLt.h>
 #include <cublas_api.h>
+#include <cudnn.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -288,6 +300,65 @@ class HostBackend : public Backend {
 #define REVENANT_HOST_DRIVER_ROW(name, params, args) CUresult name params override;
   REVENANT_DRIVER_ROWS(REVENANT_HOST_DRIVER_ROW)
 #undef REVENANT_HOST_DRIVER_ROW
+  // cuDNN (host_dnn.cc).
+  cudnnStatus_t cudnnGetProperty(libraryPropertyType type, int* value) override;
+  cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) override;
+  cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) override;
+  cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t streamId) override;
+  cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t* streamId) override;
+  cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType,
+                                             cudnnBackendDescriptor_t* descriptor) override;
+  cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor) override;
+  cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor) override;
+  cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan,
+                                    cudnnBackendDescriptor_t variantPack) override;
+  cudnnStatus_t cudnnCreateTensorDescriptor(cudnnTensorDescriptor_t* desc) override;
+  cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) override;
+  cudnnStatus_t cudnnSetTensorNdDescriptor(cudnnTensorDescriptor_t tensorDesc,
+                                           cudnnDataType_t dataType, int nbDims,
+                                           const int* dimA, const int* strideA) override;
+  cudnnStatus_t cudnnGetTensorNdDescriptor(const cudnnTensorDescriptor_t tensorDesc,
+                                           int nbDimsRequested, cudnnDataType_t* dataType,
+                                           int* nbDims, int* dimA, int* strideA) override;
+  cudnnStatus_t cudnnCreateFilterDescriptor(cudnnFilterDescriptor_t* desc) override;
+  cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) override;
+  cudnnStatus_t cudnnSetFilterNdDescriptor(cudnnFilterDescriptor_t filterDesc,
+                                           cudnnDataType_t dataType, cudnnTensorFormat_t format,
+                                           int nbDims, const int* filterDimA) override;
+  cudnnStatus_t cudnnGetFilterNdDescriptor(const cudnnFilterDescriptor_t filterDesc,
+                                           int nbDimsRequested, cudnnDataType_t* dataType,
+                                           cudnnTensorFormat_t* format, int* nbDims,
+                                           int* filterDimA) override;
+  cudnnStatus_t cudnnCreateConvolutionDescriptor(cudnnConvolutionDescriptor_t* desc) override;
+  cudnnStatus_t cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t desc) override;
+  cudnnStatus_t cudnnSetConvolutionNdDescriptor(cudnnConvolutionDescriptor_t convDesc,
+                                                int arrayLength, const int* padA,
+                                                const int* filterStrideA, const int* dilationA,
+                                                cudnnConvolutionMode_t mode,
+                                                cudnnDataType_t computeType) override;
+  cudnnStatus_t cudnnSetConvolutionGroupCount(cudnnConvolutionDescriptor_t convDesc,
+                                              int groupCount) override;
+  cudnnStatus_t cudnnSetConvolutionMathType(cudnnConvolutionDescriptor_t convDesc,
+                                            cudnnMathType_t mathType) override;
+  cudnnStatus_t cudnnCreateActivationDescriptor(cudnnActivationDescriptor_t* desc) override;
+  cudnnStatus_t cudnnDestroyActivationDescriptor(cudnnActivationDescriptor_t desc) override;
+  cudnnStatus_t cudnnSetActivationDescriptor(cudnnActivationDescriptor_t activationDesc,
+                                             cudnnActivationMode_t mode,
+                                             cudnnNanPropagation_t reluNanOpt,
+                                             double coef) override;
+  size_t DnnGetVersion() override;
+  size_t DnnGetCudartVersion() override;
+  void DnnGetLastErrorString(char* message, size_t max_size) override;
+  cudnnStatus_t DnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor,
+                                       cudnnBackendAttributeName_t attributeName,
+                                       cudnnBackendAttributeType_t attributeType,
+                                       int64_t elementCount,
+                                       const void* arrayOfElements) override;
+  cudnnStatus_t DnnBackendGetAttribute(cudnnBackendDescriptor_t descriptor,
+                                       cudnnBackendAttributeName_t attributeName,
+                                       cudnnBackendAttributeType_t attributeType,
+                                       int64_t requestedElementCount, int64_t* elementCount,
+                                       void* arrayOfElements) override;
 
  protected:
   // What Create does before constructing: picks the device range (the
@@ -334,6 +405,26 @@ class HostBackend : public Backend {
   };
   // What a cublasLtMatmul runs (host_blaslt.cc).
   struct LtPlan;
+  // A cuDNN handle (cudnnHandle_t is a DnnHandle*) and a backend descriptor
+  // (cudnnBackendDescriptor_t is a DnnDescriptor*).
+  struct DnnHandle {
+    cudaStream_t stream = nullptr;
+  };
+  struct DnnDescriptor {
+    cudnnBackendDescriptorType_t type;
+  };
+  // A legacy descriptor (tensor, filter, convolution, activation: the
+  // cudnn*Descriptor_t is a DnnLegacyDescriptor*).
+  struct DnnLegacyDescriptor {
+    api::HandleKind kind;
+  };
+  cudnnStatus_t DnnCreateLegacy(api::HandleKind kind, void** desc);
+  cudnnStatus_t DnnDestroyLegacy(api::HandleKind kind, void* desc, const char* api);
+  // A cuDNN call the host backend cannot serve: CUDNN_STATUS_NOT_SUPPORTED,
+  // one log line per function, the message for cudnnGetLastErrorString.
+  cudnnStatus_t DnnNotSupported(const char* api);
+  // A refused cuDNN call: `status`, the message for cudnnGetLastErrorString.
+  cudnnStatus_t DnnFail(cudnnStatus_t status, const std::string& message);
   // One GEMM family call, strides 0 for a single GEMM.
   struct GemmArgs {
     cublasOperation_t transa, transb;
@@ -518,6 +609,12 @@ class HostBackend : public Backend {
   absl::flat_hash_map<uint64_t, int> graph_allocs_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<BlasHandle*, std::unique_ptr<BlasHandle>> blas_handles_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<const void*, std::unique_ptr<LtObject>> lt_objects_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<DnnHandle*, std::unique_ptr<DnnHandle>> dnn_handles_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<DnnDescriptor*, std::unique_ptr<DnnDescriptor>> dnn_descriptors_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<DnnLegacyDescriptor*, std::unique_ptr<DnnLegacyDescriptor>> dnn_legacy_
+      ABSL_GUARDED_BY(mu_);
+  std::string dnn_last_error_ ABSL_GUARDED_BY(mu_);
 
   std::mutex error_mu_;
   std::vector<std::pair<HostStream*, cudaError_t>> errors_ ABSL_GUARDED_BY(error_mu_);

@@ -1,0 +1,247 @@
+// The cuDNN rows with a hand-written shim side (api/cudnn.textproto): the
+// versions (asked of the agent once, then cached), the status strings
+// (answered here), the last error message, and the backend API's attribute
+// calls, whose element arrays are sized by their attribute type
+// (api/dnn_args.h). Layouts: api/hook_protocol.h.
+#include <cudnn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "api/dnn_args.h"
+#include "api/hook_protocol.h"
+#include "common/logging.h"
+#include "shim/call.h"
+
+namespace {
+
+using revenant::api::ApiId;
+using revenant::shim::Call;
+
+cudnnStatus_t Refuse(const char* api, const char* why, cudnnStatus_t status) {
+  REVENANT_LOG(DEBUG, "shim") << api << " refused: " << why;
+  return status;
+}
+
+// cudnnGetVersion / cudnnGetCudartVersion: the agent's answer, cached once
+// it is known (a version does not change; 0 when the agent cannot be
+// reached, asked again next time).
+size_t AskVersion(ApiId id, std::atomic<size_t>* cache) {
+  size_t v = cache->load(std::memory_order_relaxed);
+  if (v != 0) return v;
+  Call call(id, 0);
+  if (!call.ok() || !call.Send() || call.status() != 0) return 0;
+  uint64_t version = 0;
+  call.CopyOut(call.reply(), &version, sizeof(version));
+  cache->store(static_cast<size_t>(version), std::memory_order_relaxed);
+  return static_cast<size_t>(version);
+}
+
+struct StatusName {
+  cudnnStatus_t status;
+  const char* name;
+};
+
+#define REVENANT_DNN_STATUS(s) {s, #s}
+constexpr StatusName kStatusNames[] = {
+    REVENANT_DNN_STATUS(CUDNN_STATUS_SUCCESS),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_INITIALIZED),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_SERIALIZATION_VERSION_MISMATCH),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_DEPRECATED),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_LICENSE_ERROR),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_RUNTIME_IN_PROGRESS),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_RUNTIME_FP_OVERFLOW),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_SUBLIBRARY_LOADING_FAILED),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_BAD_PARAM),
+    {static_cast<cudnnStatus_t>(2001), "CUDNN_STATUS_INVALID_VALUE"},
+    REVENANT_DNN_STATUS(CUDNN_STATUS_BAD_PARAM_NULL_POINTER),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_BAD_PARAM_OUT_OF_BOUND),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_BAD_PARAM_STREAM_MISMATCH),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_BAD_PARAM_DUPLICATED_ENTRIES),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_BAD_PARAM_CUDA_GRAPH_MISMATCH),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_BAD_PARAM_DESCRIPTOR_TYPE),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_SUPPORTED),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_SUPPORTED_SHAPE),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_SUPPORTED_LAYOUT),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDA_DRIVER),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_SUPPORTED_INCOMPATIBLE_CUDART),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_SUPPORTED_ARCH_MISMATCH),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_SUPPORTED_SHARED_MEMORY_INSUFFICIENT),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_SUPPORTED_PADDING),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_SUPPORTED_BAD_LAUNCH_PARAM),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_SUPPORTED_CUDA_GRAPH_NATIVE_API),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_NOT_SUPPORTED_INVALID_DYNAMIC_SHAPE),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_INTERNAL_ERROR),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_INTERNAL_ERROR_UNEXPECTED_VALUE),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_INTERNAL_ERROR_BAD_LAUNCH_PARAM),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_INTERNAL_ERROR_TEXTURE_CREATION_FAILED),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_EXECUTION_FAILED),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_EXECUTION_FAILED_CUBLAS),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_EXECUTION_FAILED_CUDART),
+    REVENANT_DNN_STATUS(CUDNN_STATUS_EXECUTION_FAILED_CURAND),
+};
+#undef REVENANT_DNN_STATUS
+
+}  // namespace
+
+extern "C" REVENANT_EXPORT size_t cudnnGetVersion(void) {
+  static std::atomic<size_t> cache{0};
+  return AskVersion(ApiId::cudnnGetVersion, &cache);
+}
+
+extern "C" REVENANT_EXPORT size_t cudnnGetCudartVersion(void) {
+  static std::atomic<size_t> cache{0};
+  return AskVersion(ApiId::cudnnGetCudartVersion, &cache);
+}
+
+extern "C" REVENANT_EXPORT const char* cudnnGetErrorString(cudnnStatus_t status) {
+  for (const StatusName& s : kStatusNames)
+    if (s.status == status) return s.name;
+  return "CUDNN_UNKNOWN_STATUS";
+}
+
+extern "C" REVENANT_EXPORT void cudnnGetLastErrorString(char* message, size_t max_size) {
+  if (message == nullptr || max_size == 0) return;
+  message[0] = '\0';
+  const uint64_t capacity = std::min<uint64_t>(max_size, revenant::hooks::kDnnMaxErrorString);
+  revenant::wire::Sizer sz;
+  sz.Put(capacity);
+  Call call(ApiId::cudnnGetLastErrorString, sz.size());
+  if (!call.ok()) return;
+  call.args().Put(capacity);
+  if (!call.Send() || call.status() != 0) return;
+  call.CopyOut(call.reply(), message, capacity);
+  message[capacity - 1] = '\0';
+}
+
+// cuDNN destroys a null handle or legacy descriptor successfully (nothing to
+// do); anything else is the generated row's request (one handle).
+namespace {
+template <typename T>
+cudnnStatus_t DestroyHandle(ApiId id, T handle) {
+  if (handle == nullptr) return CUDNN_STATUS_SUCCESS;
+  revenant::wire::Sizer sz;
+  sz.Put(handle);
+  Call call(id, sz.size());
+  if (!call.ok()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
+  call.args().Put(handle);
+  if (!call.Send()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
+  return static_cast<cudnnStatus_t>(call.status());
+}
+}  // namespace
+
+extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
+  return DestroyHandle(ApiId::cudnnDestroy, handle);
+}
+extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
+  return DestroyHandle(ApiId::cudnnDestroyTensorDescriptor, desc);
+}
+extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) {
+  return DestroyHandle(ApiId::cudnnDestroyFilterDescriptor, desc);
+}
+extern "C" REVENANT_EXPORT cudnnStatus_t
+cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t desc) {
+  return DestroyHandle(ApiId::cudnnDestroyConvolutionDescriptor, desc);
+}
+extern "C" REVENANT_EXPORT cudnnStatus_t
+cudnnDestroyActivationDescriptor(cudnnActivationDescriptor_t desc) {
+  return DestroyHandle(ApiId::cudnnDestroyActivationDescriptor, desc);
+}
+
+extern "C" REVENANT_EXPORT cudnnStatus_t cudnnBackendSetAttribute(
+    cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t attributeName,
+    cudnnBackendAttributeType_t attributeType, int64_t elementCount, const void* arrayOfElements) {
+  constexpr const char* kApi = "cudnnBackendSetAttribute";
+  // cuDNN's own codes for what it checks first.
+  if (descriptor == nullptr)
+    return Refuse(kApi, "null descriptor", CUDNN_STATUS_BAD_PARAM_NULL_POINTER);
+  const size_t size = revenant::api::DnnElementSize(attributeType);
+  if (size == 0)
+    return Refuse(kApi, "unknown attribute type", CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE);
+  if (!revenant::api::DnnElementCountOk(elementCount))
+    return Refuse(kApi, "bad element count", CUDNN_STATUS_BAD_PARAM);
+  const uint64_t bytes = static_cast<uint64_t>(elementCount) * size;
+  revenant::wire::Sizer sz;
+  sz.Put(uint64_t{});
+  sz.Put(int32_t{});
+  sz.Put(int32_t{});
+  sz.Put(int64_t{});
+  sz.PutBytes(arrayOfElements, bytes);
+  Call call(ApiId::cudnnBackendSetAttribute, sz.size());
+  if (!call.ok()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
+  call.args().Put(reinterpret_cast<uint64_t>(descriptor));
+  call.args().Put(static_cast<int32_t>(attributeName));
+  call.args().Put(static_cast<int32_t>(attributeType));
+  call.args().Put(elementCount);
+  call.args().PutBytes(arrayOfElements, bytes);
+  if (!call.Send()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
+  return static_cast<cudnnStatus_t>(call.status());
+}
+
+extern "C" REVENANT_EXPORT cudnnStatus_t cudnnBackendGetAttribute(
+    cudnnBackendDescriptor_t const descriptor, cudnnBackendAttributeName_t attributeName,
+    cudnnBackendAttributeType_t attributeType, int64_t requestedElementCount,
+    int64_t* elementCount, void* arrayOfElements) {
+  constexpr const char* kApi = "cudnnBackendGetAttribute";
+  const size_t size = revenant::api::DnnElementSize(attributeType);
+  if (size == 0)
+    return Refuse(kApi, "unknown attribute type", CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE);
+  if (!revenant::api::DnnElementCountOk(requestedElementCount))
+    return Refuse(kApi, "bad requested element count", CUDNN_STATUS_BAD_PARAM);
+  const bool has_array = arrayOfElements != nullptr;
+  // Handle elements go both ways: a descriptor-typed get fills descriptors
+  // the caller created (cudnn_graph.h), so the agent needs to know them.
+  const bool send_elements =
+      has_array && revenant::api::DnnElementHandleKind(attributeType) !=
+                       revenant::api::HandleKind::kNone;
+  const uint64_t bytes = static_cast<uint64_t>(requestedElementCount) * size;
+  if (has_array && bytes > revenant::api::kDnnMaxReplyElementBytes) {
+    REVENANT_LOG(WARNING, "shim") << kApi << ": " << bytes
+                                  << " bytes of elements exceed what one reply carries ("
+                                  << revenant::api::kDnnMaxReplyElementBytes
+                                  << "): CUDNN_STATUS_NOT_SUPPORTED";
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  }
+  const void* in_elements = send_elements ? arrayOfElements : nullptr;
+  revenant::wire::Sizer sz;
+  sz.Put(uint64_t{});
+  sz.Put(int32_t{});
+  sz.Put(int32_t{});
+  sz.Put(int64_t{});
+  sz.PutFlag();
+  sz.PutFlag();
+  sz.PutBytes(in_elements, bytes);
+  Call call(ApiId::cudnnBackendGetAttribute, sz.size());
+  if (!call.ok()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
+  call.args().Put(reinterpret_cast<uint64_t>(descriptor));
+  call.args().Put(static_cast<int32_t>(attributeName));
+  call.args().Put(static_cast<int32_t>(attributeType));
+  call.args().Put(requestedElementCount);
+  call.args().PutFlag(elementCount != nullptr);
+  call.args().PutFlag(has_array);
+  call.args().PutBytes(in_elements, bytes);
+  if (!call.Send()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
+  if (call.executed_status() == 0) {
+    revenant::wire::Decoder& reply = call.reply();
+    if (elementCount != nullptr) call.CopyOut(reply, elementCount, sizeof(*elementCount));
+    // Only the elements the library wrote come back: the rest of the
+    // caller's array stays as it was, as natively.
+    if (has_array) call.CopyOut(reply, arrayOfElements, bytes);
+  }
+  return static_cast<cudnnStatus_t>(call.status());
+}
