@@ -519,7 +519,7 @@ std::function<void()> HostNodeFn(DispatchContext& ctx, uint64_t fn, uint64_t use
   rec.fn = fn;
   rec.user_data = user_data;
   rec.kind = hooks::kCallbackHostFn;
-  return [session, rec] { session->RunClientCallback(rec, session->callback_origin()); };
+  return [session, rec] { session->RunClientCallback(rec, session->host_node_origin()); };
 }
 
 // A created node: its virtual id as an 8-byte field (the journal keys the

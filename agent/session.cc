@@ -122,6 +122,7 @@ void Session::Run() {
   }
   const uint32_t pid = ch->client_pid();
   REVENANT_LOG(DEBUG, "agent") << "serving application pid " << pid;
+  PostDeferredReplies();
   StartJournalAhead();
   uint64_t executed = 0;
   uint32_t last_api = 0;
@@ -1079,6 +1080,42 @@ const KernelInfo* Session::FindKernel(const void* backend_handle) const {
   return it == kernels_.end() ? nullptr : &it->second;
 }
 
+int32_t Session::DispatchReplayedGraphLaunch(wire::Decoder& in, wire::Encoder& out) {
+  // cudaGraphLaunch(exec, stream): the stream is the second value.
+  uint64_t exec = 0, stream = 0;
+  wire::Decoder peek = in;
+  if (!peek.Get(&exec) || !peek.Get(&stream) ||
+      !ctx_.handles->ToBackendRaw(api::HandleKind::kStream, &stream)) {
+    return Dispatch(api::ApiId::cudaGraphLaunch, in, out, ctx_);
+  }
+  std::atomic<int>& pending =
+      replay_setup_.load() ? replayed_setup_graph_launches_ : replayed_graph_launches_;
+  pending.fetch_add(1);
+  const int32_t status = Dispatch(api::ApiId::cudaGraphLaunch, in, out, ctx_);
+  if (status != cudaSuccess ||
+      backend_->EnqueueHostCallback(reinterpret_cast<cudaStream_t>(stream),
+                                    [&pending] { pending.fetch_sub(1); }) != cudaSuccess) {
+    pending.fetch_sub(1);
+  }
+  return status;
+}
+
+void Session::PostDeferredReplies() {
+  // The application is back: its callback thread runs what the replay
+  // posted, then each reply may follow the callbacks before it (bounded:
+  // a callback that never completes cannot hold the application forever).
+  for (const DeferredReply& d : deferred_replies_) {
+    absl::Status s =
+        channel_->WaitCallbacksDone(d.callbacks, absl::Now() + options_.callback_timeout);
+    if (!s.ok()) {
+      REVENANT_LOG(ERROR, "agent") << "replayed host callbacks before request " << d.seq
+                                   << " did not complete: " << s << "; answering it anyway";
+    }
+    channel_->PostReply(d.slot, d.seq, d.status, d.size);
+  }
+  deferred_replies_.clear();
+}
+
 void Session::RunClientCallback(const hooks::CallbackRecord& record, CallbackOrigin origin) {
   // A validation replay: the application ran this callback already.
   if (validating_.load()) return;
@@ -1103,9 +1140,12 @@ void Session::RunClientCallback(const hooks::CallbackRecord& record, CallbackOri
     channel_->callbacks().Commit(std::move(*w));
     ticket = ++callbacks_sent_;
   }
-  if (replayed) {
+  if (replayed && replaying_.load()) {
     // The application reconnects only after the replay: it runs this
-    // callback then. Waiting here would deadlock the replay.
+    // callback then. Waiting here would deadlock the replay. (A replayed
+    // callback that runs once the replay is over waits like a live one:
+    // the stream's later work, a synchronize the application issues next,
+    // must not overtake it.)
     return;
   }
   absl::Status s =
@@ -1456,13 +1496,27 @@ absl::Status Session::ExecuteReplayed(const transport::RecordHeader& rec,
   wire::Encoder out(reply + kReplyPrefixSize, capacity - kReplyPrefixSize);
   ctx_.seq = rec.seq;
   int32_t status = kNoDispatcher;
-  if (traits.dispatched) status = Dispatch(static_cast<api::ApiId>(rec.api_id), in, out, ctx_);
+  if (static_cast<api::ApiId>(rec.api_id) == api::ApiId::cudaGraphLaunch) {
+    status = DispatchReplayedGraphLaunch(in, out);
+  } else if (traits.dispatched) {
+    status = Dispatch(static_cast<api::ApiId>(rec.api_id), in, out, ctx_);
+  }
   if (status == kNoDispatcher) status = nccl ? ncclInvalidArgument : cudaErrorInvalidValue;
   if (post) {
     ReplyPrefix prefix;
     std::memcpy(reply, &prefix, sizeof(prefix));
-    channel_->PostReply(rec.reply_slot, rec.seq, static_cast<uint32_t>(status),
-                        kReplyPrefixSize + static_cast<uint32_t>(out.size()));
+    const uint32_t size = kReplyPrefixSize + static_cast<uint32_t>(out.size());
+    uint64_t callbacks = 0;
+    {
+      std::lock_guard<std::mutex> lock(callback_mu_);
+      callbacks = callbacks_sent_;
+    }
+    if (callbacks > channel_->callbacks_done()) {
+      deferred_replies_.push_back(
+          {rec.reply_slot, rec.seq, static_cast<uint32_t>(status), size, callbacks});
+    } else {
+      channel_->PostReply(rec.reply_slot, rec.seq, static_cast<uint32_t>(status), size);
+    }
   }
   if (expected == nullptr) return absl::OkStatus();
   if (expected->status() != status) {

@@ -162,6 +162,16 @@ class Session {
   void RunClientCallback(const hooks::CallbackRecord& record, CallbackOrigin origin);
   bool replaying() const { return replaying_.load(); }
   // The origin of a callback enqueued (or, for a graph's host node, run) now.
+  // The origin of a graph host node running now: a graph's nodes were made
+  // once, and a node learns which launch runs it only from the replayed
+  // launches still on their streams (counted from their enqueue, in stream
+  // order, until a host operation after each) -- not from whether a replay
+  // is in progress when the node happens to run.
+  CallbackOrigin host_node_origin() const {
+    return replayed_setup_graph_launches_.load() > 0 ? CallbackOrigin::kReplayedSetup
+           : replayed_graph_launches_.load() > 0      ? CallbackOrigin::kReplayed
+                                                      : CallbackOrigin::kLive;
+  }
   CallbackOrigin callback_origin() const {
     return !replaying_.load() ? CallbackOrigin::kLive
            : replay_setup_.load() ? CallbackOrigin::kReplayedSetup
@@ -411,8 +421,26 @@ class Session {
   uint64_t callbacks_sent_ = 0;
   // Host callbacks a replay regenerates that the dead agent already posted.
   uint64_t callbacks_to_suppress_ = 0;
+  // Replies of replayed synchronous requests that follow host callbacks the
+  // replay posted: the application runs those only once it is back, and a
+  // reply must not overtake them (a stream synchronize returns after the
+  // host functions before it ran). Posted by PostDeferredReplies.
+  struct DeferredReply {
+    int slot;
+    uint64_t seq;
+    uint32_t status;
+    uint32_t size;
+    uint64_t callbacks;  // callbacks posted before it
+  };
+  std::vector<DeferredReply> deferred_replies_;
+  void PostDeferredReplies();
   std::atomic<bool> replaying_{false};
   std::atomic<bool> replay_setup_{false};  // replaying the setup log (see CallbackOrigin)
+  // Replayed cudaGraphLaunch calls whose graphs may still run (host_node_origin).
+  std::atomic<int> replayed_graph_launches_{0};
+  std::atomic<int> replayed_setup_graph_launches_{0};
+  // Dispatches a replayed cudaGraphLaunch, counted until its stream is past it.
+  int32_t DispatchReplayedGraphLaunch(wire::Decoder& in, wire::Encoder& out);
   std::atomic<bool> validating_{false};
   std::unique_ptr<Validator> validator_;
   // After a replacement found the survivors past its minibatch: device work
