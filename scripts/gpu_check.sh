@@ -4,7 +4,7 @@
 #
 #   scripts/gpu_check.sh            # here: build + pack
 #   bash .gpu/run_gpu.sh            # on the GPU machine (carry .gpu, or
-#                                   # .gpu.tar.xz: tar -xJf .gpu.tar.xz first)
+#                                   # .gpu.tar.gz: tar -xzf .gpu.tar.gz first)
 #   bash .gpu/run_gpu.sh nccl       # only the NCCL section (below)
 #   bash .gpu/run_gpu.sh MODE       # only the sections of scripts/gpu/ that run for MODE
 #   bash .gpu/run_gpu.sh cublas     # e.g. only cuBLAS (scripts/gpu/cublas.sh)
@@ -320,7 +320,7 @@ chmod +x "$out/run_gpu.sh"
 du -sh "$out"
 # The same, compressed (the libraries the agent links, OpenBLAS above all,
 # make the folder larger than what a device call may carry).
-tar -C "$root" -cJf "$root/.gpu.tar.xz" .gpu
-du -sh "$root/.gpu.tar.xz"
-echo "packed $out: run there with: bash .gpu/run_gpu.sh (carry .gpu, or carry .gpu.tar.xz and"
-echo "  first: tar -xJf .gpu.tar.xz)"
+tar -C "$root" -czf "$root/.gpu.tar.gz" .gpu
+du -sh "$root/.gpu.tar.gz"
+echo "packed $out: run there with: bash .gpu/run_gpu.sh (carry .gpu, or carry .gpu.tar.gz and"
+echo "  first: tar -xzf .gpu.tar.gz)"
