@@ -287,17 +287,18 @@ extern "C" REVENANT_EXPORT cudaError_t cudaStreamUpdateCaptureDependencies(
   return static_cast<cudaError_t>(call.status());
 }
 
-extern "C" REVENANT_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph,
-                                                         cudaGraphNode_t* nodes,
-                                                         size_t* numNodes) {
-  if (numNodes == nullptr) return Fail(cudaErrorInvalidValue);
-  const uint64_t capacity = nodes == nullptr ? 0 : *numNodes;
+namespace {
+// A node list request (u64 graph or node, u64 capacity; reply: u64 count,
+// bytes of node ids): cudaGraphGetNodes and cudaGraphNodeGetDependencies.
+// `out` null asks for the count only; slots past the ids are nulled.
+cudaError_t GetNodeList(ApiId id, uint64_t of, cudaGraphNode_t* out, size_t* num) {
+  const uint64_t capacity = out == nullptr ? 0 : *num;
   revenant::wire::Sizer sz;
   sz.Put(uint64_t{});
   sz.Put(uint64_t{});
-  Call call(ApiId::cudaGraphGetNodes, sz.size());
+  Call call(id, sz.size());
   if (!call.ok()) return Unreachable(call);
-  call.args().Put(Wire(graph));
+  call.args().Put(of);
   call.args().Put(capacity);
   if (!call.Send()) return Unreachable(call);
   if (call.status() != 0) return static_cast<cudaError_t>(call.status());
@@ -308,15 +309,23 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph,
       len / sizeof(uint64_t) > capacity) {
     return Fail(cudaErrorUnknown);
   }
-  if (nodes == nullptr) {
-    *numNodes = count;
+  if (out == nullptr) {
+    *num = count;
     return cudaSuccess;
   }
   const size_t got = len / sizeof(uint64_t);
-  if (got > 0) std::memcpy(nodes, ids, len);
-  for (size_t i = got; i < capacity; ++i) nodes[i] = nullptr;
-  *numNodes = got;
+  if (got > 0) std::memcpy(out, ids, len);
+  for (size_t i = got; i < capacity; ++i) out[i] = nullptr;
+  *num = got;
   return cudaSuccess;
+}
+}  // namespace
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphGetNodes(cudaGraph_t graph,
+                                                         cudaGraphNode_t* nodes,
+                                                         size_t* numNodes) {
+  if (numNodes == nullptr) return Fail(cudaErrorInvalidValue);
+  return GetNodeList(ApiId::cudaGraphGetNodes, Wire(graph), nodes, numNodes);
 }
 
 // Every edge is a default edge (edge data is refused where edges are made),
@@ -327,33 +336,13 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGraphNodeGetDependencies(cudaGraphNod
                                                                     size_t* numDeps) {
   if (numDeps == nullptr || node == nullptr) return Fail(cudaErrorInvalidValue);
   if (edgeData != nullptr && deps == nullptr) return Fail(cudaErrorInvalidValue);
-  const uint64_t capacity = deps == nullptr ? 0 : *numDeps;
-  revenant::wire::Sizer sz;
-  sz.Put(uint64_t{});
-  sz.Put(uint64_t{});
-  Call call(ApiId::cudaGraphNodeGetDependencies, sz.size());
-  if (!call.ok()) return Unreachable(call);
-  call.args().Put(Wire(node));
-  call.args().Put(capacity);
-  if (!call.Send()) return Unreachable(call);
-  if (call.status() != 0) return static_cast<cudaError_t>(call.status());
-  revenant::wire::Decoder& r = call.reply();
-  uint64_t count = 0, len = 0;
-  const char* ids = nullptr;
-  if (!r.Get(&count) || !r.GetBytes(&ids, &len) || len % sizeof(uint64_t) != 0 ||
-      len / sizeof(uint64_t) > capacity) {
-    return Fail(cudaErrorUnknown);
+  const size_t capacity = deps == nullptr ? 0 : *numDeps;
+  const cudaError_t err =
+      GetNodeList(ApiId::cudaGraphNodeGetDependencies, Wire(node), deps, numDeps);
+  if (err == cudaSuccess && edgeData != nullptr) {
+    std::memset(edgeData, 0, capacity * sizeof(cudaGraphEdgeData));
   }
-  if (deps == nullptr) {
-    *numDeps = count;
-    return cudaSuccess;
-  }
-  const size_t got = len / sizeof(uint64_t);
-  if (got > 0) std::memcpy(deps, ids, len);
-  for (size_t i = got; i < capacity; ++i) deps[i] = nullptr;
-  if (edgeData != nullptr) std::memset(edgeData, 0, capacity * sizeof(cudaGraphEdgeData));
-  *numDeps = got;
-  return cudaSuccess;
+  return err;
 }
 
 // The agent describes the graph; the file is written here, relative to the
