@@ -76,6 +76,7 @@ class Call {
 
   api::ApiId id_;
   const api::ApiTraits& traits_;
+  int64_t start_ns_ = 0;  // REVENANT_CALL_STATS only
   transport::ShmClientChannel* channel_ = nullptr;
   bool ok_ = false;
   bool sent_ = false;
@@ -89,6 +90,14 @@ class Call {
   wire::Encoder args_;
   wire::Decoder reply_;
 };
+
+// REVENANT_CALL_STATS=1: per API, the calls the application made and the time
+// it spent in them (from the Call's construction to its destruction), printed
+// at exit. Off: one predictable branch per call.
+bool CallStatsOn();
+void CountCall(api::ApiId id, int64_t start_ns);
+int64_t CallStatsNow();
+std::string CallStatsReport();
 
 // The wire value of a kernel's host stub address (FUNCTION handles): the
 // shim's registration id for it, 0 for an unknown address.

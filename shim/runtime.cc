@@ -19,6 +19,7 @@
 #include "common/knobs.h"
 #include "common/kv.h"
 #include "common/logging.h"
+#include "shim/call.h"
 
 namespace revenant {
 namespace shim {
@@ -68,6 +69,12 @@ Runtime::Runtime() {
     std::atexit([] {
       std::fprintf(stderr, "revenant shim (pid %d): waits: %s\n", static_cast<int>(getpid()),
                    transport::shm_internal::WaitStatsReport().c_str());
+    });
+  }
+  if (CallStatsOn()) {
+    std::atexit([] {
+      std::fprintf(stderr, "revenant shim (pid %d): calls: %s\n", static_cast<int>(getpid()),
+                   CallStatsReport().c_str());
     });
   }
   if (std::optional<double> s = knobs::Double(knobs::Id::kRecoveryTimeoutS, 0, 1e7)) {
