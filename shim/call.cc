@@ -82,15 +82,15 @@ std::string CallStatsReport() {
   return out;
 }
 
-Call::Call(api::ApiId id, size_t body_size) : id_(id), traits_(api::Traits(id)) {
+Call::Call(api::ApiId id, size_t body_size, bool send_async)
+    : id_(id), traits_(api::Traits(id)), sync_(traits_.mode == api::Mode::kSync && !send_async) {
   if (CallStatsOn()) start_ns_ = CallStatsNow();
   Runtime* rt = Runtime::Get();
   transport::ShmClientChannel* ch = rt->Channel();
   if (ch == nullptr) return;
   channel_ = ch;
   const absl::Time deadline = rt->CallDeadline();
-  const bool sync = traits_.mode == api::Mode::kSync;
-  if (sync) {
+  if (sync_) {
     absl::StatusOr<int> slot = ch->AcquireReplySlot(deadline);
     while (!slot.ok() && absl::IsUnavailable(slot.status()) && rt->WaitForRecovery(deadline)) {
       slot = ch->AcquireReplySlot(deadline);
@@ -153,7 +153,7 @@ bool Call::Send() {
   const uint64_t seq = channel_->Commit(std::move(*writer_));
   writer_.reset();
   sent_ = true;
-  if (traits_.mode != api::Mode::kSync) {
+  if (!sync_) {
     status_ = 0;
     return true;
   }

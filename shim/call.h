@@ -37,7 +37,9 @@ class Call {
  public:
   // Reserves `body_size` bytes of arguments. Never blocks without bound: a
   // full ring applies back-pressure up to the configured call deadline.
-  Call(api::ApiId id, size_t body_size);
+  // `send_async`: a synchronous row sent without waiting for its reply (the
+  // row's async_if held).
+  Call(api::ApiId id, size_t body_size, bool send_async = false);
   ~Call();
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
@@ -80,6 +82,7 @@ class Call {
   transport::ShmClientChannel* channel_ = nullptr;
   bool ok_ = false;
   bool sent_ = false;
+  bool sync_ = false;
   int reply_slot_ = -1;
   int32_t status_ = 0;
   int32_t executed_status_ = 0;
