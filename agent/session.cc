@@ -216,6 +216,7 @@ void Session::Run() {
                          : std::string())
         << "; its session ends, the agent serves the next application";
   }
+  if (!exec_stats_.empty()) REVENANT_LOG(INFO, "agent") << "requests at exit: " << ExecStatsReport();
   if (const std::string w = transport::shm_internal::WaitStatsReport(); !w.empty()) {
     REVENANT_LOG(INFO, "agent") << "waits at exit: " << w;
   }
@@ -247,7 +248,62 @@ void Session::Run() {
 
 // One request: journal (log before apply, by this thread or the journal
 // thread), run, reply. Each step's rules are in the function that does it.
+namespace {
+int64_t ExecNowNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+bool ExecStatsOn() {
+  static const bool on = knobs::Bool(knobs::Id::kCallStats).value_or(false);
+  return on;
+}
+}  // namespace
+
+std::string Session::ExecStatsReport() const {
+  std::vector<size_t> ids;
+  uint64_t requests = 0, ns = 0, run_ns = 0;
+  for (size_t i = 0; i < exec_stats_.size(); ++i) {
+    if (exec_stats_[i].requests == 0) continue;
+    ids.push_back(i);
+    requests += exec_stats_[i].requests;
+    ns += exec_stats_[i].ns;
+    run_ns += exec_stats_[i].run_ns;
+  }
+  std::sort(ids.begin(), ids.end(),
+            [&](size_t a, size_t b) { return exec_stats_[a].ns > exec_stats_[b].ns; });
+  std::string out = absl::StrFormat("%d requests, %.3f ms executing them (%.3f ms of it in the "
+                                    "backend); by time:",
+                                    requests, ns / 1e6, run_ns / 1e6);
+  int shown = 0;
+  for (size_t i : ids) {
+    if (++shown > 30) break;
+    const ExecCounter& c = exec_stats_[i];
+    absl::StrAppend(&out, absl::StrFormat("\n  %-40s %9d requests %10.3f ms %8.2f us each "
+                                          "(run %.2f us) max %.1f us",
+                                          api::Traits(static_cast<uint32_t>(i)).name, c.requests,
+                                          c.ns / 1e6, c.ns / 1e3 / c.requests,
+                                          c.run_ns / 1e3 / c.requests, c.max_ns / 1e3));
+  }
+  return out;
+}
+
 void Session::Execute(const transport::RecordHeader& rec) {
+  if (ExecStatsOn() && rec.api_id < api::kApiCount) {
+    if (exec_stats_.empty()) exec_stats_.resize(api::kApiCount);
+    const int64_t t0 = ExecNowNs();
+    ExecuteRequest(rec);
+    ExecCounter& c = exec_stats_[rec.api_id];
+    const uint64_t ns = static_cast<uint64_t>(ExecNowNs() - t0);
+    ++c.requests;
+    c.ns += ns;
+    c.max_ns = std::max(c.max_ns, ns);
+    return;
+  }
+  ExecuteRequest(rec);
+}
+
+void Session::ExecuteRequest(const transport::RecordHeader& rec) {
   const api::ApiTraits& traits = api::Traits(static_cast<uint32_t>(rec.api_id));
   const bool has_reply =
       rec.reply_slot >= 0 && static_cast<uint32_t>(rec.reply_slot) < channel_->reply_slots();
@@ -273,6 +329,12 @@ void Session::Execute(const transport::RecordHeader& rec) {
   }
   if (SkipSuperseded(rec, traits)) return;
   MaybeChaos(SessionOptions::Chaos::Point::kAfterAppend);
+  if (!exec_stats_.empty() && rec.api_id < exec_stats_.size()) {
+    const int64_t t0 = ExecNowNs();
+    RunAndReply(rec, traits, has_reply);
+    exec_stats_[rec.api_id].run_ns += static_cast<uint64_t>(ExecNowNs() - t0);
+    return;
+  }
   RunAndReply(rec, traits, has_reply);
 }
 

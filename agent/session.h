@@ -22,6 +22,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -200,9 +201,17 @@ class Session {
   void ForgetDeviceState();
 
  private:
+  // REVENANT_CALL_STATS=1: per API, requests executed and the executor's time
+  // in them (journaling included; run: the backend's part), printed at exit.
+  struct ExecCounter {
+    uint64_t requests = 0, ns = 0, run_ns = 0, max_ns = 0;
+  };
+  std::vector<ExecCounter> exec_stats_;
+  std::string ExecStatsReport() const;
   // One request: BeginJournaling, JournalBeforeRun (or MarkStepHere),
   // FinishJournaling, RunAndReply.
   void Execute(const transport::RecordHeader& rec);
+  void ExecuteRequest(const transport::RecordHeader& rec);
   // Who journals a request (this thread or the journal thread) and the
   // journal-ahead lock this thread holds for it.
   struct JournalTurn {

@@ -93,6 +93,7 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
           $RUN -n 1 --backend=cuda $arm --timeout=240 -- "$PY" "$TS/$s.py" --steps 30 >"$log" 2>&1
         echo "   $s under the shim [$arm]: rc=$? step $(th_step "$log") ms"
         grep -A28 "calls: " "$log" | sed 's/^/   | /'
+        grep -A30 "requests at exit" "$log" | sed 's/^/   | /'
         grep -E "waits:" "$log" | fold -w 160 | sed 's/^/   | /'
       done
     done
