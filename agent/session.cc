@@ -238,8 +238,8 @@ void Session::Run() {
     const SnapshotTotals& t = snapshot_totals_;
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "snapshots at exit: %d boundaries, %.3f MiB per boundary, %.2f ms mean, %.2f ms max "
-        "per boundary%s",
-        t.count, t.bytes / 1048576.0 / t.count, t.ms / t.count, t.max_ms,
+        "per boundary, %d steps between snapshots (journaled inside their minibatch)%s",
+        t.count, t.bytes / 1048576.0 / t.count, t.ms / t.count, t.max_ms, steps_skipped_,
         t.failures ? absl::StrCat(", ", t.failures, " FAILED") : std::string());
   }
   REVENANT_LOG(DEBUG, "agent") << "application pid " << pid << " disconnected after "
@@ -402,6 +402,7 @@ void Session::FinishJournaling(const transport::RecordHeader& rec, JournalTurn* 
 
 // An explicit minibatch marker (revenantMarkStep), journaled here.
 void Session::MarkStepHere(const transport::RecordHeader& rec) {
+  if (snapshots_ != nullptr && !SnapshotDue()) return;  // a step inside the minibatch
   if (validator_ != nullptr) {
     validator_->MinibatchEnding(options_.journal->minibatch(), options_.journal->dir());
   }
@@ -435,7 +436,11 @@ void Session::JournalBeforeRun(const transport::RecordHeader& rec) {
     validator_->MinibatchEnding(minibatch, options_.journal->dir());
   }
   if (snapshots_ != nullptr && options_.journal->BoundaryBefore(rec)) {
-    SnapshotBoundary(minibatch + 1, rec.seq);
+    if (SnapshotDue()) {
+      SnapshotBoundary(minibatch + 1, rec.seq);
+    } else {
+      options_.journal->SkipBoundaryFor(rec.seq);
+    }
   }
   if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec)); !s.ok()) {
     JournalFailed(s);
@@ -1006,7 +1011,29 @@ void Session::MaybeSnapshotChaos(SessionOptions::Chaos::Point point, uint64_t mi
   raise(SIGKILL);
 }
 
+bool Session::SnapshotDue() {
+  const SessionOptions::Chaos& c = options_.chaos;
+  const bool every_step = options_.snapshot_every == 1 || validator_ != nullptr ||
+                          c.minibatch != 0;
+  bool due = every_step || snapshot_totals_.count + snapshot_totals_.failures == 0;
+  if (!due && options_.snapshot_every > 1) {
+    due = steps_since_snapshot_ + 1 >= options_.snapshot_every;
+  } else if (!due) {
+    const int64_t since = ExecNowNs() - last_snapshot_end_ns_;
+    due = since >= 19 * last_snapshot_ns_ ||
+          options_.journal->stats().minibatch_file_bytes >= options_.snapshot_max_log_bytes;
+  }
+  if (due) {
+    steps_since_snapshot_ = 0;
+  } else {
+    ++steps_since_snapshot_;
+    ++steps_skipped_;
+  }
+  return due;
+}
+
 void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
+  const int64_t snapshot_start_ns = ExecNowNs();
   // The state at the boundary: every request before it was executed (one
   // executor thread), but device work may still be queued.
   if (const int32_t e = backend_->cudaDeviceSynchronize(); e != 0 && deferred_error_ == 0) {
@@ -1033,6 +1060,8 @@ void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
                                  << st.status();
     return;
   }
+  last_snapshot_end_ns_ = ExecNowNs();
+  last_snapshot_ns_ = last_snapshot_end_ns_ - snapshot_start_ns;
   SnapshotTotals& t = snapshot_totals_;
   ++t.count;
   t.bytes += st->bytes;

@@ -115,6 +115,19 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
         st="FAIL (native rc=$nrc, revenant rc=$crc)"; th_diag "$clog"
       fi
       record "torch $s 1 rank native = revenant" "$st" "$clog"
+      if [ "$s" = mlp_ddp ] && [ -n "${th_ref[$s]:-}" ]; then
+        # The agent killed mid-run (request 6000 of ~9000: past step 20):
+        # the replacement restores the last boundary snapshot (auto: not
+        # every step) and replays every step since.
+        log="$LOGS/torch.$s.kill1.log"
+        timeout 400 $RUN -n 1 --backend=cuda --timeout=360 --chaos="rank=0,calls=6000" \
+          -- "$PY" "$TS/$s.py" >"$log" 2>&1; rc=$?
+        got=$(th_hash "$log")
+        echo "   $s 1 rank, agent killed at request 6000: rc=$rc $got"
+        grep -E "replayed [0-9]+ requests|snapshot loaded|snapshots at exit" "$log" | head -4 | sed 's/^/   | /'
+        if [ $rc -eq 0 ] && [ "$got" = "${th_ref[$s]}" ]; then st=PASS; else st="FAIL (rc=$rc)"; th_diag "$log"; fi
+        record "torch $s 1 rank, killed, recovered = native" "$st" "$log"
+      fi
     done
     # 2. Four ranks on the one GPU, twice each (not in MODE torch1).
     [ "$MODE" = torch1 ] && th_colls="" || th_colls="${TORCH_COLLS:-gloo nccl}"
