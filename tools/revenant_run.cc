@@ -120,6 +120,10 @@ ABSL_FLAG(uint64_t, validate_every, 0,
 ABSL_FLAG(int, spares, 0,
           "pre-start this many spare agents (backend and CUDA context initialized); a dead "
           "agent's rank goes to a spare instead of a new process, and a new spare is started");
+ABSL_FLAG(int, death_window_ms, -1,
+          "agent deaths within this many milliseconds of the first are replaced in one "
+          "recovery epoch (-1: 800, or 200 with --spares, whose replacements are ready at "
+          "once; a later death is a death during recovery and gets an epoch of its own)");
 ABSL_FLAG(std::string, snapshots, "auto",
           "boundary snapshots of each rank's device state (docs/recovery.md): on, off, or auto "
           "(on when the job has one rank, which has no replica to recover from)");
@@ -612,9 +616,13 @@ int Main(int argc, char** argv) {
                      absl::ToInt64Milliseconds(absl::Now() - t0), " ms; master ", master_addr, ":",
                      port));
   }
+  const int death_window_ms = absl::GetFlag(FLAGS_death_window_ms) >= 0
+                                  ? absl::GetFlag(FLAGS_death_window_ms)
+                                  : absl::GetFlag(FLAGS_spares) > 0 ? 200 : 800;
   recovery::Coordinator coordinator({job_dir, absl::GetFlag(FLAGS_recover),
                                      absl::GetFlag(FLAGS_max_recoveries),
-                                     absl::Milliseconds(800), 3, absl::Seconds(30), etcd.get()});
+                                     absl::Milliseconds(death_window_ms), 3, absl::Seconds(30),
+                                     etcd.get()});
 
   std::vector<Child> children;
   std::vector<Pipe> pipes;

@@ -115,7 +115,7 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_spares ]; t
     timeout 200 $NM_RUN ${NM_EXTRA:-} -n "$n" --timeout=170 --chaos="$spec" --events_file="$ev" -- \
       "$G/apps/train_mlp.bin" --iters $NM_ITERS >"$log" 2>&1; rc=$?
     same=$(grep -c "^\[r[0-9]*\] final checksum ${nm_ref[$n]:-none}\$" "$log")
-    repl=$(grep -c "replacement agent for rank" "$log")
+    repl=$(grep -cE "replacement agent for rank|spare agent pid [0-9]+ takes rank" "$log")
     died=$(nm_t "$ev" agent_died first); resumed=$(nm_t "$ev" application_resumed last)
     ms=none
     if [ -n "$died" ] && [ -n "$resumed" ]; then ms=$(( (resumed - died) / 1000 )); nm_times+=("$n:$ms"); fi
