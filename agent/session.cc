@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "agent/validator.h"
 #include "api/reply_prefix.h"
 #include "common/knobs.h"
@@ -217,6 +220,19 @@ void Session::Run() {
         << "; its session ends, the agent serves the next application";
   }
   if (!exec_stats_.empty()) REVENANT_LOG(INFO, "agent") << "requests at exit: " << ExecStatsReport();
+  {
+    // The agent's host memory (what a job pays per GPU beside the journal
+    // and snapshot files, which the lines below count).
+    std::ifstream status("/proc/self/status");
+    std::string line, rss, hwm;
+    while (std::getline(status, line)) {
+      if (absl::StartsWith(line, "VmRSS:")) rss = std::string(absl::StripAsciiWhitespace(line.substr(6)));
+      if (absl::StartsWith(line, "VmHWM:")) hwm = std::string(absl::StripAsciiWhitespace(line.substr(6)));
+    }
+    if (!rss.empty()) {
+      REVENANT_LOG(INFO, "agent") << "host memory at exit: resident " << rss << ", peak " << hwm;
+    }
+  }
   if (const std::string w = transport::shm_internal::WaitStatsReport(); !w.empty()) {
     REVENANT_LOG(INFO, "agent") << "waits at exit: " << w;
   }

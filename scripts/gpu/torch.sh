@@ -109,6 +109,7 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       ratio=none; [ -n "$nst" ] && [ -n "$cst" ] && ratio=$(calc "$cst / $nst")
       echo "   $s: native rc=$nrc $ref step $nst ms; revenant rc=$crc $got step $cst ms; ratio $ratio"
       echo "   $s start-up: native $(th_start "$nlog"); revenant $(th_start "$clog")"
+      grep -hoE "(host memory|journal|snapshots) at exit.*" "$clog" | sed 's/^/   | agent /'
       if [ $nrc -eq 0 ] && [ $crc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ]; then
         st=PASS; th_ref[$s]=$ref
       else
