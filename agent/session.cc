@@ -260,6 +260,14 @@ void Session::Execute(const transport::RecordHeader& rec) {
   if (rec.api_id == hooks::kMarkStepApiId) {
     if (turn.here) MarkStepHere(rec);
     FinishJournaling(rec, &turn);
+    if (has_reply) {
+      // The shim sends the marker without a reply slot; a client that names
+      // one is answered (success) rather than left waiting for ever.
+      JournaledBeforeReply(rec);
+      ReplyPrefix prefix;
+      std::memcpy(channel_->ReplyBuffer(rec.reply_slot), &prefix, sizeof(prefix));
+      channel_->PostReply(rec.reply_slot, rec.seq, 0, kReplyPrefixSize);
+    }
     return;
   }
   NoteSubmission(rec);
