@@ -119,7 +119,11 @@ if [ "$mode" = scenarios ]; then
   trial "after a wait's reply"   "rank=2,minibatch=6,calls=15,point=after_reply"
   trial "during recovery"        "rank=1,minibatch=4,calls=5;rank=2,recovery=1"
   trial "two ranks at once"      "rank=1,minibatch=4,calls=8;rank=2,minibatch=4,calls=8"
-  total=8
+  # Rank 2 killed after minibatch 3's optimizer step (before its boundary),
+  # rank 1 during that recovery, in minibatch 4: the replacements are a
+  # minibatch apart, and only rank 2's skips the rest of its minibatch.
+  trial "recovery a minibatch apart" "rank=2,minibatch=3,calls=15,point=before_append;rank=1,recovery=1"
+  total=9
 elif [ "$mode" = host_fn ]; then
   # With --host_fn a minibatch is 16 requests: 15 the host function (after
   # the SGD kernel), 16 the next iteration's synchronize. The application
