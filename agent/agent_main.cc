@@ -307,6 +307,11 @@ std::optional<Admitted> Serve(Backend* backend, Admitted conn, const std::string
   }
   options.validate_every = absl::GetFlag(FLAGS_validate_every);
   options.rank = rank;
+  options.world_size = absl::GetFlag(FLAGS_world_size);
+  options.journal_boundary_bytes =
+      static_cast<uint64_t>(
+          knobs::Int(knobs::Id::kJournalBoundaryKib, 0, kMaxKib).value_or(256 << 10))
+      << 10;
   if (options.validate_every > 0 && !absl::GetFlag(FLAGS_journal)) {
     REVENANT_LOG(WARNING, "agent") << "--validate_every needs the journal: validator off";
     options.validate_every = 0;

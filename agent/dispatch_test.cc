@@ -231,6 +231,52 @@ TEST_F(DispatchTest, OutOfRangeEnumsGetTheNativeCodeAndNeverReachTheBackend) {
   EXPECT_EQ(backend_.calls, 0);
 }
 
+// Enums without a dense range (cublasComputeType_t, cudaDataType with its
+// gaps checked by value, cuBLASLt attributes) are checked by the decoder
+// too: a value the enum does not name is CUBLAS_STATUS_INVALID_VALUE before
+// the backend, and the same request with a real value reaches it.
+TEST_F(DispatchTest, SparseEnumsAreCheckedAtDecode) {
+  auto desc = [&](int32_t compute, int32_t scale) {
+    Request r;
+    r.enc.PutFlag(true);
+    r.enc.Put(compute);
+    r.enc.Put(scale);
+    return Run(api::ApiId::cublasLtMatmulDescCreate, r);
+  };
+  auto layout = [&](int32_t type) {
+    Request r;
+    r.enc.PutFlag(true);
+    r.enc.Put(type);
+    r.enc.Put(uint64_t{4});
+    r.enc.Put(uint64_t{4});
+    r.enc.Put(int64_t{4});
+    return Run(api::ApiId::cublasLtMatrixLayoutCreate, r);
+  };
+  EXPECT_EQ(desc(66, CUDA_R_32F), CUBLAS_STATUS_INVALID_VALUE);  // between 65 and 68
+  EXPECT_EQ(desc(CUBLAS_COMPUTE_32F, 34), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(desc(-1, CUDA_R_32F), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(layout(1 << 20), CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(backend_.calls, 0);
+  EXPECT_EQ(layout(CUDA_R_4F_E2M1), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(desc(CUBLAS_COMPUTE_64F_PEDANTIC, CUDA_R_64F), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(backend_.calls, 2);
+  const auto d = Out<cublasLtMatmulDesc_t>(0);
+  auto get = [&](int32_t attribute) {
+    Request r;
+    r.enc.Put(d);
+    r.enc.Put(attribute);
+    r.enc.PutFlag(true);
+    r.enc.Put(uint64_t{4});
+    r.enc.Put(uint64_t{4});
+    r.enc.PutFlag(true);
+    return Run(api::ApiId::cublasLtMatmulDescGetAttribute, r);
+  };
+  EXPECT_EQ(get(16), CUBLAS_STATUS_INVALID_VALUE);  // no CUBLASLT_MATMUL_DESC_ attribute is 16
+  EXPECT_EQ(backend_.calls, 2);
+  EXPECT_EQ(get(CUBLASLT_MATMUL_DESC_TRANSA), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(backend_.calls, 3);
+}
+
 // cuBLAS scalars travel as values (host pointer mode) or device addresses
 // (device pointer mode); a request that disagrees with the backend's handle
 // is refused before the backend could dereference it, and short scalar bytes

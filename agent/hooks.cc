@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 
 #include <cstring>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -51,7 +53,8 @@ int32_t CopyBody(DispatchContext& ctx, const hooks::CopyHead& h, wire::Decoder& 
   if (!TranslateStream(ctx, &stream)) return cudaErrorInvalidResourceHandle;
   Session* session = ctx.session;
   transport::ShmServerChannel* ch = session->channel();
-  const auto k = static_cast<cudaMemcpyKind>(kind);
+  cudaMemcpyKind k;
+  if (!wire::ToEnum(kind, &k)) return cudaErrorInvalidMemcpyDirection;
   const auto s = reinterpret_cast<cudaStream_t>(stream);
   void* d = reinterpret_cast<void*>(dst);
   const void* sp = reinterpret_cast<const void*>(src);
@@ -157,6 +160,13 @@ int32_t LaunchHook(DispatchContext& ctx, wire::Decoder& in, bool cooperative_api
       return cudaErrorInvalidValue;
     }
     std::vector<cudaLaunchAttribute> attrs(attr_size / sizeof(cudaLaunchAttribute));
+    // Each id is checked before it is copied into its enum.
+    for (size_t i = 0; i < attrs.size(); ++i) {
+      std::underlying_type_t<cudaLaunchAttributeID> id = 0;
+      std::memcpy(&id, attr_bytes + i * sizeof(cudaLaunchAttribute) + offsetof(cudaLaunchAttribute, id),
+                  sizeof(id));
+      if (!wire::WireEnum<cudaLaunchAttributeID>::Valid(id)) return cudaErrorInvalidValue;
+    }
     if (attr_size > 0) std::memcpy(attrs.data(), attr_bytes, attr_size);
     // Events inside attributes are the application's virtual handles.
     for (cudaLaunchAttribute& a : attrs) {
@@ -564,9 +574,10 @@ int32_t AddNodeOfType(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& ou
                ctx.session->IsSharedHost(reinterpret_cast<const void*>(p), count);
       };
       if (!host_ok(dst) || !host_ok(src)) return cudaErrorInvalidValue;
+      cudaMemcpyKind k;
+      if (!wire::ToEnum(kind, &k)) return cudaErrorInvalidMemcpyDirection;
       err = B(ctx)->AddMemcpyNode1D(&node, graph, deps, reinterpret_cast<void*>(dst),
-                                    reinterpret_cast<const void*>(src), count,
-                                    static_cast<cudaMemcpyKind>(kind));
+                                    reinterpret_cast<const void*>(src), count, k);
       break;
     }
     case cudaGraphNodeTypeHost: {
@@ -622,9 +633,10 @@ int32_t Hook_cudaStreamBeginCaptureToGraph(DispatchContext& ctx, wire::Decoder& 
       !in.Get(&mode)) {
     return cudaErrorInvalidValue;
   }
+  cudaStreamCaptureMode m;
+  if (!wire::ToEnum(mode, &m)) return cudaErrorInvalidValue;
   if (!TranslateStream(ctx, &stream)) return cudaErrorInvalidResourceHandle;
-  return B(ctx)->BeginCaptureToGraph(reinterpret_cast<cudaStream_t>(stream), graph, deps,
-                                     static_cast<cudaStreamCaptureMode>(mode));
+  return B(ctx)->BeginCaptureToGraph(reinterpret_cast<cudaStream_t>(stream), graph, deps, m);
 }
 
 // u64 stream, flag want_graph; reply: i32 status, u64 id, u64 graph (0 unless
@@ -758,9 +770,11 @@ int32_t Hook_cudaGraphAddNode(DispatchContext& ctx, wire::Decoder& in, wire::Enc
   cudaGraph_t graph = nullptr;
   std::vector<cudaGraphNode_t> deps;
   int32_t type = 0;
-  if (!GetGraph(ctx, in, &graph) || !GetNodes(ctx, in, &deps) || !in.Get(&type))
+  cudaGraphNodeType t;
+  if (!GetGraph(ctx, in, &graph) || !GetNodes(ctx, in, &deps) || !in.Get(&type) ||
+      !wire::ToEnum(type, &t))
     return cudaErrorInvalidValue;
-  return AddNodeOfType(ctx, in, out, graph, deps, static_cast<cudaGraphNodeType>(type));
+  return AddNodeOfType(ctx, in, out, graph, deps, t);
 }
 int32_t Hook_cudaGraphAddKernelNode(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
   return AddNodeHook(ctx, in, out, cudaGraphNodeTypeKernel);

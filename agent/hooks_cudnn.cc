@@ -59,6 +59,9 @@ struct AttributeHead {
   int32_t type = 0;
   int64_t count = 0;
   size_t element_size = 0;
+  // name and type as enums, once they are known to be values of them.
+  cudnnBackendAttributeName_t attribute{};
+  cudnnBackendAttributeType_t attribute_type{};
 };
 
 int32_t VersionHook(wire::Encoder& out, uint64_t version) {
@@ -103,8 +106,9 @@ int32_t Hook_cudnnBackendSetAttribute(DispatchContext& ctx, wire::Decoder& in, w
     return Refuse(kApi, "malformed request");
   }
   h.element_size = api::DnnElementSize(h.type);
-  if (h.element_size == 0)
+  if (h.element_size == 0 || !wire::ToEnum(h.type, &h.attribute_type))
     return Refuse(kApi, "unknown attribute type", CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE);
+  if (!wire::ToEnum(h.name, &h.attribute)) return Refuse(kApi, "unknown attribute name");
   if (!api::DnnElementCountOk(h.count)) return Refuse(kApi, "bad element count");
   // cuDNN answers a null array so (whatever the count); it never reaches it.
   if (data == nullptr) return Refuse(kApi, "null array");
@@ -140,8 +144,7 @@ int32_t Hook_cudnnBackendSetAttribute(DispatchContext& ctx, wire::Decoder& in, w
   }
   return B(ctx)->DnnBackendSetAttribute(
       reinterpret_cast<cudnnBackendDescriptor_t>(h.descriptor),
-      static_cast<cudnnBackendAttributeName_t>(h.name),
-      static_cast<cudnnBackendAttributeType_t>(h.type), h.count, elements);
+      h.attribute, h.attribute_type, h.count, elements);
 }
 
 int32_t Hook_cudnnBackendGetAttribute(DispatchContext& ctx, wire::Decoder& in,
@@ -157,8 +160,9 @@ int32_t Hook_cudnnBackendGetAttribute(DispatchContext& ctx, wire::Decoder& in,
     return Refuse(kApi, "malformed request");
   }
   h.element_size = api::DnnElementSize(h.type);
-  if (h.element_size == 0)
+  if (h.element_size == 0 || !wire::ToEnum(h.type, &h.attribute_type))
     return Refuse(kApi, "unknown attribute type", CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE);
+  if (!wire::ToEnum(h.name, &h.attribute)) return Refuse(kApi, "unknown attribute name");
   if (!api::DnnElementCountOk(h.count)) return Refuse(kApi, "bad requested element count");
   const uint64_t bytes = static_cast<uint64_t>(h.count) * h.element_size;
   if (has_array && bytes > api::kDnnMaxReplyElementBytes)
@@ -187,8 +191,7 @@ int32_t Hook_cudnnBackendGetAttribute(DispatchContext& ctx, wire::Decoder& in,
   int64_t count = 0;
   const cudnnStatus_t rc = B(ctx)->DnnBackendGetAttribute(
       reinterpret_cast<cudnnBackendDescriptor_t>(h.descriptor),
-      static_cast<cudnnBackendAttributeName_t>(h.name),
-      static_cast<cudnnBackendAttributeType_t>(h.type), h.count, has_count ? &count : nullptr,
+      h.attribute, h.attribute_type, h.count, has_count ? &count : nullptr,
       has_array ? elements.data() : nullptr);
   if (rc != CUDNN_STATUS_SUCCESS) return rc;
   if (has_count) out.PutBytes(&count, sizeof(count));

@@ -246,6 +246,42 @@ TEST_F(HooksCudnnTest, UnknownElementsAndMalformedRequestsNeverReachTheBackend) 
   EXPECT_EQ(backend_.calls, 0);
 }
 
+// Attribute names and types are enums: an integer that names none of their
+// values is refused at decode with cuDNN's code and never becomes an enum
+// the backend sees; the same request with a real name reaches it.
+TEST_F(HooksCudnnTest, AttributeNamesOutsideTheEnumNeverReachTheBackend) {
+  const uint64_t d = NewDescriptor();
+  const int64_t v = 7;
+  auto set = [&](int32_t name) {
+    Request r;
+    r.enc.Put(d);
+    r.enc.Put(name);
+    r.enc.Put(int32_t{CUDNN_TYPE_INT64});
+    r.enc.Put(int64_t{1});
+    r.enc.PutBytes(&v, sizeof(v));
+    return Run(api::ApiId::cudnnBackendSetAttribute, r);
+  };
+  auto get = [&](int32_t name) {
+    Request r;
+    r.enc.Put(d);
+    r.enc.Put(name);
+    r.enc.Put(int32_t{CUDNN_TYPE_INT64});
+    r.enc.Put(int64_t{1});
+    r.enc.PutFlag(true);
+    r.enc.PutFlag(true);
+    r.enc.PutBytes(&v, sizeof(v));
+    return Run(api::ApiId::cudnnBackendGetAttribute, r);
+  };
+  const int calls = backend_.calls;
+  for (int32_t name : {-1, 2909, 1 << 30}) {
+    EXPECT_EQ(set(name), CUDNN_STATUS_BAD_PARAM) << "name " << name;
+    EXPECT_EQ(get(name), CUDNN_STATUS_BAD_PARAM) << "name " << name;
+  }
+  EXPECT_EQ(backend_.calls, calls);
+  EXPECT_EQ(set(CUDNN_ATTR_TENSOR_UNIQUE_ID), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(backend_.calls, calls + 1);
+}
+
 TEST_F(HooksCudnnTest, DescriptorTypedGetsFillTheCallersDescriptors) {
   const uint64_t heur = NewDescriptor(), c0 = NewDescriptor(), c1 = NewDescriptor(),
                  c2 = NewDescriptor();

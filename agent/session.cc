@@ -332,8 +332,17 @@ void Session::ExecuteRequest(const transport::RecordHeader& rec) {
   if (rec.api_id == hooks::kMarkStepApiId) {
     if (turn.here) MarkStepHere(rec);
     FinishJournaling(rec, &turn);
+    if (has_reply) {
+      // The shim sends the marker without a reply slot; a client that names
+      // one is answered (success) rather than left waiting for ever.
+      JournaledBeforeReply(rec);
+      ReplyPrefix prefix;
+      std::memcpy(channel_->ReplyBuffer(rec.reply_slot), &prefix, sizeof(prefix));
+      channel_->PostReply(rec.reply_slot, rec.seq, 0, kReplyPrefixSize);
+    }
     return;
   }
+  MaybePlaceOwnBoundary(rec, turn.here);
   NoteSubmission(rec);
   MaybeChaos(SessionOptions::Chaos::Point::kBeforeAppend);
   if (turn.here) JournalBeforeRun(rec);
@@ -429,6 +438,64 @@ void Session::MarkStepHere(const transport::RecordHeader& rec) {
   backend_->MarkBoundary(options_.journal->minibatch());
   NoteMinibatchStarted(options_.journal->minibatch());
   if (validator_ != nullptr) validator_->MinibatchStarted(options_.journal->minibatch());
+}
+
+void Session::MaybePlaceOwnBoundary(const transport::RecordHeader& rec, bool journaled_here) {
+  if (options_.journal_boundary_bytes == 0 || options_.journal == nullptr) return;
+  if (!own_boundary_due_) {
+    // The journal's size costs its lock: looked at every few requests.
+    constexpr uint64_t kCheckEvery = 64;
+    if (++own_boundary_checks_ % kCheckEvery != 0) return;
+    const uint64_t minibatch = options_.journal->minibatch();
+    const journal::JournalStats st = options_.journal->stats();
+    const uint64_t bytes = st.setup_file_bytes + st.minibatch_file_bytes;
+    if (minibatch != own_boundary_minibatch_ || bytes < own_boundary_base_bytes_) {
+      // A boundary since the last look (or a compaction): count from here.
+      own_boundary_minibatch_ = minibatch;
+      own_boundary_base_bytes_ = bytes;
+      return;
+    }
+    if (bytes - own_boundary_base_bytes_ < options_.journal_boundary_bytes) return;
+    if (!options_.snapshots || options_.world_size != 1) {
+      if (!own_boundary_refused_) {
+        own_boundary_refused_ = true;
+        REVENANT_LOG(WARNING, "agent") << absl::StrFormat(
+            "rank %d: the journal grew by %.2f MiB (to %.2f MiB) without a minibatch boundary; "
+            "the agent cannot place one of its own: %s. It keeps growing: mark training steps "
+            "with revenantMarkStep()",
+            options_.rank, (bytes - own_boundary_base_bytes_) / 1048576.0, bytes / 1048576.0,
+            !options_.snapshots
+                ? "boundary snapshots are off (--snapshots), and without one the state before "
+                  "the boundary could not be restored"
+                : absl::StrCat("a job of ", options_.world_size == 0 ? std::string("unknown size")
+                                                                     : absl::StrCat(options_.world_size, " ranks"),
+                               " needs its boundaries at the same request on every rank"));
+      }
+      return;
+    }
+    own_boundary_due_ = true;
+  }
+  if (!journaled_here) return;  // the journal thread has requests in hand: a later one
+  own_boundary_due_ = false;
+  const journal::JournalStats before = options_.journal->stats();
+  const uint64_t grown =
+      before.setup_file_bytes + before.minibatch_file_bytes - own_boundary_base_bytes_;
+  MarkStepHere(rec);
+  ++own_boundaries_;
+  const journal::JournalStats after = options_.journal->stats();
+  own_boundary_minibatch_ = options_.journal->minibatch();
+  own_boundary_base_bytes_ = after.setup_file_bytes + after.minibatch_file_bytes;
+  if (own_boundaries_ <= 3 || own_boundaries_ % 100 == 0) {
+    REVENANT_LOG(INFO, "agent") << absl::StrFormat(
+        "rank %d: the journal grew by %.2f MiB without a minibatch boundary (none detected or "
+        "marked): the agent placed the boundary of minibatch %d itself, with its snapshot, "
+        "before request %d (%d such boundaries; REVENANT_JOURNAL_BOUNDARY_KIB=%d); journal "
+        "%.2f MiB -> %.2f MiB",
+        options_.rank, grown / 1048576.0, own_boundary_minibatch_, rec.seq, own_boundaries_,
+        options_.journal_boundary_bytes >> 10,
+        (before.setup_file_bytes + before.minibatch_file_bytes) / 1048576.0,
+        own_boundary_base_bytes_ / 1048576.0);
+  }
 }
 
 void Session::NoteSubmission(const transport::RecordHeader& rec) {

@@ -96,6 +96,21 @@ struct SessionOptions {
   // journal. `rank` names this agent in its reports.
   uint64_t validate_every = 0;
   int rank = 0;
+  // Ranks in the job; 0: unknown.
+  int world_size = 0;
+
+  // A job that never reaches a minibatch boundary (none detected, none
+  // marked with revenantMarkStep) keeps every call in its journal. Each time
+  // the journal has grown by this many bytes since the last boundary, the
+  // agent places one itself, as revenantMarkStep would, with its boundary
+  // snapshot: the calls after it go to the minibatch log, cleared at each
+  // such boundary, so the journal stays within about twice this. Only for a
+  // one-rank job with boundary snapshots on: the snapshot, not another
+  // rank, then holds the state a replacement restores; with several ranks a
+  // boundary must fall at the same request on every rank (collective
+  // ordinals restart at it), which one rank's journal size cannot promise,
+  // so the agent says so once instead. 0: never.
+  uint64_t journal_boundary_bytes = 0;
 
   // The journal thread (docs/design.md, "The journal thread"): a second
   // thread journals the plain asynchronous requests of the ring, so that
@@ -232,6 +247,11 @@ class Session {
   // Publishes the request as journaled to the journal thread, releases mu.
   void FinishJournaling(const transport::RecordHeader& rec, JournalTurn* turn);
   void MarkStepHere(const transport::RecordHeader& rec);
+  // SessionOptions::journal_boundary_bytes: checks the journal's growth
+  // every few requests and, once it is due, places the boundary before
+  // `rec` if the executor journals `rec` itself (`journaled_here`: every
+  // earlier request is journaled and ran), else before a later one.
+  void MaybePlaceOwnBoundary(const transport::RecordHeader& rec, bool journaled_here);
   void NoteSubmission(const transport::RecordHeader& rec);
   void JournalBeforeRun(const transport::RecordHeader& rec);
   bool SkipSuperseded(const transport::RecordHeader& rec, const api::ApiTraits& traits);
@@ -465,6 +485,14 @@ class Session {
   // of the application is skipped until this minibatch starts (0: none).
   uint64_t skip_until_minibatch_ = 0;
   uint64_t requests_seen_ = 0;
+  // MaybePlaceOwnBoundary's state: the minibatch and journal bytes when it
+  // last saw a boundary, whether a boundary is due, how many it placed.
+  uint64_t own_boundary_minibatch_ = 0;
+  uint64_t own_boundary_base_bytes_ = 0;
+  uint64_t own_boundary_checks_ = 0;
+  bool own_boundary_due_ = false;
+  bool own_boundary_refused_ = false;
+  uint64_t own_boundaries_ = 0;
   uint64_t chaos_minibatch_calls_ = 0;
   // Kills the agent if the chaos plan says this is the point.
   void MaybeChaos(SessionOptions::Chaos::Point point);

@@ -26,6 +26,11 @@
 namespace revenant {
 namespace wire {
 
+// Which integers are values of an enum E: specialized per enum type in
+// api/wire_enums.h (included at the end of this header).
+template <typename E>
+struct WireEnum;
+
 inline constexpr uint64_t kNullBytes = ~uint64_t{0};
 
 inline size_t AlignUp8(size_t n) { return (n + 7) & ~size_t{7}; }
@@ -122,13 +127,24 @@ class Decoder {
   Decoder() = default;
   Decoder(const char* data, size_t size) : data_(data), size_(size) {}
 
+  // An enum is read as its underlying integer and accepted only if it names
+  // a value of the enum (WireEnum<T>, api/wire_enums.h): an application may
+  // send any integer, and holding one outside the enum is undefined.
   template <typename T>
   bool Get(T* value) {
     static_assert(std::is_trivially_copyable<T>::value, "wire scalars are PODs");
-    if (sizeof(T) > size_ - pos_) return Fail();
-    std::memcpy(value, data_ + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
+    if constexpr (std::is_enum<T>::value) {
+      std::underlying_type_t<T> raw{};
+      if (!Get(&raw)) return false;
+      if (!WireEnum<T>::Valid(raw)) return Fail();
+      *value = static_cast<T>(raw);
+      return true;
+    } else {
+      if (sizeof(T) > size_ - pos_) return Fail();
+      std::memcpy(value, data_ + pos_, sizeof(T));
+      pos_ += sizeof(T);
+      return true;
+    }
   }
   bool GetFlag(bool* present) {
     uint8_t byte = 0;
@@ -179,5 +195,7 @@ class Decoder {
 
 }  // namespace wire
 }  // namespace revenant
+
+#include "api/wire_enums.h"
 
 #endif  // REVENANT_API_WIRE_H_

@@ -106,6 +106,66 @@ TEST(WireTest, DecoderRejectsTruncatedAndHostileInput) {
   EXPECT_FALSE(flags.GetFlag(&present));
 }
 
+// Enums are decoded through their underlying integer and accepted only when
+// the integer is a value of the enum (api/wire_enums.h): dense, sparse and
+// flag-like enums, with and without negative values.
+TEST(WireTest, EnumsOutsideTheirValuesAreRefusedAtDecode) {
+  auto decode = [](auto sent, auto* got) {
+    std::vector<char> buf(16);
+    Encoder enc(buf.data(), buf.size());
+    enc.Put(sent);
+    Decoder dec(buf.data(), enc.size());
+    const bool ok = dec.Get(got);
+    EXPECT_EQ(ok, !dec.failed());
+    return ok;
+  };
+  cudaMemcpyKind kind = cudaMemcpyHostToHost;
+  EXPECT_TRUE(decode(int32_t{cudaMemcpyDefault}, &kind));
+  EXPECT_EQ(kind, cudaMemcpyDefault);
+  EXPECT_FALSE(decode(int32_t{5}, &kind));
+  EXPECT_FALSE(decode(int32_t{-1}, &kind));
+  EXPECT_EQ(kind, cudaMemcpyDefault);  // untouched by a refused value
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  EXPECT_TRUE(decode(int32_t{CUBLAS_COMPUTE_64F_PEDANTIC}, &compute));
+  EXPECT_FALSE(decode(int32_t{66}, &compute));  // a gap between enumerators
+  EXPECT_FALSE(decode(int32_t{CUDA_R_32F}, &compute));
+  cublasGemmAlgo_t algo = CUBLAS_GEMM_DEFAULT;
+  EXPECT_TRUE(decode(int32_t{-1}, &algo));
+  EXPECT_TRUE(decode(int32_t{CUBLAS_GEMM_ALGO15_TENSOR_OP}, &algo));
+  EXPECT_FALSE(decode(int32_t{24}, &algo));
+  EXPECT_FALSE(decode(int32_t{-2}, &algo));
+  cublasMath_t math = CUBLAS_DEFAULT_MATH;
+  EXPECT_TRUE(decode(int32_t{CUBLAS_TF32_TENSOR_OP_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION},
+                     &math));
+  EXPECT_FALSE(decode(int32_t{9}, &math));
+  ncclRedOp_t op = ncclSum;
+  EXPECT_TRUE(decode(int32_t{ncclNumOps + 3}, &op));  // a user-made operation
+  EXPECT_FALSE(decode(int32_t{-1}, &op));
+  cudaGraphNodeType node = cudaGraphNodeTypeKernel;
+  EXPECT_TRUE(decode(int32_t{cudaGraphNodeTypeConditional}, &node));
+  EXPECT_FALSE(decode(int32_t{0x0c}, &node));
+  cudnnBackendAttributeName_t name = CUDNN_ATTR_POINTWISE_MODE;
+  EXPECT_TRUE(decode(int32_t{CUDNN_ATTR_TENSOR_UNIQUE_ID}, &name));
+  EXPECT_FALSE(decode(int32_t{-1}, &name));
+  // A truncated enum fails like any scalar.
+  Decoder short_input("\x01", 1);
+  EXPECT_FALSE(short_input.Get(&kind));
+}
+
+TEST(WireTest, ToEnumRefusesIntegersTheEnumCannotHold) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  EXPECT_TRUE(ToEnum(int32_t{cudaStreamCaptureModeRelaxed}, &mode));
+  EXPECT_EQ(mode, cudaStreamCaptureModeRelaxed);
+  EXPECT_FALSE(ToEnum(int32_t{3}, &mode));
+  EXPECT_FALSE(ToEnum(int32_t{-1}, &mode));
+  EXPECT_FALSE(ToEnum(int64_t{1} << 32, &mode));  // wraps to 0 in 32 bits
+  EXPECT_FALSE(ToEnum(uint64_t{1} << 63, &mode));
+  EXPECT_EQ(mode, cudaStreamCaptureModeRelaxed);
+  cudaLaunchAttributeID id = cudaLaunchAttributeIgnore;
+  EXPECT_TRUE(ToEnum(16, &id));
+  EXPECT_FALSE(ToEnum(15, &id));
+}
+
 }  // namespace
 }  // namespace wire
 }  // namespace revenant

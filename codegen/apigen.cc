@@ -134,20 +134,21 @@ std::string BadRequest(const Function& f) {
   if (IsDriver(f)) return "CUDA_ERROR_INVALID_VALUE";
   return IsNccl(f) ? "ncclInvalidArgument" : "cudaErrorInvalidValue";
 }
-// Enum types whose values cross the wire: decoded as their underlying
-// integer and checked against the enumeration's range before they become
-// the enum (so the agent never holds an out-of-range enum value), answered
-// outside it with the code the real library answers. The bounds are
-// enumerators, so the headers check them at compile time. Left out: enums
-// whose range is the whole int (ncclRedOp_t: user-made operations; statuses
-// handed to the string functions; cublasMath_t: flags), and the sparse ones
-// the backends check value by value (cudaDataType, cublasComputeType_t,
-// cublasGemmAlgo_t).
+// Enum types whose values cross the wire with a dense range and a code of
+// their own: decoded as their underlying integer and checked against the
+// enumeration's range before they become the enum, answered outside it with
+// the code the real library answers. The bounds are enumerators, so the
+// headers check them at compile time. Every other enum a generated decoder
+// reads goes through wire::Decoder::Get, which checks it against
+// api/wire_enums.h (sparse enums value by value) and fails the request with
+// BadRequest's code.
 struct EnumRange {
   const char* type;
   const char* min;
   const char* max;
-  const char* cudart_error;  // for runtime rows; others: BadRequest's code
+  // For rows of the enum's own library (the runtime for cuda* enums, cuDNN
+  // for cudnn* ones); other rows, or none given: BadRequest's code.
+  const char* own_library_error;
 };
 constexpr EnumRange kEnumRanges[] = {
     {"cudaMemcpyKind", "cudaMemcpyHostToHost", "cudaMemcpyDefault", "cudaErrorInvalidMemcpyDirection"},
@@ -166,6 +167,9 @@ constexpr EnumRange kEnumRanges[] = {
     {"cublasFillMode_t", "CUBLAS_FILL_MODE_LOWER", "CUBLAS_FILL_MODE_FULL", ""},
     {"cublasDiagType_t", "CUBLAS_DIAG_NON_UNIT", "CUBLAS_DIAG_UNIT", ""},
     {"cublasPointerMode_t", "CUBLAS_POINTER_MODE_HOST", "CUBLAS_POINTER_MODE_DEVICE", ""},
+    // cuDNN 9.19 answers an unknown descriptor type so (read off the library).
+    {"cudnnBackendDescriptorType_t", "CUDNN_BACKEND_POINTWISE_DESCRIPTOR",
+     "CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR", "CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED"},
 };
 
 const EnumRange* FindEnumRange(const std::string& c_type) {
@@ -830,9 +834,11 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
     switch (KindOf(f, p)) {
       case Kind::kValue:
         if (const EnumRange* e = FindEnumRange(p.c_type()); e != nullptr && p.handle() == pb::NO_HANDLE) {
+          const bool cudnn_enum = std::string(e->type).rfind("cudnn", 0) == 0;
+          const bool own_library =
+              cudnn_enum ? IsCudnn(f) : f.library() == pb::CUDART || f.library() == pb::CUDART_NVCC;
           const std::string bad =
-              f.library() == pb::CUDART || f.library() == pb::CUDART_NVCC ? e->cudart_error
-                                                                          : BadRequest(f);
+              own_library && *e->own_library_error != '\0' ? e->own_library_error : BadRequest(f);
           s << "      std::underlying_type_t<" << e->type << "> " << n << "_raw{};\n"
             << "      if (!in.Get(&" << n << "_raw)) return " << BadRequest(f) << ";\n"
             << "      if (" << n << "_raw < static_cast<std::underlying_type_t<" << e->type << ">>("

@@ -2,8 +2,12 @@
 # Runs more seeded random recovery trials of the 4-rank training job than CI
 # does (host backend, no GPU needed):
 #   bash scripts/chaos.sh [TRIALS=200] [SEED=$(date +%s)] [RANKS=4] [ITERS=12]
-# Every trial kills one or two agents at a random request and crash point and
-# checks that the final parameters are bitwise equal to a fault-free run.
+# Every trial kills one or two agents at a random request and crash point
+# (mid collective among them), sometimes a second one during the first one's
+# recovery, and checks that the final parameters are bitwise equal to a
+# fault-free run. The last line sums it up: trials, hangs, mismatches and the
+# median and max recovery time (an agent's death to the last application
+# resumed, from revenant-run's events).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trials="${1:-200}"; seed="${2:-$(date +%s)}"; ranks="${3:-4}"; iters="${4:-12}"

@@ -5,8 +5,8 @@
 #   bash scripts/fuzz.sh 60         # 60 s per target
 #   bash scripts/fuzz.sh 60 dispatch journal_reader   # only these targets
 #   bash scripts/fuzz.sh 0 build  # build only (and .fuzz/bin/make_seeds)
-# Targets (tests/fuzz/<name>_fuzzer.cc): dispatch, journal_reader, log_reader,
-# handshake. Seeds: tests/fuzz/corpus/<name>/. Build and working corpora go to
+# Targets (tests/fuzz/<name>_fuzzer.cc): dispatch, session, journal_reader,
+# log_reader, handshake, cuda_agreement. Seeds: tests/fuzz/corpus/<name>/. Build and working corpora go to
 # .fuzz/ (git-ignored); a crash leaves .fuzz/crash-<name>-* and fails the run.
 #
 # The project builds with gcc through Bazel; libFuzzer needs clang, so the
@@ -27,7 +27,7 @@ OUT=${FUZZ_OUT:-$ROOT/.fuzz}
 CXX=${CXX:-clang++}
 JOBS=${JOBS:-2}
 FUZZ_SEED=${FUZZ_SEED:-1}
-ALL_TARGETS=(dispatch journal_reader log_reader handshake)
+ALL_TARGETS=(dispatch session journal_reader log_reader handshake cuda_agreement)
 TARGETS=("$@")
 # "build": build only, run nothing.
 [ "${1:-}" != build ] || { TARGETS=(); BUILD_ONLY=1; }
@@ -59,6 +59,9 @@ declare -A SRCS=(
   [journal_reader]="tests/fuzz/journal_reader_fuzzer.cc ${JOURNAL[*]} ${COMMON[*]}"
   [log_reader]="tests/fuzz/log_reader_fuzzer.cc common/crc32c.cc common/knobs.cc common/logging.cc journal/file.cc journal/log_reader.cc"
   [handshake]="tests/fuzz/handshake_fuzzer.cc transport/control_socket.cc ${COMMON[*]}"
+  [session]="tests/fuzz/session_fuzzer.cc ${AGENT[*]} ${JOURNAL[*]} ${TRANSPORT[*]} ${COMMON[*]}"
+  [cuda_agreement]="tests/fuzz/cuda_agreement_fuzzer.cc agent/backends/cuda/cuda_nccl_start.cc
+    agent/backends/cuda/cuda_nccl_recovery.cc agent/backends/common/recovery_plan.cc"
 )
 # As third_party/BUILD links them.
 ABSL_LIBS="-labsl_statusor -labsl_status -labsl_strerror -labsl_str_format_internal -labsl_cord
@@ -71,11 +74,10 @@ ABSL_LIBS="-labsl_statusor -labsl_status -labsl_strerror -labsl_str_format_inter
   -labsl_spinlock_wait -labsl_int128 -labsl_throw_delegate -labsl_raw_logging_internal
   -labsl_log_severity -labsl_time_zone"
 LIBS="$ABSL_LIBS -lprotobuf -lisal -lopenblas -ldl -lpthread"
-# -fno-sanitize=enum: enum arguments arrive from the application as raw integers
-# (as they reach the CUDA driver natively) and the backends reject unknown
-# values; see docs/reliability.md.
-SAN=(-fsanitize=address,undefined -fno-sanitize=enum -fno-sanitize-recover=undefined
-     -fno-omit-frame-pointer)
+# UBSan includes its enum check: every enum read from the wire is checked
+# before it becomes an enum (api/wire_enums.h), so loading one outside its
+# values is a bug.
+SAN=(-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer)
 CXXFLAGS=(-std=c++17 -O1 -g "${SAN[@]}" -fsanitize=fuzzer-no-link -I"$ROOT" -I"$GEN_DIR"
           -I/usr/local/cuda/include -w)
 

@@ -321,7 +321,9 @@ extern "C" REVENANT_EXPORT cudaError_t cudaStreamGetCaptureInfo(
       len % sizeof(uint64_t) != 0) {
     return Fail(cudaErrorUnknown);
   }
-  *captureStatus_out = static_cast<cudaStreamCaptureStatus>(status);
+  cudaStreamCaptureStatus capture_status;
+  if (!revenant::wire::ToEnum(status, &capture_status)) return Fail(cudaErrorUnknown);
+  *captureStatus_out = capture_status;
   if (status != cudaStreamCaptureStatusActive) return cudaSuccess;
   if (id_out != nullptr) *id_out = id;
   if (graph_out != nullptr) *graph_out = reinterpret_cast<cudaGraph_t>(graph);
@@ -583,10 +585,10 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGraphExecUpdate(
   call.args().Put(Wire(hGraph));
   if (!call.Send()) return Unreachable(call);
   revenant::wire::Decoder& r = call.reply();
-  int32_t result = cudaGraphExecUpdateError;
   uint64_t error_node = 0, error_from = 0;
-  if (r.Get(&result) && r.Get(&error_node) && r.Get(&error_from) && resultInfo != nullptr) {
-    resultInfo->result = static_cast<cudaGraphExecUpdateResult>(result);
+  cudaGraphExecUpdateResult update_result = cudaGraphExecUpdateError;
+  if (r.Get(&update_result) && r.Get(&error_node) && r.Get(&error_from) && resultInfo != nullptr) {
+    resultInfo->result = update_result;
     resultInfo->errorNode = reinterpret_cast<cudaGraphNode_t>(error_node);
     resultInfo->errorFromNode = reinterpret_cast<cudaGraphNode_t>(error_from);
   }

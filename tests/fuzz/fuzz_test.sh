@@ -20,7 +20,7 @@ if ! command -v clang++ >/dev/null; then
 fi
 export ROOT="$root" GEN_DIR="$root/bazel-bin" FUZZ_SEED="${FUZZ_SEED:-20261129}"
 echo "fuzz_test: source tree $root, $seconds s per target, libFuzzer seed $FUZZ_SEED"
-# Bounded: the build (minutes, cached in .fuzz/) and 4 targets of $seconds.
+# Bounded: the build (minutes, cached in .fuzz/) and 6 targets of $seconds.
 timeout 1500 bash "$root/scripts/fuzz.sh" "$seconds"
 rc=$?
 [ $rc -eq 124 ] && echo "FAIL: scripts/fuzz.sh did not finish within 1500 s"

@@ -67,18 +67,41 @@ if [[ " ${common[*]} " == *" --journal_thread=ahead "* || " ${common[*]} " == *"
   fi
 fi
 
-fails=0
+fails=0 hangs=0 mismatches=0
+recovery_ms=()
+# Microseconds of the first (or last) EVENT in an events file.
+event_us() {  # EVENTS EVENT first|last
+  if [ "$3" = first ]; then grep "\"$2\"" "$1" | head -1; else grep "\"$2\"" "$1" | tail -1; fi |
+    sed -n 's/.*"t_us":\([0-9]*\).*/\1/p'
+}
 trial() {  # name chaos-spec
-  local name="$1" spec="$2" log="$tmp/trial.log"
+  local name="$1" spec="$2" log="$tmp/trial.log" ev="$tmp/trial.events"
+  rm -f "$ev"
   local t0=$(date +%s%N)
-  "$run" "${common[@]}" --chaos="$spec" -- "$app" --iters "$iters" "${app_args[@]}" >"$log" 2>&1
+  # timeout(1) as well: a job revenant-run could not stop is a hang too.
+  timeout 200 "$run" "${common[@]}" --events_file="$ev" --chaos="$spec" -- "$app" --iters "$iters" \
+    "${app_args[@]}" >"$log" 2>&1
   local rc=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   local same=$(grep -c "^\[r[0-9]*\] final checksum $ref\$" "$log")
+  local sums=$(grep -c "^\[r[0-9]*\] final checksum " "$log")
   local recoveries=$(grep -c "replacement agent for rank" "$log")
+  # Recovery time: the first agent's death to the last application resumed.
+  local died=$(event_us "$ev" agent_died first) resumed=$(event_us "$ev" application_resumed last)
+  local rec=none
+  if [ -n "$died" ] && [ -n "$resumed" ] && [ "$resumed" -ge "$died" ]; then
+    rec=$(( (resumed - died) / 1000 ))
+  fi
   if [ "$rc" -eq 0 ] && [ "$same" -eq "$ranks" ] && [ "$recoveries" -ge 1 ]; then
-    echo "ok   $name [$spec]: $recoveries replacement(s), $ranks/$ranks ranks bitwise equal, ${ms} ms"
+    echo "ok   $name [$spec]: $recoveries replacement(s), $ranks/$ranks ranks bitwise equal, recovery ${rec} ms, job ${ms} ms"
+    [ "$rec" != none ] && recovery_ms+=("$rec")
   else
-    echo "FAIL $name [$spec]: rc=$rc, $same/$ranks ranks equal, $recoveries replacement(s)"
+    local kind=failed
+    if [ "$rc" -eq 124 ] || grep -q "timeout after .* s: stopping the job" "$log"; then
+      kind=HANG; hangs=$((hangs + 1))
+    elif [ "$sums" -gt "$same" ]; then
+      kind=MISMATCH; mismatches=$((mismatches + 1))
+    fi
+    echo "FAIL $name [$spec]: $kind: rc=$rc, $same/$ranks ranks equal ($sums checksums), $recoveries replacement(s), job ${ms} ms"
     grep -v "revenant hostkernel" "$log" | tail -40
     fails=$((fails + 1))
   fi
@@ -96,7 +119,11 @@ if [ "$mode" = scenarios ]; then
   trial "after a wait's reply"   "rank=2,minibatch=6,calls=15,point=after_reply"
   trial "during recovery"        "rank=1,minibatch=4,calls=5;rank=2,recovery=1"
   trial "two ranks at once"      "rank=1,minibatch=4,calls=8;rank=2,minibatch=4,calls=8"
-  total=8
+  # Rank 2 killed after minibatch 3's optimizer step (before its boundary),
+  # rank 1 during that recovery, in minibatch 4: the replacements are a
+  # minibatch apart, and only rank 2's skips the rest of its minibatch.
+  trial "recovery a minibatch apart" "rank=2,minibatch=3,calls=15,point=before_append;rank=1,recovery=1"
+  total=9
 elif [ "$mode" = host_fn ]; then
   # With --host_fn a minibatch is 16 requests: 15 the host function (after
   # the SGD kernel), 16 the next iteration's synchronize. The application
@@ -121,13 +148,23 @@ else
     r1=$((RANDOM % ranks)); m=$((1 + RANDOM % (iters - 2))); c=$((1 + RANDOM % 15))
     p=${points[$((RANDOM % 3))]}
     spec="rank=$r1,minibatch=$m,calls=$c,point=$p"
-    if [ $((RANDOM % 5)) -eq 0 ]; then  # sometimes a second rank too
-      r2=$(( (r1 + 1 + RANDOM % (ranks - 1)) % ranks ))
+    k=$((RANDOM % 10))
+    r2=$(( (r1 + 1 + RANDOM % (ranks - 1)) % ranks ))
+    if [ $k -lt 2 ]; then  # a second rank in the same minibatch
       spec="$spec;rank=$r2,minibatch=$m,calls=$((1 + RANDOM % 15))"
+    elif [ $k -eq 2 ]; then  # a second rank during the first one's recovery
+      spec="$spec;rank=$r2,recovery=1"
     fi
     trial "random $t" "$spec"
   done
   total=$trials
 fi
 echo "$((total - fails)) of $total recoveries bitwise equal to the fault-free run"
+if [ ${#recovery_ms[@]} -gt 0 ]; then
+  read -r median max < <(printf '%s\n' "${recovery_ms[@]}" | sort -n |
+    awk '{ a[NR] = $1 } END { m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; print m, a[NR] }')
+  echo "summary: $total trials, $hangs hangs, $mismatches mismatches, $((fails - hangs - mismatches)) other failures; recovery (agent death to the last application resumed) median ${median} ms, max ${max} ms over ${#recovery_ms[@]} recoveries"
+else
+  echo "summary: $total trials, $hangs hangs, $mismatches mismatches, $((fails - hangs - mismatches)) other failures"
+fi
 [ "$fails" -eq 0 ]

@@ -810,7 +810,7 @@ absl::Status GlooCollectives::RecoverComm(Comm& comm, Ordinal pending, bool repl
       const int provider = plan.provider;
       // State: to the replacements, from the plan's source.
       if (plan.state_source >= 0) {
-        if (replacement && behind != nullptr) *behind = plan.source_ahead;
+        if (replacement && behind != nullptr) *behind = plan.Skips(comm.rank);
         if (absl::Status s = TransferState(comm, e, plan.state_source, replacement); !s.ok()) {
           return s;
         }

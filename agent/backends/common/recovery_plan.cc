@@ -1,5 +1,7 @@
 #include "agent/backends/common/recovery_plan.h"
 
+#include <algorithm>
+
 namespace revenant {
 namespace agent {
 
@@ -10,12 +12,10 @@ RecoveryPlan PlanRecovery(const std::vector<RecoveryReport>& all) {
     p.error = "no member reported";
     return p;
   }
-  int first_replacement = -1;
   UnitOrdinal min_pending = all[0].pending;
   for (size_t r = 0; r < n; ++r) {
     if (all[r].pending < min_pending) min_pending = all[r].pending;
     if (all[r].replacement) {
-      if (first_replacement < 0) first_replacement = static_cast<int>(r);
       p.replacements.push_back(static_cast<int>(r));
       continue;
     }
@@ -42,13 +42,19 @@ RecoveryPlan PlanRecovery(const std::vector<RecoveryReport>& all) {
   }
   p.units_from = min_pending;
   p.units_to = all[p.provider].pending;
-  // State: from a survivor still in the replacement's minibatch (its
-  // parameters are at that minibatch's boundary), else the first survivor,
-  // which is past it.
-  if (first_replacement >= 0 && all[first_replacement].minibatch > 0) {
-    const uint64_t m_r = all[first_replacement].minibatch;
+  // State: the replacements past their first minibatch take one survivor's
+  // live allocations, which are at the boundary of that survivor's
+  // minibatch. Prefer a survivor in the latest of the replacements'
+  // minibatches; else the first survivor, which is past it. A replacement
+  // whose minibatch the source has left (its optimizer step ran) skips the
+  // rest of that minibatch; with two replacements (one killed during the
+  // other's recovery) they may be a minibatch apart, so this is decided per
+  // replacement, not by the first one's minibatch.
+  uint64_t latest = 0;
+  for (int r : p.replacements) latest = std::max(latest, all[r].minibatch);
+  if (latest > 0) {
     for (size_t r = 0; r < n; ++r) {
-      if (!all[r].replacement && all[r].pending.first == m_r) {
+      if (!all[r].replacement && all[r].pending.first == latest) {
         p.state_source = static_cast<int>(r);
         break;
       }
@@ -60,8 +66,13 @@ RecoveryPlan PlanRecovery(const std::vector<RecoveryReport>& all) {
           break;
         }
       }
-      p.source_ahead = all[p.state_source].pending.first > m_r;
     }
+    for (int r : p.replacements) {
+      if (all[r].minibatch > 0 && all[p.state_source].pending.first > all[r].minibatch) {
+        p.skip_rest.push_back(r);
+      }
+    }
+    p.source_ahead = !p.skip_rest.empty();
   }
   return p;
 }

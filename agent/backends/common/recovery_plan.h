@@ -18,6 +18,7 @@
 #ifndef REVENANT_AGENT_BACKENDS_COMMON_RECOVERY_PLAN_H_
 #define REVENANT_AGENT_BACKENDS_COMMON_RECOVERY_PLAN_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -51,10 +52,17 @@ struct RecoveryPlan {
   // (no replacement, or replacements still in their first minibatch, whose
   // replay rebuilds everything).
   int state_source = -1;
-  // The state source has left the replacements' minibatch (its optimizer
-  // step ran): the replacements skip the rest of that minibatch.
+  // The state source has left the minibatch of the replacements in
+  // skip_rest (its optimizer step ran there): each of them skips the rest of
+  // its minibatch. source_ahead: skip_rest is not empty.
   bool source_ahead = false;
+  std::vector<int> skip_rest;
   std::vector<int> replacements;
+
+  // Whether `member` (a replacement) skips the rest of its minibatch.
+  bool Skips(int member) const {
+    return std::find(skip_rest.begin(), skip_rest.end(), member) != skip_rest.end();
+  }
 };
 
 RecoveryPlan PlanRecovery(const std::vector<RecoveryReport>& all);

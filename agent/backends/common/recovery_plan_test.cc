@@ -47,6 +47,34 @@ TEST(RecoveryPlan, SurvivorsAMinibatchAheadMakeTheReplacementSkip) {
   EXPECT_TRUE(p.source_ahead);
 }
 
+// Found by the chaos suite (random trials 31 and 116 of seed 20261202): rank 2
+// killed after minibatch 3's optimizer step, before its boundary, then rank 1
+// killed during that recovery, in minibatch 4 like the survivors. The state
+// comes from a survivor in minibatch 4; only the replacement still in
+// minibatch 3 skips the rest of it. Deciding by the first replacement's
+// minibatch (rank 1's) made rank 2 replay its optimizer step a second time.
+TEST(RecoveryPlan, ReplacementsAMinibatchApartEachSkipByTheirOwnMinibatch) {
+  const RecoveryPlan p =
+      PlanRecovery({Survivor(4, 0), Replacement(4), Replacement(3), Survivor(4, 0)});
+  EXPECT_TRUE(p.error.empty()) << p.error;
+  EXPECT_EQ(p.state_source, 0);
+  EXPECT_EQ(p.replacements, (std::vector<int>{1, 2}));
+  EXPECT_EQ(p.skip_rest, (std::vector<int>{2}));
+  EXPECT_FALSE(p.Skips(1));
+  EXPECT_TRUE(p.Skips(2));
+  EXPECT_TRUE(p.source_ahead);
+  // The same with the replacements in the other order.
+  const RecoveryPlan q =
+      PlanRecovery({Survivor(4, 0), Replacement(3), Replacement(4), Survivor(4, 0)});
+  EXPECT_EQ(q.state_source, 0);
+  EXPECT_EQ(q.skip_rest, (std::vector<int>{1}));
+  // A replacement in its first minibatch needs no state of its own, but the
+  // other one does.
+  const RecoveryPlan r = PlanRecovery({Replacement(0), Survivor(5, 1), Replacement(5)});
+  EXPECT_EQ(r.state_source, 1);
+  EXPECT_TRUE(r.skip_rest.empty());
+}
+
 TEST(RecoveryPlan, TheSurvivorFurthestAheadProvidesAndAStateSourceInTheMinibatchIsPreferred) {
   const RecoveryPlan p =
       PlanRecovery({Survivor(8, 0), Survivor(7, 3), Replacement(7), Survivor(7, 2)});

@@ -1116,7 +1116,7 @@ absl::Status CudaNccl::Recover(Comm& c, UnitOrdinal pending, bool replacement,
       } else if (replacement) {
         absl::StatusOr<std::string> blob = WaitRecoveryBlob(dir, "state", deadline, newer);
         step = blob.ok() ? WriteState(*blob) : blob.status();
-        if (step.ok() && behind != nullptr) *behind = plan.source_ahead;
+        if (step.ok() && behind != nullptr) *behind = plan.Skips(c.rank);
       }
     }
     if (!step.ok()) {

@@ -55,6 +55,12 @@ absl::StatusOr<StartRankInfo> ParseStartInfo(absl::string_view line) {
     }
     const std::string key(field.substr(0, eq));
     const std::string value(field.substr(eq + 1));
+    // Only what FormatStartInfo writes: a value it could not have written
+    // (an '=', a tab, a newline in it) is a torn or foreign line.
+    if (value != "-" && !Clean(value) && key != "rank" && key != "version") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad ", key, "= (empty, or with '=', a tab or a newline) in '", line, "'"));
+    }
     seen.insert(key);
     if (key == "rank") {
       if (!absl::SimpleAtoi(value, &info.rank)) return absl::InvalidArgumentError("bad rank");

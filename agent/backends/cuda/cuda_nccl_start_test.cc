@@ -183,6 +183,13 @@ TEST(NcclStart, LineRoundTripsAndBadLinesAreRefused) {
   EXPECT_FALSE(ParseStartInfo("rank=1 version=2 uuid=a pci=b host=c").ok());
   EXPECT_FALSE(ParseStartInfo("rank=x version=2 uuid=a pci=b host=c").ok());
   EXPECT_FALSE(ParseStartInfo("garbage").ok());
+  // Values FormatStartInfo cannot write are refused, so that every line
+  // read back is one a rank could have written (the cuda_agreement fuzzer
+  // found "pci=0=..." parsed, then formatted as "pci=-").
+  EXPECT_TRUE(ParseStartInfo("rank=1 version=2 uuid=a pci=b host=c hostid=-").ok());
+  EXPECT_FALSE(ParseStartInfo("rank=1 version=2 uuid=a pci=0=b host=c hostid=-").ok());
+  EXPECT_FALSE(ParseStartInfo("rank=1 version=2 uuid=a\tb pci=b host=c hostid=-").ok());
+  EXPECT_FALSE(ParseStartInfo("rank=1 version=2 uuid= pci=b host=c hostid=-").ok());
 }
 
 TEST(NcclStart, RanksExchangeThroughADirectoryAndAgree) {
