@@ -426,8 +426,14 @@ void Session::FinishJournaling(const transport::RecordHeader& rec, JournalTurn* 
 }
 
 // An explicit minibatch marker (revenantMarkStep), journaled here.
-void Session::MarkStepHere(const transport::RecordHeader& rec) {
-  if (snapshots_ != nullptr && !SnapshotDue()) return;  // a step inside the minibatch
+void Session::MarkStepHere(const transport::RecordHeader& rec, bool forced) {
+  if (snapshots_ != nullptr) {
+    if (forced) {
+      steps_since_snapshot_ = 0;
+    } else if (!SnapshotDue()) {
+      return;  // a step inside the journal's minibatch
+    }
+  }
   if (validator_ != nullptr) {
     validator_->MinibatchEnding(options_.journal->minibatch(), options_.journal->dir());
   }
@@ -480,7 +486,7 @@ void Session::MaybePlaceOwnBoundary(const transport::RecordHeader& rec, bool jou
   const journal::JournalStats before = options_.journal->stats();
   const uint64_t grown =
       before.setup_file_bytes + before.minibatch_file_bytes - own_boundary_base_bytes_;
-  MarkStepHere(rec);
+  MarkStepHere(rec, /*forced=*/true);
   ++own_boundaries_;
   const journal::JournalStats after = options_.journal->stats();
   own_boundary_minibatch_ = options_.journal->minibatch();
