@@ -149,6 +149,25 @@ class Backend : public api::BackendApi {
     return absl::UnimplementedError("this backend has no device variables: " + name);
   }
 
+  // --- NCCL's own buffers ---------------------------------------------------------
+  // ncclMemAlloc / ncclMemFree: device memory from the fixed range, as
+  // cudaMalloc's, so that a replacement agent replaying the journal has the
+  // buffer at the same address (the journal counts these rows as
+  // allocations). Native NCCL 2.28 maps cuMem memory for the first, but the
+  // application can only tell by the address, which must not change here.
+  // Its codes: a null out-pointer fails in its cudaMalloc fallback
+  // (ncclUnhandledCudaError), size 0 succeeds with a null pointer,
+  // ncclMemFree(NULL) succeeds, a pointer it did not allocate and a failed
+  // allocation are ncclUnhandledCudaError.
+  ncclResult_t ncclMemAlloc(void** ptr, size_t size) override {
+    if (ptr == nullptr) return ncclUnhandledCudaError;
+    return cudaMalloc(ptr, size) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+  }
+  ncclResult_t ncclMemFree(void* ptr) override {
+    if (ptr == nullptr) return ncclSuccess;
+    return cudaFree(ptr) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+  }
+
   // --- Copies -----------------------------------------------------------------
   // A copy whose host side the agent already resolved to memory it can touch:
   // request bytes (H2D from pageable memory, valid during the call only, so an
