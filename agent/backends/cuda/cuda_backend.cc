@@ -70,6 +70,7 @@ uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
   X(cuLaunchKernelEx)                                     \
   X(cuFuncGetAttribute)                                   \
   X(cuFuncSetAttribute)                                   \
+  X(cuFuncSetCacheConfig)                                 \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) \
   X(cuGraphAddKernelNode)                                 \
   X(cuGraphExecKernelNodeSetParams)
@@ -554,6 +555,7 @@ class CudaBackend : public Backend {
 
   cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* attr, const void* func) override;
   cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) override;
+  cudaError_t cudaFuncSetCacheConfig(const void* func, enum cudaFuncCache config) override;
   cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
       int* num_blocks, const void* func, int block_size, size_t dynamic_smem,
       unsigned int flags) override;
@@ -1859,6 +1861,17 @@ cudaError_t CudaBackend::cudaFuncSetAttribute(const void* func, cudaFuncAttribut
   }
   return FromCu(drv_.cuFuncSetAttribute(static_cast<CUfunction>(const_cast<void*>(func)),
                                         static_cast<CUfunction_attribute>(attr), value));
+}
+
+cudaError_t CudaBackend::cudaFuncSetCacheConfig(const void* func, enum cudaFuncCache config) {
+  Bind();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!KnownKernel(func)) return cudaErrorInvalidDeviceFunction;
+  }
+  // cudaFuncCache and CUfunc_cache number the preferences alike.
+  return FromCu(drv_.cuFuncSetCacheConfig(static_cast<CUfunction>(const_cast<void*>(func)),
+                                          static_cast<CUfunc_cache>(config)));
 }
 
 cudaError_t CudaBackend::cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(

@@ -1000,6 +1000,16 @@ cudaError_t HostBackend::cudaFuncGetAttributes(struct cudaFuncAttributes* attr,
   return cudaSuccess;
 }
 
+// A cache preference means nothing on the CPU: checked, then accepted.
+cudaError_t HostBackend::cudaFuncSetCacheConfig(const void* func, enum cudaFuncCache config) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!KnownKernel(func)) return cudaErrorInvalidDeviceFunction;
+  if (config < cudaFuncCachePreferNone || config > cudaFuncCachePreferEqual) {
+    return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
 cudaError_t HostBackend::cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr,
                                               int value) {
   std::lock_guard<std::mutex> lock(mu_);
