@@ -786,9 +786,9 @@ int32_t Hook_cudaGraphAddMemFreeNode(DispatchContext& ctx, wire::Decoder& in,
                                      wire::Encoder& out) {
   return AddNodeHook(ctx, in, out, cudaGraphNodeTypeMemFree);
 }
-// 3D copies: refused by the shim already.
-int32_t Hook_cudaGraphAddMemcpyNode(DispatchContext&, wire::Decoder&, wire::Encoder&) {
-  return NotYet("cudaGraphAddMemcpyNode");
+// A contiguous 3D copy, sent by the shim as a 1D one (shim/hooks_graph.cc).
+int32_t Hook_cudaGraphAddMemcpyNode(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeMemcpy);
 }
 
 // u64 exec, u64 node, kernel parameters.

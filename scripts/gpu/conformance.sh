@@ -14,13 +14,15 @@
 #                cudaHostGetDevicePointer/GetFlags, zero-copy kernels
 #   func_stubs   per-function calls on overloaded/templated kernels' stubs
 #   rdc_link     nvcc -rdc=true: cross-unit device code and variables
+#   graph_nodes  graph memcpy nodes from cudaMemcpy3DParms, cudaGraphAddNode
+#                memcpy, memset node, cudaMallocAsync/cudaFreeAsync in capture
 #   vector_add_static  -cudart static: passes natively, refused under the
 #                shim with a message naming the static runtime
 #   pinned_async killed between journaling a copy into pinned memory and
 #                running it: the replacement must run it
 if [ "$MODE" = all ] || [ "$MODE" = conformance ]; then
   echo
-  echo "=== conformance (ncclMemAlloc, mapped host memory, kernel stubs, -rdc, -cudart static)"
+  echo "=== conformance (ncclMemAlloc, mapped host memory, kernel stubs, -rdc, graph nodes, -cudart static)"
   conform_pair() {  # NAME [ARGS...]: native and cuda backend, compared
     local name=$1 nlog="$LOGS/conform.$1.native.log" rlog="$LOGS/conform.$1.cuda.log" s rc a b
     shift
@@ -63,6 +65,9 @@ if [ "$MODE" = all ] || [ "$MODE" = conformance ]; then
   conform_kill func_stubs "rank=0,calls=44,point=after_execute"
   conform_pair rdc_link
   conform_kill rdc_link "rank=0,calls=6"
+  conform_pair graph_nodes
+  conform_kill graph_nodes "rank=0,calls=25"
+  conform_kill graph_nodes "rank=0,minibatch=4,calls=3"
 
   log="$LOGS/conform.vector_add_static.native.log"
   timeout 120 "$G/apps/vector_add_static.bin" >"$log" 2>&1; rc=$?

@@ -974,6 +974,9 @@ class CudaBackend : public Backend {
   // `all`) to the allocator. Called only after a synchronize that covers them.
   void ReleasePendingFrees(cudaStream_t stream, bool all) ABSL_LOCKS_EXCLUDED(mu_);
   bool IsCapturing(cudaStream_t stream) const;
+  // Allocation (`ptr`) or free (`freed`) on a capturing stream: a graph
+  // memory node of the capture (CaptureMemoryNode in the .cc).
+  cudaError_t CaptureMemoryNode(cudaStream_t stream, size_t size, void** ptr, void* freed);
   // Graph memory: `to` (a clone or an executable) holds what `from` holds;
   // `holder` (destroyed) holds nothing any more, and memory nothing holds
   // goes back at the next device-wide synchronization.
@@ -1257,14 +1260,59 @@ cudaError_t CudaBackend::cudaFree(void* ptr) {
   return sync;
 }
 
+// Captured stream-ordered allocation (cudaMallocAsync/cudaFreeAsync on a
+// capturing stream) becomes graph memory, as an explicit alloc or free node
+// (AddMemAllocNode): memory from the fixed range now, an empty node after
+// the capture's current dependencies, which then become that node.
+cudaError_t CudaBackend::CaptureMemoryNode(cudaStream_t stream, size_t size, void** ptr,
+                                           void* freed) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  size_t n = 0;
+  cudaError_t e = ::cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &deps, nullptr, &n);
+  if (e != cudaSuccess) return e;
+  if (status != cudaStreamCaptureStatusActive || graph == nullptr) {
+    return cudaErrorStreamCaptureInvalidated;
+  }
+  const std::vector<cudaGraphNode_t> dep_list(deps, deps + n);
+  void* p = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ptr != nullptr) {
+      if (cudaError_t a = AllocateLocked(&p, size); a != cudaSuccess) return a;
+    } else if (!graph_memory_refs_.contains(Addr(freed))) {
+      // Only graph memory may be freed by a node (AddMemFreeNode).
+      return cudaErrorInvalidValue;
+    }
+  }
+  cudaGraphNode_t node = nullptr;
+  e = ::cudaGraphAddEmptyNode(&node, graph, dep_list.data(), dep_list.size());
+  if (e == cudaSuccess) {
+    e = ::cudaStreamUpdateCaptureDependencies(stream, &node, nullptr, 1,
+                                              cudaStreamSetCaptureDependencies);
+  }
+  absl::MutexLock lock(&mu_);
+  if (e != cudaSuccess) {
+    if (p != nullptr) (void)allocator_.Free(Addr(p));  // never handed out
+    return e;
+  }
+  if (ptr != nullptr) {
+    graph_memory_[graph].push_back(Addr(p));
+    graph_memory_refs_[Addr(p)] = 1;
+    *ptr = p;
+  }
+  return cudaSuccess;
+}
+
 cudaError_t CudaBackend::cudaMallocAsync(void** ptr, size_t size, cudaStream_t stream) {
   if (ptr == nullptr) return cudaErrorInvalidValue;
   Bind();
-  if (IsCapturing(stream)) return cudaErrorStreamCaptureUnsupported;
   if (size == 0) {
     *ptr = nullptr;
     return cudaSuccess;
   }
+  if (IsCapturing(stream)) return CaptureMemoryNode(stream, size, ptr, nullptr);
   // Allocated at once: valid for the stream's later work, which is all that
   // stream-ordered allocation promises.
   absl::MutexLock lock(&mu_);
@@ -1274,7 +1322,7 @@ cudaError_t CudaBackend::cudaMallocAsync(void** ptr, size_t size, cudaStream_t s
 cudaError_t CudaBackend::cudaFreeAsync(void* ptr, cudaStream_t stream) {
   if (ptr == nullptr) return cudaSuccess;
   Bind();
-  if (IsCapturing(stream)) return cudaErrorStreamCaptureUnsupported;
+  if (IsCapturing(stream)) return CaptureMemoryNode(stream, 0, nullptr, ptr);
   absl::MutexLock lock(&mu_);
   if (allocator_.SizeOf(Addr(ptr)) == 0) return cudaErrorInvalidValue;
   for (const PendingFree& f : pending_frees_) {
