@@ -167,6 +167,41 @@ class Backend : public api::BackendApi {
     if (ptr == nullptr) return ncclSuccess;
     return cudaFree(ptr) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
   }
+  // Buffer registration is an optimization NCCL may skip: with local
+  // registration off it answers a null handle, and deregistering a null
+  // handle succeeds. Both backends answer so (the communicator checked by
+  // its own ncclCommCount), so collectives on registered buffers run as on
+  // any buffer and no backend handle reaches the application (it would not
+  // survive a replacement agent). Windows alike: a null window, as where
+  // symmetric memory is unavailable.
+  ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
+                                void** handle) override {
+    (void)buff; (void)size;
+    int n = 0;
+    if (ncclResult_t r = ncclCommCount(comm, &n); r != ncclSuccess) return r;
+    if (handle == nullptr) return ncclInvalidArgument;
+    *handle = nullptr;
+    return ncclSuccess;
+  }
+  ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) override {
+    int n = 0;
+    if (ncclResult_t r = ncclCommCount(comm, &n); r != ncclSuccess) return r;
+    return handle == nullptr ? ncclSuccess : ncclInvalidUsage;  // "could not find handle"
+  }
+  ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+                                      int winFlags) override {
+    (void)buff; (void)size; (void)winFlags;
+    int n = 0;
+    if (ncclResult_t r = ncclCommCount(comm, &n); r != ncclSuccess) return r;
+    if (win == nullptr) return ncclInvalidArgument;
+    *win = nullptr;
+    return ncclSuccess;
+  }
+  ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) override {
+    int n = 0;
+    if (ncclResult_t r = ncclCommCount(comm, &n); r != ncclSuccess) return r;
+    return win == nullptr ? ncclSuccess : ncclInvalidUsage;
+  }
 
   // --- Copies -----------------------------------------------------------------
   // A copy whose host side the agent already resolved to memory it can touch:

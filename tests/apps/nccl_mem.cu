@@ -1,7 +1,8 @@
 // nccl_mem: communication buffers allocated with ncclMemAlloc, as NCCL's own
 // benchmarks and programs using NCCL's buffer registration do. A training-like
 // loop (one input upload per step, an all-reduce, a kernel accumulating the
-// result) on buffers from ncclMemAlloc; every fourth step a scratch buffer is
+// result) on buffers from ncclMemAlloc, registered with ncclCommRegister and
+// ncclCommWindowRegister; every fourth step a scratch buffer is
 // freed and allocated again with ncclMemFree/ncclMemAlloc and a broadcast
 // fills it. The accumulated result is checked exactly against a host
 // reference (small integers: every sum is exact in float), and its checksum
@@ -105,6 +106,13 @@ int main(int argc, char** argv) {
   acc = static_cast<float*>(Alloc(bytes));
   EXPECT_APP(grad && sum && acc && grad != sum && sum != acc && grad != acc,
              "ncclMemAlloc gave %p %p %p", grad, sum, acc);
+  // Registered for zero-copy (NCCL may answer a null handle: registration
+  // skipped), and a window; both are given back at the end.
+  void *grad_reg = nullptr, *sum_reg = nullptr;
+  ncclWindow_t acc_win = nullptr;
+  CHECK_NCCL(ncclCommRegister(comm, grad, bytes, &grad_reg));
+  CHECK_NCCL(ncclCommRegister(comm, sum, bytes, &sum_reg));
+  CHECK_NCCL(ncclCommWindowRegister(comm, acc, bytes, &acc_win, NCCL_WIN_DEFAULT));
   cudaPointerAttributes attr;
   CHECK_CUDA(cudaPointerGetAttributes(&attr, acc));
   EXPECT_APP(attr.type == cudaMemoryTypeDevice, "ncclMemAlloc memory has type %d",
@@ -145,6 +153,9 @@ int main(int argc, char** argv) {
     EXPECT_APP(out[j] == host_acc[j], "acc[%d] = %g, expected %g", j, out[j], host_acc[j]);
   }
   std::printf("final checksum %016llx\n", static_cast<unsigned long long>(Fnv1a(out.data(), bytes)));
+  CHECK_NCCL(ncclCommDeregister(comm, grad_reg));
+  CHECK_NCCL(ncclCommDeregister(comm, sum_reg));
+  CHECK_NCCL(ncclCommWindowDeregister(comm, acc_win));
   if (scratch != nullptr) Free(scratch);
   Free(grad);
   Free(sum);
