@@ -1280,7 +1280,13 @@ cudaError_t CudaBackend::CaptureMemoryNode(cudaStream_t stream, size_t size, voi
   {
     absl::MutexLock lock(&mu_);
     if (ptr != nullptr) {
-      if (cudaError_t a = AllocateLocked(&p, size); a != cudaSuccess) return a;
+      // Growing the fixed range maps memory (cuMemCreate, cuMemMap), which a
+      // global-mode capture forbids on this thread: relaxed for the call.
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      (void)::cudaThreadExchangeStreamCaptureMode(&mode);
+      const cudaError_t a = AllocateLocked(&p, size);
+      (void)::cudaThreadExchangeStreamCaptureMode(&mode);
+      if (a != cudaSuccess) return a;
     } else if (!graph_memory_refs_.contains(Addr(freed))) {
       // Only graph memory may be freed by a node (AddMemFreeNode).
       return cudaErrorInvalidValue;
