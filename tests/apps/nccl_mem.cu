@@ -2,14 +2,14 @@
 // benchmarks and programs using NCCL's buffer registration do. A training-like
 // loop (one input upload per step, an all-reduce, a kernel accumulating the
 // result) on buffers from ncclMemAlloc, registered with ncclCommRegister and
-// ncclCommWindowRegister; every fourth step a scratch buffer is
+// ncclCommWindowRegister; every fourth step (--scratch_every) a scratch buffer is
 // freed and allocated again with ncclMemFree/ncclMemAlloc and a broadcast
 // fills it. The accumulated result is checked exactly against a host
 // reference (small integers: every sum is exact in float), and its checksum
 // printed, so a recovered run can be compared bitwise with an unkilled one.
 // Bad input gets NCCL 2.28's codes. Any number of ranks (RANK/WORLD_SIZE).
 //
-//   nccl_mem [--iters N] [--n ELEMENTS] [--seed S] [--alloc nccl|cuda]
+//   nccl_mem [--iters N] [--n ELEMENTS] [--seed S] [--alloc nccl|cuda] [--scratch_every K]
 // (--alloc cuda: the same loop on cudaMalloc'd buffers, to compare.)
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -65,15 +65,17 @@ uint64_t Fnv1a(const void* data, size_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int iters = 16, n = 4096;
+  int iters = 16, n = 4096, scratch_every = 4;
   uint32_t seed = 20261202u;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--iters") == 0) iters = std::atoi(argv[i + 1]);
     else if (std::strcmp(argv[i], "--n") == 0) n = std::atoi(argv[i + 1]);
     else if (std::strcmp(argv[i], "--seed") == 0) seed = static_cast<uint32_t>(std::atoll(argv[i + 1]));
     else if (std::strcmp(argv[i], "--alloc") == 0) use_cuda_malloc = std::strcmp(argv[i + 1], "cuda") == 0;
+    else if (std::strcmp(argv[i], "--scratch_every") == 0) scratch_every = std::atoi(argv[i + 1]);
   }
-  EXPECT_APP(iters > 0 && n > 0, "bad --iters %d / --n %d", iters, n);
+  EXPECT_APP(iters > 0 && n > 0 && scratch_every > 0, "bad --iters %d / --n %d / --scratch_every %d",
+             iters, n, scratch_every);
   Launch l = ReadLaunch();
   SelectDevice(l);
   if (l.rank == 0) {
@@ -133,7 +135,7 @@ int main(int argc, char** argv) {
       for (int r = 0; r < l.world; ++r) t += Input(seed, r, step, j);
       host_acc[j] += 0.5f * t;
     }
-    if (step % 4 == 3) {
+    if (step % scratch_every == scratch_every - 1) {
       // Buffers come and go: the journal's setup log keeps only live ones.
       CHECK_CUDA(cudaStreamSynchronize(s));
       if (scratch != nullptr) Free(scratch);
