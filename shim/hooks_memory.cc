@@ -399,9 +399,11 @@ int Runtime::RegisterHost(void* p, size_t size, unsigned int flags, std::string*
     return cudaErrorInvalidValue;
   }
   if (!Covered(maps, start, end, [](const MapEntry& e) {
-        return e.perms.size() >= 4 && e.perms[0] == 'r' && e.perms[1] == 'w' && e.perms[3] == 'p';
+        return e.perms.size() >= 4 && e.perms[0] == 'r' && e.perms[1] == 'w' && e.perms[3] == 'p' &&
+               e.path != "[stack]";
       })) {
-    *why = "its pages are not private read-write memory (a shared or read-only mapping)";
+    *why = "its pages are not private read-write memory (a shared or read-only mapping, or the "
+           "main thread's stack)";
     return cudaErrorNotSupported;
   }
   std::string path;
@@ -726,8 +728,7 @@ extern "C" REVENANT_EXPORT cudaError_t cudaHostRegister(void* ptr, size_t size,
   }
   if (e == cudaErrorNotSupported || e == cudaErrorMemoryAllocation) {
     REVENANT_LOG(ERROR, "shim") << "cudaHostRegister(" << ptr << ", " << size << ", flags 0x"
-                                << std::hex << flags << std::dec << ") fails ("
-                                << cudaGetErrorName(static_cast<cudaError_t>(e))
+                                << std::hex << flags << std::dec << ") fails (cudaError " << e
                                 << "): " << why;
   }
   SetLastError(e);

@@ -4,7 +4,8 @@
 // (cudaHostGetDevicePointer) and flags (cudaHostGetFlags), kernels reading
 // and writing them, asynchronous copies into registered memory, the bytes
 // around a registered range left alone, memory usable after
-// cudaHostUnregister, and bad input with CUDA's codes. Then a loop whose
+// cudaHostUnregister, stack memory (kept pageable under Revenant, a mapped
+// registration of it refused there), and bad input with CUDA's codes. Then a loop whose
 // kernels read a weight vector from registered host memory and write their
 // result back there (zero-copy), checked exactly against a host reference;
 // its checksum is printed so a recovered run can be compared bitwise.
@@ -114,6 +115,26 @@ int main(int argc, char** argv) {
     reg[i] = i;  // writable, private memory again
   }
   EXPECT_APP(big[0] == 7 && big[pad + n] == -(pad + n), "neighbours changed by cudaHostUnregister");
+
+  // Memory that cannot be shared with the agent in place (the main
+  // thread's stack): a default registration still serves copies (kept
+  // pageable under Revenant); a mapped one is refused there.
+  {
+    const bool under_revenant = std::getenv("REVENANT_AGENT_SOCKET") != nullptr;
+    int on_stack[1024];
+    CHECK_CUDA(cudaHostRegister(on_stack, sizeof(on_stack), cudaHostRegisterDefault));
+    CHECK_CUDA(cudaMemcpyAsync(on_stack, d, sizeof(on_stack), cudaMemcpyDeviceToHost, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    for (int i = 0; i < 1024; ++i) {
+      EXPECT_APP(on_stack[i] == (i ^ 0x5a5a), "on_stack[%d] = %d", i, on_stack[i]);
+    }
+    CHECK_CUDA(cudaHostUnregister(on_stack));
+    if (under_revenant) {
+      EXPECT_CUDA_ERROR(cudaHostRegister(on_stack, sizeof(on_stack), cudaHostRegisterMapped),
+                        cudaErrorNotSupported);
+      (void)cudaGetLastError();
+    }
+  }
 
   // Bad input.
   EXPECT_CUDA_ERROR(cudaHostRegister(nullptr, bytes, cudaHostRegisterMapped), cudaErrorInvalidValue);
