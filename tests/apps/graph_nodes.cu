@@ -148,6 +148,45 @@ int main(int argc, char** argv) {
   }
   std::printf("final checksum %016llx\n", static_cast<unsigned long long>(Fnv1a(hout, bytes)));
 
+  // Positions and depth: the second half of dw (a source position) into the
+  // first half of dcap, and dw as 2 slices of 2 whole rows into dx.
+  {
+    cudaGraph_t g4;
+    cudaGraphNode_t a4, b4;
+    CHECK_CUDA(cudaGraphCreate(&g4, 0));
+    cudaMemcpy3DParms half = {};
+    half.srcPtr = make_cudaPitchedPtr(dw, bytes, bytes, 1);
+    half.srcPos = make_cudaPos(bytes / 2, 0, 0);
+    half.dstPtr = make_cudaPitchedPtr(dcap, bytes, bytes, 1);
+    half.extent = make_cudaExtent(bytes / 2, 1, 1);
+    half.kind = cudaMemcpyDeviceToDevice;
+    CHECK_CUDA(cudaGraphAddMemcpyNode(&a4, g4, nullptr, 0, &half));
+    cudaMemcpy3DParms slices = {};
+    slices.srcPtr = make_cudaPitchedPtr(dw, bytes / rows, bytes / rows, 2);
+    slices.dstPtr = make_cudaPitchedPtr(dx, bytes / rows, bytes / rows, 2);
+    slices.extent = make_cudaExtent(bytes / rows, 2, rows / 2);
+    slices.kind = cudaMemcpyDeviceToDevice;
+    CHECK_CUDA(cudaGraphAddMemcpyNode(&b4, g4, &a4, 1, &slices));
+    CHECK_CUDA(cudaMemsetAsync(dx, 0, bytes, s));
+    cudaGraphExec_t e4;
+    CHECK_CUDA(cudaGraphInstantiate(&e4, g4, 0));
+    CHECK_CUDA(cudaGraphLaunch(e4, s));
+    std::vector<float> w(n), got_cap(n), got_x(n);
+    CHECK_CUDA(cudaMemcpyAsync(w.data(), dw, bytes, cudaMemcpyDeviceToHost, s));
+    CHECK_CUDA(cudaMemcpyAsync(got_cap.data(), dcap, bytes, cudaMemcpyDeviceToHost, s));
+    CHECK_CUDA(cudaMemcpyAsync(got_x.data(), dx, bytes, cudaMemcpyDeviceToHost, s));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    for (int j = 0; j < n / 2; ++j) {
+      EXPECT_APP(got_cap[j] == w[n / 2 + j], "positioned copy: dcap[%d] = %g, expected %g", j,
+                 got_cap[j], w[n / 2 + j]);
+    }
+    for (int j = 0; j < n; ++j) {
+      EXPECT_APP(got_x[j] == w[j], "slices copy: dx[%d] = %g, expected %g", j, got_x[j], w[j]);
+    }
+    CHECK_CUDA(cudaGraphExecDestroy(e4));
+    CHECK_CUDA(cudaGraphDestroy(g4));
+  }
+
   // A strided 2D copy node: every other row of dw into dx.
   cudaMemcpy3DParms c3 = {};
   c3.srcPtr = make_cudaPitchedPtr(dw, 2 * (bytes / rows), bytes / rows, rows / 2);
