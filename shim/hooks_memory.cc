@@ -749,10 +749,12 @@ extern "C" REVENANT_EXPORT cudaError_t cudaHostUnregister(void* ptr) {
   return static_cast<cudaError_t>(e);
 }
 
-// The flags a shared range was allocated or registered with.
+// The flags a range was allocated with. As documented for the runtime,
+// only memory of cudaHostAlloc/cudaMallocHost has them: registered memory
+// (and anything else) is cudaErrorInvalidValue.
 extern "C" REVENANT_EXPORT cudaError_t cudaHostGetFlags(unsigned int* pFlags, void* pHost) {
   revenant::shim::PinnedRange r;
-  if (pFlags == nullptr || !Runtime::Get()->FindPinned(pHost, 1, &r)) {
+  if (pFlags == nullptr || !Runtime::Get()->FindPinned(pHost, 1, &r) || r.registered != 0) {
     SetLastError(cudaErrorInvalidValue);
     return cudaErrorInvalidValue;
   }

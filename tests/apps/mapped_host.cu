@@ -82,8 +82,12 @@ int main(int argc, char** argv) {
   EXPECT_CUDA_ERROR(cudaHostRegister(reg, bytes, cudaHostRegisterMapped),
                     cudaErrorHostMemoryAlreadyRegistered);
   (void)cudaGetLastError();
-  CHECK_CUDA(cudaHostGetFlags(&flags, reg));
-  std::printf("hostflags registered_mapped 0x%x\n", flags);
+  // Documented to fail for memory not from cudaHostAlloc: printed, compared
+  // with native by the GPU section.
+  flags = 0;
+  const cudaError_t reg_flags = cudaHostGetFlags(&flags, reg);
+  (void)cudaGetLastError();
+  std::printf("hostflags registered_mapped error %d 0x%x\n", static_cast<int>(reg_flags), flags);
   int* reg_dev = nullptr;
   CHECK_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&reg_dev), reg, 0));
   fill_mapped<<<(n + 255) / 256, 256, 0, s>>>(reg_dev, n);
