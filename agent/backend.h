@@ -149,6 +149,60 @@ class Backend : public api::BackendApi {
     return absl::UnimplementedError("this backend has no device variables: " + name);
   }
 
+  // --- NCCL's own buffers ---------------------------------------------------------
+  // ncclMemAlloc / ncclMemFree: device memory from the fixed range, as
+  // cudaMalloc's, so that a replacement agent replaying the journal has the
+  // buffer at the same address (the journal counts these rows as
+  // allocations). Native NCCL 2.28 maps cuMem memory for the first, but the
+  // application can only tell by the address, which must not change here.
+  // Its codes: a null out-pointer fails in its cudaMalloc fallback
+  // (ncclUnhandledCudaError), size 0 succeeds with a null pointer,
+  // ncclMemFree(NULL) succeeds, a pointer it did not allocate and a failed
+  // allocation are ncclUnhandledCudaError.
+  ncclResult_t ncclMemAlloc(void** ptr, size_t size) override {
+    if (ptr == nullptr) return ncclUnhandledCudaError;
+    return cudaMalloc(ptr, size) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+  }
+  ncclResult_t ncclMemFree(void* ptr) override {
+    if (ptr == nullptr) return ncclSuccess;
+    return cudaFree(ptr) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+  }
+  // Buffer registration is an optimization NCCL may skip: with local
+  // registration off it answers a null handle, and deregistering a null
+  // handle succeeds. Both backends answer so (the communicator checked by
+  // its own ncclCommCount), so collectives on registered buffers run as on
+  // any buffer and no backend handle reaches the application (it would not
+  // survive a replacement agent). Windows alike: a null window, as where
+  // symmetric memory is unavailable.
+  ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
+                                void** handle) override {
+    (void)buff; (void)size;
+    int n = 0;
+    if (ncclResult_t r = ncclCommCount(comm, &n); r != ncclSuccess) return r;
+    if (handle == nullptr) return ncclInvalidArgument;
+    *handle = nullptr;
+    return ncclSuccess;
+  }
+  ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) override {
+    int n = 0;
+    if (ncclResult_t r = ncclCommCount(comm, &n); r != ncclSuccess) return r;
+    return handle == nullptr ? ncclSuccess : ncclInvalidUsage;  // "could not find handle"
+  }
+  ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+                                      int winFlags) override {
+    (void)buff; (void)size; (void)winFlags;
+    int n = 0;
+    if (ncclResult_t r = ncclCommCount(comm, &n); r != ncclSuccess) return r;
+    if (win == nullptr) return ncclInvalidArgument;
+    *win = nullptr;
+    return ncclSuccess;
+  }
+  ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) override {
+    int n = 0;
+    if (ncclResult_t r = ncclCommCount(comm, &n); r != ncclSuccess) return r;
+    return win == nullptr ? ncclSuccess : ncclInvalidUsage;
+  }
+
   // --- Copies -----------------------------------------------------------------
   // A copy whose host side the agent already resolved to memory it can touch:
   // request bytes (H2D from pageable memory, valid during the call only, so an

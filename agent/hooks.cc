@@ -249,14 +249,17 @@ int32_t Hook_cudaFreeHost(DispatchContext& ctx, wire::Decoder& in, wire::Encoder
   return ctx.session->UnmapSharedHost(addr);
 }
 
+// Application memory registered with cudaHostRegister: the shim made its
+// pages a shared file, which the agent maps like cudaHostAlloc's (same
+// layout: address, size, flags, path); unregistering unmaps it.
+int32_t Hook_cudaHostRegister(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  return Hook_cudaHostAlloc(ctx, in, out);
+}
+int32_t Hook_cudaHostUnregister(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  return Hook_cudaFreeHost(ctx, in, out);
+}
 // Answered by the shim (see shim/hooks_memory.cc); an agent that receives
-// them reports the request as invalid rather than guessing.
-int32_t Hook_cudaHostRegister(DispatchContext&, wire::Decoder&, wire::Encoder&) {
-  return cudaErrorInvalidValue;
-}
-int32_t Hook_cudaHostUnregister(DispatchContext&, wire::Decoder&, wire::Encoder&) {
-  return cudaErrorInvalidValue;
-}
+// it reports the request as invalid rather than guessing.
 int32_t Hook_cudaHostGetDevicePointer(DispatchContext&, wire::Decoder&, wire::Encoder&) {
   return cudaErrorInvalidValue;
 }
@@ -797,9 +800,9 @@ int32_t Hook_cudaGraphAddMemFreeNode(DispatchContext& ctx, wire::Decoder& in,
                                      wire::Encoder& out) {
   return AddNodeHook(ctx, in, out, cudaGraphNodeTypeMemFree);
 }
-// 3D copies: refused by the shim already.
-int32_t Hook_cudaGraphAddMemcpyNode(DispatchContext&, wire::Decoder&, wire::Encoder&) {
-  return NotYet("cudaGraphAddMemcpyNode");
+// A contiguous 3D copy, sent by the shim as a 1D one (shim/hooks_graph.cc).
+int32_t Hook_cudaGraphAddMemcpyNode(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeMemcpy);
 }
 
 // u64 exec, u64 node, kernel parameters.

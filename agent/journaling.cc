@@ -96,10 +96,12 @@ bool IsAllocation(api::ApiId id) {
 }
 bool IsFree(api::ApiId id) {
   return id == api::ApiId::cudaFree || id == api::ApiId::cudaFreeAsync ||
-         id == api::ApiId::ncclMemFree || id == api::ApiId::cudaFreeHost;
+         id == api::ApiId::ncclMemFree || id == api::ApiId::cudaFreeHost ||
+         id == api::ApiId::cudaHostUnregister;
 }
 bool IsSharedHostAlloc(api::ApiId id) {
-  return id == api::ApiId::cudaHostAlloc || id == api::ApiId::cudaMallocHost;
+  return id == api::ApiId::cudaHostAlloc || id == api::ApiId::cudaMallocHost ||
+         id == api::ApiId::cudaHostRegister;
 }
 
 // cuDNN handles and backend descriptors are never compacted away: their

@@ -1541,6 +1541,26 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   replaying_ = true;
   uint64_t last_request = 0;
   size_t replayed = 0, divergences = 0;
+  // A copy into host memory shared with the application is skipped on replay
+  // when the application may have been told it completed (and may have
+  // reused the buffer since): only a reply can tell it, so copies before the
+  // last synchronous request whose reply reached it are skipped; later ones
+  // are replayed, since the dead agent may never have run them (killed
+  // between journaling such a copy and running it, the application would
+  // otherwise never get its bytes). A host callback after the copy could
+  // tell it too; those are not counted here.
+  uint64_t last_answered = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const journal::JournalEntry& e = entries[i];
+    if (e.api_id() == journal::kOutcomeApiId) continue;
+    const int slot = RequestJournal::ReplySlotOf(e);
+    if (slot < 0) continue;
+    const uint64_t seq = e.seq() / 2;
+    if (RequestJournal::OutcomeOf(entries, i) != nullptr ||
+        (static_cast<uint32_t>(slot) < channel_->reply_slots() && channel_->ReplySeq(slot) >= seq)) {
+      last_answered = std::max(last_answered, seq);
+    }
+  }
   for (size_t i = 0; i < entries.size(); ++i) {
     const journal::JournalEntry& e = entries[i];
     if (e.api_id() == journal::kOutcomeApiId) continue;
@@ -1578,7 +1598,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
       }
       continue;
     }
-    if (IsCopyIntoSharedHost(e, *this)) continue;
+    if (seq < last_answered && IsCopyIntoSharedHost(e, *this)) continue;
     // Put back what the application holds: addresses and handle ids.
     if (outcome != nullptr && outcome->status() == 0) {
       const auto id = static_cast<api::ApiId>(e.api_id());

@@ -446,9 +446,16 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
   // Kernel handles are resolved before the request is opened: resolving may
   // itself send a request, and an open Call holds the ring.
   for (const Param& p : f.params()) {
-    if (p.handle() == pb::FUNCTION && KindOf(f, p) == Kind::kValue)
+    if (p.handle() == pb::FUNCTION && KindOf(f, p) == Kind::kValue) {
       s << "  const uint64_t " << p.name() << "_wire = ::revenant::shim::FunctionToWire("
         << p.name() << ");\n";
+      // A registered kernel the agent could not resolve answers its own
+      // error (cudaErrorInvalidDeviceFunction...), not an unknown handle's.
+      if (f.library() == pb::CUDART) {
+        s << "  if (const int32_t e_ = ::revenant::shim::FunctionError(" << p.name()
+          << "); e_ != 0) return static_cast<" << f.returns() << ">(e_);\n";
+      }
+    }
   }
   // Size pass, then encode pass: identical sequences of calls.
   for (int pass = 0; pass < 2; ++pass) {

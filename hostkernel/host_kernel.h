@@ -162,6 +162,15 @@ bool Register(const char* explicit_name) {
       revenant_host_kernel_registered_, __COUNTER__) =                   \
       ::revenant::hostkernel::internal::Register<&__VA_ARGS__>(nullptr)
 
+// Registers one overload of an overloaded kernel, picked by its function
+// type: REVENANT_HOST_KERNEL_OVERLOAD(scale, void(float*, float, int)).
+// Templates need no macro of their own: REVENANT_HOST_KERNEL(fill<float>).
+#define REVENANT_HOST_KERNEL_OVERLOAD(fn, ...)                           \
+  [[maybe_unused]] static const bool REVENANT_HK_CONCAT(                 \
+      revenant_host_kernel_registered_, __COUNTER__) =                   \
+      ::revenant::hostkernel::internal::Register<                        \
+          static_cast<std::add_pointer_t<__VA_ARGS__>>(&fn)>(nullptr)
+
 // Registers kernel `fn` under an explicit mangled name.
 #define REVENANT_HOST_KERNEL_NAMED(fn, mangled_name)                     \
   [[maybe_unused]] static const bool REVENANT_HK_CONCAT(                 \

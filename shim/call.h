@@ -105,6 +105,12 @@ std::string CallStatsReport();
 // The wire value of a kernel's host stub address (FUNCTION handles): the
 // shim's registration id for it, 0 for an unknown address.
 uint64_t FunctionToWire(const void* host_stub);
+// The error of a registered kernel whose resolution failed (the agent cannot
+// run it: cudaErrorInvalidDeviceFunction, or why the agent was unreachable);
+// 0 for a usable kernel and for an address that is no registered kernel's
+// (its calls then answer what the runtime answers for one). A nonzero answer
+// is also made the thread's last error, as the call's failure.
+int32_t FunctionError(const void* host_stub);
 
 // A `__device__` variable registered by __cudaRegisterVar, as the agent
 // resolved it on first use (its module loaded there): the module and device

@@ -12,7 +12,8 @@
 // callback ring, each time the node runs); `alloc` is u64 bytesize; `free` is
 // u64 dptr. A created node comes back as a byte field holding its u64 id.
 //
-//   cudaGraphAdd{Kernel,Memset,MemcpyNode1D,Host,MemAlloc,MemFree}Node:
+//   cudaGraphAdd{Kernel,Memset,MemcpyNode1D,Host,MemAlloc,MemFree}Node, and
+//   cudaGraphAddMemcpyNode of a contiguous 3D copy (as `memcpy`):
 //       u64 graph, deps, <params>; reply: bytes node [, u64 dptr (alloc)]
 //   cudaGraphAddNode:  u64 graph, deps, i32 type, <params of that type>
 //   cudaGraphGetNodes: u64 graph, u64 capacity; reply: u64 count, bytes ids
@@ -133,6 +134,43 @@ struct Memcpy1D {
     w.Put(static_cast<int32_t>(kind));
   }
 };
+
+// A 3D copy (cudaMemcpy3DParms) between pitched pointers that is one
+// contiguous run of bytes on both sides -- a 1D copy written as 3D, or whole
+// rows and slices -- is a 1D copy node; a strided one (rows or slices with
+// gaps) and one involving CUDA arrays are refused: cudaErrorNotSupported
+// with one log line, in *why.
+cudaError_t Memcpy3DAs1D(const cudaMemcpy3DParms* p, Memcpy1D* out, const char** why) {
+  *why = nullptr;
+  if (p == nullptr) return cudaErrorInvalidValue;
+  if (p->srcArray != nullptr || p->dstArray != nullptr) {
+    *why = "a graph memcpy node with a CUDA array";
+    return cudaErrorNotSupported;
+  }
+  const uint64_t w = p->extent.width, h = p->extent.height, d = p->extent.depth;
+  if (w == 0 || h == 0 || d == 0) return cudaErrorInvalidValue;
+  bool contiguous = true;
+  auto side = [&](const cudaPitchedPtr& pp, const cudaPos& pos, uint64_t* base) {
+    if (pp.ptr == nullptr || pp.pitch < w || pos.x > pp.pitch - w) return false;
+    const uint64_t pitch = pp.pitch, slice = pp.pitch * pp.ysize;
+    if (d > 1 && (pp.ysize < h || pos.y > pp.ysize - h)) return false;
+    *base = reinterpret_cast<uint64_t>(pp.ptr) + pos.z * slice + pos.y * pitch + pos.x;
+    if (h > 1 && pitch != w) contiguous = false;
+    if (d > 1 && slice != w * h) contiguous = false;
+    return true;
+  };
+  uint64_t dst = 0, src = 0;
+  if (!side(p->dstPtr, p->dstPos, &dst) || !side(p->srcPtr, p->srcPos, &src)) {
+    return cudaErrorInvalidValue;
+  }
+  if (!contiguous) {
+    *why = "a graph memcpy node of a strided 2D/3D copy (rows or slices with gaps)";
+    return cudaErrorNotSupported;
+  }
+  *out = Memcpy1D{reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), w * h * d,
+                  p->kind};
+  return cudaSuccess;
+}
 
 struct Host {
   cudaHostNodeParams p;
@@ -481,6 +519,16 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t* pGraphN
       return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
                          numDependencies, &type, h, nullptr);
     }
+    case cudaGraphNodeTypeMemcpy: {
+      Memcpy1D m;
+      const char* why = nullptr;
+      if (cudaError_t e = Memcpy3DAs1D(&nodeParams->memcpy.copyParams, &m, &why);
+          e != cudaSuccess) {
+        return why != nullptr ? NotSupported(why) : Fail(e);
+      }
+      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
+                         numDependencies, &type, m, nullptr);
+    }
     case cudaGraphNodeTypeEmpty:
       return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
                          numDependencies, &type, Nothing{}, nullptr);
@@ -509,10 +557,16 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddKernelNode(
                      numDependencies, nullptr, k, nullptr);
 }
 
-extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t*, cudaGraph_t,
-                                                              const cudaGraphNode_t*, size_t,
-                                                              const cudaMemcpy3DParms*) {
-  return NotSupported("cudaGraphAddMemcpyNode");
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddMemcpyNode(
+    cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
+    size_t numDependencies, const cudaMemcpy3DParms* pCopyParams) {
+  Memcpy1D m;
+  const char* why = nullptr;
+  if (cudaError_t e = Memcpy3DAs1D(pCopyParams, &m, &why); e != cudaSuccess) {
+    return why != nullptr ? NotSupported(why) : Fail(e);
+  }
+  return AddNodeCall(ApiId::cudaGraphAddMemcpyNode, pGraphNode, graph, pDependencies,
+                     numDependencies, nullptr, m, nullptr);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(

@@ -405,6 +405,14 @@ uint64_t FunctionToWire(const void* host_stub) {
   return f != nullptr && f->resolved && f->error == 0 ? f->id : 0;
 }
 
+int32_t FunctionError(const void* host_stub) {
+  Function* f = FindFunction(host_stub);
+  if (f == nullptr || (f->resolved && f->error == 0)) return 0;
+  const int32_t e = f->error != 0 ? f->error : cudaErrorDevicesUnavailable;
+  SetLastError(e);
+  return e;
+}
+
 }  // namespace shim
 }  // namespace revenant
 

@@ -7,8 +7,12 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <cstdio>
+#include <map>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "api/hook_protocol.h"
@@ -307,7 +311,7 @@ int Runtime::FreePinned(void* p) {
   {
     std::lock_guard<std::mutex> lock(pinned_mu_);
     auto it = pinned_.find(reinterpret_cast<uint64_t>(p));
-    if (it == pinned_.end()) return cudaErrorInvalidValue;
+    if (it == pinned_.end() || it->second.registered != 0) return cudaErrorInvalidValue;
     r = it->second;
     pinned_.erase(it);
   }
@@ -321,6 +325,182 @@ int Runtime::FreePinned(void* p) {
   }
   munmap(reinterpret_cast<void*>(r.addr), r.size);
   unlink(r.path.c_str());
+  return status;
+}
+
+namespace {
+
+// One line of /proc/self/maps.
+struct MapEntry {
+  uint64_t start = 0, end = 0;
+  std::string perms, path;
+};
+
+std::vector<MapEntry> ReadMaps() {
+  std::vector<MapEntry> maps;
+  FILE* f = std::fopen("/proc/self/maps", "re");
+  if (f == nullptr) return maps;
+  char line[4096 + 256];
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    MapEntry e;
+    char perms[8] = {0};
+    int path_at = 0;
+    unsigned long long start = 0, end = 0;
+    if (std::sscanf(line, "%llx-%llx %7s %*s %*s %*s %n", &start, &end, perms, &path_at) < 3) {
+      continue;
+    }
+    e.start = start;
+    e.end = end;
+    e.perms = perms;
+    if (path_at > 0) {
+      e.path = line + path_at;
+      while (!e.path.empty() && (e.path.back() == '\n' || e.path.back() == ' ')) e.path.pop_back();
+    }
+    maps.push_back(std::move(e));
+  }
+  std::fclose(f);
+  return maps;
+}
+
+// Whether every page of [start, end) is mapped by entries that `ok` accepts.
+template <typename Pred>
+bool Covered(const std::vector<MapEntry>& maps, uint64_t start, uint64_t end, Pred ok) {
+  uint64_t at = start;
+  for (const MapEntry& e : maps) {
+    if (e.end <= at || e.start > at) continue;
+    if (!ok(e)) return false;
+    at = e.end;
+    if (at >= end) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int Runtime::RegisterHost(void* p, size_t size, unsigned int flags, std::string* why) {
+  if (Channel() == nullptr) return cudaErrorDevicesUnavailable;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t user = reinterpret_cast<uint64_t>(p);
+  const uint64_t start = user / page * page;
+  const uint64_t end = (user + size + page - 1) / page * page;
+  const uint64_t len = end - start;
+  {
+    std::lock_guard<std::mutex> lock(pinned_mu_);
+    auto next = pinned_.lower_bound(start);
+    if ((next != pinned_.end() && next->first < end) ||
+        (next != pinned_.begin() && std::prev(next)->first + std::prev(next)->second.size > start)) {
+      *why = "its pages overlap host memory already shared with the agent";
+      return cudaErrorHostMemoryAlreadyRegistered;
+    }
+  }
+  const std::vector<MapEntry> maps = ReadMaps();
+  if (!Covered(maps, start, end, [](const MapEntry&) { return true; })) {
+    *why = "the range is not mapped in the process";
+    return cudaErrorInvalidValue;
+  }
+  if (!Covered(maps, start, end, [](const MapEntry& e) {
+        return e.perms.size() >= 4 && e.perms[0] == 'r' && e.perms[1] == 'w' && e.perms[3] == 'p' &&
+               e.path != "[stack]";
+      })) {
+    *why = "its pages are not private read-write memory (a shared or read-only mapping, or the "
+           "main thread's stack)";
+    return cudaErrorNotSupported;
+  }
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(pinned_mu_);
+    path = absl::StrCat(job_dir_, "/host-", getpid(), "-", ++pinned_serial_);
+  }
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(len)) != 0) {
+    *why = absl::StrCat("cannot create ", path, ": ", std::strerror(errno));
+    if (fd >= 0) close(fd);
+    unlink(path.c_str());
+    return cudaErrorMemoryAllocation;
+  }
+  // The file takes the pages' bytes at a spare address, then moves over
+  // them in one step (mremap), so the application never sees them empty.
+  // Writes other threads make to the range meanwhile are lost: registering
+  // memory that is being written is a race natively too (CUDA pins it).
+  void* spare = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (spare == MAP_FAILED) {
+    *why = absl::StrCat("cannot map ", path, ": ", std::strerror(errno));
+    unlink(path.c_str());
+    return cudaErrorMemoryAllocation;
+  }
+  std::memcpy(spare, reinterpret_cast<void*>(start), len);
+  void* moved = mremap(spare, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(start));
+  if (moved != reinterpret_cast<void*>(start)) {
+    *why = absl::StrCat("cannot move the shared pages into place: ", std::strerror(errno));
+    munmap(spare, len);
+    unlink(path.c_str());
+    return cudaErrorMemoryAllocation;
+  }
+  wire::Sizer sz;
+  sz.Put(uint64_t{}); sz.Put(uint64_t{}); sz.Put(uint32_t{}); sz.PutBytes(path.data(), path.size());
+  Call call(api::ApiId::cudaHostRegister, sz.size());
+  int status = cudaErrorDevicesUnavailable;
+  if (call.ok()) {
+    call.args().Put(start);
+    call.args().Put(len);
+    call.args().Put(static_cast<uint32_t>(flags));
+    call.args().PutBytes(path.data(), path.size());
+    if (call.Send()) status = call.status();
+  }
+  PinnedRange r{start, len, flags, path, user, size};
+  if (status != cudaSuccess) {
+    *why = "the agent refused to map it";
+    RestorePrivate(r);
+    return status;
+  }
+  std::lock_guard<std::mutex> lock(pinned_mu_);
+  pinned_[start] = r;
+  return cudaSuccess;
+}
+
+// The pages of a registered range become private memory again with the
+// bytes they hold, unless the application unmapped them (or mapped something
+// else there) itself; the file goes.
+void Runtime::RestorePrivate(const PinnedRange& r) {
+  const std::vector<MapEntry> maps = ReadMaps();
+  if (Covered(maps, r.addr, r.addr + r.size, [&](const MapEntry& e) { return e.path == r.path; })) {
+    void* fresh = mmap(nullptr, r.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (fresh != MAP_FAILED) {
+      std::memcpy(fresh, reinterpret_cast<void*>(r.addr), r.size);
+      if (mremap(fresh, r.size, r.size, MREMAP_MAYMOVE | MREMAP_FIXED,
+                 reinterpret_cast<void*>(r.addr)) != reinterpret_cast<void*>(r.addr)) {
+        // The shared pages stay (same bytes, still the application's).
+        REVENANT_LOG(WARNING, "shim") << "cudaHostUnregister: the pages at 0x" << std::hex
+                                      << r.addr << " stay shared memory: " << std::strerror(errno);
+        munmap(fresh, r.size);
+      }
+    }
+  }
+  unlink(r.path.c_str());
+}
+
+int Runtime::UnregisterHost(void* p) {
+  PinnedRange r;
+  {
+    std::lock_guard<std::mutex> lock(pinned_mu_);
+    const uint64_t user = reinterpret_cast<uint64_t>(p);
+    auto it = pinned_.upper_bound(user);
+    if (it == pinned_.begin()) return cudaErrorHostMemoryNotRegistered;
+    --it;
+    if (it->second.registered != user) return cudaErrorHostMemoryNotRegistered;
+    r = it->second;
+    pinned_.erase(it);
+  }
+  int status = cudaSuccess;
+  wire::Sizer sz;
+  sz.Put(uint64_t{});
+  Call call(api::ApiId::cudaHostUnregister, sz.size());
+  if (call.ok()) {
+    call.args().Put(r.addr);
+    status = call.Send() ? call.status() : cudaErrorDevicesUnavailable;
+  }
+  RestorePrivate(r);
   return status;
 }
 
@@ -493,22 +673,66 @@ extern "C" REVENANT_EXPORT cudaError_t cudaFreeHost(void* ptr) {
   return static_cast<cudaError_t>(e);
 }
 
-// Registering existing application memory: the agent cannot reach memory the
-// application did not allocate through the shim, so registered ranges stay
-// pageable for copies (staged, hence synchronous: a valid CUDA schedule).
-// Mapped registration (device access to the range) is refused clearly.
+// Registering existing application memory: its pages become memory shared
+// with the agent in place (Runtime::RegisterHost), so that, as natively on a
+// device with unified addressing, copies to and from it are asynchronous
+// and kernels reach it at its own address (cudaHostGetDevicePointer). The
+// pages of a default or portable registration that cannot be shared (a
+// shared or read-only mapping) stay pageable memory for copies (staged,
+// synchronous: a valid CUDA schedule); a mapped registration of them is
+// refused with a log line. I/O and read-only registrations are refused.
+namespace {
+
+constexpr unsigned int kHostRegisterFlags = cudaHostRegisterPortable | cudaHostRegisterMapped |
+                                            cudaHostRegisterIoMemory | cudaHostRegisterReadOnly;
+
+// Default or portable registrations kept pageable: pointer -> size.
+std::mutex pageable_registered_mu;
+std::map<uint64_t, uint64_t>& PageableRegistered() {
+  static auto* m = new std::map<uint64_t, uint64_t>();
+  return *m;
+}
+
+}  // namespace
+
 extern "C" REVENANT_EXPORT cudaError_t cudaHostRegister(void* ptr, size_t size,
                                                         unsigned int flags) {
-  if (ptr == nullptr || size == 0) {
+  if (ptr == nullptr || size == 0 || (flags & ~kHostRegisterFlags) != 0) {
     SetLastError(cudaErrorInvalidValue);
     return cudaErrorInvalidValue;
   }
-  if (flags & (cudaHostRegisterMapped | cudaHostRegisterIoMemory | cudaHostRegisterReadOnly)) {
-    revenant::shim::LogNotSupported("cudaHostRegister with cudaHostRegisterMapped/IoMemory/ReadOnly");
+  if (flags & (cudaHostRegisterIoMemory | cudaHostRegisterReadOnly)) {
+    revenant::shim::LogNotSupported("cudaHostRegister with cudaHostRegisterIoMemory/ReadOnly");
     SetLastError(cudaErrorNotSupported);
     return cudaErrorNotSupported;
   }
-  return cudaSuccess;
+  const uint64_t a = reinterpret_cast<uint64_t>(ptr);
+  {
+    std::lock_guard<std::mutex> lock(pageable_registered_mu);
+    auto& m = PageableRegistered();
+    auto next = m.lower_bound(a);
+    if ((next != m.end() && next->first < a + size) ||
+        (next != m.begin() && std::prev(next)->first + std::prev(next)->second > a)) {
+      SetLastError(cudaErrorHostMemoryAlreadyRegistered);
+      return cudaErrorHostMemoryAlreadyRegistered;
+    }
+  }
+  std::string why;
+  int e = Runtime::Get()->RegisterHost(ptr, size, flags, &why);
+  if (e == cudaErrorNotSupported && !(flags & cudaHostRegisterMapped)) {
+    REVENANT_LOG(DEBUG, "shim") << "cudaHostRegister(" << ptr << ", " << size
+                                << "): stays pageable memory: " << why;
+    std::lock_guard<std::mutex> lock(pageable_registered_mu);
+    PageableRegistered()[a] = size;
+    return cudaSuccess;
+  }
+  if (e == cudaErrorNotSupported || e == cudaErrorMemoryAllocation) {
+    REVENANT_LOG(ERROR, "shim") << "cudaHostRegister(" << ptr << ", " << size << ", flags 0x"
+                                << std::hex << flags << std::dec << ") fails (cudaError " << e
+                                << "): " << why;
+  }
+  SetLastError(e);
+  return static_cast<cudaError_t>(e);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaHostUnregister(void* ptr) {
@@ -516,6 +740,25 @@ extern "C" REVENANT_EXPORT cudaError_t cudaHostUnregister(void* ptr) {
     SetLastError(cudaErrorInvalidValue);
     return cudaErrorInvalidValue;
   }
+  {
+    std::lock_guard<std::mutex> lock(pageable_registered_mu);
+    if (PageableRegistered().erase(reinterpret_cast<uint64_t>(ptr)) == 1) return cudaSuccess;
+  }
+  int e = Runtime::Get()->UnregisterHost(ptr);
+  SetLastError(e);
+  return static_cast<cudaError_t>(e);
+}
+
+// The flags a range was allocated with. As documented for the runtime,
+// only memory of cudaHostAlloc/cudaMallocHost has them: registered memory
+// (and anything else) is cudaErrorInvalidValue.
+extern "C" REVENANT_EXPORT cudaError_t cudaHostGetFlags(unsigned int* pFlags, void* pHost) {
+  revenant::shim::PinnedRange r;
+  if (pFlags == nullptr || !Runtime::Get()->FindPinned(pHost, 1, &r) || r.registered != 0) {
+    SetLastError(cudaErrorInvalidValue);
+    return cudaErrorInvalidValue;
+  }
+  *pFlags = r.flags;
   return cudaSuccess;
 }
 

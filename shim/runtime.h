@@ -44,12 +44,17 @@ struct AgentInfo {
   int rank = 0;
 };
 
-// Host memory shared with the agent (cudaMallocHost/cudaHostAlloc).
+// Host memory shared with the agent (cudaMallocHost/cudaHostAlloc, and
+// application memory registered with cudaHostRegister).
 struct PinnedRange {
   uint64_t addr = 0;
   uint64_t size = 0;
   unsigned int flags = 0;
   std::string path;
+  // cudaHostRegister: the pointer and size the application registered (the
+  // range is their pages); 0 for memory the shim allocated.
+  uint64_t registered = 0;
+  uint64_t registered_size = 0;
 };
 
 class Runtime {
@@ -77,6 +82,18 @@ class Runtime {
   // has the agent map it at the same address. Status codes as CUDA's.
   int AllocPinned(void** out, size_t size, unsigned int flags);
   int FreePinned(void* p);
+  // cudaHostRegister: makes the pages of the application's [p, p+size)
+  // shared memory in place (their bytes copied into a file of the job
+  // directory, which is then mapped over them) and has the agent map it at
+  // the same address, as pinned memory. Fails without changing anything
+  // (*why says why) when the pages are not private read-write memory of the
+  // process or overlap shared memory; codes as CUDA's.
+  int RegisterHost(void* p, size_t size, unsigned int flags, std::string* why);
+  // cudaHostUnregister of a pointer RegisterHost shared: the agent unmaps it
+  // and the pages become private memory again with the same bytes (unless
+  // the application unmapped them itself). cudaErrorHostMemoryNotRegistered
+  // for any other pointer.
+  int UnregisterHost(void* p);
 
   // The staging area is shared by the process's calls one at a time.
   std::mutex& staging_mutex() { return staging_mu_; }
@@ -118,6 +135,7 @@ class Runtime {
   void OnAgentDeath();
   void Reconnect();
   void CallbackLoop();
+  void RestorePrivate(const PinnedRange& r);
 
   std::mutex connect_mu_;
   std::atomic<bool> connected_{false};

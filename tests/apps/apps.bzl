@@ -2,11 +2,12 @@
 
 load("//build_defs:cuda.bzl", "cuda_binary", "cuda_kernel_symbols", "host_kernel_library")
 
-def cuda_test_app(name, num_kernels, nvcc_flags = "", extra_hdrs = []):
+def cuda_test_app(name, num_kernels, nvcc_flags = "", extra_hdrs = [], libs = ""):
     """`name` (nvcc, from <name>.cu) and `<name>_host_kernels` (lib<name>_host_kernels.so).
 
     Both compile the same `<name>_kernels.cuh`; `extra_hdrs` are further
-    headers the program includes (generated ones too). `<name>_kernel_names_test`
+    headers the program includes (generated ones too), `libs` further link
+    options (`-lnccl`). `<name>_kernel_names_test`
     fails when a kernel nvcc registers from it (at least `num_kernels`) has no
     host implementation under the same mangled name.
     """
@@ -19,6 +20,7 @@ def cuda_test_app(name, num_kernels, nvcc_flags = "", extra_hdrs = []):
             "//hostkernel:kernel_portability.h",
         ] + extra_hdrs,
         nvcc_flags = nvcc_flags,
+        libs = libs,
         visibility = ["//visibility:public"],
     )
     host_kernel_library(

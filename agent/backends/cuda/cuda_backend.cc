@@ -70,6 +70,7 @@ uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
   X(cuLaunchKernelEx)                                     \
   X(cuFuncGetAttribute)                                   \
   X(cuFuncSetAttribute)                                   \
+  X(cuFuncSetCacheConfig)                                 \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) \
   X(cuGraphAddKernelNode)                                 \
   X(cuGraphExecKernelNodeSetParams)
@@ -554,6 +555,7 @@ class CudaBackend : public Backend {
 
   cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* attr, const void* func) override;
   cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) override;
+  cudaError_t cudaFuncSetCacheConfig(const void* func, enum cudaFuncCache config) override;
   cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
       int* num_blocks, const void* func, int block_size, size_t dynamic_smem,
       unsigned int flags) override;
@@ -972,6 +974,9 @@ class CudaBackend : public Backend {
   // `all`) to the allocator. Called only after a synchronize that covers them.
   void ReleasePendingFrees(cudaStream_t stream, bool all) ABSL_LOCKS_EXCLUDED(mu_);
   bool IsCapturing(cudaStream_t stream) const;
+  // Allocation (`ptr`) or free (`freed`) on a capturing stream: a graph
+  // memory node of the capture (CaptureMemoryNode in the .cc).
+  cudaError_t CaptureMemoryNode(cudaStream_t stream, size_t size, void** ptr, void* freed);
   // Graph memory: `to` (a clone or an executable) holds what `from` holds;
   // `holder` (destroyed) holds nothing any more, and memory nothing holds
   // goes back at the next device-wide synchronization.
@@ -1255,14 +1260,65 @@ cudaError_t CudaBackend::cudaFree(void* ptr) {
   return sync;
 }
 
+// Captured stream-ordered allocation (cudaMallocAsync/cudaFreeAsync on a
+// capturing stream) becomes graph memory, as an explicit alloc or free node
+// (AddMemAllocNode): memory from the fixed range now, an empty node after
+// the capture's current dependencies, which then become that node.
+cudaError_t CudaBackend::CaptureMemoryNode(cudaStream_t stream, size_t size, void** ptr,
+                                           void* freed) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  size_t n = 0;
+  cudaError_t e = ::cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &deps, nullptr, &n);
+  if (e != cudaSuccess) return e;
+  if (status != cudaStreamCaptureStatusActive || graph == nullptr) {
+    return cudaErrorStreamCaptureInvalidated;
+  }
+  const std::vector<cudaGraphNode_t> dep_list(deps, deps + n);
+  void* p = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ptr != nullptr) {
+      // Growing the fixed range maps memory (cuMemCreate, cuMemMap), which a
+      // global-mode capture forbids on this thread: relaxed for the call.
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      (void)::cudaThreadExchangeStreamCaptureMode(&mode);
+      const cudaError_t a = AllocateLocked(&p, size);
+      (void)::cudaThreadExchangeStreamCaptureMode(&mode);
+      if (a != cudaSuccess) return a;
+    } else if (!graph_memory_refs_.contains(Addr(freed))) {
+      // Only graph memory may be freed by a node (AddMemFreeNode).
+      return cudaErrorInvalidValue;
+    }
+  }
+  cudaGraphNode_t node = nullptr;
+  e = ::cudaGraphAddEmptyNode(&node, graph, dep_list.data(), dep_list.size());
+  if (e == cudaSuccess) {
+    e = ::cudaStreamUpdateCaptureDependencies(stream, &node, nullptr, 1,
+                                              cudaStreamSetCaptureDependencies);
+  }
+  absl::MutexLock lock(&mu_);
+  if (e != cudaSuccess) {
+    if (p != nullptr) (void)allocator_.Free(Addr(p));  // never handed out
+    return e;
+  }
+  if (ptr != nullptr) {
+    graph_memory_[graph].push_back(Addr(p));
+    graph_memory_refs_[Addr(p)] = 1;
+    *ptr = p;
+  }
+  return cudaSuccess;
+}
+
 cudaError_t CudaBackend::cudaMallocAsync(void** ptr, size_t size, cudaStream_t stream) {
   if (ptr == nullptr) return cudaErrorInvalidValue;
   Bind();
-  if (IsCapturing(stream)) return cudaErrorStreamCaptureUnsupported;
   if (size == 0) {
     *ptr = nullptr;
     return cudaSuccess;
   }
+  if (IsCapturing(stream)) return CaptureMemoryNode(stream, size, ptr, nullptr);
   // Allocated at once: valid for the stream's later work, which is all that
   // stream-ordered allocation promises.
   absl::MutexLock lock(&mu_);
@@ -1272,7 +1328,7 @@ cudaError_t CudaBackend::cudaMallocAsync(void** ptr, size_t size, cudaStream_t s
 cudaError_t CudaBackend::cudaFreeAsync(void* ptr, cudaStream_t stream) {
   if (ptr == nullptr) return cudaSuccess;
   Bind();
-  if (IsCapturing(stream)) return cudaErrorStreamCaptureUnsupported;
+  if (IsCapturing(stream)) return CaptureMemoryNode(stream, 0, nullptr, ptr);
   absl::MutexLock lock(&mu_);
   if (allocator_.SizeOf(Addr(ptr)) == 0) return cudaErrorInvalidValue;
   for (const PendingFree& f : pending_frees_) {
@@ -1859,6 +1915,17 @@ cudaError_t CudaBackend::cudaFuncSetAttribute(const void* func, cudaFuncAttribut
   }
   return FromCu(drv_.cuFuncSetAttribute(static_cast<CUfunction>(const_cast<void*>(func)),
                                         static_cast<CUfunction_attribute>(attr), value));
+}
+
+cudaError_t CudaBackend::cudaFuncSetCacheConfig(const void* func, enum cudaFuncCache config) {
+  Bind();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!KnownKernel(func)) return cudaErrorInvalidDeviceFunction;
+  }
+  // cudaFuncCache and CUfunc_cache number the preferences alike.
+  return FromCu(drv_.cuFuncSetCacheConfig(static_cast<CUfunction>(const_cast<void*>(func)),
+                                          static_cast<CUfunc_cache>(config)));
 }
 
 cudaError_t CudaBackend::cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(

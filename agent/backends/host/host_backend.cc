@@ -580,9 +580,27 @@ cudaError_t HostBackend::cudaMallocAsync(void** ptr, size_t size, cudaStream_t s
   std::unique_lock<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
-  if (Capturing(s)) return cudaErrorStreamCaptureUnsupported;
   if (size == 0) {
     *ptr = nullptr;
+    return cudaSuccess;
+  }
+  if (Capturing(s)) {
+    // Captured: a memory alloc node of the capture's graph, its memory from
+    // the fixed range now and held by the graph (as AddMemAllocNode's).
+    void* p = nullptr;
+    cudaError_t err = AllocateLocked(lock, &p, size);  // may release the lock
+    if (err != cudaSuccess) return err;
+    auto capture = captures_.find(s);
+    if (capture == captures_.end()) {
+      (void)FreeBlock(Addr(p));
+      return cudaErrorStreamCaptureInvalidated;
+    }
+    Graph* g = capture->second;
+    AddNodeLocked(g, NodeKind::kMemAlloc, g->capture_deps, nullptr);
+    g->capture_deps = {g->nodes.size() - 1};
+    g->allocs.push_back(Addr(p));
+    graph_allocs_[Addr(p)] = 1;
+    *ptr = p;
     return cudaSuccess;
   }
   // Allocated at once: valid for the stream's later work, which is all that
@@ -595,7 +613,14 @@ cudaError_t HostBackend::cudaFreeAsync(void* ptr, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
-  if (Capturing(s)) return cudaErrorStreamCaptureUnsupported;
+  if (Capturing(s)) {
+    // Captured: a memory free node; only graph memory (as AddMemFreeNode).
+    if (!graph_allocs_.contains(Addr(ptr))) return cudaErrorInvalidValue;
+    Graph* g = captures_.find(s)->second;
+    AddNodeLocked(g, NodeKind::kMemFree, g->capture_deps, nullptr);
+    g->capture_deps = {g->nodes.size() - 1};
+    return cudaSuccess;
+  }
   if (allocator_.SizeOf(Addr(ptr)) == 0) return cudaErrorInvalidValue;
   for (const PendingFree& f : pending_frees_) {
     if (f.addr == Addr(ptr)) return cudaErrorInvalidValue;
@@ -997,6 +1022,16 @@ cudaError_t HostBackend::cudaFuncGetAttributes(struct cudaFuncAttributes* attr,
   attr->binaryVersion = 90;
   attr->maxDynamicSharedSizeBytes = f.max_dynamic_shared;
   attr->preferredShmemCarveout = f.carveout;
+  return cudaSuccess;
+}
+
+// A cache preference means nothing on the CPU: checked, then accepted.
+cudaError_t HostBackend::cudaFuncSetCacheConfig(const void* func, enum cudaFuncCache config) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!KnownKernel(func)) return cudaErrorInvalidDeviceFunction;
+  if (config < cudaFuncCachePreferNone || config > cudaFuncCachePreferEqual) {
+    return cudaErrorInvalidValue;
+  }
   return cudaSuccess;
 }
 

@@ -206,6 +206,7 @@ class HostBackend : public Backend {
 
   cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes* attr, const void* func) override;
   cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) override;
+  cudaError_t cudaFuncSetCacheConfig(const void* func, enum cudaFuncCache config) override;
   cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
       int* num_blocks, const void* func, int block_size, size_t dynamic_smem,
       unsigned int flags) override;
