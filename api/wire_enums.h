@@ -109,6 +109,7 @@ struct WireEnum<cudaLaunchAttributeID> {
            raw == cudaLaunchAttributeNvlinkUtilCentricScheduling;
   }
 };
+REVENANT_WIRE_ENUM_RANGE(cudaFuncCache, cudaFuncCachePreferNone, cudaFuncCachePreferEqual);
 REVENANT_WIRE_ENUM_RANGE(cudaDataType, CUDA_R_32F, CUDA_R_4F_E2M1);
 REVENANT_WIRE_ENUM_RANGE(libraryPropertyType, MAJOR_VERSION, PATCH_LEVEL);
 
