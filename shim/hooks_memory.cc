@@ -749,16 +749,18 @@ extern "C" REVENANT_EXPORT cudaError_t cudaHostUnregister(void* ptr) {
   return static_cast<cudaError_t>(e);
 }
 
-// The flags a range was allocated with. As documented for the runtime,
-// only memory of cudaHostAlloc/cudaMallocHost has them: registered memory
-// (and anything else) is cudaErrorInvalidValue.
+// The flags of pinned memory, as the runtime answers them on the H200 (CUDA
+// 13, measured by tests/apps/mapped_host in the GPU section conformance):
+// memory of cudaHostAlloc/cudaMallocHost is mapped and portable whatever it
+// was allocated with (unified addressing), registered memory answers its
+// registration flags.
 extern "C" REVENANT_EXPORT cudaError_t cudaHostGetFlags(unsigned int* pFlags, void* pHost) {
   revenant::shim::PinnedRange r;
-  if (pFlags == nullptr || !Runtime::Get()->FindPinned(pHost, 1, &r) || r.registered != 0) {
+  if (pFlags == nullptr || !Runtime::Get()->FindPinned(pHost, 1, &r)) {
     SetLastError(cudaErrorInvalidValue);
     return cudaErrorInvalidValue;
   }
-  *pFlags = r.flags;
+  *pFlags = r.registered != 0 ? r.flags : r.flags | cudaHostAllocMapped | cudaHostAllocPortable;
   return cudaSuccess;
 }
 

@@ -69,6 +69,9 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaMallocHost(&plain, 64));
   CHECK_CUDA(cudaHostGetFlags(&flags, plain));
   std::printf("hostflags mallochost 0x%x\n", flags);
+  // As the runtime answers on the H200: mapped and portable (unified addressing).
+  EXPECT_APP(flags == (cudaHostAllocMapped | cudaHostAllocPortable),
+             "cudaHostGetFlags of cudaMallocHost memory: 0x%x", flags);
   CHECK_CUDA(cudaFreeHost(plain));
 
   // 2. Application memory registered as mapped, at an unaligned offset of a
@@ -82,12 +85,15 @@ int main(int argc, char** argv) {
   EXPECT_CUDA_ERROR(cudaHostRegister(reg, bytes, cudaHostRegisterMapped),
                     cudaErrorHostMemoryAlreadyRegistered);
   (void)cudaGetLastError();
-  // Documented to fail for memory not from cudaHostAlloc: printed, compared
-  // with native by the GPU section.
+  // The H200's runtime answers the registration flags (cudaSuccess, 0x2);
+  // printed, compared with native by the GPU section.
   flags = 0;
   const cudaError_t reg_flags = cudaHostGetFlags(&flags, reg);
   (void)cudaGetLastError();
   std::printf("hostflags registered_mapped error %d 0x%x\n", static_cast<int>(reg_flags), flags);
+  EXPECT_APP(reg_flags == cudaSuccess && flags == cudaHostRegisterMapped,
+             "cudaHostGetFlags of registered memory: error %d, 0x%x", static_cast<int>(reg_flags),
+             flags);
   int* reg_dev = nullptr;
   CHECK_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&reg_dev), reg, 0));
   fill_mapped<<<(n + 255) / 256, 256, 0, s>>>(reg_dev, n);
