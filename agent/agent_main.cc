@@ -94,6 +94,14 @@ ABSL_FLAG(std::string, snapshots, "auto",
           "boundary snapshots of the device state, so that a rank without a replica can be "
           "recovered past its first minibatch boundary (docs/recovery.md): on, off, or auto "
           "(on when --world_size is 1)");
+ABSL_FLAG(std::string, snapshot_every, "auto",
+          "with boundary snapshots: which step boundaries take one — N: every N-th; auto: the "
+          "first, then once the time since the last is 19 times what it took (at most 5 % of "
+          "the job) or the minibatch log passed --snapshot_max_log_mib; the steps in between "
+          "are replayed from the last snapshot after a failure");
+ABSL_FLAG(uint64_t, snapshot_max_log_mib, 256,
+          "with --snapshot_every=auto: a snapshot at the next step once the minibatch log "
+          "holds this many MiB");
 ABSL_FLAG(std::string, journal_thread, "auto",
           "a second thread journals the plain asynchronous requests (docs/design.md, \"The "
           "journal thread\"): behind (write-behind: the executor runs them at once), ahead "
@@ -316,6 +324,10 @@ std::optional<Admitted> Serve(Backend* backend, Admitted conn, const std::string
       REVENANT_LOG(WARNING, "agent") << "boundary snapshots need the journal: off";
       options.snapshots = false;
     }
+    const std::string every = absl::GetFlag(FLAGS_snapshot_every);
+    uint64_t n = 0;
+    options.snapshot_every = every == "auto" ? 0 : absl::SimpleAtoi(every, &n) && n > 0 ? n : 1;
+    options.snapshot_max_log_bytes = absl::GetFlag(FLAGS_snapshot_max_log_mib) << 20;
   }
   options.chaos.after_calls = absl::GetFlag(FLAGS_chaos_after_calls);
   options.chaos.minibatch = absl::GetFlag(FLAGS_chaos_minibatch);
@@ -411,6 +423,15 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const std::string snapshots = absl::GetFlag(FLAGS_snapshots);
+  {
+    const std::string every = absl::GetFlag(FLAGS_snapshot_every);
+    uint64_t n = 0;
+    if (every != "auto" && (!absl::SimpleAtoi(every, &n) || n == 0)) {
+      REVENANT_LOG(ERROR, "agent") << "--snapshot_every must be auto or a positive number, not "
+                                   << every;
+      return 2;
+    }
+  }
   if (snapshots != "auto" && snapshots != "on" && snapshots != "off") {
     REVENANT_LOG(ERROR, "agent") << "--snapshots must be auto, on or off, not " << snapshots;
     return 2;

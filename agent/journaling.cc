@@ -275,6 +275,7 @@ absl::Status RequestJournal::DetectBoundary(const transport::RecordHeader& rec) 
       REVENANT_LOG(WARNING, "agent") << "cannot record the boundary anchor: " << s;
     }
   }
+  if (rec.seq == skip_boundary_for_) return absl::OkStatus();
   return Boundary();
 }
 

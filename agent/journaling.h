@@ -148,6 +148,9 @@ class RequestJournal {
   absl::Status PlaceBoundaryBefore(const transport::RecordHeader& rec);
   // Whether BeforeExecute(rec) will place a minibatch boundary before `rec`
   // (the minibatch log still holds the ending minibatch until then).
+  // The boundary the detector finds before request `seq` is not placed (a
+  // step that stays inside the current minibatch: snapshots every K steps).
+  void SkipBoundaryFor(uint64_t seq) { skip_boundary_for_ = seq; }
   bool BoundaryBefore(const transport::RecordHeader& rec) const {
     return options_.boundaries == BoundaryMode::kAuto && rec.seq != boundary_placed_for_ &&
            detector_.WouldMark(rec.api_id, absl::string_view(rec.body(), rec.body_size()));
@@ -186,6 +189,7 @@ class RequestJournal {
                             uint64_t handle, absl::string_view body, journal::JournalEntry* e);
   // The request PlaceBoundaryBefore placed a boundary for (0: none).
   uint64_t boundary_placed_for_ = 0;
+  uint64_t skip_boundary_for_ = 0;
 
   std::unique_ptr<journal::Journal> journal_;
   const Options options_;

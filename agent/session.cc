@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "agent/validator.h"
 #include "api/reply_prefix.h"
 #include "common/knobs.h"
@@ -216,6 +219,20 @@ void Session::Run() {
                          : std::string())
         << "; its session ends, the agent serves the next application";
   }
+  if (!exec_stats_.empty()) REVENANT_LOG(INFO, "agent") << "requests at exit: " << ExecStatsReport();
+  {
+    // The agent's host memory (what a job pays per GPU beside the journal
+    // and snapshot files, which the lines below count).
+    std::ifstream status("/proc/self/status");
+    std::string line, rss, hwm;
+    while (std::getline(status, line)) {
+      if (absl::StartsWith(line, "VmRSS:")) rss = std::string(absl::StripAsciiWhitespace(line.substr(6)));
+      if (absl::StartsWith(line, "VmHWM:")) hwm = std::string(absl::StripAsciiWhitespace(line.substr(6)));
+    }
+    if (!rss.empty()) {
+      REVENANT_LOG(INFO, "agent") << "host memory at exit: resident " << rss << ", peak " << hwm;
+    }
+  }
   if (const std::string w = transport::shm_internal::WaitStatsReport(); !w.empty()) {
     REVENANT_LOG(INFO, "agent") << "waits at exit: " << w;
   }
@@ -237,8 +254,8 @@ void Session::Run() {
     const SnapshotTotals& t = snapshot_totals_;
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "snapshots at exit: %d boundaries, %.3f MiB per boundary, %.2f ms mean, %.2f ms max "
-        "per boundary%s",
-        t.count, t.bytes / 1048576.0 / t.count, t.ms / t.count, t.max_ms,
+        "per boundary, %d steps between snapshots (journaled inside their minibatch)%s",
+        t.count, t.bytes / 1048576.0 / t.count, t.ms / t.count, t.max_ms, steps_skipped_,
         t.failures ? absl::StrCat(", ", t.failures, " FAILED") : std::string());
   }
   REVENANT_LOG(DEBUG, "agent") << "application pid " << pid << " disconnected after "
@@ -247,7 +264,62 @@ void Session::Run() {
 
 // One request: journal (log before apply, by this thread or the journal
 // thread), run, reply. Each step's rules are in the function that does it.
+namespace {
+int64_t ExecNowNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+bool ExecStatsOn() {
+  static const bool on = knobs::Bool(knobs::Id::kCallStats).value_or(false);
+  return on;
+}
+}  // namespace
+
+std::string Session::ExecStatsReport() const {
+  std::vector<size_t> ids;
+  uint64_t requests = 0, ns = 0, run_ns = 0;
+  for (size_t i = 0; i < exec_stats_.size(); ++i) {
+    if (exec_stats_[i].requests == 0) continue;
+    ids.push_back(i);
+    requests += exec_stats_[i].requests;
+    ns += exec_stats_[i].ns;
+    run_ns += exec_stats_[i].run_ns;
+  }
+  std::sort(ids.begin(), ids.end(),
+            [&](size_t a, size_t b) { return exec_stats_[a].ns > exec_stats_[b].ns; });
+  std::string out = absl::StrFormat("%d requests, %.3f ms executing them (%.3f ms of it in the "
+                                    "backend); by time:",
+                                    requests, ns / 1e6, run_ns / 1e6);
+  int shown = 0;
+  for (size_t i : ids) {
+    if (++shown > 30) break;
+    const ExecCounter& c = exec_stats_[i];
+    absl::StrAppend(&out, absl::StrFormat("\n  %-40s %9d requests %10.3f ms %8.2f us each "
+                                          "(run %.2f us) max %.1f us",
+                                          api::Traits(static_cast<uint32_t>(i)).name, c.requests,
+                                          c.ns / 1e6, c.ns / 1e3 / c.requests,
+                                          c.run_ns / 1e3 / c.requests, c.max_ns / 1e3));
+  }
+  return out;
+}
+
 void Session::Execute(const transport::RecordHeader& rec) {
+  if (ExecStatsOn() && rec.api_id < api::kApiCount) {
+    if (exec_stats_.empty()) exec_stats_.resize(api::kApiCount);
+    const int64_t t0 = ExecNowNs();
+    ExecuteRequest(rec);
+    ExecCounter& c = exec_stats_[rec.api_id];
+    const uint64_t ns = static_cast<uint64_t>(ExecNowNs() - t0);
+    ++c.requests;
+    c.ns += ns;
+    c.max_ns = std::max(c.max_ns, ns);
+    return;
+  }
+  ExecuteRequest(rec);
+}
+
+void Session::ExecuteRequest(const transport::RecordHeader& rec) {
   const api::ApiTraits& traits = api::Traits(static_cast<uint32_t>(rec.api_id));
   const bool has_reply =
       rec.reply_slot >= 0 && static_cast<uint32_t>(rec.reply_slot) < channel_->reply_slots();
@@ -282,6 +354,12 @@ void Session::Execute(const transport::RecordHeader& rec) {
   }
   if (SkipSuperseded(rec, traits)) return;
   MaybeChaos(SessionOptions::Chaos::Point::kAfterAppend);
+  if (!exec_stats_.empty() && rec.api_id < exec_stats_.size()) {
+    const int64_t t0 = ExecNowNs();
+    RunAndReply(rec, traits, has_reply);
+    exec_stats_[rec.api_id].run_ns += static_cast<uint64_t>(ExecNowNs() - t0);
+    return;
+  }
   RunAndReply(rec, traits, has_reply);
 }
 
@@ -349,6 +427,7 @@ void Session::FinishJournaling(const transport::RecordHeader& rec, JournalTurn* 
 
 // An explicit minibatch marker (revenantMarkStep), journaled here.
 void Session::MarkStepHere(const transport::RecordHeader& rec) {
+  if (snapshots_ != nullptr && !SnapshotDue()) return;  // a step inside the minibatch
   if (validator_ != nullptr) {
     validator_->MinibatchEnding(options_.journal->minibatch(), options_.journal->dir());
   }
@@ -440,7 +519,11 @@ void Session::JournalBeforeRun(const transport::RecordHeader& rec) {
     validator_->MinibatchEnding(minibatch, options_.journal->dir());
   }
   if (snapshots_ != nullptr && options_.journal->BoundaryBefore(rec)) {
-    SnapshotBoundary(minibatch + 1, rec.seq);
+    if (SnapshotDue()) {
+      SnapshotBoundary(minibatch + 1, rec.seq);
+    } else {
+      options_.journal->SkipBoundaryFor(rec.seq);
+    }
   }
   if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec)); !s.ok()) {
     JournalFailed(s);
@@ -1011,7 +1094,29 @@ void Session::MaybeSnapshotChaos(SessionOptions::Chaos::Point point, uint64_t mi
   raise(SIGKILL);
 }
 
+bool Session::SnapshotDue() {
+  const SessionOptions::Chaos& c = options_.chaos;
+  const bool every_step = options_.snapshot_every == 1 || validator_ != nullptr ||
+                          c.minibatch != 0;
+  bool due = every_step || snapshot_totals_.count + snapshot_totals_.failures == 0;
+  if (!due && options_.snapshot_every > 1) {
+    due = steps_since_snapshot_ + 1 >= options_.snapshot_every;
+  } else if (!due) {
+    const int64_t since = ExecNowNs() - last_snapshot_end_ns_;
+    due = since >= 19 * last_snapshot_ns_ ||
+          options_.journal->stats().minibatch_file_bytes >= options_.snapshot_max_log_bytes;
+  }
+  if (due) {
+    steps_since_snapshot_ = 0;
+  } else {
+    ++steps_since_snapshot_;
+    ++steps_skipped_;
+  }
+  return due;
+}
+
 void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
+  const int64_t snapshot_start_ns = ExecNowNs();
   // The state at the boundary: every request before it was executed (one
   // executor thread), but device work may still be queued.
   if (const int32_t e = backend_->cudaDeviceSynchronize(); e != 0 && deferred_error_ == 0) {
@@ -1038,6 +1143,8 @@ void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
                                  << st.status();
     return;
   }
+  last_snapshot_end_ns_ = ExecNowNs();
+  last_snapshot_ns_ = last_snapshot_end_ns_ - snapshot_start_ns;
   SnapshotTotals& t = snapshot_totals_;
   ++t.count;
   t.bytes += st->bytes;

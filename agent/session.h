@@ -22,6 +22,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -80,6 +81,15 @@ struct SessionOptions {
   // device state is written to <job_dir>/snapshots, so that a replacement
   // can restore a rank that has no replica past its first boundary.
   bool snapshots = false;
+  // Which detected step boundaries become journal boundaries with a
+  // snapshot: every `snapshot_every`-th; 0 (auto): the first, then one once
+  // the time since the last snapshot is 19 times what that snapshot took (at
+  // most 5 % of the job in snapshots) or the minibatch log passed
+  // `snapshot_max_log_bytes`. The steps in between stay in one journal
+  // minibatch: a replacement restores the last snapshot and replays them all.
+  // Chaos plans that count minibatches and the validator see every step.
+  uint64_t snapshot_every = 1;
+  uint64_t snapshot_max_log_bytes = 256ull << 20;
 
   // Journal validator (agent/validator.h): every `validate_every`-th
   // minibatch is replayed from its boundary and compared; 0: off. Needs the
@@ -215,9 +225,17 @@ class Session {
   void ForgetDeviceState();
 
  private:
+  // REVENANT_CALL_STATS=1: per API, requests executed and the executor's time
+  // in them (journaling included; run: the backend's part), printed at exit.
+  struct ExecCounter {
+    uint64_t requests = 0, ns = 0, run_ns = 0, max_ns = 0;
+  };
+  std::vector<ExecCounter> exec_stats_;
+  std::string ExecStatsReport() const;
   // One request: BeginJournaling, JournalBeforeRun (or MarkStepHere),
   // FinishJournaling, RunAndReply.
   void Execute(const transport::RecordHeader& rec);
+  void ExecuteRequest(const transport::RecordHeader& rec);
   // Who journals a request (this thread or the journal thread) and the
   // journal-ahead lock this thread holds for it.
   struct JournalTurn {
@@ -486,6 +504,14 @@ class Session {
   void SnapshotRecorded(uint64_t minibatch);
   void MaybeSnapshotChaos(SessionOptions::Chaos::Point point, uint64_t minibatch);
   std::unique_ptr<SnapshotStore> snapshots_;
+  // Whether the step boundary before the request being journaled takes a
+  // snapshot (SessionOptions::snapshot_every); false: it stays a step inside
+  // the journal's minibatch.
+  bool SnapshotDue();
+  uint64_t steps_since_snapshot_ = 0;
+  uint64_t steps_skipped_ = 0;
+  int64_t last_snapshot_end_ns_ = 0;
+  int64_t last_snapshot_ns_ = 0;
   struct SnapshotTotals {
     uint64_t count = 0, bytes = 0, failures = 0;
     double ms = 0, max_ms = 0;

@@ -303,9 +303,12 @@ void Validate(const std::vector<Function>& fns) {
       Die(f.name() + ": sets_attribute needs the handle as the first (IN) parameter");
     if (f.sets_attribute() && f.journal() != pb::STATE)
       Die(f.name() + ": an attribute setter is journaled as STATE");
-    if ((!f.shim_check().empty() || !f.shim_done().empty() || !f.success_if().empty()) &&
+    if (!f.async_if().empty() && (f.mode() != pb::SYNC || out_params > 0))
+      Die(f.name() + ": async_if belongs to SYNC rows without OUT parameters");
+    if ((!f.shim_check().empty() || !f.shim_done().empty() || !f.success_if().empty() ||
+         !f.async_if().empty()) &&
         f.support() != pb::GENERATED)
-      Die(f.name() + ": shim_check/shim_done/success_if belong to generated stubs");
+      Die(f.name() + ": shim_check/shim_done/success_if/async_if belong to generated stubs");
     if (f.mode() == pb::ASYNC && out_params > 0)
       Die(f.name() + ": an ASYNC call cannot have OUT parameters");
     if (f.mode() == pb::LOCAL && f.support() == pb::GENERATED)
@@ -454,7 +457,8 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
       s << "  ::revenant::wire::Sizer sizer_;\n";
     } else {
       s << "  ::revenant::shim::Call call_(::revenant::api::ApiId::" << f.name()
-        << ", sizer_.size());\n"
+        << ", sizer_.size()"
+        << (f.async_if().empty() ? "" : ", static_cast<bool>(" + f.async_if() + ")") << ");\n"
         << "  if (!call_.ok()) return static_cast<" << f.returns() << ">(call_.FailureStatus("
         << unreachable << "));\n"
         << "  ::revenant::wire::Encoder& args_ = call_.args();\n  (void)args_;\n";

@@ -108,6 +108,9 @@ enum class Type { kBool, kInt, kDouble, kString };
     "Microseconds a waiter spins before it sleeps (0-10000000).")                                \
   X(kWaitStats, "REVENANT_WAIT_STATS", kBool, kMeasurement, "0",                                 \
     "1: each process prints its waits (count, slept, time) at exit.")                            \
+  X(kCallStats, "REVENANT_CALL_STATS", kBool, kMeasurement, "0",                                 \
+    "1: the shim prints, at exit, each API's calls (count, synchronous or not, time the "        \
+    "application spent in them); the agent, each API's requests and its time executing them.")  \
   X(kJournalTiming, "REVENANT_JOURNAL_TIMING", kBool, kMeasurement, "0",                         \
     "1: the agent prints the journal's time per API at exit.")                                   \
   X(kJournalThreadCpu, "REVENANT_JOURNAL_THREAD_CPU", kInt, kMeasurement, "unpinned",           \

@@ -51,6 +51,14 @@ int32_t BlasCheckGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                         cublasOperation_t transb, int m, int n, int k, int lda, int ldb, int ldc,
                         int batch_count, const void* alpha, const void* beta,
                         cublasComputeType_t compute_type, cudaDataType c_type);
+// cublasGemmEx / cublasGemmStridedBatchedEx need no reply (their success is
+// the shim's checks' and this type combination's): Atype = Btype, and
+// (Atype, Ctype, computeType) one of the real combinations cuBLAS documents
+// for cublasGemmEx that the backend runs (the host backend: fp32 and fp64
+// only), with the default algorithm. Other combinations wait for the agent,
+// which answers the library's own status.
+bool BlasGemmExSendAsync(cudaDataType a_type, cudaDataType b_type, cudaDataType c_type,
+                         cublasComputeType_t compute_type, cublasGemmAlgo_t algo);
 int32_t BlasCheckGemv(cublasHandle_t handle, cublasOperation_t trans, int m, int n, int lda,
                       int incx, int incy, const void* alpha, const void* beta);
 int32_t BlasCheckDot(cublasHandle_t handle, const void* result);

@@ -2,26 +2,95 @@
 
 #include <cuda_runtime_api.h>
 
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cinttypes>
 #include <cstring>
 #include <mutex>
+#include <vector>
 #include <set>
 #include <string>
 
 #include "api/reply_prefix.h"
+#include "common/knobs.h"
 #include "common/logging.h"
 #include "shim/runtime.h"
 
 namespace revenant {
 namespace shim {
 
-Call::Call(api::ApiId id, size_t body_size) : id_(id), traits_(api::Traits(id)) {
+namespace {
+struct CallCounter {
+  std::atomic<uint64_t> calls{0}, ns{0}, max_ns{0};
+};
+CallCounter g_call_counters[api::kApiCount];
+}  // namespace
+
+bool CallStatsOn() {
+  static const bool on = knobs::Bool(knobs::Id::kCallStats).value_or(false);
+  return on;
+}
+
+int64_t CallStatsNow() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+void CountCall(api::ApiId id, int64_t start_ns) {
+  const size_t i = static_cast<size_t>(id);
+  if (i >= api::kApiCount) return;
+  const uint64_t ns = static_cast<uint64_t>(CallStatsNow() - start_ns);
+  CallCounter& c = g_call_counters[i];
+  c.calls.fetch_add(1, std::memory_order_relaxed);
+  c.ns.fetch_add(ns, std::memory_order_relaxed);
+  uint64_t m = c.max_ns.load(std::memory_order_relaxed);
+  while (ns > m && !c.max_ns.compare_exchange_weak(m, ns, std::memory_order_relaxed)) {
+  }
+}
+
+std::string CallStatsReport() {
+  std::vector<size_t> ids;
+  uint64_t calls = 0, ns = 0;
+  for (size_t i = 0; i < api::kApiCount; ++i) {
+    const uint64_t n = g_call_counters[i].calls.load(std::memory_order_relaxed);
+    if (n == 0) continue;
+    ids.push_back(i);
+    calls += n;
+    ns += g_call_counters[i].ns.load(std::memory_order_relaxed);
+  }
+  std::sort(ids.begin(), ids.end(), [](size_t a, size_t b) {
+    return g_call_counters[a].ns.load(std::memory_order_relaxed) >
+           g_call_counters[b].ns.load(std::memory_order_relaxed);
+  });
+  char line[256];
+  std::snprintf(line, sizeof(line), "%" PRIu64 " calls, %.3f ms in them; by time:", calls,
+                ns / 1e6);
+  std::string out = line;
+  for (size_t i : ids) {
+    const CallCounter& c = g_call_counters[i];
+    const api::ApiTraits& t = api::Traits(static_cast<uint32_t>(i));
+    const uint64_t n = c.calls.load(std::memory_order_relaxed);
+    const uint64_t cns = c.ns.load(std::memory_order_relaxed);
+    std::snprintf(line, sizeof(line), "\n  %-40s %-5s %9" PRIu64 " calls %10.3f ms %8.2f us/call max %.1f us",
+                  t.name, t.mode == api::Mode::kSync ? "sync" : "async", n, cns / 1e6,
+                  cns / 1e3 / n, c.max_ns.load(std::memory_order_relaxed) / 1e3);
+    out += line;
+  }
+  return out;
+}
+
+Call::Call(api::ApiId id, size_t body_size, bool send_async)
+    : id_(id), traits_(api::Traits(id)), sync_(traits_.mode == api::Mode::kSync && !send_async) {
+  if (CallStatsOn()) start_ns_ = CallStatsNow();
   Runtime* rt = Runtime::Get();
   transport::ShmClientChannel* ch = rt->Channel();
   if (ch == nullptr) return;
   channel_ = ch;
   const absl::Time deadline = rt->CallDeadline();
-  const bool sync = traits_.mode == api::Mode::kSync;
-  if (sync) {
+  if (sync_) {
     absl::StatusOr<int> slot = ch->AcquireReplySlot(deadline);
     while (!slot.ok() && absl::IsUnavailable(slot.status()) && rt->WaitForRecovery(deadline)) {
       slot = ch->AcquireReplySlot(deadline);
@@ -67,6 +136,7 @@ size_t Call::ch_limit(transport::ShmClientChannel* ch) {
 
 Call::~Call() {
   if (reply_slot_ >= 0) channel_->ReleaseReplySlot(reply_slot_);
+  if (start_ns_ != 0) CountCall(id_, start_ns_);
   // An unsent writer_ is destroyed here, which publishes nothing.
 }
 
@@ -83,7 +153,7 @@ bool Call::Send() {
   const uint64_t seq = channel_->Commit(std::move(*writer_));
   writer_.reset();
   sent_ = true;
-  if (traits_.mode != api::Mode::kSync) {
+  if (!sync_) {
     status_ = 0;
     return true;
   }

@@ -37,7 +37,9 @@ class Call {
  public:
   // Reserves `body_size` bytes of arguments. Never blocks without bound: a
   // full ring applies back-pressure up to the configured call deadline.
-  Call(api::ApiId id, size_t body_size);
+  // `send_async`: a synchronous row sent without waiting for its reply (the
+  // row's async_if held).
+  Call(api::ApiId id, size_t body_size, bool send_async = false);
   ~Call();
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
@@ -76,9 +78,11 @@ class Call {
 
   api::ApiId id_;
   const api::ApiTraits& traits_;
+  int64_t start_ns_ = 0;  // REVENANT_CALL_STATS only
   transport::ShmClientChannel* channel_ = nullptr;
   bool ok_ = false;
   bool sent_ = false;
+  bool sync_ = false;
   int reply_slot_ = -1;
   int32_t status_ = 0;
   int32_t executed_status_ = 0;
@@ -89,6 +93,14 @@ class Call {
   wire::Encoder args_;
   wire::Decoder reply_;
 };
+
+// REVENANT_CALL_STATS=1: per API, the calls the application made and the time
+// it spent in them (from the Call's construction to its destruction), printed
+// at exit. Off: one predictable branch per call.
+bool CallStatsOn();
+void CountCall(api::ApiId id, int64_t start_ns);
+int64_t CallStatsNow();
+std::string CallStatsReport();
 
 // The wire value of a kernel's host stub address (FUNCTION handles): the
 // shim's registration id for it, 0 for an unknown address.

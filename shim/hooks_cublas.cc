@@ -8,6 +8,7 @@
 #include "api/blas_args.h"
 #include "common/logging.h"
 #include "shim/blas_checks.h"
+#include "shim/runtime.h"
 #include "shim/call.h"
 
 namespace revenant {
@@ -136,6 +137,35 @@ int32_t BlasCheckGemmEx(cublasHandle_t handle, cublasOperation_t transa,
   }
   if (BlasScalarSize(compute_type, c_type) == 0) return Invalid("unknown compute type");
   return CUBLAS_STATUS_SUCCESS;
+}
+
+bool BlasGemmExSendAsync(cudaDataType a_type, cudaDataType b_type, cudaDataType c_type,
+                         cublasComputeType_t compute_type, cublasGemmAlgo_t algo) {
+  if (a_type != b_type) return false;
+  if (algo != CUBLAS_GEMM_DEFAULT && algo != CUBLAS_GEMM_DEFAULT_TENSOR_OP) return false;
+  Runtime* rt = Runtime::Get();
+  if (rt->Channel() == nullptr) return false;
+  const bool host = rt->agent().backend != "cuda";
+  switch (compute_type) {
+    case CUBLAS_COMPUTE_64F:
+    case CUBLAS_COMPUTE_64F_PEDANTIC:
+      return a_type == CUDA_R_64F && c_type == CUDA_R_64F;
+    case CUBLAS_COMPUTE_32F:
+    case CUBLAS_COMPUTE_32F_PEDANTIC:
+      if (a_type == CUDA_R_32F) return c_type == CUDA_R_32F;
+      if (host) return false;
+      return (a_type == CUDA_R_16F || a_type == CUDA_R_16BF) &&
+             (c_type == a_type || c_type == CUDA_R_32F);
+    case CUBLAS_COMPUTE_32F_FAST_16F:
+    case CUBLAS_COMPUTE_32F_FAST_16BF:
+    case CUBLAS_COMPUTE_32F_FAST_TF32:
+      return !host && a_type == CUDA_R_32F && c_type == CUDA_R_32F;
+    case CUBLAS_COMPUTE_16F:
+    case CUBLAS_COMPUTE_16F_PEDANTIC:
+      return !host && a_type == CUDA_R_16F && c_type == CUDA_R_16F;
+    default:
+      return false;
+  }
 }
 
 int32_t BlasCheckGemv(cublasHandle_t handle, cublasOperation_t trans, int m, int n, int lda,

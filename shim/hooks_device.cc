@@ -2,8 +2,11 @@
 // error strings, pointer attributes, refused device-side NCCL.
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+
+#include <atomic>
 #include <nccl.h>
 
+#include "common/logging.h"
 #include "shim/call.h"
 #include "shim/runtime.h"
 
@@ -30,6 +33,14 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGetDevice(int* device) {
 
 extern "C" REVENANT_EXPORT cudaError_t cudaSetDevice(int device) {
   if (device != 0) {
+    // As CUDA answers for a device it does not see: this process sees one.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      REVENANT_LOG(WARNING, "shim")
+          << "cudaSetDevice(" << device << "): cudaErrorInvalidDevice — under Revenant a "
+          << "process sees one GPU, device 0, the one its agent serves; a process driving "
+             "several GPUs is not supported: run one process per GPU (revenant-run --gpus=G)";
+    }
     revenant::shim::SetLastError(cudaErrorInvalidDevice);
     return cudaErrorInvalidDevice;
   }

@@ -226,6 +226,67 @@ extern "C" REVENANT_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(
   EncodeNodes(call.args(), dependencies, numDependencies);
   call.args().Put(static_cast<int32_t>(mode));
   if (!call.Send()) return Unreachable(call);
+  if (call.status() == cudaSuccess) revenant::shim::Runtime::Get()->NoteCaptureBegun(Wire(stream));
+  return static_cast<cudaError_t>(call.status());
+}
+
+// Capture begin and end as the generated stubs send them, noting which
+// streams capture, so that capture-status queries need no round trip while
+// none does: PyTorch asks before most allocations and collectives (about 15
+// times a training step), and each asked question waited for the agent to
+// catch up with every launch queued before it.
+extern "C" REVENANT_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream,
+                                                              cudaStreamCaptureMode mode) {
+  revenant::wire::Sizer sz;
+  sz.Put(stream);
+  sz.Put(mode);
+  Call call(ApiId::cudaStreamBeginCapture, sz.size());
+  if (!call.ok()) return Unreachable(call);
+  call.args().Put(stream);
+  call.args().Put(mode);
+  if (!call.Send()) return Unreachable(call);
+  if (call.status() == cudaSuccess) revenant::shim::Runtime::Get()->NoteCaptureBegun(Wire(stream));
+  return static_cast<cudaError_t>(call.status());
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream,
+                                                            cudaGraph_t* pGraph) {
+  revenant::wire::Sizer sz;
+  sz.Put(stream);
+  sz.PutFlag();
+  Call call(ApiId::cudaStreamEndCapture, sz.size());
+  if (!call.ok()) return Unreachable(call);
+  call.args().Put(stream);
+  call.args().PutFlag(pGraph != nullptr);
+  if (!call.Send()) return Unreachable(call);
+  if (call.executed_status() == 0 && pGraph != nullptr) {
+    call.CopyOut(call.reply(), pGraph, sizeof(*pGraph));
+  }
+  revenant::shim::Runtime::Get()->NoteCaptureEnd(Wire(stream), call.executed_status());
+  return static_cast<cudaError_t>(call.status());
+}
+
+// No capture begun by this process: every stream's status is "none" (CUDA's
+// answer for a valid stream; the agent is still asked for a null status
+// pointer, so that it answers the native error).
+extern "C" REVENANT_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
+                                                             cudaStreamCaptureStatus* pCaptureStatus) {
+  revenant::shim::Runtime* rt = revenant::shim::Runtime::Get();
+  if (pCaptureStatus != nullptr && !rt->AnyCaptureActive() && rt->Channel() != nullptr) {
+    *pCaptureStatus = cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+  }
+  revenant::wire::Sizer sz;
+  sz.Put(stream);
+  sz.PutFlag();
+  Call call(ApiId::cudaStreamIsCapturing, sz.size());
+  if (!call.ok()) return Unreachable(call);
+  call.args().Put(stream);
+  call.args().PutFlag(pCaptureStatus != nullptr);
+  if (!call.Send()) return Unreachable(call);
+  if (call.executed_status() == 0 && pCaptureStatus != nullptr) {
+    call.CopyOut(call.reply(), pCaptureStatus, sizeof(*pCaptureStatus));
+  }
   return static_cast<cudaError_t>(call.status());
 }
 
@@ -235,6 +296,13 @@ extern "C" REVENANT_EXPORT cudaError_t cudaStreamGetCaptureInfo(
     const cudaGraphNode_t** dependencies_out, const cudaGraphEdgeData** edgeData_out,
     size_t* numDependencies_out) {
   if (captureStatus_out == nullptr) return Fail(cudaErrorInvalidValue);
+  {
+    revenant::shim::Runtime* rt = revenant::shim::Runtime::Get();
+    if (!rt->AnyCaptureActive() && rt->Channel() != nullptr) {
+      *captureStatus_out = cudaStreamCaptureStatusNone;
+      return cudaSuccess;
+    }
+  }
   revenant::wire::Sizer sz;
   sz.Put(uint64_t{});
   sz.PutFlag();

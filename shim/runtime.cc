@@ -1,5 +1,6 @@
 #include "shim/runtime.h"
 
+#include <cuda_runtime_api.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -19,6 +20,7 @@
 #include "common/knobs.h"
 #include "common/kv.h"
 #include "common/logging.h"
+#include "shim/call.h"
 
 namespace revenant {
 namespace shim {
@@ -68,6 +70,12 @@ Runtime::Runtime() {
     std::atexit([] {
       std::fprintf(stderr, "revenant shim (pid %d): waits: %s\n", static_cast<int>(getpid()),
                    transport::shm_internal::WaitStatsReport().c_str());
+    });
+  }
+  if (CallStatsOn()) {
+    std::atexit([] {
+      std::fprintf(stderr, "revenant shim (pid %d): calls: %s\n", static_cast<int>(getpid()),
+                   CallStatsReport().c_str());
     });
   }
   if (std::optional<double> s = knobs::Double(knobs::Id::kRecoveryTimeoutS, 0, 1e7)) {
@@ -359,6 +367,22 @@ void Runtime::NoteDeferredError(int32_t error) {
 }
 
 int32_t Runtime::TakeDeferredError() { return deferred_error_.exchange(0); }
+
+void Runtime::NoteCaptureBegun(uint64_t stream) {
+  absl::MutexLock l(&capture_mu_);
+  capturing_.insert(stream);
+  captures_active_.store(static_cast<int>(capturing_.size()), std::memory_order_release);
+}
+
+void Runtime::NoteCaptureEnd(uint64_t stream, int32_t status) {
+  if (status != cudaSuccess && status != cudaErrorStreamCaptureInvalidated &&
+      status != cudaErrorIllegalState) {
+    return;
+  }
+  absl::MutexLock l(&capture_mu_);
+  capturing_.erase(stream);
+  captures_active_.store(static_cast<int>(capturing_.size()), std::memory_order_release);
+}
 
 }  // namespace shim
 }  // namespace revenant

@@ -16,6 +16,7 @@
 #define REVENANT_SHIM_RUNTIME_H_
 
 #include <atomic>
+#include <set>
 #include <condition_variable>
 #include <vector>
 #include <cstdint>
@@ -25,6 +26,8 @@
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "transport/control_socket.h"
 #include "transport/shm_channel.h"
@@ -85,12 +88,26 @@ class Runtime {
   bool WaitForRecovery(absl::Time deadline);
   bool recovery_enabled() const { return recovery_timeout_ > absl::ZeroDuration(); }
 
+  // Stream captures this process began (cudaStreamBeginCapture*, answered
+  // successfully) and has not ended. While there are none, capture-status
+  // queries are answered here without a round trip (docs/performance.md,
+  // "Queries answered by the shim").
+  void NoteCaptureBegun(uint64_t stream);
+  // `status` is cudaStreamEndCapture's: the capture ended with success,
+  // cudaErrorStreamCaptureInvalidated or cudaErrorIllegalState (the stream
+  // was not capturing); other errors leave it as it was.
+  void NoteCaptureEnd(uint64_t stream, int32_t status);
+  bool AnyCaptureActive() const { return captures_active_.load(std::memory_order_acquire) != 0; }
+
   // Deferred errors from asynchronous calls that failed in the agent.
   void NoteDeferredError(int32_t error);
   int32_t TakeDeferredError();
 
  private:
   Runtime();
+  absl::Mutex capture_mu_;
+  std::set<uint64_t> capturing_ ABSL_GUARDED_BY(capture_mu_);
+  std::atomic<int> captures_active_{0};
   bool Connect();
   // Says hello on a fresh control socket; `recover` asks the agent to take
   // over from a dead predecessor. Fills agent_ from the welcome.

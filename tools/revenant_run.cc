@@ -120,9 +120,17 @@ ABSL_FLAG(uint64_t, validate_every, 0,
 ABSL_FLAG(int, spares, 0,
           "pre-start this many spare agents (backend and CUDA context initialized); a dead "
           "agent's rank goes to a spare instead of a new process, and a new spare is started");
+ABSL_FLAG(int, death_window_ms, -1,
+          "agent deaths within this many milliseconds of the first are replaced in one "
+          "recovery epoch (-1: 800, or 200 with --spares, whose replacements are ready at "
+          "once; a later death is a death during recovery and gets an epoch of its own)");
 ABSL_FLAG(std::string, snapshots, "auto",
           "boundary snapshots of each rank's device state (docs/recovery.md): on, off, or auto "
           "(on when the job has one rank, which has no replica to recover from)");
+ABSL_FLAG(std::string, snapshot_every, "auto",
+          "with boundary snapshots: every N-th step boundary takes one, or auto (the first, then "
+          "as often as keeps snapshots under 5 % of the job's time; the steps in between are "
+          "replayed from the last snapshot after a failure)");
 ABSL_FLAG(std::string, journal_thread, "auto",
           "agents journal plain asynchronous requests on a second thread: behind "
           "(write-behind), ahead, off, or auto (behind with at least 4 CPUs and 3 per rank; "
@@ -463,6 +471,14 @@ int Main(int argc, char** argv) {
     return 2;
   }
   {
+    const std::string every = absl::GetFlag(FLAGS_snapshot_every);
+    int n = 0;
+    if (every != "auto" && (!absl::SimpleAtoi(every, &n) || n <= 0)) {
+      std::fprintf(stderr, "revenant-run: --snapshot_every must be auto or a positive number\n");
+      return 2;
+    }
+  }
+  {
     const std::string mode = absl::GetFlag(FLAGS_journal_thread);
     if (mode != "auto" && mode != "behind" && mode != "ahead" && mode != "off") {
       std::fprintf(stderr, "revenant-run: --journal_thread must be auto, behind, ahead or off\n");
@@ -600,9 +616,13 @@ int Main(int argc, char** argv) {
                      absl::ToInt64Milliseconds(absl::Now() - t0), " ms; master ", master_addr, ":",
                      port));
   }
+  const int death_window_ms = absl::GetFlag(FLAGS_death_window_ms) >= 0
+                                  ? absl::GetFlag(FLAGS_death_window_ms)
+                                  : absl::GetFlag(FLAGS_spares) > 0 ? 200 : 800;
   recovery::Coordinator coordinator({job_dir, absl::GetFlag(FLAGS_recover),
                                      absl::GetFlag(FLAGS_max_recoveries),
-                                     absl::Milliseconds(800), 3, absl::Seconds(30), etcd.get()});
+                                     absl::Milliseconds(death_window_ms), 3, absl::Seconds(30),
+                                     etcd.get()});
 
   std::vector<Child> children;
   std::vector<Pipe> pipes;
@@ -655,6 +675,7 @@ int Main(int argc, char** argv) {
                                      "--job=" + job,
                                      absl::StrCat("--journal=", absl::GetFlag(FLAGS_journal)),
                                      "--snapshots=" + snapshots,
+                                     "--snapshot_every=" + absl::GetFlag(FLAGS_snapshot_every),
                                      "--journal_thread=" + absl::GetFlag(FLAGS_journal_thread),
                                      absl::StrCat("--world_size=", world),
                                      "--die_with_parent"};

@@ -25,9 +25,12 @@
 #      rank's checksum equal to the reference; the recovery time (first
 #      agent_died -> last application_resumed, from --events_file) is
 #      printed per job.
+# MODE nccl_spares: the 4-rank train_mlp reference (native and under the
+# shim), then kills with pre-started spare agents (--spares=K) beside the same
+# kill without one, for the recovery time with spares.
 # Every job is bounded by revenant-run --timeout and timeout(1); when a
 # fault-free job hangs, the rest is skipped (NOT RUN).
-if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ]; then
+if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_spares ]; then
   echo
   echo "=== real NCCL, several ranks on one GPU (an NCCL_HOSTID per rank), and its recovery"
   export NCCL_NVLS_ENABLE=0
@@ -58,7 +61,8 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ]; then
 
   nm_stop=0
   declare -A nm_ref
-  for n in 2 4; do
+  [ "$MODE" = nccl_spares ] && nm_sizes=4 || nm_sizes="2 4"
+  for n in $nm_sizes; do
     [ "$nm_stop" = 1 ] && break
     echo "   --- $n ranks"
     # train_mlp, native.
@@ -87,6 +91,7 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ]; then
     if [ -n "$native_sum" ] && [ "$native_sum" = "$rev_sum" ]; then s=PASS; else s=FAIL; fi
     record "nccl_multi train_mlp checksums native = revenant, $n ranks" "$s" "$log"
     [ "$s" = PASS ] && nm_ref[$n]=$rev_sum
+    [ "$MODE" = nccl_spares ] && continue
     # collectives_all.
     log="$LOGS/nccl_multi.coll.n$n.native.log"
     nm_native "$n" "$log" "$G/apps/collectives_all.bin"; rc=$?
@@ -107,10 +112,10 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ]; then
     log="$LOGS/nccl_multi.chaos.$tag.log"; ev="$log.events"
     rm -f "$ev"
     t0=$(now)
-    timeout 200 $NM_RUN -n "$n" --timeout=170 --chaos="$spec" --events_file="$ev" -- \
+    timeout 200 $NM_RUN ${NM_EXTRA:-} -n "$n" --timeout=170 --chaos="$spec" --events_file="$ev" -- \
       "$G/apps/train_mlp.bin" --iters $NM_ITERS >"$log" 2>&1; rc=$?
     same=$(grep -c "^\[r[0-9]*\] final checksum ${nm_ref[$n]:-none}\$" "$log")
-    repl=$(grep -c "replacement agent for rank" "$log")
+    repl=$(grep -cE "replacement agent for rank|spare agent pid [0-9]+ takes rank" "$log")
     died=$(nm_t "$ev" agent_died first); resumed=$(nm_t "$ev" application_resumed last)
     ms=none
     if [ -n "$died" ] && [ -n "$resumed" ]; then ms=$(( (resumed - died) / 1000 )); nm_times+=("$n:$ms"); fi
@@ -130,6 +135,11 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ]; then
   if [ "$nm_stop" = 1 ] || [ -z "${nm_ref[4]:-}" ]; then
     echo "   a fault-free job hung or failed: the chaos kills are skipped"
     results+=("$(printf '%-40s %s' "nccl_multi chaos kills" "NOT RUN (no fault-free 4-rank reference)")")
+  elif [ "$MODE" = nccl_spares ]; then
+    nm_trial 4 "mid all-reduce, no spare" "rank=3,minibatch=5,calls=11,point=after_execute"
+    NM_EXTRA=--spares=1 nm_trial 4 "mid all-reduce, 1 spare" "rank=3,minibatch=5,calls=11,point=after_execute"
+    NM_EXTRA=--spares=1 nm_trial 4 "mid optimizer step, 1 spare" "rank=1,minibatch=6,calls=13,point=after_execute"
+    NM_EXTRA=--spares=2 nm_trial 4 "two ranks at once, 2 spares" "rank=1,minibatch=4,calls=8;rank=2,minibatch=4,calls=8"
   else
     # Request numbers within a minibatch of train_mlp: 1-2 input copies,
     # 3-9 forward/backward, 10-13 the gradient all-reduces, 14 the SGD
@@ -153,7 +163,7 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ]; then
       nm_trial 4 "random $t" "$spec"
     done
   fi
-  if [ -n "${nm_ref[2]:-}" ]; then
+  if [ -n "${nm_ref[2]:-}" ] && [ "$MODE" != nccl_spares ]; then
     nm_trial 2 "mid all-reduce" "rank=1,minibatch=5,calls=11,point=after_execute"
   fi
   echo "   recovery times (ranks:ms): ${nm_times[*]:-none}"

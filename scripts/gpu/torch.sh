@@ -14,7 +14,11 @@
 #      NCCL_HOSTID per rank), twice each: one hash on every rank, both runs;
 #   3. agent kills in the 4-rank jobs, each ending with the fault-free hash
 #      on every rank.
-if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE" = torch_probe ]; then
+# MODE torch_prof: where a 1-rank step's time goes under the shim
+#   (REVENANT_CALL_STATS, REVENANT_WAIT_STATS; journal on and off).
+# MODE torch4: steps 2 and 3 only (4 ranks, kills).
+if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE" = torch_probe ] ||
+   [ "$MODE" = torch_prof ] || [ "$MODE" = torch4 ]; then
   echo
   echo "=== PyTorch (tests/torch) natively and under the shim"
   PY="${TORCH_PYTHON:-python3}"
@@ -77,9 +81,26 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       grep -E "shim|refus|not supported|Error|error" "$log" | grep -v "submission" | head -30 | sed 's/^/   | /'
       tail -n 15 "$log" | sed 's/^/   | tail: /'
     done
+  elif [ "$MODE" = torch_prof ]; then
+    for s in mlp_ddp conv_bf16; do
+      nlog="$LOGS/torch.$s.prof.native.log"
+      th_native1 "$nlog" "$TS/$s.py" --steps 30
+      echo "   $s native: step $(th_step "$nlog") ms"
+      for arm in "--snapshots=off" "--snapshots=off --journal=false"; do
+        tag=$(echo "$arm" | tr -c 'a-z\n' '_')
+        log="$LOGS/torch.$s.prof.$tag.log"
+        REVENANT_CALL_STATS=1 REVENANT_WAIT_STATS=1 REVENANT_JOURNAL_TIMING=1 timeout 300 \
+          $RUN -n 1 --backend=cuda $arm --timeout=240 -- "$PY" "$TS/$s.py" --steps 30 >"$log" 2>&1
+        echo "   $s under the shim [$arm]: rc=$? step $(th_step "$log") ms"
+        grep -A28 "calls: " "$log" | sed 's/^/   | /'
+        grep -A30 "requests at exit" "$log" | sed 's/^/   | /'
+        grep -E "waits:" "$log" | fold -w 160 | sed 's/^/   | /'
+      done
+    done
   else
-    # 1. One rank: native = revenant.
-    for s in mlp_ddp conv_bf16 pinned_events; do
+    # 1. One rank: native = revenant (not in MODE torch4).
+    [ "$MODE" = torch4 ] && th_one="" || th_one="mlp_ddp conv_bf16 pinned_events"
+    for s in $th_one; do
       nlog="$LOGS/torch.$s.native.log"; clog="$LOGS/torch.$s.cuda.log"
       th_native1 "$nlog" "$TS/$s.py"; nrc=$?
       timeout 400 $RUN -n 1 --backend=cuda --timeout=360 -- "$PY" "$TS/$s.py" >"$clog" 2>&1; crc=$?
@@ -88,15 +109,42 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       ratio=none; [ -n "$nst" ] && [ -n "$cst" ] && ratio=$(calc "$cst / $nst")
       echo "   $s: native rc=$nrc $ref step $nst ms; revenant rc=$crc $got step $cst ms; ratio $ratio"
       echo "   $s start-up: native $(th_start "$nlog"); revenant $(th_start "$clog")"
+      grep -hoE "(host memory|journal|snapshots) at exit.*" "$clog" | sed 's/^/   | agent /'
       if [ $nrc -eq 0 ] && [ $crc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ]; then
         st=PASS; th_ref[$s]=$ref
       else
         st="FAIL (native rc=$nrc, revenant rc=$crc)"; th_diag "$clog"
       fi
       record "torch $s 1 rank native = revenant" "$st" "$clog"
+      if [ "$s" = mlp_ddp ] && [ -n "${th_ref[$s]:-}" ]; then
+        # The agent killed mid-run (request 6000 of ~9000: past step 20):
+        # the replacement restores the last boundary snapshot (auto: not
+        # every step) and replays every step since.
+        log="$LOGS/torch.$s.kill1.log"
+        timeout 400 $RUN -n 1 --backend=cuda --timeout=360 --chaos="rank=0,calls=6000" \
+          -- "$PY" "$TS/$s.py" >"$log" 2>&1; rc=$?
+        got=$(th_hash "$log")
+        echo "   $s 1 rank, agent killed at request 6000: rc=$rc $got"
+        grep -E "replayed [0-9]+ requests|snapshot loaded|snapshots at exit" "$log" | head -4 | sed 's/^/   | /'
+        if [ $rc -eq 0 ] && [ "$got" = "${th_ref[$s]}" ]; then st=PASS; else st="FAIL (rc=$rc)"; th_diag "$log"; fi
+        record "torch $s 1 rank, killed, recovered = native" "$st" "$log"
+      fi
     done
     # 2. Four ranks on the one GPU, twice each (not in MODE torch1).
-    [ "$MODE" = torch1 ] && th_colls="" || th_colls="gloo nccl"
+    [ "$MODE" = torch1 ] && th_colls="" || th_colls="${TORCH_COLLS:-gloo nccl}"
+    # Natively, 4 ranks over real NCCL on the one GPU (an NCCL_HOSTID each, as
+    # the agents set it): the reference for the shim's NCCL runs.
+    if [ -n "$th_colls" ]; then
+      log="$LOGS/torch.mlp_ddp.n4.native.log"
+      NATIVE_HOSTIDS=1 native 4 "$log" "$PY" "$TS/mlp_ddp.py" --steps 30; rc=$?
+      h=$(th_hash "$log"); nh=$(th_nhash "$log")
+      th_n4_native_step=$(th_step "$log")
+      echo "   mlp_ddp 4 ranks native nccl: rc=$rc, $nh hashes: $h; step $th_n4_native_step ms"
+      if [ $rc -eq 0 ] && [ "$nh" -eq 4 ] && [ "$(echo "$h" | wc -l)" -eq 1 ]; then
+        st=PASS; th_ref[n4native]=$h
+      else st="FAIL (rc=$rc)"; th_diag "$log"; fi
+      record "torch mlp_ddp 4 ranks/1 GPU native nccl" "$st" "$log"
+    fi
     for coll in $th_colls; do
       s=mlp_ddp; h1=""
       for round in 1 2; do
@@ -109,16 +157,36 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
            { [ -z "$h1" ] || [ "$h" = "$h1" ]; }; then st=PASS; else st="FAIL (rc=$rc)"; th_diag "$log"; fi
         [ $round = 1 ] && h1=$h
         record "torch $s 4 ranks/1 GPU $coll round $round" "$st" "$log"
+        if [ "$coll" = nccl ] && [ -n "${th_n4_native_step:-}" ] && [ -n "$(th_step "$log")" ]; then
+          echo "   $s 4 ranks nccl step ratio (revenant / native): $(calc "$(th_step "$log") / $th_n4_native_step")"
+        fi
       done
+      if [ "$coll" = nccl ] && [ -n "${th_ref[n4native]:-}" ]; then
+        [ "$h1" = "${th_ref[n4native]}" ] && st=PASS || st="FAIL (revenant $h1, native ${th_ref[n4native]})"
+        record "torch $s 4 ranks nccl revenant = native" "$st" "$log"
+      fi
       [ -n "$h1" ] && th_ref[n4$coll]=$h1
     done
     # 3. Kills in the 4-rank jobs (Gloo staging, then real NCCL).
     for coll in $th_colls; do
       [ -n "${th_ref[n4$coll]:-}" ] || { results+=("$(printf '%-40s %s' "torch chaos $coll" "NOT RUN (no 4-rank reference)")"); continue; }
-      for spec in "rank=1,minibatch=5,calls=20,point=after_execute" \
-                  "rank=2,minibatch=8,calls=60,point=after_execute" \
-                  "rank=1,minibatch=6,calls=10;rank=3,minibatch=6,calls=10" \
-                  "rank=1,minibatch=5,calls=30;rank=2,recovery=1"; do
+      # Named kills. A 4-rank DDP step of mlp_ddp.py is ~228 requests from its
+      # boundary (measured with REVENANT_DIAGNOSTICS=1): the forward in the
+      # first ~50, the backward to ~160, its two bucket all-reduces at ~163
+      # and ~182, the optimizer after them. Then seeded random ones (seed
+      # printed).
+      specs=("rank=1,minibatch=5,calls=20,point=after_execute"
+             "rank=2,minibatch=8,calls=163,point=after_execute"
+             "rank=0,minibatch=7,calls=205,point=after_reply"
+             "rank=1,minibatch=6,calls=10;rank=3,minibatch=6,calls=10"
+             "rank=1,minibatch=5,calls=30;rank=2,recovery=1")
+      th_seed=${TORCH_CHAOS_SEED:-20261202}
+      RANDOM=$th_seed
+      echo "   random kills: seed $th_seed"
+      for i in $(seq 1 "${TORCH_CHAOS_RANDOM:-4}"); do
+        specs+=("rank=$((RANDOM % 4)),minibatch=$((2 + RANDOM % 20)),calls=$((1 + RANDOM % 228))")
+      done
+      for spec in "${specs[@]}"; do
         tag=$(echo "$coll.$spec" | tr -c 'a-zA-Z0-9.\n' '_')
         log="$LOGS/torch.chaos.$tag.log"; ev="$log.events"
         t0=$(now)

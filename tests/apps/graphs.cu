@@ -234,6 +234,29 @@ int main() {
   CHECK_CUDA(cudaFree(dy));
   CHECK_CUDA(cudaFree(dz));
   CHECK_CUDA(cudaFreeHost(pinned));
+
+  // 5. Capture status by cudaStreamIsCapturing before, during and after a
+  // capture (the shim answers the first and last itself), and after a capture
+  // ended in an error (ending a capture of a stream that is not capturing).
+  CHECK_CUDA(cudaStreamIsCapturing(s, &status));
+  EXPECT_APP(status == cudaStreamCaptureStatusNone, "is-capturing before: %d", status);
+  CHECK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  CHECK_CUDA(cudaStreamIsCapturing(s, &status));
+  EXPECT_APP(status == cudaStreamCaptureStatusActive, "is-capturing during: %d", status);
+  cudaGraph_t empty;
+  CHECK_CUDA(cudaStreamEndCapture(s, &empty));
+  CHECK_CUDA(cudaStreamIsCapturing(s, &status));
+  EXPECT_APP(status == cudaStreamCaptureStatusNone, "is-capturing after: %d", status);
+  cudaGraph_t none = nullptr;
+  EXPECT_APP(cudaStreamEndCapture(s, &none) == cudaErrorIllegalState,
+             "ending a capture that is not there");
+  (void)cudaGetLastError();
+  CHECK_CUDA(cudaStreamIsCapturing(s, &status));
+  EXPECT_APP(status == cudaStreamCaptureStatusNone, "is-capturing after a bad end: %d", status);
+  EXPECT_APP(cudaStreamIsCapturing(s, nullptr) == cudaErrorInvalidValue,
+             "is-capturing without a status pointer");
+  (void)cudaGetLastError();
+  CHECK_CUDA(cudaGraphDestroy(empty));
   CHECK_CUDA(cudaStreamDestroy(s));
   std::printf("PASS graphs\n");
   return 0;

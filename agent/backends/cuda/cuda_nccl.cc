@@ -202,7 +202,46 @@ CudaNccl::~CudaNccl() {
   // The device memory and streams go with the context; the pinned bounce
   // buffer is this process's.
   if (bounce_ != nullptr) ::cudaFreeHost(bounce_);
-  if (stage_ != nullptr) ::cudaFreeHost(stage_);
+}
+
+PinnedPool::Buf PinnedPool::Take(const std::shared_ptr<PinnedPool>& pool,
+                                                     size_t n) {
+  {
+    std::lock_guard<std::mutex> lock(pool->mu_);
+    auto it = pool->free_.find(n);
+    if (it != pool->free_.end()) {
+      char* p = it->second;
+      pool->free_.erase(it);
+      pool->free_bytes_ -= n;
+      return Buf(p, Giver{pool, n});
+    }
+  }
+  void* p = nullptr;
+  if (::cudaMallocHost(&p, n) != cudaSuccess) {
+    (void)::cudaGetLastError();
+    return Buf(nullptr, Giver{pool, 0});
+  }
+  return Buf(static_cast<char*>(p), Giver{pool, n});
+}
+
+void PinnedPool::Give(char* p, size_t n) {
+  if (p == nullptr) return;
+  // Kept for reuse up to 1 GiB of free buffers (about two minibatches of a
+  // large model's gradients); beyond that handed back.
+  constexpr size_t kKeepBytes = size_t{1} << 30;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_bytes_ + n <= kKeepBytes) {
+      free_.emplace(n, p);
+      free_bytes_ += n;
+      return;
+    }
+  }
+  ::cudaFreeHost(p);
+}
+
+PinnedPool::~PinnedPool() {
+  for (auto& [n, p] : free_) ::cudaFreeHost(p);
 }
 
 bool CudaNccl::Recoverable(const Comm& c) const {
@@ -786,37 +825,34 @@ ncclResult_t CudaNccl::Fence(Comm& c, const char* what, const std::vector<Op>& o
   return result;
 }
 
-bool CudaNccl::StageResults(const std::vector<Op>& ops) {
+bool CudaNccl::StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* staged) {
   if (!options_.cache_results) return false;
-  size_t total = 0;
-  for (const Op& op : ops) total += op.recv_bytes;
-  if (total == 0) return true;
-  if (!EnsurePinned(&stage_, &stage_bytes_, total)) {
-    REVENANT_LOG(WARNING, kLog) << "no pinned memory (" << total
-                                << " bytes) to keep a collective's result for a replay";
-    return false;
-  }
-  size_t off = 0;
-  for (const Op& op : ops) {
+  staged->resize(ops.size());
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const Op& op = ops[k];
+    ResultBuf& b = (*staged)[k];
     if (op.recv_bytes == 0) continue;
-    if (::cudaMemcpyAsync(static_cast<char*>(stage_) + off, op.recv, op.recv_bytes,
-                          cudaMemcpyDeviceToHost, op.stream) != cudaSuccess) {
+    if (!b.pinned || b.bytes != op.recv_bytes) {
+      b.pinned = PinnedPool::Take(pinned_pool_, op.recv_bytes);
+      b.bytes = op.recv_bytes;
+      if (!b.pinned) {
+        REVENANT_LOG(WARNING, kLog) << "no pinned memory (" << op.recv_bytes
+                                    << " bytes) to keep a collective's result for a replay";
+        b.bytes = 0;
+        return false;
+      }
+    }
+    if (::cudaMemcpyAsync(b.pinned.get(), op.recv, op.recv_bytes, cudaMemcpyDeviceToHost,
+                          op.stream) != cudaSuccess) {
       (void)::cudaGetLastError();
       return false;
     }
-    off += op.recv_bytes;
   }
   return true;
 }
 
-void CudaNccl::CacheResults(Comm& c, UnitOrdinal ordinal, const std::vector<Op>& ops) {
-  std::vector<std::string> results;
-  size_t off = 0;
-  for (const Op& op : ops) {
-    results.emplace_back(static_cast<const char*>(stage_) + off, op.recv_bytes);
-    off += op.recv_bytes;
-  }
-  c.cache[ordinal] = std::move(results);
+void CudaNccl::CacheResults(Comm& c, UnitOrdinal ordinal, std::vector<ResultBuf> staged) {
+  c.cache[ordinal] = std::move(staged);
 }
 
 bool CudaNccl::ApplyPrereceived(Comm& c, UnitOrdinal ordinal, const std::vector<Op>& ops,
@@ -860,7 +896,12 @@ bool CudaNccl::ApplyPrereceived(Comm& c, UnitOrdinal ordinal, const std::vector<
   REVENANT_LOG(DEBUG, kLog) << "collective (" << ordinal.first << ", " << ordinal.second
                             << "): result taken from the survivors";
   // Kept for later recoveries, as a unit this rank ran.
-  c.cache[ordinal] = std::move(bufs);
+  std::vector<ResultBuf> kept(bufs.size());
+  for (size_t k = 0; k < bufs.size(); ++k) {
+    kept[k].bytes = bufs[k].size();
+    kept[k].owned = std::move(bufs[k]);
+  }
+  c.cache[ordinal] = std::move(kept);
   return true;
 }
 
@@ -880,11 +921,12 @@ ncclResult_t CudaNccl::RunUnit(Comm& c, const char* what, std::vector<Op>& ops) 
     if (ApplyPrereceived(c, ordinal, ops, &r)) return r;
   }
   bool staged = false;
+  std::vector<ResultBuf> staged_bufs;
   // Issue, keep the result, fence.
   auto attempt = [&]() -> ncclResult_t {
     ncclResult_t a = Issue(c, what, ops);
     if (a != ncclSuccess) return a;
-    staged = StageResults(ops);
+    staged = StageResults(ops, &staged_bufs);
     return Fence(c, what, ops);
   };
   if (c.aborted.load() && c.comm != nullptr) {
@@ -907,13 +949,23 @@ ncclResult_t CudaNccl::RunUnit(Comm& c, const char* what, std::vector<Op>& ops) 
                                 << ordinal.second << ") cannot be recovered: " << s;
       if (!c.aborted.load() && c.comm != nullptr) AbortComm(c, r, s.ToString());
       c.failed = true;
+      for (ResultBuf& b : staged_bufs) c.quarantine.push_back(std::move(b));
       return r;
     }
-    if (ApplyPrereceived(c, ordinal, ops, &r)) return r;
+    if (ApplyPrereceived(c, ordinal, ops, &r)) {
+      // The failed attempt's copies may still land in its buffers.
+      for (ResultBuf& b : staged_bufs) c.quarantine.push_back(std::move(b));
+      return r;
+    }
     r = RestoreInputs(c, ops);
     if (r == ncclSuccess) r = attempt();
   }
-  if (r == ncclSuccess && staged) CacheResults(c, ordinal, ops);
+  if (r == ncclSuccess && staged) {
+    CacheResults(c, ordinal, std::move(staged_bufs));
+  } else {
+    // A failed unit's copies may still land in its buffers.
+    for (ResultBuf& b : staged_bufs) c.quarantine.push_back(std::move(b));
+  }
   return r;
 }
 
@@ -1035,7 +1087,9 @@ absl::Status CudaNccl::Recover(Comm& c, UnitOrdinal pending, bool replacement,
       if (c.rank == plan.provider) {
         UnitResults send;
         for (const auto& [ord, bufs] : c.cache) {
-          if (!(ord < plan.units_from) && ord < plan.units_to) send[ord] = bufs;
+          if (ord < plan.units_from || !(ord < plan.units_to)) continue;
+          std::vector<std::string>& out = send[ord];
+          for (const ResultBuf& b : bufs) out.emplace_back(b.data(), b.bytes);
         }
         nunits = send.size();
         step = WriteRecoveryBlob(dir, "units", EncodeUnits(send));

@@ -100,6 +100,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -132,6 +133,41 @@ struct CudaNcclOptions {
   bool cache_results = true;
 
   static CudaNcclOptions From(const BackendOptions& options);
+};
+
+// Pinned host buffers for the results of completed units, reused from
+// minibatch to minibatch (a step's gradient all-reduces have the same sizes
+// every step): a result is copied from the device straight into one, never
+// again on the CPU. The pool outlives every buffer it handed out.
+class PinnedPool {
+ public:
+  struct Giver {
+    Giver() : bytes(0) {}
+    Giver(std::shared_ptr<PinnedPool> p, size_t n) : pool(std::move(p)), bytes(n) {}
+    void operator()(char* p) const { pool->Give(p, bytes); }
+    std::shared_ptr<PinnedPool> pool;
+    size_t bytes;
+  };
+  using Buf = std::unique_ptr<char, Giver>;
+  // A buffer of exactly n bytes (a free one of that size, else a new
+  // one); null when no pinned memory could be had.
+  static Buf Take(const std::shared_ptr<PinnedPool>& pool, size_t n);
+  ~PinnedPool();
+
+ private:
+  void Give(char* p, size_t n);
+  std::mutex mu_;
+  std::multimap<size_t, char*> free_;  // guarded by mu_
+  size_t free_bytes_ = 0;              // guarded by mu_
+};
+// A completed unit's result for one operation: staged into a pinned
+// buffer, or received from the survivors during a recovery.
+struct ResultBuf {
+  ResultBuf() : bytes(0) {}
+  PinnedPool::Buf pinned;
+  std::string owned;
+  size_t bytes;
+  const char* data() const { return pinned ? pinned.get() : owned.data(); }
 };
 
 class CudaNccl {
@@ -219,6 +255,8 @@ class CudaNccl {
   };
 
  private:
+  using CachedResults = std::map<UnitOrdinal, std::vector<ResultBuf>>;
+
   struct Comm {
     ncclComm_t comm = nullptr;  // the live NCCL communicator (replaced when re-formed)
     std::atomic<bool> aborted{false};
@@ -235,7 +273,9 @@ class CudaNccl {
     bool failed = false;   // its recovery failed: later calls answer the error at once
     uint64_t minibatch = 0;
     uint64_t next_index = 0;
-    UnitResults cache;        // results of completed units (current, previous minibatch)
+    CachedResults cache;      // results of completed units (current, previous minibatch)
+    std::vector<ResultBuf> quarantine;  // staged by a unit that failed for good (a late
+                                        // copy may still land there): never reused
     UnitResults prereceived;  // results of units this rank has yet to run
     std::vector<void*> scratch;  // device copies of in-place send buffers, per operation
     std::vector<size_t> scratch_bytes;
@@ -275,10 +315,11 @@ class CudaNccl {
   ncclResult_t Fence(Comm& c, const char* what, const std::vector<Op>& ops);
   ncclResult_t SaveInputs(Comm& c, std::vector<Op>& ops);
   ncclResult_t RestoreInputs(Comm& c, const std::vector<Op>& ops);
-  // Copies the unit's receive buffers to the bounce buffer in stream order
-  // (the fence waits for them too); false when they cannot be kept.
-  bool StageResults(const std::vector<Op>& ops);
-  void CacheResults(Comm& c, UnitOrdinal ordinal, const std::vector<Op>& ops);
+  // Copies the unit's receive buffers into pinned buffers in stream order
+  // (the fence waits for them too): `staged` keeps a retry's buffers (same
+  // operations, same stream). False when they cannot be kept.
+  bool StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* staged);
+  void CacheResults(Comm& c, UnitOrdinal ordinal, std::vector<ResultBuf> staged);
   // Copies results received during a recovery into the receive buffers, in
   // stream order; false when there are none for `ordinal`.
   bool ApplyPrereceived(Comm& c, UnitOrdinal ordinal, const std::vector<Op>& ops,
@@ -330,13 +371,11 @@ class CudaNccl {
   std::vector<std::shared_ptr<Comm>> group_comms_;                 // guarded by mu_
   std::vector<Queued> group_units_;  // guarded by mu_: recoverable operations of the group
   // Private stream and pinned bounce buffer for state and received results;
-  // a pinned buffer of its own for results staged behind a unit in its
-  // stream (a failed attempt's copy may still land there). Guarded by mu_.
+  // the pool of pinned buffers results are staged into. Guarded by mu_.
   cudaStream_t aux_ = nullptr;
   void* bounce_ = nullptr;
   size_t bounce_bytes_ = 0;
-  void* stage_ = nullptr;
-  size_t stage_bytes_ = 0;
+  std::shared_ptr<PinnedPool> pinned_pool_ = std::make_shared<PinnedPool>();
 
   // Watchdog.
   std::thread watchdog_;

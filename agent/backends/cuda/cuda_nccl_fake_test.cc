@@ -102,6 +102,32 @@ struct Rank {
   std::vector<char> range;
 };
 
+// Results are staged into pinned buffers reused from minibatch to
+// minibatch: a buffer given back is handed out again for the same size, and
+// never twice at once.
+TEST(PinnedPoolTest, ReusesBuffersOfTheSameSize) {
+  auto pool = std::make_shared<PinnedPool>();
+  PinnedPool::Buf a = PinnedPool::Take(pool, 4096);
+  ASSERT_NE(a.get(), nullptr);
+  char* first = a.get();
+  std::memset(a.get(), 0x5a, 4096);
+  a.reset();
+  PinnedPool::Buf b = PinnedPool::Take(pool, 4096);
+  EXPECT_EQ(b.get(), first);
+  PinnedPool::Buf c = PinnedPool::Take(pool, 4096);
+  ASSERT_NE(c.get(), nullptr);
+  EXPECT_NE(c.get(), first);
+  PinnedPool::Buf d = PinnedPool::Take(pool, 8192);  // another size: a new buffer
+  ASSERT_NE(d.get(), nullptr);
+  EXPECT_NE(d.get(), first);
+  EXPECT_NE(d.get(), c.get());
+  // The pool lives as long as its buffers do.
+  pool.reset();
+  b.reset();
+  c.reset();
+  d.reset();
+}
+
 TEST(CudaNcclFakeTest, FourRanksRecoverAMemberKilledMidAllReduce) {
   const std::string root = JobRoot(kRanks);
   std::vector<std::unique_ptr<Rank>> ranks;
