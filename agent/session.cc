@@ -426,8 +426,16 @@ void Session::FinishJournaling(const transport::RecordHeader& rec, JournalTurn* 
 }
 
 // An explicit minibatch marker (revenantMarkStep), journaled here.
-void Session::MarkStepHere(const transport::RecordHeader& rec) {
-  if (snapshots_ != nullptr && !SnapshotDue()) return;  // a step inside the minibatch
+void Session::MarkStepHere(const transport::RecordHeader& rec, bool own) {
+  // A boundary of the agent's own (MaybePlaceOwnBoundary) always takes its
+  // snapshot: bounding the journal is what it is for.
+  if (snapshots_ != nullptr) {
+    if (own) {
+      steps_since_snapshot_ = 0;
+    } else if (!SnapshotDue()) {
+      return;  // a step inside the minibatch
+    }
+  }
   if (validator_ != nullptr) {
     validator_->MinibatchEnding(options_.journal->minibatch(), options_.journal->dir());
   }
@@ -480,7 +488,7 @@ void Session::MaybePlaceOwnBoundary(const transport::RecordHeader& rec, bool jou
   const journal::JournalStats before = options_.journal->stats();
   const uint64_t grown =
       before.setup_file_bytes + before.minibatch_file_bytes - own_boundary_base_bytes_;
-  MarkStepHere(rec);
+  MarkStepHere(rec, /*own=*/true);
   ++own_boundaries_;
   const journal::JournalStats after = options_.journal->stats();
   own_boundary_minibatch_ = options_.journal->minibatch();

@@ -246,7 +246,8 @@ class Session {
   JournalTurn BeginJournaling(const transport::RecordHeader& rec);
   // Publishes the request as journaled to the journal thread, releases mu.
   void FinishJournaling(const transport::RecordHeader& rec, JournalTurn* turn);
-  void MarkStepHere(const transport::RecordHeader& rec);
+  // `own`: a boundary the agent places itself (MaybePlaceOwnBoundary).
+  void MarkStepHere(const transport::RecordHeader& rec, bool own = false);
   // SessionOptions::journal_boundary_bytes: checks the journal's growth
   // every few requests and, once it is due, places the boundary before
   // `rec` if the executor journals `rec` itself (`journaled_here`: every
