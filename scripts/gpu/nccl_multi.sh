@@ -188,7 +188,9 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_multi_bench
     timeout 200 $NB_RUN -n "$n" --timeout=180 -- "$G/bench/nccl_bench.bin" >"$rlog" 2>&1; rc=$?
     if [ $rc -eq 0 ] && [ "$(grep -c 'PASS nccl_bench' "$rlog")" -eq "$n" ]; then s=PASS; else s="FAIL (rc=$rc)"; fi
     record "nccl_multi nccl_bench revenant, $n ranks/1 GPU" "$s" "$rlog"
-    grep "^\[r0\] RESULT" "$nlog" >"$nlog.r0"; grep "^\[r0\] RESULT" "$rlog" >"$rlog.r0"
+    grep "^\[r0\] RESULT" "$nlog" >"$nlog.r0"
+    # With the agents' journal lines, so that compare.sh says whether they journaled.
+    grep -E "^\[r0\] RESULT|^\[a0\] .*journal at exit" "$rlog" >"$rlog.r0"
     echo "   --- nccl_bench, $n ranks on one GPU (rank 0's figures)"
     bash "$G/bench/compare.sh" "$nlog.r0" "$rlog.r0" | tee "$LOGS/nccl_multi.bench.n$n.table.txt" | sed 's/^/   /'
   done
