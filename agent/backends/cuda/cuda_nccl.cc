@@ -278,7 +278,12 @@ void CudaNccl::MarkBoundary(uint64_t minibatch) {
     c->next_index = 0;
     // Keep the current and the previous minibatch's results.
     for (auto it = c->cache.begin(); it != c->cache.end();) {
-      it = it->first.first + 1 < minibatch ? c->cache.erase(it) : std::next(it);
+      if (it->first.first + 1 < minibatch) {
+        for (const ResultBuf& b : it->second) c->cache_bytes -= b.bytes;
+        it = c->cache.erase(it);
+      } else {
+        it = std::next(it);
+      }
     }
   }
 }
@@ -851,8 +856,30 @@ bool CudaNccl::StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* 
   return true;
 }
 
+void CudaNccl::KeepResults(Comm& c, UnitOrdinal ordinal, std::vector<ResultBuf> bufs) {
+  auto it = c.cache.find(ordinal);
+  if (it != c.cache.end()) {
+    for (const ResultBuf& b : it->second) c.cache_bytes -= b.bytes;
+  }
+  for (const ResultBuf& b : bufs) c.cache_bytes += b.bytes;
+  c.cache[ordinal] = std::move(bufs);
+}
+
 void CudaNccl::CacheResults(Comm& c, UnitOrdinal ordinal, std::vector<ResultBuf> staged) {
-  c.cache[ordinal] = std::move(staged);
+  KeepResults(c, ordinal, std::move(staged));
+  // Kept until the boundary after next: a job that places none (a benchmark
+  // loop, a program without a training step) keeps every result.
+  const uint64_t bytes = c.cache_bytes;
+  if (bytes >= c.cache_warn_bytes) {
+    REVENANT_LOG(WARNING, kLog) << "rank " << c.rank << ": " << (bytes >> 20)
+                                << " MiB of collective results kept for a replacement ("
+                                << c.cache.size() << " units since minibatch "
+                                << c.cache.begin()->first.first
+                                << "): they are dropped two minibatch boundaries later, and "
+                                   "this job has placed none since; host memory grows until "
+                                   "it does (mark training steps with revenantMarkStep())";
+    while (c.cache_warn_bytes <= bytes) c.cache_warn_bytes *= 2;
+  }
 }
 
 bool CudaNccl::ApplyPrereceived(Comm& c, UnitOrdinal ordinal, const std::vector<Op>& ops,
@@ -901,7 +928,7 @@ bool CudaNccl::ApplyPrereceived(Comm& c, UnitOrdinal ordinal, const std::vector<
     kept[k].bytes = bufs[k].size();
     kept[k].owned = std::move(bufs[k]);
   }
-  c.cache[ordinal] = std::move(kept);
+  KeepResults(c, ordinal, std::move(kept));
   return true;
 }
 

@@ -274,6 +274,8 @@ class CudaNccl {
     uint64_t minibatch = 0;
     uint64_t next_index = 0;
     CachedResults cache;      // results of completed units (current, previous minibatch)
+    uint64_t cache_bytes = 0;                       // what `cache` holds
+    uint64_t cache_warn_bytes = uint64_t{1} << 30;  // the next size CacheResults warns at
     std::vector<ResultBuf> quarantine;  // staged by a unit that failed for good (a late
                                         // copy may still land there): never reused
     UnitResults prereceived;  // results of units this rank has yet to run
@@ -320,6 +322,8 @@ class CudaNccl {
   // operations, same stream). False when they cannot be kept.
   bool StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* staged);
   void CacheResults(Comm& c, UnitOrdinal ordinal, std::vector<ResultBuf> staged);
+  // Puts a unit's results in c.cache, keeping c.cache_bytes.
+  static void KeepResults(Comm& c, UnitOrdinal ordinal, std::vector<ResultBuf> bufs);
   // Copies results received during a recovery into the receive buffers, in
   // stream order; false when there are none for `ordinal`.
   bool ApplyPrereceived(Comm& c, UnitOrdinal ordinal, const std::vector<Op>& ops,
