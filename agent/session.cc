@@ -23,6 +23,7 @@
 #include "absl/strings/match.h"
 #include "agent/validator.h"
 #include "api/reply_prefix.h"
+#include "common/clock.h"
 #include "common/knobs.h"
 #include "journal/journal.h"
 
@@ -265,11 +266,6 @@ void Session::Run() {
 // One request: journal (log before apply, by this thread or the journal
 // thread), run, reply. Each step's rules are in the function that does it.
 namespace {
-int64_t ExecNowNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
 bool ExecStatsOn() {
   static const bool on = knobs::Bool(knobs::Id::kCallStats).value_or(false);
   return on;
@@ -307,10 +303,10 @@ std::string Session::ExecStatsReport() const {
 void Session::Execute(const transport::RecordHeader& rec) {
   if (ExecStatsOn() && rec.api_id < api::kApiCount) {
     if (exec_stats_.empty()) exec_stats_.resize(api::kApiCount);
-    const int64_t t0 = ExecNowNs();
+    const int64_t t0 = MonotonicNanos();
     ExecuteRequest(rec);
     ExecCounter& c = exec_stats_[rec.api_id];
-    const uint64_t ns = static_cast<uint64_t>(ExecNowNs() - t0);
+    const uint64_t ns = static_cast<uint64_t>(MonotonicNanos() - t0);
     ++c.requests;
     c.ns += ns;
     c.max_ns = std::max(c.max_ns, ns);
@@ -355,9 +351,9 @@ void Session::ExecuteRequest(const transport::RecordHeader& rec) {
   if (SkipSuperseded(rec, traits)) return;
   MaybeChaos(SessionOptions::Chaos::Point::kAfterAppend);
   if (!exec_stats_.empty() && rec.api_id < exec_stats_.size()) {
-    const int64_t t0 = ExecNowNs();
+    const int64_t t0 = MonotonicNanos();
     RunAndReply(rec, traits, has_reply);
-    exec_stats_[rec.api_id].run_ns += static_cast<uint64_t>(ExecNowNs() - t0);
+    exec_stats_[rec.api_id].run_ns += static_cast<uint64_t>(MonotonicNanos() - t0);
     return;
   }
   RunAndReply(rec, traits, has_reply);
@@ -1108,7 +1104,7 @@ bool Session::SnapshotDue() {
   if (!due && options_.snapshot_every > 1) {
     due = steps_since_snapshot_ + 1 >= options_.snapshot_every;
   } else if (!due) {
-    const int64_t since = ExecNowNs() - last_snapshot_end_ns_;
+    const int64_t since = MonotonicNanos() - last_snapshot_end_ns_;
     due = since >= 19 * last_snapshot_ns_ ||
           options_.journal->stats().minibatch_file_bytes >= options_.snapshot_max_log_bytes;
   }
@@ -1122,7 +1118,7 @@ bool Session::SnapshotDue() {
 }
 
 void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
-  const int64_t snapshot_start_ns = ExecNowNs();
+  const int64_t snapshot_start_ns = MonotonicNanos();
   // The state at the boundary: every request before it was executed (one
   // executor thread), but device work may still be queued.
   if (const int32_t e = backend_->cudaDeviceSynchronize(); e != 0 && deferred_error_ == 0) {
@@ -1149,7 +1145,7 @@ void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
                                  << st.status();
     return;
   }
-  last_snapshot_end_ns_ = ExecNowNs();
+  last_snapshot_end_ns_ = MonotonicNanos();
   last_snapshot_ns_ = last_snapshot_end_ns_ - snapshot_start_ns;
   SnapshotTotals& t = snapshot_totals_;
   ++t.count;

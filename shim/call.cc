@@ -2,8 +2,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <time.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
@@ -14,6 +12,7 @@
 #include <string>
 
 #include "api/reply_prefix.h"
+#include "common/clock.h"
 #include "common/knobs.h"
 #include "common/logging.h"
 #include "shim/runtime.h"
@@ -33,16 +32,11 @@ bool CallStatsOn() {
   return on;
 }
 
-int64_t CallStatsNow() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
 
 void CountCall(api::ApiId id, int64_t start_ns) {
   const size_t i = static_cast<size_t>(id);
   if (i >= api::kApiCount) return;
-  const uint64_t ns = static_cast<uint64_t>(CallStatsNow() - start_ns);
+  const uint64_t ns = static_cast<uint64_t>(MonotonicNanos() - start_ns);
   CallCounter& c = g_call_counters[i];
   c.calls.fetch_add(1, std::memory_order_relaxed);
   c.ns.fetch_add(ns, std::memory_order_relaxed);
@@ -84,7 +78,7 @@ std::string CallStatsReport() {
 
 Call::Call(api::ApiId id, size_t body_size, bool send_async)
     : id_(id), traits_(api::Traits(id)), sync_(traits_.mode == api::Mode::kSync && !send_async) {
-  if (CallStatsOn()) start_ns_ = CallStatsNow();
+  if (CallStatsOn()) start_ns_ = MonotonicNanos();
   Runtime* rt = Runtime::Get();
   transport::ShmClientChannel* ch = rt->Channel();
   if (ch == nullptr) return;

@@ -99,7 +99,6 @@ class Call {
 // at exit. Off: one predictable branch per call.
 bool CallStatsOn();
 void CountCall(api::ApiId id, int64_t start_ns);
-int64_t CallStatsNow();
 std::string CallStatsReport();
 
 // The wire value of a kernel's host stub address (FUNCTION handles): the

@@ -238,6 +238,13 @@ cudaError_t AddNodeCall(ApiId id, cudaGraphNode_t* node, cudaGraph_t graph,
   return cudaSuccess;
 }
 
+// Connected, and no stream capture this process began is open: every
+// stream's capture status is "none", answered without a round trip.
+bool NoCaptureOpen() {
+  revenant::shim::Runtime* rt = revenant::shim::Runtime::Get();
+  return !rt->AnyCaptureActive() && rt->Channel() != nullptr;
+}
+
 // Where cudaStreamGetCaptureInfo's dependency array lives: owned here, valid
 // until the thread's next call, as the runtime's own array is.
 thread_local std::vector<cudaGraphNode_t> tls_capture_deps;
@@ -309,8 +316,7 @@ extern "C" REVENANT_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream,
 // pointer, so that it answers the native error).
 extern "C" REVENANT_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
                                                              cudaStreamCaptureStatus* pCaptureStatus) {
-  revenant::shim::Runtime* rt = revenant::shim::Runtime::Get();
-  if (pCaptureStatus != nullptr && !rt->AnyCaptureActive() && rt->Channel() != nullptr) {
+  if (pCaptureStatus != nullptr && NoCaptureOpen()) {
     *pCaptureStatus = cudaStreamCaptureStatusNone;
     return cudaSuccess;
   }
@@ -334,12 +340,9 @@ extern "C" REVENANT_EXPORT cudaError_t cudaStreamGetCaptureInfo(
     const cudaGraphNode_t** dependencies_out, const cudaGraphEdgeData** edgeData_out,
     size_t* numDependencies_out) {
   if (captureStatus_out == nullptr) return Fail(cudaErrorInvalidValue);
-  {
-    revenant::shim::Runtime* rt = revenant::shim::Runtime::Get();
-    if (!rt->AnyCaptureActive() && rt->Channel() != nullptr) {
-      *captureStatus_out = cudaStreamCaptureStatusNone;
-      return cudaSuccess;
-    }
+  if (NoCaptureOpen()) {
+    *captureStatus_out = cudaStreamCaptureStatusNone;
+    return cudaSuccess;
   }
   revenant::wire::Sizer sz;
   sz.Put(uint64_t{});

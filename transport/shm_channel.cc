@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/clock.h"
 #include "common/knobs.h"
 #include "common/logging.h"
 
@@ -185,11 +186,7 @@ constexpr int kPausesPerCheck = 16;     // a clock read every ~16 pauses
 constexpr int64_t kYieldEveryNanos = 10 * 1000;
 constexpr absl::Duration kMaxSleepSlice = absl::Milliseconds(50);
 
-inline int64_t MonotonicNanos() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
+using ::revenant::MonotonicNanos;
 
 // REVENANT_WAIT_STATS=1: every wait that did not find its condition true is
 // counted per kind (the `what` of WaitFor), with the ones that went to sleep.
