@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "agent/profiler.h"
 #include "agent/validator.h"
 #include "api/reply_prefix.h"
 #include "common/clock.h"
@@ -221,6 +222,11 @@ void Session::Run() {
         << "; its session ends, the agent serves the next application";
   }
   if (!exec_stats_.empty()) REVENANT_LOG(INFO, "agent") << "requests at exit: " << ExecStatsReport();
+  if (profiler::Running()) {
+    REVENANT_LOG(INFO, "agent") << profiler::Report([](uint32_t id) {
+      return id < api::kApiCount ? std::string(api::Traits(id).name) : absl::StrCat("api ", id);
+    });
+  }
   {
     // The agent's host memory (what a job pays per GPU beside the journal
     // and snapshot files, which the lines below count).
@@ -301,6 +307,17 @@ std::string Session::ExecStatsReport() const {
 }
 
 void Session::Execute(const transport::RecordHeader& rec) {
+  static const int profile_hz =
+      static_cast<int>(knobs::Int(knobs::Id::kProfileHz, 0, 20000).value_or(0));
+  if (profile_hz > 0) {
+    thread_local const bool started = profiler::StartOnThisThread(profile_hz);
+    (void)started;
+    profiler::Enter(rec.api_id);
+  }
+  struct LeaveProfile {
+    bool on;
+    ~LeaveProfile() { if (on) profiler::Leave(); }
+  } leave{profile_hz > 0};
   if (ExecStatsOn() && rec.api_id < api::kApiCount) {
     if (exec_stats_.empty()) exec_stats_.resize(api::kApiCount);
     const int64_t t0 = MonotonicNanos();

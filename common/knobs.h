@@ -111,6 +111,9 @@ enum class Type { kBool, kInt, kDouble, kString };
   X(kCallStats, "REVENANT_CALL_STATS", kBool, kMeasurement, "0",                                 \
     "1: the shim prints, at exit, each API's calls (count, synchronous or not, time the "        \
     "application spent in them); the agent, each API's requests and its time executing them.")  \
+  X(kProfileHz, "REVENANT_PROFILE_HZ", kInt, kMeasurement, "0 (off)",                             \
+    "N > 0: the agent samples its executor thread N times a second (wall clock) and prints, at "  \
+    "exit, where the time went per API (agent/profiler.h).")                                     \
   X(kJournalTiming, "REVENANT_JOURNAL_TIMING", kBool, kMeasurement, "0",                         \
     "1: the agent prints the journal's time per API at exit.")                                   \
   X(kJournalThreadCpu, "REVENANT_JOURNAL_THREAD_CPU", kInt, kMeasurement, "unpinned",           \

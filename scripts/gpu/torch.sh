@@ -15,7 +15,8 @@
 #   3. agent kills in the 4-rank jobs, each ending with the fault-free hash
 #      on every rank.
 # MODE torch_prof: where a 1-rank step's time goes under the shim
-#   (REVENANT_CALL_STATS, REVENANT_WAIT_STATS; journal on and off).
+#   (REVENANT_CALL_STATS, REVENANT_WAIT_STATS, the executor's profile at
+#   PROFILE_HZ (4000) samples/s: REVENANT_PROFILE_HZ; journal on and off).
 # MODE torch4: steps 2 and 3 only (4 ranks, kills).
 if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE" = torch_probe ] ||
    [ "$MODE" = torch_prof ] || [ "$MODE" = torch4 ]; then
@@ -89,9 +90,12 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       for arm in "--snapshots=off" "--snapshots=off --journal=false"; do
         tag=$(echo "$arm" | tr -c 'a-z\n' '_')
         log="$LOGS/torch.$s.prof.$tag.log"
-        REVENANT_CALL_STATS=1 REVENANT_WAIT_STATS=1 REVENANT_JOURNAL_TIMING=1 timeout 300 \
-          $RUN -n 1 --backend=cuda $arm --timeout=240 -- "$PY" "$TS/$s.py" --steps 30 >"$log" 2>&1
+        # The journal-on arm also samples the agent's executor (agent/profiler.h).
+        hz=0; [ "$arm" = "--snapshots=off" ] && hz=${PROFILE_HZ:-4000}
+        REVENANT_CALL_STATS=1 REVENANT_WAIT_STATS=1 REVENANT_JOURNAL_TIMING=1 REVENANT_PROFILE_HZ=$hz \
+          timeout 300 $RUN -n 1 --backend=cuda $arm --timeout=240 -- "$PY" "$TS/$s.py" --steps 30 >"$log" 2>&1
         echo "   $s under the shim [$arm]: rc=$? step $(th_step "$log") ms"
+        grep -A75 "executor profile" "$log" | sed 's/^/   | /'
         grep -A28 "calls: " "$log" | sed 's/^/   | /'
         grep -A30 "requests at exit" "$log" | sed 's/^/   | /'
         grep -E "waits:" "$log" | fold -w 160 | sed 's/^/   | /'
