@@ -261,10 +261,10 @@ std::string Report(const std::function<std::string(uint32_t)>& api_name) {
   }
   std::vector<std::pair<uint32_t, uint64_t>> apis(by_api.begin(), by_api.end());
   std::sort(apis.begin(), apis.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  for (size_t k = 0; k < apis.size() && k < 6; ++k) {
+  for (size_t k = 0; k < apis.size() && k < 12; ++k) {
     absl::StrAppend(&out, absl::StrFormat("\n  where, in %s (%.1f %%):", api_name(apis[k].first),
                                           pct(apis[k].second)));
-    for (const auto& [loc, c] : Top(api_loc[apis[k].first], 10)) {
+    for (const auto& [loc, c] : Top(api_loc[apis[k].first], 8)) {
       absl::StrAppend(&out, absl::StrFormat("\n    %5.1f %%  %s", 100.0 * c / apis[k].second, loc));
     }
   }

@@ -6,8 +6,8 @@
 # all-reduce among them), sometimes a second one during the first one's
 # recovery, and checking every rank's final parameters against a fault-free
 # run. Sourced by .gpu/run_gpu.sh with MODE, G, RUN, LOGS and record.
-#   CHAOS_TRIALS (50)  trials per batch
-#   CHAOS_SEEDS ("20261203 20261204")  one batch per seed, run side by side
+#   CHAOS_TRIALS (34)  trials per batch
+#   CHAOS_SEEDS ("20261203 20261204 20261205")  one batch per seed, side by side
 #                      (each batch is its own 4-rank job at a time)
 #   CHAOS_ITERS (12)   iterations of the job
 # Each batch prints its seed, one line per trial and a summary line (trials,
@@ -17,8 +17,8 @@ if [ "$MODE" = chaos ]; then
   echo; echo "=== chaos: seeded random kills, 4 ranks on one GPU over real NCCL"
   export NCCL_NVLS_ENABLE=0 NCCL_ALGO=Ring NCCL_PROTO=Simple
   export REVENANT_COLLECTIVE_TIMEOUT_S=30
-  trials=${CHAOS_TRIALS:-50}; iters=${CHAOS_ITERS:-12}
-  seeds=${CHAOS_SEEDS:-"20261203 20261204"}
+  trials=${CHAOS_TRIALS:-34}; iters=${CHAOS_ITERS:-12}
+  seeds=${CHAOS_SEEDS:-"20261203 20261204 20261205"}
   echo "   seeds: $seeds; $trials trials each; $iters iterations; batches side by side"
   pids=()
   for seed in $seeds; do

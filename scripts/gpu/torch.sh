@@ -95,7 +95,7 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
         REVENANT_CALL_STATS=1 REVENANT_WAIT_STATS=1 REVENANT_JOURNAL_TIMING=1 REVENANT_PROFILE_HZ=$hz \
           timeout 300 $RUN -n 1 --backend=cuda $arm --timeout=240 -- "$PY" "$TS/$s.py" --steps 30 >"$log" 2>&1
         echo "   $s under the shim [$arm]: rc=$? step $(th_step "$log") ms"
-        grep -A75 "executor profile" "$log" | sed 's/^/   | /'
+        sed -n '/executor profile/,/calls: /p' "$log" | sed 's/^/   | /'
         grep -A28 "calls: " "$log" | sed 's/^/   | /'
         grep -A30 "requests at exit" "$log" | sed 's/^/   | /'
         grep -E "waits:" "$log" | fold -w 160 | sed 's/^/   | /'

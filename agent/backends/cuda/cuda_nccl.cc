@@ -301,7 +301,7 @@ std::shared_ptr<CudaNccl::Comm> CudaNccl::Register(ncclComm_t comm) {
   return c;
 }
 
-void CudaNccl::AbortComm(Comm& c, ncclResult_t error, const std::string& why) {
+void CudaNccl::AbortComm(Comm& c, ncclResult_t error, const std::string& why, bool wait) {
   if (c.aborted.exchange(true)) return;
   c.error.store(error);
   c.why = why;
@@ -317,6 +317,7 @@ void CudaNccl::AbortComm(Comm& c, ncclResult_t error, const std::string& why) {
     (void)::ncclCommAbort(raw);
     done->store(true);
   }).detach();
+  if (!wait) return;
   const absl::Time deadline = absl::Now() + kAbortBound;
   while (!done->load() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
   if (!done->load()) {
@@ -1065,6 +1066,19 @@ absl::Status CudaNccl::Recover(Comm& c, UnitOrdinal pending, bool replacement,
   }
   const absl::Time deadline = absl::Now() + options_.recovery_timeout;
   absl::Status last = absl::DeadlineExceededError("no recovery epoch was declared");
+  // A survivor's failed communicator is aborted at once, not once the epoch
+  // is declared, and without waiting for the abort to finish: it is replaced
+  // whatever the epoch (ncclCommShrink of it fails on NCCL 2.28), and its
+  // abort (~0.5 s over the socket transport, mostly tearing down its proxy
+  // and sockets) runs on its own thread while the members agree and form
+  // the new communicator. The abort ends the old kernels first (NCCL's abort
+  // flag), and work of the new communicator queues behind them on the
+  // application's stream, so the order on the device stays the stream's.
+  if (!replacement && c.comm != nullptr && !c.aborted.load()) {
+    AbortComm(c, ncclRemoteError, "a member failed; the communicator is replaced",
+              /*wait=*/false);
+    RecordEvent(job_root_, "survivor_comm_abort_started", options_.rank, 0, "");
+  }
   while (absl::Now() < deadline) {
     int declared = ReadEpoch();
     while (declared <= c.epoch && absl::Now() < deadline) {
@@ -1105,6 +1119,8 @@ absl::Status CudaNccl::Recover(Comm& c, UnitOrdinal pending, bool replacement,
                                   << " did not form: " << last;
       continue;  // a newer epoch (a member died meanwhile), or the bound
     }
+    RecordEvent(job_root_, "recovery_reports_exchanged", options_.rank, epoch,
+                absl::StrCat(absl::ToInt64Milliseconds(absl::Now() - start), " ms into the epoch"));
     const RecoveryPlan plan = PlanRecovery(Reports(*all));
     if (!plan.error.empty()) return absl::FailedPreconditionError(plan.error);
     absl::Status step = absl::OkStatus();

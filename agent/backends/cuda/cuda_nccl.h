@@ -343,7 +343,9 @@ class CudaNccl {
   // `preempt` (optional) ends the wait early with ncclRemoteError.
   ncclResult_t Settle(Comm& c, const char* what, const std::function<bool()>& preempt = {});
   // Aborts `c` (bounded), recording `error` as what its later calls answer.
-  void AbortComm(Comm& c, ncclResult_t error, const std::string& why);
+  // wait: return once ncclCommAbort did (bounded by kAbortBound); else return
+  // at once and let it finish on its thread.
+  void AbortComm(Comm& c, ncclResult_t error, const std::string& why, bool wait = true);
   // Logs why `what` cannot be replayed for a communicator of `nranks`.
   ncclResult_t Refused(const char* what, int nranks);
   // During a replay: ncclSuccess when `parent` has one rank, else Refused.
