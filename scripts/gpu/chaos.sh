@@ -10,6 +10,8 @@
 #   CHAOS_SEEDS ("20261203 20261204 20261205")  one batch per seed, side by side
 #                      (each batch is its own 4-rank job at a time)
 #   CHAOS_ITERS (12)   iterations of the job
+#   CHAOS_MODE (random) random_host_fn: the job with a host function ending
+#                      each iteration (scripts/chaos.sh's MODE)
 # Each batch prints its seed, one line per trial and a summary line (trials,
 # hangs, mismatches, median and max recovery time); the batches' logs are
 # $LOGS/chaos.SEED.log.
@@ -23,7 +25,7 @@ if [ "$MODE" = chaos ]; then
   pids=()
   for seed in $seeds; do
     RECOVERY_TEST_BACKEND_ARGS="--agent=$G/revenant-agent --shim=$G/librevenant_shim.so --backend=cuda --collectives=nccl --gpus=1" \
-      bash "$G/recovery_train_test.sh" "$G/revenant-run" "$G/apps/train_mlp.bin" none 4 "$iters" random \
+      bash "$G/recovery_train_test.sh" "$G/revenant-run" "$G/apps/train_mlp.bin" none 4 "$iters" "${CHAOS_MODE:-random}" \
       "$trials" "$seed" >"$LOGS/chaos.$seed.log" 2>&1 &
     pids+=($!)
   done

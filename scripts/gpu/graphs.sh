@@ -37,11 +37,13 @@ if [ "$MODE" = all ] || [ "$MODE" = graphs ]; then
   if [ $rc -eq 0 ] && grep -q "^\[r0\] PASS graphs" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
   record "graphs cuda, agent journal off" "$s" "$log"
 
-  # Recovery: the agent is killed at request 45 (explicit graph being built)
-  # and 66 (after the alloc/free nodes: the replacement must place the graph
+  # Recovery: the agent is killed at requests 40-48 (the explicit graph with
+  # a host node: built, launched twice, then the synchronize that must see
+  # both host-node runs; as //tests/integration:graphs_recovery_test on the
+  # host backend) and 66 (after the alloc/free nodes: the replacement must place the graph
   # memory at the address the application baked into its kernel node) and a
   # replacement replays the journal. Passes only if the kill happened.
-  for calls in 45 66; do
+  for calls in 40 42 44 45 46 48 66; do
     log="$LOGS/graphs.cuda.chaos$calls.log"
     timeout 150 $RUN --recover --chaos="rank=0,calls=$calls" -n 1 --backend=cuda --timeout=120 -- \
       "$G/apps/graphs.bin" >"$log" 2>&1; rc=$?

@@ -5,9 +5,11 @@
 # run of the same job (bitwise equal), and none may hang.
 #   recovery_train_test.sh RUN APP KERNELS RANKS ITERS MODE [TRIALS SEED]
 # (the host backend unless RECOVERY_TEST_BACKEND_ARGS says otherwise, below)
-# MODE: scenarios (the named kill points), random (TRIALS seeded trials) or
+# MODE: scenarios (the named kill points), random (TRIALS seeded trials),
 # host_fn (the application ends each iteration with a host function, which
-# must run exactly once per iteration across a recovery: kills around it).
+# must run exactly once per iteration across a recovery: kills around it) or
+# random_host_fn (seeded random trials of the host_fn job: kills anywhere in
+# its 16-request minibatches, the host function's among them).
 set -u
 run="$1"; app="$2"; kernels="$3"; ranks="$4"; iters="$5"; mode="$6"
 trials="${7:-50}"; seed="${8:-20261129}"
@@ -34,7 +36,7 @@ fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 app_args=()
-[ "$mode" = host_fn ] && app_args=(--host_fn)
+[ "$mode" = host_fn ] || [ "$mode" = random_host_fn ] && app_args=(--host_fn)
 
 "$run" "${common[@]}" -- "$app" --iters "$iters" "${app_args[@]}" >"$tmp/ref.log" 2>&1 || {
   echo "FAIL: the fault-free run failed"; cat "$tmp/ref.log"; exit 1; }
@@ -144,14 +146,16 @@ else
   echo "seed=$seed trials=$trials"
   RANDOM=$seed
   points=(before_append after_append after_execute)
+  # Requests per minibatch: 15, 16 with the host function (request 15).
+  per=15; [ "$mode" = random_host_fn ] && per=16
   for t in $(seq 1 "$trials"); do
-    r1=$((RANDOM % ranks)); m=$((1 + RANDOM % (iters - 2))); c=$((1 + RANDOM % 15))
+    r1=$((RANDOM % ranks)); m=$((1 + RANDOM % (iters - 2))); c=$((1 + RANDOM % per))
     p=${points[$((RANDOM % 3))]}
     spec="rank=$r1,minibatch=$m,calls=$c,point=$p"
     k=$((RANDOM % 10))
     r2=$(( (r1 + 1 + RANDOM % (ranks - 1)) % ranks ))
     if [ $k -lt 2 ]; then  # a second rank in the same minibatch
-      spec="$spec;rank=$r2,minibatch=$m,calls=$((1 + RANDOM % 15))"
+      spec="$spec;rank=$r2,minibatch=$m,calls=$((1 + RANDOM % per))"
     elif [ $k -eq 2 ]; then  # a second rank during the first one's recovery
       spec="$spec;rank=$r2,recovery=1"
     fi
