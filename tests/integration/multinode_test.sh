@@ -6,7 +6,8 @@
 # MODE:
 #   join           the start agreement: a node whose peer never comes ends
 #                  within --rdzv_timeout naming it; SIGTERM while waiting ends
-#                  it at once; a node rank taken twice is refused
+#                  it at once; a node rank taken twice is refused (once the
+#                  holder's lease outlived a TTL: it is alive)
 #   env            each rank's torchrun environment (RANK, LOCAL_RANK,
 #                  WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
 #                  MASTER_PORT the same on both nodes)
@@ -149,15 +150,20 @@ join)
   [ "$ms" -lt 5000 ] || fail "SIGTERM while waiting: it took $ms ms to stop"
   echo "ok: SIGTERM while waiting for node 1 ended node 0 in $ms ms"
   job="mn-join-$$-$RANDOM"
-  one 1 first.log --rdzv_timeout=30 &
+  one 1 first.log --rdzv_timeout=30 --rdzv_lease=2 &
   pid=$!
   for _ in $(seq 100); do [ -n "$(etcdctl_get "/revenant/$job/nodes/")" ] && break; sleep 0.1; done
-  (one 1 second.log --rdzv_timeout=30); rc=$?
+  # The second waits out a lease (2 s + 2 s) in case the holder died, then is refused.
+  t0=$(date +%s%N)
+  (one 1 second.log --rdzv_timeout=30 --rdzv_lease=2); rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   kill -TERM "$pid"; wait "$pid"
   [ "$rc" -eq 1 ] || fail "a node rank taken twice: status $rc, want 1"
   grep -q "node rank 1 of job '$job' is held by a live launcher (nproc=1 addr=127.0.0.1" "$tmp/second.log" ||
     fail "a node rank taken twice: not refused clearly"
-  echo "ok: node rank 1 taken twice: the second launcher is refused"
+  grep -q "its lease was still renewed after 4s" "$tmp/second.log" || fail "a node rank taken twice: the wait is not named"
+  [ "$ms" -lt 10000 ] || fail "a node rank taken twice: refused after $ms ms"
+  echo "ok: node rank 1 taken twice: the second launcher is refused after $ms ms"
   ;;
 env)
   nodes 1
