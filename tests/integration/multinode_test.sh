@@ -34,6 +34,8 @@
 #                  with an error saying why and node 0 ends naming node 1's
 #                  ranks; with --max-restarts=1 and no node 1 coming back,
 #                  node 0 ends within --rdzv_timeout naming it; both bounded
+#                  (rejoin*: seeded by REVENANT_TEST_SEED, default 20261225:
+#                  when the launcher is killed, which restarted one starts first)
 #   etcd_restart   etcd is killed and restarted (down 2 s) mid-run: the job
 #                  rides through on its retries and ends bitwise equal
 #   etcd_lost      etcd is killed for good mid-run: both nodes end with an
@@ -262,6 +264,12 @@ launcher_kill)
   echo "ok: node 0 ended (status $rc0) ${ms} ms after node 1's launcher was killed: $(grep -o "lost node 1 (ranks 2, 3)[^;]*" "$tmp/n0.log" | head -1)"
   ;;
 rejoin|rejoin_refused)
+  # Seeded: when node 1's launcher is killed (1.0-2.9 s into the run) and
+  # which of the two restarted launchers starts first.
+  seed="${REVENANT_TEST_SEED:-20261225}"
+  RANDOM=$seed
+  kill_after() { d="$((RANDOM % 2 + 1)).$((RANDOM % 10))"; }  # sets d (no subshell: RANDOM goes on)
+  echo "seed=$seed"
   ready() {  # both launchers' agents are up, the ranks running
     for _ in $(seq 300); do
       grep -q "agents ready" "$tmp/n1.log" 2>/dev/null && grep -q "agents ready" "$tmp/n0.log" 2>/dev/null && return 0
@@ -288,12 +296,19 @@ rejoin|rejoin_refused)
     opts=(--max-restarts=1 --rdzv_lease=3)
     nodes $iters "${opts[@]}" -- "${opts[@]}"
     ready
-    sleep 1.5
+    kill_after
+    sleep "$d"
     kill -9 "$(cat "$tmp/pid1")"
     t0=$(date +%s%N)
-    echo "node 1's launcher killed mid-run; starting it again twice at once"
-    restart1 n1a.log "${opts[@]}" & echo $! >"$tmp/pid1a"
-    restart1 n1b.log "${opts[@]}" & echo $! >"$tmp/pid1b"
+    first=$((RANDOM % 2))
+    echo "node 1's launcher killed ${d} s into the run; starting it again twice at once ($([ $first = 0 ] && echo a || echo b) first)"
+    if [ $first = 0 ]; then
+      restart1 n1a.log "${opts[@]}" & echo $! >"$tmp/pid1a"
+      restart1 n1b.log "${opts[@]}" & echo $! >"$tmp/pid1b"
+    else
+      restart1 n1b.log "${opts[@]}" & echo $! >"$tmp/pid1b"
+      restart1 n1a.log "${opts[@]}" & echo $! >"$tmp/pid1a"
+    fi
     wait "$(cat "$tmp/pid0")"; rc0=$?
     wait "$(cat "$tmp/pid1a")"; rca=$?
     wait "$(cat "$tmp/pid1b")"; rcb=$?
@@ -326,7 +341,9 @@ rejoin|rejoin_refused)
     # 1. No restarts allowed: the restarted launcher is refused, node 0 ends.
     nodes $iters --rdzv_lease=3 -- --rdzv_lease=3
     ready
-    sleep 1.5
+    kill_after
+    echo "killing node 1's launcher ${d} s into the run"
+    sleep "$d"
     kill -9 "$(cat "$tmp/pid1")"
     t0=$(date +%s%N)
     restart1 n1again.log --rdzv_lease=3; rc1=$?
@@ -348,7 +365,9 @@ rejoin|rejoin_refused)
     opts=(--max-restarts=1 --rdzv_lease=3 --rdzv_timeout=5)
     nodes $iters "${opts[@]}" -- "${opts[@]}"
     ready
-    sleep 1.5
+    kill_after
+    echo "killing node 1's launcher ${d} s into the run"
+    sleep "$d"
     kill -9 "$(cat "$tmp/pid1")"
     t0=$(date +%s%N)
     wait "$(cat "$tmp/pid0")"; rc0=$?
