@@ -291,15 +291,17 @@ rejoin|rejoin_refused)
       "${host[@]}" --timeout=150 "$@" -- "$app" --iters "$iters" --hidden 64 >"$tmp/$log" 2>&1
   }
   if [ "$mode" = rejoin ]; then
-    iters=150
+    iters=300
     reference $iters
-    opts=(--max-restarts=1 --rdzv_lease=3)
+    opts=(--max-restarts=1 --rdzv_lease=3 --rdzv_timeout=60)
     nodes $iters "${opts[@]}" -- "${opts[@]}"
     ready
     kill_after
     sleep "$d"
     kill -9 "$(cat "$tmp/pid1")"
     t0=$(date +%s%N)
+    ! grep -q "final checksum" "$tmp/n0.log" "$tmp/n1.log" ||
+      fail "the ranks ended before node 1's launcher was killed (raise iters)"
     first=$((RANDOM % 2))
     echo "node 1's launcher killed ${d} s into the run; starting it again twice at once ($([ $first = 0 ] && echo a || echo b) first)"
     if [ $first = 0 ]; then
