@@ -188,9 +188,10 @@ absl::Status EtcdStore::Join(int nproc, const std::string& addr) {
         client_->CompareAndSwap(round_key, expected, std::to_string(r + 1), &found);
     if (!swapped.ok()) return give_up(swapped.status());
     if (*swapped) {
-      REVENANT_LOG(INFO, kLog) << "node " << options_.node_rank << " rejoins job '"
-                               << options_.job_id << "': round " << r
-                               << " started without it; claimed round " << r + 1;
+      REVENANT_LOG(INFO, kLog) << "node " << options_.node_rank << " of job '" << options_.job_id
+                               << "': round " << r << " started without this launcher; claimed "
+                               << "round " << r + 1 << " (restart " << r + 1 << " of "
+                               << options_.max_restarts << ")";
     }
     // Swapped or not, read `round` again and join what it now says.
   }

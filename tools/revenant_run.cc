@@ -796,6 +796,10 @@ int Main(int argc, char** argv) {
     env.push_back(absl::StrCat("ROLE_RANK=", r));
     env.push_back(absl::StrCat("ROLE_WORLD_SIZE=", world));
     if (multinode) env.push_back("TORCHELASTIC_RUN_ID=" + rdzv_id);
+    // torchrun's: how many times the job's ranks started again (the round).
+    env.push_back(absl::StrCat("TORCHELASTIC_RESTART_COUNT=", multinode ? etcd->round() : 0));
+    env.push_back(absl::StrCat("TORCHELASTIC_MAX_RESTARTS=",
+                               multinode ? absl::GetFlag(FLAGS_max_restarts) : 0));
     env.push_back("MASTER_ADDR=" + master_addr);
     env.push_back(absl::StrCat("MASTER_PORT=", port));
     if (absl::GetFlag(FLAGS_recover)) {
@@ -884,6 +888,7 @@ int Main(int argc, char** argv) {
   absl::Time next_health_check = absl::Now();
   std::string node_failure;  // why another node or etcd ended the job
   std::string restart_why;   // why this node's ranks start again in a new round
+  absl::Time restart_grace = absl::InfiniteFuture();  // see "ranks failed" below
   auto coordinator_event = [&](const std::string& event, const std::string& detail) {
     RecordEvent(job_dir, event, -1, coordinator.epoch(), detail);
   };
@@ -1088,7 +1093,19 @@ int Main(int argc, char** argv) {
       stop_all(SIGTERM);
       kill_deadline = absl::Now() + absl::Seconds(3);
     }
-    if (!apps_running() && !stopping) {
+    if (!apps_running() && !stopping && result != 0 && etcd &&
+        etcd->round() < absl::GetFlag(FLAGS_max_restarts) && restart_grace == absl::InfiniteFuture()) {
+      // This node's ranks failed while restarts are left: the cause may be
+      // another node lost a moment ago (a rank whose peers or whose
+      // MASTER_ADDR store died fails before that node's lease expires).
+      // Wait one lease for the watcher to tell before ending the job.
+      restart_grace = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_rdzv_lease) + 2);
+      Say(absl::StrCat("node ", node_rank, "'s ranks failed; waiting up to ",
+                       absl::GetFlag(FLAGS_rdzv_lease) + 2,
+                       " s for a lost node (a restart) before ending the job"));
+    }
+    if (!apps_running() && !stopping &&
+        (restart_grace == absl::InfiniteFuture() || absl::Now() >= restart_grace)) {
       // Every rank is done: stop the agents.
       stopping = true;
       stop_all(SIGTERM);

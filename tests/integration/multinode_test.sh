@@ -34,6 +34,10 @@
 #                  with an error saying why and node 0 ends naming node 1's
 #                  ranks; with --max-restarts=1 and no node 1 coming back,
 #                  node 0 ends within --rdzv_timeout naming it; both bounded
+#   rejoin_rank_failure  node 0's ranks fail as soon as node 1's launcher
+#                  is killed (before its lease expires); with --max-restarts
+#                  node 0 waits a lease for the loss instead of ending, and
+#                  every rank starts again with the restarted node 1
 #                  (rejoin*: seeded by REVENANT_TEST_SEED, default 20261225:
 #                  when the launcher is killed, which restarted one starts first)
 #   etcd_restart   etcd is killed and restarted (down 2 s) mid-run: the job
@@ -263,7 +267,7 @@ launcher_kill)
   [ "$ms" -lt 30000 ] || fail "node 0 took $ms ms to end after node 1's launcher died (lease 3 s)"
   echo "ok: node 0 ended (status $rc0) ${ms} ms after node 1's launcher was killed: $(grep -o "lost node 1 (ranks 2, 3)[^;]*" "$tmp/n0.log" | head -1)"
   ;;
-rejoin|rejoin_refused)
+rejoin|rejoin_refused|rejoin_rank_failure)
   # Seeded: when node 1's launcher is killed (1.0-2.9 s into the run) and
   # which of the two restarted launchers starts first.
   seed="${REVENANT_TEST_SEED:-20261225}"
@@ -338,6 +342,53 @@ rejoin|rejoin_refused)
     echo "    loser:  $(grep -o "node rank 1 of job.*is held by a live launcher" "$tmp/$lose.log" | head -1)"
     left=$(etcdctl_get "/revenant/$job/")
     [ -z "$left" ] || fail "the job's keys stayed in etcd: $left"
+  elif [ "$mode" = rejoin_rank_failure ]; then
+    # The program: a script whose round-0 ranks on node 0 fail as soon as
+    # node 1's launcher is gone (as ranks do whose peers or MASTER_ADDR store
+    # died), before node 1's lease expires; in the next round every rank
+    # ends well. TORCHELASTIC_RESTART_COUNT tells the rounds apart.
+    cat >"$tmp/app.sh" <<'SH'
+echo "round $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS: rank $RANK up"
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  for _ in $(seq 600); do [ -f "$PEER_GONE" ] && { echo "rank $RANK: peers gone"; exit 1; }; sleep 0.1; done
+  exit 1
+fi
+echo "rank $RANK done in round $TORCHELASTIC_RESTART_COUNT"
+SH
+    export PEER_GONE="$tmp/peer_gone"
+    opts=(--max-restarts=1 --rdzv_lease=3 --rdzv_timeout=30)
+    script=(-- "$(command -v bash)" "$tmp/app.sh")
+    job="mn-$mode-$$-$RANDOM"
+    for k in 0 1; do
+      "$run" --nnodes=2 --node-rank=$k --nproc-per-node=2 --rdzv-endpoint="$endpoint" --rdzv-id="$job" \
+        "${host[@]}" --timeout=60 "${opts[@]}" "${script[@]}" >"$tmp/n$k.log" 2>&1 &
+      echo $! >"$tmp/pid$k"
+    done
+    for _ in $(seq 300); do
+      [ "$(cat "$tmp/n0.log" "$tmp/n1.log" | grep -c "round 0 of 1: rank [0-3] up")" -eq 4 ] && break
+      sleep 0.1
+    done
+    [ "$(cat "$tmp/n0.log" "$tmp/n1.log" | grep -c "round 0 of 1: rank [0-3] up")" -eq 4 ] || fail "the ranks did not start"
+    kill_after
+    sleep "$d"
+    kill -9 "$(cat "$tmp/pid1")"
+    touch "$PEER_GONE"
+    t0=$(date +%s%N)
+    echo "node 1's launcher killed ${d} s after the ranks started; node 0's ranks fail at once"
+    sleep 1
+    "$run" --nnodes=2 --node-rank=1 --nproc-per-node=2 --rdzv-endpoint="$endpoint" --rdzv-id="$job" \
+      "${host[@]}" --timeout=60 "${opts[@]}" "${script[@]}" >"$tmp/n1again.log" 2>&1; rc1=$?
+    wait "$(cat "$tmp/pid0")"; rc0=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    rm -f "$tmp"/pid*
+    leftovers
+    [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] || fail "exit statuses $rc0 (node 0) and $rc1 (restarted node 1), want 0 0"
+    grep -q "node 0's ranks failed; waiting up to 5 s for a lost node" "$tmp/n0.log" || fail "node 0 did not wait for a lost node"
+    grep -q "node 0 restarts its ranks" "$tmp/n0.log" || fail "node 0 did not restart its ranks"
+    for r in 0 1; do grep -q "^\[r$r\] rank $r done in round 1$" "$tmp/n0.log" || fail "rank $r did not end in round 1"; done
+    for r in 2 3; do grep -q "^\[r$r\] rank $r done in round 1$" "$tmp/n1again.log" || fail "rank $r did not end in round 1"; done
+    [ "$ms" -lt 60000 ] || fail "it took $ms ms"
+    echo "ok: node 0's ranks failed before node 1's lease expired; node 0 waited, restarted them in round 1 with the restarted node 1, all ended well ${ms} ms after the kill"
   else
     iters=3000
     # 1. No restarts allowed: the restarted launcher is refused, node 0 ends.
