@@ -14,7 +14,10 @@
 // application) or "[aN]" (its agent). The exit status is the first failing
 // rank's (128 + signal for a signal), or 0. Everything the job made (agents,
 // the per-job directory with rings, sockets and journals) is cleaned up on
-// exit, on Ctrl-C and when a rank crashes.
+// exit, on Ctrl-C and when a rank crashes. Across nodes with --max-restarts,
+// a node lost or restarted makes every launcher stop its ranks and replace
+// its own process (same command line) to start them again in the job's next
+// rendezvous round (docs/multinode.md, "A restarted node rejoining").
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
