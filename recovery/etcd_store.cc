@@ -49,7 +49,8 @@ std::string Hostname() {
 EtcdStore::EtcdStore(std::unique_ptr<EtcdClient> client, EtcdStoreOptions options)
     : client_(std::move(client)),
       options_(std::move(options)),
-      prefix_(absl::StrCat("/revenant/", options_.job_id, "/")) {}
+      prefix_(absl::StrCat("/revenant/", options_.job_id, "/")),
+      round_prefix_(prefix_ + "round0/") {}
 
 EtcdStore::~EtcdStore() { Stop(); }
 
@@ -91,7 +92,7 @@ absl::Status EtcdStore::Join(int nproc, const std::string& addr) {
     if (!left->empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "etcd at ", client_->endpoint(), " holds the end of an earlier run of job '",
-          options_.job_id, "' (", (*left)[0].key,
+          options_.job_id, "' (", (*left)[0].key.substr(prefix_.size()), ": ", (*left)[0].value,
           "): use a new --rdzv-id, or remove the old keys (etcdctl del --prefix ", prefix_, ")"));
     }
   }
@@ -100,17 +101,101 @@ absl::Status EtcdStore::Join(int nproc, const std::string& addr) {
   lease_ = *lease;
   const std::string value = absl::StrFormat("nproc=%d addr=%s host=%s pid=%d", nproc, addr,
                                             Hostname(), static_cast<int>(getpid()));
-  std::string holder;
-  absl::StatusOr<bool> won = client_->CreateIfAbsent(
-      absl::StrCat(prefix_, "nodes/", options_.node_rank), value, lease_, &holder);
-  if (!won.ok() || !*won) {
+  auto give_up = [this](absl::Status s) {
     (void)client_->RevokeLease(lease_);
     lease_ = 0;
-    if (!won.ok()) return won.status();
-    return absl::AlreadyExistsError(absl::StrCat("node rank ", options_.node_rank, " of job '",
-                                                 options_.job_id,
-                                                 "' is held by a live launcher (", holder, ")"));
+    return s;
+  };
+  // nodes/<K>: created only if absent, so two launchers for one node rank
+  // never both win. A holder may be a launcher that died (its lease has not
+  // expired yet, e.g. a launcher restarted at once): wait for it, bounded.
+  const absl::Time holder_deadline = absl::Now() + options_.holder_wait;
+  bool said = false;
+  absl::Time renewed = absl::Now();
+  while (true) {
+    std::string holder;
+    absl::StatusOr<bool> won = client_->CreateIfAbsent(
+        absl::StrCat(prefix_, "nodes/", options_.node_rank), value, lease_, &holder);
+    if (!won.ok()) return give_up(won.status());
+    if (*won) break;
+    if (absl::Now() >= holder_deadline) {
+      return give_up(absl::AlreadyExistsError(absl::StrCat(
+          "node rank ", options_.node_rank, " of job '", options_.job_id,
+          "' is held by a live launcher (", holder, ")",
+          options_.holder_wait > absl::ZeroDuration()
+              ? absl::StrCat(": its lease was still renewed after ",
+                             absl::FormatDuration(options_.holder_wait))
+              : "")));
+    }
+    if (!said) {
+      REVENANT_LOG(WARNING, kLog) << "node rank " << options_.node_rank << " of job '"
+                                  << options_.job_id << "' is held (" << holder
+                                  << "); waiting up to " << options_.holder_wait
+                                  << " for its lease to expire (a launcher that died)";
+      said = true;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+    // This launcher's own lease must outlive the wait (its renewing thread
+    // starts once it joined).
+    if (absl::Now() - renewed >= absl::Seconds(std::max<int64_t>(1, options_.lease_ttl_s)) / 3) {
+      absl::StatusOr<int64_t> ttl = client_->KeepAlive(lease_);
+      if (!ttl.ok()) return give_up(ttl.status());
+      renewed = absl::Now();
+    }
   }
+  // The round: the current one, unless it started without this launcher
+  // (this is a restarted node: its earlier launcher's ranks died with it),
+  // then the next, claimed by compare-and-swap (of several nodes claiming,
+  // one moves `round` and the others read it and join the same round).
+  const std::string round_key = prefix_ + "round";
+  bool joined = false;
+  for (int attempt = 0; attempt < 100 && !joined; ++attempt) {
+    absl::StatusOr<std::optional<EtcdKv>> cur = client_->Get(round_key);
+    if (!cur.ok()) return give_up(cur.status());
+    std::optional<std::string> expected;
+    int r = 0;
+    if (cur->has_value()) {
+      expected = (*cur)->value;
+      r = std::atoi(expected->c_str());
+    }
+    const std::string dir = absl::StrCat(prefix_, "round", r, "/");
+    absl::StatusOr<std::optional<EtcdKv>> started = client_->Get(dir + "started");
+    if (!started.ok()) return give_up(started.status());
+    if (!started->has_value()) {
+      // round<r>/joined/<K> on this node's lease: gone with the launcher.
+      std::string other;
+      absl::StatusOr<bool> won = client_->CreateIfAbsent(
+          absl::StrCat(dir, "joined/", options_.node_rank), value, lease_, &other);
+      if (!won.ok()) return give_up(won.status());
+      if (!*won) continue;  // cannot be (nodes/<K> is this launcher's): read again
+      round_ = r;
+      round_prefix_ = dir;
+      joined = true;
+      break;
+    }
+    if (r + 1 > options_.max_restarts) {
+      // The lease stays: Finish(false, ...) tells the other nodes why.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node ", options_.node_rank, " cannot rejoin job '", options_.job_id, "': its round ", r,
+          " started without this launcher (the ranks of node ", options_.node_rank,
+          "'s earlier launcher died with it, and a rank's application state cannot be rebuilt "
+          "elsewhere); rejoining restarts every node's ranks, and --max-restarts=",
+          options_.max_restarts, " allows ", options_.max_restarts == 0 ? "none" : "no more",
+          " (the job has restarted ", r, " time(s))"));
+    }
+    std::string found;
+    absl::StatusOr<bool> swapped =
+        client_->CompareAndSwap(round_key, expected, std::to_string(r + 1), &found);
+    if (!swapped.ok()) return give_up(swapped.status());
+    if (*swapped) {
+      REVENANT_LOG(INFO, kLog) << "node " << options_.node_rank << " of job '" << options_.job_id
+                               << "': round " << r << " started without this launcher; claimed "
+                               << "round " << r + 1 << " (restart " << r + 1 << " of "
+                               << options_.max_restarts << ")";
+    }
+    // Swapped or not, read `round` again and join what it now says.
+  }
+  if (!joined) return give_up(absl::AbortedError("could not join a round in 100 attempts"));
   keepalive_ = std::thread([this] { KeepAliveLoop(); });
   return absl::OkStatus();
 }
@@ -133,7 +218,8 @@ void EtcdStore::KeepAliveLoop() {
 
 absl::StatusOr<std::string> EtcdStore::Agree(const std::string& name, const std::string& proposal) {
   std::string existing;
-  absl::StatusOr<bool> won = client_->CreateIfAbsent(prefix_ + name, proposal, 0, &existing);
+  absl::StatusOr<bool> won =
+      client_->CreateIfAbsent(round_prefix_ + name, proposal, 0, &existing);
   if (!won.ok()) return won.status();
   return *won ? proposal : existing;
 }
@@ -142,13 +228,14 @@ absl::StatusOr<std::string> EtcdStore::AwaitValue(const std::string& name,
                                                   absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
-    absl::StatusOr<std::optional<EtcdKv>> kv = client_->Get(prefix_ + name);
+    absl::StatusOr<std::optional<EtcdKv>> kv = client_->Get(round_prefix_ + name);
     if (!kv.ok()) return kv.status();
     if (kv->has_value()) return (*kv)->value;
     if (absl::Now() >= deadline) break;
     absl::SleepFor(absl::Milliseconds(100));
   }
   return absl::DeadlineExceededError(absl::StrCat("job '", options_.job_id, "': no ", name,
+                                                  " of round ", round_,
                                                   " in etcd at ", client_->endpoint(),
                                                   " within ", absl::FormatDuration(timeout)));
 }
@@ -156,12 +243,13 @@ absl::StatusOr<std::string> EtcdStore::AwaitValue(const std::string& name,
 absl::Status EtcdStore::WaitForNodes(int nproc, absl::Duration timeout,
                                      const std::function<bool()>& cancelled) {
   const absl::Time deadline = absl::Now() + timeout;
-  const std::string dir = prefix_ + "nodes/";
+  const std::string dir = round_prefix_ + "joined/";
   std::set<int> present;
   while (true) {
     absl::StatusOr<std::vector<EtcdKv>> nodes = client_->GetPrefix(dir);
     if (!nodes.ok()) return nodes.status();
     present.clear();
+    members_.clear();
     for (const EtcdKv& kv : *nodes) {
       const int k = NodeOf(kv.key, dir);
       if (k < 0 || k >= options_.nnodes) {
@@ -176,8 +264,16 @@ absl::Status EtcdStore::WaitForNodes(int nproc, absl::Duration timeout,
                          " rank(s), this node ", nproc, " (--nproc-per-node must agree)"));
       }
       present.insert(k);
+      members_[k] = kv.lease;
     }
-    if (static_cast<int>(present.size()) == options_.nnodes) return absl::OkStatus();
+    if (static_cast<int>(present.size()) == options_.nnodes) {
+      // The round started: a launcher that joins the job from now on (a
+      // restarted node) claims the next round.
+      std::string ignored;
+      absl::StatusOr<bool> marked =
+          client_->CreateIfAbsent(round_prefix_ + "started", "ok", 0, &ignored);
+      return marked.ok() ? absl::OkStatus() : marked.status();
+    }
     if (absl::Now() >= deadline) break;
     if (cancelled && cancelled()) {
       return absl::CancelledError(absl::StrCat("stopped by a signal while waiting for the other ",
@@ -196,8 +292,10 @@ absl::Status EtcdStore::WaitForNodes(int nproc, absl::Duration timeout,
   }
   return absl::DeadlineExceededError(absl::StrCat(
       "job '", options_.job_id, "': node(s) ", absl::StrJoin(missing, ", "),
-      " did not join within ", absl::FormatDuration(timeout), " (", present.size(), " of ",
-      options_.nnodes, " present in etcd at ", client_->endpoint(), ")"));
+      round_ == 0 ? " did not join within "
+                  : absl::StrCat(" did not rejoin for restart ", round_, " within "),
+      absl::FormatDuration(timeout), " (", present.size(), " of ", options_.nnodes,
+      " present in etcd at ", client_->endpoint(), ")"));
 }
 
 void EtcdStore::StartWatcher() {
@@ -206,12 +304,12 @@ void EtcdStore::StartWatcher() {
 
 void EtcdStore::WatchLoop() {
   int round = 0;
-  const std::string nodes_dir = prefix_ + "nodes/";
+  const std::string nodes_dir = round_prefix_ + "joined/";
   const std::string done_dir = prefix_ + "done/";
   const std::string failed_dir = prefix_ + "failed/";
   while (Pause(options_.watch_interval)) {
     absl::Status failure;
-    absl::StatusOr<std::optional<EtcdKv>> epoch = client_->Get(prefix_ + "epoch");
+    absl::StatusOr<std::optional<EtcdKv>> epoch = client_->Get(round_prefix_ + "epoch");
     if (epoch.ok()) {
       if (epoch->has_value()) MirrorEpoch(ParseEpoch((*epoch)->value));
     } else {
@@ -224,11 +322,19 @@ void EtcdStore::WatchLoop() {
           nodes.ok() ? client_->GetPrefix(done_dir) : nodes.status();
       absl::StatusOr<std::vector<EtcdKv>> failed =
           done.ok() ? client_->GetPrefix(failed_dir) : done.status();
-      if (!failed.ok()) {
-        failure = failed.status();
+      absl::StatusOr<std::optional<EtcdKv>> round =
+          failed.ok() ? client_->Get(prefix_ + "round") : failed.status();
+      if (!round.ok()) {
+        failure = round.status();
       } else {
         std::set<int> alive, ended;
-        for (const EtcdKv& kv : *nodes) alive.insert(NodeOf(kv.key, nodes_dir));
+        for (const EtcdKv& kv : *nodes) {
+          // Alive: joined this round on the lease seen at its start (another
+          // lease is a new incarnation of the node, whose ranks are new).
+          const int k = NodeOf(kv.key, nodes_dir);
+          auto m = members_.find(k);
+          if (m == members_.end() || m->second == kv.lease) alive.insert(k);
+        }
         for (const EtcdKv& kv : *done) ended.insert(NodeOf(kv.key, done_dir));
         Health h;
         for (const EtcdKv& kv : *failed) {
@@ -239,9 +345,11 @@ void EtcdStore::WatchLoop() {
         for (int k = 0; k < options_.nnodes; ++k) {
           if (!alive.count(k) && !ended.count(k)) h.lost_nodes.push_back(k);
         }
+        const int now_round = round->has_value() ? std::atoi((*round)->value.c_str()) : 0;
         std::lock_guard<std::mutex> lock(mu_);
         health_.lost_nodes = h.lost_nodes;
         health_.failed_nodes = h.failed_nodes;
+        health_.newer_round = now_round > round_ ? now_round : -1;
       }
     }
     if (!failure.ok()) {
@@ -263,7 +371,7 @@ EtcdStore::Health EtcdStore::health() {
 }
 
 absl::StatusOr<int> EtcdStore::ClaimNextEpoch() {
-  const std::string key = prefix_ + "epoch";
+  const std::string key = round_prefix_ + "epoch";
   for (int attempt = 0; attempt < 1000; ++attempt) {
     absl::StatusOr<std::optional<EtcdKv>> cur = client_->Get(key);
     if (!cur.ok()) return cur.status();
@@ -304,11 +412,19 @@ void EtcdStore::RecordEvent(const std::string& event, int rank, int epoch,
       "{\"t_us\":%d,\"node\":%d,\"event\":\"%s\",\"rank\":%d,\"epoch\":%d,\"detail\":\"%s\"}",
       absl::ToUnixMicros(absl::Now()), options_.node_rank, event, rank, epoch,
       absl::StrReplaceAll(detail, {{"\\", "\\\\"}, {"\"", "\\\""}}));
-  const std::string key =
-      absl::StrFormat("%sevents/node%d/%08d", prefix_, options_.node_rank, event_seq_++);
+  const std::string key = absl::StrFormat("%sevents/node%d/r%d-%08d", prefix_,
+                                          options_.node_rank, round_, event_seq_++);
   if (absl::Status s = client_->Put(key, line); !s.ok()) {
     REVENANT_LOG(WARNING, kLog) << "recovery event not stored in etcd: " << s;
   }
+}
+
+void EtcdStore::Leave() {
+  if (finished_) return;
+  finished_ = true;
+  Stop();
+  if (lease_ != 0) (void)client_->RevokeLease(lease_);
+  lease_ = 0;
 }
 
 absl::Status EtcdStore::Finish(bool ok, const std::string& reason) {

@@ -249,6 +249,59 @@ TEST(EtcdStoreTest, ALauncherThatStopsRenewingIsLostWhenItsLeaseExpires) {
   ASSERT_TRUE(s0.client()->DeletePrefix(s0.prefix()).ok());
 }
 
+TEST(EtcdStoreTest, ARestartedNodeClaimsTheNextRoundTheOthersSeeItAndRestartsAreBounded) {
+  const std::string job = JobId();
+  EtcdStoreOptions o0{job, 0, 2, TempDir(), 2, absl::Milliseconds(100)};
+  o0.max_restarts = 1;
+  EtcdStoreOptions o1 = o0;
+  o1.node_rank = 1;
+  o1.job_dir = TempDir();
+  o1.holder_wait = absl::Seconds(5);
+  auto s0 = std::make_unique<EtcdStore>(Client(), o0);
+  auto s1 = std::make_unique<EtcdStore>(Client(), o1);
+  ASSERT_TRUE(s0->Join(1, "127.0.0.1").ok());
+  ASSERT_TRUE(s1->Join(1, "127.0.0.1").ok());
+  ASSERT_TRUE(s0->WaitForNodes(1, absl::Seconds(5)).ok());
+  ASSERT_TRUE(s1->WaitForNodes(1, absl::Seconds(5)).ok());
+  EXPECT_EQ(0, s0->round());
+  EXPECT_EQ("/revenant/" + job + "/round0/", s0->round_prefix());
+  s0->StartWatcher();
+  s1.reset();  // node 1's launcher killed: its lease runs 2 s more
+  // Restarted at once: it waits for the dead launcher's lease, then finds
+  // round 0 started without it and claims round 1.
+  const absl::Time t0 = absl::Now();
+  s1 = std::make_unique<EtcdStore>(Client(), o1);
+  absl::Status s = s1->Join(1, "127.0.0.1");
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(1, s1->round());
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  int newer = -1;
+  while (newer < 0 && absl::Now() - t0 < absl::Seconds(10)) {
+    absl::SleepFor(absl::Milliseconds(100));
+    newer = s0->health().newer_round;
+  }
+  EXPECT_EQ(1, newer) << "node 0 sees the job move to round 1";
+  // Node 0 restarts: leaves and joins again, into round 1 (not a round 2).
+  s0->Leave();
+  EXPECT_TRUE(s0->Finish(false, "after Leave: nothing").ok());
+  s0 = std::make_unique<EtcdStore>(Client(), o0);
+  ASSERT_TRUE(s0->Join(1, "127.0.0.1").ok());
+  EXPECT_EQ(1, s0->round());
+  ASSERT_TRUE(s0->WaitForNodes(1, absl::Seconds(5)).ok());
+  ASSERT_TRUE(s1->WaitForNodes(1, absl::Seconds(5)).ok());
+  // Node 1 lost again: no restart is left.
+  s1.reset();
+  s1 = std::make_unique<EtcdStore>(Client(), o1);
+  s = s1->Join(1, "127.0.0.1");
+  EXPECT_EQ(absl::StatusCode::kFailedPrecondition, s.code()) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("node 1 cannot rejoin job '" + job +
+                                                  "': its round 1 started without this launcher"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--max-restarts=1 allows no more"));
+  EXPECT_TRUE(s1->Finish(false, "refused").ok());
+  EXPECT_TRUE(s0->Finish(false, "test over").ok());
+  ASSERT_TRUE(s0->client()->DeletePrefix(s0->prefix()).ok());
+}
+
 }  // namespace
 }  // namespace recovery
 }  // namespace revenant

@@ -14,7 +14,10 @@
 // application) or "[aN]" (its agent). The exit status is the first failing
 // rank's (128 + signal for a signal), or 0. Everything the job made (agents,
 // the per-job directory with rings, sockets and journals) is cleaned up on
-// exit, on Ctrl-C and when a rank crashes.
+// exit, on Ctrl-C and when a rank crashes. Across nodes with --max-restarts,
+// a node lost or restarted makes every launcher stop its ranks and replace
+// its own process (same command line) to start them again in the job's next
+// rendezvous round (docs/multinode.md, "A restarted node rejoining").
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -86,6 +89,11 @@ ABSL_FLAG(double, rdzv_timeout, 120,
 ABSL_FLAG(int, rdzv_lease, 10,
           "with --rdzv-endpoint: seconds of the lease holding this node's membership (a node "
           "whose launcher stopped renewing it for this long is lost)");
+ABSL_FLAG(int, max_restarts, 0,
+          "with --rdzv-endpoint: times the job may restart every node's ranks for a node that "
+          "was lost or rejoins (torchrun's flag; each restart runs the application again from "
+          "its start, or from its own checkpoint); 0: a lost node ends the job with an error "
+          "naming its ranks, and a restarted node is refused");
 ABSL_FLAG(bool, standalone, false, "torchrun's single-node rendezvous: the default here");
 ABSL_FLAG(std::string, module, "",
           "run the program as `python3 -m MODULE args` (torchrun's -m/--module)");
@@ -372,6 +380,9 @@ std::vector<std::string> SplitCommandLine(int argc, char** argv,
 }
 
 int Main(int argc, char** argv) {
+  // This very command line, for a restart of this node's ranks in a new
+  // rendezvous round (the process replaces itself: see the main loop's end).
+  const std::vector<std::string> self_argv(argv, argv + argc);
   absl::SetProgramUsageMessage(absl::StrCat(
       "revenant-run [-n N] [--backend=host|cuda] [--collectives=nccl|gloo] [--gpus=G] "
       "[--host_kernels=a.so:b.so] [--] program args...\n"
@@ -442,6 +453,10 @@ int Main(int argc, char** argv) {
     }
     if (absl::GetFlag(FLAGS_rdzv_lease) < 2 || absl::GetFlag(FLAGS_rdzv_timeout) <= 0) {
       std::fprintf(stderr, "revenant-run: --rdzv_lease must be >= 2 and --rdzv_timeout > 0\n");
+      return 2;
+    }
+    if (absl::GetFlag(FLAGS_max_restarts) < 0 || absl::GetFlag(FLAGS_max_restarts) > 1000) {
+      std::fprintf(stderr, "revenant-run: --max-restarts must be in 0..1000\n");
       return 2;
     }
   }
@@ -574,6 +589,10 @@ int Main(int argc, char** argv) {
     so.nnodes = nnodes;
     so.job_dir = job_dir;
     so.lease_ttl_s = absl::GetFlag(FLAGS_rdzv_lease);
+    so.max_restarts = absl::GetFlag(FLAGS_max_restarts);
+    // A node rank held by a launcher that died (restarted at once, before
+    // etcd let its lease go): wait out that lease, bounded.
+    so.holder_wait = std::min(rdzv_timeout, absl::Seconds(so.lease_ttl_s + 2));
     etcd = std::make_unique<recovery::EtcdStore>(*std::move(client), so);
     const absl::Time t0 = absl::Now();
     absl::Status joined = etcd->Join(n, absl::GetFlag(FLAGS_node_addr));
@@ -612,9 +631,13 @@ int Main(int argc, char** argv) {
     }
     etcd->StartWatcher();
     Say(absl::StrCat("node ", node_rank, " of ", nnodes, " joined job '", rdzv_id, "' in etcd at ",
-                     rdzv_endpoint, " (ranks ", base, "..", base + n - 1, " of ", world, ") in ",
-                     absl::ToInt64Milliseconds(absl::Now() - t0), " ms; master ", master_addr, ":",
-                     port));
+                     rdzv_endpoint, " (ranks ", base, "..", base + n - 1, " of ", world, ")",
+                     etcd->round() > 0 ? absl::StrCat(", round ", etcd->round(), " (restart ",
+                                                      etcd->round(), " of --max-restarts=",
+                                                      absl::GetFlag(FLAGS_max_restarts), ")")
+                                       : "",
+                     " in ", absl::ToInt64Milliseconds(absl::Now() - t0), " ms; master ",
+                     master_addr, ":", port));
   }
   const int death_window_ms = absl::GetFlag(FLAGS_death_window_ms) >= 0
                                   ? absl::GetFlag(FLAGS_death_window_ms)
@@ -634,7 +657,7 @@ int Main(int argc, char** argv) {
   if (multinode) {
     // The agents' collectives rendezvous in etcd and listen on this node's address.
     base_env.push_back("REVENANT_RDZV_ENDPOINT=" + rdzv_endpoint);
-    base_env.push_back("REVENANT_RDZV_PREFIX=" + etcd->prefix() + "gloo/");
+    base_env.push_back("REVENANT_RDZV_PREFIX=" + etcd->round_prefix() + "gloo/");
     base_env.push_back("REVENANT_COLLECTIVE_ADDR=" + absl::GetFlag(FLAGS_node_addr));
   }
 
@@ -776,6 +799,10 @@ int Main(int argc, char** argv) {
     env.push_back(absl::StrCat("ROLE_RANK=", r));
     env.push_back(absl::StrCat("ROLE_WORLD_SIZE=", world));
     if (multinode) env.push_back("TORCHELASTIC_RUN_ID=" + rdzv_id);
+    // torchrun's: how many times the job's ranks started again (the round).
+    env.push_back(absl::StrCat("TORCHELASTIC_RESTART_COUNT=", multinode ? etcd->round() : 0));
+    env.push_back(absl::StrCat("TORCHELASTIC_MAX_RESTARTS=",
+                               multinode ? absl::GetFlag(FLAGS_max_restarts) : 0));
     env.push_back("MASTER_ADDR=" + master_addr);
     env.push_back(absl::StrCat("MASTER_PORT=", port));
     if (absl::GetFlag(FLAGS_recover)) {
@@ -863,6 +890,8 @@ int Main(int argc, char** argv) {
   absl::Time kill_deadline = absl::InfiniteFuture();
   absl::Time next_health_check = absl::Now();
   std::string node_failure;  // why another node or etcd ended the job
+  std::string restart_why;   // why this node's ranks start again in a new round
+  absl::Time restart_grace = absl::InfiniteFuture();  // see "ranks failed" below
   auto coordinator_event = [&](const std::string& event, const std::string& detail) {
     RecordEvent(job_dir, event, -1, coordinator.epoch(), detail);
   };
@@ -939,7 +968,7 @@ int Main(int argc, char** argv) {
             }
           }
         } else {
-          if (code != 0 && !first_failure_reported) {
+          if (code != 0 && !first_failure_reported && restart_why.empty()) {
             Say(absl::StrCat("rank ", c.rank, " failed with status ", code));
             first_failure_reported = true;
             if (result == 0) result = code;
@@ -1014,20 +1043,43 @@ int Main(int argc, char** argv) {
         return absl::StrCat("node ", k, " (rank", n > 1 ? "s " : " ", absl::StrJoin(ranks, ", "),
                             ")");
       };
-      if (!h.lost_nodes.empty()) {
+      const bool restarts_left = etcd->round() < absl::GetFlag(FLAGS_max_restarts);
+      std::string restart;
+      if (h.status.ok() && h.newer_round > etcd->round()) {
+        restart = absl::StrCat("job '", rdzv_id, "' moved to round ", h.newer_round,
+                               " (a node rejoined, or another node restarts for a lost one)");
+      } else if (!h.lost_nodes.empty()) {
         std::vector<std::string> lost;
         for (int k : h.lost_nodes) lost.push_back(ranks_of(k));
-        why = absl::StrCat("lost ", absl::StrJoin(lost, ", "), " of job '", rdzv_id,
-                           "': its launcher's lease in etcd expired (the launcher or its machine "
-                           "died, or it lost etcd); its ranks cannot be recovered here");
-        coordinator_event("node_lost", why);
+        if (restarts_left) {
+          restart = absl::StrCat("lost ", absl::StrJoin(lost, ", "), " of job '", rdzv_id,
+                                 "' (its launcher's lease in etcd expired, or it restarted); "
+                                 "waiting for it to rejoin");
+        } else {
+          why = absl::StrCat("lost ", absl::StrJoin(lost, ", "), " of job '", rdzv_id,
+                             "': its launcher's lease in etcd expired (the launcher or its "
+                             "machine died, or it lost etcd); its ranks cannot be recovered here",
+                             absl::GetFlag(FLAGS_max_restarts) > 0
+                                 ? absl::StrCat(" and the job has restarted ", etcd->round(),
+                                                " time(s) (--max-restarts=",
+                                                absl::GetFlag(FLAGS_max_restarts), ")")
+                                 : " (--max-restarts=0)");
+        }
+        coordinator_event("node_lost", restart.empty() ? why : restart);
       } else if (!h.failed_nodes.empty()) {
         why = absl::StrCat(ranks_of(h.failed_nodes[0].first), " of job '", rdzv_id,
                            "' ended with a failure: ", h.failed_nodes[0].second);
       } else if (!h.status.ok()) {
         why = std::string(h.status.message());
       }
-      if (!why.empty()) {
+      if (!restart.empty()) {
+        Say(restart + "; stopping this node's ranks to start them again in the next round");
+        coordinator_event("job_restart", restart);
+        restart_why = restart;
+        stopping = true;
+        stop_all(SIGTERM);
+        kill_deadline = absl::Now() + absl::Seconds(3);
+      } else if (!why.empty()) {
         Say(why + "; stopping the job");
         node_failure = why;
         if (result == 0) result = 1;
@@ -1044,7 +1096,19 @@ int Main(int argc, char** argv) {
       stop_all(SIGTERM);
       kill_deadline = absl::Now() + absl::Seconds(3);
     }
-    if (!apps_running() && !stopping) {
+    if (!apps_running() && !stopping && result != 0 && etcd &&
+        etcd->round() < absl::GetFlag(FLAGS_max_restarts) && restart_grace == absl::InfiniteFuture()) {
+      // This node's ranks failed while restarts are left: the cause may be
+      // another node lost a moment ago (a rank whose peers or whose
+      // MASTER_ADDR store died fails before that node's lease expires).
+      // Wait one lease for the watcher to tell before ending the job.
+      restart_grace = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_rdzv_lease) + 2);
+      Say(absl::StrCat("node ", node_rank, "'s ranks failed; waiting up to ",
+                       absl::GetFlag(FLAGS_rdzv_lease) + 2,
+                       " s for a lost node (a restart) before ending the job"));
+    }
+    if (!apps_running() && !stopping &&
+        (restart_grace == absl::InfiniteFuture() || absl::Now() >= restart_grace)) {
       // Every rank is done: stop the agents.
       stopping = true;
       stop_all(SIGTERM);
@@ -1058,6 +1122,25 @@ int Main(int argc, char** argv) {
       stop_all(SIGKILL);
       kill_deadline = absl::Now() + absl::Seconds(2);
     }
+  }
+  if (etcd && !restart_why.empty()) {
+    // A new round: this node leaves etcd (no end marker: the job goes on),
+    // its job directory goes, and this process replaces itself with the same
+    // command line; the new one joins the job's next round as a restarted
+    // node does, and its ranks start again.
+    etcd->Leave();
+    etcd.reset();
+    std::error_code ec;
+    fs::remove_all(job_dir, ec);
+    Say(absl::StrCat("node ", node_rank, " restarts its ranks (", restart_why, ")"));
+    std::vector<char*> args;
+    for (const std::string& a : self_argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    close(sfd);
+    execv("/proc/self/exe", args.data());
+    std::fprintf(stderr, "revenant-run: cannot restart node %d's ranks: exec: %s\n", node_rank,
+                 std::strerror(errno));
+    return 1;
   }
   PrintTimeline(job_dir + "/events.jsonl");
   if (etcd) {

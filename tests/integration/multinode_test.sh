@@ -6,7 +6,8 @@
 # MODE:
 #   join           the start agreement: a node whose peer never comes ends
 #                  within --rdzv_timeout naming it; SIGTERM while waiting ends
-#                  it at once; a node rank taken twice is refused
+#                  it at once; a node rank taken twice is refused (once the
+#                  holder's lease outlived a TTL: it is alive)
 #   env            each rank's torchrun environment (RANK, LOCAL_RANK,
 #                  WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
 #                  MASTER_PORT the same on both nodes)
@@ -22,6 +23,23 @@
 #   launcher_kill  node 1's launcher is killed (SIGKILL) mid-run: node 0 ends
 #                  with an error naming node 1's ranks once its lease
 #                  expires, bounded, never a hang
+#   rejoin         node 1's launcher is killed (SIGKILL) mid-run and started
+#                  again with the same --node-rank, twice at once (a
+#                  supervisor's restart racing a person's): one wins node rank
+#                  1 (compare-and-swap), the other is refused naming it; with
+#                  --max-restarts=1 the job moves to round 1, node 0 restarts
+#                  its ranks, and every rank ends bitwise equal to the
+#                  fault-free run
+#   rejoin_refused without --max-restarts a restarted node 1 is refused
+#                  with an error saying why and node 0 ends naming node 1's
+#                  ranks; with --max-restarts=1 and no node 1 coming back,
+#                  node 0 ends within --rdzv_timeout naming it; both bounded
+#   rejoin_rank_failure  node 0's ranks fail as soon as node 1's launcher
+#                  is killed (before its lease expires); with --max-restarts
+#                  node 0 waits a lease for the loss instead of ending, and
+#                  every rank starts again with the restarted node 1
+#                  (rejoin*: seeded by REVENANT_TEST_SEED, default 20261225:
+#                  when the launcher is killed, which restarted one starts first)
 #   etcd_restart   etcd is killed and restarted (down 2 s) mid-run: the job
 #                  rides through on its retries and ends bitwise equal
 #   etcd_lost      etcd is killed for good mid-run: both nodes end with an
@@ -138,15 +156,20 @@ join)
   [ "$ms" -lt 5000 ] || fail "SIGTERM while waiting: it took $ms ms to stop"
   echo "ok: SIGTERM while waiting for node 1 ended node 0 in $ms ms"
   job="mn-join-$$-$RANDOM"
-  one 1 first.log --rdzv_timeout=30 &
+  one 1 first.log --rdzv_timeout=30 --rdzv_lease=2 &
   pid=$!
   for _ in $(seq 100); do [ -n "$(etcdctl_get "/revenant/$job/nodes/")" ] && break; sleep 0.1; done
-  (one 1 second.log --rdzv_timeout=30); rc=$?
+  # The second waits out a lease (2 s + 2 s) in case the holder died, then is refused.
+  t0=$(date +%s%N)
+  (one 1 second.log --rdzv_timeout=30 --rdzv_lease=2); rc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   kill -TERM "$pid"; wait "$pid"
   [ "$rc" -eq 1 ] || fail "a node rank taken twice: status $rc, want 1"
   grep -q "node rank 1 of job '$job' is held by a live launcher (nproc=1 addr=127.0.0.1" "$tmp/second.log" ||
     fail "a node rank taken twice: not refused clearly"
-  echo "ok: node rank 1 taken twice: the second launcher is refused"
+  grep -q "its lease was still renewed after 4s" "$tmp/second.log" || fail "a node rank taken twice: the wait is not named"
+  [ "$ms" -lt 10000 ] || fail "a node rank taken twice: refused after $ms ms"
+  echo "ok: node rank 1 taken twice: the second launcher is refused after $ms ms"
   ;;
 env)
   nodes 1
@@ -243,6 +266,172 @@ launcher_kill)
   grep -q "lost node 1 (ranks 2, 3) of job '$job'" "$tmp/n0.log" || fail "node 0 did not name the lost ranks"
   [ "$ms" -lt 30000 ] || fail "node 0 took $ms ms to end after node 1's launcher died (lease 3 s)"
   echo "ok: node 0 ended (status $rc0) ${ms} ms after node 1's launcher was killed: $(grep -o "lost node 1 (ranks 2, 3)[^;]*" "$tmp/n0.log" | head -1)"
+  ;;
+rejoin|rejoin_refused|rejoin_rank_failure)
+  # Seeded: when node 1's launcher is killed (1.0-2.9 s into the run) and
+  # which of the two restarted launchers starts first.
+  seed="${REVENANT_TEST_SEED:-20261225}"
+  RANDOM=$seed
+  kill_after() { d="$((RANDOM % 2 + 1)).$((RANDOM % 10))"; }  # sets d (no subshell: RANDOM goes on)
+  echo "seed=$seed"
+  ready() {  # both launchers' agents are up, the ranks running
+    for _ in $(seq 300); do
+      grep -q "agents ready" "$tmp/n1.log" 2>/dev/null && grep -q "agents ready" "$tmp/n0.log" 2>/dev/null && return 0
+      sleep 0.1
+    done
+    fail "the nodes did not start"
+  }
+  # What a killed launcher cannot remove (its job directory, the application's
+  # bootstrap directories, tests/apps/collectives_bootstrap.h): removed at the end.
+  leftovers() {
+    for f in "$tmp"/n*.log; do
+      for j in $(sed -n 's/^\[revenant-run\] job \([0-9a-f]*\): .*/\1/p' "$f"); do rm -rf "/dev/shm/revenant-$j"; done
+      for p in $(sed -n 's/.*; master [0-9.]*:\([0-9]*\)$/\1/p' "$f"); do rm -rf "/dev/shm/revenant-train-$p"; done
+    done
+  }
+  restart1() {  # log [options]: node 1's launcher started again (same job, same node rank)
+    local log="$1"; shift
+    "$run" --nnodes=2 --node-rank=1 --nproc-per-node=2 --rdzv-endpoint="$endpoint" --rdzv-id="$job" \
+      "${host[@]}" --timeout=150 "$@" -- "$app" --iters "$iters" --hidden 64 >"$tmp/$log" 2>&1
+  }
+  if [ "$mode" = rejoin ]; then
+    iters=300
+    reference $iters
+    opts=(--max-restarts=1 --rdzv_lease=3 --rdzv_timeout=60)
+    nodes $iters "${opts[@]}" -- "${opts[@]}"
+    ready
+    kill_after
+    sleep "$d"
+    kill -9 "$(cat "$tmp/pid1")"
+    t0=$(date +%s%N)
+    ! grep -q "final checksum" "$tmp/n0.log" "$tmp/n1.log" ||
+      fail "the ranks ended before node 1's launcher was killed (raise iters)"
+    first=$((RANDOM % 2))
+    echo "node 1's launcher killed ${d} s into the run; starting it again twice at once ($([ $first = 0 ] && echo a || echo b) first)"
+    if [ $first = 0 ]; then
+      restart1 n1a.log "${opts[@]}" & echo $! >"$tmp/pid1a"
+      restart1 n1b.log "${opts[@]}" & echo $! >"$tmp/pid1b"
+    else
+      restart1 n1b.log "${opts[@]}" & echo $! >"$tmp/pid1b"
+      restart1 n1a.log "${opts[@]}" & echo $! >"$tmp/pid1a"
+    fi
+    wait "$(cat "$tmp/pid0")"; rc0=$?
+    wait "$(cat "$tmp/pid1a")"; rca=$?
+    wait "$(cat "$tmp/pid1b")"; rcb=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    rm -f "$tmp"/pid*
+    leftovers
+    if [ "$rca" -eq 0 ]; then win=n1a; lose=n1b; rcl=$rcb; else win=n1b; lose=n1a; rcl=$rca; fi
+    [ "$rc0" -eq 0 ] || fail "node 0 ended with status $rc0 (want 0: node 1 rejoined)"
+    [ "${rca}${rcb}" = "01" ] || [ "${rca}${rcb}" = "10" ] ||
+      fail "the two restarted launchers of node 1 ended with $rca and $rcb (want one 0, one 1)"
+    grep -q "node rank 1 of job '$job' is held by a live launcher (nproc=2 addr=127.0.0.1" "$tmp/$lose.log" ||
+      fail "the losing launcher of node rank 1 was not refused clearly"
+    for k in 0 1; do
+      f="$tmp/n0.log"; [ $k = 1 ] && f="$tmp/$win.log"
+      grep -q "node $k of 2 joined job '$job'.*, round 1 (restart 1 of --max-restarts=1)" "$f" ||
+        fail "node $k did not join round 1"
+      for r in $((2 * k)) $((2 * k + 1)); do
+        [ "$(grep -c "^\[r$r\] final checksum $ref\$" "$f")" -eq 1 ] || fail "rank $r (node $k) did not end with checksum $ref"
+      done
+    done
+    grep -q "node 0 restarts its ranks" "$tmp/n0.log" || fail "node 0 did not restart its ranks"
+    [ "$ms" -lt 200000 ] || fail "the rejoin took $ms ms"
+    echo "ok: node 1 restarted (one of two launchers won node rank 1); the job restarted in round 1; 4/4 ranks bitwise equal, ${ms} ms after the kill"
+    echo "    node 0: $(grep -o "[^]]*stopping this node's ranks[^;]*" "$tmp/n0.log" | head -1)"
+    echo "    loser:  $(grep -o "node rank 1 of job.*is held by a live launcher" "$tmp/$lose.log" | head -1)"
+    left=$(etcdctl_get "/revenant/$job/")
+    [ -z "$left" ] || fail "the job's keys stayed in etcd: $left"
+  elif [ "$mode" = rejoin_rank_failure ]; then
+    # The program: a script whose round-0 ranks on node 0 fail as soon as
+    # node 1's launcher is gone (as ranks do whose peers or MASTER_ADDR store
+    # died), before node 1's lease expires; in the next round every rank
+    # ends well. TORCHELASTIC_RESTART_COUNT tells the rounds apart.
+    cat >"$tmp/app.sh" <<'SH'
+echo "round $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS: rank $RANK up"
+if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  for _ in $(seq 600); do [ -f "$PEER_GONE" ] && { echo "rank $RANK: peers gone"; exit 1; }; sleep 0.1; done
+  exit 1
+fi
+echo "rank $RANK done in round $TORCHELASTIC_RESTART_COUNT"
+SH
+    export PEER_GONE="$tmp/peer_gone"
+    opts=(--max-restarts=1 --rdzv_lease=3 --rdzv_timeout=30)
+    script=(-- "$(command -v bash)" "$tmp/app.sh")
+    job="mn-$mode-$$-$RANDOM"
+    for k in 0 1; do
+      "$run" --nnodes=2 --node-rank=$k --nproc-per-node=2 --rdzv-endpoint="$endpoint" --rdzv-id="$job" \
+        "${host[@]}" --timeout=60 "${opts[@]}" "${script[@]}" >"$tmp/n$k.log" 2>&1 &
+      echo $! >"$tmp/pid$k"
+    done
+    for _ in $(seq 300); do
+      [ "$(cat "$tmp/n0.log" "$tmp/n1.log" | grep -c "round 0 of 1: rank [0-3] up")" -eq 4 ] && break
+      sleep 0.1
+    done
+    [ "$(cat "$tmp/n0.log" "$tmp/n1.log" | grep -c "round 0 of 1: rank [0-3] up")" -eq 4 ] || fail "the ranks did not start"
+    kill_after
+    sleep "$d"
+    kill -9 "$(cat "$tmp/pid1")"
+    touch "$PEER_GONE"
+    t0=$(date +%s%N)
+    echo "node 1's launcher killed ${d} s after the ranks started; node 0's ranks fail at once"
+    sleep 1
+    "$run" --nnodes=2 --node-rank=1 --nproc-per-node=2 --rdzv-endpoint="$endpoint" --rdzv-id="$job" \
+      "${host[@]}" --timeout=60 "${opts[@]}" "${script[@]}" >"$tmp/n1again.log" 2>&1; rc1=$?
+    wait "$(cat "$tmp/pid0")"; rc0=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    rm -f "$tmp"/pid*
+    leftovers
+    [ "$rc0" -eq 0 ] && [ "$rc1" -eq 0 ] || fail "exit statuses $rc0 (node 0) and $rc1 (restarted node 1), want 0 0"
+    grep -q "node 0's ranks failed; waiting up to 5 s for a lost node" "$tmp/n0.log" || fail "node 0 did not wait for a lost node"
+    grep -q "node 0 restarts its ranks" "$tmp/n0.log" || fail "node 0 did not restart its ranks"
+    for r in 0 1; do grep -q "^\[r$r\] rank $r done in round 1$" "$tmp/n0.log" || fail "rank $r did not end in round 1"; done
+    for r in 2 3; do grep -q "^\[r$r\] rank $r done in round 1$" "$tmp/n1again.log" || fail "rank $r did not end in round 1"; done
+    [ "$ms" -lt 60000 ] || fail "it took $ms ms"
+    echo "ok: node 0's ranks failed before node 1's lease expired; node 0 waited, restarted them in round 1 with the restarted node 1, all ended well ${ms} ms after the kill"
+  else
+    iters=3000
+    # 1. No restarts allowed: the restarted launcher is refused, node 0 ends.
+    nodes $iters --rdzv_lease=3 -- --rdzv_lease=3
+    ready
+    kill_after
+    echo "killing node 1's launcher ${d} s into the run"
+    sleep "$d"
+    kill -9 "$(cat "$tmp/pid1")"
+    t0=$(date +%s%N)
+    restart1 n1again.log --rdzv_lease=3; rc1=$?
+    wait "$(cat "$tmp/pid0")"; rc0=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    rm -f "$tmp"/pid*
+    leftovers
+    [ "$rc1" -eq 1 ] || fail "the restarted node 1 ended with status $rc1, want 1"
+    grep -q "node 1 cannot rejoin job '$job': its round 0 started without this launcher" "$tmp/n1again.log" ||
+      fail "the restarted node 1 did not say why it cannot rejoin"
+    grep -q -- "--max-restarts=0 allows none" "$tmp/n1again.log" || fail "the refusal does not name --max-restarts"
+    [ "$rc0" -ne 0 ] || fail "node 0 ended with status 0 without node 1"
+    grep -qE "lost node 1 \(ranks 2, 3\) of job '$job'|node 1 \(ranks 2, 3\) of job '$job' ended with a failure: node 1 cannot rejoin" "$tmp/n0.log" ||
+      fail "node 0 did not name node 1's ranks"
+    [ "$ms" -lt 30000 ] || fail "it took $ms ms"
+    echo "ok: --max-restarts=0: the restarted node 1 was refused and node 0 ended (status $rc0) within ${ms} ms"
+    echo "    $(grep -o "node 1 cannot rejoin[^(]*" "$tmp/n1again.log" | head -1)"
+    # 2. A restart allowed, but node 1 never comes back: bounded by --rdzv_timeout.
+    opts=(--max-restarts=1 --rdzv_lease=3 --rdzv_timeout=5)
+    nodes $iters "${opts[@]}" -- "${opts[@]}"
+    ready
+    kill_after
+    echo "killing node 1's launcher ${d} s into the run"
+    sleep "$d"
+    kill -9 "$(cat "$tmp/pid1")"
+    t0=$(date +%s%N)
+    wait "$(cat "$tmp/pid0")"; rc0=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    rm -f "$tmp"/pid*
+    leftovers
+    [ "$rc0" -eq 1 ] || fail "node 0 ended with status $rc0 without node 1, want 1"
+    grep -q "node(s) 1 did not rejoin for restart 1 within 5s" "$tmp/n0.log" || fail "node 0 did not name the node that did not rejoin"
+    [ "$ms" -lt 40000 ] || fail "node 0 took $ms ms to end (lease 3 s, rdzv timeout 5 s)"
+    echo "ok: --max-restarts=1, node 1 never back: node 0 ended within ${ms} ms: $(grep -o "node(s) 1 did not rejoin[^(]*" "$tmp/n0.log" | head -1)"
+  fi
   ;;
 etcd_restart)
   reference 150

@@ -58,6 +58,10 @@ check node-rank "$dir/x.log" "node-rank=2 must be in 0..1"
 if [ "$rc" -ne 2 ]; then echo "FAIL rdzv-backend: exit $rc, want 2"; fail=1; fi
 check rdzv-backend "$dir/x.log" "only etcd is supported"
 
+"$run" --quiet --nnodes=2 --rdzv-endpoint=127.0.0.1:1 --rdzv-id=j --max-restarts=-1 "$script" >"$dir/x.log" 2>&1; rc=$?
+if [ "$rc" -ne 2 ]; then echo "FAIL max-restarts: exit $rc, want 2"; fail=1; fi
+check max-restarts "$dir/x.log" "--max-restarts must be in 0..1000"
+
 # etcd that is not there: a clear error, bounded (--rdzv_timeout bounds the retries).
 t0=$(date +%s)
 "$run" --quiet --nnodes=2 --rdzv-endpoint=127.0.0.1:1 --rdzv-id=j --rdzv_timeout=2 "$script" >"$dir/x.log" 2>&1; rc=$?
