@@ -99,7 +99,7 @@ enum class Type { kBool, kInt, kDouble, kString };
     "A job spanning nodes: the etcd (HOST:PORT) where the agents' collectives rendezvous "      \
     "instead of the job directory (docs/multinode.md).")                                        \
   X(kRdzvPrefix, "REVENANT_RDZV_PREFIX", kString, kLauncher, "",                                 \
-    "The etcd key prefix of the job's collective rendezvous (/revenant/<rdzv id>/gloo/).")      \
+    "The etcd key prefix of the job's collective rendezvous (/revenant/<rdzv id>/round<r>/gloo/).")\
   X(kCollectiveAddr, "REVENANT_COLLECTIVE_ADDR", kString, kLauncher, "127.0.0.1",                \
     "The address an agent's Gloo collectives listen on for their peers (revenant-run: the "     \
     "node's --node_addr in a job spanning nodes).")                                              \
