@@ -16,7 +16,8 @@
 #      on every rank.
 # MODE torch_prof: where a 1-rank step's time goes under the shim
 #   (REVENANT_CALL_STATS, REVENANT_WAIT_STATS, the executor's profile at
-#   PROFILE_HZ (4000) samples/s: REVENANT_PROFILE_HZ; journal on and off).
+#   PROFILE_HZ (4000) samples/s: REVENANT_PROFILE_HZ; journal on and off;
+#   TORCH_PROF_SCRIPTS: which scripts, default "mlp_ddp conv_bf16").
 # MODE torch4: steps 2 and 3 only (4 ranks, kills).
 if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE" = torch_probe ] ||
    [ "$MODE" = torch_prof ] || [ "$MODE" = torch4 ]; then
@@ -83,7 +84,7 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       tail -n 15 "$log" | sed 's/^/   | tail: /'
     done
   elif [ "$MODE" = torch_prof ]; then
-    for s in mlp_ddp conv_bf16; do
+    for s in ${TORCH_PROF_SCRIPTS:-mlp_ddp conv_bf16}; do
       nlog="$LOGS/torch.$s.prof.native.log"
       th_native1 "$nlog" "$TS/$s.py" --steps 30
       echo "   $s native: step $(th_step "$nlog") ms"
