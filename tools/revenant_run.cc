@@ -660,6 +660,15 @@ int Main(int argc, char** argv) {
     base_env.push_back("REVENANT_RDZV_PREFIX=" + etcd->round_prefix() + "gloo/");
     base_env.push_back("REVENANT_COLLECTIVE_ADDR=" + absl::GetFlag(FLAGS_node_addr));
   }
+  // The agents' environment also says how many ranks share this machine
+  // (LOCAL_WORLD_SIZE, as the applications get it): how long a waiter of the
+  // shared-memory transport spins before it sleeps depends on the CPUs per
+  // rank (transport/shm_channel.cc, DefaultSpinNanos).
+  std::vector<std::string> agent_env;
+  for (const std::string& e : base_env) {
+    if (!absl::StartsWith(e, "LOCAL_WORLD_SIZE=")) agent_env.push_back(e);
+  }
+  agent_env.push_back(absl::StrCat("LOCAL_WORLD_SIZE=", n));
 
   // --chaos=key=value,...[;key=value,...]: one plan per rank.
   std::map<int, std::map<std::string, std::string>> chaos_plans;
@@ -732,7 +741,7 @@ int Main(int argc, char** argv) {
       if (chaos.count("point")) args.push_back("--chaos_point=" + chaos["point"]);
       if (chaos.count("corrupt_snapshot")) args.push_back("--chaos_corrupt_snapshot");
     }
-    pid_t pid = Spawn(args, base_env, absl::StrCat("a", r), &pipes);
+    pid_t pid = Spawn(args, agent_env, absl::StrCat("a", r), &pipes);
     if (pid < 0) {
       std::fprintf(stderr, "revenant-run: cannot start the agent of rank %d\n", r);
       cleanup_dir();
@@ -850,7 +859,7 @@ int Main(int argc, char** argv) {
     args.push_back(absl::StrCat("--spare_wait_s=", timeout_s_flag > 0 ? timeout_s_flag + 10 : 3600));
     int assign_fd = -1;
     const std::string label = absl::StrCat("s", index);
-    pid_t pid = Spawn(args, base_env, label, &pipes, &assign_fd);
+    pid_t pid = Spawn(args, agent_env, label, &pipes, &assign_fd);
     if (pid < 0) {
       Say("cannot start a spare agent");
       return;
@@ -1013,7 +1022,7 @@ int Main(int argc, char** argv) {
         Say(absl::StrCat("spare agent pid ", spare->pid, " did not take the assignment"));
         kill(-spare->pid, SIGKILL);
       }
-      pid_t pid = Spawn(agent_args[rank], base_env, absl::StrCat("a", rank), &pipes);
+      pid_t pid = Spawn(agent_args[rank], agent_env, absl::StrCat("a", rank), &pipes);
       if (pid > 0) {
         coordinator.ReplacementStarted(rank, absl::StrCat("new process, pid ", pid), absl::Now());
         replacements.push_back({pid, absl::StrCat("a", rank), true, rank});

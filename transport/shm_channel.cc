@@ -168,12 +168,29 @@ inline void CpuPause() {
 // count (a pause instruction costs 10-150 cycles depending on the CPU). The
 // spin yields the CPU every few microseconds so that on an oversubscribed
 // machine (tests: many processes on 2 cores) the peer it waits for can run.
-// The bound is 200 us on machines with 8 or more CPUs, 50 us below (where
-// spinning waiters take the CPU from the peer they wait for; docs/performance.md
-// has the measurements behind both). REVENANT_SPIN_US overrides it
-// (microseconds, 0-10000000).
+// The bound: 5 ms where the machine has 8 or more CPUs per rank sharing it
+// (LOCAL_WORLD_SIZE, which revenant-run gives the agents as well as the
+// applications, and torchrun the applications; 1 when unset), 200 us with 8
+// or more CPUs in all, 50 us below (where spinning waiters take the CPU from
+// the peer they wait for). Why 5 ms: a training step's gaps between two
+// requests are mostly under a few milliseconds (the framework's own work),
+// and a waiter that went to sleep costs the next request a futex wake and a
+// scheduler wake-up on both sides; measured on the H200, one rank of a
+// PyTorch DDP MLP: step 5.5 ms with 1 ms of spin, 3.5 ms with 5 ms (native
+// 3.6 ms; docs/performance.md). Spinning costs at most one CPU per waiting
+// thread, only while requests keep coming (CUDA's own default for a
+// synchronizing host thread is to spin too when CPUs are plentiful).
+// REVENANT_SPIN_US overrides it (microseconds, 0-10000000).
 int64_t DefaultSpinNanos() {
-  return std::thread::hardware_concurrency() >= 8 ? 200 * 1000 : 50 * 1000;
+  const unsigned cpus = std::thread::hardware_concurrency();
+  long ranks = 1;
+  if (const char* local = std::getenv("LOCAL_WORLD_SIZE"); local != nullptr) {
+    char* end = nullptr;
+    const long v = std::strtol(local, &end, 10);
+    if (end != local && *end == '\0' && v > 0 && v < 1 << 20) ranks = v;
+  }
+  if (cpus >= 8 && cpus / static_cast<unsigned long>(ranks) >= 8) return 5000 * 1000;
+  return cpus >= 8 ? 200 * 1000 : 50 * 1000;
 }
 int64_t SpinNanos() {
   static const int64_t nanos = [] {
