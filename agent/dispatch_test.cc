@@ -121,6 +121,37 @@ class FakeBackend : public api::BackendApi {
     last_flags = value + flags;
     return CUDA_SUCCESS;
   }
+  // cuDNN: one RNN and one dropout descriptor; the RNN's dropout descriptor
+  // is optional (null_ok) both ways.
+  cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t* d) override {
+    ++calls;
+    *d = reinterpret_cast<cudnnRNNDescriptor_t>(0x7271);
+    return CUDNN_STATUS_SUCCESS;
+  }
+  cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t* d) override {
+    ++calls;
+    *d = reinterpret_cast<cudnnDropoutDescriptor_t>(0xd0);
+    return CUDNN_STATUS_SUCCESS;
+  }
+  cudnnStatus_t cudnnSetRNNDescriptor_v8(cudnnRNNDescriptor_t, cudnnRNNAlgo_t, cudnnRNNMode_t,
+                                         cudnnRNNBiasMode_t, cudnnDirectionMode_t,
+                                         cudnnRNNInputMode_t, cudnnDataType_t, cudnnDataType_t,
+                                         cudnnMathType_t, int32_t, int32_t, int32_t, int32_t,
+                                         cudnnDropoutDescriptor_t dropout, uint32_t) override {
+    ++calls;
+    rnn_dropout = dropout;
+    return CUDNN_STATUS_SUCCESS;
+  }
+  cudnnStatus_t cudnnGetRNNDescriptor_v8(cudnnRNNDescriptor_t, cudnnRNNAlgo_t*, cudnnRNNMode_t*,
+                                         cudnnRNNBiasMode_t*, cudnnDirectionMode_t*,
+                                         cudnnRNNInputMode_t*, cudnnDataType_t*, cudnnDataType_t*,
+                                         cudnnMathType_t*, int32_t*, int32_t*, int32_t*, int32_t*,
+                                         cudnnDropoutDescriptor_t* dropout, uint32_t*) override {
+    ++calls;
+    if (dropout != nullptr) *dropout = rnn_dropout;
+    return CUDNN_STATUS_SUCCESS;
+  }
+  cudnnDropoutDescriptor_t rnn_dropout = nullptr;
   bool device_pointers = false;
   const void* last_result = nullptr;
   const void* last_alpha = nullptr;
@@ -192,6 +223,56 @@ TEST_F(DispatchTest, StreamsAreVirtualizedAndTranslatedBack) {
   // The destroyed handle no longer translates: the native error, no backend call.
   const int calls = backend_.calls;
   EXPECT_EQ(Run(api::ApiId::cudaStreamSynchronize, sync), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(backend_.calls, calls);
+}
+
+// A null_ok handle parameter: null reaches the backend as null (an RNN
+// without dropout) and comes back null; a live handle of the kind is
+// translated both ways; anything else is CUDNN_STATUS_BAD_PARAM before the
+// backend.
+TEST_F(DispatchTest, OptionalHandlesPassNullAndTranslateTheRest) {
+  auto create = [&](api::ApiId id) {
+    Request r;
+    r.enc.PutFlag(true);
+    EXPECT_EQ(Run(id, r), CUDNN_STATUS_SUCCESS);
+    return Out<uint64_t>(0);
+  };
+  const uint64_t rnn = create(api::ApiId::cudnnCreateRNNDescriptor);
+  const uint64_t dropout = create(api::ApiId::cudnnCreateDropoutDescriptor);
+  EXPECT_NE(dropout, 0xd0u) << "backend handle leaked";
+  auto set = [&](uint64_t dropout_arg) {
+    Request r;
+    r.enc.Put(rnn);
+    r.enc.Put(CUDNN_RNN_ALGO_STANDARD);
+    r.enc.Put(CUDNN_LSTM);
+    r.enc.Put(CUDNN_RNN_DOUBLE_BIAS);
+    r.enc.Put(CUDNN_UNIDIRECTIONAL);
+    r.enc.Put(CUDNN_LINEAR_INPUT);
+    r.enc.Put(CUDNN_DATA_FLOAT);
+    r.enc.Put(CUDNN_DATA_FLOAT);
+    r.enc.Put(CUDNN_DEFAULT_MATH);
+    for (int32_t v : {8, 16, 16, 2}) r.enc.Put(v);
+    r.enc.Put(dropout_arg);
+    r.enc.Put(uint32_t{0});
+    return Run(api::ApiId::cudnnSetRNNDescriptor_v8, r);
+  };
+  auto get_dropout = [&]() {
+    Request r;
+    r.enc.Put(rnn);
+    for (int i = 0; i < 14; ++i) r.enc.PutFlag(true);
+    EXPECT_EQ(Run(api::ApiId::cudnnGetRNNDescriptor_v8, r), CUDNN_STATUS_SUCCESS);
+    return Out<uint64_t>(12);
+  };
+  backend_.rnn_dropout = reinterpret_cast<cudnnDropoutDescriptor_t>(0x1);
+  ASSERT_EQ(set(0), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(backend_.rnn_dropout, nullptr);
+  EXPECT_EQ(get_dropout(), 0u) << "a null the library wrote became a handle";
+  ASSERT_EQ(set(dropout), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(backend_.rnn_dropout), 0xd0u);
+  EXPECT_EQ(get_dropout(), dropout);
+  const int calls = backend_.calls;
+  EXPECT_EQ(set(0x1234), CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(set(rnn), CUDNN_STATUS_BAD_PARAM) << "an RNN descriptor passed as a dropout one";
   EXPECT_EQ(backend_.calls, calls);
 }
 

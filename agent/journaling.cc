@@ -124,7 +124,7 @@ bool KeepsEveryCall(api::HandleKind kind) {
     case api::HandleKind::kDnnActivation:
       return true;
     default:
-      return false;
+      return api::IsDnnLegacyKindAfterActivation(kind);
   }
 }
 

@@ -62,6 +62,12 @@ TEST(ApiTraitsTest, EnumsMirrorTheSchema) {
   EXPECT_EQ(static_cast<int>(HandleKind::kDnnHandle), api_table::DNN_HANDLE);
   EXPECT_EQ(static_cast<int>(HandleKind::kDnnDescriptor), api_table::DNN_DESCRIPTOR);
   EXPECT_EQ(static_cast<int>(HandleKind::kDnnActivation), api_table::DNN_ACTIVATION);
+  EXPECT_EQ(static_cast<int>(HandleKind::kDnnPooling), api_table::DNN_POOLING);
+  EXPECT_EQ(static_cast<int>(HandleKind::kDnnDropout), api_table::DNN_DROPOUT);
+  EXPECT_EQ(static_cast<int>(HandleKind::kDnnRnn), api_table::DNN_RNN);
+  EXPECT_EQ(static_cast<int>(HandleKind::kDnnRnnData), api_table::DNN_RNN_DATA);
+  EXPECT_EQ(static_cast<int>(HandleKind::kDnnCtcLoss), api_table::DNN_CTC_LOSS);
+  EXPECT_EQ(static_cast<int>(HandleKind::kDnnSpatialTransformer), api_table::DNN_SPATIAL_TRANSFORMER);
   EXPECT_EQ(static_cast<int>(Mode::kLocal), api_table::LOCAL);
   EXPECT_EQ(static_cast<int>(JournalClass::kReplay), api_table::REPLAY);
   EXPECT_EQ(static_cast<int>(Support::kRefused), api_table::REFUSED);

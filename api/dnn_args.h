@@ -108,6 +108,31 @@ inline size_t DnnDimsBytes(int requested) {
   return static_cast<size_t>(n) * sizeof(int);
 }
 
+// cudnnSetRNNDataDescriptor's seqLengthArray (batchSize ints, by value): a
+// negative batch or a null array cuDNN answers CUDNN_STATUS_BAD_PARAM; more
+// entries than one request carries (kDnnMaxRnnBatch) are refused with
+// CUDNN_STATUS_NOT_SUPPORTED.
+inline constexpr int kDnnMaxRnnBatch = 1 << 18;
+inline int32_t DnnRnnDataArgsStatus(int batch_size, const int* seq_lengths) {
+  if (batch_size < 0 || seq_lengths == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  if (batch_size > kDnnMaxRnnBatch) return CUDNN_STATUS_NOT_SUPPORTED;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// The bytes of an algorithm query's results (cudnnGetConvolution*Algorithm_v7,
+// cudnnFindConvolution*AlgorithmEx): cuDNN writes at most one entry per
+// algorithm of the kind, whatever was requested.
+inline size_t DnnAlgoPerfBytes(int requested, int algo_count, size_t entry_size) {
+  const int n = requested < 0 ? 0 : requested > algo_count ? algo_count : requested;
+  return static_cast<size_t>(n) * entry_size;
+}
+// A non-positive count or a null out-pointer (which the query writes):
+// CUDNN_STATUS_BAD_PARAM, before anything is sent.
+inline int32_t DnnAlgoQueryStatus(int requested, const int* returned, const void* results) {
+  if (requested <= 0 || returned == nullptr || results == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  return CUDNN_STATUS_SUCCESS;
+}
+
 }  // namespace api
 }  // namespace revenant
 

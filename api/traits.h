@@ -24,9 +24,10 @@ enum class HandleKind : uint8_t {
   kMemPool = 6, kComm = 7, kFunction = 8, kKernel = 9, kBlasHandle = 10,
   kLtHandle = 11, kLtMatmulDesc = 12, kLtMatrixLayout = 13, kLtMatmulPreference = 14,
   kDnnHandle = 15, kDnnDescriptor = 16, kDnnTensor = 17, kDnnFilter = 18, kDnnConvolution = 19,
-  kDnnActivation = 20,
+  kDnnActivation = 20, kDnnPooling = 21, kDnnDropout = 22, kDnnRnn = 23, kDnnRnnData = 24,
+  kDnnCtcLoss = 25, kDnnSpatialTransformer = 26,
 };
-inline constexpr int kHandleKindCount = 21;
+inline constexpr int kHandleKindCount = 27;
 enum class Mode : uint8_t { kSync = 0, kAsync = 1, kLocal = 2 };
 enum class JournalClass : uint8_t { kSkip = 0, kState = 1, kReplay = 2 };
 enum class Support : uint8_t { kGenerated = 0, kShimHook = 1, kHook = 2, kRefused = 3 };
@@ -54,6 +55,16 @@ struct ApiTraits {
 // error); NCCL, cuBLAS and cuBLASLt statuses are their libraries' own.
 inline bool IsCudaRuntime(Library library) {
   return library == Library::kCudart || library == Library::kCudartNvcc;
+}
+
+// The cuDNN legacy descriptor kinds added after the activation descriptor
+// (pooling, dropout, RNN, RNN data, CTC loss, spatial transformer). Like the
+// other cuDNN kinds their calls are never compacted out of the setup log
+// (agent/journaling.cc, KeepsEveryCall): a descriptor refers to others (an
+// RNN descriptor to its dropout descriptor, which holds device state) and
+// their setters carry no journal keys.
+inline bool IsDnnLegacyKindAfterActivation(HandleKind kind) {
+  return kind >= HandleKind::kDnnPooling && kind <= HandleKind::kDnnSpatialTransformer;
 }
 
 // Traits of `id`; ApiId::kInvalid and out-of-range ids give a row named

@@ -98,7 +98,9 @@ std::string HandleEnum(HandleKind k) {
                                  "kKernel",        "kBlasHandle",      "kLtHandle",
                                  "kLtMatmulDesc",  "kLtMatrixLayout",  "kLtMatmulPreference",
                                  "kDnnHandle",     "kDnnDescriptor",   "kDnnTensor",
-                                 "kDnnFilter",     "kDnnConvolution",  "kDnnActivation"};
+                                 "kDnnFilter",     "kDnnConvolution",  "kDnnActivation",
+                                 "kDnnPooling",    "kDnnDropout",      "kDnnRnn",
+                                 "kDnnRnnData",    "kDnnCtcLoss",      "kDnnSpatialTransformer"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == pb::HandleKind_ARRAYSIZE,
                 "one name per handle kind");
   return std::string("::revenant::api::HandleKind::") + kNames[static_cast<int>(k)];
@@ -272,6 +274,9 @@ void Validate(const std::vector<Function>& fns) {
       if (!p.device_if().empty() && k != Kind::kInBytes && k != Kind::kOutValue)
         Die(f.name() + "." + p.name() +
             ": device_if belongs to IN pointers with a length or OUT pointers without one");
+      if (p.null_ok() && (p.handle() == pb::NO_HANDLE ||
+                          !((p.dir() == pb::IN && k == Kind::kValue) || k == Kind::kOutValue)))
+        Die(f.name() + "." + p.name() + ": null_ok belongs to IN and OUT handle parameters");
       if (p.or_handle() != pb::NO_HANDLE &&
           (p.handle() == pb::NO_HANDLE || p.dir() != pb::IN || k != Kind::kValue))
         Die(f.name() + "." + p.name() + ": or_handle belongs to IN handle parameters");
@@ -409,7 +414,9 @@ void EmitTraits(const std::vector<Function>& fns, const std::string& dir) {
        "\"graph_exec\", \"graph_node\", \"mem_pool\", \"comm\", \"function\", \"kernel\", "
        "\"blas_handle\", \"lt_handle\", \"lt_matmul_desc\", \"lt_matrix_layout\", "
        "\"lt_matmul_preference\", \"dnn_handle\", \"dnn_descriptor\", \"dnn_tensor\", "
-       "\"dnn_filter\", \"dnn_convolution\", \"dnn_activation\"};\n"
+       "\"dnn_filter\", \"dnn_convolution\", \"dnn_activation\", \"dnn_pooling\", "
+       "\"dnn_dropout\", \"dnn_rnn\", \"dnn_rnn_data\", \"dnn_ctc_loss\", "
+       "\"dnn_spatial_transformer\"};\n"
     << "  static_assert(sizeof(kNames) / sizeof(kNames[0]) == kHandleKindCount,\n"
     << "                \"one name per handle kind\");\n"
     << "  int i = static_cast<int>(kind);\n"
@@ -540,7 +547,7 @@ void EmitShim(const std::vector<Function>& fns, const std::string& dir) {
     << "#include <nccl.h>\n\n"
     << "#include \"api/dnn_args.h\"\n#include \"api/wire.h\"\n#include \"shim/blas_checks.h\"\n"
     << "#include \"shim/blaslt_checks.h\"\n#include \"shim/call.h\"\n"
-    << "#include \"shim/driver_checks.h\"\n#include \"shim/nccl_checks.h\"\n\n";
+    << "#include \"shim/dnn_checks.h\"\n#include \"shim/driver_checks.h\"\n#include \"shim/nccl_checks.h\"\n\n";
   for (const Function& f : fns)
     if (HasGeneratedShim(f)) EmitShimStub(f, s);
   // NCCL's profiling aliases: pncclX is ncclX.
@@ -758,7 +765,11 @@ void EmitBackend(const std::vector<Function>& fns, const std::string& dir) {
       << "  // `kind`) are device pointers: cuBLAS's pointer mode. The dispatcher\n"
       << "  // refuses a device_if argument that disagrees. Default: host pointers.\n"
       << "  virtual bool DevicePointers(HandleKind kind, uint64_t handle) {\n"
-      << "    (void)kind;\n    (void)handle;\n    return false;\n  }\n\n";
+      << "    (void)kind;\n    (void)handle;\n    return false;\n  }\n\n"
+      << "  // A cuDNN row this backend does not implement: the default logs once per\n"
+      << "  // function and answers CUDNN_STATUS_NOT_SUPPORTED; a backend may say why\n"
+      << "  // (the host backend, for cudnnGetLastErrorString).\n"
+      << "  virtual cudnnStatus_t DnnUnsupported(const char* api);\n\n";
     for (const Function& f : fns) {
       if (!HasGeneratedDispatch(f)) continue;
       s << "  virtual " << f.returns() << " " << f.name() << "(" << ParamList(f, true) << ");\n";
@@ -769,10 +780,22 @@ void EmitBackend(const std::vector<Function>& fns, const std::string& dir) {
   {
     Out o(dir, "backend_api.cc");
     auto& s = o.s();
-    s << kBanner << "#include \"api/backend_api.h\"\n\n#include \"common/logging.h\"\n\n"
-      << "namespace revenant {\nnamespace api {\n\n";
+    s << kBanner << "#include \"api/backend_api.h\"\n\n#include <mutex>\n#include <set>\n"
+      << "#include <string>\n\n#include \"common/logging.h\"\n\n"
+      << "namespace revenant {\nnamespace api {\n\n"
+      << "cudnnStatus_t BackendApi::DnnUnsupported(const char* api) {\n"
+      << "  static std::mutex mu;\n  static std::set<std::string>* logged = new std::set<std::string>();\n"
+      << "  std::lock_guard<std::mutex> lock(mu);\n"
+      << "  if (logged->insert(api).second)\n"
+      << "    REVENANT_LOG(WARNING, \"agent\") << api << \" is not supported by this backend\";\n"
+      << "  return CUDNN_STATUS_NOT_SUPPORTED;\n}\n\n";
     for (const Function& f : fns) {
       if (!HasGeneratedDispatch(f)) continue;
+      if (IsCudnn(f)) {
+        s << f.returns() << " BackendApi::" << f.name() << "(" << ParamList(f, false) << ") {\n"
+          << "  return DnnUnsupported(\"" << f.name() << "\");\n}\n\n";
+        continue;
+      }
       s << f.returns() << " BackendApi::" << f.name() << "(" << ParamList(f, false) << ") {\n"
         << "  static bool logged = false;\n"
         << "  if (!logged) {\n    logged = true;\n"
@@ -859,7 +882,8 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
           << "      if (!in.Get(&" << n << ")) return " << BadRequest(f) << ";\n";
         if (p.handle() != pb::NO_HANDLE) {
           s << "      const auto " << n << "_virtual = " << n << ";\n"
-            << "      if (!ctx.handles->ToBackend(" << HandleEnum(p.handle()) << ", &" << n << ")"
+            << "      if (" << (p.null_ok() ? n + " != " + LocalType(p.c_type()) + "{} && " : std::string())
+            << "!ctx.handles->ToBackend(" << HandleEnum(p.handle()) << ", &" << n << ")"
             << (p.or_handle() == pb::NO_HANDLE
                     ? std::string()
                     : " && !ctx.handles->ToBackend(" + HandleEnum(p.or_handle()) + ", &" + n + ")")
@@ -953,7 +977,10 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
       if (p.handle() == pb::NO_HANDLE) continue;
       if (k == Kind::kOutValue || k == Kind::kInOutValue) {
         const std::string fn = p.handle() == f.creates() ? "Register" : "ToVirtual";
-        s << "        if (" << p.name() << " != nullptr) ctx.handles->" << fn << "("
+        // An optional handle the library answers null for stays null.
+        s << "        if (" << p.name() << " != nullptr"
+          << (p.null_ok() ? " && *" + p.name() + " != " + Pointee(p.c_type()) + "{}" : std::string())
+          << ") ctx.handles->" << fn << "("
           << HandleEnum(p.handle()) << ", " << p.name() << ");\n";
       }
     }

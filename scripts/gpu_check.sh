@@ -41,7 +41,7 @@ targets=(
   //tests/apps:train_mlp //tests/apps:collectives_all //tests/apps:collectives_bad
   //tests/apps:cublas_ops //tests/apps:driver_api //tools:librevenant_probe.so
   //tests/apps:cublaslt_ops //tests/apps:nccl_group_sim //tests/apps:cudnn_conv
-  //tests/apps:conform_apps //tests/apps:vector_add_static
+  //tests/apps:cudnn_legacy //tests/apps:conform_apps //tests/apps:vector_add_static
 )
 bazel build "${targets[@]}"
 bin="$(bazel info bazel-bin 2>/dev/null)"
@@ -60,7 +60,8 @@ cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$bin/bench/cpu_pairs
 cp "$bin/tests/apps/train_mlp.bin" "$bin/tests/apps/collectives_all.bin" \
   "$bin/tests/apps/collectives_bad.bin" "$bin/tests/apps/cublas_ops.bin" \
   "$bin/tests/apps/driver_api.bin" "$bin/tests/apps/cublaslt_ops.bin" \
-  "$bin/tests/apps/nccl_group_sim.bin" "$bin/tests/apps/cudnn_conv.bin" "$out/apps/"
+  "$bin/tests/apps/nccl_group_sim.bin" "$bin/tests/apps/cudnn_conv.bin" \
+  "$bin/tests/apps/cudnn_legacy.bin" "$out/apps/"
 # Conformance programs (scripts/gpu/conformance.sh).
 for a in nccl_mem mapped_host func_stubs rdc_link graph_nodes vector_add_static; do
   cp "$bin/tests/apps/$a.bin" "$out/apps/"

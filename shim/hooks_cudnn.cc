@@ -8,11 +8,98 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "api/dnn_args.h"
 #include "api/hook_protocol.h"
 #include "common/logging.h"
 #include "shim/call.h"
+#include "shim/dnn_checks.h"
+
+namespace revenant {
+namespace shim {
+namespace {
+
+struct DnnDescriptorInfo {
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  std::vector<int> dims;
+};
+struct DnnRegistry {
+  std::mutex mu;
+  absl::flat_hash_map<const void*, DnnDescriptorInfo> descriptors;
+};
+DnnRegistry& Dnn() {
+  static DnnRegistry* r = new DnnRegistry();  // used by atexit-time calls too
+  return *r;
+}
+
+// The most label ints one CTC request carries (the labels travel in it).
+constexpr int64_t kDnnMaxCtcLabels = int64_t{1} << 20;
+
+}  // namespace
+
+void DnnNoteDescriptor(const void* desc, cudnnDataType_t type, int nb_dims, const int* dims) {
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  DnnDescriptorInfo& info = r.descriptors[desc];
+  info.type = type;
+  info.dims.assign(dims, dims + std::max(0, nb_dims));
+}
+
+void DnnForgetDescriptor(const void* desc) {
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.descriptors.erase(desc);
+}
+
+size_t DnnScalarBytes(const void* desc) {
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.descriptors.find(desc);
+  return it != r.descriptors.end() && it->second.type == CUDNN_DATA_DOUBLE ? sizeof(double)
+                                                                           : sizeof(float);
+}
+
+size_t DnnCtcBatchBytes(const void* probs_desc) {
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.descriptors.find(probs_desc);
+  if (it == r.descriptors.end() || it->second.dims.size() != 3 || it->second.dims[1] < 0) return 0;
+  return static_cast<size_t>(it->second.dims[1]) * sizeof(int);
+}
+
+size_t DnnCtcLabelBytes(const void* probs_desc, const int* label_lengths) {
+  const size_t batch = DnnCtcBatchBytes(probs_desc) / sizeof(int);
+  if (label_lengths == nullptr) return 0;
+  int64_t total = 0;
+  for (size_t i = 0; i < batch; ++i) total += std::max(0, label_lengths[i]);
+  return static_cast<size_t>(std::min(total, kDnnMaxCtcLabels)) * sizeof(int);
+}
+
+int32_t DnnCheckCtcHostArrays(const void* probs_desc, const int* labels,
+                              const int* label_lengths, const int* input_lengths) {
+  if (labels == nullptr || label_lengths == nullptr || input_lengths == nullptr)
+    return CUDNN_STATUS_BAD_PARAM;
+  const size_t batch = DnnCtcBatchBytes(probs_desc) / sizeof(int);
+  if (batch == 0) return CUDNN_STATUS_BAD_PARAM;  // unset, not [T, N, A], or empty
+  int64_t total = 0;
+  for (size_t i = 0; i < batch; ++i) {
+    if (label_lengths[i] < 0 || input_lengths[i] < 0) return CUDNN_STATUS_BAD_PARAM;
+    total += label_lengths[i];
+  }
+  if (total > kDnnMaxCtcLabels) {
+    REVENANT_LOG(WARNING, "shim") << "cuDNN CTC loss with " << total
+                                  << " labels: more than one request carries "
+                                     "(CUDNN_STATUS_NOT_SUPPORTED)";
+    return CUDNN_STATUS_NOT_SUPPORTED;
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // namespace shim
+}  // namespace revenant
 
 namespace {
 
@@ -149,10 +236,14 @@ extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
   return DestroyHandle(ApiId::cudnnDestroy, handle);
 }
 extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
-  return DestroyHandle(ApiId::cudnnDestroyTensorDescriptor, desc);
+  const cudnnStatus_t s = DestroyHandle(ApiId::cudnnDestroyTensorDescriptor, desc);
+  if (s == CUDNN_STATUS_SUCCESS) revenant::shim::DnnForgetDescriptor(desc);
+  return s;
 }
 extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) {
-  return DestroyHandle(ApiId::cudnnDestroyFilterDescriptor, desc);
+  const cudnnStatus_t s = DestroyHandle(ApiId::cudnnDestroyFilterDescriptor, desc);
+  if (s == CUDNN_STATUS_SUCCESS) revenant::shim::DnnForgetDescriptor(desc);
+  return s;
 }
 extern "C" REVENANT_EXPORT cudnnStatus_t
 cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t desc) {

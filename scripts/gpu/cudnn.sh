@@ -16,6 +16,24 @@
 #      handle) ends with the native final checksum, also when the agent is
 #      killed mid-loop and a replacement rebuilds the handle, descriptors,
 #      heuristics and plan from the setup log.
+#
+# tests/apps/cudnn_legacy (the legacy API as PyTorch uses it) likewise:
+#   5. --iters 6 (convolution forward, backward data, backward filter, bias +
+#      activation forward, batch norm forward training Ex / backward Ex /
+#      inference, max pooling, dropout forward, a two-layer LSTM forward in
+#      training mode with dropout) passes natively and under the shim, and
+#      every RESULT line (each output's checksum over the iterations) and
+#      QUERY line (workspace sizes, v7 heuristics, searches' status, RNN
+#      weight layout) is bitwise equal;
+#   6. --descriptors (pooling, dropout, RNN, RNN data, CTC loss, spatial
+#      transformer: create, set, get, destroy, bad input): the same CODE and
+#      VALUES lines natively and under the shim; --after-destroy's destroyed
+#      and wrong-kind handles answer CUDNN_STATUS_BAD_PARAM;
+#   7. the loop killed mid-iteration (in the batch norm, after the LSTM) ends
+#      with the native final checksum: the replacement replays the
+#      descriptors, the dropout states' initialization and the RNN setup,
+#      the snapshot restores the running statistics and both dropout
+#      states, and the iteration's computations replay.
 if [ "$MODE" = all ] || [ "$MODE" = cudnn ]; then
   echo
   echo "=== cuDNN on the cuda backend"
@@ -92,5 +110,54 @@ if [ "$MODE" = all ] || [ "$MODE" = cudnn ]; then
     if [ -n "$ref" ] && [ "$got" = "$ref" ] && grep -q "replacement agent for rank" "$log"
     then s=PASS; else s="FAIL (native '$ref', recovered '$got')"; fi
     record "cudnn_conv loop cuda, agent killed [$spec]" "$s" "$log"
+  done
+
+  app="$G/apps/cudnn_legacy.bin"
+  nlog="$LOGS/cudnn_legacy_loop.native.log"; clog="$LOGS/cudnn_legacy_loop.cuda.log"
+  timeout 180 "$app" --iters 6 >"$nlog" 2>&1; rc=$?
+  if [ $rc -eq 0 ] && grep -q "^PASS cudnn_legacy$" "$nlog"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+  record "cudnn_legacy loop native" "$s" "$nlog"
+  timeout 240 $RUN -n 1 --backend=cuda --timeout=200 -- "$app" --iters 6 >"$clog" 2>&1; rc=$?
+  if [ $rc -eq 0 ] && grep -q "^\[r0\] PASS cudnn_legacy$" "$clog"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+  record "cudnn_legacy loop revenant --backend=cuda" "$s" "$clog"
+  grep "^RESULT \|^QUERY " "$nlog" >"$LOGS/cudnn_legacy_loop.native.results"
+  sed -n 's/^\[r0\] \(\(RESULT\|QUERY\) .*\)$/\1/p' "$clog" >"$LOGS/cudnn_legacy_loop.cuda.results"
+  n=$(grep -c "^RESULT " "$LOGS/cudnn_legacy_loop.native.results")
+  if [ "$n" -eq 14 ] && diff -q "$LOGS/cudnn_legacy_loop.native.results" "$LOGS/cudnn_legacy_loop.cuda.results" >/dev/null
+  then s=PASS; else s="FAIL ($n native results; diff below)"; fi
+  diff "$LOGS/cudnn_legacy_loop.native.results" "$LOGS/cudnn_legacy_loop.cuda.results" >"$LOGS/cudnn_legacy_loop.diff"
+  record "cudnn_legacy outputs and queries bitwise native = cuda" "$s" "$LOGS/cudnn_legacy_loop.diff"
+
+  nlog="$LOGS/cudnn_legacy_desc.native.log"; clog="$LOGS/cudnn_legacy_desc.cuda.log"
+  timeout 120 "$app" --descriptors >"$nlog" 2>&1
+  timeout 150 $RUN -n 1 --backend=cuda --timeout=120 -- "$app" --descriptors >"$clog" 2>&1; rc=$?
+  grep "^CODE \|^VALUES " "$nlog" >"$LOGS/cudnn_legacy_desc.native.codes"
+  sed -n 's/^\[r0\] \(\(CODE\|VALUES\) .*\)$/\1/p' "$clog" >"$LOGS/cudnn_legacy_desc.cuda.codes"
+  n=$(grep -c "^CODE " "$LOGS/cudnn_legacy_desc.native.codes")
+  if [ $rc -eq 0 ] && [ "$n" -eq 36 ] && diff -q "$LOGS/cudnn_legacy_desc.native.codes" "$LOGS/cudnn_legacy_desc.cuda.codes" >/dev/null
+  then s=PASS; else s="FAIL (rc=$rc, $n native codes; diff below)"; fi
+  diff "$LOGS/cudnn_legacy_desc.native.codes" "$LOGS/cudnn_legacy_desc.cuda.codes" >"$LOGS/cudnn_legacy_desc.diff"
+  record "cudnn_legacy descriptors native = cuda" "$s" "$LOGS/cudnn_legacy_desc.diff"
+  clog="$LOGS/cudnn_legacy_after_destroy.cuda.log"
+  timeout 150 $RUN -n 1 --backend=cuda --timeout=120 -- "$app" --descriptors --after-destroy >"$clog" 2>&1; rc=$?
+  n=$(sed -n 's/^\[r0\] CODE \(pooling_destroy_twice\|pooling_set_destroyed\|rnn_data_set_destroyed\|rnn_set_pooling_as_dropout\|ctc_destroy_spatial\|pooling_get_null_out\) 2000$/x/p' "$clog" | wc -l)
+  if [ $rc -eq 0 ] && [ "$n" -eq 6 ]; then s=PASS; else s="FAIL (rc=$rc, $n of 6 answered CUDNN_STATUS_BAD_PARAM)"; fi
+  record "cudnn_legacy destroyed/wrong-kind handles cuda" "$s" "$clog"
+
+  ref=$(sed -n 's/^final checksum \([0-9a-f]*\)$/\1/p' "$LOGS/cudnn_legacy_loop.native.log")
+  got=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$LOGS/cudnn_legacy_loop.cuda.log")
+  if [ -n "$ref" ] && [ "$got" = "$ref" ]; then s=PASS; else s="FAIL (native '$ref', cuda '$got')"; fi
+  record "cudnn_legacy loop final checksum native = cuda" "$s" "$LOGS/cudnn_legacy_loop.cuda.log"
+  # Calls of an iteration: 1 input copy, 2-4 the convolutions, 5 bias +
+  # activation, 6 batch norm training, 7 backward, 8 inference, 9 pooling,
+  # 10 dropout, 11 the LSTM's input copy, 12 the LSTM, then a copy and a
+  # synchronize per output.
+  for spec in "rank=0,minibatch=2,calls=6,point=after_execute" "rank=0,minibatch=4,calls=12,point=after_reply"; do
+    log="$LOGS/cudnn_legacy_loop.cuda.chaos.${spec//[^a-z0-9]/_}.log"
+    timeout 240 $RUN -n 1 --backend=cuda --timeout=200 --chaos="$spec" -- "$app" --iters 6 >"$log" 2>&1
+    got=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$log")
+    if [ -n "$ref" ] && [ "$got" = "$ref" ] && grep -q "replacement agent for rank" "$log"
+    then s=PASS; else s="FAIL (native '$ref', recovered '$got')"; fi
+    record "cudnn_legacy loop cuda, agent killed [$spec]" "$s" "$log"
   done
 fi

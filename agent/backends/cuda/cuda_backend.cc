@@ -863,10 +863,37 @@ class CudaBackend : public Backend {
   cudnnStatus_t name params override {                       \
     Bind();                                                  \
     if (!dnn_.Load()) return CUDNN_STATUS_NOT_INITIALIZED;   \
+    [&](auto&... a) { DnnGuard(#name, a...); } args;          \
     return dnn_.name args;                                   \
   }
   REVENANT_CUDNN_ROWS(REVENANT_CUDA_DNN_ROW)
 #undef REVENANT_CUDA_DNN_ROW
+  // Nothing to adjust for most rows.
+  template <typename... Args>
+  void DnnGuard(const char*, Args&...) {}
+  // cudnnSetDropoutDescriptor writes its random state into `states`. A
+  // replacement replays it from the setup log even when the application
+  // freed that memory later (the allocation is compacted away, the
+  // descriptor's calls are not): the state is then not initialized (cuDNN
+  // sets only the probability for null states), never written into memory
+  // that is no longer mapped. (A first call with such memory, which would
+  // fault natively, is treated alike, with the same log line.)
+  void DnnGuard(const char* api, cudnnDropoutDescriptor_t, cudnnHandle_t, float, void*& states,
+                size_t& size, unsigned long long) {
+    if (std::strcmp(api, "cudnnSetDropoutDescriptor") != 0 || states == nullptr) return;
+    bool live = false;
+    {
+      absl::MutexLock lock(&mu_);
+      live = DeviceAccessible(states, size);
+    }
+    if (live) return;
+    REVENANT_LOG(WARNING, "cuda-backend")
+        << api << ": states [" << states << ", +" << size
+        << ") are not live device memory (freed since, in a replay): the descriptor is set "
+           "without initializing them";
+    states = nullptr;
+    size = 0;
+  }
   size_t DnnGetVersion() override { return dnn_.Load() ? dnn_.cudnnGetVersion() : 0; }
   size_t DnnGetCudartVersion() override {
     return dnn_.Load() ? dnn_.cudnnGetCudartVersion() : 0;

@@ -52,11 +52,14 @@
 // workspace, for what runs).
 //
 // cuDNN (host_dnn.cc): the host backend has no cuDNN. Handles, backend
-// descriptors and the legacy tensor/filter/convolution/activation descriptors
-// can be created and destroyed (handles also given a stream and queried), with
-// cuDNN's codes for bad input, so applications and tests get past their
-// setup; setting the legacy descriptors, finalizing, executing and the
-// attribute calls answer
+// descriptors and the legacy descriptors (tensor, filter, convolution,
+// activation, pooling, dropout, RNN, RNN data, CTC loss, spatial
+// transformer) can be created and destroyed (handles also given a stream and
+// queried), with cuDNN's codes for bad input, so applications and tests get
+// past their setup; setting and reading the legacy descriptors, finalizing,
+// executing, the attribute calls, every legacy computation and query
+// (convolutions, batch norm, pooling, RNN, CTC loss, spatial transformer,
+// workspace sizes, algorithm heuristics) answer
 // CUDNN_STATUS_NOT_SUPPORTED with one log line each, and
 // cudnnGetLastErrorString says why. cudnnGetVersion, cudnnGetCudartVersion
 // and cudnnGetProperty answer the versions of the headers the agent was
@@ -347,6 +350,23 @@ class HostBackend : public Backend {
                                              cudnnActivationMode_t mode,
                                              cudnnNanPropagation_t reluNanOpt,
                                              double coef) override;
+  cudnnStatus_t cudnnCreatePoolingDescriptor(cudnnPoolingDescriptor_t* desc) override;
+  cudnnStatus_t cudnnDestroyPoolingDescriptor(cudnnPoolingDescriptor_t desc) override;
+  cudnnStatus_t cudnnCreateDropoutDescriptor(cudnnDropoutDescriptor_t* desc) override;
+  cudnnStatus_t cudnnDestroyDropoutDescriptor(cudnnDropoutDescriptor_t desc) override;
+  cudnnStatus_t cudnnCreateRNNDescriptor(cudnnRNNDescriptor_t* desc) override;
+  cudnnStatus_t cudnnDestroyRNNDescriptor(cudnnRNNDescriptor_t desc) override;
+  cudnnStatus_t cudnnCreateRNNDataDescriptor(cudnnRNNDataDescriptor_t* desc) override;
+  cudnnStatus_t cudnnDestroyRNNDataDescriptor(cudnnRNNDataDescriptor_t desc) override;
+  cudnnStatus_t cudnnCreateCTCLossDescriptor(cudnnCTCLossDescriptor_t* desc) override;
+  cudnnStatus_t cudnnDestroyCTCLossDescriptor(cudnnCTCLossDescriptor_t desc) override;
+  cudnnStatus_t cudnnCreateSpatialTransformerDescriptor(
+      cudnnSpatialTransformerDescriptor_t* desc) override;
+  cudnnStatus_t cudnnDestroySpatialTransformerDescriptor(
+      cudnnSpatialTransformerDescriptor_t desc) override;
+  // Every other cuDNN row: CUDNN_STATUS_NOT_SUPPORTED, one log line per
+  // function, cudnnGetLastErrorString saying why.
+  cudnnStatus_t DnnUnsupported(const char* api) override { return DnnNotSupported(api); }
   size_t DnnGetVersion() override;
   size_t DnnGetCudartVersion() override;
   void DnnGetLastErrorString(char* message, size_t max_size) override;

@@ -204,6 +204,12 @@ REVENANT_HOST_DNN_LEGACY(Tensor, kDnnTensor)
 REVENANT_HOST_DNN_LEGACY(Filter, kDnnFilter)
 REVENANT_HOST_DNN_LEGACY(Convolution, kDnnConvolution)
 REVENANT_HOST_DNN_LEGACY(Activation, kDnnActivation)
+REVENANT_HOST_DNN_LEGACY(Pooling, kDnnPooling)
+REVENANT_HOST_DNN_LEGACY(Dropout, kDnnDropout)
+REVENANT_HOST_DNN_LEGACY(RNN, kDnnRnn)
+REVENANT_HOST_DNN_LEGACY(RNNData, kDnnRnnData)
+REVENANT_HOST_DNN_LEGACY(CTCLoss, kDnnCtcLoss)
+REVENANT_HOST_DNN_LEGACY(SpatialTransformer, kDnnSpatialTransformer)
 #undef REVENANT_HOST_DNN_LEGACY
 
 // What a legacy descriptor holds is cuDNN's: setting and reading it needs the

@@ -1,0 +1,51 @@
+// cuDNN state and checks the shim keeps for the legacy API's rows
+// (shim_check / shim_done / length of the rows in api/cudnn.textproto).
+//
+// The shim remembers, per legacy tensor and filter descriptor this process
+// set (the agent's virtual ids), its data type and dimensions:
+//   - the data type decides how many bytes a host scalar (alpha, beta) of a
+//     computation on it has: cuDNN reads a double for CUDNN_DATA_DOUBLE data
+//     and a float for every other type (float, half, bfloat16, int8...);
+//   - the dimensions size the host arrays of cudnnCTCLoss and
+//     cudnnGetCTCLossWorkspaceSize (one label length and one input length
+//     per batch entry: dimension 1 of the probabilities [T, N, A]).
+//
+//   length: "::revenant::shim::DnnScalarBytes(yDesc)"   // 4 or 8
+//
+// A descriptor the shim has not seen set (or one of another kind) has float
+// scalars and no dimensions; a CTC call on one is refused before anything is
+// sent (CUDNN_STATUS_BAD_PARAM, as cuDNN answers an unset descriptor).
+//
+// Thread safety: the registry is process-wide and locked.
+#ifndef REVENANT_SHIM_DNN_CHECKS_H_
+#define REVENANT_SHIM_DNN_CHECKS_H_
+
+#include <cudnn.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace revenant {
+namespace shim {
+
+// After a successful cudnnSetTensorNdDescriptor / cudnnSetFilterNdDescriptor
+// (and the descriptor's destruction).
+void DnnNoteDescriptor(const void* desc, cudnnDataType_t type, int nb_dims, const int* dims);
+void DnnForgetDescriptor(const void* desc);
+
+// Bytes of one host scalar of a computation whose data `desc` describes.
+size_t DnnScalarBytes(const void* desc);
+
+// The host arrays of cudnnCTCLoss / cudnnGetCTCLossWorkspaceSize: 0 or the
+// status cuDNN answers (probsDesc unknown or not 3-D, a null array, a
+// negative length, more labels than one request carries: CUDNN_STATUS_BAD_PARAM
+// or CUDNN_STATUS_NOT_SUPPORTED); then their byte sizes.
+int32_t DnnCheckCtcHostArrays(const void* probs_desc, const int* labels,
+                              const int* label_lengths, const int* input_lengths);
+size_t DnnCtcBatchBytes(const void* probs_desc);
+size_t DnnCtcLabelBytes(const void* probs_desc, const int* label_lengths);
+
+}  // namespace shim
+}  // namespace revenant
+
+#endif  // REVENANT_SHIM_DNN_CHECKS_H_

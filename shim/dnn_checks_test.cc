@@ -1,0 +1,80 @@
+// The shim's cuDNN descriptor registry: host scalar sizes by data type and
+// the CTC loss host arrays' sizes and checks (no agent needed).
+#include "shim/dnn_checks.h"
+
+#include <cudnn.h>
+
+#include "api/dnn_args.h"
+#include "gtest/gtest.h"
+
+namespace revenant {
+namespace shim {
+namespace {
+
+const void* Desc(uintptr_t v) { return reinterpret_cast<const void*>(v); }
+
+TEST(DnnChecks, ScalarsAreDoublesOnlyForDoubleData) {
+  const int dims[4] = {2, 3, 4, 5};
+  EXPECT_EQ(DnnScalarBytes(Desc(0x11)), sizeof(float)) << "unknown descriptor";
+  DnnNoteDescriptor(Desc(0x11), CUDNN_DATA_DOUBLE, 4, dims);
+  EXPECT_EQ(DnnScalarBytes(Desc(0x11)), sizeof(double));
+  DnnNoteDescriptor(Desc(0x12), CUDNN_DATA_HALF, 4, dims);
+  EXPECT_EQ(DnnScalarBytes(Desc(0x12)), sizeof(float));
+  DnnNoteDescriptor(Desc(0x13), CUDNN_DATA_BFLOAT16, 4, dims);
+  EXPECT_EQ(DnnScalarBytes(Desc(0x13)), sizeof(float));
+  // Set again as float, then destroyed.
+  DnnNoteDescriptor(Desc(0x11), CUDNN_DATA_FLOAT, 4, dims);
+  EXPECT_EQ(DnnScalarBytes(Desc(0x11)), sizeof(float));
+  DnnNoteDescriptor(Desc(0x11), CUDNN_DATA_DOUBLE, 4, dims);
+  DnnForgetDescriptor(Desc(0x11));
+  EXPECT_EQ(DnnScalarBytes(Desc(0x11)), sizeof(float));
+}
+
+TEST(DnnChecks, CtcHostArraysAreSizedByTheBatch) {
+  const int probs[3] = {10, 3, 6};  // T, N, A
+  DnnNoteDescriptor(Desc(0x21), CUDNN_DATA_FLOAT, 3, probs);
+  const int labels[6] = {1, 2, 3, 4, 5, 1}, label_lengths[3] = {2, 3, 1}, input_lengths[3] = {10, 9, 8};
+  EXPECT_EQ(DnnCheckCtcHostArrays(Desc(0x21), labels, label_lengths, input_lengths),
+            CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(DnnCtcBatchBytes(Desc(0x21)), 3 * sizeof(int));
+  EXPECT_EQ(DnnCtcLabelBytes(Desc(0x21), label_lengths), 6 * sizeof(int));
+  EXPECT_EQ(DnnCheckCtcHostArrays(Desc(0x21), nullptr, label_lengths, input_lengths),
+            CUDNN_STATUS_BAD_PARAM);
+  const int negative[3] = {2, -1, 1};
+  EXPECT_EQ(DnnCheckCtcHostArrays(Desc(0x21), labels, negative, input_lengths),
+            CUDNN_STATUS_BAD_PARAM);
+  // Unknown, or not [T, N, A].
+  EXPECT_EQ(DnnCheckCtcHostArrays(Desc(0x22), labels, label_lengths, input_lengths),
+            CUDNN_STATUS_BAD_PARAM);
+  const int four[4] = {10, 3, 6, 1};
+  DnnNoteDescriptor(Desc(0x23), CUDNN_DATA_FLOAT, 4, four);
+  EXPECT_EQ(DnnCheckCtcHostArrays(Desc(0x23), labels, label_lengths, input_lengths),
+            CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(DnnCtcBatchBytes(Desc(0x23)), 0u);
+  const int huge[3] = {1 << 20, 1, 0};
+  EXPECT_EQ(DnnCheckCtcHostArrays(Desc(0x21), labels, huge, input_lengths),
+            CUDNN_STATUS_NOT_SUPPORTED);
+}
+
+TEST(DnnArgs, AlgorithmResultsAreBoundedByTheAlgorithmCount) {
+  const size_t entry = sizeof(cudnnConvolutionFwdAlgoPerf_t);
+  EXPECT_EQ(api::DnnAlgoPerfBytes(3, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, entry), 3 * entry);
+  EXPECT_EQ(api::DnnAlgoPerfBytes(1000, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, entry),
+            CUDNN_CONVOLUTION_FWD_ALGO_COUNT * entry);
+  EXPECT_EQ(api::DnnAlgoPerfBytes(-4, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, entry), 0u);
+  int returned = 0;
+  cudnnConvolutionFwdAlgoPerf_t perf[1];
+  EXPECT_EQ(api::DnnAlgoQueryStatus(1, &returned, perf), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(api::DnnAlgoQueryStatus(0, &returned, perf), CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(api::DnnAlgoQueryStatus(1, nullptr, perf), CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(api::DnnAlgoQueryStatus(1, &returned, nullptr), CUDNN_STATUS_BAD_PARAM);
+  const int seq[2] = {3, 2};
+  EXPECT_EQ(api::DnnRnnDataArgsStatus(2, seq), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(api::DnnRnnDataArgsStatus(-1, seq), CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(api::DnnRnnDataArgsStatus(2, nullptr), CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(api::DnnRnnDataArgsStatus(api::kDnnMaxRnnBatch + 1, seq), CUDNN_STATUS_NOT_SUPPORTED);
+}
+
+}  // namespace
+}  // namespace shim
+}  // namespace revenant
