@@ -563,9 +563,16 @@ void Session::JournalBeforeRun(const transport::RecordHeader& rec) {
 
 // The survivors were past this minibatch when this agent replaced a dead
 // one: its device work is superseded by the state they handed over, so a
-// replayable request is answered (success) without running.
+// replayable request is answered (success) without running. Not a host
+// function: it does nothing on the device, and the application counts on it
+// running once (the dead agent had not run it, or its callback would have
+// come before the death and the hook's callback count skips it).
 bool Session::SkipSuperseded(const transport::RecordHeader& rec, const api::ApiTraits& traits) {
   if (skip_until_minibatch_ == 0 || traits.journal != api::JournalClass::kReplay) return false;
+  if (const auto id = static_cast<api::ApiId>(rec.api_id);
+      id == api::ApiId::cudaLaunchHostFunc || id == api::ApiId::cudaStreamAddCallback) {
+    return false;
+  }
   if (rec.reply_slot >= 0 && static_cast<uint32_t>(rec.reply_slot) < channel_->reply_slots()) {
     JournaledBeforeReply(rec);
     ReplyPrefix prefix;
