@@ -899,13 +899,15 @@ bool IsCopyIntoSharedHost(const journal::JournalEntry& e, const Session& session
   return h.mode == hooks::kDirect && session.IsSharedHost(reinterpret_cast<void*>(h.dst), h.count);
 }
 
-}  // namespace
+// The dead agent's journal for a replay: both logs merged back into request
+// order, each entry marked with the log it came from.
+struct ReplayLog {
+  std::vector<journal::JournalEntry> entries;
+  std::vector<bool> from_minibatch;
+  uint64_t minibatch = 0;  // the minibatch log's
+};
 
-absl::Status Session::Recover(const std::string& journal_dir, const std::string& job, int rank,
-                              const RequestJournal::Options& journal_options) {
-  const absl::Time start = absl::Now();
-  const std::string job_root = JobRootOf(job_dir_);
-  RecordEvent(job_root, "replacement_replay_started", rank, 0);
+absl::StatusOr<ReplayLog> ReadReplayLog(const std::string& journal_dir) {
   absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
       journal::JournalReader::Open(journal_dir);
   if (!reader.ok()) return reader.status();
@@ -934,106 +936,50 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
     entries.push_back(std::move(e));
     from_minibatch.push_back(mb);
   }
+  return ReplayLog{std::move(entries), std::move(from_minibatch), minibatch};
+}
+
+// The last synchronous request whose reply reached the application: it has
+// an outcome entry, or its reply slot holds its reply or a later one.
+uint64_t LastAnsweredRequest(const std::vector<journal::JournalEntry>& entries,
+                             const transport::ShmServerChannel& channel) {
+  uint64_t last_answered = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const journal::JournalEntry& e = entries[i];
+    if (e.api_id() == journal::kOutcomeApiId) continue;
+    const int slot = RequestJournal::ReplySlotOf(e);
+    if (slot < 0) continue;
+    const uint64_t seq = e.seq() / 2;
+    if (RequestJournal::OutcomeOf(entries, i) != nullptr ||
+        (static_cast<uint32_t>(slot) < channel.reply_slots() && channel.ReplySeq(slot) >= seq)) {
+      last_answered = std::max(last_answered, seq);
+    }
+  }
+  return last_answered;
+}
+
+}  // namespace
+
+absl::Status Session::Recover(const std::string& journal_dir, const std::string& job, int rank,
+                              const RequestJournal::Options& journal_options) {
+  const absl::Time start = absl::Now();
+  const std::string job_root = JobRootOf(job_dir_);
+  RecordEvent(job_root, "replacement_replay_started", rank, 0);
+  absl::StatusOr<ReplayLog> log = ReadReplayLog(journal_dir);
+  if (!log.ok()) return log.status();
+  const std::vector<journal::JournalEntry>& entries = log->entries;
+  const std::vector<bool>& from_minibatch = log->from_minibatch;
+  const uint64_t minibatch = log->minibatch;
   bool behind = false;
   bool joined = minibatch == 0;  // a first-minibatch replacement joins lazily
   // Past the first boundary, a rank with boundary snapshots takes its state
   // at the boundary from the snapshot of the journal's minibatch; one that
   // is missing or corrupt refuses the recovery (docs/recovery.md).
-  std::unique_ptr<Snapshot> snapshot;
-  if (snapshots_ != nullptr && minibatch > 0) {
-    absl::StatusOr<std::unique_ptr<Snapshot>> opened = snapshots_->Open(minibatch);
-    if (!opened.ok()) {
-      RecordEvent(job_root, "replacement_snapshot_refused", rank, 0,
-                  std::string(opened.status().message()));
-      return absl::Status(opened.status().code(),
-                          absl::StrCat("the journal is at minibatch ", minibatch,
-                                       " and its boundary snapshot cannot be used: ",
-                                       opened.status().message()));
-    }
-    snapshot = std::move(*opened);
-  }
-  // Brings the replayed state to the journal's minibatch boundary: from the
-  // snapshot, and/or from the survivors of a data-parallel job.
-  auto restore_boundary = [&]() -> absl::Status {
-    // The setup replay's device work must be done before the state arrives,
-    // or it would overwrite it.
-    backend_->cudaDeviceSynchronize();
-    backend_->MarkBoundary(minibatch);
-    backend_->SetReplayPhase(ReplayPhase::kMinibatchLog);
-    if (snapshot != nullptr) {
-      const absl::Time t0 = absl::Now();
-      Backend* b = backend_;
-      DeviceWrite write = [b](uint64_t addr, const void* src, size_t n) -> absl::Status {
-        const cudaError_t e = b->Memcpy(reinterpret_cast<void*>(addr), src, n,
-                                        cudaMemcpyHostToDevice, nullptr, /*async=*/false);
-        if (e != cudaSuccess) return absl::InternalError(absl::StrCat("device copy error ", e));
-        return absl::OkStatus();
-      };
-      uint64_t skipped = 0;
-      if (absl::Status s = snapshot->Load(write, backend_->DeviceAllocations(), &skipped);
-          !s.ok()) {
-        return s;
-      }
-      backend_->cudaDeviceSynchronize();
-      const std::string detail = absl::StrCat(
-          "minibatch ", minibatch, ", ", snapshot->allocations().size() - skipped,
-          " allocations, ", snapshot->bytes(), " bytes, ",
-          absl::ToInt64Milliseconds(absl::Now() - t0), " ms");
-      RecordEvent(job_root, "replacement_snapshot_loaded", rank, 0, detail);
-      REVENANT_LOG(INFO, "agent") << "boundary snapshot loaded: " << detail;
-      if (skipped > 0) {
-        REVENANT_LOG(WARNING, "agent") << skipped << " allocations of the snapshot no longer "
-                                       << "exist after the replay (freed later): not loaded";
-      }
-      // Communicators with peers still rejoin them (their state then
-      // supersedes the snapshot); without any, the snapshot is the state.
-      backend_->NoteStateRestored(minibatch);
-      absl::Status j = backend_->JoinRecovery(minibatch, &behind);
-      if (absl::IsUnimplemented(j)) return absl::OkStatus();
-      if (!j.ok()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the journal is at minibatch ", minibatch, ": rejoining the peers failed: ",
-            j.ToString()));
-      }
-      // A survivor's state superseded the snapshot, if there was a survivor.
-      RecordEvent(job_root, "replacement_rejoined", rank, 0,
-                  absl::StrCat("minibatch ", minibatch));
-      return absl::OkStatus();
-    }
-    absl::Status j = backend_->JoinRecovery(minibatch, &behind);
-    if (!j.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the journal is at minibatch ", minibatch,
-          ": its state comes from a healthy data-parallel peer, and none answered (a rank "
-          "without a replica needs boundary snapshots: --snapshots=on): ",
-          j.ToString()));
-    }
-    RecordEvent(job_root, "replacement_state_received", rank, 0,
-                absl::StrCat("minibatch ", minibatch));
-    return absl::OkStatus();
-  };
+  absl::StatusOr<std::unique_ptr<Snapshot>> snapshot = OpenBoundarySnapshot(minibatch, rank);
+  if (!snapshot.ok()) return snapshot.status();
   backend_->SetReplayPhase(minibatch == 0 ? ReplayPhase::kMinibatchLog : ReplayPhase::kSetupLog);
 
-  {
-    // The replay regenerates the host callbacks of the requests it replays:
-    // those of the journal's current minibatch (or of everything, before the
-    // first boundary). The application already has the ones the dead agent
-    // posted for them: the callbacks posted since the dead agent started this
-    // minibatch (it recorded the count then, in the channel). If it had not
-    // started it yet (killed between journaling the boundary and running
-    // its request), none: the count for this minibatch starts now.
-    std::lock_guard<std::mutex> lock(callback_mu_);
-    callbacks_sent_ = channel_->callbacks().last_seq();
-    uint64_t started = 0, at_start = 0;
-    channel_->GetMinibatchCallbacks(&started, &at_start);
-    if (started != minibatch || at_start > callbacks_sent_) {
-      channel_->SetMinibatchCallbacks(minibatch, callbacks_sent_);
-      at_start = callbacks_sent_;
-    }
-    callbacks_to_suppress_ = callbacks_sent_ - at_start;
-    REVENANT_LOG(DEBUG, "agent") << "replay of minibatch " << minibatch << ": "
-                                 << callbacks_to_suppress_ << " host callbacks already posted";
-  }
+  CountPostedCallbacks(minibatch);
   replay_setup_ = minibatch > 0;
   replaying_ = true;
   uint64_t last_request = 0;
@@ -1046,18 +992,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   // between journaling such a copy and running it, the application would
   // otherwise never get its bytes). A host callback after the copy could
   // tell it too; those are not counted here.
-  uint64_t last_answered = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const journal::JournalEntry& e = entries[i];
-    if (e.api_id() == journal::kOutcomeApiId) continue;
-    const int slot = RequestJournal::ReplySlotOf(e);
-    if (slot < 0) continue;
-    const uint64_t seq = e.seq() / 2;
-    if (RequestJournal::OutcomeOf(entries, i) != nullptr ||
-        (static_cast<uint32_t>(slot) < channel_->reply_slots() && channel_->ReplySeq(slot) >= seq)) {
-      last_answered = std::max(last_answered, seq);
-    }
-  }
+  const uint64_t last_answered = LastAnsweredRequest(entries, *channel_);
   for (size_t i = 0; i < entries.size(); ++i) {
     const journal::JournalEntry& e = entries[i];
     if (e.api_id() == journal::kOutcomeApiId) continue;
@@ -1068,15 +1003,16 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
     // with a snapshot, before the first request the snapshot does not
     // include: setup-log entries after it, such as an allocation made in
     // this minibatch, replay on top of the snapshot).
-    if (!joined && (snapshot != nullptr ? seq >= snapshot->boundary_seq() : from_minibatch[i])) {
+    if (!joined && (*snapshot != nullptr ? seq >= (*snapshot)->boundary_seq()
+                                         : from_minibatch[i])) {
       // The setup log is replayed: take the state at the boundary, then
       // replay the current minibatch (with the survivors, if any).
-      if (absl::Status j = restore_boundary(); !j.ok()) {
+      if (absl::Status j = RestoreBoundary(minibatch, snapshot->get(), rank, &behind); !j.ok()) {
         backend_->SetReplayPhase(ReplayPhase::kNone);
         replaying_ = false;
         return j;
       }
-      // restore_boundary synchronized the device: the setup replay's host
+      // RestoreBoundary synchronized the device: the setup replay's host
       // callbacks have run (and were dropped); from here the current
       // minibatch's.
       replay_setup_ = false;
@@ -1086,52 +1022,17 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
       // Superseded by the survivors' state. A synchronous request the
       // application still waits for is answered (without results: see
       // docs/recovery.md, "When the survivors are a minibatch ahead").
-      const int slot = RequestJournal::ReplySlotOf(e);
-      if (slot >= 0 && static_cast<uint32_t>(slot) < channel_->reply_slots() &&
-          channel_->ReplySeq(slot) < seq) {
-        ReplyPrefix prefix;
-        std::memcpy(channel_->ReplyBuffer(slot), &prefix, sizeof(prefix));
-        channel_->PostReply(slot, seq, 0, kReplyPrefixSize);
-      }
+      AnswerSuperseded(e);
       continue;
     }
     if (seq < last_answered && IsCopyIntoSharedHost(e, *this)) continue;
     // Put back what the application holds: addresses and handle ids.
-    if (outcome != nullptr && outcome->status() == 0) {
-      const auto id = static_cast<api::ApiId>(e.api_id());
-      const api::ApiTraits& traits = api::Traits(e.api_id());
-      const uint64_t key = FirstOutU64(outcome->outputs());
-      if (id == api::ApiId::cudaMalloc || id == api::ApiId::cudaMallocAsync ||
-          id == api::ApiId::ncclMemAlloc) {
-        if (key != 0) backend_->ExpectNextAllocation(key);
-      } else if (traits.creates != api::HandleKind::kNone && key != 0) {
-        handles_.ExpectNext(traits.creates, key);
-        // A graph alloc node also puts its memory back where it was.
-        if (const uint64_t dptr = AllocNodeAddress(id, outcome->outputs()); dptr != 0) {
-          backend_->ExpectNextAllocation(dptr);
-          REVENANT_LOG(DEBUG, "agent")
-              << absl::StrCat("replay: graph memory expected at 0x", absl::Hex(dptr));
-        }
-      } else if (id == api::ApiId::__cudaRegisterFatBinaryEnd && key != 0) {
-        handles_.ExpectNext(api::HandleKind::kFunction, key);
-      }
-    }
-    if (absl::Status s = ExecuteJournaled(e, outcome); !s.ok()) {
-      ++divergences;
-      REVENANT_LOG(ERROR, "agent") << "replay of request " << seq << " ("
-                                   << api::Traits(e.api_id()).name << ") diverged: " << s;
-      // The application holds a device variable's address (from
-      // cudaGetSymbolAddress) that this agent has elsewhere: later requests
-      // may pass it to kernels, which would fault here. Stop now.
-      if (static_cast<api::ApiId>(e.api_id()) == api::ApiId::__cudaRegisterVar) {
-        backend_->SetReplayPhase(ReplayPhase::kNone);
-        replaying_ = false;
-        replay_setup_ = false;
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the application holds the address of a __device__ variable (cudaGetSymbolAddress, "
-            "request ", seq, ") that this replacement agent has at another address: the job "
-            "cannot be recovered past that call"));
-      }
+    if (outcome != nullptr && outcome->status() == 0) ExpectRecreated(e, *outcome);
+    if (absl::Status s = ReplayEntry(e, outcome, &divergences); !s.ok()) {
+      backend_->SetReplayPhase(ReplayPhase::kNone);
+      replaying_ = false;
+      replay_setup_ = false;
+      return s;
     }
     ++replayed;
   }
@@ -1142,7 +1043,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   replay_setup_ = false;
   if (!joined && minibatch > 0) {
     // The minibatch log was empty: take the boundary state now.
-    if (absl::Status j = restore_boundary(); !j.ok()) {
+    if (absl::Status j = RestoreBoundary(minibatch, snapshot->get(), rank, &behind); !j.ok()) {
       backend_->SetReplayPhase(ReplayPhase::kNone);
       return j;
     }
@@ -1175,6 +1076,155 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   REVENANT_LOG(INFO, "agent") << "recovered: replayed " << replayed << " requests (minibatch "
                               << minibatch << ") in "
                               << absl::ToInt64Milliseconds(absl::Now() - start) << " ms";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Snapshot>> Session::OpenBoundarySnapshot(uint64_t minibatch,
+                                                                         int rank) {
+  if (snapshots_ == nullptr || minibatch == 0) return std::unique_ptr<Snapshot>();
+  absl::StatusOr<std::unique_ptr<Snapshot>> opened = snapshots_->Open(minibatch);
+  if (!opened.ok()) {
+    RecordEvent(JobRootOf(job_dir_), "replacement_snapshot_refused", rank, 0,
+                std::string(opened.status().message()));
+    return absl::Status(opened.status().code(),
+                        absl::StrCat("the journal is at minibatch ", minibatch,
+                                     " and its boundary snapshot cannot be used: ",
+                                     opened.status().message()));
+  }
+  return std::move(*opened);
+}
+
+absl::Status Session::RestoreBoundary(uint64_t minibatch, const Snapshot* snapshot, int rank,
+                                      bool* behind) {
+  const std::string job_root = JobRootOf(job_dir_);
+  // The setup replay's device work must be done before the state arrives,
+  // or it would overwrite it.
+  backend_->cudaDeviceSynchronize();
+  backend_->MarkBoundary(minibatch);
+  backend_->SetReplayPhase(ReplayPhase::kMinibatchLog);
+  if (snapshot != nullptr) {
+    const absl::Time t0 = absl::Now();
+    Backend* b = backend_;
+    DeviceWrite write = [b](uint64_t addr, const void* src, size_t n) -> absl::Status {
+      const cudaError_t e = b->Memcpy(reinterpret_cast<void*>(addr), src, n,
+                                      cudaMemcpyHostToDevice, nullptr, /*async=*/false);
+      if (e != cudaSuccess) return absl::InternalError(absl::StrCat("device copy error ", e));
+      return absl::OkStatus();
+    };
+    uint64_t skipped = 0;
+    if (absl::Status s = snapshot->Load(write, backend_->DeviceAllocations(), &skipped);
+        !s.ok()) {
+      return s;
+    }
+    backend_->cudaDeviceSynchronize();
+    const std::string detail = absl::StrCat(
+        "minibatch ", minibatch, ", ", snapshot->allocations().size() - skipped,
+        " allocations, ", snapshot->bytes(), " bytes, ",
+        absl::ToInt64Milliseconds(absl::Now() - t0), " ms");
+    RecordEvent(job_root, "replacement_snapshot_loaded", rank, 0, detail);
+    REVENANT_LOG(INFO, "agent") << "boundary snapshot loaded: " << detail;
+    if (skipped > 0) {
+      REVENANT_LOG(WARNING, "agent") << skipped << " allocations of the snapshot no longer "
+                                     << "exist after the replay (freed later): not loaded";
+    }
+    // Communicators with peers still rejoin them (their state then
+    // supersedes the snapshot); without any, the snapshot is the state.
+    backend_->NoteStateRestored(minibatch);
+    absl::Status j = backend_->JoinRecovery(minibatch, behind);
+    if (absl::IsUnimplemented(j)) return absl::OkStatus();
+    if (!j.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the journal is at minibatch ", minibatch, ": rejoining the peers failed: ",
+          j.ToString()));
+    }
+    // A survivor's state superseded the snapshot, if there was a survivor.
+    RecordEvent(job_root, "replacement_rejoined", rank, 0,
+                absl::StrCat("minibatch ", minibatch));
+    return absl::OkStatus();
+  }
+  absl::Status j = backend_->JoinRecovery(minibatch, behind);
+  if (!j.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the journal is at minibatch ", minibatch,
+        ": its state comes from a healthy data-parallel peer, and none answered (a rank "
+        "without a replica needs boundary snapshots: --snapshots=on): ",
+        j.ToString()));
+  }
+  RecordEvent(job_root, "replacement_state_received", rank, 0,
+              absl::StrCat("minibatch ", minibatch));
+  return absl::OkStatus();
+}
+
+void Session::CountPostedCallbacks(uint64_t minibatch) {
+  // The replay regenerates the host callbacks of the requests it replays:
+  // those of the journal's current minibatch (or of everything, before the
+  // first boundary). The application already has the ones the dead agent
+  // posted for them: the callbacks posted since the dead agent started this
+  // minibatch (it recorded the count then, in the channel). If it had not
+  // started it yet (killed between journaling the boundary and running
+  // its request), none: the count for this minibatch starts now.
+  std::lock_guard<std::mutex> lock(callback_mu_);
+  callbacks_sent_ = channel_->callbacks().last_seq();
+  uint64_t started = 0, at_start = 0;
+  channel_->GetMinibatchCallbacks(&started, &at_start);
+  if (started != minibatch || at_start > callbacks_sent_) {
+    channel_->SetMinibatchCallbacks(minibatch, callbacks_sent_);
+    at_start = callbacks_sent_;
+  }
+  callbacks_to_suppress_ = callbacks_sent_ - at_start;
+  REVENANT_LOG(DEBUG, "agent") << "replay of minibatch " << minibatch << ": "
+                               << callbacks_to_suppress_ << " host callbacks already posted";
+}
+
+void Session::AnswerSuperseded(const journal::JournalEntry& e) {
+  const uint64_t seq = e.seq() / 2;
+  const int slot = RequestJournal::ReplySlotOf(e);
+  if (slot >= 0 && static_cast<uint32_t>(slot) < channel_->reply_slots() &&
+      channel_->ReplySeq(slot) < seq) {
+    ReplyPrefix prefix;
+    std::memcpy(channel_->ReplyBuffer(slot), &prefix, sizeof(prefix));
+    channel_->PostReply(slot, seq, 0, kReplyPrefixSize);
+  }
+}
+
+void Session::ExpectRecreated(const journal::JournalEntry& e,
+                              const journal::JournalEntry& outcome) {
+  const auto id = static_cast<api::ApiId>(e.api_id());
+  const api::ApiTraits& traits = api::Traits(e.api_id());
+  const uint64_t key = FirstOutU64(outcome.outputs());
+  if (id == api::ApiId::cudaMalloc || id == api::ApiId::cudaMallocAsync ||
+      id == api::ApiId::ncclMemAlloc) {
+    if (key != 0) backend_->ExpectNextAllocation(key);
+  } else if (traits.creates != api::HandleKind::kNone && key != 0) {
+    handles_.ExpectNext(traits.creates, key);
+    // A graph alloc node also puts its memory back where it was.
+    if (const uint64_t dptr = AllocNodeAddress(id, outcome.outputs()); dptr != 0) {
+      backend_->ExpectNextAllocation(dptr);
+      REVENANT_LOG(DEBUG, "agent")
+          << absl::StrCat("replay: graph memory expected at 0x", absl::Hex(dptr));
+    }
+  } else if (id == api::ApiId::__cudaRegisterFatBinaryEnd && key != 0) {
+    handles_.ExpectNext(api::HandleKind::kFunction, key);
+  }
+}
+
+absl::Status Session::ReplayEntry(const journal::JournalEntry& e,
+                                  const journal::JournalEntry* outcome, size_t* divergences) {
+  const absl::Status s = ExecuteJournaled(e, outcome);
+  if (s.ok()) return absl::OkStatus();
+  const uint64_t seq = e.seq() / 2;
+  ++*divergences;
+  REVENANT_LOG(ERROR, "agent") << "replay of request " << seq << " ("
+                               << api::Traits(e.api_id()).name << ") diverged: " << s;
+  // The application holds a device variable's address (from
+  // cudaGetSymbolAddress) that this agent has elsewhere: later requests
+  // may pass it to kernels, which would fault here. Stop now.
+  if (static_cast<api::ApiId>(e.api_id()) == api::ApiId::__cudaRegisterVar) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the application holds the address of a __device__ variable (cudaGetSymbolAddress, "
+        "request ", seq, ") that this replacement agent has at another address: the job "
+        "cannot be recovered past that call"));
+  }
   return absl::OkStatus();
 }
 

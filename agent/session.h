@@ -259,6 +259,28 @@ class Session : private JournalingHost {
   // outcome the dead agent recorded, compared with the replay's.
   absl::Status ExecuteReplayed(const transport::RecordHeader& rec,
                                const journal::JournalEntry* expected);
+  // Session::Recover's steps. The boundary snapshot of the journal's
+  // minibatch, where one is needed (null: none needed); an error refuses
+  // the recovery.
+  absl::StatusOr<std::unique_ptr<Snapshot>> OpenBoundarySnapshot(uint64_t minibatch, int rank);
+  // Brings the replayed state to the journal's minibatch boundary: from the
+  // snapshot (may be null), and/or from the survivors of a data-parallel
+  // job (`*behind`: they were past that minibatch).
+  absl::Status RestoreBoundary(uint64_t minibatch, const Snapshot* snapshot, int rank,
+                               bool* behind);
+  // How many of the host callbacks the replay regenerates the application
+  // already has (callbacks_to_suppress_).
+  void CountPostedCallbacks(uint64_t minibatch);
+  // A replayed request superseded by the survivors' state: answered
+  // (without results) if the application still waits for it.
+  void AnswerSuperseded(const journal::JournalEntry& e);
+  // Before replaying `e`: the address or handle id its outcome names is the
+  // one the replay must create again (what the application holds).
+  void ExpectRecreated(const journal::JournalEntry& e, const journal::JournalEntry& outcome);
+  // Replays `e`; a divergence is counted and logged, and returned as an
+  // error only where the recovery cannot go on past it.
+  absl::Status ReplayEntry(const journal::JournalEntry& e, const journal::JournalEntry* outcome,
+                           size_t* divergences);
   // ExecuteReplayed of a journal entry: its request record rebuilt (body from
   // ReplayBody: inline payloads restored).
   absl::Status ExecuteJournaled(const journal::JournalEntry& entry,
