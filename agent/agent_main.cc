@@ -255,6 +255,125 @@ class Doorkeeper {
   std::thread thread_;
 };
 
+// Journal sizes in KiB up to 1 EiB: no overflow of the byte count.
+constexpr int64_t kMaxKib = int64_t{1} << 40;
+
+// The journal's options from the flags and knobs.
+RequestJournal::Options JournalOptionsFromFlags() {
+  RequestJournal::Options jopts;
+  jopts.boundaries = absl::GetFlag(FLAGS_minibatch) == "manual"
+                         ? RequestJournal::BoundaryMode::kManual
+                         : RequestJournal::BoundaryMode::kAuto;
+  if (const std::optional<int64_t> kib =
+          knobs::Int(knobs::Id::kJournalMinibatchChunkKib, 1, int64_t{64} << 10)) {
+    // The minibatch log's first chunk (journal/journal.h); Journal::Open
+    // refuses a size that is not whole 32 KiB blocks.
+    jopts.journal.minibatch_first_chunk = static_cast<size_t>(*kib) << 10;
+  }
+  // Journal size bounds (journal/journal.h): a warning from 1 GiB on (and at
+  // each doubling) by default; the agent stops, as on a full disk, at
+  // REVENANT_JOURNAL_MAX_KIB (default: none).
+  jopts.journal.warn_bytes = static_cast<uint64_t>(
+                                 knobs::Int(knobs::Id::kJournalWarnKib, 0, kMaxKib).value_or(1 << 20))
+                             << 10;
+  if (const std::optional<int64_t> kib = knobs::Int(knobs::Id::kJournalMaxKib, 0, kMaxKib)) {
+    jopts.journal.max_bytes = static_cast<uint64_t>(*kib) << 10;
+  }
+  return jopts;
+}
+
+// --snapshots, --snapshot_every, --snapshot_max_log_mib.
+void SnapshotOptionsFromFlags(SessionOptions* options) {
+  const std::string snap = absl::GetFlag(FLAGS_snapshots);
+  options->snapshots = snap == "on" || (snap == "auto" && absl::GetFlag(FLAGS_world_size) == 1);
+  if (options->snapshots && !absl::GetFlag(FLAGS_journal)) {
+    REVENANT_LOG(WARNING, "agent") << "boundary snapshots need the journal: off";
+    options->snapshots = false;
+  }
+  const std::string every = absl::GetFlag(FLAGS_snapshot_every);
+  uint64_t n = 0;
+  options->snapshot_every = every == "auto" ? 0 : absl::SimpleAtoi(every, &n) && n > 0 ? n : 1;
+  options->snapshot_max_log_bytes = absl::GetFlag(FLAGS_snapshot_max_log_mib) << 20;
+}
+
+// The fault injection plan (--chaos_*).
+SessionOptions::Chaos ChaosFromFlags() {
+  SessionOptions::Chaos chaos;
+  chaos.after_calls = absl::GetFlag(FLAGS_chaos_after_calls);
+  chaos.minibatch = absl::GetFlag(FLAGS_chaos_minibatch);
+  chaos.calls_into_minibatch = absl::GetFlag(FLAGS_chaos_calls_into_minibatch);
+  chaos.corrupt_snapshot = absl::GetFlag(FLAGS_chaos_corrupt_snapshot);
+  const std::string point = absl::GetFlag(FLAGS_chaos_point);
+  chaos.point = point == "before_append"      ? SessionOptions::Chaos::Point::kBeforeAppend
+                : point == "after_execute"    ? SessionOptions::Chaos::Point::kAfterExecute
+                : point == "after_reply"      ? SessionOptions::Chaos::Point::kAfterReply
+                : point == "snapshot_partial" ? SessionOptions::Chaos::Point::kSnapshotPartial
+                : point == "after_snapshot"   ? SessionOptions::Chaos::Point::kAfterSnapshot
+                : point == "after_boundary"   ? SessionOptions::Chaos::Point::kAfterBoundary
+                                              : SessionOptions::Chaos::Point::kAfterAppend;
+  return chaos;
+}
+
+// --journal_thread, where `chaos` allows a journal thread.
+SessionOptions::JournalThread JournalThreadFromFlags(const SessionOptions::Chaos& chaos) {
+  const std::string mode = absl::GetFlag(FLAGS_journal_thread);
+  using JT = SessionOptions::JournalThread;
+  // auto: write-behind where the thread has a core of its own: each rank
+  // keeps three threads busy (the application's, the executor, the
+  // journal thread), so with at least 4 CPUs and 3 per rank of the job
+  // (--world_size; one node); else the executor journals inline (the
+  // thread would take the application's or the executor's core).
+  const unsigned cpus = std::thread::hardware_concurrency();
+  const unsigned ranks = static_cast<unsigned>(std::max(1, absl::GetFlag(FLAGS_world_size)));
+  JT thread = mode == "behind"                   ? JT::kBehind
+              : mode == "ahead"                  ? JT::kAhead
+              : mode == "off"                    ? JT::kOff
+              : cpus >= 4 && cpus >= 3 * ranks ? JT::kBehind
+                                                 : JT::kOff;
+  const bool exact_append_kill =
+      (chaos.after_calls != 0 || chaos.minibatch != 0) &&
+      (chaos.point == SessionOptions::Chaos::Point::kBeforeAppend ||
+       chaos.point == SessionOptions::Chaos::Point::kAfterAppend);
+  if (thread != JT::kOff && exact_append_kill) {
+    // The kill must find the request journaled or not exactly as named.
+    REVENANT_LOG(INFO, "agent") << "chaos at an append: journal thread off";
+    thread = JT::kOff;
+  }
+  return thread;
+}
+
+// The session's options from the flags and knobs; opens a fresh journal
+// unless the session `recover`s a dead agent's (then Session::Recover
+// continues it). An error names why the application is refused.
+absl::StatusOr<SessionOptions> SessionOptionsFromFlags(const std::string& job_dir, int rank,
+                                                       bool recover,
+                                                       const RequestJournal::Options& jopts) {
+  SessionOptions options;
+  if (absl::GetFlag(FLAGS_journal) && !recover) {
+    absl::StatusOr<std::unique_ptr<RequestJournal>> j =
+        RequestJournal::Open(job_dir + "/journal", absl::GetFlag(FLAGS_job), rank, jopts);
+    if (!j.ok()) {
+      return absl::FailedPreconditionError("cannot open the journal: " + j.status().ToString());
+    }
+    options.journal = std::move(*j);
+  }
+  options.validate_every = absl::GetFlag(FLAGS_validate_every);
+  options.rank = rank;
+  options.world_size = absl::GetFlag(FLAGS_world_size);
+  options.journal_boundary_bytes =
+      static_cast<uint64_t>(
+          knobs::Int(knobs::Id::kJournalBoundaryKib, 0, kMaxKib).value_or(256 << 10))
+      << 10;
+  if (options.validate_every > 0 && !absl::GetFlag(FLAGS_journal)) {
+    REVENANT_LOG(WARNING, "agent") << "--validate_every needs the journal: validator off";
+    options.validate_every = 0;
+  }
+  SnapshotOptionsFromFlags(&options);
+  options.chaos = ChaosFromFlags();
+  options.journal_thread = JournalThreadFromFlags(options.chaos);
+  return options;
+}
+
 // One admitted connection: the rest of the handshake, then serve until the
 // application leaves. Returns the connection to serve next, if one arrived
 // while this session ended.
@@ -278,96 +397,10 @@ std::optional<Admitted> Serve(Backend* backend, Admitted conn, const std::string
       transport::ShmServerChannel::Attach(channel_path);
   if (!ch.ok()) return refuse(ch.status().ToString());
   const bool recover = m["recover"] == "1";
-  RequestJournal::Options jopts;
-  jopts.boundaries = absl::GetFlag(FLAGS_minibatch) == "manual"
-                         ? RequestJournal::BoundaryMode::kManual
-                         : RequestJournal::BoundaryMode::kAuto;
-  if (const std::optional<int64_t> kib =
-          knobs::Int(knobs::Id::kJournalMinibatchChunkKib, 1, int64_t{64} << 10)) {
-    // The minibatch log's first chunk (journal/journal.h); Journal::Open
-    // refuses a size that is not whole 32 KiB blocks.
-    jopts.journal.minibatch_first_chunk = static_cast<size_t>(*kib) << 10;
-  }
-  // Journal size bounds (journal/journal.h): a warning from 1 GiB on (and at
-  // each doubling) by default; the agent stops, as on a full disk, at
-  // REVENANT_JOURNAL_MAX_KIB (default: none).
-  constexpr int64_t kMaxKib = int64_t{1} << 40;  // 1 EiB: no overflow of the byte count
-  jopts.journal.warn_bytes = static_cast<uint64_t>(
-                                 knobs::Int(knobs::Id::kJournalWarnKib, 0, kMaxKib).value_or(1 << 20))
-                             << 10;
-  if (const std::optional<int64_t> kib = knobs::Int(knobs::Id::kJournalMaxKib, 0, kMaxKib)) {
-    jopts.journal.max_bytes = static_cast<uint64_t>(*kib) << 10;
-  }
-  SessionOptions options;
-  if (absl::GetFlag(FLAGS_journal) && !recover) {
-    absl::StatusOr<std::unique_ptr<RequestJournal>> j =
-        RequestJournal::Open(job_dir + "/journal", absl::GetFlag(FLAGS_job), rank, jopts);
-    if (!j.ok()) return refuse("cannot open the journal: " + j.status().ToString());
-    options.journal = std::move(*j);
-  }
-  options.validate_every = absl::GetFlag(FLAGS_validate_every);
-  options.rank = rank;
-  options.world_size = absl::GetFlag(FLAGS_world_size);
-  options.journal_boundary_bytes =
-      static_cast<uint64_t>(
-          knobs::Int(knobs::Id::kJournalBoundaryKib, 0, kMaxKib).value_or(256 << 10))
-      << 10;
-  if (options.validate_every > 0 && !absl::GetFlag(FLAGS_journal)) {
-    REVENANT_LOG(WARNING, "agent") << "--validate_every needs the journal: validator off";
-    options.validate_every = 0;
-  }
-  {
-    const std::string snap = absl::GetFlag(FLAGS_snapshots);
-    options.snapshots =
-        snap == "on" || (snap == "auto" && absl::GetFlag(FLAGS_world_size) == 1);
-    if (options.snapshots && !absl::GetFlag(FLAGS_journal)) {
-      REVENANT_LOG(WARNING, "agent") << "boundary snapshots need the journal: off";
-      options.snapshots = false;
-    }
-    const std::string every = absl::GetFlag(FLAGS_snapshot_every);
-    uint64_t n = 0;
-    options.snapshot_every = every == "auto" ? 0 : absl::SimpleAtoi(every, &n) && n > 0 ? n : 1;
-    options.snapshot_max_log_bytes = absl::GetFlag(FLAGS_snapshot_max_log_mib) << 20;
-  }
-  options.chaos.after_calls = absl::GetFlag(FLAGS_chaos_after_calls);
-  options.chaos.minibatch = absl::GetFlag(FLAGS_chaos_minibatch);
-  options.chaos.calls_into_minibatch = absl::GetFlag(FLAGS_chaos_calls_into_minibatch);
-  options.chaos.corrupt_snapshot = absl::GetFlag(FLAGS_chaos_corrupt_snapshot);
-  const std::string point = absl::GetFlag(FLAGS_chaos_point);
-  options.chaos.point = point == "before_append"   ? SessionOptions::Chaos::Point::kBeforeAppend
-                        : point == "after_execute" ? SessionOptions::Chaos::Point::kAfterExecute
-                        : point == "after_reply"   ? SessionOptions::Chaos::Point::kAfterReply
-                        : point == "snapshot_partial"
-                            ? SessionOptions::Chaos::Point::kSnapshotPartial
-                        : point == "after_snapshot" ? SessionOptions::Chaos::Point::kAfterSnapshot
-                        : point == "after_boundary" ? SessionOptions::Chaos::Point::kAfterBoundary
-                                                    : SessionOptions::Chaos::Point::kAfterAppend;
-  {
-    const std::string mode = absl::GetFlag(FLAGS_journal_thread);
-    using JT = SessionOptions::JournalThread;
-    // auto: write-behind where the thread has a core of its own: each rank
-    // keeps three threads busy (the application's, the executor, the
-    // journal thread), so with at least 4 CPUs and 3 per rank of the job
-    // (--world_size; one node); else the executor journals inline (the
-    // thread would take the application's or the executor's core).
-    const unsigned cpus = std::thread::hardware_concurrency();
-    const unsigned ranks = static_cast<unsigned>(std::max(1, absl::GetFlag(FLAGS_world_size)));
-    options.journal_thread = mode == "behind" ? JT::kBehind
-                             : mode == "ahead" ? JT::kAhead
-                             : mode == "off"   ? JT::kOff
-                             : cpus >= 4 && cpus >= 3 * ranks ? JT::kBehind
-                                                               : JT::kOff;
-    const bool exact_append_kill =
-        (options.chaos.after_calls != 0 || options.chaos.minibatch != 0) &&
-        (options.chaos.point == SessionOptions::Chaos::Point::kBeforeAppend ||
-         options.chaos.point == SessionOptions::Chaos::Point::kAfterAppend);
-    if (options.journal_thread != JT::kOff && exact_append_kill) {
-      // The kill must find the request journaled or not exactly as named.
-      REVENANT_LOG(INFO, "agent") << "chaos at an append: journal thread off";
-      options.journal_thread = JT::kOff;
-    }
-  }
-  Session session(backend, std::move(*ch), fd, job_dir, std::move(options));
+  const RequestJournal::Options jopts = JournalOptionsFromFlags();
+  absl::StatusOr<SessionOptions> options = SessionOptionsFromFlags(job_dir, rank, recover, jopts);
+  if (!options.ok()) return refuse(std::string(options.status().message()));
+  Session session(backend, std::move(*ch), fd, job_dir, std::move(*options));
   if (recover) {
     // A replacement for an agent that died: rebuild its state before the
     // application continues. On failure the application is told why and its
@@ -400,6 +433,115 @@ std::optional<Admitted> Serve(Backend* backend, Admitted conn, const std::string
   return next;
 }
 
+// The flags' values Serve reads (logged when wrong).
+bool FlagsValid() {
+  const std::string minibatch = absl::GetFlag(FLAGS_minibatch);
+  if (minibatch != "auto" && minibatch != "manual") {
+    REVENANT_LOG(ERROR, "agent") << "--minibatch must be auto or manual, not " << minibatch;
+    return false;
+  }
+  const std::string snapshots = absl::GetFlag(FLAGS_snapshots);
+  {
+    const std::string every = absl::GetFlag(FLAGS_snapshot_every);
+    uint64_t n = 0;
+    if (every != "auto" && (!absl::SimpleAtoi(every, &n) || n == 0)) {
+      REVENANT_LOG(ERROR, "agent") << "--snapshot_every must be auto or a positive number, not "
+                                   << every;
+      return false;
+    }
+  }
+  if (snapshots != "auto" && snapshots != "on" && snapshots != "off") {
+    REVENANT_LOG(ERROR, "agent") << "--snapshots must be auto, on or off, not " << snapshots;
+    return false;
+  }
+  const std::string journal_thread = absl::GetFlag(FLAGS_journal_thread);
+  if (journal_thread != "auto" && journal_thread != "behind" && journal_thread != "ahead" &&
+      journal_thread != "off") {
+    REVENANT_LOG(ERROR, "agent") << "--journal_thread must be auto, behind, ahead or off, not "
+                                 << journal_thread;
+    return false;
+  }
+  return true;
+}
+
+// A spare: waits for its assignment, then starts the backend of the rank it
+// takes (`*backend`, `*options`, `*socket_path`, `*job_dir` become the
+// rank's). Returns the agent's exit status when it ends here, else nullopt.
+std::optional<int> TakeAssignment(std::unique_ptr<Backend>* backend, BackendOptions* options,
+                                  std::string* socket_path, std::string* job_dir) {
+  // The backend just made is a warm-up on a range no rank uses: what is
+  // slow to start (the CUDA context, the driver, host kernel libraries)
+  // stays with this process, so the rank's own backend starts quickly.
+  std::unique_ptr<Backend> warm = std::move(*backend);
+  REVENANT_LOG(DEBUG, "agent") << "spare ready (" << warm->name() << " backend)";
+  absl::StatusOr<std::map<std::string, std::string>> a =
+      WaitForAssignment(absl::Seconds(absl::GetFlag(FLAGS_spare_wait_s)));
+  if (!a.ok()) {
+    REVENANT_LOG(INFO, "agent") << "spare leaves without an assignment: " << a.status();
+    return 0;
+  }
+  std::map<std::string, std::string>& m = *a;
+  int rank = -1, device = -1;
+  if (m["op"] != "assign" || m["socket"].empty() || m["job_dir"].empty() ||
+      !absl::SimpleAtoi(m["rank"], &rank) || !absl::SimpleAtoi(m["device"], &device) ||
+      rank < 0) {
+    REVENANT_LOG(ERROR, "agent") << "spare: malformed assignment";
+    return 2;
+  }
+  const absl::Time t0 = absl::Now();
+  *socket_path = m["socket"];
+  *job_dir = m["job_dir"];
+  options->rank = rank;
+  options->device = device >= 0 ? device : rank;
+  options->job_dir = *job_dir;
+  absl::StatusOr<std::unique_ptr<Backend>> made =
+      MakeBackend(absl::GetFlag(FLAGS_backend), *options);
+  if (!made.ok()) {
+    REVENANT_LOG(ERROR, "agent") << "spare: cannot start the backend of rank " << rank << ": "
+                                 << made.status();
+    return 1;
+  }
+  *backend = std::move(*made);
+  warm.reset();
+  const std::string detail =
+      absl::StrCat("pid ", getpid(), ", backend of rank ", rank, " ready in ",
+                   absl::ToInt64Milliseconds(absl::Now() - t0), " ms");
+  RecordEvent(JobRootOf(*job_dir), "spare_assigned", rank, 0, detail);
+  REVENANT_LOG(INFO, "agent") << "spare takes rank " << rank << ": " << detail;
+  return std::nullopt;
+}
+
+// For revenant-chaos and operators: which process serves this rank.
+void WritePidFile(const std::string& job_dir) {
+  const int fd = open((job_dir + "/agent.pid").c_str(),
+                      O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    const std::string text = absl::StrCat(getpid(), "\n");
+    if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+      REVENANT_LOG(WARNING, "agent") << "cannot write " << job_dir << "/agent.pid";
+    }
+    close(fd);
+  }
+}
+
+// Serves one application after the other until a stop signal (or a
+// failed recovery).
+void ServeUntilStopped(Backend* backend, int listen_fd, const std::string& job_dir, int rank) {
+  std::optional<Admitted> next;
+  while (!g_stop.load()) {
+    if (!next.has_value()) {
+      absl::StatusOr<int> fd =
+          transport::AcceptWithDeadline(listen_fd, absl::Now() + absl::Milliseconds(500));
+      if (!fd.ok()) continue;
+      next = Admit(*fd, absl::Seconds(10));
+      if (!next.has_value()) continue;
+    }
+    Admitted conn = std::move(*next);
+    next = Serve(backend, std::move(conn), job_dir, rank, listen_fd);
+  }
+  if (next.has_value()) close(next->fd);
+}
+
 int Main(int argc, char** argv) {
   // Debian's abseil is built with absl::Mutex's lock-order (deadlock) graph
   // on: every Lock and Unlock updates it, which showed in the executor's
@@ -417,32 +559,7 @@ int Main(int argc, char** argv) {
   // that libraries create with the umask's mode, such as the Gloo FileStore
   // of a communicator's rendezvous.
   umask(077);
-  const std::string minibatch = absl::GetFlag(FLAGS_minibatch);
-  if (minibatch != "auto" && minibatch != "manual") {
-    REVENANT_LOG(ERROR, "agent") << "--minibatch must be auto or manual, not " << minibatch;
-    return 2;
-  }
-  const std::string snapshots = absl::GetFlag(FLAGS_snapshots);
-  {
-    const std::string every = absl::GetFlag(FLAGS_snapshot_every);
-    uint64_t n = 0;
-    if (every != "auto" && (!absl::SimpleAtoi(every, &n) || n == 0)) {
-      REVENANT_LOG(ERROR, "agent") << "--snapshot_every must be auto or a positive number, not "
-                                   << every;
-      return 2;
-    }
-  }
-  if (snapshots != "auto" && snapshots != "on" && snapshots != "off") {
-    REVENANT_LOG(ERROR, "agent") << "--snapshots must be auto, on or off, not " << snapshots;
-    return 2;
-  }
-  const std::string journal_thread = absl::GetFlag(FLAGS_journal_thread);
-  if (journal_thread != "auto" && journal_thread != "behind" && journal_thread != "ahead" &&
-      journal_thread != "off") {
-    REVENANT_LOG(ERROR, "agent") << "--journal_thread must be auto, behind, ahead or off, not "
-                                 << journal_thread;
-    return 2;
-  }
+  if (!FlagsValid()) return 2;
   if (absl::GetFlag(FLAGS_die_with_parent)) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() == 1) return 0;  // the launcher is already gone
@@ -499,43 +616,9 @@ int Main(int argc, char** argv) {
     return 1;
   }
   if (spare) {
-    // The backend just made is a warm-up on a range no rank uses: what is
-    // slow to start (the CUDA context, the driver, host kernel libraries)
-    // stays with this process, so the rank's own backend starts quickly.
-    std::unique_ptr<Backend> warm = std::move(*backend);
-    REVENANT_LOG(DEBUG, "agent") << "spare ready (" << warm->name() << " backend)";
-    absl::StatusOr<std::map<std::string, std::string>> a =
-        WaitForAssignment(absl::Seconds(absl::GetFlag(FLAGS_spare_wait_s)));
-    if (!a.ok()) {
-      REVENANT_LOG(INFO, "agent") << "spare leaves without an assignment: " << a.status();
-      return 0;
-    }
-    std::map<std::string, std::string>& m = *a;
-    int rank = -1, device = -1;
-    if (m["op"] != "assign" || m["socket"].empty() || m["job_dir"].empty() ||
-        !absl::SimpleAtoi(m["rank"], &rank) || !absl::SimpleAtoi(m["device"], &device) ||
-        rank < 0) {
-      REVENANT_LOG(ERROR, "agent") << "spare: malformed assignment";
-      return 2;
-    }
-    const absl::Time t0 = absl::Now();
-    socket_path = m["socket"];
-    job_dir = m["job_dir"];
-    options.rank = rank;
-    options.device = device >= 0 ? device : rank;
-    options.job_dir = job_dir;
-    backend = MakeBackend(absl::GetFlag(FLAGS_backend), options);
-    if (!backend.ok()) {
-      REVENANT_LOG(ERROR, "agent") << "spare: cannot start the backend of rank " << rank << ": "
-                                   << backend.status();
-      return 1;
-    }
-    warm.reset();
-    const std::string detail =
-        absl::StrCat("pid ", getpid(), ", backend of rank ", rank, " ready in ",
-                     absl::ToInt64Milliseconds(absl::Now() - t0), " ms");
-    RecordEvent(JobRootOf(job_dir), "spare_assigned", rank, 0, detail);
-    REVENANT_LOG(INFO, "agent") << "spare takes rank " << rank << ": " << detail;
+    const std::optional<int> exit =
+        TakeAssignment(&*backend, &options, &socket_path, &job_dir);
+    if (exit.has_value()) return *exit;
   }
   absl::StatusOr<int> listen_fd = transport::ListenUnix(socket_path);
   if (!listen_fd.ok()) {
@@ -543,33 +626,10 @@ int Main(int argc, char** argv) {
                                  << listen_fd.status();
     return 1;
   }
-  {
-    // For revenant-chaos and operators: which process serves this rank.
-    const int fd = open((job_dir + "/agent.pid").c_str(),
-                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd >= 0) {
-      const std::string text = absl::StrCat(getpid(), "\n");
-      if (write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-        REVENANT_LOG(WARNING, "agent") << "cannot write " << job_dir << "/agent.pid";
-      }
-      close(fd);
-    }
-  }
+  WritePidFile(job_dir);
   REVENANT_LOG(DEBUG, "agent") << "rank " << options.rank << " ready on " << socket_path << " ("
                                << (*backend)->name() << " backend)";
-  std::optional<Admitted> next;
-  while (!g_stop.load()) {
-    if (!next.has_value()) {
-      absl::StatusOr<int> fd =
-          transport::AcceptWithDeadline(*listen_fd, absl::Now() + absl::Milliseconds(500));
-      if (!fd.ok()) continue;
-      next = Admit(*fd, absl::Seconds(10));
-      if (!next.has_value()) continue;
-    }
-    Admitted conn = std::move(*next);
-    next = Serve(backend->get(), std::move(conn), job_dir, options.rank, *listen_fd);
-  }
-  if (next.has_value()) close(next->fd);
+  ServeUntilStopped(backend->get(), *listen_fd, job_dir, options.rank);
   close(*listen_fd);
   unlink(socket_path.c_str());
   return g_recovery_failed.load() ? 3 : 0;

@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "agent/journaling_inline.h"
 #include "agent/profiler.h"
 #include "agent/validator.h"
 #include "api/reply_prefix.h"
@@ -36,39 +37,6 @@
 namespace revenant {
 namespace agent {
 
-namespace {
-// Spins (pause) until done() holds, reading the clock every 32 looks: false
-// after `bound`; from `yield_after` on, each clock read also yields the CPU
-// (on a machine with fewer cores than busy threads, the thread waited for
-// may need this one's).
-template <typename Done>
-bool SpinUntil(Done done, absl::Duration bound,
-               absl::Duration yield_after = absl::InfiniteDuration()) {
-  const absl::Time start = absl::Now();
-  for (int i = 1;; ++i) {
-    if (done()) return true;
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-    if ((i & 31) == 0) {
-      const absl::Duration waited = absl::Now() - start;
-      if (waited >= bound) return false;
-      if (waited >= yield_after) sched_yield();
-    }
-  }
-}
-
-// The executor's way into the journal-ahead lock: the thread holds it for
-// one request's journaling (a few microseconds at most), and absl::Mutex
-// puts a waiter to sleep after a short spin -- a futex wake-up (tens of
-// microseconds in a VM) on the step's critical path. So spin on TryLock by
-// the clock first (bounded), then block.
-void LockSpinning(absl::Mutex& mu) {
-  if (SpinUntil([&mu] { return mu.TryLock(); }, absl::Microseconds(200))) return;
-  mu.Lock();
-}
-}  // namespace
-
 Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> channel,
                  int control_fd, std::string job_dir, SessionOptions options)
     : backend_(backend),
@@ -79,6 +47,8 @@ Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> 
   ctx_.backend = backend_;
   ctx_.handles = &handles_;
   ctx_.session = this;
+  journaling_ = std::make_unique<InlineJournaling>(AsJournalingHost(), channel_.get(),
+                                                   options_.journal.get());
   if (options_.snapshots) {
     snapshots_ = std::make_unique<SnapshotStore>(job_dir_ + "/snapshots", options_.rank);
   }
@@ -128,23 +98,14 @@ void Session::Run() {
   const uint32_t pid = ch->client_pid();
   REVENANT_LOG(DEBUG, "agent") << "serving application pid " << pid;
   PostDeferredReplies();
-  StartJournalAhead();
+  journaling_ = MakeJournalingMode(options_.journal_thread, AsJournalingHost(), ch,
+                                   options_.journal.get(), JournalThreadSettings());
+  journaling_->Start();
   uint64_t executed = 0;
   uint32_t last_api = 0;
   while (true) {
-    absl::StatusOr<const transport::RecordHeader*> rec = nullptr;
-    if (ahead_ != nullptr && ahead_->behind && released_seq_ < executed_seq_) {
-      rec = ch->requests().TryPeek();
-      if (rec.ok() && *rec == nullptr) {
-        // About to wait for the application: what ran is journaled (here,
-        // if the thread has not yet) and its ring space released, so that a
-        // producer waiting for space is never left waiting on us.
-        CatchUpLocked(executed_seq_ + 1);
-        ahead_->mu.Unlock();
-        ch->Release(executed_seq_);
-        released_seq_ = executed_seq_;
-      }
-    }
+    // Write-behind: what ran is journaled and released before waiting.
+    absl::StatusOr<const transport::RecordHeader*> rec = journaling_->PeekBeforeWaiting();
     if (!rec.ok() || *rec == nullptr) rec = ch->Peek(absl::Now() + absl::Milliseconds(200));
     if (!rec.ok()) {
       if (absl::IsDeadlineExceeded(rec.status()) && !disconnected_.load()) continue;
@@ -169,46 +130,12 @@ void Session::Run() {
     const uint64_t seq = r->seq;
     ch->Advance();
     executed_seq_ = seq;
-    if (ahead_ != nullptr && ahead_->behind) {
-      // Write-behind: the ring keeps a request until it is journaled too. A
-      // request the executor journaled itself is journaled with everything
-      // before it (and the thread waits for it: the barrier). Else the
-      // thread's progress is read only every kBehindReleaseEvery requests:
-      // the thread writes that cache line per request, and reading it per
-      // request cost the executor a cache miss each.
-      constexpr uint64_t kBehindReleaseEvery = 256;
-      if (exec_journaled_ == seq || synchronous) {
-        // Journaled (a reply waits for that): the thread, at its barrier
-        // after this request, may go on.
-        ch->Release(seq);
-        released_seq_ = seq;
-        ahead_->done.store(seq, std::memory_order_release);
-        ch->requests().WakeWaiters();
-      } else if (seq - released_seq_ >= kBehindReleaseEvery) {
-        const uint64_t release =
-            std::min(seq, ahead_->journaled.load(std::memory_order_acquire));
-        if (release > released_seq_) {
-          ch->Release(release);
-          released_seq_ = release;
-        }
-      }
-    } else {
-      ch->Release(seq);
-    }
-    if (ahead_ != nullptr && !ahead_->behind) {
-      // The journal-ahead thread waits for this after a synchronous request
-      // or one it would not journal (its barrier). The barrier was set
-      // before the request was published as journaled, which the executor
-      // saw before running it; the thread sets no later one until `done`.
-      if (seq == ahead_->barrier.load(std::memory_order_relaxed)) {
-        ahead_->done.store(seq, std::memory_order_release);
-        ch->requests().WakeWaiters();
-      }
-    }
+    journaling_->AfterRun(seq, synchronous);
     ++executed;
   }
   stopped_serving_.store(true);
-  StopJournalAhead();
+  journaling_->Stop();
+  journaling_ = std::make_unique<InlineJournaling>(AsJournalingHost(), ch, options_.journal.get());
   if (disconnected_.load() && !ch->shutdown_requested()) {
     // The shim marks its channel at a normal exit: this one was killed or
     // crashed (or left by _exit), possibly in the middle of a request.
@@ -339,16 +266,16 @@ void Session::ExecuteRequest(const transport::RecordHeader& rec) {
   if (rec.reply_slot >= 0 && !has_reply) {
     REVENANT_LOG(WARNING, "agent") << "request " << rec.seq << " names reply slot "
                                    << rec.reply_slot << " which does not exist; ignored";
-    JournaledBeforeReply(rec);  // as every synchronous request (the loop relies on it)
+    journaling_->BeforeReply(rec);  // as every synchronous request (the loop relies on it)
   }
-  JournalTurn turn = BeginJournaling(rec);
+  JournalingMode::Turn turn = journaling_->BeforeRun(rec);
   if (rec.api_id == hooks::kMarkStepApiId) {
     if (turn.here) MarkStepHere(rec);
-    FinishJournaling(rec, &turn);
+    journaling_->Journaled(rec, &turn);
     if (has_reply) {
       // The shim sends the marker without a reply slot; a client that names
       // one is answered (success) rather than left waiting for ever.
-      JournaledBeforeReply(rec);
+      journaling_->BeforeReply(rec);
       ReplyPrefix prefix;
       std::memcpy(channel_->ReplyBuffer(rec.reply_slot), &prefix, sizeof(prefix));
       channel_->PostReply(rec.reply_slot, rec.seq, 0, kReplyPrefixSize);
@@ -359,7 +286,7 @@ void Session::ExecuteRequest(const transport::RecordHeader& rec) {
   NoteSubmission(rec);
   MaybeChaos(SessionOptions::Chaos::Point::kBeforeAppend);
   if (turn.here) JournalBeforeRun(rec);
-  FinishJournaling(rec, &turn);
+  journaling_->Journaled(rec, &turn);
   if (validator_ != nullptr &&
       (traits.journal == api::JournalClass::kState ||
        SymbolWriteRegion(rec.api_id, absl::string_view(rec.body(), rec.body_size())) != 0)) {
@@ -374,68 +301,6 @@ void Session::ExecuteRequest(const transport::RecordHeader& rec) {
     return;
   }
   RunAndReply(rec, traits, has_reply);
-}
-
-// Journal thread, ahead: a request the thread journaled already needs no
-// journaling here; any other the executor journals itself, holding the
-// journal-ahead lock until it is journaled (FinishJournaling). After a
-// synchronous request, or one the thread would not journal, the thread
-// waits until the executor has run it (the barrier): its outcome entry,
-// or the boundary work done with it, comes before the next entry.
-Session::JournalTurn Session::BeginJournaling(const transport::RecordHeader& rec) {
-  JournalTurn turn;
-  turn.here = options_.journal != nullptr;
-  if (ahead_ != nullptr && turn.here && ahead_->behind) {
-    // Write-behind. The executor follows the minibatch boundaries itself
-    // (the journal's detector belongs to whoever journals); a plain request
-    // runs now and the thread journals it later; any other is journaled
-    // here before it runs, after everything before it.
-    const bool boundary = exec_detect_ && rec.api_id != hooks::kMarkStepApiId &&
-                          exec_detector_.OnRequest(rec.api_id,
-                                                   absl::string_view(rec.body(), rec.body_size()));
-    if (PlainBehind(rec, boundary)) {
-      turn.here = false;
-      if (boundary) StartMinibatchBehind(rec);
-      return turn;
-    }
-    {
-      ExecutorWaitTimer timer(this, options_.journal->timing());
-      CatchUpLocked(rec.seq);
-    }
-    if (ahead_->journaled.load(std::memory_order_relaxed) >= rec.seq) {
-      // Cannot happen (both sides classify a request alike): journaled
-      // once, by the thread.
-      REVENANT_LOG(ERROR, "agent") << "write-behind: request " << rec.seq
-                                   << " was journaled by the thread; its boundary work, if "
-                                      "any, is not done here";
-      ahead_->mu.Unlock();
-      turn.here = false;
-    } else {
-      turn.locked = true;
-      turn.barrier = true;
-    }
-  } else if (ahead_ != nullptr && turn.here) {
-    ExecutorWaitTimer timer(this, options_.journal->timing() && rec.seq > ahead_seen_);
-    turn.locked = turn.here = LockToJournal(rec);
-    if (!turn.here) StartBoundaryJournaledAhead(rec);
-    if (turn.locked) turn.barrier = rec.reply_slot >= 0 || !Plain(rec);
-  }
-  return turn;
-}
-
-void Session::FinishJournaling(const transport::RecordHeader& rec, JournalTurn* turn) {
-  if (!turn->locked) return;
-  ahead_->pos = channel_->requests().read_position() + rec.stride();
-  if (turn->barrier) ahead_->barrier.store(rec.seq, std::memory_order_release);
-  ahead_->journaled.store(rec.seq, std::memory_order_release);
-  ahead_seen_ = rec.seq;
-  if (ahead_->behind) {
-    exec_minibatch_ = options_.journal->minibatch();
-    exec_journaled_ = rec.seq;
-  }
-  ++ahead_->by_executor;
-  turn->locked = false;
-  ahead_->mu.Unlock();
 }
 
 // An explicit minibatch marker (revenantMarkStep), journaled here.
@@ -574,7 +439,7 @@ bool Session::SkipSuperseded(const transport::RecordHeader& rec, const api::ApiT
     return false;
   }
   if (rec.reply_slot >= 0 && static_cast<uint32_t>(rec.reply_slot) < channel_->reply_slots()) {
-    JournaledBeforeReply(rec);
+    journaling_->BeforeReply(rec);
     ReplyPrefix prefix;
     std::memcpy(channel_->ReplyBuffer(rec.reply_slot), &prefix, sizeof(prefix));
     channel_->PostReply(rec.reply_slot, rec.seq, 0, kReplyPrefixSize);
@@ -642,125 +507,38 @@ void Session::Reply(const transport::RecordHeader& rec, bool nccl, int32_t statu
     nccl_deferred_error_ = 0;
   }
   std::memcpy(reply, &prefix, sizeof(prefix));
-  JournaledBeforeReply(rec);
-  auto journal_outcome = [&] {
-    // The journal-ahead thread waits for this request to finish (barrier):
-    // the lock only orders memory.
-    if (ahead_ != nullptr) LockSpinning(ahead_->mu);
-    absl::Status s = options_.journal->AfterExecute(
-        rec, status, absl::string_view(reply + kReplyPrefixSize, out_size));
-    if (ahead_ != nullptr) ahead_->mu.Unlock();
-    if (!s.ok()) JournalFailed(s);
-  };
+  journaling_->BeforeReply(rec);
+  const absl::string_view outputs(reply + kReplyPrefixSize, out_size);
   const bool outcome_after =
       options_.journal != nullptr && RequestJournal::OutcomeMayFollowReply(rec.api_id);
-  if (options_.journal != nullptr && !outcome_after) journal_outcome();
+  if (options_.journal != nullptr && !outcome_after) {
+    journaling_->Outcome(rec, status, outputs, /*after_reply=*/false);
+  }
   channel_->PostReply(rec.reply_slot, rec.seq, static_cast<uint32_t>(status),
                       kReplyPrefixSize + static_cast<uint32_t>(out_size));
   MaybeChaos(SessionOptions::Chaos::Point::kAfterReply);
   // The reply buffer stays as written: the application only reads it, and
   // the next reply into it comes from this thread, later.
-  if (!outcome_after) return;
-  const absl::string_view outputs(reply + kReplyPrefixSize, out_size);
-  if (ahead_ != nullptr && ahead_->behind && outputs.size() <= kHandedOutcomeMax) {
-    // Write-behind: the thread appends it (it waits for this request to
-    // finish; `done`, stored after this returns, publishes the fields).
-    JournalAhead& a = *ahead_;
-    a.pending_header = rec;
-    a.pending_status = status;
-    a.pending_outputs.assign(outputs.data(), outputs.size());
-    a.pending_seq = rec.seq;
-  } else {
-    journal_outcome();
-  }
+  if (outcome_after) journaling_->Outcome(rec, status, outputs, /*after_reply=*/true);
 }
 
-void Session::StartMinibatchBehind(const transport::RecordHeader& rec) {
-  // The journal starts the minibatch now, as the executor does (after
-  // everything before it, a marker only: the thread appends the request and
-  // its input later). A journal that ended a minibatch behind its executor
-  // would send a replacement to the wrong state.
-  JournalAhead& a = *ahead_;
-  // The thread journals a request in ~0.4 us (H200): a short backlog costs
-  // the executor less waiting than journaling it itself.
-  constexpr uint64_t kBoundaryHandOffBacklog = 16;
-  bool placed = false;
-  if (a.boundary_handoff &&
-      a.journaled.load(std::memory_order_acquire) + kBoundaryHandOffBacklog >= rec.seq) {
-    // The thread is at this request or a few before it: it journals them
-    // and places the marker while the executor waits (a bounded spin, 20 us:
-    // then the executor does what is left itself).
-    ExecutorWaitTimer timer(this, options_.journal->timing());
-    a.boundary_request.store(rec.seq, std::memory_order_release);
-    channel_->requests().WakeWaiters();
-    placed = SpinUntil(
-        [&] { return a.boundary_placed.load(std::memory_order_acquire) >= rec.seq; },
-        absl::Microseconds(20), /*yield_after=*/absl::Microseconds(2));
-  }
-  if (!placed) {
-    {
-      ExecutorWaitTimer timer(this, options_.journal->timing());
-      CatchUpLocked(rec.seq);
-    }
-    // Under the lock: the thread may have placed it in the meantime.
-    if (a.boundary_placed.load(std::memory_order_relaxed) < rec.seq) {
-      if (absl::Status s = options_.journal->PlaceBoundaryBefore(rec); !s.ok()) {
-        JournalFailed(s);
-      }
-      ++a.boundaries_by_executor;
-      a.boundary_placed.store(rec.seq, std::memory_order_release);
-    }
-    a.mu.Unlock();
-    channel_->requests().WakeWaiters();
-  }
-  exec_minibatch_ = options_.journal->minibatch();
-  backend_->MarkBoundary(exec_minibatch_);
-  NoteMinibatchStarted(exec_minibatch_);
-}
-
-bool Session::LockToJournal(const transport::RecordHeader& rec) {
-  JournalAhead& a = *ahead_;
-  if (rec.seq <= ahead_seen_) return false;
-  // The thread holds the lock while it journals. If it does not hold it now,
-  // it is waiting (for the ring, or left this request to the executor), and
-  // the request is journaled soonest here: waiting for the thread would add
-  // its wake-up and a hand-over to a request the executor is ready to run
-  // (the head of a step, when the executor has caught up with the
-  // application). If it holds it, it is journaling this request or an
-  // earlier one: spin (bounded) until it has.
-  bool locked = false;
-  SpinUntil(
-      [&] {
-        return a.journaled.load(std::memory_order_acquire) >= rec.seq ||
-               (locked = a.mu.TryLock());
-      },
-      absl::Microseconds(200));
-  if (!locked && a.journaled.load(std::memory_order_acquire) < rec.seq) {
-    LockSpinning(a.mu);
-    locked = true;
-  }
-  ahead_seen_ = a.journaled.load(std::memory_order_acquire);
-  if (ahead_seen_ >= rec.seq) {
-    if (locked) a.mu.Unlock();
-    return false;
-  }
-  return true;  // locked
-}
-
-void Session::StartBoundaryJournaledAhead(const transport::RecordHeader& rec) {
-  JournalAhead& a = *ahead_;
-  if (rec.seq != a.next_boundary.load(std::memory_order_acquire)) return;
-  // The thread journaled the boundary before this request: the backend
-  // starts the minibatch now, in order (collective ordinals restart).
-  uint64_t minibatch = 0;
-  LockSpinning(a.mu);
-  minibatch = a.boundaries.front().second;
-  a.boundaries.pop_front();
-  a.next_boundary.store(a.boundaries.empty() ? 0 : a.boundaries.front().first,
-                        std::memory_order_release);
-  a.mu.Unlock();
+void Session::StartMinibatch(uint64_t minibatch) {
   backend_->MarkBoundary(minibatch);
   NoteMinibatchStarted(minibatch);
+}
+
+JournalThreadOptions Session::JournalThreadSettings() const {
+  JournalThreadOptions o;
+  o.journaled_through = journaled_through_;
+  // Chaos counts minibatches from the journal under journal-ahead, from the
+  // executor under write-behind (MaybeChaos): there the thread journals
+  // boundaries in chaos runs too, as in production.
+  const SessionOptions::Chaos& c = options_.chaos;
+  const bool behind = options_.journal_thread == SessionOptions::JournalThread::kBehind;
+  o.thread_boundaries = snapshots_ == nullptr && validator_ == nullptr &&
+                        (behind || (c.after_calls == 0 && c.minibatch == 0)) &&
+                        skip_until_minibatch_ == 0;
+  return o;
 }
 
 void Session::NoteMinibatchStarted(uint64_t minibatch) {
@@ -769,280 +547,6 @@ void Session::NoteMinibatchStarted(uint64_t minibatch) {
   // request whose host function was still in flight: see docs/recovery.md).
   std::lock_guard<std::mutex> lock(callback_mu_);
   channel_->SetMinibatchCallbacks(minibatch, channel_->callbacks().last_seq());
-}
-
-bool Session::Plain(const transport::RecordHeader& rec) const {
-  // Not: a marked step; a request not journaled at all (recovery skips every
-  // ring request up to the last journaled one, so the requests journaled
-  // ahead must be contiguous); a minibatch boundary unless the thread may
-  // journal boundaries (without snapshots, validator or chaos).
-  if (rec.api_id == hooks::kMarkStepApiId) return false;
-  if (api::Traits(static_cast<uint32_t>(rec.api_id)).journal == api::JournalClass::kSkip) {
-    return false;
-  }
-  return ahead_->thread_boundaries || !options_.journal->BoundaryBefore(rec);
-}
-
-bool Session::PlainBehind(const transport::RecordHeader& rec, bool boundary) const {
-  // Journaled before it runs: a marked step; a request not journaled at all
-  // (the journaled requests stay contiguous); a request that posts a host
-  // callback (the callback tells the application something, and the
-  // executor cannot hold it back); a copy from the staging area (the
-  // application reuses it); a boundary unless the thread may journal
-  // boundaries (snapshots, the validator and catching up do their boundary
-  // work with the journaling). A synchronous request is plain: it
-  // runs at once, and its reply waits until it is journaled
-  // (JournaledBeforeReply).
-  if (rec.api_id == hooks::kMarkStepApiId) return false;
-  const auto id = static_cast<api::ApiId>(rec.api_id);
-  if (api::Traits(static_cast<uint32_t>(rec.api_id)).journal == api::JournalClass::kSkip) {
-    return false;
-  }
-  if (id == api::ApiId::cudaLaunchHostFunc || id == api::ApiId::cudaStreamAddCallback ||
-      id == api::ApiId::cudaGraphLaunch) {
-    return false;
-  }
-  if (id == api::ApiId::cudaMemcpyAsync || id == api::ApiId::cudaMemcpy) {
-    wire::Decoder in(rec.body(), rec.body_size());
-    hooks::CopyHead h;
-    if (!hooks::GetCopyHead(in, &h) || h.mode == hooks::kStagingSource) return false;
-  }
-  return !boundary || ahead_->thread_boundaries;
-}
-
-void Session::JournaledBeforeReply(const transport::RecordHeader& rec) {
-  if (ahead_ == nullptr || !ahead_->behind || exec_journaled_ == rec.seq) return;
-  // Write-behind ran this synchronous request before it was journaled: the
-  // reply waits until it is (the thread is usually done by now; if not,
-  // the executor journals what is left itself).
-  if (ahead_->journaled.load(std::memory_order_acquire) >= rec.seq) return;
-  CatchUpLocked(rec.seq + 1);
-  ahead_->mu.Unlock();
-}
-
-void Session::FlushHandedOutcomeLocked() {
-  JournalAhead& a = *ahead_;
-  if (a.pending_seq == 0) return;
-  if (absl::Status s =
-          options_.journal->AfterExecute(a.pending_header, a.pending_status, a.pending_outputs);
-      !s.ok()) {
-    JournalFailed(s);
-  }
-  a.pending_seq = 0;
-}
-
-void Session::CatchUpLocked(uint64_t seq) {
-  JournalAhead& a = *ahead_;
-  LockSpinning(a.mu);
-  FlushHandedOutcomeLocked();
-  while (a.journaled.load(std::memory_order_relaxed) + 1 < seq) {
-    absl::StatusOr<const transport::RecordHeader*> r = JournalNextLocked(/*queue_boundary=*/false);
-    if (!r.ok() || *r == nullptr) {
-      // The executor ran these requests, so they are in the ring: a ring
-      // that no longer shows them is corrupt.
-      JournalFailed(absl::DataLossError(absl::StrCat(
-          "write-behind: request ", a.journaled.load() + 1, " ran but the ring no longer holds it",
-          r.ok() ? std::string() : absl::StrCat(": ", r.status().message()))));
-    }
-    ++a.by_executor;
-    ++a.ran_unjournaled;  // the executor is past it: it ran
-  }
-}
-
-absl::StatusOr<const transport::RecordHeader*> Session::JournalNextLocked(bool queue_boundary) {
-  uint64_t pos = ahead_->pos;
-  absl::StatusOr<const transport::RecordHeader*> r = channel_->requests().PeekAt(&pos);
-  if (!r.ok()) return r;
-  ahead_->pos = pos;  // past padding
-  if (*r != nullptr) JournalRecordLocked(**r, queue_boundary);
-  return r;
-}
-
-void Session::JournalRecordLocked(const transport::RecordHeader& rec, bool queue_boundary) {
-  JournalAhead& a = *ahead_;
-  const uint64_t minibatch = options_.journal->minibatch();
-  if (a.dry) {
-    // Measurement only (REVENANT_JOURNAL_THREAD_DRY=1): nothing is written.
-  } else if (absl::Status s = options_.journal->BeforeExecute(
-                 rec, a.dry_payload ? absl::string_view() : CapturedPayload(rec));
-             !s.ok()) {
-    JournalFailed(s);
-  }
-  if (queue_boundary && options_.journal->minibatch() != minibatch) {
-    a.boundaries.emplace_back(rec.seq, options_.journal->minibatch());
-    if (a.boundaries.size() == 1) a.next_boundary.store(rec.seq, std::memory_order_release);
-  }
-  a.pos += rec.stride();
-  // Its outcome entry comes next: nothing is journaled until it finished.
-  if (rec.reply_slot >= 0) a.barrier.store(rec.seq, std::memory_order_release);
-  a.journaled.store(rec.seq, std::memory_order_release);
-}
-
-void Session::StartJournalAhead() {
-  if (options_.journal == nullptr ||
-      options_.journal_thread == SessionOptions::JournalThread::kOff) {
-    return;
-  }
-  ahead_ = std::make_unique<JournalAhead>();
-  ahead_->behind = options_.journal_thread == SessionOptions::JournalThread::kBehind;
-  ahead_->delay_us =
-      static_cast<int>(knobs::Int(knobs::Id::kJournalThreadDelayUs, 0, 10000000).value_or(0));
-  ahead_->boundary_handoff = knobs::Bool(knobs::Id::kJournalBoundaryHandoff).value_or(true);
-  if (const std::optional<std::string> d = knobs::String(knobs::Id::kJournalThreadDry)) {
-    const std::string dry = *d;
-    if (dry == "1") {
-      ahead_->dry = true;
-      REVENANT_LOG(WARNING, "agent")
-          << "REVENANT_JOURNAL_THREAD_DRY=1: the journal thread writes NOTHING (a measurement of "
-             "the thread's protocol without its journaling; recovery would fail)";
-    } else if (dry == "payload") {
-      ahead_->dry_payload = true;
-      REVENANT_LOG(WARNING, "agent")
-          << "REVENANT_JOURNAL_THREAD_DRY=payload: the journal thread writes its records WITHOUT "
-             "the bytes copies read from the application's memory (a measurement of their "
-             "capture; recovery would replay wrong inputs)";
-    } else {
-      REVENANT_LOG(WARNING, "agent") << "REVENANT_JOURNAL_THREAD_DRY=" << dry
-                                     << " ignored: not 1 or payload";
-    }
-  }
-  exec_detector_ = options_.journal->detector();
-  exec_detect_ = options_.journal->boundary_mode() == RequestJournal::BoundaryMode::kAuto;
-  exec_minibatch_ = options_.journal->minibatch();
-  ahead_->pos = channel_->requests().read_position();
-  // Every request before the read position is journaled (a replacement's
-  // replay ends there).
-  ahead_->journaled.store(journaled_through_);
-  executed_seq_ = released_seq_ = journaled_through_;
-  // Chaos counts minibatches from the journal under journal-ahead, from the
-  // executor under write-behind (MaybeChaos): there the thread journals
-  // boundaries in chaos runs too, as in production.
-  const SessionOptions::Chaos& c = options_.chaos;
-  ahead_->thread_boundaries = snapshots_ == nullptr && validator_ == nullptr &&
-                              (ahead_->behind || (c.after_calls == 0 && c.minibatch == 0)) &&
-                              skip_until_minibatch_ == 0;
-  ahead_->thread = std::thread([this] { JournalAheadLoop(); });
-  if (const std::optional<int64_t> c =
-          knobs::Int(knobs::Id::kJournalThreadCpu, 0, CPU_SETSIZE - 1)) {
-    // Places the thread on one CPU (away from the executor's and the
-    // application's: a busy neighbour on the same core slows them).
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(static_cast<int>(*c), &set);
-    if (const int e = pthread_setaffinity_np(ahead_->thread.native_handle(), sizeof(set), &set);
-        e != 0) {
-      REVENANT_LOG(WARNING, "agent") << "REVENANT_JOURNAL_THREAD_CPU=" << *c
-                                     << ": cannot place the journal thread there (error " << e
-                                     << ")";
-    }
-  }
-}
-
-void Session::StopJournalAhead() {
-  if (ahead_ == nullptr) return;
-  ahead_->stop.store(true);
-  channel_->requests().WakeAll();
-  ahead_->thread.join();
-  FlushHandedOutcomeLocked();  // the thread is gone: nobody else holds the lock
-  REVENANT_LOG(INFO, "agent") << "journal thread: " << ahead_->by_thread
-                              << " requests journaled by it, " << ahead_->by_executor
-                              << " by the executor"
-                              << (ahead_->behind
-                                      ? absl::StrCat(", ", ahead_->ran_unjournaled,
-                                                     " of them had run before; minibatch "
-                                                     "boundaries placed by the thread ",
-                                                     ahead_->boundaries_by_thread,
-                                                     ", by the executor ",
-                                                     ahead_->boundaries_by_executor)
-                                      : std::string());
-  if (options_.journal->timing()) {
-    REVENANT_LOG(INFO, "agent") << absl::StrFormat(
-        "journal thread: the executor waited for it or caught up %d times, %.3f ms in all "
-        "(%.3f us each)",
-        ahead_->executor_waits, ahead_->executor_ns / 1e6,
-        ahead_->executor_waits ? ahead_->executor_ns / 1e3 / ahead_->executor_waits : 0.0);
-  }
-  ahead_.reset();
-}
-
-void Session::JournalAheadLoop() {
-  pthread_setname_np(pthread_self(), "journal-thread");
-  JournalAhead& a = *ahead_;
-  transport::RingConsumer& ring = channel_->requests();
-  bool delayed = false;  // the test delay before the next request is over
-  while (!a.stop.load(std::memory_order_acquire)) {
-    std::function<bool()> ready;
-    const char* what = "the journal thread: a request";
-    bool delay_now = false;
-    {
-      absl::MutexLock lock(&a.mu);
-      const uint64_t barrier = a.barrier.load(std::memory_order_acquire);
-      const bool finished = a.done.load(std::memory_order_acquire) >= barrier;
-      // An outcome the executor handed over once it finished its request.
-      if (finished) FlushHandedOutcomeLocked();
-      if (!finished) {
-        // A synchronous request, or one the executor journaled, is not
-        // finished yet.
-        ready = [&a, barrier] {
-          return a.done.load(std::memory_order_acquire) >= barrier || a.stop.load();
-        };
-        what = "the journal thread: the executor finishing a synchronous request";
-      } else {
-        uint64_t pos = a.pos;
-        absl::StatusOr<const transport::RecordHeader*> r = ring.PeekAt(&pos);
-        if (!r.ok()) {
-          // The executor reaches the same record and reports it.
-          REVENANT_LOG(WARNING, "agent") << "journal thread stops: " << r.status();
-          return;
-        }
-        a.pos = pos;  // past padding
-        if (*r == nullptr) {
-          ready = [&a, &ring, pos] { return ring.head_position() > pos || a.stop.load(); };
-        } else if (const bool boundary = a.behind && options_.journal->BoundaryBefore(**r);
-                   a.behind ? !PlainBehind(**r, boundary) : !Plain(**r)) {
-          const uint64_t seq = (*r)->seq;
-          ready = [&a, seq] {
-            return a.journaled.load(std::memory_order_acquire) >= seq || a.stop.load();
-          };
-          what = "the journal thread: the executor journaling a request";
-        } else if (boundary) {
-          // Write-behind: the boundary is placed when the executor gets
-          // there (PlaceBoundaryBefore), by the executor or, when it asks
-          // (boundary_request), here; the request is journaled after it.
-          const uint64_t seq = (*r)->seq;
-          if (a.boundary_request.load(std::memory_order_acquire) >= seq &&
-              a.boundary_placed.load(std::memory_order_relaxed) < seq) {
-            if (absl::Status s = options_.journal->PlaceBoundaryBefore(**r); !s.ok()) {
-              JournalFailed(s);
-            }
-            ++a.boundaries_by_thread;
-            a.boundary_placed.store(seq, std::memory_order_release);
-            continue;  // the request itself next
-          }
-          ready = [&a, seq] {
-            return a.boundary_placed.load(std::memory_order_acquire) >= seq ||
-                   a.boundary_request.load(std::memory_order_acquire) >= seq || a.stop.load();
-          };
-          what = "the journal thread: the executor starting a minibatch";
-        } else if (a.delay_us > 0 && !delayed) {
-          delayed = true;
-          delay_now = true;
-        } else {
-          delayed = false;
-          // With write-behind the executor started the minibatch itself.
-          JournalRecordLocked(**r, /*queue_boundary=*/!a.behind);
-          ++a.by_thread;
-          continue;
-        }
-      }
-    }
-    if (delay_now) {
-      std::this_thread::sleep_for(std::chrono::microseconds(a.delay_us));
-      continue;
-    }
-    const absl::Status w = ring.WaitUntil(ready, absl::Now() + absl::Milliseconds(200), what);
-    if (absl::IsUnavailable(w)) return;  // the application is gone
-  }
 }
 
 bool Session::CarriesNcclDeferredError(api::ApiId id) {
@@ -1082,10 +586,7 @@ void Session::MaybeChaos(SessionOptions::Chaos::Point point) {
   // The minibatch the executor is in: under write-behind the journal may
   // not have reached it yet (these points come after the append, where
   // inline journaling has switched minibatches too).
-  const uint64_t minibatch = options_.journal == nullptr ? 0
-                             : ahead_ != nullptr && ahead_->behind
-                                 ? exec_minibatch_
-                                 : options_.journal->minibatch();
+  const uint64_t minibatch = journaling_->ExecutorMinibatch();
   if (c.after_calls != 0) hit = requests_seen_ == c.after_calls;
   if (c.minibatch != 0 && options_.journal != nullptr && minibatch == c.minibatch) {
     hit = ++chaos_minibatch_calls_ == std::max<uint64_t>(c.calls_into_minibatch, 1);
@@ -1422,13 +923,15 @@ bool IsCopyIntoSharedHost(const journal::JournalEntry& e, const Session& session
   return h.mode == hooks::kDirect && session.IsSharedHost(reinterpret_cast<void*>(h.dst), h.count);
 }
 
-}  // namespace
+// The dead agent's journal for a replay: both logs merged back into request
+// order, each entry marked with the log it came from.
+struct ReplayLog {
+  std::vector<journal::JournalEntry> entries;
+  std::vector<bool> from_minibatch;
+  uint64_t minibatch = 0;  // the minibatch log's
+};
 
-absl::Status Session::Recover(const std::string& journal_dir, const std::string& job, int rank,
-                              const RequestJournal::Options& journal_options) {
-  const absl::Time start = absl::Now();
-  const std::string job_root = JobRootOf(job_dir_);
-  RecordEvent(job_root, "replacement_replay_started", rank, 0);
+absl::StatusOr<ReplayLog> ReadReplayLog(const std::string& journal_dir) {
   absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
       journal::JournalReader::Open(journal_dir);
   if (!reader.ok()) return reader.status();
@@ -1457,106 +960,50 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
     entries.push_back(std::move(e));
     from_minibatch.push_back(mb);
   }
+  return ReplayLog{std::move(entries), std::move(from_minibatch), minibatch};
+}
+
+// The last synchronous request whose reply reached the application: it has
+// an outcome entry, or its reply slot holds its reply or a later one.
+uint64_t LastAnsweredRequest(const std::vector<journal::JournalEntry>& entries,
+                             const transport::ShmServerChannel& channel) {
+  uint64_t last_answered = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const journal::JournalEntry& e = entries[i];
+    if (e.api_id() == journal::kOutcomeApiId) continue;
+    const int slot = RequestJournal::ReplySlotOf(e);
+    if (slot < 0) continue;
+    const uint64_t seq = e.seq() / 2;
+    if (RequestJournal::OutcomeOf(entries, i) != nullptr ||
+        (static_cast<uint32_t>(slot) < channel.reply_slots() && channel.ReplySeq(slot) >= seq)) {
+      last_answered = std::max(last_answered, seq);
+    }
+  }
+  return last_answered;
+}
+
+}  // namespace
+
+absl::Status Session::Recover(const std::string& journal_dir, const std::string& job, int rank,
+                              const RequestJournal::Options& journal_options) {
+  const absl::Time start = absl::Now();
+  const std::string job_root = JobRootOf(job_dir_);
+  RecordEvent(job_root, "replacement_replay_started", rank, 0);
+  absl::StatusOr<ReplayLog> log = ReadReplayLog(journal_dir);
+  if (!log.ok()) return log.status();
+  const std::vector<journal::JournalEntry>& entries = log->entries;
+  const std::vector<bool>& from_minibatch = log->from_minibatch;
+  const uint64_t minibatch = log->minibatch;
   bool behind = false;
   bool joined = minibatch == 0;  // a first-minibatch replacement joins lazily
   // Past the first boundary, a rank with boundary snapshots takes its state
   // at the boundary from the snapshot of the journal's minibatch; one that
   // is missing or corrupt refuses the recovery (docs/recovery.md).
-  std::unique_ptr<Snapshot> snapshot;
-  if (snapshots_ != nullptr && minibatch > 0) {
-    absl::StatusOr<std::unique_ptr<Snapshot>> opened = snapshots_->Open(minibatch);
-    if (!opened.ok()) {
-      RecordEvent(job_root, "replacement_snapshot_refused", rank, 0,
-                  std::string(opened.status().message()));
-      return absl::Status(opened.status().code(),
-                          absl::StrCat("the journal is at minibatch ", minibatch,
-                                       " and its boundary snapshot cannot be used: ",
-                                       opened.status().message()));
-    }
-    snapshot = std::move(*opened);
-  }
-  // Brings the replayed state to the journal's minibatch boundary: from the
-  // snapshot, and/or from the survivors of a data-parallel job.
-  auto restore_boundary = [&]() -> absl::Status {
-    // The setup replay's device work must be done before the state arrives,
-    // or it would overwrite it.
-    backend_->cudaDeviceSynchronize();
-    backend_->MarkBoundary(minibatch);
-    backend_->SetReplayPhase(ReplayPhase::kMinibatchLog);
-    if (snapshot != nullptr) {
-      const absl::Time t0 = absl::Now();
-      Backend* b = backend_;
-      DeviceWrite write = [b](uint64_t addr, const void* src, size_t n) -> absl::Status {
-        const cudaError_t e = b->Memcpy(reinterpret_cast<void*>(addr), src, n,
-                                        cudaMemcpyHostToDevice, nullptr, /*async=*/false);
-        if (e != cudaSuccess) return absl::InternalError(absl::StrCat("device copy error ", e));
-        return absl::OkStatus();
-      };
-      uint64_t skipped = 0;
-      if (absl::Status s = snapshot->Load(write, backend_->DeviceAllocations(), &skipped);
-          !s.ok()) {
-        return s;
-      }
-      backend_->cudaDeviceSynchronize();
-      const std::string detail = absl::StrCat(
-          "minibatch ", minibatch, ", ", snapshot->allocations().size() - skipped,
-          " allocations, ", snapshot->bytes(), " bytes, ",
-          absl::ToInt64Milliseconds(absl::Now() - t0), " ms");
-      RecordEvent(job_root, "replacement_snapshot_loaded", rank, 0, detail);
-      REVENANT_LOG(INFO, "agent") << "boundary snapshot loaded: " << detail;
-      if (skipped > 0) {
-        REVENANT_LOG(WARNING, "agent") << skipped << " allocations of the snapshot no longer "
-                                       << "exist after the replay (freed later): not loaded";
-      }
-      // Communicators with peers still rejoin them (their state then
-      // supersedes the snapshot); without any, the snapshot is the state.
-      backend_->NoteStateRestored(minibatch);
-      absl::Status j = backend_->JoinRecovery(minibatch, &behind);
-      if (absl::IsUnimplemented(j)) return absl::OkStatus();
-      if (!j.ok()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the journal is at minibatch ", minibatch, ": rejoining the peers failed: ",
-            j.ToString()));
-      }
-      // A survivor's state superseded the snapshot, if there was a survivor.
-      RecordEvent(job_root, "replacement_rejoined", rank, 0,
-                  absl::StrCat("minibatch ", minibatch));
-      return absl::OkStatus();
-    }
-    absl::Status j = backend_->JoinRecovery(minibatch, &behind);
-    if (!j.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the journal is at minibatch ", minibatch,
-          ": its state comes from a healthy data-parallel peer, and none answered (a rank "
-          "without a replica needs boundary snapshots: --snapshots=on): ",
-          j.ToString()));
-    }
-    RecordEvent(job_root, "replacement_state_received", rank, 0,
-                absl::StrCat("minibatch ", minibatch));
-    return absl::OkStatus();
-  };
+  absl::StatusOr<std::unique_ptr<Snapshot>> snapshot = OpenBoundarySnapshot(minibatch, rank);
+  if (!snapshot.ok()) return snapshot.status();
   backend_->SetReplayPhase(minibatch == 0 ? ReplayPhase::kMinibatchLog : ReplayPhase::kSetupLog);
 
-  {
-    // The replay regenerates the host callbacks of the requests it replays:
-    // those of the journal's current minibatch (or of everything, before the
-    // first boundary). The application already has the ones the dead agent
-    // posted for them: the callbacks posted since the dead agent started this
-    // minibatch (it recorded the count then, in the channel). If it had not
-    // started it yet (killed between journaling the boundary and running
-    // its request), none: the count for this minibatch starts now.
-    std::lock_guard<std::mutex> lock(callback_mu_);
-    callbacks_sent_ = channel_->callbacks().last_seq();
-    uint64_t started = 0, at_start = 0;
-    channel_->GetMinibatchCallbacks(&started, &at_start);
-    if (started != minibatch || at_start > callbacks_sent_) {
-      channel_->SetMinibatchCallbacks(minibatch, callbacks_sent_);
-      at_start = callbacks_sent_;
-    }
-    callbacks_to_suppress_ = callbacks_sent_ - at_start;
-    REVENANT_LOG(DEBUG, "agent") << "replay of minibatch " << minibatch << ": "
-                                 << callbacks_to_suppress_ << " host callbacks already posted";
-  }
+  CountPostedCallbacks(minibatch);
   replay_setup_ = minibatch > 0;
   replaying_ = true;
   uint64_t last_request = 0;
@@ -1569,18 +1016,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   // between journaling such a copy and running it, the application would
   // otherwise never get its bytes). A host callback after the copy could
   // tell it too; those are not counted here.
-  uint64_t last_answered = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const journal::JournalEntry& e = entries[i];
-    if (e.api_id() == journal::kOutcomeApiId) continue;
-    const int slot = RequestJournal::ReplySlotOf(e);
-    if (slot < 0) continue;
-    const uint64_t seq = e.seq() / 2;
-    if (RequestJournal::OutcomeOf(entries, i) != nullptr ||
-        (static_cast<uint32_t>(slot) < channel_->reply_slots() && channel_->ReplySeq(slot) >= seq)) {
-      last_answered = std::max(last_answered, seq);
-    }
-  }
+  const uint64_t last_answered = LastAnsweredRequest(entries, *channel_);
   for (size_t i = 0; i < entries.size(); ++i) {
     const journal::JournalEntry& e = entries[i];
     if (e.api_id() == journal::kOutcomeApiId) continue;
@@ -1591,15 +1027,16 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
     // with a snapshot, before the first request the snapshot does not
     // include: setup-log entries after it, such as an allocation made in
     // this minibatch, replay on top of the snapshot).
-    if (!joined && (snapshot != nullptr ? seq >= snapshot->boundary_seq() : from_minibatch[i])) {
+    if (!joined && (*snapshot != nullptr ? seq >= (*snapshot)->boundary_seq()
+                                         : from_minibatch[i])) {
       // The setup log is replayed: take the state at the boundary, then
       // replay the current minibatch (with the survivors, if any).
-      if (absl::Status j = restore_boundary(); !j.ok()) {
+      if (absl::Status j = RestoreBoundary(minibatch, snapshot->get(), rank, &behind); !j.ok()) {
         backend_->SetReplayPhase(ReplayPhase::kNone);
         replaying_ = false;
         return j;
       }
-      // restore_boundary synchronized the device: the setup replay's host
+      // RestoreBoundary synchronized the device: the setup replay's host
       // callbacks have run (and were dropped); from here the current
       // minibatch's.
       replay_setup_ = false;
@@ -1609,52 +1046,17 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
       // Superseded by the survivors' state. A synchronous request the
       // application still waits for is answered (without results: see
       // docs/recovery.md, "When the survivors are a minibatch ahead").
-      const int slot = RequestJournal::ReplySlotOf(e);
-      if (slot >= 0 && static_cast<uint32_t>(slot) < channel_->reply_slots() &&
-          channel_->ReplySeq(slot) < seq) {
-        ReplyPrefix prefix;
-        std::memcpy(channel_->ReplyBuffer(slot), &prefix, sizeof(prefix));
-        channel_->PostReply(slot, seq, 0, kReplyPrefixSize);
-      }
+      AnswerSuperseded(e);
       continue;
     }
     if (seq < last_answered && IsCopyIntoSharedHost(e, *this)) continue;
     // Put back what the application holds: addresses and handle ids.
-    if (outcome != nullptr && outcome->status() == 0) {
-      const auto id = static_cast<api::ApiId>(e.api_id());
-      const api::ApiTraits& traits = api::Traits(e.api_id());
-      const uint64_t key = FirstOutU64(outcome->outputs());
-      if (id == api::ApiId::cudaMalloc || id == api::ApiId::cudaMallocAsync ||
-          id == api::ApiId::ncclMemAlloc) {
-        if (key != 0) backend_->ExpectNextAllocation(key);
-      } else if (traits.creates != api::HandleKind::kNone && key != 0) {
-        handles_.ExpectNext(traits.creates, key);
-        // A graph alloc node also puts its memory back where it was.
-        if (const uint64_t dptr = AllocNodeAddress(id, outcome->outputs()); dptr != 0) {
-          backend_->ExpectNextAllocation(dptr);
-          REVENANT_LOG(DEBUG, "agent")
-              << absl::StrCat("replay: graph memory expected at 0x", absl::Hex(dptr));
-        }
-      } else if (id == api::ApiId::__cudaRegisterFatBinaryEnd && key != 0) {
-        handles_.ExpectNext(api::HandleKind::kFunction, key);
-      }
-    }
-    if (absl::Status s = ExecuteJournaled(e, outcome); !s.ok()) {
-      ++divergences;
-      REVENANT_LOG(ERROR, "agent") << "replay of request " << seq << " ("
-                                   << api::Traits(e.api_id()).name << ") diverged: " << s;
-      // The application holds a device variable's address (from
-      // cudaGetSymbolAddress) that this agent has elsewhere: later requests
-      // may pass it to kernels, which would fault here. Stop now.
-      if (static_cast<api::ApiId>(e.api_id()) == api::ApiId::__cudaRegisterVar) {
-        backend_->SetReplayPhase(ReplayPhase::kNone);
-        replaying_ = false;
-        replay_setup_ = false;
-        return absl::FailedPreconditionError(absl::StrCat(
-            "the application holds the address of a __device__ variable (cudaGetSymbolAddress, "
-            "request ", seq, ") that this replacement agent has at another address: the job "
-            "cannot be recovered past that call"));
-      }
+    if (outcome != nullptr && outcome->status() == 0) ExpectRecreated(e, *outcome);
+    if (absl::Status s = ReplayEntry(e, outcome, &divergences); !s.ok()) {
+      backend_->SetReplayPhase(ReplayPhase::kNone);
+      replaying_ = false;
+      replay_setup_ = false;
+      return s;
     }
     ++replayed;
   }
@@ -1665,7 +1067,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   replay_setup_ = false;
   if (!joined && minibatch > 0) {
     // The minibatch log was empty: take the boundary state now.
-    if (absl::Status j = restore_boundary(); !j.ok()) {
+    if (absl::Status j = RestoreBoundary(minibatch, snapshot->get(), rank, &behind); !j.ok()) {
       backend_->SetReplayPhase(ReplayPhase::kNone);
       return j;
     }
@@ -1686,6 +1088,8 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
       RequestJournal::Continue(journal_dir, job, rank, journal_options, minibatch);
   if (!j.ok()) return j.status();
   options_.journal = std::move(*j);
+  journaling_ = std::make_unique<InlineJournaling>(AsJournalingHost(), channel_.get(),
+                                                   options_.journal.get());
   // The ring still holds requests the dead agent journaled but did not
   // release: they were just replayed.
   if (absl::Status s = channel_->SkipThrough(last_request); !s.ok()) return s;
@@ -1696,6 +1100,155 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   REVENANT_LOG(INFO, "agent") << "recovered: replayed " << replayed << " requests (minibatch "
                               << minibatch << ") in "
                               << absl::ToInt64Milliseconds(absl::Now() - start) << " ms";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Snapshot>> Session::OpenBoundarySnapshot(uint64_t minibatch,
+                                                                         int rank) {
+  if (snapshots_ == nullptr || minibatch == 0) return std::unique_ptr<Snapshot>();
+  absl::StatusOr<std::unique_ptr<Snapshot>> opened = snapshots_->Open(minibatch);
+  if (!opened.ok()) {
+    RecordEvent(JobRootOf(job_dir_), "replacement_snapshot_refused", rank, 0,
+                std::string(opened.status().message()));
+    return absl::Status(opened.status().code(),
+                        absl::StrCat("the journal is at minibatch ", minibatch,
+                                     " and its boundary snapshot cannot be used: ",
+                                     opened.status().message()));
+  }
+  return std::move(*opened);
+}
+
+absl::Status Session::RestoreBoundary(uint64_t minibatch, const Snapshot* snapshot, int rank,
+                                      bool* behind) {
+  const std::string job_root = JobRootOf(job_dir_);
+  // The setup replay's device work must be done before the state arrives,
+  // or it would overwrite it.
+  backend_->cudaDeviceSynchronize();
+  backend_->MarkBoundary(minibatch);
+  backend_->SetReplayPhase(ReplayPhase::kMinibatchLog);
+  if (snapshot != nullptr) {
+    const absl::Time t0 = absl::Now();
+    Backend* b = backend_;
+    DeviceWrite write = [b](uint64_t addr, const void* src, size_t n) -> absl::Status {
+      const cudaError_t e = b->Memcpy(reinterpret_cast<void*>(addr), src, n,
+                                      cudaMemcpyHostToDevice, nullptr, /*async=*/false);
+      if (e != cudaSuccess) return absl::InternalError(absl::StrCat("device copy error ", e));
+      return absl::OkStatus();
+    };
+    uint64_t skipped = 0;
+    if (absl::Status s = snapshot->Load(write, backend_->DeviceAllocations(), &skipped);
+        !s.ok()) {
+      return s;
+    }
+    backend_->cudaDeviceSynchronize();
+    const std::string detail = absl::StrCat(
+        "minibatch ", minibatch, ", ", snapshot->allocations().size() - skipped,
+        " allocations, ", snapshot->bytes(), " bytes, ",
+        absl::ToInt64Milliseconds(absl::Now() - t0), " ms");
+    RecordEvent(job_root, "replacement_snapshot_loaded", rank, 0, detail);
+    REVENANT_LOG(INFO, "agent") << "boundary snapshot loaded: " << detail;
+    if (skipped > 0) {
+      REVENANT_LOG(WARNING, "agent") << skipped << " allocations of the snapshot no longer "
+                                     << "exist after the replay (freed later): not loaded";
+    }
+    // Communicators with peers still rejoin them (their state then
+    // supersedes the snapshot); without any, the snapshot is the state.
+    backend_->NoteStateRestored(minibatch);
+    absl::Status j = backend_->JoinRecovery(minibatch, behind);
+    if (absl::IsUnimplemented(j)) return absl::OkStatus();
+    if (!j.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the journal is at minibatch ", minibatch, ": rejoining the peers failed: ",
+          j.ToString()));
+    }
+    // A survivor's state superseded the snapshot, if there was a survivor.
+    RecordEvent(job_root, "replacement_rejoined", rank, 0,
+                absl::StrCat("minibatch ", minibatch));
+    return absl::OkStatus();
+  }
+  absl::Status j = backend_->JoinRecovery(minibatch, behind);
+  if (!j.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the journal is at minibatch ", minibatch,
+        ": its state comes from a healthy data-parallel peer, and none answered (a rank "
+        "without a replica needs boundary snapshots: --snapshots=on): ",
+        j.ToString()));
+  }
+  RecordEvent(job_root, "replacement_state_received", rank, 0,
+              absl::StrCat("minibatch ", minibatch));
+  return absl::OkStatus();
+}
+
+void Session::CountPostedCallbacks(uint64_t minibatch) {
+  // The replay regenerates the host callbacks of the requests it replays:
+  // those of the journal's current minibatch (or of everything, before the
+  // first boundary). The application already has the ones the dead agent
+  // posted for them: the callbacks posted since the dead agent started this
+  // minibatch (it recorded the count then, in the channel). If it had not
+  // started it yet (killed between journaling the boundary and running
+  // its request), none: the count for this minibatch starts now.
+  std::lock_guard<std::mutex> lock(callback_mu_);
+  callbacks_sent_ = channel_->callbacks().last_seq();
+  uint64_t started = 0, at_start = 0;
+  channel_->GetMinibatchCallbacks(&started, &at_start);
+  if (started != minibatch || at_start > callbacks_sent_) {
+    channel_->SetMinibatchCallbacks(minibatch, callbacks_sent_);
+    at_start = callbacks_sent_;
+  }
+  callbacks_to_suppress_ = callbacks_sent_ - at_start;
+  REVENANT_LOG(DEBUG, "agent") << "replay of minibatch " << minibatch << ": "
+                               << callbacks_to_suppress_ << " host callbacks already posted";
+}
+
+void Session::AnswerSuperseded(const journal::JournalEntry& e) {
+  const uint64_t seq = e.seq() / 2;
+  const int slot = RequestJournal::ReplySlotOf(e);
+  if (slot >= 0 && static_cast<uint32_t>(slot) < channel_->reply_slots() &&
+      channel_->ReplySeq(slot) < seq) {
+    ReplyPrefix prefix;
+    std::memcpy(channel_->ReplyBuffer(slot), &prefix, sizeof(prefix));
+    channel_->PostReply(slot, seq, 0, kReplyPrefixSize);
+  }
+}
+
+void Session::ExpectRecreated(const journal::JournalEntry& e,
+                              const journal::JournalEntry& outcome) {
+  const auto id = static_cast<api::ApiId>(e.api_id());
+  const api::ApiTraits& traits = api::Traits(e.api_id());
+  const uint64_t key = FirstOutU64(outcome.outputs());
+  if (id == api::ApiId::cudaMalloc || id == api::ApiId::cudaMallocAsync ||
+      id == api::ApiId::ncclMemAlloc) {
+    if (key != 0) backend_->ExpectNextAllocation(key);
+  } else if (traits.creates != api::HandleKind::kNone && key != 0) {
+    handles_.ExpectNext(traits.creates, key);
+    // A graph alloc node also puts its memory back where it was.
+    if (const uint64_t dptr = AllocNodeAddress(id, outcome.outputs()); dptr != 0) {
+      backend_->ExpectNextAllocation(dptr);
+      REVENANT_LOG(DEBUG, "agent")
+          << absl::StrCat("replay: graph memory expected at 0x", absl::Hex(dptr));
+    }
+  } else if (id == api::ApiId::__cudaRegisterFatBinaryEnd && key != 0) {
+    handles_.ExpectNext(api::HandleKind::kFunction, key);
+  }
+}
+
+absl::Status Session::ReplayEntry(const journal::JournalEntry& e,
+                                  const journal::JournalEntry* outcome, size_t* divergences) {
+  const absl::Status s = ExecuteJournaled(e, outcome);
+  if (s.ok()) return absl::OkStatus();
+  const uint64_t seq = e.seq() / 2;
+  ++*divergences;
+  REVENANT_LOG(ERROR, "agent") << "replay of request " << seq << " ("
+                               << api::Traits(e.api_id()).name << ") diverged: " << s;
+  // The application holds a device variable's address (from
+  // cudaGetSymbolAddress) that this agent has elsewhere: later requests
+  // may pass it to kernels, which would fault here. Stop now.
+  if (static_cast<api::ApiId>(e.api_id()) == api::ApiId::__cudaRegisterVar) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the application holds the address of a __device__ variable (cudaGetSymbolAddress, "
+        "request ", seq, ") that this replacement agent has at another address: the job "
+        "cannot be recovered past that call"));
+  }
   return absl::OkStatus();
 }
 

@@ -32,6 +32,7 @@
 #include "agent/dispatch.h"
 #include "agent/handles.h"
 #include "agent/journaling.h"
+#include "agent/journaling_mode.h"
 #include "agent/snapshot.h"
 #include "api/hook_protocol.h"
 #include "api/traits.h"
@@ -125,13 +126,14 @@ struct SessionOptions {
   //            everything earlier: what the application was told is always
   //            in the journal, and the rest is still in its ring.
   // Off for chaos kills before or after an append (exact crash points).
-  enum class JournalThread { kOff, kAhead, kBehind };
+  // agent/journaling_mode.h has the three modes.
+  using JournalThread = JournalThreadKind;
   JournalThread journal_thread = JournalThread::kOff;
 };
 
 class Validator;
 
-class Session {
+class Session : private JournalingHost {
  public:
   // `backend` must outlive the session. Takes ownership of `control_fd`.
   Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> channel,
@@ -232,20 +234,11 @@ class Session {
   };
   std::vector<ExecCounter> exec_stats_;
   std::string ExecStatsReport() const;
-  // One request: BeginJournaling, JournalBeforeRun (or MarkStepHere),
-  // FinishJournaling, RunAndReply.
+  // One request: decode, journal (JournalingMode::BeforeRun, then
+  // JournalBeforeRun or MarkStepHere where the executor journals it), run,
+  // reply.
   void Execute(const transport::RecordHeader& rec);
   void ExecuteRequest(const transport::RecordHeader& rec);
-  // Who journals a request (this thread or the journal thread) and the
-  // journal-ahead lock this thread holds for it.
-  struct JournalTurn {
-    bool here = false;     // this thread journals it
-    bool locked = false;   // ahead_->mu held until FinishJournaling
-    bool barrier = false;  // the thread waits until this request ran
-  };
-  JournalTurn BeginJournaling(const transport::RecordHeader& rec);
-  // Publishes the request as journaled to the journal thread, releases mu.
-  void FinishJournaling(const transport::RecordHeader& rec, JournalTurn* turn);
   // `forced`: a boundary the agent places itself (a journal size bound):
   // always a snapshot, whatever --snapshot_every says.
   void MarkStepHere(const transport::RecordHeader& rec, bool forced = false);
@@ -266,169 +259,49 @@ class Session {
   // outcome the dead agent recorded, compared with the replay's.
   absl::Status ExecuteReplayed(const transport::RecordHeader& rec,
                                const journal::JournalEntry* expected);
+  // Session::Recover's steps. The boundary snapshot of the journal's
+  // minibatch, where one is needed (null: none needed); an error refuses
+  // the recovery.
+  absl::StatusOr<std::unique_ptr<Snapshot>> OpenBoundarySnapshot(uint64_t minibatch, int rank);
+  // Brings the replayed state to the journal's minibatch boundary: from the
+  // snapshot (may be null), and/or from the survivors of a data-parallel
+  // job (`*behind`: they were past that minibatch).
+  absl::Status RestoreBoundary(uint64_t minibatch, const Snapshot* snapshot, int rank,
+                               bool* behind);
+  // How many of the host callbacks the replay regenerates the application
+  // already has (callbacks_to_suppress_).
+  void CountPostedCallbacks(uint64_t minibatch);
+  // A replayed request superseded by the survivors' state: answered
+  // (without results) if the application still waits for it.
+  void AnswerSuperseded(const journal::JournalEntry& e);
+  // Before replaying `e`: the address or handle id its outcome names is the
+  // one the replay must create again (what the application holds).
+  void ExpectRecreated(const journal::JournalEntry& e, const journal::JournalEntry& outcome);
+  // Replays `e`; a divergence is counted and logged, and returned as an
+  // error only where the recovery cannot go on past it.
+  absl::Status ReplayEntry(const journal::JournalEntry& e, const journal::JournalEntry* outcome,
+                           size_t* divergences);
   // ExecuteReplayed of a journal entry: its request record rebuilt (body from
   // ReplayBody: inline payloads restored).
   absl::Status ExecuteJournaled(const journal::JournalEntry& entry,
                                 const journal::JournalEntry* expected);
-  // Tells the application why (op=dropped on its control socket) and exits
-  // the agent (status 70). Any thread.
-  [[noreturn]] void JournalFailed(const absl::Status& status);
+  // JournalingHost: tells the application why (op=dropped on its control
+  // socket) and exits the agent (status 70). Any thread.
+  [[noreturn]] void JournalFailed(const absl::Status& status) override;
+  // JournalingHost: the backend starts `minibatch`, the channel notes the
+  // callbacks posted so far (NoteMinibatchStarted).
+  void StartMinibatch(uint64_t minibatch) override;
 
-  // The journal thread (SessionOptions::journal_thread; docs/design.md, "The
-  // journal thread"). The ring's requests are journaled in seq order, each
-  // exactly once, by this thread or by the executor, under `mu`. The thread
-  // takes the requests Plain() (ahead) or PlainBehind() (write-behind)
-  // allows; at any other it stops until the executor has journaled it. After
-  // a synchronous request (its outcome entry comes next in the journal) it
-  // waits until the executor finished it (barrier).
-  // Ahead: the executor runs a request only once it is journaled, by the
-  // thread or by itself when the thread stopped at it or has not reached it
-  // within a bounded spin; a boundary the thread journaled is queued for the
-  // executor, which starts the minibatch in the backend just before that
-  // request.
-  // Behind: the executor runs plain requests at once and starts minibatches
-  // from its own detector; it catches the journal up itself (CatchUpLocked)
-  // before a request that is not plain, before a reply
-  // (JournaledBeforeReply) and before it waits for the application; it
-  // releases ring space only up to the journaled request.
-  // The fields each side writes are on their own cache lines: the other side
-  // polls them, and a shared line moved between the cores on every request
-  // (it showed in the executor's profile on the H200).
-  struct JournalAhead {
-    alignas(64) absl::Mutex mu;
-    uint64_t pos = 0;  // ring position after the last journaled request (mu)
-    // Written by the thread (and by the executor when it journals itself).
-    alignas(64) std::atomic<uint64_t> journaled{0};  // every request <= this is journaled
-    std::atomic<uint64_t> barrier{0};    // nothing journaled until done >= barrier
-    // Written by the executor, only when it finishes the barrier request.
-    alignas(64) std::atomic<uint64_t> done{0};  // the executor finished the barrier (>= it)
-    // Boundaries the thread journaled: (request seq, minibatch it starts).
-    std::deque<std::pair<uint64_t, uint64_t>> boundaries;  // mu
-    alignas(64) std::atomic<uint64_t> next_boundary{0};  // boundaries.front().first, 0: none
-    // Whether the thread may journal boundaries: no snapshots, validator,
-    // chaos or catching up (their boundary work runs with the journaling).
-    bool thread_boundaries = false;
-    // Write-behind (SessionOptions::JournalThread::kBehind).
-    bool behind = false;
-    // Write-behind: the request before which a minibatch boundary was last
-    // placed in the journal (RequestJournal::PlaceBoundaryBefore, when the
-    // executor starts that minibatch: by the executor, or by the thread at
-    // its request). The thread journals such a request
-    // only after that, so the journal's minibatch is always the executor's
-    // (as with inline journaling): a replacement's journal names the
-    // minibatch its predecessor was in.
-    alignas(64) std::atomic<uint64_t> boundary_placed{0};
-    // Write-behind: the boundary request the executor waits at, asking the
-    // thread to place it (the thread had journaled everything before it).
-    // The thread's journal state is in its own caches; placing the marker
-    // on the executor took it a cache miss per line (~0.7 us per step on the
-    // H200). Whoever places a boundary does so under mu, after checking
-    // boundary_placed.
-    alignas(64) std::atomic<uint64_t> boundary_request{0};
-    uint64_t boundaries_by_thread = 0, boundaries_by_executor = 0;  // mu
-    // REVENANT_JOURNAL_BOUNDARY_HANDOFF=0 (measurements): the executor
-    // places every boundary itself.
-    bool boundary_handoff = true;
-    // Write-behind: the outcome of a wait or synchronous copy, handed to the
-    // thread after the reply (OutcomeMayFollowReply); pending_seq 0: none.
-    // Written by the executor before it stores `done` for that request;
-    // appended (and cleared) under mu by the thread once it sees `done`, or
-    // by the executor before it journals anything else.
-    uint64_t pending_seq = 0;
-    transport::RecordHeader pending_header;
-    int32_t pending_status = 0;
-    std::string pending_outputs;
-    // Test hook (REVENANT_JOURNAL_THREAD_DELAY_US): the thread sleeps this
-    // long before each request, so that tests find the executor ahead of it.
-    int delay_us = 0;
-    // Measurement hook (REVENANT_JOURNAL_THREAD_DRY=1): the thread takes
-    // requests but writes nothing, to separate the cost of its journaling
-    // from that of the hand-over protocol. Never for real jobs.
-    bool dry = false;
-    // REVENANT_JOURNAL_THREAD_DRY=payload: records without the bytes a copy
-    // reads from the application's memory (the input capture's share).
-    bool dry_payload = false;
-    std::atomic<bool> stop{false};
-    uint64_t by_thread = 0, by_executor = 0;  // requests journaled (mu)
-    // Write-behind: requests the executor journaled after it had run them
-    // (catching up; the thread's late ones are not counted).
-    uint64_t ran_unjournaled = 0;
-    // With REVENANT_JOURNAL_TIMING=1: the executor's time spent on the
-    // journal while the thread journals (waiting for the thread, starting
-    // queued boundaries, outcome entries), and how often it waited.
-    uint64_t executor_ns = 0, executor_waits = 0;
-    std::thread thread;
-  };
-  // With REVENANT_JOURNAL_TIMING=1: adds its lifetime to the executor's
-  // time on the journal thread (JournalAhead::executor_ns, executor_waits).
-  class ExecutorWaitTimer {
-   public:
-    ExecutorWaitTimer(Session* s, bool on)
-        : s_(on ? s : nullptr),
-          t0_(on ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point()) {}
-    ~ExecutorWaitTimer() {
-      if (s_ == nullptr) return;
-      s_->ahead_->executor_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                     std::chrono::steady_clock::now() - t0_)
-                                     .count();
-      ++s_->ahead_->executor_waits;
-    }
-    ExecutorWaitTimer(const ExecutorWaitTimer&) = delete;
-    ExecutorWaitTimer& operator=(const ExecutorWaitTimer&) = delete;
-
-   private:
-    Session* const s_;
-    const std::chrono::steady_clock::time_point t0_;
-  };
-  std::unique_ptr<JournalAhead> ahead_;
-  uint64_t ahead_seen_ = 0;  // the executor's last read of ahead_->journaled
-  void StartJournalAhead();
-  void StopJournalAhead();
-  void JournalAheadLoop();
-  // Write-behind, a plain request `rec` that starts a minibatch: the
-  // boundary is placed in the journal (by the thread, which the executor
-  // asks and waits for when it is close behind, else here) and the backend
-  // starts the minibatch.
-  void StartMinibatchBehind(const transport::RecordHeader& rec);
-  // Whether the executor journals `rec` itself; if so, returns with mu
-  // held (else the thread journaled it, possibly after a bounded spin).
-  bool LockToJournal(const transport::RecordHeader& rec);
-  // A request the thread journaled a boundary before: starts the minibatch
-  // in the backend.
-  void StartBoundaryJournaledAhead(const transport::RecordHeader& rec);
+  // How requests get journaled (SessionOptions::journal_thread): inline
+  // outside Run; Run starts the mode the options name.
+  std::unique_ptr<JournalingMode> journaling_;
+  JournalingHost* AsJournalingHost() { return this; }
+  // The journal thread's settings for the mode Run starts.
+  JournalThreadOptions JournalThreadSettings() const;
   // Records in the channel how many host callbacks were posted when
   // `minibatch` started (ShmServerChannel::SetMinibatchCallbacks).
   void NoteMinibatchStarted(uint64_t minibatch);
-  // Ahead: whether the journal thread may journal `rec` (mu held).
-  bool Plain(const transport::RecordHeader& rec) const;
-  // Write-behind: whether `rec` may run before it is journaled (the thread
-  // journals it later); `boundary`: a minibatch boundary comes before it.
-  bool PlainBehind(const transport::RecordHeader& rec, bool boundary) const;
-  // Write-behind: takes the lock and journals every request before `seq`
-  // that the thread has not journaled yet (they are all plain); returns
-  // with the lock held.
-  void CatchUpLocked(uint64_t seq);
-  // Write-behind: returns once `rec` (a request with a reply) is journaled.
-  void JournaledBeforeReply(const transport::RecordHeader& rec);
-  // Write-behind: appends the outcome handed to the thread, if any (mu held).
-  void FlushHandedOutcomeLocked();
-  // Larger outputs are journaled by the executor (no copy to hand over).
-  static constexpr size_t kHandedOutcomeMax = 4096;
-  // Journals the ring's request at ahead_->pos (mu held). Returns the
-  // record, nullptr if none is readable yet.
-  absl::StatusOr<const transport::RecordHeader*> JournalNextLocked(bool queue_boundary);
-  // Journals `rec`, the ring's request at ahead_->pos (mu held), and moves
-  // past it; `queue_boundary`: a boundary it starts is queued for the
-  // executor (journal-ahead).
-  void JournalRecordLocked(const transport::RecordHeader& rec, bool queue_boundary);
-  // Write-behind: the executor's own boundary detection (the journal's
-  // detector belongs to whichever thread journals) and minibatch number.
-  MinibatchDetector exec_detector_;
-  uint64_t exec_minibatch_ = 0;
-  bool exec_detect_ = false;  // automatic boundaries
   uint64_t executed_seq_ = 0;  // the last request the executor ran
-  uint64_t released_seq_ = 0;  // the last request released to the ring
-  uint64_t exec_journaled_ = 0;  // write-behind: the last request the executor journaled
   uint64_t journaled_through_ = 0;  // a replacement: the last request its replay had
 
   Backend* const backend_;
@@ -436,9 +309,10 @@ class Session {
   int control_fd_;
   const std::string job_dir_;
   SessionOptions options_;
-  // Bytes a request reads from shared host memory or the staging area, for
-  // the journal (both may be reused by the application once it ran).
-  absl::string_view CapturedPayload(const transport::RecordHeader& rec) const;
+  // JournalingHost: bytes a request reads from shared host memory or the
+  // staging area, for the journal (both may be reused by the application
+  // once it ran).
+  absl::string_view CapturedPayload(const transport::RecordHeader& rec) const override;
   HandleTable handles_;
   DispatchContext ctx_;
   std::atomic<bool> disconnected_{false};

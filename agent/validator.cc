@@ -196,9 +196,7 @@ void Validator::MinibatchEnding(uint64_t minibatch, const std::string& journal_d
   }
 }
 
-absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir) {
-  const absl::Time t0 = absl::Now();
-  Backend* backend = session_->backend();
+absl::Status Validator::Replayable() {
   if (session_->SynchronizeKeepingErrors() != 0) {
     return absl::FailedPreconditionError("the device reported an error at its end");
   }
@@ -207,13 +205,17 @@ absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir
         "it made state-class requests (", state_request_,
         " first), which its minibatch log does not hold"));
   }
-  if (backend->DeviceAllocations() != start_->allocations()) {
+  if (session_->backend()->DeviceAllocations() != start_->allocations()) {
     return absl::FailedPreconditionError(
         "device memory was allocated or freed during it (only minibatches whose allocations "
         "stay the same are replayed)");
   }
+  return absl::OkStatus();
+}
 
-  // The minibatch log, as a replacement agent would read it.
+absl::StatusOr<std::vector<journal::JournalEntry>> Validator::ReadMinibatchLog(
+    uint64_t minibatch, const std::string& journal_dir) {
+  // As a replacement agent would read it.
   absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
       journal::JournalReader::Open(journal_dir);
   if (!reader.ok()) return reader.status();
@@ -228,14 +230,17 @@ absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir
         absl::StrCat("the journal's minibatch log is of minibatch ",
                      (*reader)->minibatch_header().minibatch()));
   }
-  bool collectives = false;
-  size_t requests = 0;
+  return entries;
+}
+
+absl::Status Validator::ScanLog(const std::vector<journal::JournalEntry>& entries,
+                                size_t* requests, bool* collectives) {
   int64_t group_depth = 0;
   bool groups_nest = true;
   for (const journal::JournalEntry& e : entries) {
     if (e.api_id() == journal::kOutcomeApiId) continue;
-    ++requests;
-    collectives |= api::Traits(e.api_id()).library == api::Library::kNccl;
+    ++*requests;
+    *collectives |= api::Traits(e.api_id()).library == api::Library::kNccl;
     const auto id = static_cast<api::ApiId>(e.api_id());
     if (id == api::ApiId::ncclGroupStart) ++group_depth;
     if (id == api::ApiId::ncclGroupEnd && --group_depth < 0) groups_nest = false;
@@ -244,27 +249,21 @@ absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir
     // Replaying half a group would mix its operations with the real run's.
     return absl::FailedPreconditionError("an NCCL group spans its boundary");
   }
-  if (collectives) {
-    absl::Status b = backend->BeginValidationReplay();
-    if (!b.ok()) {
-      if (!warned_collectives_) {
-        warned_collectives_ = true;
-        REVENANT_LOG(WARNING, kLog) << "minibatches with collectives cannot be validated here: "
-                                    << b;
-      }
-      return absl::UnimplementedError(absl::StrCat("it has collectives: ", b.message()));
+  if (!*collectives) return absl::OkStatus();
+  absl::Status b = session_->backend()->BeginValidationReplay();
+  if (!b.ok()) {
+    if (!warned_collectives_) {
+      warned_collectives_ = true;
+      REVENANT_LOG(WARNING, kLog) << "minibatches with collectives cannot be validated here: "
+                                  << b;
     }
+    return absl::UnimplementedError(absl::StrCat("it has collectives: ", b.message()));
   }
+  return absl::OkStatus();
+}
 
-  // The real run's state, then the boundary's, then the replay.
-  absl::StatusOr<DeviceSnapshot> real = DeviceSnapshot::Take(backend);
-  absl::Status restored = real.ok() ? start_->Restore(backend) : real.status();
-  if (!restored.ok()) {
-    if (collectives) (void)backend->EndValidationReplay();
-    if (real.ok()) (void)real->Restore(backend);
-    return restored;
-  }
-  session_->set_validating(true);
+uint64_t Validator::ReplayLog(uint64_t minibatch,
+                              const std::vector<journal::JournalEntry>& entries) {
   uint64_t diverged = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     const journal::JournalEntry& e = entries[i];
@@ -281,6 +280,30 @@ absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir
                          api::Traits(e.api_id()).name, "): ", r.message()));
     }
   }
+  return diverged;
+}
+
+absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir) {
+  const absl::Time t0 = absl::Now();
+  Backend* backend = session_->backend();
+  if (absl::Status s = Replayable(); !s.ok()) return s;
+  absl::StatusOr<std::vector<journal::JournalEntry>> entries =
+      ReadMinibatchLog(minibatch, journal_dir);
+  if (!entries.ok()) return entries.status();
+  bool collectives = false;
+  size_t requests = 0;
+  if (absl::Status s = ScanLog(*entries, &requests, &collectives); !s.ok()) return s;
+
+  // The real run's state, then the boundary's, then the replay.
+  absl::StatusOr<DeviceSnapshot> real = DeviceSnapshot::Take(backend);
+  absl::Status restored = real.ok() ? start_->Restore(backend) : real.status();
+  if (!restored.ok()) {
+    if (collectives) (void)backend->EndValidationReplay();
+    if (real.ok()) (void)real->Restore(backend);
+    return restored;
+  }
+  session_->set_validating(true);
+  const uint64_t diverged = ReplayLog(minibatch, *entries);
   const cudaError_t replay_error = backend->cudaDeviceSynchronize();
   session_->set_validating(false);
   absl::Status end = collectives ? backend->EndValidationReplay() : absl::OkStatus();
@@ -292,7 +315,14 @@ absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir
     (void)real->Restore(backend);
     return diffs.status();
   }
-  bool failed = diverged > 0 || replay_error != cudaSuccess || !end.ok() || !diffs->empty();
+  Report(minibatch, requests, diverged, replay_error, end, *diffs, t0);
+  return absl::OkStatus();
+}
+
+void Validator::Report(uint64_t minibatch, size_t requests, uint64_t diverged,
+                       cudaError_t replay_error, const absl::Status& end,
+                       const std::vector<DeviceSnapshot::Difference>& diffs, absl::Time t0) {
+  bool failed = diverged > 0 || replay_error != cudaSuccess || !end.ok() || !diffs.empty();
   if (replay_error != cudaSuccess) {
     REVENANT_LOG(ERROR, kLog) << "rank " << options_.rank << ": minibatch " << minibatch
                               << ": its replay failed on the device with error "
@@ -306,7 +336,7 @@ absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir
                               << ": " << end;
     Event("validation_mismatch", absl::StrCat("minibatch ", minibatch, ": ", end.message()));
   }
-  for (const DeviceSnapshot::Difference& d : *diffs) {
+  for (const DeviceSnapshot::Difference& d : diffs) {
     REVENANT_LOG(ERROR, kLog)
         << "rank " << options_.rank << ": minibatch " << minibatch
         << " does not replay to the same state: allocation " << Hex(d.addr) << " (" << d.size
@@ -319,13 +349,13 @@ absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir
                        " first_offset ", d.first_offset));
   }
   ++stats_.validated;
-  stats_.mismatched_allocations += diffs->size();
+  stats_.mismatched_allocations += diffs.size();
   stats_.diverged_results += diverged;
   const int64_t ms = absl::ToInt64Milliseconds(absl::Now() - t0);
   const std::string summary =
       absl::StrCat("minibatch ", minibatch, ": ", requests, " requests replayed, ",
                    start_->blocks().size(), " allocations (", start_->bytes(), " bytes) compared, ",
-                   diffs->size(), " differ, ", diverged, " results differ, ", ms, " ms");
+                   diffs.size(), " differ, ", diverged, " results differ, ", ms, " ms");
   if (failed) {
     ++stats_.failed;
     Event("validation_failed", summary);
@@ -333,7 +363,6 @@ absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir
     REVENANT_LOG(INFO, kLog) << "rank " << options_.rank << ": validated " << summary;
     Event("validation_passed", summary);
   }
-  return absl::OkStatus();
 }
 
 }  // namespace agent

@@ -706,166 +706,22 @@ absl::Status GlooCollectives::RecoverComm(Comm& comm, Ordinal pending, bool repl
   const absl::Time deadline = absl::Now() + recovery_timeout_;
   absl::Status last = absl::DeadlineExceededError("no recovery epoch was declared");
   while (absl::Now() < deadline) {
-    // The job's next epoch (revenant-run declares it when it replaces agents).
-    int epoch = 0;
-    {
-      std::lock_guard<std::mutex> lock(comm.rmu);
-      epoch = comm.epoch;
-    }
-    int declared = ReadEpoch();
-    while (declared <= epoch && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(20));
-      declared = ReadEpoch();
-    }
-    if (declared <= epoch) break;
-    {
-      std::lock_guard<std::mutex> lock(comm.rmu);
-      comm.epoch = declared;
-    }
+    const int declared = WaitForEpoch(comm, deadline);
+    if (declared == 0) break;
     const absl::Time start = absl::Now();
-    collective::GlooEngineOptions o;
-    o.rendezvous_dir = absl::StrCat(comm.dir, "-e", declared);
-    o.prefix = "comm";
-    o.rank = comm.rank;
-    o.size = comm.nranks;
-    o.store_endpoint = store_endpoint_;
-    o.store_prefix = store_prefix_;
-    o.hostname = hostname_;
-    // Short: a member that died during the recovery makes the epoch fail,
-    // and the next one (with its replacement) is formed.
-    // Bounds the rendezvous (a member that died during the recovery makes
-    // the epoch fail and the next one form) and every later collective.
-    o.timeout = std::min(absl::Seconds(60), deadline - absl::Now());
-    // The rendezvous runs on a thread of its own so that a newer epoch
-    // (another member died meanwhile and was replaced) preempts it: every
-    // member then moves to the newest epoch instead of timing out in turn.
-    struct Pending {
-      std::mutex mu;
-      bool done = false;
-      absl::StatusOr<std::unique_ptr<collective::GlooEngine>> result =
-          absl::UnknownError("not finished");
-    };
-    auto rendezvous = std::make_shared<Pending>();
-    std::thread([rendezvous, o] {
-      auto r = collective::GlooEngine::Create(o);
-      std::lock_guard<std::mutex> lock(rendezvous->mu);
-      rendezvous->result = std::move(r);
-      rendezvous->done = true;
-    }).detach();
+    std::string rendezvous_dir;
     absl::StatusOr<std::unique_ptr<collective::GlooEngine>> engine =
-        absl::AbortedError("a newer recovery epoch was declared");
-    while (true) {
-      {
-        std::lock_guard<std::mutex> lock(rendezvous->mu);
-        if (rendezvous->done) {
-          engine = std::move(rendezvous->result);
-          break;
-        }
-      }
-      if (ReadEpoch() > declared) break;  // abandoned: the thread cleans up
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+        FormEpoch(comm, declared, deadline, &rendezvous_dir);
     if (!engine.ok()) {
       last = engine.status();
       REVENANT_LOG(WARNING, kLog) << "rank " << comm.rank << ": epoch " << declared
                                   << " did not form: " << last;
       continue;  // a member died during recovery: the next epoch
     }
-    if (comm.rank == 0) RemoveTree(o.rendezvous_dir);
-    collective::CollectiveEngine& e = **engine;
-    const size_t n = static_cast<size_t>(comm.nranks);
+    if (comm.rank == 0) RemoveTree(rendezvous_dir);
     bool no_survivor = false;
-    auto step = [&]() -> absl::Status {
-      // 1. Where everyone stands.
-      const uint64_t restored =
-          replacement && minibatch > 0 && restored_minibatch_.load() == minibatch ? 1u : 0u;
-      Report mine{pending.first, pending.second, replacement ? 1u : 0u, minibatch, restored};
-      std::vector<Report> all(n);
-      if (absl::Status s = e.AllGather(&mine, all.data(), sizeof(Report), DataType::kUint8);
-          !s.ok()) {
-        return s;
-      }
-      // 2. The plan (recovery_plan.h): the same on every member.
-      std::vector<RecoveryReport> reports(n);
-      for (size_t r = 0; r < n; ++r) {
-        reports[r].pending = {all[r].pending_minibatch, all[r].pending_index};
-        reports[r].replacement = all[r].replacement != 0;
-        reports[r].minibatch = all[r].minibatch;
-        reports[r].restored = all[r].restored != 0;
-      }
-      const RecoveryPlan plan = PlanRecovery(reports);
-      if (!plan.error.empty()) {
-        no_survivor = true;
-        return absl::FailedPreconditionError(plan.error);
-      }
-      if (plan.all_restored) {
-        RecordEvent(job_root_, "replacement_joined", comm.rank, comm.epoch,
-                    absl::StrCat("every member restored minibatch ", all[0].minibatch,
-                                 " from its boundary snapshot"));
-        REVENANT_LOG(INFO, kLog) << log_name_ << " rank " << comm.rank << ": recovery epoch "
-                                 << comm.epoch << ": every member restored minibatch "
-                                 << all[0].minibatch << " from its boundary snapshot";
-        return absl::OkStatus();
-      }
-      const int provider = plan.provider;
-      // State: to the replacements, from the plan's source.
-      if (plan.state_source >= 0) {
-        if (replacement && behind != nullptr) *behind = plan.Skips(comm.rank);
-        if (absl::Status s = TransferState(comm, e, plan.state_source, replacement); !s.ok()) {
-          return s;
-        }
-      }
-      // 3. Results of the units some members completed and others did not.
-      std::vector<std::pair<Ordinal, std::vector<std::string>>> units;
-      if (comm.rank == provider) {
-        std::lock_guard<std::mutex> lock(comm.rmu);
-        const Ordinal from = plan.units_from;
-        const Ordinal to = plan.units_to;
-        for (const auto& [ord, bufs] : comm.cache) {
-          if (!(ord < from) && ord < to) units.emplace_back(ord, bufs);
-        }
-      }
-      uint64_t nunits = units.size();
-      if (absl::Status s = e.Broadcast(&nunits, &nunits, 1, DataType::kUint64, provider);
-          !s.ok()) {
-        return s;
-      }
-      units.resize(nunits);
-      for (auto& [ord, bufs] : units) {
-        uint64_t head[3] = {ord.first, ord.second, bufs.size()};
-        if (absl::Status s = e.Broadcast(head, head, 3, DataType::kUint64, provider); !s.ok()) {
-          return s;
-        }
-        ord = {head[0], head[1]};
-        bufs.resize(head[2]);
-        for (std::string& b : bufs) {
-          uint64_t len = b.size();
-          if (absl::Status s = e.Broadcast(&len, &len, 1, DataType::kUint64, provider); !s.ok()) {
-            return s;
-          }
-          b.resize(len);
-          if (absl::Status s = e.Broadcast(b.data(), b.data(), len, DataType::kUint8, provider);
-              !s.ok()) {
-            return s;
-          }
-        }
-      }
-      if (comm.rank != provider) {
-        std::lock_guard<std::mutex> lock(comm.rmu);
-        for (auto& [ord, bufs] : units) {
-          if (!(ord < pending)) comm.prereceived[ord] = bufs;
-        }
-      }
-      RecordEvent(job_root_, replacement ? "replacement_joined" : "survivor_joined", comm.rank,
-                  comm.epoch,
-                  absl::StrCat(nunits, " completed collectives from rank ", provider));
-      REVENANT_LOG(INFO, kLog) << "rank " << comm.rank << ": recovery epoch " << comm.epoch
-                               << " done in " << absl::ToInt64Milliseconds(absl::Now() - start)
-                               << " ms (" << nunits << " completed collectives from rank "
-                               << provider << ")";
-      return absl::OkStatus();
-    };
-    absl::Status s = step();
+    absl::Status s =
+        RejoinEpoch(comm, **engine, pending, replacement, minibatch, behind, start, &no_survivor);
     if (s.ok()) {
       std::unique_ptr<collective::CollectiveEngine> old;
       {
@@ -883,6 +739,168 @@ absl::Status GlooCollectives::RecoverComm(Comm& comm, Ordinal pending, bool repl
     if (no_survivor) break;
   }
   return last;
+}
+
+int GlooCollectives::WaitForEpoch(Comm& comm, absl::Time deadline) {
+  // The job's next epoch (revenant-run declares it when it replaces agents).
+  int epoch = 0;
+  {
+    std::lock_guard<std::mutex> lock(comm.rmu);
+    epoch = comm.epoch;
+  }
+  int declared = ReadEpoch();
+  while (declared <= epoch && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    declared = ReadEpoch();
+  }
+  if (declared <= epoch) return 0;
+  std::lock_guard<std::mutex> lock(comm.rmu);
+  comm.epoch = declared;
+  return declared;
+}
+
+absl::StatusOr<std::unique_ptr<collective::GlooEngine>> GlooCollectives::FormEpoch(
+    const Comm& comm, int declared, absl::Time deadline, std::string* rendezvous_dir) {
+  collective::GlooEngineOptions o;
+  o.rendezvous_dir = absl::StrCat(comm.dir, "-e", declared);
+  o.prefix = "comm";
+  o.rank = comm.rank;
+  o.size = comm.nranks;
+  o.store_endpoint = store_endpoint_;
+  o.store_prefix = store_prefix_;
+  o.hostname = hostname_;
+  *rendezvous_dir = o.rendezvous_dir;
+  // Bounds the rendezvous (a member that died during the recovery makes
+  // the epoch fail and the next one form) and every later collective.
+  o.timeout = std::min(absl::Seconds(60), deadline - absl::Now());
+  // The rendezvous runs on a thread of its own so that a newer epoch
+  // (another member died meanwhile and was replaced) preempts it: every
+  // member then moves to the newest epoch instead of timing out in turn.
+  struct Pending {
+    std::mutex mu;
+    bool done = false;
+    absl::StatusOr<std::unique_ptr<collective::GlooEngine>> result =
+        absl::UnknownError("not finished");
+  };
+  auto rendezvous = std::make_shared<Pending>();
+  std::thread([rendezvous, o] {
+    auto r = collective::GlooEngine::Create(o);
+    std::lock_guard<std::mutex> lock(rendezvous->mu);
+    rendezvous->result = std::move(r);
+    rendezvous->done = true;
+  }).detach();
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(rendezvous->mu);
+      if (rendezvous->done) return std::move(rendezvous->result);
+    }
+    if (ReadEpoch() > declared) {
+      return absl::AbortedError("a newer recovery epoch was declared");  // the thread cleans up
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+absl::Status GlooCollectives::RejoinEpoch(Comm& comm, collective::CollectiveEngine& e,
+                                          Ordinal pending, bool replacement, uint64_t minibatch,
+                                          bool* behind, absl::Time start, bool* no_survivor) {
+  const size_t n = static_cast<size_t>(comm.nranks);
+  // 1. Where everyone stands.
+  const uint64_t restored =
+      replacement && minibatch > 0 && restored_minibatch_.load() == minibatch ? 1u : 0u;
+  Report mine{pending.first, pending.second, replacement ? 1u : 0u, minibatch, restored};
+  std::vector<Report> all(n);
+  if (absl::Status s = e.AllGather(&mine, all.data(), sizeof(Report), DataType::kUint8);
+      !s.ok()) {
+    return s;
+  }
+  // 2. The plan (recovery_plan.h): the same on every member.
+  std::vector<RecoveryReport> reports(n);
+  for (size_t r = 0; r < n; ++r) {
+    reports[r].pending = {all[r].pending_minibatch, all[r].pending_index};
+    reports[r].replacement = all[r].replacement != 0;
+    reports[r].minibatch = all[r].minibatch;
+    reports[r].restored = all[r].restored != 0;
+  }
+  const RecoveryPlan plan = PlanRecovery(reports);
+  if (!plan.error.empty()) {
+    *no_survivor = true;
+    return absl::FailedPreconditionError(plan.error);
+  }
+  if (plan.all_restored) {
+    RecordEvent(job_root_, "replacement_joined", comm.rank, comm.epoch,
+                absl::StrCat("every member restored minibatch ", all[0].minibatch,
+                             " from its boundary snapshot"));
+    REVENANT_LOG(INFO, kLog) << log_name_ << " rank " << comm.rank << ": recovery epoch "
+                             << comm.epoch << ": every member restored minibatch "
+                             << all[0].minibatch << " from its boundary snapshot";
+    return absl::OkStatus();
+  }
+  const int provider = plan.provider;
+  // State: to the replacements, from the plan's source.
+  if (plan.state_source >= 0) {
+    if (replacement && behind != nullptr) *behind = plan.Skips(comm.rank);
+    if (absl::Status s = TransferState(comm, e, plan.state_source, replacement); !s.ok()) {
+      return s;
+    }
+  }
+  // 3. Results of the units some members completed and others did not.
+  uint64_t nunits = 0;
+  if (absl::Status s = ShareCompletedUnits(comm, e, plan, pending, &nunits); !s.ok()) return s;
+  RecordEvent(job_root_, replacement ? "replacement_joined" : "survivor_joined", comm.rank,
+              comm.epoch, absl::StrCat(nunits, " completed collectives from rank ", provider));
+  REVENANT_LOG(INFO, kLog) << "rank " << comm.rank << ": recovery epoch " << comm.epoch
+                           << " done in " << absl::ToInt64Milliseconds(absl::Now() - start)
+                           << " ms (" << nunits << " completed collectives from rank "
+                           << provider << ")";
+  return absl::OkStatus();
+}
+
+absl::Status GlooCollectives::ShareCompletedUnits(Comm& comm, collective::CollectiveEngine& e,
+                                                  const RecoveryPlan& plan, Ordinal pending,
+                                                  uint64_t* shared) {
+  const int provider = plan.provider;
+  std::vector<std::pair<Ordinal, std::vector<std::string>>> units;
+  if (comm.rank == provider) {
+    std::lock_guard<std::mutex> lock(comm.rmu);
+    const Ordinal from = plan.units_from;
+    const Ordinal to = plan.units_to;
+    for (const auto& [ord, bufs] : comm.cache) {
+      if (!(ord < from) && ord < to) units.emplace_back(ord, bufs);
+    }
+  }
+  uint64_t nunits = units.size();
+  if (absl::Status s = e.Broadcast(&nunits, &nunits, 1, DataType::kUint64, provider); !s.ok()) {
+    return s;
+  }
+  units.resize(nunits);
+  for (auto& [ord, bufs] : units) {
+    uint64_t head[3] = {ord.first, ord.second, bufs.size()};
+    if (absl::Status s = e.Broadcast(head, head, 3, DataType::kUint64, provider); !s.ok()) {
+      return s;
+    }
+    ord = {head[0], head[1]};
+    bufs.resize(head[2]);
+    for (std::string& b : bufs) {
+      uint64_t len = b.size();
+      if (absl::Status s = e.Broadcast(&len, &len, 1, DataType::kUint64, provider); !s.ok()) {
+        return s;
+      }
+      b.resize(len);
+      if (absl::Status s = e.Broadcast(b.data(), b.data(), len, DataType::kUint8, provider);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  if (comm.rank != provider) {
+    std::lock_guard<std::mutex> lock(comm.rmu);
+    for (auto& [ord, bufs] : units) {
+      if (!(ord < pending)) comm.prereceived[ord] = bufs;
+    }
+  }
+  *shared = nunits;
+  return absl::OkStatus();
 }
 
 absl::Status GlooCollectives::TransferState(Comm& comm, collective::CollectiveEngine& e,

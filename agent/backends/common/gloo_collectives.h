@@ -81,9 +81,16 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "agent/backend.h"
 #include "collective/collective_engine.h"
+
+namespace revenant {
+namespace collective {
+class GlooEngine;
+}  // namespace collective
+}  // namespace revenant
 
 namespace revenant {
 namespace agent {
@@ -162,6 +169,8 @@ struct GlooCollectivesOptions {
 
   static GlooCollectivesOptions From(const BackendOptions& options, const std::string& backend);
 };
+
+struct RecoveryPlan;
 
 class GlooCollectives {
  public:
@@ -290,6 +299,22 @@ class GlooCollectives {
   // them. `pending` is the unit this rank is about to run.
   absl::Status RecoverComm(Comm& comm, Ordinal pending, bool replacement, uint64_t minibatch,
                            bool* behind);
+  // RecoverComm's steps: waits for an epoch newer than the communicator's
+  // (returns it, 0: none before `deadline`); forms its engine over all
+  // ranks (preempted by a newer epoch; `*rendezvous_dir` names its
+  // rendezvous); the reports, the plan and the state transfer over it
+  // (`*no_survivor`: the plan found none, no later epoch can help); the
+  // results of completed units to whoever lacks them (`*shared`: how many).
+  int WaitForEpoch(Comm& comm, absl::Time deadline);
+  absl::StatusOr<std::unique_ptr<collective::GlooEngine>> FormEpoch(const Comm& comm,
+                                                                    int declared,
+                                                                    absl::Time deadline,
+                                                                    std::string* rendezvous_dir);
+  absl::Status RejoinEpoch(Comm& comm, collective::CollectiveEngine& e, Ordinal pending,
+                           bool replacement, uint64_t minibatch, bool* behind, absl::Time start,
+                           bool* no_survivor);
+  absl::Status ShareCompletedUnits(Comm& comm, collective::CollectiveEngine& e,
+                                   const RecoveryPlan& plan, Ordinal pending, uint64_t* shared);
   // Moves every live allocation of rank `source` to the replacements.
   absl::Status TransferState(Comm& comm, collective::CollectiveEngine& e, int source,
                              bool replacement);

@@ -592,6 +592,13 @@ class HostBackend : public Backend {
                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                               cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d, LtPlan* plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // LtPlanLocked's steps once the types are checked: the descriptor's
+  // attributes (epilogue, pointer mode, operations; every other one at its
+  // default), then the layouts' shapes, leading dimensions and batches.
+  static cublasStatus_t LtPlanDescriptor(const char* api, const LtObject& op, int64_t type,
+                                         LtPlan* plan);
+  static cublasStatus_t LtPlanShapes(const char* api, const LtObject* const layouts[4],
+                                     LtPlan* plan);
   template <typename T>
   cublasStatus_t LtMatmul(const LtPlan& plan, const void* alpha, const void* a, const void* b,
                           const void* beta, const void* c, void* d, cudaStream_t stream);

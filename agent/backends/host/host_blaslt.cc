@@ -247,6 +247,12 @@ cublasStatus_t HostBackend::LtPlanLocked(const char* api, cublasLtMatmulDesc_t d
       return NotSupported(api, "memory orders other than CUBLASLT_ORDER_COL");
     }
   }
+  if (cublasStatus_t s = LtPlanDescriptor(api, *op, type, plan)) return s;
+  return LtPlanShapes(api, layouts, plan);
+}
+
+cublasStatus_t HostBackend::LtPlanDescriptor(const char* api, const LtObject& op, int64_t type,
+                                             LtPlan* plan) {
   // The descriptor: what is interpreted, and every other attribute at its
   // default.
   for (const AttrSpec& s : kLtMatmulDescAttrs) {
@@ -264,17 +270,17 @@ cublasStatus_t HostBackend::LtPlanLocked(const char* api, cublasLtMatmulDesc_t d
       case CUBLASLT_MATMUL_DESC_FAST_ACCUM:       // fp8 only
         continue;
       default:
-        if (LtAttr(*op, s.id) != s.value) {
+        if (LtAttr(op, s.id) != s.value) {
           return NotSupported(api, absl::StrCat("matmul descriptor attribute ", s.id,
                                                 " other than its default"));
         }
     }
   }
-  const int64_t bias_type = LtAttr(*op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE);
+  const int64_t bias_type = LtAttr(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE);
   if (bias_type != -1 && bias_type != type) {
     return NotSupported(api, "a bias of another type than D's");
   }
-  const int64_t epilogue = LtAttr(*op, CUBLASLT_MATMUL_DESC_EPILOGUE);
+  const int64_t epilogue = LtAttr(op, CUBLASLT_MATMUL_DESC_EPILOGUE);
   switch (epilogue) {
     case CUBLASLT_EPILOGUE_DEFAULT: break;
     case CUBLASLT_EPILOGUE_RELU: plan->relu = true; break;
@@ -287,9 +293,9 @@ cublasStatus_t HostBackend::LtPlanLocked(const char* api, cublasLtMatmulDesc_t d
                                      : Invalid(api, absl::StrCat("unknown epilogue ", epilogue));
   }
   plan->bias_pointer =
-      reinterpret_cast<const void*>(LtAttr(*op, CUBLASLT_MATMUL_DESC_BIAS_POINTER));
-  plan->bias_stride = LtAttr(*op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE);
-  const int64_t pointer_mode = LtAttr(*op, CUBLASLT_MATMUL_DESC_POINTER_MODE);
+      reinterpret_cast<const void*>(LtAttr(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER));
+  plan->bias_stride = LtAttr(op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE);
+  const int64_t pointer_mode = LtAttr(op, CUBLASLT_MATMUL_DESC_POINTER_MODE);
   if (pointer_mode != CUBLASLT_POINTER_MODE_HOST && pointer_mode != CUBLASLT_POINTER_MODE_DEVICE) {
     return pointer_mode >= CUBLASLT_POINTER_MODE_DEVICE_VECTOR &&
                    pointer_mode <= CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST
@@ -297,14 +303,19 @@ cublasStatus_t HostBackend::LtPlanLocked(const char* api, cublasLtMatmulDesc_t d
                : Invalid(api, absl::StrCat("unknown pointer mode ", pointer_mode));
   }
   plan->device_scalars = pointer_mode == CUBLASLT_POINTER_MODE_DEVICE;
-  const int64_t transa = LtAttr(*op, CUBLASLT_MATMUL_DESC_TRANSA);
-  const int64_t transb = LtAttr(*op, CUBLASLT_MATMUL_DESC_TRANSB);
+  const int64_t transa = LtAttr(op, CUBLASLT_MATMUL_DESC_TRANSA);
+  const int64_t transb = LtAttr(op, CUBLASLT_MATMUL_DESC_TRANSB);
   if (transa < CUBLAS_OP_N || transa > CUBLAS_OP_C || transb < CUBLAS_OP_N || transb > CUBLAS_OP_C) {
     return Invalid(api, "unknown operation");
   }
   plan->transa = static_cast<cublasOperation_t>(transa);
   plan->transb = static_cast<cublasOperation_t>(transb);
+  return CUBLAS_STATUS_SUCCESS;
+}
 
+cublasStatus_t HostBackend::LtPlanShapes(const char* api, const LtObject* const layouts[4],
+                                         LtPlan* plan) {
+  const LtObject& ld = *layouts[3];
   // Shapes: op(A) is m x k, op(B) k x n, C and D m x n.
   uint64_t dims[4][2];
   int64_t lds[4];
