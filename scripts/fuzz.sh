@@ -49,7 +49,7 @@ JOURNAL=(journal/api_name.cc journal/file.cc journal/journal.cc
          journal/log_reader.cc journal/log_writer.cc GEN:proto/journal.pb.cc GEN:api/api_traits.cc)
 TRANSPORT=(transport/control_socket.cc transport/shm_channel.cc)
 AGENT=(agent/handles.cc agent/hooks.cc agent/hooks_cudnn.cc agent/session.cc agent/journaling.cc agent/allocator.cc
-       agent/journaling_mode.cc agent/journaling_inline.cc agent/journal_thread.cc
+       agent/profiler.cc agent/journaling_mode.cc agent/journaling_inline.cc agent/journal_thread.cc
        agent/journaling_ahead.cc agent/journaling_behind.cc
        agent/snapshot.cc agent/validator.cc
        agent/backends/host/host_backend.cc agent/backends/host/host_blas.cc
