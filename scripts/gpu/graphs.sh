@@ -43,7 +43,19 @@ if [ "$MODE" = all ] || [ "$MODE" = graphs ]; then
   # host backend) and 66 (after the alloc/free nodes: the replacement must place the graph
   # memory at the address the application baked into its kernel node) and a
   # replacement replays the journal. Passes only if the kill happened.
-  for calls in 40 42 44 45 46 48 66; do
+  # GRAPHS_RANDOM=N adds N seeded random kills (GRAPHS_SEED, default
+  # 20261208) at requests 1-70 and random crash points, as
+  # //tests/integration:graphs_random_recovery_test does on the host backend.
+  graph_kills="40 42 44 45 46 48 66"
+  if [ "${GRAPHS_RANDOM:-0}" -gt 0 ]; then
+    RANDOM=${GRAPHS_SEED:-20261208}
+    echo "   graphs random kills: seed ${GRAPHS_SEED:-20261208}, ${GRAPHS_RANDOM} trials"
+    gpoints=(before_append after_append after_execute after_reply)
+    for t in $(seq 1 "$GRAPHS_RANDOM"); do
+      graph_kills="$graph_kills $((1 + RANDOM % 70)),point=${gpoints[$((RANDOM % 4))]}"
+    done
+  fi
+  for calls in $graph_kills; do
     log="$LOGS/graphs.cuda.chaos$calls.log"
     timeout 150 $RUN --recover --chaos="rank=0,calls=$calls" -n 1 --backend=cuda --timeout=120 -- \
       "$G/apps/graphs.bin" >"$log" 2>&1; rc=$?

@@ -5,10 +5,26 @@
 # the graph memory nodes). Each run must pass and must have recovered: a
 # replayed host node must have run, in the application, before the reply
 # that follows it (the synchronize) reaches the application.
+#   graphs_recovery_test.sh RUN APP KERNELS [random TRIALS SEED]
+# random: TRIALS seeded kills instead, at a random request of the program
+# (1-70: its streams, events, host functions, the captured and the explicit
+# graph with its host node, the graph memory nodes) and a random crash point.
 set -u
 run="$1"; app="$2"; kernels="$3"
 fail=0
-for calls in 40 41 42 43 44 45 46 47 48 66; do
+specs=()
+if [ "${4:-}" = random ]; then
+  trials="${5:-20}"; seed="${6:-20261208}"
+  echo "seed=$seed trials=$trials"
+  RANDOM=$seed
+  points=(before_append after_append after_execute after_reply)
+  for t in $(seq 1 "$trials"); do
+    specs+=("$((1 + RANDOM % 70)),point=${points[$((RANDOM % 4))]}")
+  done
+else
+  specs=(40 41 42 43 44 45 46 47 48 66)
+fi
+for calls in "${specs[@]}"; do
   out="$(mktemp)"
   timeout 150 "$run" --recover --chaos="rank=0,calls=$calls" -n 1 --backend=host --timeout=120 \
     --host_kernels="$kernels" -- "$app" >"$out" 2>&1
