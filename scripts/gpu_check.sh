@@ -6,6 +6,7 @@
 #   bash .gpu/run_gpu.sh            # on the GPU machine (carry .gpu, or
 #                                   # .gpu.tar.gz: tar -xzf .gpu.tar.gz first)
 #   bash .gpu/run_gpu.sh nccl       # only the NCCL section (below)
+#   bash .gpu/run_gpu.sh bench      # only the shim_bench rounds
 #   bash .gpu/run_gpu.sh MODE       # only the sections of scripts/gpu/ that run for MODE
 #   bash .gpu/run_gpu.sh cublas     # e.g. only cuBLAS (scripts/gpu/cublas.sh)
 #   bash .gpu/run_gpu.sh cudnn      # only cuDNN (scripts/gpu/cudnn.sh)
@@ -150,6 +151,10 @@ if [ $rc -eq 0 ]; then s=PASS; else s="FAIL (rc=$rc)"; fi
 record "backend-only figures (no shim)" "$s" "$log"
 sed 's/^/   | /' "$log"
 
+fi  # MODE = all
+
+# The benchmark rounds (also alone: bash .gpu/run_gpu.sh bench).
+if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
 # Two rounds (native, then under the shim), to show run-to-run spread.
 for round in 1 2; do
   nlog="$LOGS/bench.native.$round.log"; slog="$LOGS/bench.cuda.$round.log"
@@ -175,7 +180,7 @@ record "bench revenant --backend=cuda, agent --journal=false" "$s" "$slog"
 echo
 echo "=== benchmark round 3: agent --journal=false (ratio against round 2 native)"
 bash "$G/bench/compare.sh" "$LOGS/bench.native.2.log" "$slog" | tee "$LOGS/bench_table.3.txt"
-fi  # MODE = all
+fi  # MODE = all or bench
 
 # ---- NCCL: real NCCL through the cuda backend ----------------------------------------
 export NCCL_NVLS_ENABLE=0
