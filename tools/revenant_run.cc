@@ -114,6 +114,10 @@ ABSL_FLAG(std::string, job_root, "/dev/shm", "where the per-job directory is mad
 ABSL_FLAG(std::string, agent, "", "revenant-agent binary (default: found next to this one)");
 ABSL_FLAG(std::string, shim, "", "librevenant_shim.so (default: found next to this one)");
 ABSL_FLAG(double, timeout, 0, "kill the job after this many seconds (0: no limit)");
+ABSL_FLAG(bool, stop_on_failure, true,
+          "when an application rank exits with an error, stop the other ranks at once (as "
+          "torchrun does: its peers would otherwise wait in their collectives); false: let them "
+          "run to their end or --timeout");
 ABSL_FLAG(double, agent_start_timeout, 30, "seconds to wait for the agents to listen");
 ABSL_FLAG(bool, quiet, false, "no progress lines from revenant-run itself");
 ABSL_FLAG(bool, recover, true,
@@ -978,10 +982,26 @@ int Main(int argc, char** argv) {
           }
         } else {
           if (code != 0 && !first_failure_reported && restart_why.empty()) {
-            Say(absl::StrCat("rank ", c.rank, " failed with status ", code));
             first_failure_reported = true;
             if (result == 0) result = code;
             note_end(absl::StrCat("rank ", c.rank, " failed with status ", code));
+            // An application is not recovered (only agents are): its peers
+            // would wait for it in their next collective until a timeout.
+            // With restarts left on etcd the node waits for its other ranks
+            // instead (a lost node may be the cause; see "ranks failed").
+            const bool restart_possible =
+                etcd && etcd->round() < absl::GetFlag(FLAGS_max_restarts);
+            if (!stopping && !restart_possible && absl::GetFlag(FLAGS_stop_on_failure) &&
+                apps_running()) {
+              Say(absl::StrCat("rank ", c.rank, " failed with status ", code,
+                               ": stopping the other ranks (--stop_on_failure=false lets them "
+                               "run on)"));
+              stopping = true;
+              stop_all(SIGTERM);
+              kill_deadline = absl::Now() + absl::Seconds(3);
+            } else {
+              Say(absl::StrCat("rank ", c.rank, " failed with status ", code));
+            }
           }
         }
       }

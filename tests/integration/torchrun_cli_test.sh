@@ -2,7 +2,8 @@
 # revenant-run takes torchrun's command line: --nproc-per-node (or _), a *.py
 # program run with the interpreter, -m MODULE, --no-python, and the program's
 # own flags after its name; several nodes without etcd, and bad rendezvous
-# flags, are refused clearly (jobs spanning nodes: multinode_test.sh).
+# flags, are refused clearly (jobs spanning nodes: multinode_test.sh); a failing
+# rank stops the job at once with its status.
 set -u
 run="$1"; script="$2"
 dir="$(mktemp -d)"
@@ -41,6 +42,24 @@ check no-python "$dir/n.log" "\[r0\] launch RANK=0 .*argv=--flag"
 "$run" --quiet -n 1 -- "$py" "$script" a b >"$dir/c.log" 2>&1 \
   || { echo "FAIL classic: exit $?"; cat "$dir/c.log"; fail=1; }
 check classic "$dir/c.log" "argv=a|b"
+
+# A rank that fails ends the job at once, with its status, as under torchrun:
+# its peer (here asleep, as a peer blocked in a collective would be) is stopped.
+cat >"$dir/fail_one.py" <<'EOF'
+import os, sys, time
+if os.environ["RANK"] == "1":
+    print("rank 1 fails", flush=True)
+    sys.exit(3)
+time.sleep(120)
+print("rank 0 was not stopped", flush=True)
+EOF
+t0=$(date +%s)
+"$run" --nproc-per-node=2 --timeout=100 "$dir/fail_one.py" >"$dir/f.log" 2>&1; rc=$?
+t1=$(date +%s)
+if [ "$rc" -ne 3 ]; then echo "FAIL stop-on-failure: exit $rc, want 3"; cat "$dir/f.log"; fail=1; fi
+if [ $((t1 - t0)) -gt 30 ]; then echo "FAIL stop-on-failure: took $((t1 - t0)) s"; fail=1; fi
+check stop-on-failure "$dir/f.log" "rank 1 failed with status 3: stopping the other ranks"
+if grep -q "rank 0 was not stopped" "$dir/f.log"; then echo "FAIL stop-on-failure: rank 0 ran on"; fail=1; fi
 
 "$run" --quiet --nnodes=2 --nproc-per-node=1 "$script" >"$dir/x.log" 2>&1; rc=$?
 if [ "$rc" -ne 2 ]; then echo "FAIL nnodes: exit $rc, want 2"; fail=1; fi
