@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -36,6 +37,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/backend.h"
 #include "agent/backends/cuda/cuda_backend.h"
@@ -71,17 +74,6 @@ ABSL_FLAG(double, recovery_timeout_s, 0,
           "when a peer of a collective dies, wait this long for the job's recovery "
           "(revenant-run declares epochs in <job>/epoch); 0: fail the collective");
 ABSL_FLAG(bool, journal, true, "journal every journaled call (needed for recovery)");
-ABSL_FLAG(uint64_t, chaos_after_calls, 0, "fault injection: SIGKILL at this request (1-based)");
-ABSL_FLAG(uint64_t, chaos_minibatch, 0, "fault injection: SIGKILL in this minibatch...");
-ABSL_FLAG(uint64_t, chaos_calls_into_minibatch, 1, "...at this request of it");
-ABSL_FLAG(bool, chaos_corrupt_snapshot, false,
-          "fault injection: with a snapshot --chaos_point, damage that boundary's snapshot first");
-ABSL_FLAG(bool, chaos_in_recovery, false, "fault injection: SIGKILL when recovering as a survivor");
-ABSL_FLAG(std::string, chaos_point, "after_append",
-          "where the chaos kill happens: before_append, after_append, after_execute, after_reply; "
-          "at the "
-          "boundary of --chaos_minibatch with snapshots on: snapshot_partial, after_snapshot, "
-          "after_boundary");
 ABSL_FLAG(uint64_t, validate_every, 0,
           "journal validator: every K-th minibatch is replayed from its boundary and its device "
           "state compared with the real run's (docs/recovery.md, \"Validator\"); 0: off");
@@ -112,9 +104,33 @@ ABSL_FLAG(std::string, minibatch, "auto",
           "minibatch boundaries: auto (detected from the call stream) or manual "
           "(revenantMarkStep() only)");
 
+#if REVENANT_TESTING
+// The testing variant only (docs/design.md, "The testing variant"): the plan
+// of the named crash points, given by revenant-run --chaos.
+ABSL_FLAG(uint64_t, chaos_after_calls, 0, "fault injection: SIGKILL at this request (1-based)");
+ABSL_FLAG(uint64_t, chaos_minibatch, 0, "fault injection: SIGKILL in this minibatch...");
+ABSL_FLAG(uint64_t, chaos_calls_into_minibatch, 1, "...at this request of it");
+ABSL_FLAG(bool, chaos_corrupt_snapshot, false,
+          "fault injection: with a snapshot --chaos_point, damage that boundary's snapshot first");
+ABSL_FLAG(bool, chaos_in_recovery, false, "fault injection: SIGKILL when recovering as a survivor");
+ABSL_FLAG(std::string, chaos_point, "after_append",
+          "where the chaos kill happens: before_append, after_append, after_execute, after_reply; "
+          "at the "
+          "boundary of --chaos_minibatch with snapshots on: snapshot_partial, after_snapshot, "
+          "after_boundary");
+#endif
+
 namespace revenant {
 namespace agent {
 namespace {
+
+// This binary, and the variant that has what the product leaves out.
+constexpr char kTestingBinary[] = "revenant-agent-testing";
+#if REVENANT_TESTING
+constexpr char kBinary[] = "revenant-agent-testing";
+#else
+constexpr char kBinary[] = "revenant-agent";
+#endif
 
 std::atomic<bool> g_stop{false};
 std::atomic<bool> g_recovery_failed{false};
@@ -296,6 +312,7 @@ void SnapshotOptionsFromFlags(SessionOptions* options) {
   options->snapshot_max_log_bytes = absl::GetFlag(FLAGS_snapshot_max_log_mib) << 20;
 }
 
+#if REVENANT_TESTING
 // The fault injection plan (--chaos_*).
 SessionOptions::Chaos ChaosFromFlags() {
   SessionOptions::Chaos chaos;
@@ -313,6 +330,36 @@ SessionOptions::Chaos ChaosFromFlags() {
                                               : SessionOptions::Chaos::Point::kAfterAppend;
   return chaos;
 }
+
+// The crash point where a survivor starts recovering a communicator.
+std::function<void()> RecoveryCrashPointFromFlags() {
+  if (!absl::GetFlag(FLAGS_chaos_in_recovery)) return nullptr;
+  return [] {
+    REVENANT_LOG(WARNING, "agent") << "chaos: killing this agent during recovery";
+    raise(SIGKILL);
+  };
+}
+#else
+// The product has no crash points: a testing flag is refused, naming the
+// variant that has it, rather than reported as unknown.
+bool RefuseTestingFlags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view a = argv[i];
+    if (a == "--") break;
+    if (!absl::ConsumePrefix(&a, "-")) continue;
+    absl::ConsumePrefix(&a, "-");
+    a = a.substr(0, a.find('='));
+    if (absl::StartsWith(a, "chaos_") || absl::StartsWith(a, "nochaos_")) {
+      std::fprintf(stderr,
+                   "%s: --%s is a fault-injection flag of the testing variant, %s (bazel build "
+                   "//agent:%s; revenant-run --chaos starts it)\n",
+                   kBinary, std::string(a).c_str(), kTestingBinary, kTestingBinary);
+      return false;
+    }
+  }
+  return true;
+}
+#endif
 
 // --journal_thread, where `chaos` allows a journal thread.
 SessionOptions::JournalThread JournalThreadFromFlags(const SessionOptions::Chaos& chaos) {
@@ -369,7 +416,9 @@ absl::StatusOr<SessionOptions> SessionOptionsFromFlags(const std::string& job_di
     options.validate_every = 0;
   }
   SnapshotOptionsFromFlags(&options);
+#if REVENANT_TESTING
   options.chaos = ChaosFromFlags();
+#endif
   options.journal_thread = JournalThreadFromFlags(options.chaos);
   return options;
 }
@@ -548,11 +597,22 @@ int Main(int argc, char** argv) {
   // profile on every request. The tests keep it (they run the agent's code
   // in-process); the agent binary does not.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+#if REVENANT_TESTING
+  absl::SetProgramUsageMessage(absl::StrCat(
+      "the testing variant of revenant-agent: the same agent with its named crash points "
+      "(--chaos_*, set by revenant-run --chaos) and the measurement and test knobs.\n\n"
+      "Environment (docs/knobs.md lists every variable):\n",
+      knobs::Help(knobs::Kind::kProduct), "Measurement:\n", knobs::Help(knobs::Kind::kMeasurement),
+      "Test:\n", knobs::Help(knobs::Kind::kTest)));
+#else
   absl::SetProgramUsageMessage(absl::StrCat(
       "executes one GPU's forwarded CUDA, CUDA-library and NCCL calls "
       "(started by revenant-run, or standalone with --gpu=I).\n\n"
       "Environment (docs/knobs.md lists every variable):\n",
       knobs::Help(knobs::Kind::kProduct)));
+  if (!RefuseTestingFlags(argc, argv)) return 2;
+  knobs::IgnoreTestingKnobs(kTestingBinary);
+#endif
   absl::ParseCommandLine(argc, argv);
   // Everything the agent creates is private to this user. Revenant's own
   // files name their mode (0600, directories 0700); this also covers files
@@ -603,7 +663,9 @@ int Main(int argc, char** argv) {
   options.gpu_shared = absl::GetFlag(FLAGS_gpu_shared);
   options.recovery_timeout_s = absl::GetFlag(FLAGS_recovery_timeout_s);
   options.journal = absl::GetFlag(FLAGS_journal);
-  options.chaos_kill_in_recovery = absl::GetFlag(FLAGS_chaos_in_recovery);
+#if REVENANT_TESTING
+  options.crash_in_recovery = RecoveryCrashPointFromFlags();
+#endif
   std::string libs = absl::GetFlag(FLAGS_host_kernels);
   if (libs.empty()) libs = knobs::String(knobs::Id::kHostKernels).value_or("");
   for (absl::string_view p : absl::StrSplit(libs, ':', absl::SkipEmpty())) {

@@ -61,9 +61,10 @@ struct BackendOptions {
   // How long a survivor whose collective failed waits for the job's next
   // recovery epoch before failing the collective; 0: no recovery.
   double recovery_timeout_s = 0;
-  // Fault injection: SIGKILL this agent when it starts recovering a
-  // communicator as a survivor (a failure during recovery).
-  bool chaos_kill_in_recovery = false;
+  // A named crash point of the testing variant (--chaos_in_recovery): called
+  // when this agent starts recovering a communicator as a survivor, it kills
+  // the agent (a failure during recovery). Unset in revenant-agent.
+  std::function<void()> crash_in_recovery;
   // Collective engine behind the NCCL rows (cuda backend): "nccl" (the real
   // libnccl) or "gloo" (Gloo staged through pinned host memory, so several
   // ranks can share one GPU). The host backend always uses Gloo.

@@ -579,6 +579,9 @@ absl::string_view Session::CapturedPayload(const transport::RecordHeader& rec) c
   return absl::string_view(static_cast<const char*>(p), h.count);
 }
 
+// The named crash points exist in the testing variant only (docs/design.md,
+// "The testing variant"): in revenant-agent these are empty.
+#if REVENANT_TESTING
 void Session::MaybeChaos(SessionOptions::Chaos::Point point) {
   const SessionOptions::Chaos& c = options_.chaos;
   if (point != c.point) return;
@@ -620,6 +623,10 @@ void Session::MaybeSnapshotChaos(SessionOptions::Chaos::Point point, uint64_t mi
                                  << minibatch;
   raise(SIGKILL);
 }
+#else
+void Session::MaybeChaos(SessionOptions::Chaos::Point) {}
+void Session::MaybeSnapshotChaos(SessionOptions::Chaos::Point, uint64_t) {}
+#endif
 
 bool Session::SnapshotDue() {
   const SessionOptions::Chaos& c = options_.chaos;

@@ -49,6 +49,9 @@ struct SessionOptions {
 
   // Fault injection (revenant-run --chaos): the agent kills itself with
   // SIGKILL at a chosen request, to test recovery from exactly that point.
+  // Only the testing variant (revenant-agent-testing) sets a plan and has
+  // the crash points; in revenant-agent the plan stays empty and
+  // MaybeChaos does nothing (docs/design.md, "The testing variant").
   struct Chaos {
     // kSnapshotPartial, kAfterSnapshot, kAfterBoundary: at the boundary that
     // starts `minibatch` (boundary snapshots on): the snapshot's temporary

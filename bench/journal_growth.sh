@@ -17,16 +17,17 @@ short="${1:-100}"; long="${2:-10000}"; ranks="${3:-1}"; reps="${4:-5}"; steps="$
 warm=200
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 if [ -n "${BIN:-}" ]; then
-  # BIN=dir: binaries copied there before (flat: revenant-run, revenant-agent, ...).
-  cp -L "$BIN"/{revenant-run,revenant-agent,librevenant_shim.so,train_mlp.bin,libtrain_mlp_host_kernels.so,journal_bench} "$tmp/"
+  # BIN=dir: binaries copied there before (flat: revenant-run, revenant-agent, ...;
+  # revenant-agent-testing for REVENANT_JOURNAL_TIMING, which revenant-run picks).
+  cp -L "$BIN"/{revenant-run,revenant-agent,revenant-agent-testing,librevenant_shim.so,train_mlp.bin,libtrain_mlp_host_kernels.so,journal_bench} "$tmp/"
 else
-  bazel build //tools:revenant-run //agent:revenant-agent //shim:librevenant_shim.so \
-    //tests/apps:train_mlp //tests/apps:train_mlp_host_kernels //journal:journal_bench \
+  bazel build //tools:revenant-run //agent:revenant-agent //agent:revenant-agent-testing \
+    //shim:librevenant_shim.so //tests/apps:train_mlp //tests/apps:train_mlp_host_kernels //journal:journal_bench \
     >"$tmp/build.log" 2>&1 || { tail -30 "$tmp/build.log"; exit 1; }
   B="$(bazel info bazel-bin 2>/dev/null)"
   # Private copies: bazel-bin may be rewritten by other builds while this runs.
-  cp -L "$B/tools/revenant-run" "$B/agent/revenant-agent" "$B/shim/librevenant_shim.so" \
-    "$B/tests/apps/train_mlp.bin" "$B/tests/apps/libtrain_mlp_host_kernels.so" \
+  cp -L "$B/tools/revenant-run" "$B/agent/revenant-agent" "$B/agent/revenant-agent-testing" \
+    "$B/shim/librevenant_shim.so" "$B/tests/apps/train_mlp.bin" "$B/tests/apps/libtrain_mlp_host_kernels.so" \
     "$B/journal/journal_bench" "$tmp/"
 fi
 echo "machine: $(nproc) cores, $(uname -m), load $(cut -d' ' -f1-3 /proc/loadavg); commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)"

@@ -15,8 +15,9 @@ B="$(bazel info bazel-bin 2>/dev/null)"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 # Private copies: bazel-bin is rewritten by other builds.
 mkdir -p "$tmp/bin"
-cp "$B/tools/revenant-run" "$B/agent/revenant-agent" "$B/shim/librevenant_shim.so" \
-  "$B/tests/apps/train_mlp.bin" "$B/tests/apps/libtrain_mlp_host_kernels.so" "$tmp/bin/"
+# revenant-agent-testing: the --chaos kills (revenant-run picks it).
+cp "$B/tools/revenant-run" "$B/agent/revenant-agent" "$B/agent/revenant-agent-testing" \
+  "$B/shim/librevenant_shim.so" "$B/tests/apps/train_mlp.bin" "$B/tests/apps/libtrain_mlp_host_kernels.so" "$tmp/bin/"
 victim=$(( ranks > 1 ? 1 : 0 ))
 echo "ranks=$ranks spares=$spares host backend; recovery = agent killed -> application resumed (ms)"
 # ready_ms: replacement started (or spare assigned) -> it took the rank's

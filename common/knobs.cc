@@ -24,6 +24,8 @@ constexpr size_t kCount = sizeof(kTable) / sizeof(kTable[0]);
 
 // One warning per knob and process, however often a bad value is read.
 std::atomic<bool> warned[kCount];
+// IgnoreTestingKnobs was called.
+std::atomic<bool> ignore_testing{false};
 
 void Warn(Id id, const std::string& value, const std::string& accepts) {
   if (warned[static_cast<size_t>(id)].exchange(true)) return;
@@ -57,7 +59,29 @@ absl::Span<const Knob> All() { return absl::MakeConstSpan(kTable, kCount); }
 
 const Knob& Info(Id id) { return kTable[static_cast<size_t>(id)]; }
 
+bool IsTestingKind(Kind kind) { return kind == Kind::kMeasurement || kind == Kind::kTest; }
+
+std::vector<std::string> TestingKnobsSet() {
+  std::vector<std::string> set;
+  for (const Knob& k : kTable) {
+    const char* v = IsTestingKind(k.kind) ? std::getenv(k.name) : nullptr;
+    if (v != nullptr && *v != '\0') set.emplace_back(k.name);
+  }
+  return set;
+}
+
+void IgnoreTestingKnobs(const std::string& testing_variant) {
+  ignore_testing.store(true);
+  for (const std::string& name : TestingKnobsSet()) {
+    REVENANT_LOG(WARNING, "knobs") << name << " ignored: a testing knob, read only by "
+                                   << testing_variant << " (docs/knobs.md)";
+  }
+}
+
 std::optional<std::string> String(Id id) {
+  if (ignore_testing.load(std::memory_order_relaxed) && IsTestingKind(Info(id).kind)) {
+    return std::nullopt;
+  }
   const char* v = std::getenv(Info(id).name);
   if (v == nullptr || *v == '\0') return std::nullopt;
   return std::string(v);
@@ -117,7 +141,11 @@ std::string Markdown() {
       "`revenant-run --help`); **launcher** — set by revenant-run for the processes it starts "
       "(set them yourself only when you start agents and applications by hand); "
       "**measurement** — for benchmarks and profiling (they may slow the product down or "
-      "disable recovery, and say so in the log); **test** — for tests only.\n\n"
+      "disable recovery, and say so in the log); **test** — for tests only. The product agent "
+      "(`revenant-agent`) ignores the measurement and test knobs, with a warning; its testing "
+      "variant `revenant-agent-testing` reads them, and `revenant-run` starts it for a job with "
+      "one of them set (docs/design.md, \"The testing variant\"). The shim and the tools read "
+      "every kind.\n\n"
       "A value that does not parse or is out of range is ignored with one warning naming the "
       "variable; an empty value is the same as unset.\n";
   for (Kind kind : {Kind::kProduct, Kind::kLauncher, Kind::kMeasurement, Kind::kTest}) {

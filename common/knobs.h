@@ -20,6 +20,10 @@
 //   - kMeasurement: for benchmarks and profiling; they may make the product
 //     slower or unable to recover, and say so in the log when set.
 //   - kTest: for tests only.
+// The measurement and test kinds are the testing knobs: the product agent
+// (revenant-agent) ignores them (IgnoreTestingKnobs), the testing variant
+// (revenant-agent-testing) reads them, and revenant-run starts the testing
+// variant when one is set (docs/design.md, "The testing variant").
 //
 // A value that does not parse, or lies outside the range a caller gives, is
 // ignored with one warning naming the variable and what it accepts; the
@@ -36,6 +40,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/types/span.h"
 
@@ -85,7 +90,9 @@ enum class Type { kBool, kInt, kDouble, kString };
   X(kHostKernelStackKb, "REVENANT_HOST_KERNEL_STACK_KB", kInt, kProduct, "64",                   \
     "Host backend: stack of each simulated GPU thread, in KiB (at least 16).")                  \
   X(kAgentBin, "REVENANT_AGENT_BIN", kString, kProduct, "next to revenant-run",                 \
-    "The revenant-agent binary revenant-run starts (as --agent).")                              \
+    "The agent binary revenant-run starts for every job (as --agent); unset: revenant-agent, "  \
+    "or its testing variant revenant-agent-testing for a job with --chaos or a measurement or " \
+    "test knob set.")                                                                            \
   X(kShim, "REVENANT_SHIM", kString, kProduct, "next to revenant-run",                          \
     "The librevenant_shim.so revenant-run preloads (as --shim).")                               \
   /* Launcher. */                                                                                \
@@ -164,6 +171,16 @@ std::optional<bool> Bool(Id id);
 std::optional<int64_t> Int(Id id, int64_t lo, int64_t hi);
 // A number in [lo, hi]; otherwise a warning, nullopt.
 std::optional<double> Double(Id id, double lo, double hi);
+
+// Measurement and test knobs: what only the testing variant of the agent
+// reads.
+bool IsTestingKind(Kind kind);
+// The testing knobs set (non-empty) in the environment, by name.
+std::vector<std::string> TestingKnobsSet();
+// For the product agent, before anything reads a knob: from here on every
+// testing knob reads as unset in this process; each one set in the
+// environment gets one warning saying that `testing_variant` reads it.
+void IgnoreTestingKnobs(const std::string& testing_variant);
 
 // The knobs of `kind`, one paragraph each ("NAME (default D): doc"), for
 // --help.

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -82,6 +83,35 @@ TEST_F(KnobsTest, HelpListsOnlyTheKnobsOfItsKind) {
   EXPECT_THAT(Help(Kind::kTest), HasSubstr("REVENANT_JOURNAL_THREAD_DELAY_US"));
   const std::string md = Markdown();
   for (const Knob& k : All()) EXPECT_THAT(md, HasSubstr(k.name));
+}
+
+TEST_F(KnobsTest, TestingKnobsSetNamesMeasurementAndTestKnobsOnly) {
+  EXPECT_TRUE(TestingKnobsSet().empty());
+  Set(Id::kCallTimeoutS, "5");
+  Set(Id::kSpinUs, "");
+  EXPECT_TRUE(TestingKnobsSet().empty());
+  Set(Id::kSpinUs, "20");
+  Set(Id::kJournalThreadDelayUs, "3");
+  EXPECT_EQ((std::vector<std::string>{"REVENANT_SPIN_US", "REVENANT_JOURNAL_THREAD_DELAY_US"}),
+            TestingKnobsSet());
+}
+
+// The product agent's view (in a child process: it cannot be undone).
+TEST_F(KnobsTest, IgnoreTestingKnobsLeavesProductAndLauncherKnobs) {
+  Set(Id::kSpinUs, "20");
+  Set(Id::kInlineImageKib, "0");
+  Set(Id::kCallTimeoutS, "5");
+  Set(Id::kJobDir, "/tmp/x");
+  EXPECT_EXIT(
+      {
+        IgnoreTestingKnobs("revenant-agent-testing");
+        const bool ok = !Int(Id::kSpinUs, 0, 100) && !String(Id::kInlineImageKib) &&
+                        Double(Id::kCallTimeoutS, 0, 10) == 5.0 &&
+                        String(Id::kJobDir) == std::string("/tmp/x");
+        std::exit(ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0),
+      "REVENANT_SPIN_US ignored: a testing knob, read only by revenant-agent-testing");
 }
 
 }  // namespace

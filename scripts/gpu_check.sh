@@ -32,7 +32,7 @@ APPS="vector_add streams_events pinned_async callbacks graphs multithread errors
 PROGRAMS="async_launch agent_death maps_probe replay_unsafe symbol_loop"
 
 targets=(
-  //tools:revenant-run //agent:revenant-agent //shim:librevenant_shim.so
+  //tools:revenant-run //agent:revenant-agent //agent:revenant-agent-testing //shim:librevenant_shim.so
   //tests/apps:all_apps
   //tests/integration:async_launch //tests/integration:agent_death //tests/integration:maps_probe
   //tests/integration:replay_unsafe //tests/integration:symbol_loop
@@ -50,7 +50,11 @@ bin="$(bazel info bazel-bin 2>/dev/null)"
 out="$root/.gpu"
 rm -rf "$out"
 mkdir -p "$out/apps" "$out/lib" "$out/bench"
-cp "$bin/tools/revenant-run" "$bin/agent/revenant-agent" "$bin/shim/librevenant_shim.so" "$out/"
+# Both agents: revenant-run starts the testing variant for a job with --chaos
+# or a measurement or test knob set, the product agent otherwise (both next to
+# it; docs/design.md, "The testing variant").
+cp "$bin/tools/revenant-run" "$bin/agent/revenant-agent" "$bin/agent/revenant-agent-testing" \
+  "$bin/shim/librevenant_shim.so" "$out/"
 for a in $APPS; do cp "$bin/tests/apps/$a.bin" "$out/apps/"; done
 for p in $PROGRAMS; do cp "$bin/tests/integration/$p.bin" "$out/apps/"; done
 cp "$root/tests/integration/agent_death_test.sh" "$root/tests/integration/recovery_train_test.sh" "$out/"
@@ -75,7 +79,7 @@ chmod -R u+w "$out"
 
 # Shared libraries the GPU machine may lack: everything our binaries import
 # except glibc itself and the CUDA runtime (the GPU machine has its own).
-for f in "$out/revenant-run" "$out/revenant-agent" "$out/librevenant_shim.so" \
+for f in "$out/revenant-run" "$out/revenant-agent" "$out/revenant-agent-testing" "$out/librevenant_shim.so" \
          "$out/cuda_backend_gpu_test" "$out/cuda_backend_test"; do
   ldd "$f" | awk '$3 ~ /^\// { print $3 }'
 done | sort -u | while read -r lib; do
@@ -102,7 +106,9 @@ export LD_LIBRARY_PATH="$G/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 LOGS="${OUT:-/tmp}/gpu_logs"
 mkdir -p "$LOGS"
 APPS="__APPS__"
-RUN="$G/revenant-run --agent=$G/revenant-agent --shim=$G/librevenant_shim.so"
+# The agents next to revenant-run: revenant-agent, or revenant-agent-testing
+# for the chaos kills and the measurement knobs (revenant-run picks it).
+RUN="$G/revenant-run --shim=$G/librevenant_shim.so"
 results=()
 record() {  # name status log
   results+=("$(printf '%-40s %s' "$1" "$2")")

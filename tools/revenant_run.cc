@@ -111,7 +111,10 @@ ABSL_FLAG(int, gpus, 0,
 ABSL_FLAG(std::string, host_kernels, "",
           "colon-separated host kernel libraries for the host backend");
 ABSL_FLAG(std::string, job_root, "/dev/shm", "where the per-job directory is made (tmpfs)");
-ABSL_FLAG(std::string, agent, "", "revenant-agent binary (default: found next to this one)");
+ABSL_FLAG(std::string, agent, "",
+          "the agent binary for every job (default: found next to this one: revenant-agent, or "
+          "its testing variant revenant-agent-testing for a job with --chaos or a measurement "
+          "or test knob set)");
 ABSL_FLAG(std::string, shim, "", "librevenant_shim.so (default: found next to this one)");
 ABSL_FLAG(double, timeout, 0, "kill the job after this many seconds (0: no limit)");
 ABSL_FLAG(bool, stop_on_failure, true,
@@ -155,7 +158,8 @@ ABSL_FLAG(std::string, chaos, "",
           "rank=1,minibatch=3,calls=40,point=after_execute (points: before_append, "
           "after_append, after_execute, after_reply; with snapshots, at the boundary of `minibatch`: "
           "snapshot_partial, after_snapshot, after_boundary, and corrupt_snapshot=1 to damage "
-          "the snapshot first)");
+          "the snapshot first); the agents are then the testing variant, revenant-agent-testing, "
+          "which has these crash points");
 ABSL_FLAG(double, recovery_timeout, 120,
           "seconds a rank waits for a replacement agent before its calls fail");
 
@@ -511,8 +515,31 @@ int Main(int argc, char** argv) {
   // Ranks: this node's are base..base+n-1 of `world` (one node: 0..n-1).
   const int world = multinode ? nnodes * n : n;
   const int base = multinode ? node_rank * n : 0;
+  // The testing variant of the agent for a job that uses what only it has
+  // (docs/design.md, "The testing variant"): --chaos (its named crash
+  // points) or a measurement or test knob in the environment (the agents
+  // inherit it). An agent named by --agent or REVENANT_AGENT_BIN serves
+  // every job as named.
+  std::string testing_why;
+  if (!absl::GetFlag(FLAGS_chaos).empty()) {
+    testing_why = "--chaos";
+  } else if (const std::vector<std::string> set = knobs::TestingKnobsSet(); !set.empty()) {
+    testing_why = absl::StrJoin(set, ", ");
+  }
+  const bool agent_named =
+      !absl::GetFlag(FLAGS_agent).empty() || knobs::String(knobs::Id::kAgentBin).has_value();
+  const bool testing_agent = !testing_why.empty() && !agent_named;
+  const std::string agent_file = testing_agent ? "revenant-agent-testing" : "revenant-agent";
   const std::string agent_bin =
-      Locate(absl::GetFlag(FLAGS_agent), knobs::Id::kAgentBin, "agent", "revenant-agent");
+      Locate(absl::GetFlag(FLAGS_agent), knobs::Id::kAgentBin, "agent", agent_file);
+  if (agent_bin.empty() && testing_agent) {
+    std::fprintf(stderr,
+                 "revenant-run: cannot find revenant-agent-testing, the agent's testing variant, "
+                 "which this job needs for %s; build //agent:revenant-agent-testing (next to "
+                 "revenant-run) or pass --agent\n",
+                 testing_why.c_str());
+    return 2;
+  }
   const std::string shim =
       Locate(absl::GetFlag(FLAGS_shim), knobs::Id::kShim, "shim", "librevenant_shim.so");
   if (agent_bin.empty() || shim.empty()) {
@@ -522,6 +549,7 @@ int Main(int argc, char** argv) {
                  agent_bin.empty() ? "revenant-agent" : "librevenant_shim.so");
     return 2;
   }
+  if (testing_agent) Say("agents: revenant-agent-testing (the testing variant, for " + testing_why + ")");
   std::string host_kernels = absl::GetFlag(FLAGS_host_kernels);
   if (host_kernels.empty()) host_kernels = knobs::String(knobs::Id::kHostKernels).value_or("");
   // Absolute paths: the agents do not share our working directory's meaning.

@@ -24,7 +24,7 @@ if [ "$MODE" = chaos ]; then
   echo "   seeds: $seeds; $trials trials each; $iters iterations; batches side by side"
   pids=()
   for seed in $seeds; do
-    RECOVERY_TEST_BACKEND_ARGS="--agent=$G/revenant-agent --shim=$G/librevenant_shim.so --backend=cuda --collectives=nccl --gpus=1" \
+    RECOVERY_TEST_BACKEND_ARGS="--shim=$G/librevenant_shim.so --backend=cuda --collectives=nccl --gpus=1" \
       bash "$G/recovery_train_test.sh" "$G/revenant-run" "$G/apps/train_mlp.bin" none 4 "$iters" "${CHAOS_MODE:-random}" \
       "$trials" "$seed" >"$LOGS/chaos.$seed.log" 2>&1 &
     pids+=($!)

@@ -72,7 +72,7 @@ GlooCollectivesOptions GlooCollectivesOptions::From(const BackendOptions& option
   GlooCollectivesOptions o;
   o.job_dir = options.job_dir;
   if (options.recovery_timeout_s > 0) o.recovery_timeout = absl::Seconds(options.recovery_timeout_s);
-  o.chaos_kill_in_recovery = options.chaos_kill_in_recovery;
+  o.crash_in_recovery = options.crash_in_recovery;
   o.cache_results = options.journal;
   o.backend = backend;
   o.store_endpoint = knobs::String(knobs::Id::kRdzvEndpoint).value_or("");
@@ -90,7 +90,7 @@ GlooCollectives::GlooCollectives(CollectiveDevice* device, const GlooCollectives
   store_prefix_ = options.store_prefix;
   hostname_ = options.hostname;
   recovery_timeout_ = options.recovery_timeout;
-  chaos_kill_in_recovery_ = options.chaos_kill_in_recovery;
+  crash_in_recovery_ = options.crash_in_recovery;
   cache_results_ = options.cache_results;
   if (recovery_timeout_ > absl::ZeroDuration() && !job_root_.empty()) {
     watcher_ = std::thread([this] { WatchEpochs(); });
@@ -699,10 +699,7 @@ absl::Status GlooCollectives::RunUnit(Comm& comm, Ordinal ordinal,
 
 absl::Status GlooCollectives::RecoverComm(Comm& comm, Ordinal pending, bool replacement,
                                                 uint64_t minibatch, bool* behind) {
-  if (chaos_kill_in_recovery_ && !replacement) {
-    REVENANT_LOG(WARNING, kLog) << "chaos: killing this agent during recovery";
-    raise(SIGKILL);
-  }
+  if (crash_in_recovery_ && !replacement) crash_in_recovery_();
   const absl::Time deadline = absl::Now() + recovery_timeout_;
   absl::Status last = absl::DeadlineExceededError("no recovery epoch was declared");
   while (absl::Now() < deadline) {

@@ -152,7 +152,8 @@ struct GlooCollectivesOptions {
   // How long a failed collective waits for the job's next epoch; 0: no
   // recovery.
   absl::Duration recovery_timeout = absl::ZeroDuration();
-  bool chaos_kill_in_recovery = false;
+  // BackendOptions::crash_in_recovery.
+  std::function<void()> crash_in_recovery;
   // Keep each collective's results for a replay (recovery, validator) until
   // the minibatch after next begins. Off when the agent does not journal:
   // without minibatch boundaries the results would pile up.
@@ -334,7 +335,7 @@ class GlooCollectives {
   std::string job_root_;
   std::string store_endpoint_, store_prefix_, hostname_;
   absl::Duration recovery_timeout_ = absl::ZeroDuration();
-  bool chaos_kill_in_recovery_ = false;
+  std::function<void()> crash_in_recovery_;
   bool cache_results_ = true;
   std::atomic<ReplayPhase> replay_phase_{ReplayPhase::kNone};
   // The minibatch whose boundary state a boundary snapshot restored (a

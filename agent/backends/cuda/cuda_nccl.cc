@@ -108,7 +108,7 @@ CudaNcclOptions CudaNcclOptions::From(const BackendOptions& options) {
   o.rank = options.rank;
   o.gpu_shared = options.gpu_shared;
   if (options.recovery_timeout_s > 0) o.recovery_timeout = absl::Seconds(options.recovery_timeout_s);
-  o.chaos_kill_in_recovery = options.chaos_kill_in_recovery;
+  o.crash_in_recovery = options.crash_in_recovery;
   o.cache_results = options.journal;
   return o;
 }
@@ -1060,10 +1060,7 @@ absl::Status CudaNccl::WriteState(const std::string& blob) {
 
 absl::Status CudaNccl::Recover(Comm& c, UnitOrdinal pending, bool replacement,
                                uint64_t minibatch, bool* behind) {
-  if (options_.chaos_kill_in_recovery && !replacement) {
-    REVENANT_LOG(WARNING, kLog) << "chaos: killing this agent during recovery";
-    raise(SIGKILL);
-  }
+  if (options_.crash_in_recovery && !replacement) options_.crash_in_recovery();
   const absl::Time deadline = absl::Now() + options_.recovery_timeout;
   absl::Status last = absl::DeadlineExceededError("no recovery epoch was declared");
   // A survivor's failed communicator is aborted at once, not once the epoch

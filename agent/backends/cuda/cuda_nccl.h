@@ -127,7 +127,8 @@ struct CudaNcclOptions {
   // How long a failed collective waits for the job's next recovery epoch
   // and re-forms its communicator; 0: no recovery (no fence either).
   absl::Duration recovery_timeout = absl::ZeroDuration();
-  bool chaos_kill_in_recovery = false;
+  // BackendOptions::crash_in_recovery.
+  std::function<void()> crash_in_recovery;
   // Keep each collective's results (current and previous minibatch) for a
   // replacement's replay; off when the agent does not journal.
   bool cache_results = true;
