@@ -136,6 +136,9 @@ enum class Type { kBool, kInt, kDouble, kString };
     "4096", "The minibatch log's first chunk, in KiB (whole 32 KiB blocks, at most 64 MiB).")    \
   X(kCrc32c, "REVENANT_CRC32C", kString, kMeasurement, "sse4.2 where available",                 \
     "isal-auto: the journal's checksums through ISA-L's dispatcher (to compare).")               \
+  X(kProbeOut, "REVENANT_PROBE_OUT", kString, kMeasurement, "",                                  \
+    "librevenant_probe.so (a diagnostic preload for native runs): also append the entry points " \
+    "it saw to this file.")                                                                      \
   /* Test. */                                                                                    \
   X(kJournalThreadDelayUs, "REVENANT_JOURNAL_THREAD_DELAY_US", kInt, kTest, "0",                 \
     "Slows the journal thread down by this many microseconds per request, so that requests "    \

@@ -21,6 +21,8 @@
 #include <set>
 #include <string>
 
+#include "common/knobs.h"
+
 namespace {
 
 std::mutex& Mu() {
@@ -33,8 +35,9 @@ std::set<std::string>& Seen() {
 }
 FILE* OutFile() {
   static FILE* f = [] {
-    const char* p = getenv("REVENANT_PROBE_OUT");
-    return p != nullptr && *p ? fopen(p, "a") : nullptr;
+    const std::optional<std::string> p =
+        revenant::knobs::String(revenant::knobs::Id::kProbeOut);
+    return p ? fopen(p->c_str(), "a") : nullptr;
   }();
   return f;
 }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
+#include "common/knobs.h"
 #include "gtest/gtest.h"
 #include "transport/shm_channel.h"
 
@@ -21,11 +22,11 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(WaitStatsTest, CountsWaitsAndSleepsPerKind) {
-  ASSERT_STREQ("1", std::getenv("REVENANT_WAIT_STATS"));
-  const char* spin = std::getenv("REVENANT_SPIN_US");
-  ASSERT_NE(nullptr, spin);
-  const bool sleeps = std::string(spin) == "0";
-  ASSERT_TRUE(sleeps || std::string(spin) == "10000000") << spin;
+  ASSERT_EQ(std::optional<bool>(true), knobs::Bool(knobs::Id::kWaitStats));
+  const std::optional<int64_t> spin = knobs::Int(knobs::Id::kSpinUs, 0, 10000000);
+  ASSERT_TRUE(spin.has_value());
+  const bool sleeps = *spin == 0;
+  ASSERT_TRUE(sleeps || *spin == 10000000) << *spin;
   EXPECT_EQ("no waits", shm_internal::WaitStatsReport());
 
   const std::string path = absl::StrCat("/dev/shm/revenant-wait-stats-test-", getpid());
