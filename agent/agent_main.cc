@@ -12,6 +12,11 @@
 // dies mid-request ends its session; either way the agent then serves the
 // next process. revenant-run starts one agent per rank; jobs
 // started by other launchers start agents themselves (see docs/running.md).
+//
+// Compiled twice (agent/BUILD): as revenant-agent, the product, and with
+// REVENANT_TESTING as revenant-agent-testing, which adds the named crash
+// points (--chaos_*) and reads the measurement and test knobs
+// (docs/design.md, "The testing variant").
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
