@@ -924,6 +924,10 @@ int Main(int argc, char** argv) {
       if (!c.agent && !c.exited) return true;
     return false;
   };
+  // The job may start again in a new round (etcd, restarts left).
+  auto restart_possible = [&] {
+    return etcd && etcd->round() < absl::GetFlag(FLAGS_max_restarts);
+  };
   auto stop_all = [&](int sig) {
     for (auto& c : children)
       if (!c.exited) kill(-c.pid, sig);
@@ -1017,9 +1021,7 @@ int Main(int argc, char** argv) {
             // would wait for it in their next collective until a timeout.
             // With restarts left on etcd the node waits for its other ranks
             // instead (a lost node may be the cause; see "ranks failed").
-            const bool restart_possible =
-                etcd && etcd->round() < absl::GetFlag(FLAGS_max_restarts);
-            if (!stopping && !restart_possible && absl::GetFlag(FLAGS_stop_on_failure) &&
+            if (!stopping && !restart_possible() && absl::GetFlag(FLAGS_stop_on_failure) &&
                 apps_running()) {
               Say(absl::StrCat("rank ", c.rank, " failed with status ", code,
                                ": stopping the other ranks (--stop_on_failure=false lets them "
@@ -1153,8 +1155,8 @@ int Main(int argc, char** argv) {
       stop_all(SIGTERM);
       kill_deadline = absl::Now() + absl::Seconds(3);
     }
-    if (!apps_running() && !stopping && result != 0 && etcd &&
-        etcd->round() < absl::GetFlag(FLAGS_max_restarts) && restart_grace == absl::InfiniteFuture()) {
+    if (!apps_running() && !stopping && result != 0 && restart_possible() &&
+        restart_grace == absl::InfiniteFuture()) {
       // This node's ranks failed while restarts are left: the cause may be
       // another node lost a moment ago (a rank whose peers or whose
       // MASTER_ADDR store died fails before that node's lease expires).
