@@ -69,9 +69,17 @@ int32_t CopyBody(DispatchContext& ctx, const hooks::CopyHead& h, wire::Decoder& 
                 B(ctx)->device_range().size);
   };
   switch (mode) {
-    case hooks::kDirect:
+    case hooks::kDirect: {
       if (!host_ok(d) || !host_ok(sp)) return cudaErrorInvalidValue;
-      return B(ctx)->Memcpy(d, sp, count, k, s, async_api);
+      // An upload journaled as a device capture (agent/upload_capture.h).
+      const UploadCapturePool::Capture* cap = session->PendingCapture(ctx.seq);
+      if (cap == nullptr || cap->size != count) return B(ctx)->Memcpy(d, sp, count, k, s, async_api);
+      bool captured = false;
+      const cudaError_t e = B(ctx)->MemcpyCaptured(d, sp, count, s, async_api, cap->data,
+                                                   cap->done, cap->seq, &captured);
+      session->CaptureRan(ctx.seq, e == cudaSuccess && captured);
+      return e;
+    }
     case hooks::kInlineSource: {
       const char* data = nullptr;
       uint64_t n = 0;

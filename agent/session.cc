@@ -184,6 +184,11 @@ void Session::Run() {
           j.minibatch()) << j.TimingBreakdown();
     }
   }
+  if (capture_ != nullptr) {
+    REVENANT_LOG(INFO, "agent") << absl::StrFormat(
+        "captured uploads at exit: %d uploads journaled by the device, %.1f MiB of capture files",
+        capture_->captures(), capture_->bytes() / 1048576.0);
+  }
   if (snapshots_ != nullptr && snapshot_totals_.count > 0) {
     const SnapshotTotals& t = snapshot_totals_;
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
@@ -409,7 +414,9 @@ void Session::JournalBeforeRun(const transport::RecordHeader& rec) {
       options_.journal->SkipBoundaryFor(rec.seq);
     }
   }
-  if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec)); !s.ok()) {
+  if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec),
+                                                       UploadCaptureFor(rec));
+      !s.ok()) {
     JournalFailed(s);
   }
   if (options_.journal->minibatch() == minibatch) return;
@@ -577,6 +584,39 @@ absl::string_view Session::CapturedPayload(const transport::RecordHeader& rec) c
   const void* p = reinterpret_cast<const void*>(h.src);
   if (!IsSharedHost(p, h.count)) return {};
   return absl::string_view(static_cast<const char*>(p), h.count);
+}
+
+UploadCaptureSink* Session::UploadCaptureFor(const transport::RecordHeader& rec) {
+  // While catching up with the survivors a superseded upload is answered
+  // without running (SkipSuperseded): its bytes go to the journal.
+  if (capture_failed_ || options_.capture_max_bytes == 0 || skip_until_minibatch_ != 0 ||
+      !IsCaptureCandidate(rec.api_id, absl::string_view(rec.body(), rec.body_size()),
+                          kCaptureMinBytes)) {
+    return nullptr;
+  }
+  // cudaMemcpyDefault: only an upload into the device range.
+  wire::Decoder in(rec.body(), rec.body_size());
+  hooks::CopyHead h;
+  const DeviceRange range = backend_->device_range();
+  if (!hooks::GetCopyHead(in, &h) || h.dst < range.base || h.dst - range.base >= range.size ||
+      (h.src >= range.base && h.src - range.base < range.size)) {
+    return nullptr;
+  }
+  if (capture_ == nullptr) {
+    UploadCapturePool::Options o;
+    o.max_bytes = options_.capture_max_bytes;
+    absl::StatusOr<std::unique_ptr<UploadCapturePool>> pool =
+        UploadCapturePool::Create(options_.journal->dir(), backend_, o, continued_journal_,
+                                  options_.journal->minibatch());
+    if (!pool.ok()) {
+      // Uploads are then journaled by the CPU, as before: slower, as safe.
+      REVENANT_LOG(WARNING, "agent") << "captured uploads unavailable: " << pool.status();
+      capture_failed_ = true;
+      return nullptr;
+    }
+    capture_ = std::move(*pool);
+  }
+  return capture_.get();
 }
 
 // The named crash points exist in the testing variant only (docs/design.md,
@@ -953,6 +993,8 @@ absl::StatusOr<ReplayLog> ReadReplayLog(const std::string& journal_dir) {
     return s;
   }
   const uint64_t minibatch = (*reader)->minibatch_header().minibatch();
+  // Uploads the device captured: their bytes, where the capture completed.
+  if (absl::Status s = LoadCapturedUploads(journal_dir, &entries); !s.ok()) return s;
   // Merge both logs back into request order; remember where each came from.
   std::vector<std::pair<journal::JournalEntry, bool>> merged;  // (entry, from minibatch log)
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -998,6 +1040,9 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   RecordEvent(job_root, "replacement_replay_started", rank, 0);
   absl::StatusOr<ReplayLog> log = ReadReplayLog(journal_dir);
   if (!log.ok()) return log.status();
+  // The continued journal's current minibatch names the dead agent's capture
+  // files: they stay until it is two boundaries old.
+  continued_journal_ = true;
   const std::vector<journal::JournalEntry>& entries = log->entries;
   const std::vector<bool>& from_minibatch = log->from_minibatch;
   const uint64_t minibatch = log->minibatch;

@@ -1,5 +1,7 @@
 #include "agent/validator.h"
 
+#include "agent/upload_capture.h"
+
 #include <cstring>
 #include <utility>
 
@@ -229,6 +231,11 @@ absl::StatusOr<std::vector<journal::JournalEntry>> Validator::ReadMinibatchLog(
     return absl::FailedPreconditionError(
         absl::StrCat("the journal's minibatch log is of minibatch ",
                      (*reader)->minibatch_header().minibatch()));
+  }
+  // The minibatch's captured uploads, from this live agent's capture files:
+  // a capture still on its way is waited for (bounded).
+  if (absl::Status s = LoadCapturedUploads(journal_dir, &entries, absl::Seconds(30)); !s.ok()) {
+    return s;
   }
   return entries;
 }

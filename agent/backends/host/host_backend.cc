@@ -509,6 +509,39 @@ cudaError_t HostBackend::Memcpy(void* dst, const void* src, size_t count, cudaMe
   return cudaSuccess;
 }
 
+cudaError_t HostBackend::MemcpyCaptured(void* dst, const void* src, size_t count,
+                                        cudaStream_t stream, bool async, void* capture,
+                                        uint64_t* done, uint64_t tag, bool* captured) {
+  *captured = false;
+  std::shared_ptr<Marker> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    HostStream* s = ResolveStream(stream);
+    if (s == nullptr) return cudaErrorInvalidResourceHandle;
+    if (count == 0 || Capturing(s)) {
+      // A graph node reads its source when the graph runs: nothing to capture.
+    } else {
+      if (dst == nullptr || src == nullptr || capture == nullptr || done == nullptr)
+        return cudaErrorInvalidValue;
+      if (!DeviceAccessible(dst, count) || !IsSharedHost(src, count) ||
+          !IsSharedHost(capture, count) || !IsSharedHost(done, sizeof(*done)))
+        return cudaErrorInvalidValue;
+      // The upload, then its bytes read back from the device into the
+      // capture, then the tag: in stream order, as the device does it.
+      finished = EnqueueLocked(s, {}, [dst, src, count, capture, done, tag]() {
+        std::memmove(dst, src, count);
+        std::memcpy(capture, dst, count);
+        __atomic_store_n(done, tag, __ATOMIC_RELEASE);
+        return cudaSuccess;
+      });
+    }
+  }
+  if (finished == nullptr) return Memcpy(dst, src, count, cudaMemcpyHostToDevice, stream, async);
+  *captured = true;
+  if (!async) finished->Wait();
+  return cudaSuccess;
+}
+
 cudaError_t HostBackend::RegisterSharedHost(void* addr, size_t size, unsigned int) {
   if (addr == nullptr || size == 0) return cudaErrorInvalidValue;
   std::lock_guard<std::mutex> lock(mu_);

@@ -140,6 +140,9 @@ class HostBackend : public Backend {
   absl::StatusOr<Symbol> GetSymbol(uint64_t module_key, const std::string& name) override;
   cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                      cudaStream_t stream, bool async) override;
+  cudaError_t MemcpyCaptured(void* dst, const void* src, size_t count, cudaStream_t stream,
+                             bool async, void* capture, uint64_t* done, uint64_t tag,
+                             bool* captured) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
   cudaError_t UnregisterSharedHost(void* addr) override;
   cudaError_t EnqueueHostCallback(cudaStream_t stream, std::function<void()> fn) override;
