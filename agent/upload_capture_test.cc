@@ -17,6 +17,7 @@
 #include "api/traits.h"
 #include "api/wire.h"
 #include "gtest/gtest.h"
+#include "journal/journal.h"
 
 namespace revenant {
 namespace agent {
@@ -251,6 +252,62 @@ TEST_F(UploadCaptureTest, AReplacementKeepsTheDeadAgentsFiles) {
   pool_.reset();
   pool_ = Pool(1ull << 30, /*continued=*/false);
   EXPECT_EQ(CaptureFiles(), 0u);
+}
+
+// Through the journal: the entry keeps its reference (no payload bytes),
+// a reader gets it back, and the replay's bytes come from the capture.
+TEST_F(UploadCaptureTest, TheJournalRecordsTheReference) {
+  RequestJournal::Options jo;
+  jo.boundaries = RequestJournal::BoundaryMode::kManual;
+  absl::StatusOr<std::unique_ptr<RequestJournal>> j =
+      RequestJournal::Open(dir_ + "/journal", "job", 0, jo);
+  ASSERT_TRUE(j.ok()) << j.status();
+  pool_ = [&] {
+    UploadCapturePool::Options o;
+    absl::StatusOr<std::unique_ptr<UploadCapturePool>> p =
+        UploadCapturePool::Create(dir_ + "/journal", backend_.get(), o, false, 0);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return std::move(*p);
+  }();
+  const absl::string_view payload(src_, kBytes);
+  // Setup phase: the bytes go to the journal.
+  const std::vector<char> first = Upload(3, kBytes);
+  ASSERT_TRUE((*j)->BeforeExecute(Header(first), payload, pool_.get()).ok());
+  EXPECT_EQ(pool_->Pending(3), nullptr);
+  ASSERT_TRUE((*j)->MarkStep().ok());
+  const std::vector<char> second = Upload(5, kBytes);
+  ASSERT_TRUE((*j)->BeforeExecute(Header(second), payload, pool_.get()).ok());
+  const UploadCapturePool::Capture* cap = pool_->Pending(5);
+  ASSERT_NE(cap, nullptr);
+  bool captured = false;
+  ASSERT_EQ(backend_->MemcpyCaptured(dev_, src_, kBytes, nullptr, false, cap->data, cap->done, 5,
+                                     &captured),
+            cudaSuccess);
+  pool_->Ran(5, captured);
+  const std::string original(src_, kBytes);
+  std::memset(src_, 0x11, kBytes);
+
+  absl::StatusOr<std::unique_ptr<journal::JournalReader>> r =
+      journal::JournalReader::Open(dir_ + "/journal");
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<journal::JournalEntry> setup, minibatch;
+  ASSERT_TRUE((*r)->ReadSetup([&](const journal::JournalEntry& e) {
+                     setup.push_back(e);
+                     return absl::OkStatus();
+                   }).ok());
+  ASSERT_TRUE((*r)->ReadMinibatch([&](const journal::JournalEntry& e) {
+                     minibatch.push_back(e);
+                     return absl::OkStatus();
+                   }).ok());
+  ASSERT_FALSE(setup.empty());
+  EXPECT_FALSE(setup.back().has_capture());
+  EXPECT_EQ(setup.back().inline_payload(), original);
+  ASSERT_EQ(minibatch.size(), 1u);
+  ASSERT_TRUE(minibatch[0].has_capture());
+  EXPECT_TRUE(minibatch[0].inline_payload().empty());
+  EXPECT_EQ(minibatch[0].capture().length(), kBytes);
+  ASSERT_TRUE(LoadCapturedUploads(dir_ + "/journal", &minibatch).ok());
+  EXPECT_EQ(minibatch[0].inline_payload(), original);
 }
 
 TEST_F(UploadCaptureTest, AMissingOrShortCaptureFileIsDataLoss) {
