@@ -128,6 +128,7 @@ class UploadCapturePool : public UploadCaptureSink {
   const Options options_;
   std::vector<std::unique_ptr<File>> files_;
   int next_index_ = 0;
+  int files_made_ = 0;
   uint64_t total_bytes_ = 0;
   uint64_t captures_ = 0;
   uint64_t minibatch_ = 0;
