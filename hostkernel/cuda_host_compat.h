@@ -70,6 +70,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 
@@ -99,6 +100,16 @@ inline int __syncthreads_count(int) = delete;  // not emulated (needs votes)
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+// Conditional graph nodes are refused by the host backend (no graph runs a
+// body here), so a kernel that sets a condition can only be reached by a
+// launch outside such a graph, which CUDA leaves undefined: it stops loudly.
+inline void cudaGraphSetConditional(cudaGraphConditionalHandle, unsigned int) {
+  std::fprintf(stderr,
+               "cudaGraphSetConditional: conditional graph nodes are not supported by the "
+               "host backend\n");
+  std::abort();
+}
 
 #define REVENANT_DYNAMIC_SHARED(type, name) \
   type* name = static_cast<type*>(::revenant::hostkernel::DynamicSharedMemory())

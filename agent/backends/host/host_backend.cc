@@ -1173,7 +1173,9 @@ cudaError_t HostBackend::cudaGraphClone(cudaGraph_t* clone, cudaGraph_t original
   if (from == nullptr) return cudaErrorInvalidValue;
   auto g = std::make_unique<Graph>();
   for (const std::unique_ptr<Node>& n : from->nodes) {
-    AddNodeLocked(g.get(), n->kind, n->deps, n->op);
+    Node* copy = AddNodeLocked(g.get(), n->kind, n->deps, n->op);
+    copy->event = n->event;
+    copy->child = n->child;
   }
   g->allocs = from->allocs;
   for (uint64_t a : g->allocs) {
@@ -1215,13 +1217,11 @@ cudaError_t HostBackend::cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t
   // A snapshot: later changes to the graph do not reach the executable.
   // Creation order is a topological order of the nodes.
   auto e = std::make_unique<GraphExec>();
-  auto ops = std::make_shared<std::vector<HostStream::Op>>();
   for (const std::unique_ptr<Node>& n : g->nodes) {
-    ops->push_back(n->op);
     e->kinds.push_back(n->kind);
     e->deps.push_back(n->deps);
   }
-  e->ops = std::move(ops);
+  e->steps = StepsOf(*g);
   e->index = g->index;
   e->allocs = g->allocs;
   for (uint64_t a : e->allocs) {
@@ -1239,17 +1239,68 @@ cudaError_t HostBackend::cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stre
   if (it == execs_.end()) return cudaErrorInvalidValue;
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
-  std::shared_ptr<const std::vector<HostStream::Op>> ops = it->second->ops;
-  EnqueueLocked(s, {}, [ops]() {
-    cudaError_t first = cudaSuccess;
-    for (const HostStream::Op& op : *ops) {
-      if (!op) continue;
-      cudaError_t err = op();
-      if (first == cudaSuccess) first = err;
-    }
-    return first;
-  });
+  std::shared_ptr<const std::vector<Step>> steps = it->second->steps;
+  auto events = std::make_shared<LaunchEvents>();
+  // A launch captured into a graph runs later, as often as that graph
+  // does: its event nodes then only order, as captured records do.
+  if (!Capturing(s)) BindEventsLocked(*steps, s, events.get());
+  EnqueueLocked(s, {}, [steps, events]() { return RunSteps(*steps, *events); });
   return cudaSuccess;
+}
+
+std::shared_ptr<std::vector<HostBackend::Step>> HostBackend::StepsOf(const Graph& g) {
+  auto steps = std::make_shared<std::vector<Step>>();
+  steps->reserve(g.nodes.size());
+  for (const std::unique_ptr<Node>& n : g.nodes) steps->push_back(static_cast<const Step&>(*n));
+  return steps;
+}
+
+void HostBackend::BindEventsLocked(const std::vector<Step>& steps, HostStream* s,
+                                   LaunchEvents* out) {
+  for (const Step& st : steps) {
+    if (st.kind == NodeKind::kChild && st.child != nullptr) BindEventsLocked(*st.child, s, out);
+    if (st.kind != NodeKind::kEventRecord && st.kind != NodeKind::kEventWait) continue;
+    Event* e = ResolveEvent(reinterpret_cast<cudaEvent_t>(st.event));
+    if (e == nullptr) continue;  // destroyed since the node was added
+    if (st.kind == NodeKind::kEventRecord) {
+      auto m = std::make_shared<Marker>();
+      e->marker = m;
+      e->stream = s;
+      e->captured_in = nullptr;
+      (*out)[&st] = std::move(m);
+    } else {
+      (*out)[&st] = e->marker;  // null: never recorded, nothing to wait for
+    }
+  }
+}
+
+cudaError_t HostBackend::RunSteps(const std::vector<Step>& steps, const LaunchEvents& events) {
+  cudaError_t first = cudaSuccess;
+  for (const Step& st : steps) {
+    cudaError_t err = cudaSuccess;
+    switch (st.kind) {
+      case NodeKind::kEventRecord:
+      case NodeKind::kEventWait: {
+        auto it = events.find(&st);
+        if (it == events.end() || it->second == nullptr) break;
+        // A record is set even after a failed step, so waiters never hang.
+        if (st.kind == NodeKind::kEventRecord) {
+          it->second->Set();
+        } else {
+          it->second->Wait();
+        }
+        break;
+      }
+      case NodeKind::kChild:
+        if (st.child != nullptr) err = RunSteps(*st.child, events);
+        break;
+      default:
+        if (st.op) err = st.op();
+        break;
+    }
+    if (first == cudaSuccess) first = err;
+  }
+  return first;
 }
 
 cudaError_t HostBackend::cudaGraphExecDestroy(cudaGraphExec_t exec) {
@@ -1442,6 +1493,58 @@ cudaError_t HostBackend::AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph
   return AddChecked(node, graph, deps, NodeKind::kMemFree, nullptr);
 }
 
+cudaError_t HostBackend::AddChildGraphNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                           const std::vector<cudaGraphNode_t>& deps,
+                                           cudaGraph_t child) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Graph* c = ResolveGraph(child);
+  if (c == nullptr) return cudaErrorInvalidValue;
+  for (const auto& [stream, captured] : captures_) {
+    if (captured == c) return cudaErrorIllegalState;  // still being captured
+  }
+  for (const std::unique_ptr<Node>& n : c->nodes) {
+    if (n->kind == NodeKind::kMemAlloc || n->kind == NodeKind::kMemFree) {
+      return cudaErrorInvalidValue;
+    }
+  }
+  std::shared_ptr<const std::vector<Step>> steps = StepsOf(*c);
+  cudaError_t err = AddChecked(node, graph, deps, NodeKind::kChild, nullptr);
+  if (err == cudaSuccess) reinterpret_cast<Node*>(*node)->child = std::move(steps);
+  return err;
+}
+
+cudaError_t HostBackend::AddEventNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                      const std::vector<cudaGraphNode_t>& deps,
+                                      cudaEvent_t event, bool record) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Event* e = ResolveEvent(event);
+  if (e == nullptr) return cudaErrorInvalidResourceHandle;
+  cudaError_t err = AddChecked(node, graph, deps,
+                               record ? NodeKind::kEventRecord : NodeKind::kEventWait, nullptr);
+  if (err == cudaSuccess) reinterpret_cast<Node*>(*node)->event = e;
+  return err;
+}
+
+cudaError_t HostBackend::AddConditionalNode(cudaGraphNode_t*, cudaGraph_t,
+                                            const std::vector<cudaGraphNode_t>&,
+                                            cudaGraphConditionalHandle,
+                                            cudaGraphConditionalNodeType, unsigned int,
+                                            std::vector<cudaGraph_t>*) {
+  REVENANT_LOG(ERROR, kLog) << "cudaGraphAddNode: conditional nodes (if/while/switch) are not "
+                               "supported by the host backend (host kernels have no "
+                               "cudaGraphSetConditional); the cuda backend runs them";
+  return cudaErrorNotSupported;
+}
+
+cudaError_t HostBackend::cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle*,
+                                                          cudaGraph_t, unsigned int,
+                                                          unsigned int) {
+  REVENANT_LOG(ERROR, kLog) << "cudaGraphConditionalHandleCreate: conditional nodes are not "
+                               "supported by the host backend (host kernels have no "
+                               "cudaGraphSetConditional); the cuda backend runs them";
+  return cudaErrorNotSupported;
+}
+
 cudaError_t HostBackend::GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) {
   std::lock_guard<std::mutex> lock(mu_);
   Graph* g = ResolveGraph(graph);
@@ -1472,14 +1575,16 @@ cudaError_t HostBackend::GraphDebugDot(cudaGraph_t graph, unsigned int flags, st
   std::lock_guard<std::mutex> lock(mu_);
   Graph* g = ResolveGraph(graph);
   if (g == nullptr || dot == nullptr) return cudaErrorInvalidValue;
-  static const char* kKinds[] = {"captured", "kernel", "memset", "memcpy",
-                                 "host",     "empty",  "mem_alloc", "mem_free"};
+  static const char* kKinds[] = {"captured",  "kernel",   "memset",       "memcpy",
+                                 "host",      "empty",    "mem_alloc",    "mem_free",
+                                 "child_graph", "event_record", "event_wait"};
+  constexpr int kNumKinds = sizeof(kKinds) / sizeof(kKinds[0]);
   *dot = absl::StrCat("digraph revenant_host_graph {\n  label=\"graph of ", g->nodes.size(),
                       " nodes (Revenant host backend)\";\n");
   for (size_t i = 0; i < g->nodes.size(); ++i) {
     const int kind = static_cast<int>(g->nodes[i]->kind);
     absl::StrAppend(dot, "  node", i, " [label=\"", i, ": ",
-                    kind >= 0 && kind < 8 ? kKinds[kind] : "?", "\"];\n");
+                    kind >= 0 && kind < kNumKinds ? kKinds[kind] : "?", "\"];\n");
   }
   for (size_t i = 0; i < g->nodes.size(); ++i) {
     for (size_t d : g->nodes[i]->deps) absl::StrAppend(dot, "  node", d, " -> node", i, ";\n");
@@ -1502,9 +1607,9 @@ cudaError_t HostBackend::ExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraph
   HostStream::Op op;
   cudaError_t err = KernelOpLocked(kernel, grid, block, shared_bytes, packed_args, false, &op);
   if (err != cudaSuccess) return err;
-  auto ops = std::make_shared<std::vector<HostStream::Op>>(*e->ops);
-  (*ops)[at->second] = std::move(op);
-  e->ops = std::move(ops);
+  auto steps = std::make_shared<std::vector<Step>>(*e->steps);
+  (*steps)[at->second].op = std::move(op);
+  e->steps = std::move(steps);
   return cudaSuccess;
 }
 
@@ -1539,13 +1644,13 @@ cudaError_t HostBackend::ExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph,
   }
   if (info != nullptr) *info = result;
   if (result.result != cudaGraphExecUpdateSuccess) return cudaErrorGraphExecUpdateFailure;
-  auto ops = std::make_shared<std::vector<HostStream::Op>>(*e->ops);
+  auto steps = std::make_shared<std::vector<Step>>(*e->steps);
   for (size_t i = 0; i < g->nodes.size(); ++i) {
     const Node& n = *g->nodes[i];
     if (n.kind == NodeKind::kMemAlloc || n.kind == NodeKind::kMemFree) continue;
-    (*ops)[i] = n.op;
+    (*steps)[i] = static_cast<const Step&>(n);
   }
-  e->ops = std::move(ops);
+  e->steps = std::move(steps);
   return cudaSuccess;
 }
 
