@@ -101,14 +101,21 @@ inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
-// Conditional graph nodes are refused by the host backend (no graph runs a
-// body here), so a kernel that sets a condition can only be reached by a
-// launch outside such a graph, which CUDA leaves undefined: it stops loudly.
-inline void cudaGraphSetConditional(cudaGraphConditionalHandle, unsigned int) {
-  std::fprintf(stderr,
-               "cudaGraphSetConditional: conditional graph nodes are not supported by the "
-               "host backend\n");
-  std::abort();
+// cudaGraphSetConditional: the host backend's agent exports
+// revenant_host_set_conditional (agent/backends/host/host_backend.cc), which
+// sets the condition of the graph launch running the kernel; a library
+// loaded elsewhere (tests) has no such agent, and a kernel setting a
+// condition there stops loudly.
+extern "C" void revenant_host_set_conditional(unsigned long long handle, unsigned int value)
+    __attribute__((weak));
+inline void cudaGraphSetConditional(cudaGraphConditionalHandle handle, unsigned int value) {
+  if (revenant_host_set_conditional == nullptr) {
+    std::fprintf(stderr,
+                 "cudaGraphSetConditional: no host backend agent in this process to run "
+                 "conditional graph nodes\n");
+    std::abort();
+  }
+  revenant_host_set_conditional(handle, value);
 }
 
 #define REVENANT_DYNAMIC_SHARED(type, name) \

@@ -16,9 +16,9 @@
 // copy); and a while loop (cudaGraphConditionalHandleCreate with a default
 // value, a conditional node whose body graph is populated afterwards, a
 // kernel setting the condition with cudaGraphSetConditional) running a
-// per-step number of iterations read from device memory. The host backend
-// refuses conditional nodes (cudaErrorNotSupported at the handle's creation);
-// the program then runs the rest without the loop and says so.
+// per-step number of iterations read from device memory. A backend that
+// refuses conditional nodes (cudaErrorNotSupported at the handle's creation)
+// makes the program run the rest without the loop and say so.
 //
 //   graph_nodes [--iters N]
 #include <cuda_runtime.h>
