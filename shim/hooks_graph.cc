@@ -225,7 +225,7 @@ void EncodeNodes(W& w, const cudaGraphNode_t* nodes, size_t n) {
 }
 
 // One node-adding call: graph, deps, [type], params; reply: node [, dptr].
-// `bodies` (conditional nodes): where the body graphs' ids go, `*bodies_n`
+// `bodies` (conditional nodes): where the body graphs' ids go, `bodies_n`
 // of them expected.
 template <typename Params>
 cudaError_t AddNodeCall(ApiId id, cudaGraphNode_t* node, cudaGraph_t graph,
