@@ -291,6 +291,32 @@ class Backend : public api::BackendApi {
     (void)node; (void)graph; (void)deps; (void)dptr;
     return cudaErrorNotSupported;
   }
+  // Runs a copy of `child` (taken now, as CUDA clones it) each time the
+  // node runs.
+  virtual cudaError_t AddChildGraphNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                        const std::vector<cudaGraphNode_t>& deps,
+                                        cudaGraph_t child) {
+    (void)node; (void)graph; (void)deps; (void)child;
+    return cudaErrorNotSupported;
+  }
+  // Records `event` (`record`) or waits for it each time the node runs.
+  virtual cudaError_t AddEventNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                   const std::vector<cudaGraphNode_t>& deps, cudaEvent_t event,
+                                   bool record) {
+    (void)node; (void)graph; (void)deps; (void)event; (void)record;
+    return cudaErrorNotSupported;
+  }
+  // An if/while/switch node on `handle` (cudaGraphConditionalHandleCreate's
+  // value); `bodies` gets its `size` body graphs, owned by the node, which
+  // the application then populates.
+  virtual cudaError_t AddConditionalNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                         const std::vector<cudaGraphNode_t>& deps,
+                                         cudaGraphConditionalHandle handle,
+                                         cudaGraphConditionalNodeType type, unsigned int size,
+                                         std::vector<cudaGraph_t>* bodies) {
+    (void)node; (void)graph; (void)deps; (void)handle; (void)type; (void)size; (void)bodies;
+    return cudaErrorNotSupported;
+  }
   // The graph's nodes in creation order (captured work included).
   virtual cudaError_t GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) {
     (void)graph; (void)nodes;

@@ -673,6 +673,48 @@ class CudaBackend : public Backend {
                               void** dptr) override;
   cudaError_t AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph,
                              const std::vector<cudaGraphNode_t>& deps, void* dptr) override;
+  cudaError_t AddChildGraphNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                const std::vector<cudaGraphNode_t>& deps,
+                                cudaGraph_t child) override;
+  cudaError_t AddEventNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                           const std::vector<cudaGraphNode_t>& deps, cudaEvent_t event,
+                           bool record) override {
+    Bind();
+    {
+      absl::MutexLock lock(&mu_);
+      if (!events_.contains(event)) return cudaErrorInvalidResourceHandle;
+    }
+    return record ? ::cudaGraphAddEventRecordNode(node, graph, deps.data(), deps.size(), event)
+                  : ::cudaGraphAddEventWaitNode(node, graph, deps.data(), deps.size(), event);
+  }
+  // The runtime's conditional node; its bodies belong to it (not tracked
+  // as graphs: the application cannot destroy them, Reset leaves them to
+  // their parent).
+  cudaError_t AddConditionalNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                 const std::vector<cudaGraphNode_t>& deps,
+                                 cudaGraphConditionalHandle handle,
+                                 cudaGraphConditionalNodeType type, unsigned int size,
+                                 std::vector<cudaGraph_t>* bodies) override {
+    Bind();
+    cudaGraphNodeParams p = {};
+    p.type = cudaGraphNodeTypeConditional;
+    p.conditional.handle = handle;
+    p.conditional.type = type;
+    p.conditional.size = size;
+    cudaError_t e = ::cudaGraphAddNode(node, graph, deps.data(), nullptr, deps.size(), &p);
+    if (e != cudaSuccess) return e;
+    if (p.conditional.phGraph_out == nullptr) return cudaErrorUnknown;
+    bodies->assign(p.conditional.phGraph_out, p.conditional.phGraph_out + size);
+    return cudaSuccess;
+  }
+  // The runtime's handle: a replay compares it with the journaled one (the
+  // application passes it to kernels, where it cannot be translated).
+  cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle* handle,
+                                               cudaGraph_t graph, unsigned int default_value,
+                                               unsigned int flags) override {
+    Bind();
+    return ::cudaGraphConditionalHandleCreate(handle, graph, default_value, flags);
+  }
   cudaError_t GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) override;
   // The runtime's own description, through a private temporary file.
   cudaError_t GraphDebugDot(cudaGraph_t graph, unsigned int flags, std::string* dot) override {
@@ -1891,6 +1933,21 @@ cudaError_t CudaBackend::AddMemAllocNode(cudaGraphNode_t* node, cudaGraph_t grap
   graph_memory_refs_[Addr(p)] = 1;
   *dptr = p;
   return cudaSuccess;
+}
+
+cudaError_t CudaBackend::AddChildGraphNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                           const std::vector<cudaGraphNode_t>& deps,
+                                           cudaGraph_t child) {
+  Bind();
+  {
+    absl::MutexLock lock(&mu_);
+    // The runtime would clone our alloc and free nodes as the empty nodes
+    // they are, the memory staying with `child`: refused as CUDA refuses
+    // cloning memory nodes.
+    auto held = graph_memory_.find(child);
+    if (held != graph_memory_.end() && !held->second.empty()) return cudaErrorInvalidValue;
+  }
+  return ::cudaGraphAddChildGraphNode(node, graph, deps.data(), deps.size(), child);
 }
 
 cudaError_t CudaBackend::AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph,
