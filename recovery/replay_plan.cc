@@ -35,36 +35,36 @@ bool IsCopy(const journal::JournalEntry& e) {
 
 }  // namespace
 
-absl::StatusOr<ReplayLog> ReadReplayLog(const std::string& journal_dir) {
+absl::StatusOr<ReplayLog> ReadReplayLog(const std::string& journal_dir,
+                                        const LoadReferenced& load) {
   absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
       journal::JournalReader::Open(journal_dir);
   if (!reader.ok()) return reader.status();
-  std::vector<journal::JournalEntry> setup, minibatch_log;
-  if (absl::Status s = (*reader)->ReadSetup([&](const journal::JournalEntry& e) {
-        setup.push_back(e);
-        return absl::OkStatus();
-      });
-      !s.ok()) {
+  std::vector<journal::JournalEntry> entries;
+  auto collect = [&](const journal::JournalEntry& e) {
+    entries.push_back(e);
+    return absl::OkStatus();
+  };
+  if (absl::Status s = (*reader)->ReadSetup(collect); !s.ok()) return s;
+  const size_t setup_entries = entries.size();
+  if (absl::Status s = (*reader)->ReadMinibatch(collect); !s.ok() && !absl::IsNotFound(s)) {
     return s;
   }
-  if (absl::Status s = (*reader)->ReadMinibatch([&](const journal::JournalEntry& e) {
-        minibatch_log.push_back(e);
-        return absl::OkStatus();
-      });
-      !s.ok() && !absl::IsNotFound(s)) {
-    return s;
+  const uint64_t minibatch = (*reader)->minibatch_header().minibatch();
+  if (load != nullptr) {
+    if (absl::Status s = load(&entries); !s.ok()) return s;
   }
-  return MergeLogs(std::move(setup), std::move(minibatch_log),
-                   (*reader)->minibatch_header().minibatch());
+  return MergeLogs(std::move(entries), setup_entries, minibatch);
 }
 
-ReplayLog MergeLogs(std::vector<journal::JournalEntry> setup,
-                    std::vector<journal::JournalEntry> minibatch_log, uint64_t minibatch) {
+ReplayLog MergeLogs(std::vector<journal::JournalEntry> entries, size_t setup_entries,
+                    uint64_t minibatch) {
   // Merge both logs back into request order; remember where each came from.
   std::vector<std::pair<journal::JournalEntry, bool>> merged;  // (entry, from minibatch log)
-  merged.reserve(setup.size() + minibatch_log.size());
-  for (journal::JournalEntry& e : setup) merged.emplace_back(std::move(e), false);
-  for (journal::JournalEntry& e : minibatch_log) merged.emplace_back(std::move(e), true);
+  merged.reserve(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    merged.emplace_back(std::move(entries[i]), i >= setup_entries);
+  }
   std::stable_sort(merged.begin(), merged.end(), [](const auto& a, const auto& b) {
     return a.first.seq() < b.first.seq();
   });
@@ -156,7 +156,7 @@ ReplayAction ReplayPlan::ActionFor(const ReplayRequest& r) const {
 }
 
 absl::StatusOr<std::vector<journal::JournalEntry>> ReadMinibatchLog(
-    const std::string& journal_dir, uint64_t minibatch) {
+    const std::string& journal_dir, uint64_t minibatch, const LoadReferenced& load) {
   absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
       journal::JournalReader::Open(journal_dir);
   if (!reader.ok()) return reader.status();
@@ -170,6 +170,9 @@ absl::StatusOr<std::vector<journal::JournalEntry>> ReadMinibatchLog(
     return absl::FailedPreconditionError(
         absl::StrCat("the journal's minibatch log is of minibatch ",
                      (*reader)->minibatch_header().minibatch()));
+  }
+  if (load != nullptr) {
+    if (absl::Status s = load(&entries); !s.ok()) return s;
   }
   return entries;
 }

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "journal/journal.h"
 
@@ -48,15 +49,23 @@ struct ReplayLog {
   uint64_t minibatch = 0;  // the minibatch log's; 0: before the first boundary
 };
 
-// Reads the journal in `journal_dir` (its setup and minibatch logs) as a
-// replacement replays it. kDataLoss for a corrupt journal (never replayed),
-// kNotFound where there is none.
-absl::StatusOr<ReplayLog> ReadReplayLog(const std::string& journal_dir);
+// Completes entries read back from a journal: bytes they only reference
+// outside the journal's own files, which the agent knows how to load. An
+// error refuses the read.
+using LoadReferenced = std::function<absl::Status(std::vector<journal::JournalEntry>* entries)>;
 
-// ReadReplayLog's merge: `setup` and `minibatch_log` (each in seq order)
-// into one log in request order.
-ReplayLog MergeLogs(std::vector<journal::JournalEntry> setup,
-                    std::vector<journal::JournalEntry> minibatch_log, uint64_t minibatch);
+// Reads the journal in `journal_dir` (its setup and minibatch logs) as a
+// replacement replays it; `load` (may be null) completes the entries of both
+// logs before they are merged. kDataLoss for a corrupt journal (never
+// replayed), kNotFound where there is none.
+absl::StatusOr<ReplayLog> ReadReplayLog(const std::string& journal_dir,
+                                        const LoadReferenced& load = nullptr);
+
+// ReadReplayLog's merge: `entries` holds the setup log (its first
+// `setup_entries`) then the minibatch log, each in seq order; the result is
+// one log in request order.
+ReplayLog MergeLogs(std::vector<journal::JournalEntry> entries, size_t setup_entries,
+                    uint64_t minibatch);
 
 // One request of a journal with its outcome (outcome entries are not
 // requests of their own).
@@ -156,11 +165,11 @@ class ReplayPlan {
 
 // The validator's silent replay of one minibatch (agent/validator.h).
 
-// The minibatch log in `journal_dir`, read as a replacement would read it;
-// kFailedPrecondition when it is the log of another minibatch than
-// `minibatch`.
+// The minibatch log in `journal_dir`, read as a replacement would read it
+// (`load`, may be null, completes its entries); kFailedPrecondition when it
+// is the log of another minibatch than `minibatch`.
 absl::StatusOr<std::vector<journal::JournalEntry>> ReadMinibatchLog(
-    const std::string& journal_dir, uint64_t minibatch);
+    const std::string& journal_dir, uint64_t minibatch, const LoadReferenced& load = nullptr);
 
 struct SilentReplayPlan {
   std::vector<ReplayRequest> requests;

@@ -65,6 +65,14 @@ JournalEntry Copy(uint64_t seq, uint8_t mode, uint64_t dst = 0x1000) {
   return e;
 }
 
+// A merged log of `setup` and `minibatch_log`.
+ReplayLog Log(std::vector<JournalEntry> setup, const std::vector<JournalEntry>& minibatch_log,
+              uint64_t minibatch) {
+  const size_t setup_entries = setup.size();
+  setup.insert(setup.end(), minibatch_log.begin(), minibatch_log.end());
+  return MergeLogs(std::move(setup), setup_entries, minibatch);
+}
+
 std::vector<uint64_t> Seqs(const std::vector<ReplayRequest>& requests) {
   std::vector<uint64_t> out;
   for (const ReplayRequest& r : requests) out.push_back(r.seq);
@@ -115,8 +123,9 @@ Walk WalkPlan(ReplayPlan& plan, bool survivors_ahead = false) {
 TEST(MergeLogsTest, BothLogsInRequestOrderEachMarkedWithItsLog) {
   // A setup-log allocation made during the current minibatch lies between
   // minibatch-log requests.
-  ReplayLog log = MergeLogs({Request(1), Request(2), Request(5)},
-                            {Request(3), Request(4), Request(6)}, /*minibatch=*/7);
+  ReplayLog log =
+      MergeLogs({Request(1), Request(2), Request(5), Request(3), Request(4), Request(6)},
+                /*setup_entries=*/3, /*minibatch=*/7);
   std::vector<uint64_t> seqs;
   for (const JournalEntry& e : log.entries) seqs.push_back(e.seq() / 2);
   EXPECT_THAT(seqs, ElementsAre(1, 2, 3, 4, 5, 6));
@@ -143,6 +152,29 @@ TEST(ReadReplayLogTest, ReadsBothLogsOfAJournal) {
   EXPECT_EQ(log->minibatch, 3u);
   EXPECT_EQ(Seqs(RequestsOf(log->entries)), (std::vector<uint64_t>{1, 4, 5, 6}));
   EXPECT_THAT(log->from_minibatch, ElementsAre(false, true, false, true, true));
+}
+
+TEST(ReadReplayLogTest, LoadCompletesBothLogsAndItsErrorRefusesTheRead) {
+  const std::string dir = TestDir("load");
+  {
+    absl::StatusOr<std::unique_ptr<journal::Journal>> j =
+        journal::Journal::Open(dir, "job", 0, journal::JournalOptions());
+    ASSERT_TRUE(j.ok()) << j.status();
+    ASSERT_TRUE((*j)->AppendSetup(Request(1)).ok());
+    ASSERT_TRUE((*j)->MarkBoundary(1).ok());
+    ASSERT_TRUE((*j)->AppendMinibatch(Request(2)).ok());
+  }
+  absl::StatusOr<ReplayLog> log = ReadReplayLog(dir, [](std::vector<JournalEntry>* entries) {
+    for (JournalEntry& e : *entries) e.set_inline_payload(absl::StrCat("loaded-", e.seq() / 2));
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(log.ok()) << log.status();
+  ASSERT_EQ(log->entries.size(), 2u);
+  EXPECT_EQ(log->entries[0].inline_payload(), "loaded-1");
+  EXPECT_EQ(log->entries[1].inline_payload(), "loaded-2");
+  auto refuse = [](std::vector<JournalEntry>*) { return absl::DataLossError("capture lost"); };
+  EXPECT_TRUE(absl::IsDataLoss(ReadReplayLog(dir, refuse).status()));
+  EXPECT_TRUE(absl::IsDataLoss(ReadMinibatchLog(dir, 1, refuse).status()));
 }
 
 TEST(ReadReplayLogTest, NoJournalIsNotFound) {
@@ -177,7 +209,7 @@ TEST(LastAnsweredRequestTest, AnOutcomeOrAReplyInItsSlotTellsTheApplication) {
 }
 
 TEST(ReplayPlanTest, FirstMinibatchReplaysEverythingWithoutBoundary) {
-  ReplayLog log = MergeLogs({Request(1), Request(2), Request(3)}, {}, /*minibatch=*/0);
+  ReplayLog log = Log({Request(1), Request(2), Request(3)}, {}, /*minibatch=*/0);
   ReplayPlan plan(log, {});
   EXPECT_FALSE(plan.in_setup());
   const Walk w = WalkPlan(plan);
@@ -189,7 +221,7 @@ TEST(ReplayPlanTest, FirstMinibatchReplaysEverythingWithoutBoundary) {
 }
 
 TEST(ReplayPlanTest, BoundaryBeforeTheFirstMinibatchLogRequest) {
-  ReplayLog log = MergeLogs({Request(1), Request(2), Request(5)}, {Request(3), Request(4)}, 2);
+  ReplayLog log = Log({Request(1), Request(2), Request(5)}, {Request(3), Request(4)}, 2);
   ReplayPlan plan(log, {});
   EXPECT_TRUE(plan.in_setup());
   const Walk w = WalkPlan(plan);
@@ -200,7 +232,7 @@ TEST(ReplayPlanTest, BoundaryBeforeTheFirstMinibatchLogRequest) {
 }
 
 TEST(ReplayPlanTest, EmptyMinibatchLogTakesTheBoundaryAtTheEnd) {
-  ReplayLog log = MergeLogs({Request(1), Request(2)}, {}, 4);
+  ReplayLog log = Log({Request(1), Request(2)}, {}, 4);
   ReplayPlan plan(log, {});
   const Walk w = WalkPlan(plan);
   EXPECT_EQ(w.boundary_before, 0u);
@@ -211,7 +243,7 @@ TEST(ReplayPlanTest, EmptyMinibatchLogTakesTheBoundaryAtTheEnd) {
 TEST(ReplayPlanTest, SnapshotBoundaryFallsAtItsRequestEvenInTheSetupLog) {
   // The snapshot was taken before request 3; request 3 (an allocation of
   // this minibatch, in the setup log) replays on top of it.
-  ReplayLog log = MergeLogs({Request(1), Request(3)}, {Request(4)}, 2);
+  ReplayLog log = Log({Request(1), Request(3)}, {Request(4)}, 2);
   ReplayPlan::Options o;
   o.snapshot_boundary_seq = 3;
   ReplayPlan plan(log, o);
@@ -222,7 +254,7 @@ TEST(ReplayPlanTest, SnapshotBoundaryFallsAtItsRequestEvenInTheSetupLog) {
 
 TEST(ReplayPlanTest, SurvivorsAheadSupersedeTheMinibatchLogOnly) {
   ReplayLog log =
-      MergeLogs({Request(1), Request(4)}, {Request(2), Request(3, kSync, 0), Outcome(3)}, 5);
+      Log({Request(1), Request(4)}, {Request(2), Request(3, kSync, 0), Outcome(3)}, 5);
   ReplayPlan plan(log, {});
   const Walk w = WalkPlan(plan, /*survivors_ahead=*/true);
   EXPECT_TRUE(plan.survivors_ahead());
@@ -236,7 +268,7 @@ TEST(ReplayPlanTest, SurvivorsAheadSupersedeTheMinibatchLogOnly) {
 TEST(ReplayPlanTest, SharedHostCopiesBeforeTheLastAnsweredRequestAreSkipped) {
   // Copies 1 and 4 write shared host memory, 2 does not; request 3's reply
   // reached the application.
-  ReplayLog log = MergeLogs(
+  ReplayLog log = Log(
       {Copy(1, hooks::kDirect, 0xa), Copy(2, hooks::kDirect, 0xb), Request(3, kSync, 0),
        Outcome(3), Copy(4, hooks::kDirect, 0xa)},
       {}, 0);
