@@ -416,6 +416,9 @@ absl::StatusOr<SessionOptions> SessionOptionsFromFlags(const std::string& job_di
       static_cast<uint64_t>(
           knobs::Int(knobs::Id::kJournalBoundaryKib, 0, kMaxKib).value_or(256 << 10))
       << 10;
+  options.capture_max_bytes =
+      static_cast<uint64_t>(knobs::Int(knobs::Id::kCaptureMaxMib, 0, 1 << 30).value_or(4096))
+      << 20;
   if (options.validate_every > 0 && !absl::GetFlag(FLAGS_journal)) {
     REVENANT_LOG(WARNING, "agent") << "--validate_every needs the journal: validator off";
     options.validate_every = 0;

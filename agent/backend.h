@@ -215,6 +215,19 @@ class Backend : public api::BackendApi {
   // cudaErrorInvalidValue, never a fault in the agent.
   virtual cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                              cudaStream_t stream, bool async) = 0;
+  // An upload from shared host memory (`src`) to device memory (`dst`), as
+  // Memcpy, whose bytes the device also copies back into `capture` (journal
+  // memory registered with RegisterSharedHost) behind the upload; once all
+  // of them are there it stores `tag` into *done (8 bytes of registered
+  // memory). Work the application queues on `stream` later runs after the
+  // capture (it cannot overwrite `dst` before it was read back). On a
+  // stream being captured into a graph the upload becomes a node as with
+  // Memcpy, and nothing is captured (the node reads `src` at its launch).
+  // *captured: whether the capture was queued. docs/journal_format.md,
+  // "Captured uploads".
+  virtual cudaError_t MemcpyCaptured(void* dst, const void* src, size_t count,
+                                     cudaStream_t stream, bool async, void* capture,
+                                     uint64_t* done, uint64_t tag, bool* captured) = 0;
 
   // --- Host memory shared with the application --------------------------------
   // The agent has mapped [addr, addr + size) at the application's address;
@@ -276,6 +289,32 @@ class Backend : public api::BackendApi {
   virtual cudaError_t AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph,
                                      const std::vector<cudaGraphNode_t>& deps, void* dptr) {
     (void)node; (void)graph; (void)deps; (void)dptr;
+    return cudaErrorNotSupported;
+  }
+  // Runs a copy of `child` (taken now, as CUDA clones it) each time the
+  // node runs.
+  virtual cudaError_t AddChildGraphNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                        const std::vector<cudaGraphNode_t>& deps,
+                                        cudaGraph_t child) {
+    (void)node; (void)graph; (void)deps; (void)child;
+    return cudaErrorNotSupported;
+  }
+  // Records `event` (`record`) or waits for it each time the node runs.
+  virtual cudaError_t AddEventNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                   const std::vector<cudaGraphNode_t>& deps, cudaEvent_t event,
+                                   bool record) {
+    (void)node; (void)graph; (void)deps; (void)event; (void)record;
+    return cudaErrorNotSupported;
+  }
+  // An if/while/switch node on `handle` (cudaGraphConditionalHandleCreate's
+  // value); `bodies` gets its `size` body graphs, owned by the node, which
+  // the application then populates.
+  virtual cudaError_t AddConditionalNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                         const std::vector<cudaGraphNode_t>& deps,
+                                         cudaGraphConditionalHandle handle,
+                                         cudaGraphConditionalNodeType type, unsigned int size,
+                                         std::vector<cudaGraph_t>* bodies) {
+    (void)node; (void)graph; (void)deps; (void)handle; (void)type; (void)size; (void)bodies;
     return cudaErrorNotSupported;
   }
   // The graph's nodes in creation order (captured work included).

@@ -29,6 +29,25 @@ uint64_t HandleTable::RegisterRaw(api::HandleKind kind, uint64_t backend_value) 
   return v;
 }
 
+uint64_t HandleTable::RegisterDerived(api::HandleKind kind, uint64_t backend_value,
+                                      uint64_t parent, uint32_t index) {
+  PerKind& k = kinds_[static_cast<int>(kind)];
+  const uint64_t v = DerivedId(kind, parent, index);
+  auto old = k.to_backend.find(v);
+  if (old != k.to_backend.end()) {
+    k.to_virtual.erase(old->second);
+    k.to_backend.erase(old);
+  }
+  auto stale = k.to_virtual.find(backend_value);
+  if (stale != k.to_virtual.end()) {
+    k.to_backend.erase(stale->second);
+    k.to_virtual.erase(stale);
+  }
+  k.to_backend[v] = backend_value;
+  k.to_virtual[backend_value] = v;
+  return v;
+}
+
 uint64_t HandleTable::ToVirtualRaw(api::HandleKind kind, uint64_t backend_value) {
   if (IsPassThrough(kind, backend_value)) return backend_value;
   return RegisterRaw(kind, backend_value);

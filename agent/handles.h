@@ -67,6 +67,19 @@ class HandleTable {
   }
 
   uint64_t RegisterRaw(api::HandleKind kind, uint64_t backend_value);
+  // Registers `backend_value` under the id DerivedId(kind, parent, index):
+  // a handle the backend creates as part of another (a conditional node's
+  // body graphs) gets an id that follows from its parent's, so a replay that
+  // restores the parent restores it too. Serials are left alone. An id
+  // already live is rebound (its previous object is forgotten).
+  uint64_t RegisterDerived(api::HandleKind kind, uint64_t backend_value, uint64_t parent,
+                           uint32_t index);
+  // kVirtualTag | kind << 40 | bit 39 | the parent's serial (31 bits) << 8 |
+  // index (0-255): never a serial RegisterRaw hands out (below 2^39).
+  static uint64_t DerivedId(api::HandleKind kind, uint64_t parent, uint32_t index) {
+    return kVirtualTag | (static_cast<uint64_t>(kind) << 40) | (uint64_t{1} << 39) |
+           ((parent & 0x7fffffffull) << 8) | (index & 0xffu);
+  }
   uint64_t ToVirtualRaw(api::HandleKind kind, uint64_t backend_value);
   bool ToBackendRaw(api::HandleKind kind, uint64_t* value) const;
   bool RemoveRaw(api::HandleKind kind, uint64_t virtual_value);

@@ -78,6 +78,33 @@ TEST(HandleTableTest, ExpectNextRestoresIdsAcrossCompactedHistory) {
   EXPECT_EQ(reinterpret_cast<uint64_t>(next), third + 1) << "serials continue after the restored id";
 }
 
+// A conditional node's body graphs: their ids follow from the node's, so a
+// second table (a replacement agent) that registers the same node id gets
+// the same body ids, whatever serials it handed out before.
+TEST(HandleTableTest, DerivedIdsFollowTheParentNotTheSerials) {
+  HandleTable a, b;
+  void* g = reinterpret_cast<void*>(0x10);
+  b.Register(HandleKind::kGraph, &g);  // b is one graph serial ahead
+  const uint64_t node = HandleTable::kVirtualTag |
+                        (static_cast<uint64_t>(HandleKind::kGraphNode) << 40) | 7;
+  const uint64_t body_a = a.RegisterDerived(HandleKind::kGraph, 0x100, node, 1);
+  const uint64_t body_b = b.RegisterDerived(HandleKind::kGraph, 0x200, node, 1);
+  EXPECT_EQ(body_a, body_b);
+  EXPECT_NE(body_a, a.RegisterDerived(HandleKind::kGraph, 0x101, node, 0));
+  uint64_t raw = body_b;
+  ASSERT_TRUE(b.ToBackendRaw(HandleKind::kGraph, &raw));
+  EXPECT_EQ(raw, 0x200u);
+  // Serials are untouched: the next plain registration is serial 1 in `a`.
+  void* next = reinterpret_cast<void*>(0x20);
+  a.Register(HandleKind::kGraph, &next);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(next) & ((uint64_t{1} << 40) - 1), 1u);
+  // Registering the id again (a replay) rebinds it to the new object.
+  EXPECT_EQ(a.RegisterDerived(HandleKind::kGraph, 0x300, node, 1), body_a);
+  raw = body_a;
+  ASSERT_TRUE(a.ToBackendRaw(HandleKind::kGraph, &raw));
+  EXPECT_EQ(raw, 0x300u);
+}
+
 }  // namespace
 }  // namespace agent
 }  // namespace revenant

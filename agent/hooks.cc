@@ -69,9 +69,17 @@ int32_t CopyBody(DispatchContext& ctx, const hooks::CopyHead& h, wire::Decoder& 
                 B(ctx)->device_range().size);
   };
   switch (mode) {
-    case hooks::kDirect:
+    case hooks::kDirect: {
       if (!host_ok(d) || !host_ok(sp)) return cudaErrorInvalidValue;
-      return B(ctx)->Memcpy(d, sp, count, k, s, async_api);
+      // An upload journaled as a device capture (agent/upload_capture.h).
+      const UploadCapturePool::Capture* cap = session->PendingCapture(ctx.seq);
+      if (cap == nullptr || cap->size != count) return B(ctx)->Memcpy(d, sp, count, k, s, async_api);
+      bool captured = false;
+      const cudaError_t e = B(ctx)->MemcpyCaptured(d, sp, count, s, async_api, cap->data,
+                                                   cap->done, cap->seq, &captured);
+      session->CaptureRan(ctx.seq, e == cudaSuccess && captured);
+      return e;
+    }
     case hooks::kInlineSource: {
       const char* data = nullptr;
       uint64_t n = 0;
@@ -537,11 +545,15 @@ std::function<void()> HostNodeFn(DispatchContext& ctx, uint64_t fn, uint64_t use
 
 // A created node: its virtual id as an 8-byte field (the journal keys the
 // created handle on the reply's first byte field, as for generated rows).
-void PutNode(DispatchContext& ctx, wire::Encoder& out, cudaGraphNode_t node) {
+uint64_t PutNode(DispatchContext& ctx, wire::Encoder& out, cudaGraphNode_t node) {
   const uint64_t id =
       ctx.handles->RegisterRaw(api::HandleKind::kGraphNode, reinterpret_cast<uint64_t>(node));
   out.PutBytes(&id, sizeof(id));
+  return id;
 }
+
+// The most bodies of a conditional node (the shim refuses more).
+constexpr uint32_t kMaxConditionalBodies = 256;
 
 // The node-specific part of cudaGraphAdd*Node after graph and dependencies.
 int32_t AddNodeOfType(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out,
@@ -603,6 +615,47 @@ int32_t AddNodeOfType(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& ou
       if (!in.Get(&p)) return cudaErrorInvalidValue;
       err = B(ctx)->AddMemFreeNode(&node, graph, deps, reinterpret_cast<void*>(p));
       break;
+    }
+    case cudaGraphNodeTypeGraph: {
+      cudaGraph_t child = nullptr;
+      if (!GetGraph(ctx, in, &child)) return cudaErrorInvalidValue;
+      err = B(ctx)->AddChildGraphNode(&node, graph, deps, child);
+      break;
+    }
+    case cudaGraphNodeTypeEventRecord:
+    case cudaGraphNodeTypeWaitEvent: {
+      uint64_t event = 0;
+      if (!in.Get(&event)) return cudaErrorInvalidValue;
+      if (!ctx.handles->ToBackendRaw(api::HandleKind::kEvent, &event))
+        return cudaErrorInvalidResourceHandle;
+      err = B(ctx)->AddEventNode(&node, graph, deps, reinterpret_cast<cudaEvent_t>(event),
+                                 type == cudaGraphNodeTypeEventRecord);
+      break;
+    }
+    case cudaGraphNodeTypeConditional: {
+      uint64_t handle = 0;
+      int32_t cond_type = 0;
+      uint32_t size = 0;
+      cudaGraphConditionalNodeType ct;
+      if (!in.Get(&handle) || !in.Get(&cond_type) || !in.Get(&size) ||
+          !wire::ToEnum(cond_type, &ct) || size == 0 || size > kMaxConditionalBodies) {
+        return cudaErrorInvalidValue;
+      }
+      std::vector<cudaGraph_t> bodies;
+      err = B(ctx)->AddConditionalNode(&node, graph, deps, handle, ct, size, &bodies);
+      if (err != cudaSuccess) return err;
+      if (bodies.size() != size) return cudaErrorUnknown;
+      const uint64_t id = PutNode(ctx, out, node);
+      out.Put(uint64_t{0});  // where an alloc node's reply has its address
+      // The bodies' ids follow from the node's, which a replay restores
+      // (the journal keys the row on the node): so are theirs.
+      std::vector<uint64_t> ids;
+      for (uint32_t i = 0; i < size; ++i) {
+        ids.push_back(ctx.handles->RegisterDerived(
+            api::HandleKind::kGraph, reinterpret_cast<uint64_t>(bodies[i]), id, i));
+      }
+      out.PutBytes(ids.data(), ids.size() * sizeof(uint64_t));
+      return cudaSuccess;
     }
     default:
       return NotYet("cudaGraphAddNode of this node type");
@@ -799,6 +852,18 @@ int32_t Hook_cudaGraphAddMemAllocNode(DispatchContext& ctx, wire::Decoder& in,
 int32_t Hook_cudaGraphAddMemFreeNode(DispatchContext& ctx, wire::Decoder& in,
                                      wire::Encoder& out) {
   return AddNodeHook(ctx, in, out, cudaGraphNodeTypeMemFree);
+}
+int32_t Hook_cudaGraphAddChildGraphNode(DispatchContext& ctx, wire::Decoder& in,
+                                        wire::Encoder& out) {
+  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeGraph);
+}
+int32_t Hook_cudaGraphAddEventRecordNode(DispatchContext& ctx, wire::Decoder& in,
+                                         wire::Encoder& out) {
+  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeEventRecord);
+}
+int32_t Hook_cudaGraphAddEventWaitNode(DispatchContext& ctx, wire::Decoder& in,
+                                       wire::Encoder& out) {
+  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeWaitEvent);
 }
 // A contiguous 3D copy, sent by the shim as a 1D one (shim/hooks_graph.cc).
 int32_t Hook_cudaGraphAddMemcpyNode(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {

@@ -293,7 +293,8 @@ absl::Status RequestJournal::MarkStep() {
 }
 
 absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
-                                           absl::string_view payload) {
+                                           absl::string_view payload,
+                                           UploadCaptureSink* capture) {
   Timed timed(this, rec.api_id);
   last_journaled_ = false;
   const auto id = static_cast<api::ApiId>(rec.api_id);
@@ -386,6 +387,15 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
                      minibatch_.load(std::memory_order_relaxed) == 0;
   last_in_setup_ = setup;
   last_journaled_ = true;
+  // A large upload of a training step: the device captures its bytes behind
+  // the copy (agent/upload_capture.h); the entry names where.
+  if (!setup && capture != nullptr && !payload.empty() &&
+      capture->Reserve(rec, minibatch_.load(std::memory_order_relaxed), payload.size(),
+                       e.mutable_capture())) {
+    payload = {};
+  } else if (e.has_capture()) {
+    e.clear_capture();
+  }
   // The payload (a pinned source, possibly hundreds of MiB) goes to the
   // journal by reference: written to the payload file straight from the
   // shared memory, never copied into the entry.

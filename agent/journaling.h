@@ -85,6 +85,18 @@ class MinibatchDetector {
   absl::flat_hash_set<uint64_t> seen_;
 };
 
+// Where the bytes of a large upload go instead of the journal's payload
+// file: memory the device writes behind the copy (agent/upload_capture.h).
+class UploadCaptureSink {
+ public:
+  virtual ~UploadCaptureSink() = default;
+  // Whether the device will capture the `size` source bytes of `rec`, which
+  // is journaled in `minibatch`'s log; then `ref` names where, and the
+  // journal entry holds only that reference.
+  virtual bool Reserve(const transport::RecordHeader& rec, uint64_t minibatch, uint64_t size,
+                       journal::DeviceCapture* ref) = 0;
+};
+
 class RequestJournal {
  public:
   enum class BoundaryMode { kAuto, kManual };
@@ -125,8 +137,10 @@ class RequestJournal {
   // Journals `rec` if its row is journaled. `payload` holds bytes the
   // request reads from memory shared with the application (a pinned source
   // of a copy), captured now because the application may reuse the buffer
-  // once the copy ran.
-  absl::Status BeforeExecute(const transport::RecordHeader& rec, absl::string_view payload);
+  // once the copy ran. With `capture`, a payload of a request journaled in
+  // the minibatch log may instead be left to the device (the sink decides).
+  absl::Status BeforeExecute(const transport::RecordHeader& rec, absl::string_view payload,
+                             UploadCaptureSink* capture = nullptr);
   // Whether the outcome entry of `api_id` may be appended after the reply
   // is posted (the application then runs on while the executor journals):
   // true for the waits and the synchronous copy, whose outcome only serves

@@ -1,5 +1,7 @@
 #include "agent/journaling_ahead.h"
 
+#include "agent/upload_capture.h"
+
 #include "api/hook_protocol.h"
 #include "api/traits.h"
 
@@ -37,6 +39,12 @@ bool AheadJournaling::Plain(const transport::RecordHeader& rec) const {
   // journal boundaries (without snapshots, validator or chaos).
   if (rec.api_id == hooks::kMarkStepApiId) return false;
   if (api::Traits(static_cast<uint32_t>(rec.api_id)).journal == api::JournalClass::kSkip) {
+    return false;
+  }
+  // A large upload: the executor journals it, as a device capture it then
+  // runs (agent/upload_capture.h).
+  if (IsCaptureCandidate(rec.api_id, absl::string_view(rec.body(), rec.body_size()),
+                         kCaptureMinBytes)) {
     return false;
   }
   return options_.thread_boundaries || !journal_->BoundaryBefore(rec);

@@ -1,5 +1,7 @@
 #include "agent/journaling_behind.h"
 
+#include "agent/upload_capture.h"
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -165,6 +167,12 @@ bool BehindJournaling::PlainBehind(const transport::RecordHeader& rec, bool boun
     wire::Decoder in(rec.body(), rec.body_size());
     hooks::CopyHead h;
     if (!hooks::GetCopyHead(in, &h) || h.mode == hooks::kStagingSource) return false;
+    // A large upload: the executor journals it, as a device capture it then
+    // runs (agent/upload_capture.h).
+    if (IsCaptureCandidate(rec.api_id, absl::string_view(rec.body(), rec.body_size()),
+                           kCaptureMinBytes)) {
+      return false;
+    }
   }
   return !boundary || options_.thread_boundaries;
 }

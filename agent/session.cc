@@ -185,6 +185,11 @@ void Session::Run() {
           j.minibatch()) << j.TimingBreakdown();
     }
   }
+  if (capture_ != nullptr) {
+    REVENANT_LOG(INFO, "agent") << absl::StrFormat(
+        "captured uploads at exit: %d uploads journaled by the device, %.1f MiB of capture files",
+        capture_->captures(), capture_->bytes() / 1048576.0);
+  }
   if (snapshots_ != nullptr && snapshot_totals_.count > 0) {
     const SnapshotTotals& t = snapshot_totals_;
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
@@ -410,7 +415,9 @@ void Session::JournalBeforeRun(const transport::RecordHeader& rec) {
       options_.journal->SkipBoundaryFor(rec.seq);
     }
   }
-  if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec)); !s.ok()) {
+  if (absl::Status s = options_.journal->BeforeExecute(rec, CapturedPayload(rec),
+                                                       UploadCaptureFor(rec));
+      !s.ok()) {
     JournalFailed(s);
   }
   if (options_.journal->minibatch() == minibatch) return;
@@ -578,6 +585,39 @@ absl::string_view Session::CapturedPayload(const transport::RecordHeader& rec) c
   const void* p = reinterpret_cast<const void*>(h.src);
   if (!IsSharedHost(p, h.count)) return {};
   return absl::string_view(static_cast<const char*>(p), h.count);
+}
+
+UploadCaptureSink* Session::UploadCaptureFor(const transport::RecordHeader& rec) {
+  // While catching up with the survivors a superseded upload is answered
+  // without running (SkipSuperseded): its bytes go to the journal.
+  if (capture_failed_ || options_.capture_max_bytes == 0 || skip_until_minibatch_ != 0 ||
+      !IsCaptureCandidate(rec.api_id, absl::string_view(rec.body(), rec.body_size()),
+                          kCaptureMinBytes)) {
+    return nullptr;
+  }
+  // cudaMemcpyDefault: only an upload into the device range.
+  wire::Decoder in(rec.body(), rec.body_size());
+  hooks::CopyHead h;
+  const DeviceRange range = backend_->device_range();
+  if (!hooks::GetCopyHead(in, &h) || h.dst < range.base || h.dst - range.base >= range.size ||
+      (h.src >= range.base && h.src - range.base < range.size)) {
+    return nullptr;
+  }
+  if (capture_ == nullptr) {
+    UploadCapturePool::Options o;
+    o.max_bytes = options_.capture_max_bytes;
+    absl::StatusOr<std::unique_ptr<UploadCapturePool>> pool =
+        UploadCapturePool::Create(options_.journal->dir(), backend_, o, continued_journal_,
+                                  options_.journal->minibatch());
+    if (!pool.ok()) {
+      // Uploads are then journaled by the CPU, as before: slower, as safe.
+      REVENANT_LOG(WARNING, "agent") << "captured uploads unavailable: " << pool.status();
+      capture_failed_ = true;
+      return nullptr;
+    }
+    capture_ = std::move(*pool);
+  }
+  return capture_.get();
 }
 
 // The named crash points exist in the testing variant only (docs/design.md,
@@ -938,8 +978,15 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   const absl::Time start = absl::Now();
   const std::string job_root = JobRootOf(job_dir_);
   RecordEvent(job_root, "replacement_replay_started", rank, 0);
-  absl::StatusOr<recovery::ReplayLog> log = recovery::ReadReplayLog(journal_dir);
+  // Uploads the device captured: their bytes, where the capture completed.
+  absl::StatusOr<recovery::ReplayLog> log =
+      recovery::ReadReplayLog(journal_dir, [&](std::vector<journal::JournalEntry>* entries) {
+        return LoadCapturedUploads(journal_dir, entries);
+      });
   if (!log.ok()) return log.status();
+  // The continued journal's current minibatch names the dead agent's capture
+  // files: they stay until it is two boundaries old.
+  continued_journal_ = true;
   const uint64_t minibatch = log->minibatch;
   // Past the first boundary, a rank with boundary snapshots takes its state
   // at the boundary from the snapshot of the journal's minibatch; one that

@@ -34,6 +34,7 @@
 #include "agent/journaling.h"
 #include "agent/journaling_mode.h"
 #include "agent/snapshot.h"
+#include "agent/upload_capture.h"
 #include "api/hook_protocol.h"
 #include "api/traits.h"
 #include "recovery/replay_plan.h"
@@ -116,6 +117,10 @@ struct SessionOptions {
   // ordinals restart at it), which one rank's journal size cannot promise,
   // so the agent says so once instead. 0: never.
   uint64_t journal_boundary_bytes = 0;
+  // Captured uploads (agent/upload_capture.h): the capture files of the
+  // journal directory stay under this many bytes; 0: every upload's bytes
+  // are journaled by the CPU. REVENANT_CAPTURE_MAX_MIB.
+  uint64_t capture_max_bytes = 4ull << 30;
 
   // The journal thread (docs/design.md, "The journal thread"): a second
   // thread journals the plain asynchronous requests of the ring, so that
@@ -171,6 +176,16 @@ class Session : private JournalingHost {
   int UnmapSharedHost(uint64_t addr);
   // Whether [p, p + n) lies inside one shared range.
   bool IsSharedHost(const void* p, size_t n) const;
+
+  // The device capture the executor reserved for upload `seq` while
+  // journaling it (agent/upload_capture.h), else null; CaptureRan after the
+  // copy's hook ran it (`captured`: the backend captured its bytes).
+  const UploadCapturePool::Capture* PendingCapture(uint64_t seq) const {
+    return capture_ != nullptr ? capture_->Pending(seq) : nullptr;
+  }
+  void CaptureRan(uint64_t seq, bool captured) {
+    if (capture_ != nullptr) capture_->Ran(seq, captured);
+  }
 
   // Modules and kernels known to this session.
   bool module_loaded(uint64_t key) const { return modules_.count(key) != 0; }
@@ -396,6 +411,13 @@ class Session : private JournalingHost {
   void SnapshotRecorded(uint64_t minibatch);
   void MaybeSnapshotChaos(SessionOptions::Chaos::Point point, uint64_t minibatch);
   std::unique_ptr<SnapshotStore> snapshots_;
+  // Large uploads the device journals (null until the first one; see
+  // UploadCaptureFor).
+  UploadCaptureSink* UploadCaptureFor(const transport::RecordHeader& rec);
+  std::unique_ptr<UploadCapturePool> capture_;
+  bool capture_failed_ = false;
+  // This session continues a dead agent's journal (its capture files stay).
+  bool continued_journal_ = false;
   // Whether the step boundary before the request being journaled takes a
   // snapshot (SessionOptions::snapshot_every); false: it stays a step inside
   // the journal's minibatch.

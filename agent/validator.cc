@@ -1,5 +1,7 @@
 #include "agent/validator.h"
 
+#include "agent/upload_capture.h"
+
 #include <cstring>
 #include <utility>
 
@@ -251,8 +253,12 @@ absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir
   if (absl::Status s = Replayable(); !s.ok()) return s;
   // The minibatch log as a replacement would read it, and what of it is
   // replayed silently (recovery/replay_plan.h).
-  absl::StatusOr<std::vector<journal::JournalEntry>> entries =
-      recovery::ReadMinibatchLog(journal_dir, minibatch);
+  // The minibatch's captured uploads, from this live agent's capture files:
+  // a capture still on its way is waited for (bounded).
+  absl::StatusOr<std::vector<journal::JournalEntry>> entries = recovery::ReadMinibatchLog(
+      journal_dir, minibatch, [&](std::vector<journal::JournalEntry>* log) {
+        return LoadCapturedUploads(journal_dir, log, absl::Seconds(30));
+      });
   if (!entries.ok()) return entries.status();
   absl::StatusOr<recovery::SilentReplayPlan> plan = recovery::PlanSilentReplay(*entries);
   if (!plan.ok()) return plan.status();

@@ -92,6 +92,8 @@ REVENANT_WIRE_ENUM_RANGE(cudaStreamCaptureStatus, cudaStreamCaptureStatusNone,
                          cudaStreamCaptureStatusInvalidated);
 REVENANT_WIRE_ENUM_RANGE(cudaGraphExecUpdateResult, cudaGraphExecUpdateSuccess,
                          cudaGraphExecUpdateErrorAttributesChanged);
+REVENANT_WIRE_ENUM_RANGE(cudaGraphConditionalNodeType, cudaGraphCondTypeIf,
+                         cudaGraphCondTypeSwitch);
 // cudaGraphNodeType skips 0x0c.
 template <>
 struct WireEnum<cudaGraphNodeType> {

@@ -85,6 +85,10 @@ enum class Type { kBool, kInt, kDouble, kString };
   X(kJournalMaxKib, "REVENANT_JOURNAL_MAX_KIB", kInt, kProduct, "no limit",                      \
     "A rank's journal may not grow past this many KiB: there, as on a full disk, the agent "    \
     "stops taking requests and the application's calls fail with the reason.")                  \
+  X(kCaptureMaxMib, "REVENANT_CAPTURE_MAX_MIB", kInt, kProduct, "4096",                         \
+    "Large uploads of a training step are journaled by the device into capture files of the "   \
+    "journal directory (tmpfs): at most this many MiB of them per rank; 0 journals every "      \
+    "upload's bytes with the CPU (slower).")                                                     \
   X(kHostKernels, "REVENANT_HOST_KERNELS", kString, kProduct, "",                                \
     "Host backend: colon-separated host kernel libraries (as --host_kernels).")                 \
   X(kHostKernelStackKb, "REVENANT_HOST_KERNEL_STACK_KB", kInt, kProduct, "64",                   \

@@ -70,6 +70,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 
@@ -99,6 +100,23 @@ inline int __syncthreads_count(int) = delete;  // not emulated (needs votes)
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+// cudaGraphSetConditional: the host backend's agent exports
+// revenant_host_set_conditional (agent/backends/host/host_backend.cc), which
+// sets the condition of the graph launch running the kernel; a library
+// loaded elsewhere (tests) has no such agent, and a kernel setting a
+// condition there stops loudly.
+extern "C" void revenant_host_set_conditional(unsigned long long handle, unsigned int value)
+    __attribute__((weak));
+inline void cudaGraphSetConditional(cudaGraphConditionalHandle handle, unsigned int value) {
+  if (revenant_host_set_conditional == nullptr) {
+    std::fprintf(stderr,
+                 "cudaGraphSetConditional: no host backend agent in this process to run "
+                 "conditional graph nodes\n");
+    std::abort();
+  }
+  revenant_host_set_conditional(handle, value);
+}
 
 #define REVENANT_DYNAMIC_SHARED(type, name) \
   type* name = static_cast<type*>(::revenant::hostkernel::DynamicSharedMemory())

@@ -338,6 +338,17 @@ void EncodeEntry(const JournalEntry& e, std::string* out) {
   // int32: a negative value is encoded as its 64-bit sign extension.
   PutVarintField(14, static_cast<uint64_t>(static_cast<int64_t>(e.status())), out);
   PutBytesField(15, e.outputs(), false, out);
+  if (e.has_capture()) {
+    const DeviceCapture& c = e.capture();
+    const size_t bytes = (c.file().empty() ? 0 : 1 + VarintSize(c.file().size()) + c.file().size()) +
+                         (c.offset() ? 1 + VarintSize(c.offset()) : 0) +
+                         (c.length() ? 1 + VarintSize(c.length()) : 0);
+    PutVarint((16 << 3) | 2, out);
+    PutVarint(bytes, out);
+    PutBytesField(1, c.file(), false, out);
+    PutVarintField(2, c.offset(), out);
+    PutVarintField(3, c.length(), out);
+  }
 }
 
 // One segment being written: its log and payload files.

@@ -444,8 +444,15 @@ TEST(JournalTest, EncodeEntryMatchesProtobuf) {
     e.set_api_id(static_cast<uint32_t>(pick(32)));
     if (rng() % 2) e.set_args(std::string(rng() % 300, static_cast<char>(i)));
     e.set_flags(static_cast<uint32_t>(pick(32)));
-    switch (rng() % 4) {
+    switch (rng() % 5) {
       case 0: e.set_inline_payload(std::string(rng() % 200, 'p')); break;
+      case 3: {
+        DeviceCapture* c = e.mutable_capture();
+        if (rng() % 4) c->set_file("capture-" + std::to_string(pick(20)));
+        c->set_offset(pick(64));
+        c->set_length(pick(64));
+        break;
+      }
       case 1: e.set_inline_payload(""); break;
       case 2: {
         PayloadRef* r = e.mutable_payload_ref();

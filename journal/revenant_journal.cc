@@ -55,6 +55,10 @@ std::string PayloadText(const JournalEntry& e) {
     return absl::StrFormat("payload=%d@%d(crc32c=%08x)", e.payload_ref().length(),
                            e.payload_ref().offset(), e.payload_ref().crc32c());
   }
+  if (e.has_capture()) {
+    return absl::StrFormat("payload=%d@%s:%d(captured by the device)", e.capture().length(),
+                           e.capture().file(), e.capture().offset());
+  }
   return absl::StrCat("payload=", e.inline_payload().size(), "(inline)");
 }
 
@@ -93,7 +97,9 @@ int Stats(JournalReader* reader) {
   std::map<std::string, Counts> per_log;
   auto count = [&](const std::string& log) {
     return [&, log](const JournalEntry& e) {
-      const uint64_t payload = e.has_payload_ref() ? e.payload_ref().length() : 0;
+      const uint64_t payload = e.has_payload_ref() ? e.payload_ref().length()
+                               : e.has_capture()   ? e.capture().length()
+                                                   : 0;
       for (Counts* c : {&per_log[log], &per_api[log][e.api_id()]}) {
         ++c->records;
         c->entry_bytes += e.ByteSizeLong();

@@ -186,6 +186,19 @@ record "bench revenant --backend=cuda, agent --journal=false" "$s" "$slog"
 echo
 echo "=== benchmark round 3: agent --journal=false (ratio against round 2 native)"
 bash "$G/bench/compare.sh" "$LOGS/bench.native.2.log" "$slog" | tee "$LOGS/bench_table.3.txt"
+# Round 4: journal on, boundary snapshots off (the one-rank default keeps
+# every upload since the last snapshot, so each 256 MiB upload needs new
+# capture memory; with a boundary per step, as in any job of several ranks,
+# the capture files are reused: docs/journal_format.md, "Captured uploads").
+slog="$LOGS/bench.cuda.nosnap.log"
+timeout 260 $RUN --snapshots=off -n 1 --backend=cuda --timeout=240 -- \
+  "$G/bench/shim_bench.bin" >"$slog" 2>&1; rc=$?
+if [ $rc -eq 0 ] && grep -q "PASS shim_bench" "$slog"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+record "bench revenant --backend=cuda --snapshots=off" "$s" "$slog"
+echo
+echo "=== benchmark round 4: journal on, --snapshots=off (ratio against round 2 native)"
+bash "$G/bench/compare.sh" "$LOGS/bench.native.2.log" "$slog" | tee "$LOGS/bench_table.4.txt"
+grep -h "captured uploads at exit\|capture file" "$LOGS"/bench.cuda.*.log | sed 's/^/   /'
 fi  # MODE = all or bench
 
 # ---- NCCL: real NCCL through the cuda backend ----------------------------------------

@@ -10,12 +10,19 @@
 // u64 height; `memcpy` is u64 dst, u64 src, u64 count, i32 kind; `host` is
 // u64 fn, u64 user_data (the function runs in the application, through the
 // callback ring, each time the node runs); `alloc` is u64 bytesize; `free` is
-// u64 dptr. A created node comes back as a byte field holding its u64 id.
+// u64 dptr; `child` is u64 graph (the virtual GRAPH id to clone); `event`
+// (record and wait nodes) is u64 event (a virtual EVENT id); `conditional`
+// is u64 handle, i32 type, u32 size. A created node comes back as a byte
+// field holding its u64 id.
 //
-//   cudaGraphAdd{Kernel,Memset,MemcpyNode1D,Host,MemAlloc,MemFree}Node, and
-//   cudaGraphAddMemcpyNode of a contiguous 3D copy (as `memcpy`):
+//   cudaGraphAdd{Kernel,Memset,MemcpyNode1D,Host,MemAlloc,MemFree,ChildGraph,
+//   EventRecord,EventWait}Node, and cudaGraphAddMemcpyNode of a contiguous 3D
+//   copy (as `memcpy`):
 //       u64 graph, deps, <params>; reply: bytes node [, u64 dptr (alloc)]
-//   cudaGraphAddNode:  u64 graph, deps, i32 type, <params of that type>
+//   cudaGraphAddNode:  u64 graph, deps, i32 type, <params of that type>;
+//       a conditional node's reply is bytes node, u64 0 (where an alloc
+//       node's reply has its address), bytes bodies (u64 virtual GRAPH ids,
+//       `size` of them)
 //   cudaGraphGetNodes: u64 graph, u64 capacity; reply: u64 count, bytes ids
 //   cudaGraphNodeGetDependencies: u64 node, u64 capacity; reply: u64 count,
 //       bytes ids (at most capacity)
@@ -194,6 +201,21 @@ struct Nothing {
   void Encode(W&) const {}
 };
 
+struct Conditional {
+  uint64_t handle;
+  int32_t type;
+  uint32_t size;
+  template <typename W>
+  void Encode(W& w) const {
+    w.Put(handle);
+    w.Put(type);
+    w.Put(size);
+  }
+};
+
+// The most bodies a conditional node may have here (a switch node's cases).
+constexpr uint32_t kMaxConditionalBodies = 256;
+
 // Encodes the dependency array; an empty one as a present, empty field.
 template <typename W>
 void EncodeNodes(W& w, const cudaGraphNode_t* nodes, size_t n) {
@@ -203,10 +225,13 @@ void EncodeNodes(W& w, const cudaGraphNode_t* nodes, size_t n) {
 }
 
 // One node-adding call: graph, deps, [type], params; reply: node [, dptr].
+// `bodies` (conditional nodes): where the body graphs' ids go, `bodies_n`
+// of them expected.
 template <typename Params>
 cudaError_t AddNodeCall(ApiId id, cudaGraphNode_t* node, cudaGraph_t graph,
                         const cudaGraphNode_t* deps, size_t n, const int32_t* type,
-                        const Params& params, void** dptr) {
+                        const Params& params, void** dptr, cudaGraph_t* bodies = nullptr,
+                        uint32_t bodies_n = 0) {
   static_assert(sizeof(cudaGraphNode_t) == sizeof(uint64_t), "node handles are u64 ids");
   if (node == nullptr || (n > 0 && deps == nullptr)) return Fail(cudaErrorInvalidValue);
   revenant::wire::Sizer sz;
@@ -234,6 +259,12 @@ cudaError_t AddNodeCall(ApiId id, cudaGraphNode_t* node, cudaGraph_t graph,
     uint64_t p = 0;
     if (!r.Get(&p)) return Fail(cudaErrorUnknown);
     *dptr = reinterpret_cast<void*>(p);
+  }
+  if (bodies != nullptr) {
+    if (!r.GetBytes(&data, &len) || len != bodies_n * sizeof(uint64_t) || data == nullptr) {
+      return Fail(cudaErrorUnknown);
+    }
+    std::memcpy(bodies, data, len);
   }
   return cudaSuccess;
 }
@@ -546,9 +577,73 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t* pGraphN
     case cudaGraphNodeTypeMemFree:
       return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
                          numDependencies, &type, Scalar{Wire(nodeParams->free.dptr)}, nullptr);
+    case cudaGraphNodeTypeGraph:
+      // Moving the child into the parent (its handle then owned by the node)
+      // is not built: only cloning.
+      if (nodeParams->graph.ownership != cudaGraphChildGraphOwnershipClone) {
+        return NotSupported("cudaGraphAddNode: a child graph node with ownership moved");
+      }
+      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
+                         numDependencies, &type, Scalar{Wire(nodeParams->graph.graph)}, nullptr);
+    case cudaGraphNodeTypeEventRecord:
+      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
+                         numDependencies, &type, Scalar{Wire(nodeParams->eventRecord.event)},
+                         nullptr);
+    case cudaGraphNodeTypeWaitEvent:
+      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
+                         numDependencies, &type, Scalar{Wire(nodeParams->eventWait.event)},
+                         nullptr);
+    case cudaGraphNodeTypeConditional: {
+      // The bodies come back as graph handles in an array the node owns as
+      // long as it lives (CUDA's phGraph_out): kept here, never freed (a
+      // few bytes per conditional node).
+      const cudaConditionalNodeParams& c = nodeParams->conditional;
+      if (c.size == 0 || c.size > kMaxConditionalBodies) {
+        if (c.size > kMaxConditionalBodies) {
+          return NotSupported("cudaGraphAddNode: a conditional node of more than 256 bodies");
+        }
+        return Fail(cudaErrorInvalidValue);
+      }
+      auto* bodies = new cudaGraph_t[c.size]();
+      void* no_address = nullptr;
+      const cudaError_t e = AddNodeCall(
+          ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies, numDependencies, &type,
+          Conditional{c.handle, static_cast<int32_t>(c.type), c.size}, &no_address, bodies,
+          c.size);
+      if (e != cudaSuccess) {
+        delete[] bodies;
+        return e;
+      }
+      nodeParams->conditional.phGraph_out = bodies;
+      return cudaSuccess;
+    }
+    case cudaGraphNodeTypeExtSemaphoreSignal:
+    case cudaGraphNodeTypeExtSemaphoreWait:
+      return NotSupported("cudaGraphAddNode of an external semaphore node");
     default:
       return NotSupported("cudaGraphAddNode of this node type");
   }
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddChildGraphNode(
+    cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
+    size_t numDependencies, cudaGraph_t childGraph) {
+  return AddNodeCall(ApiId::cudaGraphAddChildGraphNode, pGraphNode, graph, pDependencies,
+                     numDependencies, nullptr, Scalar{Wire(childGraph)}, nullptr);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddEventRecordNode(
+    cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
+    size_t numDependencies, cudaEvent_t event) {
+  return AddNodeCall(ApiId::cudaGraphAddEventRecordNode, pGraphNode, graph, pDependencies,
+                     numDependencies, nullptr, Scalar{Wire(event)}, nullptr);
+}
+
+extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddEventWaitNode(
+    cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
+    size_t numDependencies, cudaEvent_t event) {
+  return AddNodeCall(ApiId::cudaGraphAddEventWaitNode, pGraphNode, graph, pDependencies,
+                     numDependencies, nullptr, Scalar{Wire(event)}, nullptr);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddKernelNode(

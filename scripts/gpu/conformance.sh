@@ -15,7 +15,10 @@
 #   func_stubs   per-function calls on overloaded/templated kernels' stubs
 #   rdc_link     nvcc -rdc=true: cross-unit device code and variables
 #   graph_nodes  graph memcpy nodes from cudaMemcpy3DParms, cudaGraphAddNode
-#                memcpy, memset node, cudaMallocAsync/cudaFreeAsync in capture
+#                memcpy, memset node, cudaMallocAsync/cudaFreeAsync in capture;
+#                child graph nodes, event record/wait nodes, a while-loop
+#                conditional node (cudaGraphSetConditional in a kernel; the
+#                "conditional nodes: a while loop" line must be printed)
 #   vector_add_static  -cudart static: passes natively, refused under the
 #                shim with a message naming the static runtime
 #   pinned_async killed between journaling a copy into pinned memory and
@@ -66,8 +69,26 @@ if [ "$MODE" = all ] || [ "$MODE" = conformance ]; then
   conform_pair rdc_link
   conform_kill rdc_link "rank=0,calls=6"
   conform_pair graph_nodes
+  # The conditional node's loop must have run natively and under the shim.
+  for log in "$LOGS/conform.graph_nodes.native.log" "$LOGS/conform.graph_nodes.cuda.log"; do
+    if grep -q "^\[r0\] conditional nodes: a while loop" "$log"; then s=PASS; else s=FAIL; fi
+    record "graph_nodes while-loop conditional node ran ($(basename "$log" .log))" "$s" "$log"
+  done
   conform_kill graph_nodes "rank=0,calls=25"
   conform_kill graph_nodes "rank=0,minibatch=4,calls=3"
+  # Killed while the second loop's graphs are built (event record node,
+  # child graph node, the conditional node run but not journaled, the body's
+  # cudaGraphSetConditional kernel node) and at the while loop's launches
+  # (the same requests as //tests/integration:graph_nodes_recovery_test on
+  # the host backend). The replacement gets the conditional handle from the
+  # runtime again: a value other than the journaled one shows as a replay
+  # divergence and, in the loop's kernels, as a wrong checksum.
+  conform_kill graph_nodes "rank=0,calls=129"
+  conform_kill graph_nodes "rank=0,calls=131,point=after_execute"
+  conform_kill graph_nodes "rank=0,calls=138,point=after_execute"
+  conform_kill graph_nodes "rank=0,calls=142"
+  conform_kill graph_nodes "rank=0,calls=153,point=after_execute"
+  conform_kill graph_nodes "rank=0,calls=167"
 
   log="$LOGS/conform.vector_add_static.native.log"
   timeout 120 "$G/apps/vector_add_static.bin" >"$log" 2>&1; rc=$?

@@ -17,7 +17,8 @@
 # MODE torch_prof: where a 1-rank step's time goes under the shim
 #   (REVENANT_CALL_STATS, REVENANT_WAIT_STATS, the executor's profile at
 #   PROFILE_HZ (4000) samples/s: REVENANT_PROFILE_HZ; journal on and off;
-#   TORCH_PROF_SCRIPTS: which scripts, default "mlp_ddp conv_bf16").
+#   TORCH_PROF_SCRIPTS: which scripts, default "mlp_ddp conv_bf16";
+#   TORCH_PROF_ARMS: the arms' revenant-run options, ';' between them).
 # MODE torch4: steps 2 and 3 only (4 ranks, kills).
 if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE" = torch_probe ] ||
    [ "$MODE" = torch_prof ] || [ "$MODE" = torch4 ]; then
@@ -88,11 +89,13 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       nlog="$LOGS/torch.$s.prof.native.log"
       th_native1 "$nlog" "$TS/$s.py" --steps 30
       echo "   $s native: step $(th_step "$nlog") ms"
-      for arm in "--snapshots=off" "--snapshots=off --journal=false"; do
+      # TORCH_PROF_ARMS: the revenant-run options of each arm, ';' between
+      # arms; the first arm also samples the agent's executor (agent/profiler.h).
+      IFS=';' read -r -a th_arms <<<"${TORCH_PROF_ARMS:---snapshots=off;--snapshots=off --journal=false}"
+      for arm in "${th_arms[@]}"; do
         tag=$(echo "$arm" | tr -c 'a-z\n' '_')
         log="$LOGS/torch.$s.prof.$tag.log"
-        # The journal-on arm also samples the agent's executor (agent/profiler.h).
-        hz=0; [ "$arm" = "--snapshots=off" ] && hz=${PROFILE_HZ:-4000}
+        hz=0; [ "$arm" = "${th_arms[0]}" ] && hz=${PROFILE_HZ:-4000}
         REVENANT_CALL_STATS=1 REVENANT_WAIT_STATS=1 REVENANT_JOURNAL_TIMING=1 REVENANT_PROFILE_HZ=$hz \
           timeout 300 $RUN -n 1 --backend=cuda $arm --timeout=240 -- "$PY" "$TS/$s.py" --steps 30 >"$log" 2>&1
         echo "   $s under the shim [$arm]: rc=$? step $(th_step "$log") ms"

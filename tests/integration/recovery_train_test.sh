@@ -37,12 +37,27 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 app_args=()
 [ "$mode" = host_fn ] || [ "$mode" = random_host_fn ] && app_args=(--host_fn)
+# RECOVERY_TEST_APP_ARGS: further options of the application (the captured
+# uploads variant: "--batch 4096", a 1 MiB pinned input upload per step).
+if [ -n "${RECOVERY_TEST_APP_ARGS:-}" ]; then
+  read -r -a more_app_args <<<"$RECOVERY_TEST_APP_ARGS"
+  app_args+=("${more_app_args[@]}")
+  echo "application options: ${more_app_args[*]}"
+fi
 
 "$run" "${common[@]}" -- "$app" --iters "$iters" "${app_args[@]}" >"$tmp/ref.log" 2>&1 || {
   echo "FAIL: the fault-free run failed"; cat "$tmp/ref.log"; exit 1; }
 ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/ref.log")
 [ -n "$ref" ] || { echo "FAIL: no checksum in the fault-free run"; cat "$tmp/ref.log"; exit 1; }
 echo "fault-free: $ranks ranks, $iters iterations, final checksum $ref"
+if [ -n "${RECOVERY_TEST_EXPECT_CAPTURES:-}" ]; then
+  # The uploads must have been journaled by the device, else this variant
+  # tests nothing new.
+  captured=$(sed -n 's/.*captured uploads at exit: \([0-9]*\) uploads.*/\1/p' "$tmp/ref.log" |
+    awk '{ s += $1 } END { print s + 0 }')
+  echo "uploads captured by the device in the fault-free run: $captured"
+  [ "$captured" -gt 0 ] || { echo "FAIL: no upload was captured"; cat "$tmp/ref.log"; exit 1; }
+fi
 if [[ " ${common[*]} " == *" --journal_thread=ahead "* || " ${common[*]} " == *" --journal_thread=behind "* ]]; then
   # The thread must have journaled requests (not left them all to the
   # executors), and write-behind must have run requests before they were
@@ -69,7 +84,7 @@ if [[ " ${common[*]} " == *" --journal_thread=ahead "* || " ${common[*]} " == *"
   fi
 fi
 
-fails=0 hangs=0 mismatches=0
+fails=0 hangs=0 mismatches=0 captures_replayed=0
 recovery_ms=()
 # Microseconds of the first (or last) EVENT in an events file.
 event_us() {  # EVENTS EVENT first|last
@@ -93,6 +108,9 @@ trial() {  # name chaos-spec
   if [ -n "$died" ] && [ -n "$resumed" ] && [ "$resumed" -ge "$died" ]; then
     rec=$(( (resumed - died) / 1000 ))
   fi
+  local read_captures=$(sed -n 's/.*captured uploads for the replay: \([0-9]*\) read.*/\1/p' "$log" |
+    awk '{ s += $1 } END { print s + 0 }')
+  captures_replayed=$((captures_replayed + read_captures))
   if [ "$rc" -eq 0 ] && [ "$same" -eq "$ranks" ] && [ "$recoveries" -ge 1 ]; then
     echo "ok   $name [$spec]: $recoveries replacement(s), $ranks/$ranks ranks bitwise equal, recovery ${rec} ms, job ${ms} ms"
     [ "$rec" != none ] && recovery_ms+=("$rec")
@@ -170,5 +188,12 @@ if [ ${#recovery_ms[@]} -gt 0 ]; then
   echo "summary: $total trials, $hangs hangs, $mismatches mismatches, $((fails - hangs - mismatches)) other failures; recovery (agent death to the last application resumed) median ${median} ms, max ${max} ms over ${#recovery_ms[@]} recoveries"
 else
   echo "summary: $total trials, $hangs hangs, $mismatches mismatches, $((fails - hangs - mismatches)) other failures"
+fi
+if [ -n "${RECOVERY_TEST_EXPECT_CAPTURES:-}" ]; then
+  echo "captured uploads read back by replacements: $captures_replayed"
+  if [ "$captures_replayed" -eq 0 ]; then
+    echo "FAIL: no replacement replayed an upload from its capture"
+    fails=$((fails + 1))
+  fi
 fi
 [ "$fails" -eq 0 ]

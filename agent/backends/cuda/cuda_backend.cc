@@ -73,7 +73,8 @@ uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
   X(cuFuncSetCacheConfig)                                 \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) \
   X(cuGraphAddKernelNode)                                 \
-  X(cuGraphExecKernelNodeSetParams)
+  X(cuGraphExecKernelNodeSetParams)                       \
+  X(cuStreamWriteValue64)
 
 struct Driver {
 #define REVENANT_DECLARE(name) decltype(&::name) name = nullptr;
@@ -161,6 +162,9 @@ class CudaBackend : public Backend {
   absl::StatusOr<Symbol> GetSymbol(uint64_t module_key, const std::string& name) override;
   cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                      cudaStream_t stream, bool async) override;
+  cudaError_t MemcpyCaptured(void* dst, const void* src, size_t count, cudaStream_t stream,
+                             bool async, void* capture, uint64_t* done, uint64_t tag,
+                             bool* captured) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
   cudaError_t UnregisterSharedHost(void* addr) override;
   cudaError_t EnqueueHostCallback(cudaStream_t stream, std::function<void()> fn) override;
@@ -669,6 +673,48 @@ class CudaBackend : public Backend {
                               void** dptr) override;
   cudaError_t AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph,
                              const std::vector<cudaGraphNode_t>& deps, void* dptr) override;
+  cudaError_t AddChildGraphNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                const std::vector<cudaGraphNode_t>& deps,
+                                cudaGraph_t child) override;
+  cudaError_t AddEventNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                           const std::vector<cudaGraphNode_t>& deps, cudaEvent_t event,
+                           bool record) override {
+    Bind();
+    {
+      absl::MutexLock lock(&mu_);
+      if (!events_.contains(event)) return cudaErrorInvalidResourceHandle;
+    }
+    return record ? ::cudaGraphAddEventRecordNode(node, graph, deps.data(), deps.size(), event)
+                  : ::cudaGraphAddEventWaitNode(node, graph, deps.data(), deps.size(), event);
+  }
+  // The runtime's conditional node; its bodies belong to it (not tracked
+  // as graphs: the application cannot destroy them, Reset leaves them to
+  // their parent).
+  cudaError_t AddConditionalNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                 const std::vector<cudaGraphNode_t>& deps,
+                                 cudaGraphConditionalHandle handle,
+                                 cudaGraphConditionalNodeType type, unsigned int size,
+                                 std::vector<cudaGraph_t>* bodies) override {
+    Bind();
+    cudaGraphNodeParams p = {};
+    p.type = cudaGraphNodeTypeConditional;
+    p.conditional.handle = handle;
+    p.conditional.type = type;
+    p.conditional.size = size;
+    cudaError_t e = ::cudaGraphAddNode(node, graph, deps.data(), nullptr, deps.size(), &p);
+    if (e != cudaSuccess) return e;
+    if (p.conditional.phGraph_out == nullptr) return cudaErrorUnknown;
+    bodies->assign(p.conditional.phGraph_out, p.conditional.phGraph_out + size);
+    return cudaSuccess;
+  }
+  // The runtime's handle: a replay compares it with the journaled one (the
+  // application passes it to kernels, where it cannot be translated).
+  cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle* handle,
+                                               cudaGraph_t graph, unsigned int default_value,
+                                               unsigned int flags) override {
+    Bind();
+    return ::cudaGraphConditionalHandleCreate(handle, graph, default_value, flags);
+  }
   cudaError_t GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) override;
   // The runtime's own description, through a private temporary file.
   cudaError_t GraphDebugDot(cudaGraph_t graph, unsigned int flags, std::string* dot) override {
@@ -1014,6 +1060,14 @@ class CudaBackend : public Backend {
   // The application freed graph memory itself: no graph releases it again
   // (nor, once the address is reused, the memory of another graph).
   void ForgetGraphMemoryLocked(uint64_t addr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Captured uploads (MemcpyCaptured): the device-to-host copies run on a
+  // stream of their own (the other copy engine), each chunk after its
+  // upload (chunk_event_), and the application's stream waits for the end
+  // (end_event_). Created on first use; the executor thread only.
+  cudaStream_t capture_stream_ = nullptr;
+  cudaEvent_t capture_chunk_event_ = nullptr;
+  cudaEvent_t capture_end_event_ = nullptr;
 
   const Driver drv_;
   const int device_;
@@ -1446,6 +1500,71 @@ cudaError_t CudaBackend::Memcpy(void* dst, const void* src, size_t count, cudaMe
   return Settled(sync, ::cudaStreamSynchronize(stream));
 }
 
+cudaError_t CudaBackend::MemcpyCaptured(void* dst, const void* src, size_t count,
+                                        cudaStream_t stream, bool async, void* capture,
+                                        uint64_t* done, uint64_t tag, bool* captured) {
+  *captured = false;
+  Bind();
+  if (count == 0) return cudaSuccess;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (::cudaStreamIsCapturing(stream, &capturing) != cudaSuccess ||
+      capturing != cudaStreamCaptureStatusNone) {
+    (void)::cudaGetLastError();
+    // Into a graph (or an invalid stream, which Memcpy reports): a node
+    // reads its source when the graph runs; nothing to capture now.
+    return Memcpy(dst, src, count, cudaMemcpyHostToDevice, stream, async);
+  }
+  if (dst == nullptr || src == nullptr || capture == nullptr || done == nullptr)
+    return cudaErrorInvalidValue;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!DeviceAccessible(dst, count) || !IsSharedHost(src, count) ||
+        !IsSharedHost(capture, count) || !IsSharedHost(done, sizeof(*done))) {
+      return cudaErrorInvalidValue;
+    }
+  }
+  if (capture_stream_ == nullptr) {
+    cudaError_t e = ::cudaStreamCreateWithFlags(&capture_stream_, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = ::cudaEventCreateWithFlags(&capture_chunk_event_, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = ::cudaEventCreateWithFlags(&capture_end_event_, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      REVENANT_LOG(ERROR, kLog) << "captured uploads: no stream or event: "
+                                << ::cudaGetErrorString(e);
+      return e;
+    }
+  }
+  void* done_device = nullptr;
+  if (cudaError_t e = ::cudaHostGetDevicePointer(&done_device, done, 0); e != cudaSuccess) return e;
+  // Chunks of 1-8 MiB (about 16 per upload): the capture of the last one is
+  // what the critical path gains. An event may be recorded again once a
+  // stream waits for it (the wait takes its state at the call).
+  const size_t chunk =
+      std::min<size_t>(8ull << 20, std::max<size_t>(1ull << 20, (count / 16 + 65535) & ~size_t{65535}));
+  char* d = static_cast<char*>(dst);
+  const char* h = static_cast<const char*>(src);
+  char* c = static_cast<char*>(capture);
+  for (size_t off = 0; off < count; off += chunk) {
+    const size_t n = std::min(chunk, count - off);
+    cudaError_t e = ::cudaMemcpyAsync(d + off, h + off, n, cudaMemcpyHostToDevice, stream);
+    if (e == cudaSuccess) e = ::cudaEventRecord(capture_chunk_event_, stream);
+    if (e == cudaSuccess) e = ::cudaStreamWaitEvent(capture_stream_, capture_chunk_event_, 0);
+    if (e == cudaSuccess)
+      e = ::cudaMemcpyAsync(c + off, d + off, n, cudaMemcpyDeviceToHost, capture_stream_);
+    if (e != cudaSuccess) return e;
+  }
+  if (drv_.cuStreamWriteValue64(capture_stream_, reinterpret_cast<CUdeviceptr>(done_device), tag,
+                                0) != CUDA_SUCCESS) {
+    return cudaErrorUnknown;
+  }
+  cudaError_t e = ::cudaEventRecord(capture_end_event_, capture_stream_);
+  if (e == cudaSuccess) e = ::cudaStreamWaitEvent(stream, capture_end_event_, 0);
+  if (e != cudaSuccess) return e;
+  *captured = true;
+  if (async) return cudaSuccess;
+  CudaNccl::SyncScope sync(nccl_.get());
+  return Settled(sync, ::cudaStreamSynchronize(stream));
+}
+
 cudaError_t CudaBackend::RegisterSharedHost(void* addr, size_t size, unsigned int) {
   if (addr == nullptr || size == 0 || InDeviceRange(addr)) return cudaErrorInvalidValue;
   Bind();
@@ -1814,6 +1933,21 @@ cudaError_t CudaBackend::AddMemAllocNode(cudaGraphNode_t* node, cudaGraph_t grap
   graph_memory_refs_[Addr(p)] = 1;
   *dptr = p;
   return cudaSuccess;
+}
+
+cudaError_t CudaBackend::AddChildGraphNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                           const std::vector<cudaGraphNode_t>& deps,
+                                           cudaGraph_t child) {
+  Bind();
+  {
+    absl::MutexLock lock(&mu_);
+    // The runtime would clone our alloc and free nodes as the empty nodes
+    // they are, the memory staying with `child`: refused as CUDA refuses
+    // cloning memory nodes.
+    auto held = graph_memory_.find(child);
+    if (held != graph_memory_.end() && !held->second.empty()) return cudaErrorInvalidValue;
+  }
+  return ::cudaGraphAddChildGraphNode(node, graph, deps.data(), deps.size(), child);
 }
 
 cudaError_t CudaBackend::AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph,

@@ -948,6 +948,14 @@ ncclResult_t CudaNccl::RunUnit(Comm& c, const char* what, std::vector<Op>& ops) 
     }
     if (ApplyPrereceived(c, ordinal, ops, &r)) return r;
   }
+  if (c.nranks == 1) {
+    // A communicator of one rank has no peer to lose: a replacement is never
+    // asked for its results (no survivor needs them), a retry never needs
+    // its inputs (no failure a recovery cures), and no half-reduced data can
+    // come from a peer (no fence). Issued as the application issued it: a
+    // local error surfaces as it would natively.
+    return Issue(c, what, ops);
+  }
   bool staged = false;
   std::vector<ResultBuf> staged_bufs;
   // Issue, keep the result, fence.

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +20,37 @@
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
+
+// Conditional handles of the host backend: kCondTag | the handle's index
+// among its root graph's handles. The condition values of the launch a
+// stream's worker runs (set around the launch's steps, read by
+// revenant_host_set_conditional).
+namespace {
+constexpr uint64_t kCondTag = 0x5245564300000000ull;  // "REVC"
+constexpr uint64_t kCondIndexMask = 0xffffffffull;
+thread_local unsigned int* tls_cond_values = nullptr;
+thread_local size_t tls_cond_count = 0;
+}  // namespace
+
+// cudaGraphSetConditional of host kernels (hostkernel/cuda_host_compat.h
+// resolves it in the agent's dynamic symbols): sets the condition of the
+// running launch.
+extern "C" __attribute__((visibility("default"))) void revenant_host_set_conditional(
+    unsigned long long handle, unsigned int value) {
+  const uint64_t index = handle & kCondIndexMask;
+  if ((handle & ~kCondIndexMask) != kCondTag || tls_cond_values == nullptr ||
+      index >= tls_cond_count) {
+    static std::atomic<bool> logged{false};
+    if (!logged.exchange(true)) {
+      REVENANT_LOG(ERROR, "host-backend")
+          << "cudaGraphSetConditional: handle 0x" << std::hex << handle << std::dec
+          << " is not a conditional handle of the graph this kernel runs in (or the kernel "
+             "runs in a cooperative launch, whose threads cannot set one here): ignored";
+    }
+    return;
+  }
+  __atomic_store_n(&tls_cond_values[index], value, __ATOMIC_SEQ_CST);
+}
 
 namespace revenant {
 namespace agent {
@@ -506,6 +538,39 @@ cudaError_t HostBackend::Memcpy(void* dst, const void* src, size_t count, cudaMe
     }
   }
   if (!async) done->Wait();
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::MemcpyCaptured(void* dst, const void* src, size_t count,
+                                        cudaStream_t stream, bool async, void* capture,
+                                        uint64_t* done, uint64_t tag, bool* captured) {
+  *captured = false;
+  std::shared_ptr<Marker> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    HostStream* s = ResolveStream(stream);
+    if (s == nullptr) return cudaErrorInvalidResourceHandle;
+    if (count == 0 || Capturing(s)) {
+      // A graph node reads its source when the graph runs: nothing to capture.
+    } else {
+      if (dst == nullptr || src == nullptr || capture == nullptr || done == nullptr)
+        return cudaErrorInvalidValue;
+      if (!DeviceAccessible(dst, count) || !IsSharedHost(src, count) ||
+          !IsSharedHost(capture, count) || !IsSharedHost(done, sizeof(*done)))
+        return cudaErrorInvalidValue;
+      // The upload, then its bytes read back from the device into the
+      // capture, then the tag: in stream order, as the device does it.
+      finished = EnqueueLocked(s, {}, [dst, src, count, capture, done, tag]() {
+        std::memmove(dst, src, count);
+        std::memcpy(capture, dst, count);
+        __atomic_store_n(done, tag, __ATOMIC_RELEASE);
+        return cudaSuccess;
+      });
+    }
+  }
+  if (finished == nullptr) return Memcpy(dst, src, count, cudaMemcpyHostToDevice, stream, async);
+  *captured = true;
+  if (!async) finished->Wait();
   return cudaSuccess;
 }
 
@@ -1151,6 +1216,7 @@ cudaError_t HostBackend::cudaGraphDestroy(cudaGraph_t graph) {
     std::lock_guard<std::mutex> lock(mu_);
     Graph* g = ResolveGraph(graph);
     if (g == nullptr) return cudaErrorInvalidValue;
+    if (g->owner != nullptr) return cudaErrorInvalidValue;  // a conditional node's body
     for (const auto& [stream, captured] : captures_) {
       if (captured == g) return cudaErrorIllegalState;  // still being captured
     }
@@ -1162,8 +1228,30 @@ cudaError_t HostBackend::cudaGraphDestroy(cudaGraph_t graph) {
   auto it = graphs_.find(reinterpret_cast<Graph*>(graph));
   if (it == graphs_.end()) return cudaErrorInvalidValue;
   ReleaseGraphAllocsLocked(it->second->allocs);
-  graphs_.erase(it);
+  EraseBodiesLocked(it->second.get());
+  graphs_.erase(reinterpret_cast<Graph*>(graph));
   return cudaSuccess;
+}
+
+void HostBackend::EraseBodiesLocked(Graph* g) {
+  for (const std::unique_ptr<Node>& n : g->nodes) {
+    for (Graph* body : n->body_graphs) {
+      EraseBodiesLocked(body);
+      graphs_.erase(body);
+    }
+  }
+}
+
+HostBackend::Graph* HostBackend::RootOf(Graph* g) {
+  while (g->owner != nullptr) g = g->owner;
+  return g;
+}
+
+bool HostBackend::HasConditional(const Graph& g) {
+  for (const std::unique_ptr<Node>& n : g.nodes) {
+    if (n->kind == NodeKind::kConditional) return true;
+  }
+  return false;
 }
 
 cudaError_t HostBackend::cudaGraphClone(cudaGraph_t* clone, cudaGraph_t original) {
@@ -1171,9 +1259,16 @@ cudaError_t HostBackend::cudaGraphClone(cudaGraph_t* clone, cudaGraph_t original
   std::lock_guard<std::mutex> lock(mu_);
   Graph* from = ResolveGraph(original);
   if (from == nullptr) return cudaErrorInvalidValue;
+  if (HasConditional(*from) || !from->cond_handles.empty()) {
+    REVENANT_LOG(ERROR, kLog) << "cudaGraphClone: a graph with conditional nodes or handles "
+                                 "cannot be cloned (as in CUDA)";
+    return cudaErrorNotSupported;
+  }
   auto g = std::make_unique<Graph>();
   for (const std::unique_ptr<Node>& n : from->nodes) {
-    AddNodeLocked(g.get(), n->kind, n->deps, n->op);
+    Node* copy = AddNodeLocked(g.get(), n->kind, n->deps, n->op);
+    copy->event = n->event;
+    copy->child = n->child;
   }
   g->allocs = from->allocs;
   for (uint64_t a : g->allocs) {
@@ -1215,13 +1310,20 @@ cudaError_t HostBackend::cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t
   // A snapshot: later changes to the graph do not reach the executable.
   // Creation order is a topological order of the nodes.
   auto e = std::make_unique<GraphExec>();
-  auto ops = std::make_shared<std::vector<HostStream::Op>>();
   for (const std::unique_ptr<Node>& n : g->nodes) {
-    ops->push_back(n->op);
     e->kinds.push_back(n->kind);
     e->deps.push_back(n->deps);
   }
-  e->ops = std::move(ops);
+  e->steps = StepsOf(*g);
+  if (!g->cond_handles.empty()) {
+    auto cond = std::make_shared<CondValues>();
+    cond->handles = g->cond_handles;
+    cond->values.reset(new unsigned int[cond->handles.size()]);
+    for (size_t i = 0; i < cond->handles.size(); ++i) {
+      cond->values[i] = cond->handles[i].default_value;
+    }
+    e->cond = std::move(cond);
+  }
   e->index = g->index;
   e->allocs = g->allocs;
   for (uint64_t a : e->allocs) {
@@ -1239,17 +1341,117 @@ cudaError_t HostBackend::cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stre
   if (it == execs_.end()) return cudaErrorInvalidValue;
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
-  std::shared_ptr<const std::vector<HostStream::Op>> ops = it->second->ops;
-  EnqueueLocked(s, {}, [ops]() {
-    cudaError_t first = cudaSuccess;
-    for (const HostStream::Op& op : *ops) {
-      if (!op) continue;
-      cudaError_t err = op();
-      if (first == cudaSuccess) first = err;
+  std::shared_ptr<const std::vector<Step>> steps = it->second->steps;
+  auto events = std::make_shared<LaunchEvents>();
+  // A launch captured into a graph runs later, as often as that graph
+  // does: its event nodes then only order, as captured records do.
+  if (!Capturing(s)) BindEventsLocked(*steps, s, events.get());
+  std::shared_ptr<CondValues> cond = it->second->cond;
+  EnqueueLocked(s, {}, [steps, events, cond]() {
+    if (cond == nullptr) return RunSteps(*steps, *events, nullptr);
+    // Handles created with cudaGraphCondAssignDefault start each launch at
+    // their default; the others keep what the last launch left.
+    for (size_t i = 0; i < cond->handles.size(); ++i) {
+      if (cond->handles[i].assign_default) {
+        __atomic_store_n(&cond->values[i], cond->handles[i].default_value, __ATOMIC_SEQ_CST);
+      }
     }
-    return first;
+    unsigned int* const saved_values = tls_cond_values;
+    const size_t saved_count = tls_cond_count;
+    tls_cond_values = cond->values.get();
+    tls_cond_count = cond->handles.size();
+    const cudaError_t err = RunSteps(*steps, *events, cond.get());
+    tls_cond_values = saved_values;
+    tls_cond_count = saved_count;
+    return err;
   });
   return cudaSuccess;
+}
+
+std::shared_ptr<std::vector<HostBackend::Step>> HostBackend::StepsOf(const Graph& g) {
+  auto steps = std::make_shared<std::vector<Step>>();
+  steps->reserve(g.nodes.size());
+  for (const std::unique_ptr<Node>& n : g.nodes) {
+    steps->push_back(static_cast<const Step&>(*n));
+    for (const Graph* body : n->body_graphs) steps->back().bodies.push_back(StepsOf(*body));
+  }
+  return steps;
+}
+
+void HostBackend::BindEventsLocked(const std::vector<Step>& steps, HostStream* s,
+                                   LaunchEvents* out) {
+  for (const Step& st : steps) {
+    if (st.kind == NodeKind::kChild && st.child != nullptr) BindEventsLocked(*st.child, s, out);
+    if (st.kind != NodeKind::kEventRecord && st.kind != NodeKind::kEventWait) continue;
+    Event* e = ResolveEvent(reinterpret_cast<cudaEvent_t>(st.event));
+    if (e == nullptr) continue;  // destroyed since the node was added
+    if (st.kind == NodeKind::kEventRecord) {
+      auto m = std::make_shared<Marker>();
+      e->marker = m;
+      e->stream = s;
+      e->captured_in = nullptr;
+      (*out)[&st] = std::move(m);
+    } else {
+      (*out)[&st] = e->marker;  // null: never recorded, nothing to wait for
+    }
+  }
+}
+
+cudaError_t HostBackend::RunSteps(const std::vector<Step>& steps, const LaunchEvents& events,
+                                   CondValues* cond) {
+  cudaError_t first = cudaSuccess;
+  for (const Step& st : steps) {
+    cudaError_t err = cudaSuccess;
+    switch (st.kind) {
+      case NodeKind::kEventRecord:
+      case NodeKind::kEventWait: {
+        auto it = events.find(&st);
+        if (it == events.end() || it->second == nullptr) break;
+        // A record is set even after a failed step, so waiters never hang.
+        if (st.kind == NodeKind::kEventRecord) {
+          it->second->Set();
+        } else {
+          it->second->Wait();
+        }
+        break;
+      }
+      case NodeKind::kChild:
+        if (st.child != nullptr) err = RunSteps(*st.child, events, cond);
+        break;
+      case NodeKind::kConditional: {
+        if (cond == nullptr || st.cond_index >= cond->handles.size()) break;
+        unsigned int* value = &cond->values[st.cond_index];
+        auto body = [&](size_t i) {
+          if (i >= st.bodies.size() || st.bodies[i] == nullptr) return cudaSuccess;
+          return RunSteps(*st.bodies[i], events, cond);
+        };
+        auto keep = [&](cudaError_t e) {
+          if (err == cudaSuccess) err = e;
+        };
+        const unsigned int v = __atomic_load_n(value, __ATOMIC_SEQ_CST);
+        if (st.cond_type == cudaGraphCondTypeIf) {
+          if (v != 0) {
+            keep(body(0));
+          } else if (st.bodies.size() == 2) {
+            keep(body(1));
+          }
+        } else if (st.cond_type == cudaGraphCondTypeSwitch) {
+          keep(body(v));
+        } else {
+          // A failed iteration ends the loop (its condition may never change).
+          while (__atomic_load_n(value, __ATOMIC_SEQ_CST) != 0 && err == cudaSuccess) {
+            keep(body(0));
+          }
+        }
+        break;
+      }
+      default:
+        if (st.op) err = st.op();
+        break;
+    }
+    if (first == cudaSuccess) first = err;
+  }
+  return first;
 }
 
 cudaError_t HostBackend::cudaGraphExecDestroy(cudaGraphExec_t exec) {
@@ -1418,7 +1620,10 @@ cudaError_t HostBackend::AddMemAllocNode(cudaGraphNode_t* node, cudaGraph_t grap
   {
     Graph* g = ResolveGraph(graph);
     std::vector<size_t> indices;
-    if (g == nullptr || !DepIndices(g, deps, &indices)) return cudaErrorInvalidValue;
+    // Conditional bodies hold no memory nodes (CUDA's rule).
+    if (g == nullptr || g->owner != nullptr || !DepIndices(g, deps, &indices)) {
+      return cudaErrorInvalidValue;
+    }
   }
   void* p = nullptr;
   cudaError_t err = AllocateLocked(lock, &p, bytesize);  // may release the lock
@@ -1439,7 +1644,95 @@ cudaError_t HostBackend::AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph
   std::lock_guard<std::mutex> lock(mu_);
   // Graph memory stays with its graph (see the class comment): the node orders only.
   if (!graph_allocs_.contains(Addr(dptr))) return cudaErrorInvalidValue;
+  const Graph* g = ResolveGraph(graph);
+  if (g != nullptr && g->owner != nullptr) return cudaErrorInvalidValue;  // a conditional body
   return AddChecked(node, graph, deps, NodeKind::kMemFree, nullptr);
+}
+
+cudaError_t HostBackend::AddChildGraphNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                           const std::vector<cudaGraphNode_t>& deps,
+                                           cudaGraph_t child) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Graph* c = ResolveGraph(child);
+  if (c == nullptr) return cudaErrorInvalidValue;
+  for (const auto& [stream, captured] : captures_) {
+    if (captured == c) return cudaErrorIllegalState;  // still being captured
+  }
+  for (const std::unique_ptr<Node>& n : c->nodes) {
+    // Memory and conditional nodes cannot be cloned into a child graph node (CUDA).
+    if (n->kind == NodeKind::kMemAlloc || n->kind == NodeKind::kMemFree ||
+        n->kind == NodeKind::kConditional) {
+      return cudaErrorInvalidValue;
+    }
+  }
+  std::shared_ptr<const std::vector<Step>> steps = StepsOf(*c);
+  cudaError_t err = AddChecked(node, graph, deps, NodeKind::kChild, nullptr);
+  if (err == cudaSuccess) reinterpret_cast<Node*>(*node)->child = std::move(steps);
+  return err;
+}
+
+cudaError_t HostBackend::AddEventNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                      const std::vector<cudaGraphNode_t>& deps,
+                                      cudaEvent_t event, bool record) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Event* e = ResolveEvent(event);
+  if (e == nullptr) return cudaErrorInvalidResourceHandle;
+  cudaError_t err = AddChecked(node, graph, deps,
+                               record ? NodeKind::kEventRecord : NodeKind::kEventWait, nullptr);
+  if (err == cudaSuccess) reinterpret_cast<Node*>(*node)->event = e;
+  return err;
+}
+
+cudaError_t HostBackend::AddConditionalNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                            const std::vector<cudaGraphNode_t>& deps,
+                                            cudaGraphConditionalHandle handle,
+                                            cudaGraphConditionalNodeType type, unsigned int size,
+                                            std::vector<cudaGraph_t>* bodies) {
+  if (bodies == nullptr || size == 0) return cudaErrorInvalidValue;
+  if ((type == cudaGraphCondTypeWhile && size != 1) ||
+      (type == cudaGraphCondTypeIf && size > 2)) {
+    return cudaErrorInvalidValue;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Graph* g = ResolveGraph(graph);
+  if (g == nullptr) return cudaErrorInvalidValue;
+  const uint64_t index = handle & kCondIndexMask;
+  if ((handle & ~kCondIndexMask) != kCondTag || index >= RootOf(g)->cond_handles.size()) {
+    return cudaErrorInvalidValue;  // not a handle of this graph
+  }
+  cudaError_t err = AddChecked(node, graph, deps, NodeKind::kConditional, nullptr);
+  if (err != cudaSuccess) return err;
+  Node* n = reinterpret_cast<Node*>(*node);
+  n->cond_index = static_cast<uint32_t>(index);
+  n->cond_type = type;
+  bodies->clear();
+  for (unsigned int i = 0; i < size; ++i) {
+    auto body = std::make_unique<Graph>();
+    body->owner = g;
+    n->body_graphs.push_back(body.get());
+    bodies->push_back(reinterpret_cast<cudaGraph_t>(body.get()));
+    graphs_.emplace(body.get(), std::move(body));
+  }
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle* handle,
+                                                          cudaGraph_t graph,
+                                                          unsigned int default_value,
+                                                          unsigned int flags) {
+  if (handle == nullptr || (flags & ~static_cast<unsigned int>(cudaGraphCondAssignDefault)) != 0) {
+    return cudaErrorInvalidValue;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Graph* g = ResolveGraph(graph);
+  if (g == nullptr) return cudaErrorInvalidValue;
+  Graph* root = RootOf(g);
+  CondHandle h;
+  h.default_value = default_value;
+  h.assign_default = (flags & cudaGraphCondAssignDefault) != 0;
+  *handle = kCondTag | root->cond_handles.size();
+  root->cond_handles.push_back(h);
+  return cudaSuccess;
 }
 
 cudaError_t HostBackend::GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) {
@@ -1472,14 +1765,16 @@ cudaError_t HostBackend::GraphDebugDot(cudaGraph_t graph, unsigned int flags, st
   std::lock_guard<std::mutex> lock(mu_);
   Graph* g = ResolveGraph(graph);
   if (g == nullptr || dot == nullptr) return cudaErrorInvalidValue;
-  static const char* kKinds[] = {"captured", "kernel", "memset", "memcpy",
-                                 "host",     "empty",  "mem_alloc", "mem_free"};
+  static const char* kKinds[] = {"captured",  "kernel",   "memset",       "memcpy",
+                                 "host",      "empty",    "mem_alloc",    "mem_free",
+                                 "child_graph", "event_record", "event_wait", "conditional"};
+  constexpr int kNumKinds = sizeof(kKinds) / sizeof(kKinds[0]);
   *dot = absl::StrCat("digraph revenant_host_graph {\n  label=\"graph of ", g->nodes.size(),
                       " nodes (Revenant host backend)\";\n");
   for (size_t i = 0; i < g->nodes.size(); ++i) {
     const int kind = static_cast<int>(g->nodes[i]->kind);
     absl::StrAppend(dot, "  node", i, " [label=\"", i, ": ",
-                    kind >= 0 && kind < 8 ? kKinds[kind] : "?", "\"];\n");
+                    kind >= 0 && kind < kNumKinds ? kKinds[kind] : "?", "\"];\n");
   }
   for (size_t i = 0; i < g->nodes.size(); ++i) {
     for (size_t d : g->nodes[i]->deps) absl::StrAppend(dot, "  node", d, " -> node", i, ";\n");
@@ -1502,9 +1797,9 @@ cudaError_t HostBackend::ExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraph
   HostStream::Op op;
   cudaError_t err = KernelOpLocked(kernel, grid, block, shared_bytes, packed_args, false, &op);
   if (err != cudaSuccess) return err;
-  auto ops = std::make_shared<std::vector<HostStream::Op>>(*e->ops);
-  (*ops)[at->second] = std::move(op);
-  e->ops = std::move(ops);
+  auto steps = std::make_shared<std::vector<Step>>(*e->steps);
+  (*steps)[at->second].op = std::move(op);
+  e->steps = std::move(steps);
   return cudaSuccess;
 }
 
@@ -1539,13 +1834,14 @@ cudaError_t HostBackend::ExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph,
   }
   if (info != nullptr) *info = result;
   if (result.result != cudaGraphExecUpdateSuccess) return cudaErrorGraphExecUpdateFailure;
-  auto ops = std::make_shared<std::vector<HostStream::Op>>(*e->ops);
+  auto steps = std::make_shared<std::vector<Step>>(*e->steps);
+  std::shared_ptr<std::vector<Step>> fresh = StepsOf(*g);
   for (size_t i = 0; i < g->nodes.size(); ++i) {
     const Node& n = *g->nodes[i];
     if (n.kind == NodeKind::kMemAlloc || n.kind == NodeKind::kMemFree) continue;
-    (*ops)[i] = n.op;
+    (*steps)[i] = (*fresh)[i];
   }
-  e->ops = std::move(ops);
+  e->steps = std::move(steps);
   return cudaSuccess;
 }
 

@@ -140,6 +140,9 @@ class HostBackend : public Backend {
   absl::StatusOr<Symbol> GetSymbol(uint64_t module_key, const std::string& name) override;
   cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                      cudaStream_t stream, bool async) override;
+  cudaError_t MemcpyCaptured(void* dst, const void* src, size_t count, cudaStream_t stream,
+                             bool async, void* capture, uint64_t* done, uint64_t tag,
+                             bool* captured) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
   cudaError_t UnregisterSharedHost(void* addr) override;
   cudaError_t EnqueueHostCallback(cudaStream_t stream, std::function<void()> fn) override;
@@ -268,6 +271,35 @@ class HostBackend : public Backend {
                               void** dptr) override;
   cudaError_t AddMemFreeNode(cudaGraphNode_t* node, cudaGraph_t graph,
                              const std::vector<cudaGraphNode_t>& deps, void* dptr) override;
+  // A child graph node runs a copy of the child taken now; a child with
+  // memory nodes is refused (cudaErrorInvalidValue), as CUDA refuses to
+  // clone them.
+  cudaError_t AddChildGraphNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                const std::vector<cudaGraphNode_t>& deps,
+                                cudaGraph_t child) override;
+  // An event record node makes each launch a new record of the event,
+  // complete once the steps before it ran; a wait node waits, where it
+  // runs, for the event's latest record as of the launch (as
+  // cudaStreamWaitEvent at the launch would).
+  cudaError_t AddEventNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                           const std::vector<cudaGraphNode_t>& deps, cudaEvent_t event,
+                           bool record) override;
+  // Conditional nodes: the handle is its index among its root graph's
+  // handles (tagged), the same in a replacement that replays the graph's
+  // handle creations, whatever else it replays; kernels set the condition
+  // with cudaGraphSetConditional, which host kernel libraries resolve to
+  // revenant_host_set_conditional in the agent: it writes the running
+  // launch's value (a thread-local of the stream's worker; a kernel of a
+  // cooperative launch, run on other threads, cannot set one). Bodies are
+  // graphs of their own (for the Add*Node rows), owned by the node's graph.
+  cudaError_t AddConditionalNode(cudaGraphNode_t* node, cudaGraph_t graph,
+                                 const std::vector<cudaGraphNode_t>& deps,
+                                 cudaGraphConditionalHandle handle,
+                                 cudaGraphConditionalNodeType type, unsigned int size,
+                                 std::vector<cudaGraph_t>* bodies) override;
+  cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle* handle,
+                                               cudaGraph_t graph, unsigned int default_value,
+                                               unsigned int flags) override;
   cudaError_t GraphGetNodes(cudaGraph_t graph, std::vector<cudaGraphNode_t>* nodes) override;
   cudaError_t GraphNodeGetDependencies(cudaGraphNode_t node,
                                        std::vector<cudaGraphNode_t>* deps) override;
@@ -475,11 +507,45 @@ class HostBackend : public Backend {
   struct MemPool {
     std::map<int, uint64_t> attrs;
   };
-  enum class NodeKind { kCaptured, kKernel, kMemset, kMemcpy, kHost, kEmpty, kMemAlloc, kMemFree };
-  struct Node {
+  enum class NodeKind {
+    kCaptured, kKernel, kMemset, kMemcpy, kHost, kEmpty, kMemAlloc, kMemFree,
+    kChild, kEventRecord, kEventWait, kConditional
+  };
+  // What one node does when its graph runs.
+  struct Step {
     NodeKind kind = NodeKind::kEmpty;
+    HostStream::Op op;  // empty: an ordering point only
+    // Event nodes: the event (identity only: resolved at each launch, a
+    // destroyed one is skipped).
+    Event* event = nullptr;
+    // Child graph nodes: the child's steps as they were when the node was
+    // added (CUDA clones the child graph).
+    std::shared_ptr<const std::vector<Step>> child;
+    // Conditional nodes: the handle's index in its root graph, the kind of
+    // node and the bodies' steps (taken at instantiation: the application
+    // populates the body graphs after adding the node).
+    uint32_t cond_index = 0;
+    cudaGraphConditionalNodeType cond_type = cudaGraphCondTypeIf;
+    std::vector<std::shared_ptr<const std::vector<Step>>> bodies;
+  };
+  // Per launch: the marker each event step sets (records: a new record of
+  // the event) or waits for (waits: the event's latest record at launch).
+  using LaunchEvents = absl::flat_hash_map<const Step*, std::shared_ptr<Marker>>;
+  struct Graph;
+  struct Node : Step {
     std::vector<size_t> deps;  // creation indices of the nodes it runs after
-    HostStream::Op op;         // empty: an ordering point only
+    std::vector<Graph*> body_graphs;  // a conditional node's bodies (owned by graphs_)
+  };
+  // A conditional handle of a root graph (cudaGraphConditionalHandleCreate).
+  struct CondHandle {
+    unsigned int default_value = 0;
+    bool assign_default = false;
+  };
+  // An executable's condition values (handle index -> value), read and
+  // written by the kernels of its launches (revenant_host_set_conditional).
+  struct CondValues {
+    std::vector<CondHandle> handles;
+    std::unique_ptr<unsigned int[]> values;
   };
   struct Graph {
     // In creation order, which is a topological order; captured calls arrive
@@ -490,10 +556,15 @@ class HostBackend : public Backend {
     std::vector<size_t> capture_deps;  // while captured into: what the next node follows
     unsigned long long capture_id = 0;
     std::vector<uint64_t> allocs;  // memory of its alloc nodes (graph_allocs_ counts holders)
+    // A conditional node's body: the graph it belongs to (it cannot be
+    // destroyed by itself and goes with that graph); null for other graphs.
+    Graph* owner = nullptr;
+    std::vector<CondHandle> cond_handles;  // root graphs only
   };
   struct GraphExec {
-    // Copied on change: a launch in flight keeps the operations it started with.
-    std::shared_ptr<const std::vector<HostStream::Op>> ops;
+    // Copied on change: a launch in flight keeps the steps it started with.
+    std::shared_ptr<const std::vector<Step>> steps;
+    std::shared_ptr<CondValues> cond;  // null: no conditional handles
     // The graph it came from: node -> creation index, kinds and edges.
     absl::flat_hash_map<const Node*, size_t> index;
     std::vector<NodeKind> kinds;
@@ -546,6 +617,23 @@ class HostBackend : public Backend {
   cudaError_t KernelOpLocked(const KernelInfo& kernel, dim3 grid, dim3 block,
                              size_t shared_bytes, const void* packed_args, bool cooperative,
                              HostStream::Op* op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The steps of `g`'s nodes, in creation order.
+  static std::shared_ptr<std::vector<Step>> StepsOf(const Graph& g);
+  // Binds the event steps of `steps` (children included) for a launch on
+  // `s`: each record step becomes the event's latest record.
+  void BindEventsLocked(const std::vector<Step>& steps, HostStream* s, LaunchEvents* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs a launch's steps in order; the first error is the launch's.
+  // `cond` (may be null): the executable's condition values.
+  static cudaError_t RunSteps(const std::vector<Step>& steps, const LaunchEvents& events,
+                              CondValues* cond);
+  // The graph whose conditional handles `g` uses (itself, or the root of
+  // the bodies it is nested in).
+  static Graph* RootOf(Graph* g);
+  // Whether `g` or one of its bodies has a conditional node.
+  static bool HasConditional(const Graph& g);
+  // Destroys a graph's conditional bodies, recursively (from graphs_).
+  void EraseBodiesLocked(Graph* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops one holder of each graph allocation; frees those nobody holds.
   void ReleaseGraphAllocsLocked(const std::vector<uint64_t>& allocs)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

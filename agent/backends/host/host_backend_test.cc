@@ -887,6 +887,166 @@ TEST_F(HostBackendTest, ExplicitGraphNodesRunInDependencyOrder) {
   EXPECT_EQ(b_->GraphGetNodes(g, &nodes), cudaErrorInvalidValue);
 }
 
+// Conditional nodes: switch and if/else pick their body by the handle's
+// default value; a while loop runs until a kernel of its body clears the
+// condition (cudaGraphSetConditional in a host kernel).
+TEST_F(HostBackendTest, ConditionalNodesRunTheirBodies) {
+  KernelInfo add = Kernel("_Z7add_onePii");
+  KernelInfo down = Kernel("_Z10count_downyPi");
+  int* c = static_cast<int*>(Malloc(8 * sizeof(int)));  // one counter per body
+  ASSERT_EQ(b_->cudaMemset(c, 0, 8 * sizeof(int)), cudaSuccess);
+  cudaStream_t s = Stream(cudaStreamNonBlocking);
+  cudaGraph_t g;
+  ASSERT_EQ(b_->cudaGraphCreate(&g, 0), cudaSuccess);
+  cudaGraphConditionalHandle sw, ifelse, loop;
+  ASSERT_EQ(b_->cudaGraphConditionalHandleCreate(&sw, g, 2, cudaGraphCondAssignDefault),
+            cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphConditionalHandleCreate(&ifelse, g, 0, cudaGraphCondAssignDefault),
+            cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphConditionalHandleCreate(&loop, g, 1, cudaGraphCondAssignDefault),
+            cudaSuccess);
+  EXPECT_NE(sw, ifelse);
+  cudaGraphConditionalHandle bad;
+  EXPECT_EQ(b_->cudaGraphConditionalHandleCreate(&bad, g, 0, 2), cudaErrorInvalidValue);
+
+  auto add_to = [&](cudaGraph_t body, int i, cudaGraphNode_t* node) {
+    std::vector<char> args = AddOneArgs(add, c + i, 1);
+    return b_->AddKernelNode(node, body, {}, add, dim3(1), dim3(1), 0, args.data());
+  };
+  cudaGraphNode_t n_sw, n_if, n_set, n_loop, k;
+  std::vector<cudaGraph_t> bodies;
+  ASSERT_EQ(b_->AddConditionalNode(&n_sw, g, {}, sw, cudaGraphCondTypeSwitch, 3, &bodies),
+            cudaSuccess);
+  ASSERT_EQ(bodies.size(), 3u);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(add_to(bodies[i], i, &k), cudaSuccess);
+  const cudaGraph_t sw_body = bodies[0];
+  ASSERT_EQ(b_->AddConditionalNode(&n_if, g, {n_sw}, ifelse, cudaGraphCondTypeIf, 2, &bodies),
+            cudaSuccess);
+  ASSERT_EQ(add_to(bodies[0], 3, &k), cudaSuccess);
+  ASSERT_EQ(add_to(bodies[1], 4, &k), cudaSuccess);
+  // The loop: c[6] = 3, then the body adds one to c[5] and counts c[6] down.
+  cudaMemsetParams mp = {};
+  mp.dst = c + 6;
+  mp.value = 3;
+  mp.elementSize = sizeof(int);
+  mp.width = 1;
+  mp.height = 1;
+  ASSERT_EQ(b_->AddMemsetNode(&n_set, g, {n_if}, mp), cudaSuccess);
+  ASSERT_EQ(b_->AddConditionalNode(&n_loop, g, {n_set}, loop, cudaGraphCondTypeWhile, 1, &bodies),
+            cudaSuccess);
+  cudaGraphNode_t body_add, body_down;
+  ASSERT_EQ(add_to(bodies[0], 5, &body_add), cudaSuccess);
+  std::vector<char> dargs(down.args_size);
+  int* counter = c + 6;
+  std::memcpy(dargs.data() + down.params[0].offset, &loop, sizeof(loop));
+  std::memcpy(dargs.data() + down.params[1].offset, &counter, sizeof(counter));
+  ASSERT_EQ(b_->AddKernelNode(&body_down, bodies[0], {body_add}, down, dim3(1), dim3(1), 0,
+                              dargs.data()),
+            cudaSuccess);
+
+  // Refused: a handle of another graph, a while node of two bodies, memory
+  // nodes in a body, destroying a body, cloning, a child graph of `g`.
+  cudaGraph_t other;
+  ASSERT_EQ(b_->cudaGraphCreate(&other, 0), cudaSuccess);
+  cudaGraphNode_t refused;
+  EXPECT_EQ(b_->AddConditionalNode(&refused, other, {}, sw, cudaGraphCondTypeIf, 1, &bodies),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(b_->AddConditionalNode(&refused, g, {}, loop, cudaGraphCondTypeWhile, 2, &bodies),
+            cudaErrorInvalidValue);
+  void* mem = nullptr;
+  EXPECT_EQ(b_->AddMemAllocNode(&refused, sw_body, {}, 64, &mem), cudaErrorInvalidValue);
+  EXPECT_EQ(b_->cudaGraphDestroy(sw_body), cudaErrorInvalidValue);
+  cudaGraph_t clone;
+  EXPECT_EQ(b_->cudaGraphClone(&clone, g), cudaErrorNotSupported);
+  EXPECT_EQ(b_->AddChildGraphNode(&refused, other, {}, g), cudaErrorInvalidValue);
+
+  cudaGraphExec_t exec;
+  ASSERT_EQ(b_->cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphLaunch(exec, s), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  int got[8];
+  std::memcpy(got, c, sizeof(got));  // host backend device memory is host memory
+  EXPECT_EQ(std::vector<int>(got, got + 7), (std::vector<int>{0, 0, 2, 0, 2, 6, 0}))
+      << "switch case 2, the else body, 3 loop iterations per launch";
+
+  // Destroying the graph takes its bodies along.
+  ASSERT_EQ(b_->cudaGraphExecDestroy(exec), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphDestroy(g), cudaSuccess);
+  EXPECT_EQ(b_->AddEmptyNode(&refused, sw_body, {}), cudaErrorInvalidValue);
+  ASSERT_EQ(b_->cudaGraphDestroy(other), cudaSuccess);
+}
+
+// A graph's conditional handles are the same in another backend that creates
+// the same graph's handles (a replacement agent replaying them), whatever
+// other graphs it made before.
+TEST_F(HostBackendTest, ConditionalHandlesAreTheSameInAReplacement) {
+  cudaGraph_t g;
+  ASSERT_EQ(b_->cudaGraphCreate(&g, 0), cudaSuccess);
+  cudaGraphConditionalHandle a0, a1;
+  ASSERT_EQ(b_->cudaGraphConditionalHandleCreate(&a0, g, 0, 0), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphConditionalHandleCreate(&a1, g, 0, 0), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphDestroy(g), cudaSuccess);
+  b_.reset();
+  SetUp();
+  cudaGraph_t first, g2;
+  ASSERT_EQ(b_->cudaGraphCreate(&first, 0), cudaSuccess);
+  cudaGraphConditionalHandle unrelated, b0, b1;
+  ASSERT_EQ(b_->cudaGraphConditionalHandleCreate(&unrelated, first, 0, 0), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphCreate(&g2, 0), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphConditionalHandleCreate(&b0, g2, 0, 0), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphConditionalHandleCreate(&b1, g2, 0, 0), cudaSuccess);
+  EXPECT_EQ(a0, b0);
+  EXPECT_EQ(a1, b1);
+}
+
+// Child graph nodes run a copy of the child; event record nodes make each
+// launch a record of the event, wait nodes wait for its latest record.
+TEST_F(HostBackendTest, ChildGraphAndEventNodes) {
+  KernelInfo add = Kernel("_Z7add_onePii");
+  int* c = static_cast<int*>(Malloc(2 * sizeof(int)));
+  ASSERT_EQ(b_->cudaMemset(c, 0, 2 * sizeof(int)), cudaSuccess);
+  cudaStream_t s = Stream(cudaStreamNonBlocking), s2 = Stream(cudaStreamNonBlocking);
+  cudaEvent_t ev;
+  ASSERT_EQ(b_->cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), cudaSuccess);
+  cudaGraph_t child, g;
+  ASSERT_EQ(b_->cudaGraphCreate(&child, 0), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphCreate(&g, 0), cudaSuccess);
+  std::vector<char> args = AddOneArgs(add, c, 1);
+  cudaGraphNode_t ck, late, n_child, n_rec, n_wait;
+  ASSERT_EQ(b_->AddKernelNode(&ck, child, {}, add, dim3(1), dim3(1), 0, args.data()),
+            cudaSuccess);
+  ASSERT_EQ(b_->AddChildGraphNode(&n_child, g, {}, child), cudaSuccess);
+  // Added after the copy was taken: never runs in `g`.
+  ASSERT_EQ(b_->AddKernelNode(&late, child, {ck}, add, dim3(1), dim3(1), 0, args.data()),
+            cudaSuccess);
+  ASSERT_EQ(b_->AddEventNode(&n_rec, g, {n_child}, ev, /*record=*/true), cudaSuccess);
+  ASSERT_EQ(b_->AddEventNode(&n_wait, g, {n_rec}, ev, /*record=*/false), cudaSuccess);
+  cudaGraphNode_t refused;
+  EXPECT_EQ(b_->AddEventNode(&refused, g, {}, reinterpret_cast<cudaEvent_t>(&args), true),
+            cudaErrorInvalidResourceHandle);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(b_->cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  // The launch is held behind a gate: its record is pending until it runs,
+  // and s2, waiting for the event, sees what the child wrote by then.
+  Gate gate;
+  ASSERT_EQ(b_->EnqueueHostCallback(s, [&] { gate.Wait(); }), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphLaunch(exec, s), cudaSuccess);
+  EXPECT_EQ(b_->cudaEventQuery(ev), cudaErrorNotReady) << "the launch is a new record";
+  ASSERT_EQ(b_->cudaStreamWaitEvent(s2, ev, 0), cudaSuccess);
+  int seen_at_s2 = -1;
+  ASSERT_EQ(b_->EnqueueHostCallback(s2, [&] { std::memcpy(&seen_at_s2, c, sizeof(int)); }),
+            cudaSuccess);
+  gate.Open();
+  ASSERT_EQ(b_->cudaStreamSynchronize(s2), cudaSuccess);
+  ASSERT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(seen_at_s2, 1) << "s2 waited for the record node, after the child ran once";
+  EXPECT_EQ(b_->cudaEventQuery(ev), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphExecDestroy(exec), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphDestroy(g), cudaSuccess);
+  ASSERT_EQ(b_->cudaGraphDestroy(child), cudaSuccess);
+}
+
 TEST_F(HostBackendTest, CaptureIntoAnExistingGraphAfterGivenNodes) {
   KernelInfo k = Kernel("_Z7add_onePii");
   constexpr int kN = 32;

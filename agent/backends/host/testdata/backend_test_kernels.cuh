@@ -32,4 +32,10 @@ __global__ void copy_values(int* out) {
   if (i < 8) out[i] = bt_values[i];
 }
 
+// A while loop's last body node: decrements *n and goes on while it is
+// positive.
+__global__ void count_down(cudaGraphConditionalHandle handle, int* n) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) cudaGraphSetConditional(handle, --*n > 0 ? 1u : 0u);
+}
+
 #endif  // REVENANT_AGENT_BACKENDS_HOST_TESTDATA_BACKEND_TEST_KERNELS_CUH_

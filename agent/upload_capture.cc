@@ -1,0 +1,307 @@
+#include "agent/upload_capture.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "api/hook_protocol.h"
+#include "api/traits.h"
+#include "api/wire.h"
+#include "common/logging.h"
+
+namespace revenant {
+namespace agent {
+namespace {
+
+constexpr char kPrefix[] = "capture-";
+// Each capture starts on its own page; its completion word is the last 8
+// bytes of the page before it.
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kFileRound = 2ull << 20;
+
+uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+}  // namespace
+
+bool IsCaptureCandidate(uint16_t api_id, absl::string_view body, uint64_t min_bytes) {
+  const auto id = static_cast<api::ApiId>(api_id);
+  if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return false;
+  wire::Decoder in(body.data(), body.size());
+  hooks::CopyHead h;
+  if (!hooks::GetCopyHead(in, &h) || h.mode != hooks::kDirect || h.count < min_bytes) return false;
+  return h.kind == cudaMemcpyHostToDevice || h.kind == cudaMemcpyDefault;
+}
+
+absl::StatusOr<std::unique_ptr<UploadCapturePool>> UploadCapturePool::Create(
+    const std::string& dir, Backend* backend, const Options& options, bool continued,
+    uint64_t minibatch) {
+  std::unique_ptr<UploadCapturePool> pool(new UploadCapturePool(dir, backend, options));
+  pool->minibatch_ = minibatch;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return absl::NotFoundError(absl::StrCat(dir, ": ", ErrnoText()));
+  std::vector<std::pair<int, std::string>> found;
+  while (dirent* ent = readdir(d)) {
+    const absl::string_view name(ent->d_name);
+    int index = 0;
+    if (!absl::StartsWith(name, kPrefix) ||
+        !absl::SimpleAtoi(name.substr(sizeof(kPrefix) - 1), &index) || index < 0) {
+      continue;
+    }
+    found.emplace_back(index, std::string(name));
+  }
+  closedir(d);
+  std::sort(found.begin(), found.end());
+  for (const auto& [index, name] : found) {
+    pool->next_index_ = std::max(pool->next_index_, index + 1);
+    if (!continued) {
+      // An earlier application's captures: nothing names them any more.
+      unlink(absl::StrCat(dir, "/", name).c_str());
+      continue;
+    }
+    // The dead agent's: its current minibatch may name them. Full, so
+    // nothing is placed in them before they are two boundaries old.
+    struct stat st;
+    if (stat(absl::StrCat(dir, "/", name).c_str(), &st) != 0 || st.st_size <= 0) continue;
+    auto f = std::make_unique<File>();
+    if (absl::Status s = pool->MapFile(name, static_cast<uint64_t>(st.st_size), false, f.get());
+        !s.ok()) {
+      return s;
+    }
+    f->cursor = f->size;
+    f->last_minibatch = minibatch;
+    pool->total_bytes_ += f->size;
+    pool->files_.push_back(std::move(f));
+  }
+  return pool;
+}
+
+UploadCapturePool::~UploadCapturePool() {
+  for (const auto& f : files_) {
+    backend_->UnregisterSharedHost(f->base);
+    munmap(f->base, f->size);
+  }
+}
+
+absl::Status UploadCapturePool::MapFile(const std::string& name, uint64_t size, bool create,
+                                        File* f) {
+  const std::string path = absl::StrCat(dir_, "/", name);
+  const absl::Time t0 = absl::Now();
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0), 0600);
+  if (fd < 0) return absl::InternalError(absl::StrCat(path, ": ", ErrnoText()));
+  if (create) {
+    // Allocated now: a full tmpfs fails here, not as SIGBUS when the device
+    // writes into the mapping.
+    if (const int rc = posix_fallocate(fd, 0, static_cast<off_t>(size)); rc != 0) {
+      close(fd);
+      unlink(path.c_str());
+      return absl::ResourceExhaustedError(
+          absl::StrCat(path, ": cannot allocate ", size, " bytes: ", std::strerror(rc)));
+    }
+  }
+  const absl::Time t1 = absl::Now();
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    if (create) unlink(path.c_str());
+    return absl::InternalError(absl::StrCat(path, ": mmap: ", ErrnoText()));
+  }
+  if (const cudaError_t e = backend_->RegisterSharedHost(base, size, 0); e != cudaSuccess) {
+    munmap(base, size);
+    if (create) unlink(path.c_str());
+    return absl::InternalError(absl::StrCat(path, ": the backend cannot register it (error ",
+                                            static_cast<int>(e), ")"));
+  }
+  f->name = name;
+  f->base = static_cast<char*>(base);
+  f->size = size;
+  // New host memory is what a capture costs (pages allocated, then pinned
+  // for the device): said for the first files and at each doubling.
+  if (++files_made_ <= 3 || (files_made_ & (files_made_ - 1)) == 0) {
+    REVENANT_LOG(INFO, "agent") << absl::StrFormat(
+        "capture file %s: %.0f MiB %s in %.1f ms (%.1f ms allocating, %.1f ms registering); "
+        "%d capture files made",
+        name, size / 1048576.0, create ? "made" : "taken over",
+        absl::ToDoubleMilliseconds(absl::Now() - t0), absl::ToDoubleMilliseconds(t1 - t0),
+        absl::ToDoubleMilliseconds(absl::Now() - t1), files_made_);
+  }
+  return absl::OkStatus();
+}
+
+bool UploadCapturePool::Reusable(File& f, uint64_t minibatch) {
+  if (f.last_minibatch + 2 > minibatch) return false;
+  // Every capture placed in it must have completed: its device writes would
+  // land in the next one's bytes. They completed long ago in practice (two
+  // boundaries); one still running is waited for briefly, then the file is
+  // left alone.
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(100);
+  for (;;) {
+    auto& open = f.open;
+    open.erase(std::remove_if(open.begin(), open.end(),
+                              [](const auto& w) {
+                                return __atomic_load_n(w.first, __ATOMIC_ACQUIRE) == w.second;
+                              }),
+               open.end());
+    if (open.empty()) return true;
+    if (absl::Now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+UploadCapturePool::File* UploadCapturePool::FileFor(uint64_t need, uint64_t minibatch) {
+  // The file being filled, then a reusable one, then a new one.
+  for (auto& f : files_) {
+    if (f->cursor != 0 && f->cursor <= f->size && f->size - RoundUp(f->cursor, kPage) >= need) {
+      return f.get();
+    }
+  }
+  for (auto& f : files_) {
+    if (f->size >= need && Reusable(*f, minibatch)) {
+      f->cursor = 0;
+      return f.get();
+    }
+  }
+  const uint64_t size = RoundUp(std::max(need, options_.file_bytes), kFileRound);
+  if (total_bytes_ + size > options_.max_bytes) {
+    if (!warned_full_) {
+      warned_full_ = true;
+      REVENANT_LOG(WARNING, "agent") << absl::StrFormat(
+          "captured uploads: %.0f MiB held for minibatches still replayable, no room for %.0f MiB "
+          "more (REVENANT_CAPTURE_MAX_MIB=%d): large uploads are journaled by the CPU until "
+          "older minibatches end",
+          total_bytes_ / 1048576.0, size / 1048576.0, options_.max_bytes >> 20);
+    }
+    return nullptr;
+  }
+  auto f = std::make_unique<File>();
+  if (absl::Status s = MapFile(absl::StrCat(kPrefix, next_index_), size, true, f.get()); !s.ok()) {
+    REVENANT_LOG(WARNING, "agent") << "captured uploads: " << s
+                                   << " (the upload is journaled by the CPU)";
+    return nullptr;
+  }
+  ++next_index_;
+  total_bytes_ += f->size;
+  files_.push_back(std::move(f));
+  return files_.back().get();
+}
+
+bool UploadCapturePool::Reserve(const transport::RecordHeader& rec, uint64_t minibatch,
+                                uint64_t size, journal::DeviceCapture* ref) {
+  pending_ = Capture();
+  pending_file_ = nullptr;
+  if (size < options_.min_bytes ||
+      !IsCaptureCandidate(rec.api_id, absl::string_view(rec.body(), rec.body_size()), 0)) {
+    return false;
+  }
+  minibatch_ = std::max(minibatch_, minibatch);
+  File* f = FileFor(kPage + size, minibatch);
+  if (f == nullptr) return false;
+  const uint64_t offset = RoundUp(f->cursor, kPage) + kPage;
+  if (offset + size > f->size) return false;  // FileFor left room for a page-aligned start
+  f->cursor = offset + size;
+  f->last_minibatch = minibatch;
+  pending_.seq = rec.seq;
+  pending_.data = f->base + offset;
+  pending_.done = reinterpret_cast<uint64_t*>(f->base + offset - sizeof(uint64_t));
+  pending_.size = size;
+  pending_file_ = f;
+  ref->set_file(f->name);
+  ref->set_offset(offset);
+  ref->set_length(size);
+  return true;
+}
+
+void UploadCapturePool::Ran(uint64_t seq, bool captured) {
+  if (pending_.seq != seq || pending_file_ == nullptr) return;
+  if (captured) {
+    pending_file_->open.emplace_back(pending_.done, seq);
+    ++captures_;
+  }
+  pending_ = Capture();
+  pending_file_ = nullptr;
+}
+
+void UploadCapturePool::MinibatchStarted(uint64_t minibatch) {
+  minibatch_ = std::max(minibatch_, minibatch);
+}
+
+absl::Status LoadCapturedUploads(const std::string& journal_dir,
+                                 std::vector<journal::JournalEntry>* entries, absl::Duration wait) {
+  int read = 0, from_source = 0;
+  for (journal::JournalEntry& e : *entries) {
+    if (!e.has_capture()) continue;
+    const journal::DeviceCapture ref = e.capture();
+    if (ref.file().empty() || ref.file().find('/') != std::string::npos || ref.offset() < kPage) {
+      return absl::DataLossError(absl::StrCat("journal entry ", e.seq(),
+                                              ": a captured upload with a bad reference"));
+    }
+    const std::string path = absl::StrCat(journal_dir, "/", ref.file());
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      return absl::DataLossError(absl::StrCat("journal entry ", e.seq(), ": captured upload ",
+                                              path, ": ", ErrnoText()));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < ref.offset() ||
+        static_cast<uint64_t>(st.st_size) - ref.offset() < ref.length()) {
+      close(fd);
+      return absl::DataLossError(absl::StrCat("journal entry ", e.seq(), ": captured upload ",
+                                              path, " is shorter than the entry says"));
+    }
+    const uint64_t want = e.seq() / 2;
+    const absl::Time deadline = absl::Now() + wait;
+    uint64_t word = 0;
+    for (;;) {
+      if (pread(fd, &word, sizeof(word), static_cast<off_t>(ref.offset() - sizeof(word))) !=
+          static_cast<ssize_t>(sizeof(word))) {
+        word = 0;
+      }
+      if (word == want || absl::Now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (word != want) {
+      // Not completed: the application had not been told the copy was done,
+      // so its source still holds the bytes; the replay copies from there.
+      close(fd);
+      ++from_source;
+      continue;
+    }
+    std::string bytes(ref.length(), '\0');
+    uint64_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = pread(fd, bytes.data() + done, bytes.size() - done,
+                              static_cast<off_t>(ref.offset() + done));
+      if (n <= 0) break;
+      done += static_cast<uint64_t>(n);
+    }
+    close(fd);
+    if (done != bytes.size()) {
+      return absl::DataLossError(absl::StrCat("journal entry ", e.seq(), ": captured upload ",
+                                              path, ": short read"));
+    }
+    e.set_inline_payload(std::move(bytes));  // replaces the reference (one oneof)
+    ++read;
+  }
+  if (read + from_source > 0) {
+    REVENANT_LOG(INFO, "agent") << "captured uploads for the replay: " << read
+                                << " read from capture files, " << from_source
+                                << " not completed (replayed from the application's source)";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace agent
+}  // namespace revenant

@@ -1,0 +1,154 @@
+// UploadCapture: large uploads journaled by the device instead of the CPU.
+//
+// A copy from pinned (shared) host memory to the device is journaled before
+// it runs, and the journal must keep its source bytes: the application may
+// reuse the buffer once the copy completed. Written by the CPU into the
+// journal's payload file, a 256 MiB upload costs ~150-400 ms (tmpfs pages
+// and CRC32C) against ~5 ms for the copy itself. Instead, the journal entry
+// names a place in a capture file of the journal directory (a
+// journal::DeviceCapture), and the backend copies the destination back into
+// that place behind the upload, chunk by chunk on the other copy engine,
+// then stores the request's seq into the 8 bytes before the place (the
+// completion word). The application's later work on the stream waits for
+// the capture, so the critical path grows by about one chunk.
+//
+// Why a replay can always use it: a reader takes the bytes only when the
+// completion word holds the entry's seq. Otherwise the capture had not
+// completed when the agent died; every way the application learns that the
+// copy is done (a synchronization, an event, later work on the stream) goes
+// through the stream that waits for the capture, so the application cannot
+// have touched its source yet, and the replay copies from the source again.
+//
+// Capture files (capture-N, one registered mapping each, reused): a file is
+// filled front to back during a minibatch; it is reused once the minibatch
+// of its last capture is two boundaries old (nothing replays it any more)
+// and every capture in it completed. Only uploads journaled in the
+// minibatch log are captured (a training step's data); the setup log's
+// uploads keep their bytes in its payload file, which compaction manages.
+// docs/journal_format.md, "Captured uploads".
+//
+//   auto pool = UploadCapturePool::Create(journal_dir, backend, options);
+//   journal->BeforeExecute(rec, payload, pool.get());   // may Reserve
+//   ... hook: pool->Pending(seq) -> backend->MemcpyCaptured(...)
+//   pool->MinibatchStarted(m);                           // reuse old files
+#ifndef REVENANT_AGENT_UPLOAD_CAPTURE_H_
+#define REVENANT_AGENT_UPLOAD_CAPTURE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "agent/backend.h"
+#include "agent/journaling.h"
+#include "proto/journal.pb.h"
+
+namespace revenant {
+namespace agent {
+
+// Uploads below this keep their bytes in the journal (a memcpy into the
+// mapped log or one write(2) costs less than a second copy on the device).
+inline constexpr uint64_t kCaptureMinBytes = 1 << 20;
+
+// Whether a request is an upload the device may capture: cudaMemcpy or
+// cudaMemcpyAsync in place from host memory to the device (the host side is
+// checked later: shared memory only), of at least `min_bytes`.
+bool IsCaptureCandidate(uint16_t api_id, absl::string_view body, uint64_t min_bytes);
+
+class UploadCapturePool : public UploadCaptureSink {
+ public:
+  struct Options {
+    uint64_t min_bytes = kCaptureMinBytes;
+    // The capture files together stay under this (tmpfs memory); an upload
+    // that does not fit is journaled by the CPU as before.
+    uint64_t max_bytes = 4ull << 30;
+    // Size of a capture file (larger for a larger upload).
+    uint64_t file_bytes = 64 << 20;
+  };
+
+  // Capture files in `dir` (the journal directory). A fresh journal removes
+  // the files a previous application left; a replacement continuing a dead
+  // agent's journal (`continued`) keeps them: its current minibatch's
+  // entries name them (reused after two more boundaries).
+  static absl::StatusOr<std::unique_ptr<UploadCapturePool>> Create(const std::string& dir,
+                                                                   Backend* backend,
+                                                                   const Options& options,
+                                                                   bool continued,
+                                                                   uint64_t minibatch);
+  ~UploadCapturePool() override;
+
+  // UploadCaptureSink (called while journaling `rec`, before it runs).
+  bool Reserve(const transport::RecordHeader& rec, uint64_t minibatch, uint64_t size,
+               journal::DeviceCapture* ref) override;
+
+  // The capture Reserve made for request `seq`, for the copy's hook; null
+  // when there is none (the request is journaled with its bytes).
+  struct Capture {
+    uint64_t seq = 0;
+    char* data = nullptr;
+    uint64_t* done = nullptr;
+    uint64_t size = 0;
+  };
+  const Capture* Pending(uint64_t seq) const {
+    return pending_.seq == seq && pending_.data != nullptr ? &pending_ : nullptr;
+  }
+  // The hook ran the copy: `captured` false when the backend captured
+  // nothing (the copy failed, or became a graph node).
+  void Ran(uint64_t seq, bool captured);
+
+  // A minibatch started: files whose captures are all two boundaries old
+  // (and complete) may be filled again.
+  void MinibatchStarted(uint64_t minibatch);
+
+  uint64_t bytes() const { return total_bytes_; }
+  uint64_t captures() const { return captures_; }
+
+ private:
+  struct File {
+    std::string name;
+    char* base = nullptr;
+    uint64_t size = 0;
+    uint64_t cursor = 0;         // next free byte
+    uint64_t last_minibatch = 0;  // of the last capture placed in it
+    // Captures placed and not yet seen complete: (completion word, seq).
+    std::vector<std::pair<const uint64_t*, uint64_t>> open;
+  };
+  UploadCapturePool(std::string dir, Backend* backend, Options options)
+      : dir_(std::move(dir)), backend_(backend), options_(options) {}
+  absl::Status MapFile(const std::string& name, uint64_t size, bool create, File* f);
+  // A file with room for `need` bytes for `minibatch`, or null.
+  File* FileFor(uint64_t need, uint64_t minibatch);
+  bool Reusable(File& f, uint64_t minibatch);
+
+  const std::string dir_;
+  Backend* const backend_;
+  const Options options_;
+  std::vector<std::unique_ptr<File>> files_;
+  int next_index_ = 0;
+  int files_made_ = 0;
+  uint64_t total_bytes_ = 0;
+  uint64_t captures_ = 0;
+  uint64_t minibatch_ = 0;
+  Capture pending_;
+  File* pending_file_ = nullptr;
+  bool warned_full_ = false;
+};
+
+// For a replay: each entry of `entries` with a DeviceCapture gets the
+// captured bytes as its inline payload when their capture completed (the
+// completion word holds the entry's request seq); otherwise it is left as
+// it is and replays from the application's source. `wait` bounds how long a
+// capture that has not completed yet is waited for (the validator reads the
+// live agent's captures; a replacement reads a dead agent's: 0). A missing
+// or short capture file is an error (the journal is damaged).
+absl::Status LoadCapturedUploads(const std::string& journal_dir,
+                                 std::vector<journal::JournalEntry>* entries,
+                                 absl::Duration wait = absl::ZeroDuration());
+
+}  // namespace agent
+}  // namespace revenant
+
+#endif  // REVENANT_AGENT_UPLOAD_CAPTURE_H_

@@ -1,0 +1,50 @@
+# GPU section: uploads journaled by the device (agent/upload_capture.h;
+# docs/journal_format.md, "Captured uploads"). Sourced by .gpu/run_gpu.sh
+# with MODE, G, RUN, LOGS and the helpers; runs for MODE "all" or "capture".
+# 1. train_mlp with a 16 MiB pinned input per step (--batch 65536), 1 rank
+#    over real NCCL: native and under the shim, final checksums equal, and
+#    the agent says its uploads were captured by the device.
+# 2. The same job with its agent killed mid-step in minibatch 4 and at the
+#    input upload itself (the 1-rank recovery from the boundary snapshot and
+#    the journal): checksums equal to native, the replay read captures.
+# 3. 4 ranks on the one GPU over the Gloo staging (--batch 4096, 1 MiB per
+#    step): the recovery suite's named kills and 12 seeded random kills
+#    (tests/integration/recovery_train_test.sh), every run bitwise equal.
+if [ "$MODE" = all ] || [ "$MODE" = capture ]; then
+  echo; echo "=== captured uploads (the device journals large uploads)"
+  nlog="$LOGS/capture.native.log"; rlog="$LOGS/capture.cuda.log"
+  native 1 "$nlog" "$G/apps/train_mlp.bin" --iters 24 --batch 65536; rc=$?
+  if [ $rc -eq 0 ] && grep -q 'PASS train_mlp' "$nlog"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+  record "capture: train_mlp 16 MiB/step native" "$s" "$nlog"
+  ref=$(checksum "$nlog")
+  timeout 200 $RUN -n 1 --backend=cuda --timeout=180 -- "$G/apps/train_mlp.bin" --iters 24 \
+    --batch 65536 >"$rlog" 2>&1; rc=$?
+  got=$(checksum "$rlog")
+  grep -E "captured uploads at exit|final checksum" "$rlog" | sed 's/^/   /'
+  if [ $rc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ] &&
+     grep -q "captured uploads at exit: [1-9]" "$rlog"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+  record "capture: 16 MiB/step under the shim, checksum, captured" "$s" "$rlog"
+  for spec in "rank=0,minibatch=4,calls=8" "rank=0,minibatch=5,calls=1,point=after_execute" \
+              "rank=0,minibatch=6,calls=2,point=before_append"; do
+    klog="$LOGS/capture.kill.${spec//[^a-z0-9]/_}.log"
+    timeout 300 $RUN -n 1 --backend=cuda --timeout=240 --recovery_timeout=60 --chaos="$spec" -- \
+      "$G/apps/train_mlp.bin" --iters 24 --batch 65536 >"$klog" 2>&1; rc=$?
+    got=$(checksum "$klog")
+    grep -E "captured uploads for the replay|replacement agent for rank|final checksum" "$klog" |
+      head -6 | sed 's/^/   /'
+    if [ $rc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ]; then s=PASS; else s="FAIL (rc=$rc)"; fi
+    record "capture: 1 rank killed [$spec]" "$s" "$klog"
+  done
+  for what in "scenarios" "random 12 20261203"; do
+    set -- $what
+    log="$LOGS/capture.suite.$1.log"
+    RECOVERY_TEST_BACKEND_ARGS="--backend=cuda --collectives=gloo --gpus=1" \
+    RECOVERY_TEST_APP_ARGS="--batch 4096" RECOVERY_TEST_EXPECT_CAPTURES=1 timeout 500 \
+      bash "$G/recovery_train_test.sh" "$G/revenant-run" "$G/apps/train_mlp.bin" none 4 12 "$@" \
+      >"$log" 2>&1; rc=$?
+    grep -E "^(ok|FAIL) |^seed=|bitwise equal to the fault-free|^fault-free|captured" "$log" |
+      sed 's/^/   /'
+    if [ $rc -eq 0 ]; then s=PASS; else s="FAIL (rc=$rc)"; fi
+    record "capture: recovery suite, 4 ranks cuda+gloo, 1 MiB/step: $what" "$s" "$log"
+  done
+fi
