@@ -28,6 +28,7 @@
 #include "common/clock.h"
 #include "common/knobs.h"
 #include "journal/journal.h"
+#include "recovery/replay_plan.h"
 
 #include "common/events.h"
 #include "common/kv.h"
@@ -970,67 +971,6 @@ bool IsCopyIntoSharedHost(const journal::JournalEntry& e, const Session& session
   return h.mode == hooks::kDirect && session.IsSharedHost(reinterpret_cast<void*>(h.dst), h.count);
 }
 
-// The dead agent's journal for a replay: both logs merged back into request
-// order, each entry marked with the log it came from.
-struct ReplayLog {
-  std::vector<journal::JournalEntry> entries;
-  std::vector<bool> from_minibatch;
-  uint64_t minibatch = 0;  // the minibatch log's
-};
-
-absl::StatusOr<ReplayLog> ReadReplayLog(const std::string& journal_dir) {
-  absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
-      journal::JournalReader::Open(journal_dir);
-  if (!reader.ok()) return reader.status();
-  std::vector<journal::JournalEntry> entries;
-  auto collect = [&](const journal::JournalEntry& e) {
-    entries.push_back(e);
-    return absl::OkStatus();
-  };
-  if (absl::Status s = (*reader)->ReadSetup(collect); !s.ok()) return s;
-  const size_t setup_entries = entries.size();
-  if (absl::Status s = (*reader)->ReadMinibatch(collect); !s.ok() && !absl::IsNotFound(s)) {
-    return s;
-  }
-  const uint64_t minibatch = (*reader)->minibatch_header().minibatch();
-  // Uploads the device captured: their bytes, where the capture completed.
-  if (absl::Status s = LoadCapturedUploads(journal_dir, &entries); !s.ok()) return s;
-  // Merge both logs back into request order; remember where each came from.
-  std::vector<std::pair<journal::JournalEntry, bool>> merged;  // (entry, from minibatch log)
-  for (size_t i = 0; i < entries.size(); ++i) {
-    merged.emplace_back(std::move(entries[i]), i >= setup_entries);
-  }
-  std::stable_sort(merged.begin(), merged.end(), [](const auto& a, const auto& b) {
-    return a.first.seq() < b.first.seq();
-  });
-  entries.clear();
-  std::vector<bool> from_minibatch;
-  for (auto& [e, mb] : merged) {
-    entries.push_back(std::move(e));
-    from_minibatch.push_back(mb);
-  }
-  return ReplayLog{std::move(entries), std::move(from_minibatch), minibatch};
-}
-
-// The last synchronous request whose reply reached the application: it has
-// an outcome entry, or its reply slot holds its reply or a later one.
-uint64_t LastAnsweredRequest(const std::vector<journal::JournalEntry>& entries,
-                             const transport::ShmServerChannel& channel) {
-  uint64_t last_answered = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const journal::JournalEntry& e = entries[i];
-    if (e.api_id() == journal::kOutcomeApiId) continue;
-    const int slot = RequestJournal::ReplySlotOf(e);
-    if (slot < 0) continue;
-    const uint64_t seq = e.seq() / 2;
-    if (RequestJournal::OutcomeOf(entries, i) != nullptr ||
-        (static_cast<uint32_t>(slot) < channel.reply_slots() && channel.ReplySeq(slot) >= seq)) {
-      last_answered = std::max(last_answered, seq);
-    }
-  }
-  return last_answered;
-}
-
 }  // namespace
 
 absl::Status Session::Recover(const std::string& journal_dir, const std::string& job, int rank,
@@ -1038,16 +978,16 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   const absl::Time start = absl::Now();
   const std::string job_root = JobRootOf(job_dir_);
   RecordEvent(job_root, "replacement_replay_started", rank, 0);
-  absl::StatusOr<ReplayLog> log = ReadReplayLog(journal_dir);
+  // Uploads the device captured: their bytes, where the capture completed.
+  absl::StatusOr<recovery::ReplayLog> log =
+      recovery::ReadReplayLog(journal_dir, [&](std::vector<journal::JournalEntry>* entries) {
+        return LoadCapturedUploads(journal_dir, entries);
+      });
   if (!log.ok()) return log.status();
   // The continued journal's current minibatch names the dead agent's capture
   // files: they stay until it is two boundaries old.
   continued_journal_ = true;
-  const std::vector<journal::JournalEntry>& entries = log->entries;
-  const std::vector<bool>& from_minibatch = log->from_minibatch;
   const uint64_t minibatch = log->minibatch;
-  bool behind = false;
-  bool joined = minibatch == 0;  // a first-minibatch replacement joins lazily
   // Past the first boundary, a rank with boundary snapshots takes its state
   // at the boundary from the snapshot of the journal's minibatch; one that
   // is missing or corrupt refuses the recovery (docs/recovery.md).
@@ -1056,76 +996,22 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   backend_->SetReplayPhase(minibatch == 0 ? ReplayPhase::kMinibatchLog : ReplayPhase::kSetupLog);
 
   CountPostedCallbacks(minibatch);
-  replay_setup_ = minibatch > 0;
-  replaying_ = true;
-  uint64_t last_request = 0;
+  // Which requests are replayed, answered or skipped, and where the
+  // boundary state is taken: recovery/replay_plan.h.
+  recovery::ReplayPlan::Options plan_options;
+  if (*snapshot != nullptr) plan_options.snapshot_boundary_seq = (*snapshot)->boundary_seq();
+  transport::ShmServerChannel* ch = channel_.get();
+  plan_options.last_answered = recovery::LastAnsweredRequest(
+      log->entries, {ch->reply_slots(), [ch](uint32_t slot) { return ch->ReplySeq(slot); }});
+  plan_options.copies_into_shared_host = [this](const journal::JournalEntry& e) {
+    return IsCopyIntoSharedHost(e, *this);
+  };
+  recovery::ReplayPlan plan(*log, std::move(plan_options));
   size_t replayed = 0, divergences = 0;
-  // A copy into host memory shared with the application is skipped on replay
-  // when the application may have been told it completed (and may have
-  // reused the buffer since): only a reply can tell it, so copies before the
-  // last synchronous request whose reply reached it are skipped; later ones
-  // are replayed, since the dead agent may never have run them (killed
-  // between journaling such a copy and running it, the application would
-  // otherwise never get its bytes). A host callback after the copy could
-  // tell it too; those are not counted here.
-  const uint64_t last_answered = LastAnsweredRequest(entries, *channel_);
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const journal::JournalEntry& e = entries[i];
-    if (e.api_id() == journal::kOutcomeApiId) continue;
-    const journal::JournalEntry* outcome = RequestJournal::OutcomeOf(entries, i);
-    const uint64_t seq = e.seq() / 2;
-    last_request = std::max(last_request, seq);
-    // The boundary comes before the first entry of the minibatch log (or,
-    // with a snapshot, before the first request the snapshot does not
-    // include: setup-log entries after it, such as an allocation made in
-    // this minibatch, replay on top of the snapshot).
-    if (!joined && (*snapshot != nullptr ? seq >= (*snapshot)->boundary_seq()
-                                         : from_minibatch[i])) {
-      // The setup log is replayed: take the state at the boundary, then
-      // replay the current minibatch (with the survivors, if any).
-      if (absl::Status j = RestoreBoundary(minibatch, snapshot->get(), rank, &behind); !j.ok()) {
-        backend_->SetReplayPhase(ReplayPhase::kNone);
-        replaying_ = false;
-        return j;
-      }
-      // RestoreBoundary synchronized the device: the setup replay's host
-      // callbacks have run (and were dropped); from here the current
-      // minibatch's.
-      replay_setup_ = false;
-      joined = true;
-    }
-    if (from_minibatch[i] && behind) {
-      // Superseded by the survivors' state. A synchronous request the
-      // application still waits for is answered (without results: see
-      // docs/recovery.md, "When the survivors are a minibatch ahead").
-      AnswerSuperseded(e);
-      continue;
-    }
-    if (seq < last_answered && IsCopyIntoSharedHost(e, *this)) continue;
-    // Put back what the application holds: addresses and handle ids.
-    if (outcome != nullptr && outcome->status() == 0) ExpectRecreated(e, *outcome);
-    if (absl::Status s = ReplayEntry(e, outcome, &divergences); !s.ok()) {
-      backend_->SetReplayPhase(ReplayPhase::kNone);
-      replaying_ = false;
-      replay_setup_ = false;
-      return s;
-    }
-    ++replayed;
-  }
-  // Replayed callbacks may still be on their way through the streams: the
-  // suppression count drains as they arrive (their origin was taken when they
-  // were enqueued).
-  replaying_ = false;
-  replay_setup_ = false;
-  if (!joined && minibatch > 0) {
-    // The minibatch log was empty: take the boundary state now.
-    if (absl::Status j = RestoreBoundary(minibatch, snapshot->get(), rank, &behind); !j.ok()) {
-      backend_->SetReplayPhase(ReplayPhase::kNone);
-      return j;
-    }
-  }
+  const absl::Status replay = ReplayJournal(plan, snapshot->get(), rank, &replayed, &divergences);
   backend_->SetReplayPhase(ReplayPhase::kNone);
-  if (behind) {
+  if (!replay.ok()) return replay;
+  if (plan.survivors_ahead()) {
     skip_until_minibatch_ = minibatch + 1;
     REVENANT_LOG(WARNING, "agent")
         << "the survivors were past minibatch " << minibatch
@@ -1136,6 +1022,69 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
     return absl::AbortedError(absl::StrCat(divergences, " of ", replayed,
                                            " replayed requests diverged from the journal"));
   }
+  if (absl::Status s =
+          ContinueJournal(journal_dir, job, rank, journal_options, minibatch, plan.last_request());
+      !s.ok()) {
+    return s;
+  }
+  RecordEvent(job_root, "replacement_replay_done", rank, 0,
+              absl::StrCat(replayed, " requests replayed, minibatch ", minibatch));
+  REVENANT_LOG(INFO, "agent") << "recovered: replayed " << replayed << " requests (minibatch "
+                              << minibatch << ") in "
+                              << absl::ToInt64Milliseconds(absl::Now() - start) << " ms";
+  return absl::OkStatus();
+}
+
+absl::Status Session::ReplayJournal(recovery::ReplayPlan& plan, const Snapshot* snapshot,
+                                    int rank, size_t* replayed, size_t* divergences) {
+  replay_setup_ = plan.in_setup();
+  replaying_ = true;
+  for (const recovery::ReplayRequest& r : plan.requests()) {
+    if (plan.TakesBoundaryBefore(r)) {
+      // The setup log is replayed: take the state at the boundary, then
+      // replay the current minibatch (with the survivors, if any).
+      bool behind = false;
+      if (absl::Status j = RestoreBoundary(plan.minibatch(), snapshot, rank, &behind); !j.ok()) {
+        replaying_ = false;
+        return j;
+      }
+      plan.BoundaryTaken(behind);
+      // RestoreBoundary synchronized the device: the setup replay's host
+      // callbacks have run (and were dropped); from here the current
+      // minibatch's.
+      replay_setup_ = false;
+    }
+    const recovery::ReplayAction action = plan.ActionFor(r);
+    if (action == recovery::ReplayAction::kAnswerSuperseded) AnswerSuperseded(*r.entry);
+    if (action != recovery::ReplayAction::kReplay) continue;
+    // Put back what the application holds: addresses and handle ids.
+    if (r.outcome != nullptr && r.outcome->status() == 0) ExpectRecreated(*r.entry, *r.outcome);
+    if (absl::Status s = ReplayEntry(*r.entry, r.outcome, divergences); !s.ok()) {
+      replaying_ = false;
+      replay_setup_ = false;
+      return s;
+    }
+    ++*replayed;
+  }
+  // Replayed callbacks may still be on their way through the streams: the
+  // suppression count drains as they arrive (their origin was taken when they
+  // were enqueued).
+  replaying_ = false;
+  replay_setup_ = false;
+  if (plan.TakesBoundaryAtEnd()) {
+    // The minibatch log was empty: take the boundary state now.
+    bool behind = false;
+    if (absl::Status j = RestoreBoundary(plan.minibatch(), snapshot, rank, &behind); !j.ok()) {
+      return j;
+    }
+    plan.BoundaryTaken(behind);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Session::ContinueJournal(const std::string& journal_dir, const std::string& job,
+                                      int rank, const RequestJournal::Options& journal_options,
+                                      uint64_t minibatch, uint64_t last_request) {
   absl::StatusOr<std::unique_ptr<RequestJournal>> j =
       RequestJournal::Continue(journal_dir, job, rank, journal_options, minibatch);
   if (!j.ok()) return j.status();
@@ -1147,11 +1096,6 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   if (absl::Status s = channel_->SkipThrough(last_request); !s.ok()) return s;
   channel_->Release(last_request);
   journaled_through_ = last_request;
-  RecordEvent(job_root, "replacement_replay_done", rank, 0,
-              absl::StrCat(replayed, " requests replayed, minibatch ", minibatch));
-  REVENANT_LOG(INFO, "agent") << "recovered: replayed " << replayed << " requests (minibatch "
-                              << minibatch << ") in "
-                              << absl::ToInt64Milliseconds(absl::Now() - start) << " ms";
   return absl::OkStatus();
 }
 
@@ -1356,14 +1300,10 @@ absl::Status Session::ExecuteReplayed(const transport::RecordHeader& rec,
 
 absl::Status Session::ReplaySilently(const journal::JournalEntry& e,
                                      const journal::JournalEntry* outcome) {
-  if (IsCopyIntoSharedHost(e, *this)) return absl::OkStatus();
-  const auto id = static_cast<api::ApiId>(e.api_id());
-  if (id == api::ApiId::cudaMemcpy || id == api::ApiId::cudaMemcpyAsync) {
-    // A copy into the staging area: the application's next staged copy may
-    // already be there; the bytes only go to its pageable memory anyway.
-    wire::Decoder in(e.args().data(), e.args().size());
-    hooks::CopyHead h;
-    if (hooks::GetCopyHead(in, &h) && h.mode == hooks::kStagingDest) return absl::OkStatus();
+  if (!recovery::ReplaysSilently(e, [this](const journal::JournalEntry& c) {
+        return IsCopyIntoSharedHost(c, *this);
+      })) {
+    return absl::OkStatus();
   }
   return ExecuteJournaled(e, outcome);
 }

@@ -37,6 +37,7 @@
 #include "agent/upload_capture.h"
 #include "api/hook_protocol.h"
 #include "api/traits.h"
+#include "recovery/replay_plan.h"
 #include "transport/shm_channel.h"
 
 namespace revenant {
@@ -277,15 +278,27 @@ class Session : private JournalingHost {
   // outcome the dead agent recorded, compared with the replay's.
   absl::Status ExecuteReplayed(const transport::RecordHeader& rec,
                                const journal::JournalEntry* expected);
-  // Session::Recover's steps. The boundary snapshot of the journal's
-  // minibatch, where one is needed (null: none needed); an error refuses
-  // the recovery.
+  // Session::Recover's steps; what is replayed, answered or skipped is
+  // decided by the replay plan (recovery/replay_plan.h). The boundary
+  // snapshot of the journal's minibatch, where one is needed (null: none
+  // needed); an error refuses the recovery.
   absl::StatusOr<std::unique_ptr<Snapshot>> OpenBoundarySnapshot(uint64_t minibatch, int rank);
   // Brings the replayed state to the journal's minibatch boundary: from the
   // snapshot (may be null), and/or from the survivors of a data-parallel
   // job (`*behind`: they were past that minibatch).
   absl::Status RestoreBoundary(uint64_t minibatch, const Snapshot* snapshot, int rank,
                                bool* behind);
+  // Carries out `plan` request by request, taking the boundary state
+  // (from `snapshot`, may be null, and/or the survivors) where it says;
+  // counts the requests replayed and those that diverged.
+  absl::Status ReplayJournal(recovery::ReplayPlan& plan, const Snapshot* snapshot, int rank,
+                             size_t* replayed, size_t* divergences);
+  // After the replay: the dead agent's journal continues (inline journaling
+  // until Run starts its mode) and the ring skips the requests it held
+  // through `last_request`.
+  absl::Status ContinueJournal(const std::string& journal_dir, const std::string& job, int rank,
+                               const RequestJournal::Options& journal_options,
+                               uint64_t minibatch, uint64_t last_request);
   // How many of the host callbacks the replay regenerates the application
   // already has (callbacks_to_suppress_).
   void CountPostedCallbacks(uint64_t minibatch);

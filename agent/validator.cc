@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "common/crc32c.h"
 #include "journal/journal.h"
+#include "recovery/replay_plan.h"
 
 namespace revenant {
 namespace agent {
@@ -215,48 +216,7 @@ absl::Status Validator::Replayable() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<journal::JournalEntry>> Validator::ReadMinibatchLog(
-    uint64_t minibatch, const std::string& journal_dir) {
-  // As a replacement agent would read it.
-  absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
-      journal::JournalReader::Open(journal_dir);
-  if (!reader.ok()) return reader.status();
-  std::vector<journal::JournalEntry> entries;
-  absl::Status rs = (*reader)->ReadMinibatch([&](const journal::JournalEntry& e) {
-    entries.push_back(e);
-    return absl::OkStatus();
-  });
-  if (!rs.ok() && !absl::IsNotFound(rs)) return rs;
-  if ((*reader)->minibatch_header().minibatch() != minibatch) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the journal's minibatch log is of minibatch ",
-                     (*reader)->minibatch_header().minibatch()));
-  }
-  // The minibatch's captured uploads, from this live agent's capture files:
-  // a capture still on its way is waited for (bounded).
-  if (absl::Status s = LoadCapturedUploads(journal_dir, &entries, absl::Seconds(30)); !s.ok()) {
-    return s;
-  }
-  return entries;
-}
-
-absl::Status Validator::ScanLog(const std::vector<journal::JournalEntry>& entries,
-                                size_t* requests, bool* collectives) {
-  int64_t group_depth = 0;
-  bool groups_nest = true;
-  for (const journal::JournalEntry& e : entries) {
-    if (e.api_id() == journal::kOutcomeApiId) continue;
-    ++*requests;
-    *collectives |= api::Traits(e.api_id()).library == api::Library::kNccl;
-    const auto id = static_cast<api::ApiId>(e.api_id());
-    if (id == api::ApiId::ncclGroupStart) ++group_depth;
-    if (id == api::ApiId::ncclGroupEnd && --group_depth < 0) groups_nest = false;
-  }
-  if (!groups_nest || group_depth != 0) {
-    // Replaying half a group would mix its operations with the real run's.
-    return absl::FailedPreconditionError("an NCCL group spans its boundary");
-  }
-  if (!*collectives) return absl::OkStatus();
+absl::Status Validator::BeginCollectives() {
   absl::Status b = session_->backend()->BeginValidationReplay();
   if (!b.ok()) {
     if (!warned_collectives_) {
@@ -269,22 +229,19 @@ absl::Status Validator::ScanLog(const std::vector<journal::JournalEntry>& entrie
   return absl::OkStatus();
 }
 
-uint64_t Validator::ReplayLog(uint64_t minibatch,
-                              const std::vector<journal::JournalEntry>& entries) {
+uint64_t Validator::ReplayLog(uint64_t minibatch, const recovery::SilentReplayPlan& plan) {
   uint64_t diverged = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const journal::JournalEntry& e = entries[i];
-    if (e.api_id() == journal::kOutcomeApiId) continue;
-    const journal::JournalEntry* outcome = RequestJournal::OutcomeOf(entries, i);
-    if (absl::Status r = session_->ReplaySilently(e, outcome); !r.ok()) {
+  for (const recovery::ReplayRequest& r : plan.requests) {
+    const journal::JournalEntry& e = *r.entry;
+    if (absl::Status s = session_->ReplaySilently(e, r.outcome); !s.ok()) {
       ++diverged;
       REVENANT_LOG(ERROR, kLog) << "rank " << options_.rank << ": minibatch " << minibatch
-                                << ": replayed request " << e.seq() / 2 << " ("
+                                << ": replayed request " << r.seq << " ("
                                 << api::Traits(e.api_id()).name
-                                << ") differs from what the application was told: " << r;
+                                << ") differs from what the application was told: " << s;
       Event("validation_mismatch",
-            absl::StrCat("minibatch ", minibatch, " request ", e.seq() / 2, " (",
-                         api::Traits(e.api_id()).name, "): ", r.message()));
+            absl::StrCat("minibatch ", minibatch, " request ", r.seq, " (",
+                         api::Traits(e.api_id()).name, "): ", s.message()));
     }
   }
   return diverged;
@@ -294,12 +251,22 @@ absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir
   const absl::Time t0 = absl::Now();
   Backend* backend = session_->backend();
   if (absl::Status s = Replayable(); !s.ok()) return s;
-  absl::StatusOr<std::vector<journal::JournalEntry>> entries =
-      ReadMinibatchLog(minibatch, journal_dir);
+  // The minibatch log as a replacement would read it, and what of it is
+  // replayed silently (recovery/replay_plan.h).
+  // The minibatch's captured uploads, from this live agent's capture files:
+  // a capture still on its way is waited for (bounded).
+  absl::StatusOr<std::vector<journal::JournalEntry>> entries = recovery::ReadMinibatchLog(
+      journal_dir, minibatch, [&](std::vector<journal::JournalEntry>* log) {
+        return LoadCapturedUploads(journal_dir, log, absl::Seconds(30));
+      });
   if (!entries.ok()) return entries.status();
-  bool collectives = false;
-  size_t requests = 0;
-  if (absl::Status s = ScanLog(*entries, &requests, &collectives); !s.ok()) return s;
+  absl::StatusOr<recovery::SilentReplayPlan> plan = recovery::PlanSilentReplay(*entries);
+  if (!plan.ok()) return plan.status();
+  const bool collectives = plan->collectives;
+  const size_t requests = plan->requests.size();
+  if (collectives) {
+    if (absl::Status s = BeginCollectives(); !s.ok()) return s;
+  }
 
   // The real run's state, then the boundary's, then the replay.
   absl::StatusOr<DeviceSnapshot> real = DeviceSnapshot::Take(backend);
@@ -310,7 +277,7 @@ absl::Status Validator::Check(uint64_t minibatch, const std::string& journal_dir
     return restored;
   }
   session_->set_validating(true);
-  const uint64_t diverged = ReplayLog(minibatch, *entries);
+  const uint64_t diverged = ReplayLog(minibatch, *plan);
   const cudaError_t replay_error = backend->cudaDeviceSynchronize();
   session_->set_validating(false);
   absl::Status end = collectives ? backend->EndValidationReplay() : absl::OkStatus();

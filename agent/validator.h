@@ -45,6 +45,7 @@
 #include "absl/time/time.h"
 #include "agent/backend.h"
 #include "journal/journal.h"
+#include "recovery/replay_plan.h"
 
 namespace revenant {
 namespace agent {
@@ -133,16 +134,13 @@ class Validator {
   // The check; an error means it could not be carried out (reported).
   absl::Status Check(uint64_t minibatch, const std::string& journal_dir);
   // Check's steps: whether the minibatch can be replayed on its own (no
-  // device error, no state-class request, the same allocations); its log as
-  // a replacement would read it; the log's requests counted, NCCL groups
-  // checked to nest, a collective replay begun where it has collectives;
+  // device error, no state-class request, the same allocations); its log
+  // and what of it is replayed (recovery/replay_plan.h: ReadMinibatchLog,
+  // PlanSilentReplay); a collective replay begun where it has collectives;
   // the silent replay (returns how many results differ); the report.
   absl::Status Replayable();
-  absl::StatusOr<std::vector<journal::JournalEntry>> ReadMinibatchLog(
-      uint64_t minibatch, const std::string& journal_dir);
-  absl::Status ScanLog(const std::vector<journal::JournalEntry>& entries, size_t* requests,
-                       bool* collectives);
-  uint64_t ReplayLog(uint64_t minibatch, const std::vector<journal::JournalEntry>& entries);
+  absl::Status BeginCollectives();
+  uint64_t ReplayLog(uint64_t minibatch, const recovery::SilentReplayPlan& plan);
   void Report(uint64_t minibatch, size_t requests, uint64_t diverged, cudaError_t replay_error,
               const absl::Status& end, const std::vector<DeviceSnapshot::Difference>& diffs,
               absl::Time t0);

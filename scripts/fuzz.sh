@@ -52,6 +52,7 @@ AGENT=(agent/handles.cc agent/hooks.cc agent/hooks_cudnn.cc agent/session.cc age
        agent/profiler.cc agent/journaling_mode.cc agent/journaling_inline.cc agent/journal_thread.cc
        agent/journaling_ahead.cc agent/journaling_behind.cc
        agent/snapshot.cc agent/upload_capture.cc agent/validator.cc
+       recovery/replay_plan.cc
        agent/backends/host/host_backend.cc agent/backends/host/host_blas.cc
        agent/backends/host/host_blaslt.cc agent/backends/host/host_dnn.cc agent/backends/host/host_driver.cc
        agent/backends/host/host_stream.cc hostkernel/loader.cc

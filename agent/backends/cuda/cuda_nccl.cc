@@ -1069,6 +1069,7 @@ absl::Status CudaNccl::WriteState(const std::string& blob) {
 absl::Status CudaNccl::Recover(Comm& c, UnitOrdinal pending, bool replacement,
                                uint64_t minibatch, bool* behind) {
   if (options_.crash_in_recovery && !replacement) options_.crash_in_recovery();
+  const RecoveryRole role{pending, replacement, minibatch, behind};
   const absl::Time deadline = absl::Now() + options_.recovery_timeout;
   absl::Status last = absl::DeadlineExceededError("no recovery epoch was declared");
   // A survivor's failed communicator is aborted at once, not once the epoch
@@ -1093,135 +1094,164 @@ absl::Status CudaNccl::Recover(Comm& c, UnitOrdinal pending, bool replacement,
     if (declared <= c.epoch) break;
     const int epoch = declared;
     c.epoch = epoch;
-    const absl::Time start = absl::Now();
-    // The failed communicator's kernels and proxy end with the abort (its
-    // peer is gone: ncclCommShrink of it fails on NCCL 2.28, so it is not
-    // shrunk but replaced).
-    if (c.comm != nullptr && !c.aborted.load()) {
-      AbortComm(c, ncclRemoteError, absl::StrCat("recovery epoch ", epoch));
-    }
-    auto newer = [this, epoch] { return ReadEpoch() > epoch; };
-    const std::string dir = RecoveryDirFor(job_root_, c.key, epoch);
-    NcclRecoveryReport me;
-    me.rank = c.rank;
-    me.report.pending = pending;
-    me.report.replacement = replacement;
-    me.report.minibatch = minibatch;
-    me.report.restored = replacement && minibatch > 0 && restored_minibatch_.load() == minibatch;
-    if (c.rank == 0) {
-      ncclUniqueId id;
-      if (ncclResult_t r = ::ncclGetUniqueId(&id); r != ncclSuccess) {
-        return absl::InternalError(absl::StrCat("ncclGetUniqueId: ", ::ncclGetErrorString(r)));
-      }
-      me.unique_id_hex =
-          absl::BytesToHexString(absl::string_view(id.internal, sizeof(id.internal)));
-    }
-    absl::StatusOr<std::vector<NcclRecoveryReport>> all =
-        ExchangeRecoveryReports(dir, me, c.nranks, deadline, newer);
-    if (!all.ok()) {
-      last = all.status();
-      REVENANT_LOG(WARNING, kLog) << "rank " << c.rank << ": recovery epoch " << epoch
-                                  << " did not form: " << last;
-      continue;  // a newer epoch (a member died meanwhile), or the bound
-    }
-    RecordEvent(job_root_, "recovery_reports_exchanged", options_.rank, epoch,
-                absl::StrCat(absl::ToInt64Milliseconds(absl::Now() - start), " ms into the epoch"));
-    const RecoveryPlan plan = PlanRecovery(Reports(*all));
-    if (!plan.error.empty()) return absl::FailedPreconditionError(plan.error);
-    absl::Status step = absl::OkStatus();
-    // Results of the units some members completed and others did not.
-    uint64_t nunits = 0;
-    if (!plan.all_restored && plan.units_from < plan.units_to) {
-      if (c.rank == plan.provider) {
-        UnitResults send;
-        for (const auto& [ord, bufs] : c.cache) {
-          if (ord < plan.units_from || !(ord < plan.units_to)) continue;
-          std::vector<std::string>& out = send[ord];
-          for (const ResultBuf& b : bufs) out.emplace_back(b.data(), b.bytes);
-        }
-        nunits = send.size();
-        step = WriteRecoveryBlob(dir, "units", EncodeUnits(send));
-      } else if (pending < plan.units_to) {
-        absl::StatusOr<std::string> blob = WaitRecoveryBlob(dir, "units", deadline, newer);
-        absl::StatusOr<UnitResults> units =
-            blob.ok() ? DecodeUnits(*blob) : absl::StatusOr<UnitResults>(blob.status());
-        if (units.ok()) {
-          nunits = units->size();
-          for (auto& [ord, bufs] : *units) {
-            if (!(ord < pending)) c.prereceived[ord] = std::move(bufs);
-          }
-        } else {
-          step = units.status();
-        }
-      }
-    }
-    // State: the source's live allocations to the replacements.
-    if (step.ok() && plan.state_source >= 0) {
-      if (c.rank == plan.state_source) {
-        std::string blob;
-        step = ReadState(&blob);
-        if (step.ok()) step = WriteRecoveryBlob(dir, "state", blob);
-      } else if (replacement) {
-        absl::StatusOr<std::string> blob = WaitRecoveryBlob(dir, "state", deadline, newer);
-        step = blob.ok() ? WriteState(*blob) : blob.status();
-        if (step.ok() && behind != nullptr) *behind = plan.Skips(c.rank);
-      }
-    }
-    if (!step.ok()) {
-      last = step;
-      REVENANT_LOG(WARNING, kLog) << "rank " << c.rank << ": recovery epoch " << epoch
-                                  << " failed: " << step;
-      if (absl::IsAborted(step) || absl::IsDeadlineExceeded(step)) continue;
-      return step;
-    }
-    // The new communicator: every member, from rank 0's fresh unique id.
-    ncclUniqueId id;
-    std::memset(&id, 0, sizeof(id));
-    const std::string raw_id = absl::HexStringToBytes((*all)[0].unique_id_hex);
-    if (raw_id.size() != sizeof(id.internal)) {
-      return absl::DataLossError("rank 0's recovery report carries no unique id");
-    }
-    std::memcpy(id.internal, raw_id.data(), sizeof(id.internal));
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
-    ncclComm_t fresh = nullptr;
-    ncclResult_t r = ::ncclCommInitRankConfig(&fresh, c.nranks, id, c.rank, &cfg);
-    if ((r != ncclSuccess && r != ncclInProgress) || fresh == nullptr) {
-      last = absl::InternalError(absl::StrCat("ncclCommInitRankConfig: ", ::ncclGetErrorString(r),
-                                              ": ", LastError(fresh)));
-      REVENANT_LOG(WARNING, kLog) << "rank " << c.rank << ": recovery epoch " << epoch
-                                  << ": the new communicator did not start: " << last;
-      continue;
-    }
-    c.comm = fresh;
-    c.aborted.store(false);
-    c.error.store(ncclSuccess);
-    c.why.clear();
-    if (r == ncclInProgress) r = Settle(c, "ncclCommInitRank (recovery)", newer);
-    if (r == ncclSuccess && warm_up_) r = WarmUp(c);
-    if (r != ncclSuccess) {
-      if (!c.aborted.load()) AbortComm(c, r, "the re-formed communicator failed");
-      last = absl::UnavailableError(absl::StrCat("the communicator of epoch ", epoch,
-                                                 " did not form: ", ::ncclGetErrorString(r)));
-      REVENANT_LOG(WARNING, kLog) << "rank " << c.rank << ": " << last;
-      continue;
-    }
-    c.joining = false;
-    // Every member's init passed the directory's files: nobody reads them.
-    if (c.rank == 0) RemoveRecoveryDirs(job_root_, c.key, epoch);
-    const std::string detail =
-        absl::StrCat("real NCCL, ", nunits, " completed collectives from rank ", plan.provider,
-                     plan.state_source >= 0 ? absl::StrCat(", state from rank ", plan.state_source)
-                                            : std::string());
-    RecordEvent(job_root_, replacement ? "replacement_joined" : "survivor_joined", options_.rank,
-                epoch, detail);
-    REVENANT_LOG(INFO, kLog) << "rank " << c.rank << ": recovery epoch " << epoch
-                             << ": communicator re-formed in "
-                             << absl::ToInt64Milliseconds(absl::Now() - start) << " ms ("
-                             << detail << ")";
-    return absl::OkStatus();
+    const RecoveryEpoch at{epoch, RecoveryDirFor(job_root_, c.key, epoch), deadline,
+                           [this, epoch] { return ReadEpoch() > epoch; }};
+    bool retry = false;
+    absl::Status s = RecoverAtEpoch(c, role, at, &retry);
+    if (s.ok() || !retry) return s;
+    last = s;  // a newer epoch (a member died meanwhile), or the bound
   }
   return last;
+}
+
+absl::Status CudaNccl::RecoverAtEpoch(Comm& c, const RecoveryRole& role,
+                                      const RecoveryEpoch& at, bool* retry) {
+  const absl::Time start = absl::Now();
+  // The failed communicator's kernels and proxy end with the abort (its
+  // peer is gone: ncclCommShrink of it fails on NCCL 2.28, so it is not
+  // shrunk but replaced).
+  if (c.comm != nullptr && !c.aborted.load()) {
+    AbortComm(c, ncclRemoteError, absl::StrCat("recovery epoch ", at.epoch));
+  }
+  absl::StatusOr<NcclRecoveryReport> me = OwnRecoveryReport(c, role);
+  if (!me.ok()) return me.status();
+  absl::StatusOr<std::vector<NcclRecoveryReport>> all =
+      ExchangeRecoveryReports(at.dir, *me, c.nranks, at.deadline, at.newer);
+  if (!all.ok()) {
+    REVENANT_LOG(WARNING, kLog) << "rank " << c.rank << ": recovery epoch " << at.epoch
+                                << " did not form: " << all.status();
+    *retry = true;
+    return all.status();
+  }
+  RecordEvent(job_root_, "recovery_reports_exchanged", options_.rank, at.epoch,
+              absl::StrCat(absl::ToInt64Milliseconds(absl::Now() - start), " ms into the epoch"));
+  const RecoveryPlan plan = PlanRecovery(Reports(*all));
+  if (!plan.error.empty()) return absl::FailedPreconditionError(plan.error);
+  uint64_t nunits = 0;
+  absl::Status step = ShareUnitResults(c, plan, role, at, &nunits);
+  if (step.ok()) step = ShareState(c, plan, role, at);
+  if (!step.ok()) {
+    REVENANT_LOG(WARNING, kLog) << "rank " << c.rank << ": recovery epoch " << at.epoch
+                                << " failed: " << step;
+    *retry = absl::IsAborted(step) || absl::IsDeadlineExceeded(step);
+    return step;
+  }
+  if (absl::Status s = FormRecoveredComm(c, at, (*all)[0].unique_id_hex, retry); !s.ok()) {
+    return s;
+  }
+  c.joining = false;
+  // Every member's init passed the directory's files: nobody reads them.
+  if (c.rank == 0) RemoveRecoveryDirs(job_root_, c.key, at.epoch);
+  const std::string detail =
+      absl::StrCat("real NCCL, ", nunits, " completed collectives from rank ", plan.provider,
+                   plan.state_source >= 0 ? absl::StrCat(", state from rank ", plan.state_source)
+                                          : std::string());
+  RecordEvent(job_root_, role.replacement ? "replacement_joined" : "survivor_joined",
+              options_.rank, at.epoch, detail);
+  REVENANT_LOG(INFO, kLog) << "rank " << c.rank << ": recovery epoch " << at.epoch
+                           << ": communicator re-formed in "
+                           << absl::ToInt64Milliseconds(absl::Now() - start) << " ms ("
+                           << detail << ")";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<NcclRecoveryReport> CudaNccl::OwnRecoveryReport(const Comm& c,
+                                                               const RecoveryRole& role) {
+  NcclRecoveryReport me;
+  me.rank = c.rank;
+  me.report.pending = role.pending;
+  me.report.replacement = role.replacement;
+  me.report.minibatch = role.minibatch;
+  me.report.restored = role.replacement && role.minibatch > 0 &&
+                       restored_minibatch_.load() == role.minibatch;
+  if (c.rank == 0) {
+    ncclUniqueId id;
+    if (ncclResult_t r = ::ncclGetUniqueId(&id); r != ncclSuccess) {
+      return absl::InternalError(absl::StrCat("ncclGetUniqueId: ", ::ncclGetErrorString(r)));
+    }
+    me.unique_id_hex =
+        absl::BytesToHexString(absl::string_view(id.internal, sizeof(id.internal)));
+  }
+  return me;
+}
+
+absl::Status CudaNccl::ShareUnitResults(Comm& c, const RecoveryPlan& plan,
+                                        const RecoveryRole& role, const RecoveryEpoch& at,
+                                        uint64_t* nunits) {
+  if (plan.all_restored || !(plan.units_from < plan.units_to)) return absl::OkStatus();
+  if (c.rank == plan.provider) {
+    UnitResults send;
+    for (const auto& [ord, bufs] : c.cache) {
+      if (ord < plan.units_from || !(ord < plan.units_to)) continue;
+      std::vector<std::string>& out = send[ord];
+      for (const ResultBuf& b : bufs) out.emplace_back(b.data(), b.bytes);
+    }
+    *nunits = send.size();
+    return WriteRecoveryBlob(at.dir, "units", EncodeUnits(send));
+  }
+  if (!(role.pending < plan.units_to)) return absl::OkStatus();
+  absl::StatusOr<std::string> blob = WaitRecoveryBlob(at.dir, "units", at.deadline, at.newer);
+  absl::StatusOr<UnitResults> units =
+      blob.ok() ? DecodeUnits(*blob) : absl::StatusOr<UnitResults>(blob.status());
+  if (!units.ok()) return units.status();
+  *nunits = units->size();
+  for (auto& [ord, bufs] : *units) {
+    if (!(ord < role.pending)) c.prereceived[ord] = std::move(bufs);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaNccl::ShareState(Comm& c, const RecoveryPlan& plan, const RecoveryRole& role,
+                                  const RecoveryEpoch& at) {
+  if (plan.state_source < 0) return absl::OkStatus();
+  if (c.rank == plan.state_source) {
+    std::string blob;
+    absl::Status s = ReadState(&blob);
+    return s.ok() ? WriteRecoveryBlob(at.dir, "state", blob) : s;
+  }
+  if (!role.replacement) return absl::OkStatus();
+  absl::StatusOr<std::string> blob = WaitRecoveryBlob(at.dir, "state", at.deadline, at.newer);
+  absl::Status s = blob.ok() ? WriteState(*blob) : blob.status();
+  if (s.ok() && role.behind != nullptr) *role.behind = plan.Skips(c.rank);
+  return s;
+}
+
+absl::Status CudaNccl::FormRecoveredComm(Comm& c, const RecoveryEpoch& at,
+                                         const std::string& unique_id_hex, bool* retry) {
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  const std::string raw_id = absl::HexStringToBytes(unique_id_hex);
+  if (raw_id.size() != sizeof(id.internal)) {
+    return absl::DataLossError("rank 0's recovery report carries no unique id");
+  }
+  std::memcpy(id.internal, raw_id.data(), sizeof(id.internal));
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t fresh = nullptr;
+  ncclResult_t r = ::ncclCommInitRankConfig(&fresh, c.nranks, id, c.rank, &cfg);
+  if ((r != ncclSuccess && r != ncclInProgress) || fresh == nullptr) {
+    absl::Status s = absl::InternalError(absl::StrCat(
+        "ncclCommInitRankConfig: ", ::ncclGetErrorString(r), ": ", LastError(fresh)));
+    REVENANT_LOG(WARNING, kLog) << "rank " << c.rank << ": recovery epoch " << at.epoch
+                                << ": the new communicator did not start: " << s;
+    *retry = true;
+    return s;
+  }
+  c.comm = fresh;
+  c.aborted.store(false);
+  c.error.store(ncclSuccess);
+  c.why.clear();
+  if (r == ncclInProgress) r = Settle(c, "ncclCommInitRank (recovery)", at.newer);
+  if (r == ncclSuccess && warm_up_) r = WarmUp(c);
+  if (r != ncclSuccess) {
+    if (!c.aborted.load()) AbortComm(c, r, "the re-formed communicator failed");
+    absl::Status s = absl::UnavailableError(absl::StrCat(
+        "the communicator of epoch ", at.epoch, " did not form: ", ::ncclGetErrorString(r)));
+    REVENANT_LOG(WARNING, kLog) << "rank " << c.rank << ": " << s;
+    *retry = true;
+    return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaNccl::JoinRecovery(uint64_t minibatch, bool* behind) {

@@ -332,6 +332,44 @@ class CudaNccl {
   // The recovery protocol at the job's next epoch (cuda_nccl_recovery.h).
   absl::Status Recover(Comm& c, UnitOrdinal pending, bool replacement, uint64_t minibatch,
                        bool* behind);
+  // Recover's steps. A member's part (Recover's arguments): the unit it is
+  // about to run, whether it replaces a dead member, its journal's
+  // minibatch, where to say whether it skips the rest of that minibatch.
+  struct RecoveryRole {
+    UnitOrdinal pending;
+    bool replacement = false;
+    uint64_t minibatch = 0;
+    bool* behind = nullptr;
+  };
+  // One declared epoch: its directory of reports and blobs, the recovery's
+  // bound, and whether a newer epoch was declared since (which ends every
+  // wait of this one).
+  struct RecoveryEpoch {
+    int epoch = 0;
+    std::string dir;
+    absl::Time deadline;
+    Preempt newer;
+  };
+  // One epoch's attempt: reports exchanged, the plan (recovery_plan.h)
+  // carried out, the communicator re-formed. On an error, `*retry` says
+  // whether Recover may wait for a newer epoch (this one did not form, a
+  // member died meanwhile, the bound) or the recovery fails.
+  absl::Status RecoverAtEpoch(Comm& c, const RecoveryRole& role, const RecoveryEpoch& at,
+                              bool* retry);
+  // This member's report; rank 0's carries the new communicator's unique id.
+  absl::StatusOr<NcclRecoveryReport> OwnRecoveryReport(const Comm& c, const RecoveryRole& role);
+  // Results of the units some members completed and others did not: the
+  // provider writes them, the members that still lack one take them
+  // (c.prereceived). `*nunits`: how many units went or came.
+  absl::Status ShareUnitResults(Comm& c, const RecoveryPlan& plan, const RecoveryRole& role,
+                                const RecoveryEpoch& at, uint64_t* nunits);
+  // State: the state source's live allocations to the replacements.
+  absl::Status ShareState(Comm& c, const RecoveryPlan& plan, const RecoveryRole& role,
+                          const RecoveryEpoch& at);
+  // The new communicator: every member, from rank 0's fresh unique id (its
+  // report's `unique_id_hex`).
+  absl::Status FormRecoveredComm(Comm& c, const RecoveryEpoch& at,
+                                 const std::string& unique_id_hex, bool* retry);
   absl::Status ReadState(std::string* blob);
   absl::Status WriteState(const std::string& blob);
   // Device <-> host copies on the private stream, waited for with a bound.
