@@ -38,7 +38,7 @@ if [ "$MODE" = all ] || [ "$MODE" = conformance ]; then
     if [ "$s" != PASS ]; then
       grep -E "not supported|refused| E\]| W\]|FAIL" "$rlog" | head -n 8 | sed 's/^/   | /'
     fi
-    for key in "final checksum" "hostflags"; do
+    for key in "final checksum" "hostflags" "props checksum"; do
       a=$(grep "^\[r0\] $key" "$nlog" | sed 's/^\[r0\] //')
       b=$(grep "^\[r0\] $key" "$rlog" | sed 's/^\[r0\] //')
       [ -z "$a" ] && continue
@@ -58,6 +58,12 @@ if [ "$MODE" = all ] || [ "$MODE" = conformance ]; then
     record "$name cuda, agent killed ($spec)" "$s" "$log"
     grep -E "chaos: killing|recovered: replayed" "$log" | head -n 2 | sed 's/^/   | /'
   }
+  # What the program learns about its device: every cudaDeviceProp field and
+  # device attribute equal to the native run's (the differing lines shown).
+  conform_pair device_props
+  diff <(grep -E "^\[r0\] (prop|attr|runtime|driver|device)" "$LOGS/conform.device_props.native.log") \
+       <(grep -E "^\[r0\] (prop|attr|runtime|driver|device)" "$LOGS/conform.device_props.cuda.log") |
+    head -n 20 | sed 's/^/   | /'
   conform_pair nccl_mem
   conform_kill nccl_mem "rank=0,minibatch=6,calls=3"
   conform_kill nccl_mem "rank=0,calls=20"

@@ -8,7 +8,10 @@ out="$(mktemp)"
 # an extended regular expression the output must also match.
 extra=()
 [ -n "${RUN_APP_TEST_EXTRA_ARGS:-}" ] && read -r -a extra <<<"$RUN_APP_TEST_EXTRA_ARGS"
-"$run" -n 1 --backend=host --timeout=120 --host_kernels="$kernels" "${extra[@]}" -- "$app" >"$out" 2>&1
+# KERNELS "none": a program without kernels of its own.
+kernel_args=(--host_kernels="$kernels")
+[ "$kernels" = none ] && kernel_args=()
+"$run" -n 1 --backend=host --timeout=120 "${kernel_args[@]}" "${extra[@]}" -- "$app" >"$out" 2>&1
 rc=$?
 grep -v "revenant hostkernel" "$out" | tail -200
 if [ "$rc" -ne 0 ]; then echo "FAIL: $name exited with $rc under revenant-run"; exit 1; fi

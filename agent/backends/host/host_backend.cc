@@ -2029,7 +2029,13 @@ cudaError_t HostBackend::cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr,
     case cudaDevAttrPciDomainId: *value = 0; break;
     case cudaDevAttrTccDriver: *value = 0; break;
     default:
-      return cudaErrorInvalidValue;
+      // Every other attribute of the enumeration names a feature or a limit
+      // this CPU device does not have (textures, surfaces, clusters, NUMA,
+      // RDMA, ...): 0, as a device answers for what it lacks, and as the
+      // corresponding cudaDeviceProp field says.
+      if (attr < 1 || attr >= cudaDevAttrMax) return cudaErrorInvalidValue;
+      *value = 0;
+      break;
   }
   return cudaSuccess;
 }
