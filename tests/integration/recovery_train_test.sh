@@ -108,8 +108,10 @@ trial() {  # name chaos-spec
   if [ -n "$died" ] && [ -n "$resumed" ] && [ "$resumed" -ge "$died" ]; then
     rec=$(( (resumed - died) / 1000 ))
   fi
-  local read_captures=$(sed -n 's/.*captured uploads for the replay: \([0-9]*\) read.*/\1/p' "$log" |
-    awk '{ s += $1 } END { print s + 0 }')
+  # Uploads journaled as captures that a replacement replayed: read from the
+  # capture, or (capture not completed when the agent died) from the source.
+  local read_captures=$(sed -n 's/.*captured uploads for the replay: \([0-9]*\) read from capture files, \([0-9]*\) not completed.*/\1 \2/p' "$log" |
+    awk '{ s += $1 + $2 } END { print s + 0 }')
   captures_replayed=$((captures_replayed + read_captures))
   if [ "$rc" -eq 0 ] && [ "$same" -eq "$ranks" ] && [ "$recoveries" -ge 1 ]; then
     echo "ok   $name [$spec]: $recoveries replacement(s), $ranks/$ranks ranks bitwise equal, recovery ${rec} ms, job ${ms} ms"
@@ -190,9 +192,9 @@ else
   echo "summary: $total trials, $hangs hangs, $mismatches mismatches, $((fails - hangs - mismatches)) other failures"
 fi
 if [ -n "${RECOVERY_TEST_EXPECT_CAPTURES:-}" ]; then
-  echo "captured uploads read back by replacements: $captures_replayed"
+  echo "captured uploads replayed by replacements: $captures_replayed"
   if [ "$captures_replayed" -eq 0 ]; then
-    echo "FAIL: no replacement replayed an upload from its capture"
+    echo "FAIL: no replacement replayed an upload journaled as a capture"
     fails=$((fails + 1))
   fi
 fi
