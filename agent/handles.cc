@@ -29,6 +29,17 @@ uint64_t HandleTable::RegisterRaw(api::HandleKind kind, uint64_t backend_value) 
   return v;
 }
 
+uint64_t HandleTable::RegisterNew(api::HandleKind kind, uint64_t backend_value) {
+  if (IsPassThrough(kind, backend_value)) return backend_value;
+  PerKind& k = kinds_[static_cast<int>(kind)];
+  auto stale = k.to_virtual.find(backend_value);
+  if (stale != k.to_virtual.end()) {
+    k.to_backend.erase(stale->second);
+    k.to_virtual.erase(stale);
+  }
+  return RegisterRaw(kind, backend_value);
+}
+
 uint64_t HandleTable::RegisterDerived(api::HandleKind kind, uint64_t backend_value,
                                       uint64_t parent, uint32_t index) {
   PerKind& k = kinds_[static_cast<int>(kind)];

@@ -67,6 +67,13 @@ class HandleTable {
   }
 
   uint64_t RegisterRaw(api::HandleKind kind, uint64_t backend_value);
+  // Registers an object the backend has just created: a new id even when an
+  // earlier object at the same address is still known. Graph nodes die with
+  // their graph, not one by one, so their ids are never forgotten; the
+  // backend may then give a new node the address of a dead one, which must
+  // not inherit its id (a replay, whose addresses differ, would hand out
+  // other ids than the application was told).
+  uint64_t RegisterNew(api::HandleKind kind, uint64_t backend_value);
   // Registers `backend_value` under the id DerivedId(kind, parent, index):
   // a handle the backend creates as part of another (a conditional node's
   // body graphs) gets an id that follows from its parent's, so a replay that

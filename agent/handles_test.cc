@@ -56,6 +56,24 @@ TEST(HandleTableTest, SpecialStreamsPassThrough) {
   EXPECT_FALSE(t.ToBackend(HandleKind::kStream, &bogus));
 }
 
+// A graph node created at the address of a node that died with its graph
+// gets an id of its own (found by a graph-building replay that handed out
+// another node id than the journal's).
+TEST(HandleTableTest, ANewObjectAtADeadOnesAddressGetsANewId) {
+  HandleTable t;
+  const uint64_t old_id = t.RegisterRaw(HandleKind::kGraphNode, 0x5000);
+  const uint64_t new_id = t.RegisterNew(HandleKind::kGraphNode, 0x5000);
+  EXPECT_NE(old_id, new_id);
+  uint64_t v = old_id;
+  EXPECT_FALSE(t.ToBackendRaw(HandleKind::kGraphNode, &v));
+  v = new_id;
+  ASSERT_TRUE(t.ToBackendRaw(HandleKind::kGraphNode, &v));
+  EXPECT_EQ(v, 0x5000u);
+  // A replay's expected id still applies.
+  t.ExpectNext(HandleKind::kGraphNode, old_id);
+  EXPECT_EQ(t.RegisterNew(HandleKind::kGraphNode, 0x5000), old_id);
+}
+
 TEST(HandleTableTest, RegisteringTheSameObjectTwiceGivesOneId) {
   HandleTable t;
   void* a = reinterpret_cast<void*>(0x55);

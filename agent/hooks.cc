@@ -547,7 +547,7 @@ std::function<void()> HostNodeFn(DispatchContext& ctx, uint64_t fn, uint64_t use
 // created handle on the reply's first byte field, as for generated rows).
 uint64_t PutNode(DispatchContext& ctx, wire::Encoder& out, cudaGraphNode_t node) {
   const uint64_t id =
-      ctx.handles->RegisterRaw(api::HandleKind::kGraphNode, reinterpret_cast<uint64_t>(node));
+      ctx.handles->RegisterNew(api::HandleKind::kGraphNode, reinterpret_cast<uint64_t>(node));
   out.PutBytes(&id, sizeof(id));
   return id;
 }
