@@ -590,16 +590,15 @@ absl::string_view Session::CapturedPayload(const transport::RecordHeader& rec) c
 UploadCaptureSink* Session::UploadCaptureFor(const transport::RecordHeader& rec) {
   // While catching up with the survivors a superseded upload is answered
   // without running (SkipSuperseded): its bytes go to the journal.
+  hooks::CopyHead h;
   if (capture_failed_ || options_.capture_max_bytes == 0 || skip_until_minibatch_ != 0 ||
       !IsCaptureCandidate(rec.api_id, absl::string_view(rec.body(), rec.body_size()),
-                          kCaptureMinBytes)) {
+                          kCaptureMinBytes, &h)) {
     return nullptr;
   }
   // cudaMemcpyDefault: only an upload into the device range.
-  wire::Decoder in(rec.body(), rec.body_size());
-  hooks::CopyHead h;
   const DeviceRange range = backend_->device_range();
-  if (!hooks::GetCopyHead(in, &h) || h.dst < range.base || h.dst - range.base >= range.size ||
+  if (h.dst < range.base || h.dst - range.base >= range.size ||
       (h.src >= range.base && h.src - range.base < range.size)) {
     return nullptr;
   }

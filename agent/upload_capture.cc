@@ -37,20 +37,22 @@ std::string ErrnoText() { return std::strerror(errno); }
 
 }  // namespace
 
-bool IsCaptureCandidate(uint16_t api_id, absl::string_view body, uint64_t min_bytes) {
+bool IsCaptureCandidate(uint16_t api_id, absl::string_view body, uint64_t min_bytes,
+                        hooks::CopyHead* head) {
   const auto id = static_cast<api::ApiId>(api_id);
   if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return false;
   wire::Decoder in(body.data(), body.size());
   hooks::CopyHead h;
   if (!hooks::GetCopyHead(in, &h) || h.mode != hooks::kDirect || h.count < min_bytes) return false;
-  return h.kind == cudaMemcpyHostToDevice || h.kind == cudaMemcpyDefault;
+  if (h.kind != cudaMemcpyHostToDevice && h.kind != cudaMemcpyDefault) return false;
+  if (head != nullptr) *head = h;
+  return true;
 }
 
 absl::StatusOr<std::unique_ptr<UploadCapturePool>> UploadCapturePool::Create(
     const std::string& dir, Backend* backend, const Options& options, bool continued,
     uint64_t minibatch) {
   std::unique_ptr<UploadCapturePool> pool(new UploadCapturePool(dir, backend, options));
-  pool->minibatch_ = minibatch;
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return absl::NotFoundError(absl::StrCat(dir, ": ", ErrnoText()));
   std::vector<std::pair<int, std::string>> found;
@@ -206,7 +208,6 @@ bool UploadCapturePool::Reserve(const transport::RecordHeader& rec, uint64_t min
       !IsCaptureCandidate(rec.api_id, absl::string_view(rec.body(), rec.body_size()), 0)) {
     return false;
   }
-  minibatch_ = std::max(minibatch_, minibatch);
   File* f = FileFor(kPage + size, minibatch);
   if (f == nullptr) return false;
   const uint64_t offset = RoundUp(f->cursor, kPage) + kPage;
@@ -232,10 +233,6 @@ void UploadCapturePool::Ran(uint64_t seq, bool captured) {
   }
   pending_ = Capture();
   pending_file_ = nullptr;
-}
-
-void UploadCapturePool::MinibatchStarted(uint64_t minibatch) {
-  minibatch_ = std::max(minibatch_, minibatch);
 }
 
 absl::Status LoadCapturedUploads(const std::string& journal_dir,

@@ -30,7 +30,6 @@
 //   auto pool = UploadCapturePool::Create(journal_dir, backend, options);
 //   journal->BeforeExecute(rec, payload, pool.get());   // may Reserve
 //   ... hook: pool->Pending(seq) -> backend->MemcpyCaptured(...)
-//   pool->MinibatchStarted(m);                           // reuse old files
 #ifndef REVENANT_AGENT_UPLOAD_CAPTURE_H_
 #define REVENANT_AGENT_UPLOAD_CAPTURE_H_
 
@@ -44,6 +43,7 @@
 #include "absl/time/time.h"
 #include "agent/backend.h"
 #include "agent/journaling.h"
+#include "api/hook_protocol.h"
 #include "proto/journal.pb.h"
 
 namespace revenant {
@@ -55,8 +55,10 @@ inline constexpr uint64_t kCaptureMinBytes = 1 << 20;
 
 // Whether a request is an upload the device may capture: cudaMemcpy or
 // cudaMemcpyAsync in place from host memory to the device (the host side is
-// checked later: shared memory only), of at least `min_bytes`.
-bool IsCaptureCandidate(uint16_t api_id, absl::string_view body, uint64_t min_bytes);
+// checked later: shared memory only), of at least `min_bytes`. `head`, if
+// given, receives the copy's head.
+bool IsCaptureCandidate(uint16_t api_id, absl::string_view body, uint64_t min_bytes,
+                        hooks::CopyHead* head = nullptr);
 
 class UploadCapturePool : public UploadCaptureSink {
  public:
@@ -99,10 +101,6 @@ class UploadCapturePool : public UploadCaptureSink {
   // nothing (the copy failed, or became a graph node).
   void Ran(uint64_t seq, bool captured);
 
-  // A minibatch started: files whose captures are all two boundaries old
-  // (and complete) may be filled again.
-  void MinibatchStarted(uint64_t minibatch);
-
   uint64_t bytes() const { return total_bytes_; }
   uint64_t captures() const { return captures_; }
 
@@ -131,7 +129,6 @@ class UploadCapturePool : public UploadCaptureSink {
   int files_made_ = 0;
   uint64_t total_bytes_ = 0;
   uint64_t captures_ = 0;
-  uint64_t minibatch_ = 0;
   Capture pending_;
   File* pending_file_ = nullptr;
   bool warned_full_ = false;

@@ -174,30 +174,27 @@ for round in 1 2; do
   echo "=== benchmark round $round (ratio = revenant / native, same machine, same run)"
   bash "$G/bench/compare.sh" "$nlog" "$slog" | tee "$LOGS/bench_table.$round.txt"
 done
-# Round 3: the same against the round-2 native run, agent journal off (no
-# recovery possible in this mode; for attributing costs only).
-slog="$LOGS/bench.cuda.nojournal.log"
-# revenant-run passes --journal to every agent it starts (a wrapper adding
-# --journal=false to the agent's flags is overridden by it).
-timeout 260 $RUN --journal=false -n 1 --backend=cuda --timeout=240 -- \
-  "$G/bench/shim_bench.bin" >"$slog" 2>&1; rc=$?
-if [ $rc -eq 0 ] && grep -q "PASS shim_bench" "$slog"; then s=PASS; else s="FAIL (rc=$rc)"; fi
-record "bench revenant --backend=cuda, agent --journal=false" "$s" "$slog"
-echo
-echo "=== benchmark round 3: agent --journal=false (ratio against round 2 native)"
-bash "$G/bench/compare.sh" "$LOGS/bench.native.2.log" "$slog" | tee "$LOGS/bench_table.3.txt"
+# Rounds 3 and 4 against the round-2 native run, with other revenant-run
+# options: bench_round N TAG TITLE OPTIONS...
+bench_round() {
+  local n=$1 tag=$2 title=$3; shift 3
+  local slog="$LOGS/bench.cuda.$tag.log" rc s
+  timeout 260 $RUN "$@" -n 1 --backend=cuda --timeout=240 -- "$G/bench/shim_bench.bin" >"$slog" 2>&1; rc=$?
+  if [ $rc -eq 0 ] && grep -q "PASS shim_bench" "$slog"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+  record "bench revenant --backend=cuda $*" "$s" "$slog"
+  echo
+  echo "=== benchmark round $n: $title (ratio against round 2 native)"
+  bash "$G/bench/compare.sh" "$LOGS/bench.native.2.log" "$slog" | tee "$LOGS/bench_table.$n.txt"
+}
+# Round 3: agent journal off (no recovery possible in this mode; for
+# attributing costs only). revenant-run passes --journal to every agent it
+# starts (a wrapper adding --journal=false to the agent's flags is overridden).
+bench_round 3 nojournal "agent --journal=false" --journal=false
 # Round 4: journal on, boundary snapshots off (the one-rank default keeps
 # every upload since the last snapshot, so each 256 MiB upload needs new
 # capture memory; with a boundary per step, as in any job of several ranks,
 # the capture files are reused: docs/journal_format.md, "Captured uploads").
-slog="$LOGS/bench.cuda.nosnap.log"
-timeout 260 $RUN --snapshots=off -n 1 --backend=cuda --timeout=240 -- \
-  "$G/bench/shim_bench.bin" >"$slog" 2>&1; rc=$?
-if [ $rc -eq 0 ] && grep -q "PASS shim_bench" "$slog"; then s=PASS; else s="FAIL (rc=$rc)"; fi
-record "bench revenant --backend=cuda --snapshots=off" "$s" "$slog"
-echo
-echo "=== benchmark round 4: journal on, --snapshots=off (ratio against round 2 native)"
-bash "$G/bench/compare.sh" "$LOGS/bench.native.2.log" "$slog" | tee "$LOGS/bench_table.4.txt"
+bench_round 4 nosnap "journal on, --snapshots=off" --snapshots=off
 grep -h "captured uploads at exit\|capture file" "$LOGS"/bench.cuda.*.log | sed 's/^/   /'
 fi  # MODE = all or bench
 
