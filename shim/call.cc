@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/knobs.h"
 #include "common/logging.h"
+#include "shim/idle.h"
 #include "shim/runtime.h"
 
 namespace revenant {
@@ -60,8 +61,10 @@ std::string CallStatsReport() {
            g_call_counters[b].ns.load(std::memory_order_relaxed);
   });
   char line[256];
-  std::snprintf(line, sizeof(line), "%" PRIu64 " calls, %.3f ms in them; by time:", calls,
-                ns / 1e6);
+  std::snprintf(line, sizeof(line),
+                "%" PRIu64 " calls, %.3f ms in them (and %" PRIu64
+                " synchronizations/queries answered in the shim); by time:",
+                calls, ns / 1e6, IdleAnswers());
   std::string out = line;
   for (size_t i : ids) {
     const CallCounter& c = g_call_counters[i];
@@ -145,6 +148,7 @@ bool Call::Send() {
   }
   Runtime* rt = Runtime::Get();
   const uint64_t seq = channel_->Commit(std::move(*writer_));
+  seq_ = seq;
   writer_.reset();
   sent_ = true;
   if (!sync_) {

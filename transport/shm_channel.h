@@ -285,6 +285,8 @@ class ShmClientChannel {
   uint64_t Commit(RecordWriter&& writer) {
     return requests_->Commit(std::move(writer));
   }
+  // The seq of the last request published (0 if none).
+  uint64_t last_request_seq() const { return requests_->last_seq(); }
 
   // Takes a free reply slot (process-local free list); waits up to
   // `deadline` when all are in use. The slot's old reply is cleared.
