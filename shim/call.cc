@@ -86,8 +86,8 @@ Call::Call(api::ApiId id, size_t body_size, bool send_async)
   transport::ShmClientChannel* ch = rt->Channel();
   if (ch == nullptr) return;
   channel_ = ch;
-  const absl::Time deadline = rt->CallDeadline();
   if (sync_) {
+    const absl::Time deadline = rt->CallDeadline();
     absl::StatusOr<int> slot = ch->AcquireReplySlot(deadline);
     while (!slot.ok() && absl::IsUnavailable(slot.status()) && rt->WaitForRecovery(deadline)) {
       slot = ch->AcquireReplySlot(deadline);
@@ -102,11 +102,16 @@ Call::Call(api::ApiId id, size_t body_size, bool send_async)
     failure_ = InvalidArgument();
     return;
   }
+  // The clock is read only if the record has to wait (ring full, another
+  // thread writing) or the agent died.
   absl::StatusOr<transport::RecordWriter> w =
-      ch->BeginRecord(static_cast<uint32_t>(body_size), deadline);
-  while (!w.ok() && absl::IsUnavailable(w.status()) && rt->WaitForRecovery(deadline)) {
-    // The agent died; its replacement consumes the same ring.
-    w = ch->BeginRecord(static_cast<uint32_t>(body_size), deadline);
+      ch->BeginRecord(static_cast<uint32_t>(body_size), rt->CallTimeout());
+  if (!w.ok() && absl::IsUnavailable(w.status())) {
+    const absl::Time deadline = rt->CallDeadline();
+    while (!w.ok() && absl::IsUnavailable(w.status()) && rt->WaitForRecovery(deadline)) {
+      // The agent died; its replacement consumes the same ring.
+      w = ch->BeginRecord(static_cast<uint32_t>(body_size), deadline);
+    }
   }
   if (!w.ok()) return;
   writer_.emplace(std::move(*w));

@@ -74,6 +74,7 @@ class Runtime {
 
   // Deadline for one call (REVENANT_CALL_TIMEOUT_S, default 300 s).
   absl::Time CallDeadline() const { return absl::Now() + call_timeout_; }
+  absl::Duration CallTimeout() const { return call_timeout_; }
 
   // Classification of application pointers.
   bool IsDevicePointer(const void* p, size_t len = 1) const;
