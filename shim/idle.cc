@@ -30,6 +30,7 @@ StreamKey KeyOf(cudaStream_t s) {
 struct EventState {
   bool complete = false;
   uint64_t record_seq = 0;  // the request of its last record
+  StreamKey record_stream;  // the stream of its last record
 };
 
 struct State {
@@ -117,7 +118,9 @@ void NoteDeviceIdle(uint64_t seq) {
 void NoteEventCreated(cudaEvent_t event, unsigned int flags) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
-  if ((flags & cudaEventInterprocess) != 0) {
+  // A timing event's record must have run in the agent before
+  // cudaEventElapsedTime may read it: only events without timing count.
+  if ((flags & cudaEventInterprocess) != 0 || (flags & cudaEventDisableTiming) == 0) {
     s.events.erase(reinterpret_cast<uint64_t>(event));
     return;
   }
@@ -129,7 +132,17 @@ void NoteEventComplete(cudaEvent_t event, uint64_t seq) {
   std::lock_guard<std::mutex> lock(s.mu);
   auto it = s.events.find(reinterpret_cast<uint64_t>(event));
   // A record published after the synchronization is not covered by it.
-  if (it != s.events.end() && it->second.record_seq < seq) it->second.complete = true;
+  if (it == s.events.end() || it->second.record_seq >= seq) return;
+  it->second.complete = true;
+  // Recorded by the request just before: its stream's work up to the record
+  // is complete and nothing was queued since, so the stream is idle.
+  if (it->second.record_seq != 0 && it->second.record_seq + 1 == seq &&
+      !(s.valid && s.seq >= seq)) {
+    s.valid = true;
+    s.all = false;
+    s.key = it->second.record_stream;
+    s.seq = seq;
+  }
 }
 
 void ForgetEvent(cudaEvent_t event) {
@@ -148,6 +161,7 @@ void NoteEventRecorded(cudaEvent_t event, cudaStream_t stream, uint64_t seq) {
   if (idle) s.seq = seq;
   if (it == s.events.end()) return;
   it->second.record_seq = seq;
+  it->second.record_stream = KeyOf(stream);
   it->second.complete = idle;
 }
 

@@ -14,8 +14,9 @@
 // Anything else goes to the agent, as before. Streams 0 (legacy),
 // cudaStreamLegacy and cudaStreamPerThread count per thread (a per-thread
 // default stream is another stream on each thread); events count only when
-// this process created them without cudaEventInterprocess (another process
-// may record an IPC event). An asynchronous error of earlier work that
+// this process created them with cudaEventDisableTiming and without
+// cudaEventInterprocess (cudaEventElapsedTime needs a timing event's record
+// to have run in the agent; another process may record an IPC event). An asynchronous error of earlier work that
 // surfaces on the device between a confirming reply and a locally answered
 // call is reported by the next call that reaches the agent (CUDA documents
 // that a synchronization "may" return such errors).

@@ -56,7 +56,8 @@ int main() {
     CHECK_CUDA(cudaStreamSynchronize(s));
     CHECK_CUDA(cudaStreamQuery(s));
     CHECK_CUDA(cudaEventRecord(ev, s));
-    CHECK_CUDA(cudaEventQuery(ev));
+    const cudaError_t q = cudaEventQuery(ev);
+    EXPECT_APP(q == cudaSuccess || q == cudaErrorNotReady, "cudaEventQuery: %s", cudaGetErrorName(q));
     CHECK_CUDA(cudaEventSynchronize(ev));
   }
 
@@ -84,13 +85,13 @@ int main() {
   {
     CHECK_CUDA(cudaStreamSynchronize(s));
     CHECK_CUDA(cudaEventRecord(ev, s));
-    CHECK_CUDA(cudaEventQuery(ev));
+    CHECK_CUDA(cudaEventSynchronize(ev));
     slow_tag<<<1, 1, 0, t>>>(tag.dev, kRounds, 4);
     CHECK_CUDA(cudaEventRecord(ev, t));
     CHECK_CUDA(cudaEventSynchronize(ev));
     EXPECT_APP(ReadTag(tag) == 4, "an event recorded behind work completed early (tag %d)",
                ReadTag(tag));
-    CHECK_CUDA(cudaEventQuery(ev));
+    CHECK_CUDA(cudaEventQuery(ev));  // synchronized: complete
   }
 
   // 5. Per-thread default streams are different streams on each thread: the
@@ -126,6 +127,31 @@ int main() {
   slow_tag<<<1, 1, 0, s>>>(tag.dev, kRounds, 7);
   CHECK_CUDA(cudaDeviceSynchronize());
   EXPECT_APP(ReadTag(tag) == 7, "cudaDeviceSynchronize behind new work returned with tag %d",
+             ReadTag(tag));
+
+  // 7. An event found complete right after its record leaves its stream idle
+  // (the record-and-poll loop answers locally from then on), but not when
+  // more work was queued on the stream after the record.
+  slow_tag<<<1, 1, 0, s>>>(tag.dev, kRounds, 8);
+  CHECK_CUDA(cudaEventRecord(ev, s));
+  EXPECT_APP(WaitFor([&] { return cudaEventQuery(ev) == cudaSuccess; }, 60.0),
+             "the event never completed");
+  EXPECT_APP(ReadTag(tag) == 8, "the event completed before its work (tag %d)", ReadTag(tag));
+  for (int i = 0; i < 100; ++i) {
+    CHECK_CUDA(cudaEventRecord(ev, s));
+    // A query right after a record may find it not yet run (CUDA allows
+    // cudaErrorNotReady here), never an error.
+    const cudaError_t q = cudaEventQuery(ev);
+    EXPECT_APP(q == cudaSuccess || q == cudaErrorNotReady, "cudaEventQuery: %s", cudaGetErrorName(q));
+    CHECK_CUDA(cudaStreamSynchronize(s));
+  }
+  slow_tag<<<1, 1, 0, s>>>(tag.dev, kRounds / 4, 9);
+  CHECK_CUDA(cudaEventRecord(ev, s));
+  slow_tag<<<1, 1, 0, s>>>(tag.dev, kRounds, 10);
+  EXPECT_APP(WaitFor([&] { return cudaEventQuery(ev) == cudaSuccess; }, 60.0),
+             "the event never completed");
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  EXPECT_APP(ReadTag(tag) == 10, "work queued after a completed record was not waited for (tag %d)",
              ReadTag(tag));
 
   CHECK_CUDA(cudaEventDestroy(ev));
