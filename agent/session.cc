@@ -759,23 +759,37 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
   const bool inside = options_.snapshot_async && !inside_unsupported_ &&
                       options_.world_size == 1 && !every_step && minibatch != 0;
   if (!inside) return SnapshotDue() ? SnapshotStep::kBoundary : SnapshotStep::kSkip;
-  const uint64_t captured = capture_ != nullptr ? capture_->bytes() : 0;
-  if (options_.journal->stats().minibatch_file_bytes >= options_.snapshot_max_log_bytes ||
-      captured >= capture_bytes_at_boundary_ + options_.snapshot_max_log_bytes) {
-    // The journal keeps every step since its boundary (and the capture
-    // files every upload): a new boundary bounds them (synchronous: the
-    // journal drops what came before it).
-    steps_since_snapshot_ = 0;
-    return SnapshotStep::kBoundary;
+  const bool due = options_.snapshot_every > 1
+                       ? steps_since_snapshot_ + 1 >= options_.snapshot_every
+                       : MonotonicNanos() - last_snapshot_end_ns_ >= 19 * last_snapshot_ns_;
+  // The journal's size costs its lock: looked at when a snapshot is due
+  // and every few steps.
+  if (due || ++trim_checks_ % 16 == 0) {
+    // The journal keeps every step since its boundary, the capture files
+    // every upload, and the setup log the handles created and destroyed
+    // since (compacted at boundaries): every few snapshots, and whenever
+    // the minibatch log or the captures grew past the bound, a journal
+    // boundary bounds them (synchronous: the journal drops what came
+    // before it, so its snapshot must be complete first).
+    const uint64_t captured = capture_ != nullptr ? capture_->bytes() : 0;
+    if ((due && inflight_ == nullptr && inside_since_boundary_ + 1 >= kInsidePerBoundary) ||
+        options_.journal->stats().minibatch_file_bytes >= options_.snapshot_max_log_bytes ||
+        captured >= capture_bytes_at_boundary_ + options_.snapshot_max_log_bytes) {
+      steps_since_snapshot_ = 0;
+      return SnapshotStep::kBoundary;
+    }
   }
-  if (inflight_ != nullptr) {
-    // One at a time: this step stays journaled behind the last finished one.
+  if (!due || inflight_ != nullptr) {
+    // A step journaled inside the minibatch (one snapshot in flight at a
+    // time: a due step waits for the next boundary after it finished).
     ++steps_since_snapshot_;
     ++steps_skipped_;
     return SnapshotStep::kSkip;
   }
-  if (!SnapshotDue()) return SnapshotStep::kSkip;
-  return SnapshotInside(minibatch, seq) ? SnapshotStep::kInside : SnapshotStep::kBoundary;
+  steps_since_snapshot_ = 0;
+  if (!SnapshotInside(minibatch, seq)) return SnapshotStep::kBoundary;
+  ++inside_since_boundary_;
+  return SnapshotStep::kInside;
 }
 
 bool Session::SnapshotInside(uint64_t minibatch, uint64_t seq) {
@@ -974,6 +988,7 @@ void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
 
 void Session::SnapshotRecorded(uint64_t minibatch) {
   capture_bytes_at_boundary_ = capture_ != nullptr ? capture_->bytes() : 0;
+  inside_since_boundary_ = 0;
   MaybeSnapshotChaos(SessionOptions::Chaos::Point::kAfterBoundary, minibatch);
   // The journal is at `minibatch` now: older snapshots can never be needed.
   snapshots_->DropBefore(minibatch);

@@ -112,9 +112,10 @@ struct SessionOptions {
   // device copies the allocations on a stream of its own, the later work
   // waits for them on the device, a thread finishes the file behind; the
   // finished snapshot replaces the one of the journal's minibatch, whose
-  // replay then starts at its boundary. Journal boundaries (the first, and
-  // one whenever the minibatch log passed snapshot_max_log_bytes) stay
-  // synchronous. false: every snapshot is synchronous.
+  // replay then starts at its boundary. Journal boundaries (the first,
+  // every 8th snapshot, one whenever the minibatch log passed
+  // snapshot_max_log_bytes) stay synchronous. false: every snapshot is
+  // synchronous.
   bool snapshot_async = true;
 
   // Journal validator (agent/validator.h): every `validate_every`-th
@@ -461,6 +462,11 @@ class Session : private JournalingHost {
   uint64_t* snapshot_done_word_ = nullptr;
   uint64_t inside_snapshots_ = 0;
   uint64_t capture_bytes_at_boundary_ = 0;
+  uint64_t trim_checks_ = 0;
+  // Asynchronous snapshots since the journal's boundary; every
+  // kInsidePerBoundary-th snapshot is a journal boundary.
+  uint64_t inside_since_boundary_ = 0;
+  static constexpr uint64_t kInsidePerBoundary = 8;
   bool inside_unsupported_ = false;
   void MaybeSnapshotChaos(SessionOptions::Chaos::Point point, uint64_t minibatch);
   std::unique_ptr<SnapshotStore> snapshots_;

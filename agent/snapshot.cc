@@ -211,7 +211,9 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
   f->size = size;
   ++files_mapped_;
   if (copier.register_host) {
-    if (absl::Status s = copier.register_host(f->map, size); !s.ok()) {
+    // Whole pages (the mapping's last one reaches past the end of the file).
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    if (absl::Status s = copier.register_host(f->map, (size + page - 1) / page * page); !s.ok()) {
       Delete(std::move(f));
       return absl::Status(s.code(), absl::StrCat("registering the snapshot ", path,
                                                  " for device copies: ", s.message()));
@@ -261,6 +263,20 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::BeginWith
                                                  ": ", std::strerror(errno)));
     }
     dir_ready_ = true;
+    // A dead agent's spare and temporary files hold memory and are never
+    // used: gone before this store writes its first file.
+    if (DIR* d = opendir(dir_.c_str())) {
+      std::vector<std::string> doomed;
+      while (dirent* e = readdir(d)) {
+        const std::string name = e->d_name;
+        uint64_t m = 0;
+        if (ParseName(name, ".tmp-snap-", &m) || name.rfind(".spare-snap", 0) == 0) {
+          doomed.push_back(dir_ + "/" + name);
+        }
+      }
+      closedir(d);
+      for (const std::string& path : doomed) unlink(path.c_str());
+    }
   }
   auto p = std::make_unique<Pending>();
   p->minibatch_ = minibatch;

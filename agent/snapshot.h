@@ -9,6 +9,14 @@
 // so whichever crash point the agent dies at, the snapshot of the journal's
 // minibatch exists (docs/recovery.md has the table).
 //
+// Between journal boundaries (a 1-rank job), snapshots are asynchronous:
+// Begin maps the file, the device copies into it on a stream of its own
+// (Backend::QueueSnapshotCopies), and Finish, on another thread once the
+// copies completed, checksums it and renames it over the snapshot of the
+// journal's minibatch (same m, later boundary_seq: the journal's replay
+// skips the steps before it). Until then the older snapshot and the
+// journal since it are the recovery's base.
+//
 // The files are mapped and reused: a file is sized, mapped (MAP_SHARED) and
 // registered for device copies once (SnapshotCopier::register_host: on the
 // cuda backend cudaHostRegister), the device copies every allocation

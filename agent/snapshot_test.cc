@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -375,6 +376,32 @@ TEST_F(SnapshotTest, CorruptOrUnfinishedSpareIsNeverLoaded) {
   ASSERT_EQ(std::rename(tmp.c_str(), store.PathOf(4).c_str()), 0);
   EXPECT_TRUE(absl::IsDataLoss(store.Open(4).status())) << store.Open(4).status();
   EXPECT_TRUE(store.Open(2).ok());
+}
+
+TEST_F(SnapshotTest, ADeadAgentsSpareAndTemporaryFilesGoAtTheFirstWrite) {
+  FakeDevice d = MakeDevice(15);
+  {
+    SnapshotStore dead(dir_, 0);
+    ASSERT_TRUE(dead.Write(1, 1, d.Table(), d.Reader()).ok());
+    ASSERT_TRUE(dead.Write(2, 2, d.Table(), d.Reader()).ok());
+    dead.DropBefore(2);  // 1 becomes its spare
+    struct Died {};
+    try {
+      (void)dead.Write(3, 3, d.Table(), d.Reader(), [] { throw Died(); });
+    } catch (const Died&) {
+    }
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/.tmp-snap-3"));
+  // A killed agent's spare stays behind too (its store never ended).
+  { std::ofstream(dir_ + "/.spare-snap") << "a dead agent's spare"; }
+  SnapshotStore store(dir_, 0);  // the replacement, continuing minibatch 2
+  ExpectLoadsTo(store, 2, d);
+  ASSERT_TRUE(store.Write(2, 5, d.Table(), d.Reader()).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/.tmp-snap-3"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/.spare-snap"));
+  absl::StatusOr<std::unique_ptr<Snapshot>> s = store.Open(2);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->boundary_seq(), 5u);
 }
 
 }  // namespace

@@ -16,6 +16,13 @@ set -u
 run="$1"; app="$2"; kernels="$3"; trials="${4:-4}"; seed="${5:-20261203}"; iters="${6:-24}"
 common=(-n 1 --backend=host --timeout=90 --recovery_timeout=20 --host_kernels="$kernels"
         --snapshot_every=2)
+# RECOVERY_TEST_EXTRA_ARGS: further revenant-run options (the write-behind
+# variant: "--journal_thread=behind").
+if [ -n "${RECOVERY_TEST_EXTRA_ARGS:-}" ]; then
+  read -r -a extra_args <<<"$RECOVERY_TEST_EXTRA_ARGS"
+  common+=("${extra_args[@]}")
+  echo "extra revenant-run options: ${extra_args[*]}"
+fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
