@@ -812,7 +812,9 @@ bool Session::SnapshotInside(uint64_t minibatch, uint64_t seq) {
       snapshots_->Begin(minibatch, seq, table);
   if (!pending.ok()) {
     // The journal keeps every step since the last snapshot: nothing lost.
+    // The next try waits as long as after a snapshot.
     ++snapshot_totals_.failures;
+    last_snapshot_end_ns_ = MonotonicNanos();
     REVENANT_LOG(ERROR, "agent") << "asynchronous snapshot at request " << seq
                                  << " not started (the last snapshot and the journal since it "
                                     "stay the recovery's base): "
@@ -835,8 +837,15 @@ bool Session::SnapshotInside(uint64_t minibatch, uint64_t seq) {
     // Some copies may be queued: they must be done before the file goes.
     if (e != cudaErrorNotSupported) (void)backend_->cudaDeviceSynchronize();
     snapshots_->Abandon(std::move(*pending));
-    if (e == cudaErrorNotSupported) return false;
+    if (e == cudaErrorNotSupported) {
+      // A backend without asynchronous copies takes synchronous snapshots;
+      // one that has them refuses while a stream is being captured into a
+      // graph (synchronizing would break the capture too): a plain step.
+      if (inside_snapshots_ == 0) inside_unsupported_ = true;
+      return inside_snapshots_ != 0;
+    }
     ++snapshot_totals_.failures;
+    last_snapshot_end_ns_ = MonotonicNanos();
     REVENANT_LOG(ERROR, "agent") << "asynchronous snapshot at request " << seq
                                  << " failed to queue its copies (error " << e
                                  << "); the last snapshot and the journal since it stay the "
@@ -909,6 +918,7 @@ void Session::ReapSnapshot(bool wait) {
   f.finisher.join();
   if (!f.status.ok()) {
     ++snapshot_totals_.failures;
+    last_snapshot_end_ns_ = f.end_ns;
     REVENANT_LOG(ERROR, "agent") << "asynchronous snapshot " << f.ordinal
                                  << " failed (the last snapshot and the journal since it stay "
                                     "the recovery's base): "
