@@ -104,6 +104,14 @@ ABSL_FLAG(std::string, journal_thread, "auto",
           "journal thread\"): behind (write-behind: the executor runs them at once), ahead "
           "(the executor waits until they are journaled), off (the executor journals inline), "
           "or auto (behind with at least 4 CPUs and 3 per rank of --world_size, else off)");
+ABSL_FLAG(bool, snapshot_keep_spare, true,
+          "with boundary snapshots: keep the snapshot given up at a boundary as the next one's "
+          "mapped, registered file (no mapping or registration per snapshot; the files hold 2x "
+          "the live bytes); false: 1x, a fresh file mapped and registered per snapshot");
+ABSL_FLAG(bool, snapshot_async, true,
+          "with boundary snapshots in a one-rank job: step boundaries inside the journal's "
+          "minibatch take asynchronous snapshots (device copies on a stream of their own, "
+          "finished behind the executor); false: every snapshot synchronous");
 ABSL_FLAG(int, world_size, 0, "ranks in the job (0: unknown); --snapshots=auto uses it");
 ABSL_FLAG(std::string, minibatch, "auto",
           "minibatch boundaries: auto (detected from the call stream) or manual "
@@ -122,7 +130,8 @@ ABSL_FLAG(std::string, chaos_point, "after_append",
           "where the chaos kill happens: before_append, after_append, after_execute, after_reply; "
           "at the "
           "boundary of --chaos_minibatch with snapshots on: snapshot_partial, after_snapshot, "
-          "after_boundary");
+          "after_boundary; at the --chaos_minibatch-th asynchronous snapshot: snapshot_inflight "
+          "(copies queued), snapshot_finish (file checksummed, not renamed)");
 #endif
 
 namespace revenant {
@@ -315,6 +324,8 @@ void SnapshotOptionsFromFlags(SessionOptions* options) {
   uint64_t n = 0;
   options->snapshot_every = every == "auto" ? 0 : absl::SimpleAtoi(every, &n) && n > 0 ? n : 1;
   options->snapshot_max_log_bytes = absl::GetFlag(FLAGS_snapshot_max_log_mib) << 20;
+  options->snapshot_keep_spare = absl::GetFlag(FLAGS_snapshot_keep_spare);
+  options->snapshot_async = absl::GetFlag(FLAGS_snapshot_async);
 }
 
 #if REVENANT_TESTING
@@ -332,6 +343,8 @@ SessionOptions::Chaos ChaosFromFlags() {
                 : point == "snapshot_partial" ? SessionOptions::Chaos::Point::kSnapshotPartial
                 : point == "after_snapshot"   ? SessionOptions::Chaos::Point::kAfterSnapshot
                 : point == "after_boundary"   ? SessionOptions::Chaos::Point::kAfterBoundary
+                : point == "snapshot_inflight" ? SessionOptions::Chaos::Point::kSnapshotInflight
+                : point == "snapshot_finish"  ? SessionOptions::Chaos::Point::kSnapshotFinish
                                               : SessionOptions::Chaos::Point::kAfterAppend;
   return chaos;
 }

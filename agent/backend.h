@@ -229,6 +229,26 @@ class Backend : public api::BackendApi {
                                      cudaStream_t stream, bool async, void* capture,
                                      uint64_t* done, uint64_t tag, bool* captured) = 0;
 
+  // Asynchronous boundary snapshot copies (agent/snapshot.h). Queues the
+  // device-to-host copies `copies` (destinations in memory registered with
+  // RegisterSharedHost) on a stream of the backend's own, ordered after all
+  // work queued so far on every stream, then stores `tag` into *done (8
+  // bytes of registered memory) once they all completed. Until then every
+  // later operation on any stream (streams created meanwhile included) and
+  // every free waits for the copies on the device; the caller does not
+  // block. kNotSupported: the caller copies synchronously instead (also
+  // while a stream is being captured into a graph).
+  struct SnapshotCopy {
+    const void* src = nullptr;
+    void* dst = nullptr;
+    size_t count = 0;
+  };
+  virtual cudaError_t QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies,
+                                          uint64_t* done, uint64_t tag) {
+    (void)copies, (void)done, (void)tag;
+    return cudaErrorNotSupported;
+  }
+
   // --- Host memory shared with the application --------------------------------
   // The agent has mapped [addr, addr + size) at the application's address;
   // the backend makes it usable for copies and (cuda) device access.

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 #include <fstream>
 #include <chrono>
 #include <cstdlib>
@@ -51,7 +52,32 @@ Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> 
   journaling_ = std::make_unique<InlineJournaling>(AsJournalingHost(), channel_.get(),
                                                    options_.journal.get());
   if (options_.snapshots) {
-    snapshots_ = std::make_unique<SnapshotStore>(job_dir_ + "/snapshots", options_.rank);
+    SnapshotStore::Options so;
+    so.keep_spare = options_.snapshot_keep_spare;
+    so.crc_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 4u));
+    snapshots_ = std::make_unique<SnapshotStore>(job_dir_ + "/snapshots", options_.rank, so);
+    // The device copies every allocation straight into the snapshot's
+    // mapped, registered file; the copies are queued, then waited for.
+    Backend* b = backend_;
+    SnapshotCopier copier;
+    copier.copy = [b](uint64_t addr, void* dst, size_t n) -> absl::Status {
+      const cudaError_t e = b->Memcpy(dst, reinterpret_cast<const void*>(addr), n,
+                                      cudaMemcpyDeviceToHost, nullptr, /*async=*/true);
+      if (e != cudaSuccess) return absl::InternalError(absl::StrCat("device copy error ", e));
+      return absl::OkStatus();
+    };
+    copier.wait = [b]() -> absl::Status {
+      const cudaError_t e = b->cudaDeviceSynchronize();
+      if (e != cudaSuccess) return absl::InternalError(absl::StrCat("device copy error ", e));
+      return absl::OkStatus();
+    };
+    copier.register_host = [b](void* p, size_t n) -> absl::Status {
+      const cudaError_t e = b->RegisterSharedHost(p, n, 0);
+      if (e != cudaSuccess) return absl::InternalError(absl::StrCat("host register error ", e));
+      return absl::OkStatus();
+    };
+    copier.unregister_host = [b](void* p) { b->UnregisterSharedHost(p); };
+    snapshots_->SetCopier(std::move(copier));
   }
   if (options_.validate_every > 0) {
     ValidatorOptions vo;
@@ -69,7 +95,17 @@ Session::~Session() {
 
 void Session::ForgetDeviceState() {
   // Everything the application built dies with its connection; shared host
-  // ranges are unmapped after the backend stopped using them.
+  // ranges are unmapped after the backend stopped using them. The snapshot
+  // files stay (a replacement may need them); their registrations go first.
+  if (snapshots_ != nullptr) {
+    ReapSnapshot(/*wait=*/true);
+    snapshots_->ReleaseMappings();
+  }
+  if (snapshot_done_word_ != nullptr) {
+    backend_->UnregisterSharedHost(snapshot_done_word_);
+    munmap(snapshot_done_word_, 4096);
+    snapshot_done_word_ = nullptr;
+  }
   backend_->Reset();
   handles_.Clear();
   modules_.clear();
@@ -190,13 +226,23 @@ void Session::Run() {
         "captured uploads at exit: %d uploads journaled by the device, %.1f MiB of capture files",
         capture_->captures(), capture_->bytes() / 1048576.0);
   }
+  if (snapshots_ != nullptr) ReapSnapshot(/*wait=*/true);
   if (snapshots_ != nullptr && snapshot_totals_.count > 0) {
     const SnapshotTotals& t = snapshot_totals_;
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "snapshots at exit: %d boundaries, %.3f MiB per boundary, %.2f ms mean, %.2f ms max "
-        "per boundary, %d steps between snapshots (journaled inside their minibatch)%s",
+        "per boundary, %d steps between snapshots (journaled inside their minibatch)%s; "
+        "%d asynchronous (inside the journal's minibatch), %.2f ms mean to the finished file",
         t.count, t.bytes / 1048576.0 / t.count, t.ms / t.count, t.max_ms, steps_skipped_,
-        t.failures ? absl::StrCat(", ", t.failures, " FAILED") : std::string());
+        t.failures ? absl::StrCat(", ", t.failures, " FAILED") : std::string(), t.inside,
+        t.total_ms / t.count);
+    const double live = static_cast<double>(t.last_bytes);
+    REVENANT_LOG(INFO, "agent") << absl::StrFormat(
+        "snapshot memory at exit: live bytes %.3f MiB, snapshot files %.3f MiB (%.2fx live), "
+        "registered %.3f MiB, %d files mapped for %d snapshots (%d written into the spare)",
+        live / 1048576.0, snapshots_->file_bytes() / 1048576.0,
+        live > 0 ? snapshots_->file_bytes() / live : 0.0,
+        snapshots_->registered_bytes() / 1048576.0, snapshots_->files_mapped(), t.count, t.reused);
   }
   REVENANT_LOG(DEBUG, "agent") << "application pid " << pid << " disconnected after "
                                << executed << " requests";
@@ -311,12 +357,8 @@ void Session::ExecuteRequest(const transport::RecordHeader& rec) {
 
 // An explicit minibatch marker (revenantMarkStep), journaled here.
 void Session::MarkStepHere(const transport::RecordHeader& rec, bool forced) {
-  if (snapshots_ != nullptr) {
-    if (forced) {
-      steps_since_snapshot_ = 0;
-    } else if (!SnapshotDue()) {
-      return;  // a step inside the journal's minibatch
-    }
+  if (snapshots_ != nullptr && PlanSnapshot(rec.seq, forced) != SnapshotStep::kBoundary) {
+    return;  // a step inside the journal's minibatch
   }
   if (validator_ != nullptr) {
     validator_->MinibatchEnding(options_.journal->minibatch(), options_.journal->dir());
@@ -409,7 +451,7 @@ void Session::JournalBeforeRun(const transport::RecordHeader& rec) {
     validator_->MinibatchEnding(minibatch, options_.journal->dir());
   }
   if (snapshots_ != nullptr && options_.journal->BoundaryBefore(rec)) {
-    if (SnapshotDue()) {
+    if (PlanSnapshot(rec.seq, /*forced=*/false) == SnapshotStep::kBoundary) {
       SnapshotBoundary(minibatch + 1, rec.seq);
     } else {
       options_.journal->SkipBoundaryFor(rec.seq);
@@ -643,7 +685,9 @@ void Session::MaybeChaos(SessionOptions::Chaos::Point point) {
 void Session::MaybeSnapshotChaos(SessionOptions::Chaos::Point point, uint64_t minibatch) {
   const SessionOptions::Chaos& c = options_.chaos;
   if (point != c.point || c.minibatch != minibatch) return;
-  if (c.corrupt_snapshot && point != SessionOptions::Chaos::Point::kSnapshotPartial) {
+  if (c.corrupt_snapshot && point != SessionOptions::Chaos::Point::kSnapshotPartial &&
+      point != SessionOptions::Chaos::Point::kSnapshotInflight &&
+      point != SessionOptions::Chaos::Point::kSnapshotFinish) {
     const std::string path = snapshots_->PathOf(minibatch);
     const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
     struct stat st {};
@@ -658,6 +702,15 @@ void Session::MaybeSnapshotChaos(SessionOptions::Chaos::Point point, uint64_t mi
       }
     }
     if (fd >= 0) close(fd);
+  }
+  if (point == SessionOptions::Chaos::Point::kSnapshotInflight ||
+      point == SessionOptions::Chaos::Point::kSnapshotFinish) {
+    REVENANT_LOG(WARNING, "agent") << "chaos: killing this agent with asynchronous snapshot "
+                                   << minibatch << " "
+                                   << (point == SessionOptions::Chaos::Point::kSnapshotInflight
+                                           ? "in flight"
+                                           : "finished but not renamed");
+    raise(SIGKILL);
   }
   REVENANT_LOG(WARNING, "agent") << "chaos: killing this agent at the boundary of minibatch "
                                  << minibatch;
@@ -689,23 +742,226 @@ bool Session::SnapshotDue() {
   return due;
 }
 
+Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
+  ReapSnapshot(/*wait=*/false);
+  if (forced) {
+    steps_since_snapshot_ = 0;
+    return SnapshotStep::kBoundary;
+  }
+  const SessionOptions::Chaos& c = options_.chaos;
+  const bool inside_chaos = c.point == SessionOptions::Chaos::Point::kSnapshotInflight ||
+                            c.point == SessionOptions::Chaos::Point::kSnapshotFinish;
+  const bool every_step = options_.snapshot_every == 1 || validator_ != nullptr ||
+                          (c.minibatch != 0 && !inside_chaos);
+  const uint64_t minibatch = options_.journal->minibatch();
+  // Inside the journal's minibatch (past its first boundary, whose snapshot
+  // the journal's replay starts from), one rank: asynchronous.
+  const bool inside = options_.snapshot_async && !inside_unsupported_ &&
+                      options_.world_size == 1 && !every_step && minibatch != 0;
+  if (!inside) return SnapshotDue() ? SnapshotStep::kBoundary : SnapshotStep::kSkip;
+  const bool due = options_.snapshot_every > 1
+                       ? steps_since_snapshot_ + 1 >= options_.snapshot_every
+                       : MonotonicNanos() - last_snapshot_end_ns_ >= 19 * last_snapshot_ns_;
+  // The journal's size costs its lock: looked at when a snapshot is due
+  // and every few steps.
+  if (due || ++trim_checks_ % 16 == 0) {
+    // The journal keeps every step since its boundary, the capture files
+    // every upload, and the setup log the handles created and destroyed
+    // since (compacted at boundaries): every few snapshots, and whenever
+    // the minibatch log or the captures grew past the bound, a journal
+    // boundary bounds them (synchronous: the journal drops what came
+    // before it, so its snapshot must be complete first).
+    const uint64_t captured = capture_ != nullptr ? capture_->bytes() : 0;
+    if ((due && inflight_ == nullptr && inside_since_boundary_ + 1 >= kInsidePerBoundary) ||
+        options_.journal->stats().minibatch_file_bytes >= options_.snapshot_max_log_bytes ||
+        captured >= capture_bytes_at_boundary_ + options_.snapshot_max_log_bytes) {
+      steps_since_snapshot_ = 0;
+      return SnapshotStep::kBoundary;
+    }
+  }
+  if (!due || inflight_ != nullptr) {
+    // A step journaled inside the minibatch (one snapshot in flight at a
+    // time: a due step waits for the next boundary after it finished).
+    ++steps_since_snapshot_;
+    ++steps_skipped_;
+    return SnapshotStep::kSkip;
+  }
+  steps_since_snapshot_ = 0;
+  if (!SnapshotInside(minibatch, seq)) return SnapshotStep::kBoundary;
+  ++inside_since_boundary_;
+  return SnapshotStep::kInside;
+}
+
+bool Session::SnapshotInside(uint64_t minibatch, uint64_t seq) {
+  const int64_t start_ns = MonotonicNanos();
+  if (snapshot_done_word_ == nullptr) {
+    void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED) {
+      inside_unsupported_ = true;
+      return false;
+    }
+    if (backend_->RegisterSharedHost(page, 4096, 0) != cudaSuccess) {
+      munmap(page, 4096);
+      inside_unsupported_ = true;
+      return false;
+    }
+    snapshot_done_word_ = static_cast<uint64_t*>(page);
+  }
+  const AllocationTable table = backend_->DeviceAllocations();
+  absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> pending =
+      snapshots_->Begin(minibatch, seq, table);
+  if (!pending.ok()) {
+    // The journal keeps every step since the last snapshot: nothing lost.
+    // The next try waits as long as after a snapshot.
+    ++snapshot_totals_.failures;
+    last_snapshot_end_ns_ = MonotonicNanos();
+    REVENANT_LOG(ERROR, "agent") << "asynchronous snapshot at request " << seq
+                                 << " not started (the last snapshot and the journal since it "
+                                    "stay the recovery's base): "
+                                 << pending.status();
+    return true;
+  }
+  std::vector<Backend::SnapshotCopy> copies;
+  copies.reserve(table.size());
+  for (size_t i = 0; i < table.size(); ++i) {
+    Backend::SnapshotCopy c;
+    c.src = reinterpret_cast<const void*>(table[i].first);
+    c.dst = (*pending)->destination(i);
+    c.count = table[i].second;
+    copies.push_back(c);
+  }
+  const uint64_t tag = inside_snapshots_ + 1;
+  __atomic_store_n(snapshot_done_word_, 0, __ATOMIC_RELEASE);
+  const cudaError_t e = backend_->QueueSnapshotCopies(copies, snapshot_done_word_, tag);
+  if (e != cudaSuccess) {
+    // Some copies may be queued: they must be done before the file goes.
+    if (e != cudaErrorNotSupported) (void)backend_->cudaDeviceSynchronize();
+    snapshots_->Abandon(std::move(*pending));
+    if (e == cudaErrorNotSupported) {
+      // A backend without asynchronous copies takes synchronous snapshots;
+      // one that has them refuses while a stream is being captured into a
+      // graph (synchronizing would break the capture too): a plain step.
+      if (inside_snapshots_ == 0) inside_unsupported_ = true;
+      return inside_snapshots_ != 0;
+    }
+    ++snapshot_totals_.failures;
+    last_snapshot_end_ns_ = MonotonicNanos();
+    REVENANT_LOG(ERROR, "agent") << "asynchronous snapshot at request " << seq
+                                 << " failed to queue its copies (error " << e
+                                 << "); the last snapshot and the journal since it stay the "
+                                    "recovery's base";
+    return true;
+  }
+  inside_snapshots_ = tag;
+  auto in = std::make_unique<InflightSnapshot>();
+  in->ordinal = tag;
+  in->minibatch = minibatch;
+  in->seq = seq;
+  in->start_ns = start_ns;
+  in->pending = std::move(*pending);
+  in->critical_ms = (MonotonicNanos() - start_ns) / 1e6;
+  if (options_.chaos.point == SessionOptions::Chaos::Point::kSnapshotInflight ||
+      options_.chaos.point == SessionOptions::Chaos::Point::kSnapshotFinish) {
+    REVENANT_LOG(INFO, "agent") << "asynchronous snapshot " << tag << " queued at request " << seq
+                                << " (journal minibatch " << minibatch << ")";
+  }
+  MaybeSnapshotChaos(SessionOptions::Chaos::Point::kSnapshotInflight, tag);
+  InflightSnapshot* f = in.get();
+  const uint64_t* word = snapshot_done_word_;
+  // Behind the executor: the snapshot counts once the device stored the
+  // tag (every copy completed) and the file is checksummed and renamed.
+  f->finisher = std::thread([this, f, word, tag] {
+    for (int spins = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) != tag; ++spins) {
+      if (f->stop.load(std::memory_order_acquire)) {
+        snapshots_->Abandon(std::move(f->pending));
+        f->status = absl::AbortedError("the device did not complete the snapshot's copies");
+        f->end_ns = MonotonicNanos();
+        f->finished.store(true, std::memory_order_release);
+        return;
+      }
+      if (spins < 64) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+    f->copied_ns = MonotonicNanos();
+    absl::StatusOr<SnapshotWriteStats> st = snapshots_->Finish(std::move(f->pending), [this, tag] {
+      MaybeSnapshotChaos(SessionOptions::Chaos::Point::kSnapshotFinish, tag);
+    });
+    if (st.ok()) {
+      f->stats = *st;
+    } else {
+      f->status = st.status();
+    }
+    f->end_ns = MonotonicNanos();
+    f->finished.store(true, std::memory_order_release);
+  });
+  inflight_ = std::move(in);
+  return true;
+}
+
+void Session::ReapSnapshot(bool wait) {
+  if (inflight_ == nullptr) return;
+  InflightSnapshot& f = *inflight_;
+  if (!f.finished.load(std::memory_order_acquire)) {
+    if (!wait) return;
+    // The device completes the copies, unless it failed: then they never
+    // will, and the snapshot is abandoned.
+    if (const int32_t e = backend_->cudaDeviceSynchronize(); e != 0 && deferred_error_ == 0) {
+      deferred_error_ = e;
+    }
+    if (__atomic_load_n(snapshot_done_word_, __ATOMIC_ACQUIRE) != f.ordinal) {
+      f.stop.store(true, std::memory_order_release);
+    }
+  }
+  f.finisher.join();
+  if (!f.status.ok()) {
+    ++snapshot_totals_.failures;
+    last_snapshot_end_ns_ = f.end_ns;
+    REVENANT_LOG(ERROR, "agent") << "asynchronous snapshot " << f.ordinal
+                                 << " failed (the last snapshot and the journal since it stay "
+                                    "the recovery's base): "
+                                 << f.status;
+    inflight_.reset();
+    return;
+  }
+  last_snapshot_end_ns_ = f.end_ns;
+  last_snapshot_ns_ = f.end_ns - f.start_ns;
+  const double total_ms = last_snapshot_ns_ / 1e6;
+  SnapshotTotals& t = snapshot_totals_;
+  ++t.count;
+  ++t.inside;
+  t.bytes += f.stats.bytes;
+  t.last_bytes = f.stats.bytes;
+  t.ms += f.critical_ms;
+  t.max_ms = std::max(t.max_ms, f.critical_ms);
+  t.total_ms += total_ms;
+  t.reused += f.stats.reused ? 1 : 0;
+  REVENANT_LOG(INFO, "agent") << absl::StrFormat(
+      "asynchronous snapshot %d (journal minibatch %d, from request %d): %d allocations, %d "
+      "bytes, critical path %.3f ms, device copies done after %.2f ms, total %.2f ms "
+      "(checksums and rename %.2f ms), %s",
+      f.ordinal, f.minibatch, f.seq, f.stats.allocations, f.stats.bytes, f.critical_ms,
+      (f.copied_ns - f.start_ns) / 1e6, total_ms, f.stats.crc_ms,
+      f.stats.reused ? "into the spare file" : "into a new file");
+  inflight_.reset();
+}
+
 void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
+  // An asynchronous snapshot of the journal's minibatch finishes first: the
+  // store has one user at a time.
+  ReapSnapshot(/*wait=*/true);
   const int64_t snapshot_start_ns = MonotonicNanos();
   // The state at the boundary: every request before it was executed (one
   // executor thread), but device work may still be queued.
   if (const int32_t e = backend_->cudaDeviceSynchronize(); e != 0 && deferred_error_ == 0) {
     deferred_error_ = e;  // the application's error: its next reply carries it
   }
+  const double drained_ms = (MonotonicNanos() - snapshot_start_ns) / 1e6;
   const AllocationTable table = backend_->DeviceAllocations();
-  Backend* b = backend_;
-  DeviceRead read = [b](uint64_t addr, void* dst, size_t n) -> absl::Status {
-    const cudaError_t e = b->Memcpy(dst, reinterpret_cast<const void*>(addr), n,
-                                    cudaMemcpyDeviceToHost, nullptr, /*async=*/false);
-    if (e != cudaSuccess) return absl::InternalError(absl::StrCat("device copy error ", e));
-    return absl::OkStatus();
-  };
   absl::StatusOr<SnapshotWriteStats> st = snapshots_->Write(
-      minibatch, seq, table, read,
+      minibatch, seq, table,
       [this, minibatch] { MaybeSnapshotChaos(SessionOptions::Chaos::Point::kSnapshotPartial,
                                              minibatch); });
   if (!st.ok()) {
@@ -719,20 +975,30 @@ void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
   }
   last_snapshot_end_ns_ = MonotonicNanos();
   last_snapshot_ns_ = last_snapshot_end_ns_ - snapshot_start_ns;
+  const double critical_ms = last_snapshot_ns_ / 1e6;
   SnapshotTotals& t = snapshot_totals_;
   ++t.count;
   t.bytes += st->bytes;
-  t.ms += st->ms;
-  t.max_ms = std::max(t.max_ms, st->ms);
-  if (t.count <= 2 || t.count % 100 == 0) {
+  t.last_bytes = st->bytes;
+  t.ms += critical_ms;
+  t.max_ms = std::max(t.max_ms, critical_ms);
+  t.total_ms += critical_ms;
+  t.reused += st->reused ? 1 : 0;
+  // Every snapshot is logged when they are spaced out; every step's only
+  // now and then.
+  if (options_.snapshot_every != 1 || t.count <= 2 || t.count % 100 == 0) {
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
-        "snapshot of minibatch %d: %d allocations, %d bytes in %.2f ms", minibatch,
-        st->allocations, st->bytes, st->ms);
+        "snapshot of minibatch %d: %d allocations, %d bytes, critical path %.2f ms (device "
+        "drained in %.2f ms, copies %.2f ms, checksums %.2f ms), total %.2f ms, %s",
+        minibatch, st->allocations, st->bytes, critical_ms, drained_ms, st->copy_ms,
+        st->crc_ms, critical_ms, st->reused ? "into the spare file" : "into a new file");
   }
   MaybeSnapshotChaos(SessionOptions::Chaos::Point::kAfterSnapshot, minibatch);
 }
 
 void Session::SnapshotRecorded(uint64_t minibatch) {
+  capture_bytes_at_boundary_ = capture_ != nullptr ? capture_->bytes() : 0;
+  inside_since_boundary_ = 0;
   MaybeSnapshotChaos(SessionOptions::Chaos::Point::kAfterBoundary, minibatch);
   // The journal is at `minibatch` now: older snapshots can never be needed.
   snapshots_->DropBefore(minibatch);
@@ -1137,8 +1403,8 @@ absl::Status Session::RestoreBoundary(uint64_t minibatch, const Snapshot* snapsh
     }
     backend_->cudaDeviceSynchronize();
     const std::string detail = absl::StrCat(
-        "minibatch ", minibatch, ", ", snapshot->allocations().size() - skipped,
-        " allocations, ", snapshot->bytes(), " bytes, ",
+        "minibatch ", minibatch, " from request ", snapshot->boundary_seq(), ", ",
+        snapshot->allocations().size() - skipped, " allocations, ", snapshot->bytes(), " bytes, ",
         absl::ToInt64Milliseconds(absl::Now() - t0), " ms");
     RecordEvent(job_root, "replacement_snapshot_loaded", rank, 0, detail);
     REVENANT_LOG(INFO, "agent") << "boundary snapshot loaded: " << detail;

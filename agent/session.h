@@ -63,6 +63,11 @@ struct SessionOptions {
     // kAfterReply: a synchronous request's reply is posted, its outcome
     // not journaled yet where it may follow the reply
     // (RequestJournal::OutcomeMayFollowReply); for others, after execute.
+    // kSnapshotInflight, kSnapshotFinish: at the `minibatch`-th
+    // asynchronous snapshot (one taken inside the journal's minibatch):
+    // its device copies are queued and the executor goes on / the copies
+    // completed and the file is checksummed but not renamed (on the
+    // finishing thread).
     enum class Point {
       kBeforeAppend,
       kAfterAppend,
@@ -70,7 +75,9 @@ struct SessionOptions {
       kAfterReply,
       kSnapshotPartial,
       kAfterSnapshot,
-      kAfterBoundary
+      kAfterBoundary,
+      kSnapshotInflight,
+      kSnapshotFinish
     };
     // Kill at the `after_calls`-th request (counting from 1); 0: never.
     uint64_t after_calls = 0;
@@ -96,6 +103,20 @@ struct SessionOptions {
   // Chaos plans that count minibatches and the validator see every step.
   uint64_t snapshot_every = 1;
   uint64_t snapshot_max_log_bytes = 256ull << 20;
+  // Keep the snapshot given up at a boundary as the next one's (mapped,
+  // registered) file: no mapping or registration per snapshot, 2x the live
+  // bytes in snapshot files; false: 1x, a fresh file per snapshot.
+  bool snapshot_keep_spare = true;
+  // Step boundaries inside the journal's minibatch take asynchronous
+  // snapshots (one rank; not while every step is a journal boundary): the
+  // device copies the allocations on a stream of its own, the later work
+  // waits for them on the device, a thread finishes the file behind; the
+  // finished snapshot replaces the one of the journal's minibatch, whose
+  // replay then starts at its boundary. Journal boundaries (the first,
+  // every 8th snapshot, one whenever the minibatch log passed
+  // snapshot_max_log_bytes) stay synchronous. false: every snapshot is
+  // synchronous.
+  bool snapshot_async = true;
 
   // Journal validator (agent/validator.h): every `validate_every`-th
   // minibatch is replayed from its boundary and compared; 0: off. Needs the
@@ -409,6 +430,44 @@ class Session : private JournalingHost {
   // before), SnapshotRecorded after it did.
   void SnapshotBoundary(uint64_t minibatch, uint64_t seq);
   void SnapshotRecorded(uint64_t minibatch);
+  // What a step boundary does with boundary snapshots on: a journal
+  // boundary with a synchronous snapshot, a step inside the journal's
+  // minibatch with an asynchronous snapshot (SnapshotInside), or a plain
+  // step. `forced`: the agent places the boundary itself.
+  enum class SnapshotStep { kBoundary, kInside, kSkip };
+  SnapshotStep PlanSnapshot(uint64_t seq, bool forced);
+  // Starts an asynchronous snapshot of the state before `seq`, which will
+  // replace the snapshot of the journal's `minibatch`. False: not possible
+  // here (the caller takes a synchronous one).
+  bool SnapshotInside(uint64_t minibatch, uint64_t seq);
+  // Accounts for the asynchronous snapshot once finished; `wait`: waits for
+  // it (abandoning it if the device never completes its copies).
+  void ReapSnapshot(bool wait);
+  struct InflightSnapshot {
+    uint64_t ordinal = 0, minibatch = 0, seq = 0;
+    int64_t start_ns = 0;
+    double critical_ms = 0;
+    std::unique_ptr<SnapshotStore::Pending> pending;
+    std::thread finisher;
+    std::atomic<bool> finished{false};
+    std::atomic<bool> stop{false};
+    // Set by the finisher before `finished`.
+    absl::Status status;
+    SnapshotWriteStats stats;
+    int64_t copied_ns = 0, end_ns = 0;
+  };
+  std::unique_ptr<InflightSnapshot> inflight_;
+  // 8 bytes of registered memory the device stores a snapshot's tag into
+  // once its copies completed (a page of its own).
+  uint64_t* snapshot_done_word_ = nullptr;
+  uint64_t inside_snapshots_ = 0;
+  uint64_t capture_bytes_at_boundary_ = 0;
+  uint64_t trim_checks_ = 0;
+  // Asynchronous snapshots since the journal's boundary; every
+  // kInsidePerBoundary-th snapshot is a journal boundary.
+  uint64_t inside_since_boundary_ = 0;
+  static constexpr uint64_t kInsidePerBoundary = 8;
+  bool inside_unsupported_ = false;
   void MaybeSnapshotChaos(SessionOptions::Chaos::Point point, uint64_t minibatch);
   std::unique_ptr<SnapshotStore> snapshots_;
   // Large uploads the device journals (null until the first one; see
@@ -427,8 +486,9 @@ class Session : private JournalingHost {
   int64_t last_snapshot_end_ns_ = 0;
   int64_t last_snapshot_ns_ = 0;
   struct SnapshotTotals {
-    uint64_t count = 0, bytes = 0, failures = 0;
-    double ms = 0, max_ms = 0;
+    uint64_t count = 0, bytes = 0, failures = 0, last_bytes = 0, reused = 0, inside = 0;
+    double ms = 0, max_ms = 0;  // on the executor's critical path
+    double total_ms = 0;        // to the finished file
   } snapshot_totals_;
 };
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -39,22 +40,6 @@ uint64_t GetU64(const char* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
   return v;
-}
-
-absl::Status WriteAll(int fd, const void* data, size_t n, off_t offset, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t k = pwrite(fd, p, n, offset);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("writing the snapshot ", path, ": ", std::strerror(errno)));
-    }
-    p += k;
-    n -= static_cast<size_t>(k);
-    offset += k;
-  }
-  return absl::OkStatus();
 }
 
 bool ParseName(const std::string& name, const std::string& prefix, uint64_t* minibatch) {
@@ -97,124 +82,388 @@ absl::Status Snapshot::Load(const DeviceWrite& write, const AllocationTable& liv
   return absl::OkStatus();
 }
 
-SnapshotStore::SnapshotStore(std::string dir, int rank) : dir_(std::move(dir)), rank_(rank) {}
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  // CRC32C is linear: crc(A+B) = crc(A) * x^(8 len_b) mod P + crc(B) over
+  // GF(2), with the pre- and post-inversion cancelling out. Polynomials are
+  // bit-reflected: bit 31 is x^0.
+  constexpr uint32_t kPoly = 0x82f63b78u;
+  auto mul = [](uint32_t a, uint32_t b) {
+    uint32_t product = 0;
+    for (uint32_t bit = 1u << 31; bit != 0; bit >>= 1) {
+      if (a & bit) product ^= b;
+      b = (b & 1) ? (b >> 1) ^ kPoly : b >> 1;
+    }
+    return product;
+  };
+  if (len_b == 0) return crc_a;
+  uint32_t power = 1u << 30;   // x^1, squared to x^(2^k)
+  uint32_t factor = 1u << 31;  // x^0
+  for (uint64_t bits = len_b * 8; bits != 0; bits >>= 1) {
+    if (bits & 1) factor = mul(factor, power);
+    power = mul(power, power);
+  }
+  return mul(factor, crc_a) ^ crc_b;
+}
+
+uint32_t Crc32cParallel(const char* data, uint64_t n, int threads) {
+  constexpr uint64_t kMinPiece = 8u << 20;
+  const uint64_t pieces = std::min<uint64_t>(std::max(threads, 1), n / kMinPiece);
+  if (pieces <= 1) return crc32c::Value(data, n);
+  const uint64_t piece = (n + pieces - 1) / pieces;
+  std::vector<uint32_t> crcs(pieces, 0);
+  std::vector<std::thread> workers;
+  for (uint64_t i = 1; i < pieces; ++i) {
+    workers.emplace_back([&, i] {
+      const uint64_t off = i * piece;
+      crcs[i] = crc32c::Value(data + off, std::min(piece, n - off));
+    });
+  }
+  crcs[0] = crc32c::Value(data, piece);
+  for (std::thread& t : workers) t.join();
+  uint32_t crc = crcs[0];
+  for (uint64_t i = 1; i < pieces; ++i) {
+    const uint64_t off = i * piece;
+    crc = Crc32cCombine(crc, crcs[i], std::min(piece, n - off));
+  }
+  return crc;
+}
+
+SnapshotStore::SnapshotStore(std::string dir, int rank)
+    : SnapshotStore(std::move(dir), rank, Options()) {}
+
+SnapshotStore::SnapshotStore(std::string dir, int rank, Options options)
+    : dir_(std::move(dir)), rank_(rank), options_(options) {}
+
+SnapshotStore::~SnapshotStore() { ReleaseMappings(); }
 
 std::string SnapshotStore::PathOf(uint64_t minibatch) const {
   return absl::StrCat(dir_, "/snap-", minibatch);
+}
+
+void SnapshotStore::Unmap(File* f) {
+  if (f->map == nullptr) return;
+  if (f->registered && f->unregister) f->unregister(f->map);
+  f->registered = false;
+  munmap(f->map, f->size);
+  f->map = nullptr;
+}
+
+void SnapshotStore::Delete(std::unique_ptr<File> f) {
+  if (f == nullptr) return;
+  Unmap(f.get());
+  unlink(f->path.c_str());
+}
+
+void SnapshotStore::ReleaseMappings() {
+  for (auto& [m, f] : files_) Unmap(f.get());
+  files_.clear();
+  Delete(std::move(spare_));
+}
+
+uint64_t SnapshotStore::file_bytes() const {
+  uint64_t n = spare_ != nullptr ? spare_->size : 0;
+  for (const auto& [m, f] : files_) n += f->size;
+  return n;
+}
+
+uint64_t SnapshotStore::registered_bytes() const {
+  uint64_t n = spare_ != nullptr && spare_->registered ? spare_->size : 0;
+  for (const auto& [m, f] : files_) n += f->registered ? f->size : 0;
+  return n;
+}
+
+absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
+    size_t size, const std::string& path, const SnapshotCopier& copier, bool* reused) {
+  *reused = false;
+  if (spare_ != nullptr && spare_->size == size && spare_->map != nullptr &&
+      (spare_->registered || !copier.register_host)) {
+    std::unique_ptr<File> f = std::move(spare_);
+    if (rename(f->path.c_str(), path.c_str()) == 0) {
+      f->path = path;
+      *reused = true;
+      return f;
+    }
+    Delete(std::move(f));
+  }
+  // A spare of another size would stay unused: the memory goes back now.
+  Delete(std::move(spare_));
+  const int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
+  }
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    const int err = errno;
+    close(fd);
+    unlink(path.c_str());
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot size the snapshot ", path, " to ", size, " bytes: ", std::strerror(err)));
+  }
+  void* map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) {
+    const int err = errno;
+    unlink(path.c_str());
+    return absl::UnavailableError(absl::StrCat("mmap ", path, ": ", std::strerror(err)));
+  }
+  auto f = std::make_unique<File>();
+  f->path = path;
+  f->map = static_cast<char*>(map);
+  f->size = size;
+  ++files_mapped_;
+  if (copier.register_host) {
+    // Whole pages (the mapping's last one reaches past the end of the file).
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    if (absl::Status s = copier.register_host(f->map, (size + page - 1) / page * page); !s.ok()) {
+      Delete(std::move(f));
+      return absl::Status(s.code(), absl::StrCat("registering the snapshot ", path,
+                                                 " for device copies: ", s.message()));
+    }
+    f->registered = true;
+    f->unregister = copier.unregister_host;
+  }
+  return f;
+}
+
+absl::StatusOr<SnapshotWriteStats> SnapshotStore::Write(uint64_t minibatch, uint64_t boundary_seq,
+                                                        const AllocationTable& table,
+                                                        const SnapshotCrashHook& before_rename) {
+  if (!copier_.copy) return absl::FailedPreconditionError("no device copier for the snapshot");
+  return WriteWith(minibatch, boundary_seq, table, copier_, before_rename);
 }
 
 absl::StatusOr<SnapshotWriteStats> SnapshotStore::Write(uint64_t minibatch, uint64_t boundary_seq,
                                                         const AllocationTable& table,
                                                         const DeviceRead& read,
                                                         const SnapshotCrashHook& before_rename) {
-  const absl::Time start = absl::Now();
+  SnapshotCopier copier;
+  copier.copy = [&read](uint64_t addr, void* dst, size_t n) -> absl::Status {
+    for (size_t done = 0; done < n;) {
+      const size_t k = std::min(kChunk, n - done);
+      if (absl::Status s = read(addr + done, static_cast<char*>(dst) + done, k); !s.ok()) {
+        return s;
+      }
+      done += k;
+    }
+    return absl::OkStatus();
+  };
+  return WriteWith(minibatch, boundary_seq, table, copier, before_rename);
+}
+
+absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::Begin(
+    uint64_t minibatch, uint64_t boundary_seq, const AllocationTable& table) {
+  return BeginWith(minibatch, boundary_seq, table, copier_);
+}
+
+absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::BeginWith(
+    uint64_t minibatch, uint64_t boundary_seq, const AllocationTable& table,
+    const SnapshotCopier& copier) {
   if (!dir_ready_) {
     if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
       return absl::UnavailableError(absl::StrCat("cannot create the snapshot directory ", dir_,
                                                  ": ", std::strerror(errno)));
     }
     dir_ready_ = true;
-  }
-  const std::string tmp = absl::StrCat(dir_, "/.tmp-snap-", minibatch);
-  const std::string path = PathOf(minibatch);
-  const int fd = open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
-  }
-  auto fail = [&](absl::Status s) {
-    close(fd);
-    unlink(tmp.c_str());
-    return s;
-  };
-  const size_t meta_size = kHeaderSize + table.size() * kEntrySize + 4;
-  off_t offset = static_cast<off_t>(meta_size);
-  std::vector<uint32_t> crcs(table.size(), 0);
-  std::vector<char> buf;
-  uint64_t bytes = 0;
-  for (size_t i = 0; i < table.size(); ++i) {
-    const auto& [addr, size] = table[i];
-    uint32_t crc = 0;
-    for (uint64_t done = 0; done < size;) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, size - done));
-      if (buf.size() < n) buf.resize(n);
-      if (absl::Status s = read(addr + done, buf.data(), n); !s.ok()) {
-        return fail(absl::Status(s.code(), absl::StrCat("reading allocation 0x", absl::Hex(addr),
-                                                        " for the snapshot: ", s.message())));
+    // A dead agent's spare and temporary files hold memory and are never
+    // used: gone before this store writes its first file.
+    if (DIR* d = opendir(dir_.c_str())) {
+      std::vector<std::string> doomed;
+      while (dirent* e = readdir(d)) {
+        const std::string name = e->d_name;
+        uint64_t m = 0;
+        if (ParseName(name, ".tmp-snap-", &m) || name.rfind(".spare-snap", 0) == 0) {
+          doomed.push_back(dir_ + "/" + name);
+        }
       }
-      crc = crc32c::Extend(crc, buf.data(), n);
-      if (absl::Status s = WriteAll(fd, buf.data(), n, offset, tmp); !s.ok()) return fail(s);
-      offset += static_cast<off_t>(n);
-      done += n;
+      closedir(d);
+      for (const std::string& path : doomed) unlink(path.c_str());
     }
-    crcs[i] = crc;
-    bytes += size;
   }
+  auto p = std::make_unique<Pending>();
+  p->minibatch_ = minibatch;
+  p->boundary_seq_ = boundary_seq;
+  p->table_ = table;
+  p->tmp_ = absl::StrCat(dir_, "/.tmp-snap-", minibatch);
+  const size_t meta_size = kHeaderSize + table.size() * kEntrySize + 4;
+  uint64_t offset = meta_size;
+  for (const auto& [addr, size] : table) {
+    p->offsets_.push_back(offset);
+    offset += size;
+    p->bytes_ += size;
+  }
+  absl::StatusOr<std::unique_ptr<File>> made = FileOfSize(offset, p->tmp_, copier, &p->reused_);
+  if (!made.ok()) return made.status();
+  p->file_ = std::move(*made);
+  // A reused file still holds the header of the snapshot it was: damaged
+  // until Finish writes this one's, so that it can never pass for either.
+  std::memset(p->file_->map, 0, std::min<size_t>(meta_size, p->file_->size));
+  return p;
+}
+
+void SnapshotStore::Abandon(std::unique_ptr<Pending> pending) {
+  if (pending != nullptr) Delete(std::move(pending->file_));
+}
+
+absl::StatusOr<SnapshotWriteStats> SnapshotStore::Finish(std::unique_ptr<Pending> pending,
+                                                         const SnapshotCrashHook& before_rename) {
+  const absl::Time start = absl::Now();
+  Pending& p = *pending;
+  const AllocationTable& table = p.table_;
+  const size_t meta_size = kHeaderSize + table.size() * kEntrySize + 4;
   std::string meta;
   meta.reserve(meta_size);
   meta.append(kMagic, sizeof(kMagic));
   PutU32(&meta, kVersion);
   PutU32(&meta, static_cast<uint32_t>(rank_));
-  PutU64(&meta, minibatch);
-  PutU64(&meta, boundary_seq);
+  PutU64(&meta, p.minibatch_);
+  PutU64(&meta, p.boundary_seq_);
   PutU64(&meta, table.size());
   for (size_t i = 0; i < table.size(); ++i) {
     PutU64(&meta, table[i].first);
     PutU64(&meta, table[i].second);
-    PutU32(&meta, crcs[i]);
+    PutU32(&meta, Crc32cParallel(p.destination(i), table[i].second, options_.crc_threads));
     PutU32(&meta, 0);
   }
   PutU32(&meta, crc32c::Value(meta.data(), meta.size()));
-  if (absl::Status s = WriteAll(fd, meta.data(), meta.size(), 0, tmp); !s.ok()) return fail(s);
-  close(fd);
+  std::memcpy(p.file_->map, meta.data(), meta.size());
   if (before_rename) before_rename();
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return absl::UnavailableError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(err)));
+  const std::string path = PathOf(p.minibatch_);
+  // An older snapshot of the same minibatch that this store holds mapped
+  // becomes the spare: a second name first, so that `path` names one
+  // complete snapshot or the other at every moment.
+  std::unique_ptr<File> replaced;
+  for (auto it = files_.begin(); it != files_.end(); ++it) {
+    if (it->first == p.minibatch_) {
+      replaced = std::move(it->second);
+      files_.erase(it);
+      break;
+    }
   }
-  if (std::find(written_.begin(), written_.end(), minibatch) == written_.end()) {
-    written_.push_back(minibatch);
+  const std::string spare_path = dir_ + "/.spare-snap";
+  bool linked = false;
+  if (replaced != nullptr && replaced->map != nullptr && options_.keep_spare) {
+    Delete(std::move(spare_));
+    unlink(spare_path.c_str());
+    linked = link(path.c_str(), spare_path.c_str()) == 0;
+  }
+  if (rename(p.tmp_.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    if (linked) unlink(spare_path.c_str());
+    if (replaced != nullptr) files_.emplace_back(p.minibatch_, std::move(replaced));
+    Delete(std::move(p.file_));
+    return absl::UnavailableError(
+        absl::StrCat("cannot rename ", p.tmp_, " to ", path, ": ", std::strerror(err)));
+  }
+  if (replaced != nullptr) {
+    if (linked) {
+      replaced->path = spare_path;
+      spare_ = std::move(replaced);
+    } else {
+      Unmap(replaced.get());  // its name now holds the new snapshot
+    }
+  }
+  p.file_->path = path;
+  files_.emplace_back(p.minibatch_, std::move(p.file_));
+  if (std::find(written_.begin(), written_.end(), p.minibatch_) == written_.end()) {
+    written_.push_back(p.minibatch_);
   }
   SnapshotWriteStats stats;
   stats.allocations = table.size();
-  stats.bytes = bytes;
-  stats.ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  stats.bytes = p.bytes_;
+  stats.reused = p.reused_;
+  stats.crc_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  stats.ms = stats.crc_ms;
   return stats;
 }
 
+absl::StatusOr<SnapshotWriteStats> SnapshotStore::WriteWith(uint64_t minibatch,
+                                                            uint64_t boundary_seq,
+                                                            const AllocationTable& table,
+                                                            const SnapshotCopier& copier,
+                                                            const SnapshotCrashHook& before_rename) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<Pending>> p = BeginWith(minibatch, boundary_seq, table, copier);
+  if (!p.ok()) return p.status();
+  for (size_t i = 0; i < table.size(); ++i) {
+    const auto& [addr, size] = table[i];
+    if (size == 0) continue;
+    if (absl::Status s = copier.copy(addr, (*p)->destination(i), size); !s.ok()) {
+      Abandon(std::move(*p));
+      return absl::Status(s.code(), absl::StrCat("reading allocation 0x", absl::Hex(addr),
+                                                 " for the snapshot: ", s.message()));
+    }
+  }
+  if (copier.wait) {
+    if (absl::Status s = copier.wait(); !s.ok()) {
+      Abandon(std::move(*p));
+      return absl::Status(s.code(), absl::StrCat("the snapshot's device copies: ", s.message()));
+    }
+  }
+  const absl::Time copied = absl::Now();
+  absl::StatusOr<SnapshotWriteStats> st = Finish(std::move(*p), before_rename);
+  if (!st.ok()) return st;
+  st->copy_ms = absl::ToDoubleMilliseconds(copied - start);
+  st->ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  return st;
+}
+
 void SnapshotStore::DropBefore(uint64_t minibatch) {
-  if (scanned_) {
-    // Only this store's snapshots can be left: no directory scan per boundary.
-    for (auto it = written_.begin(); it != written_.end();) {
-      if (*it < minibatch) {
-        unlink(PathOf(*it).c_str());
-        it = written_.erase(it);
-      } else {
-        ++it;
+  if (!scanned_) {
+    scanned_ = true;
+    // A dead agent's files: its older snapshots, leftover temporary files
+    // and its spare (there is one writer, and it is not writing now).
+    if (DIR* d = opendir(dir_.c_str())) {
+      std::vector<std::string> doomed;
+      while (dirent* e = readdir(d)) {
+        const std::string name = e->d_name;
+        uint64_t m = 0;
+        if ((ParseName(name, "snap-", &m) && m < minibatch &&
+             std::find(written_.begin(), written_.end(), m) == written_.end()) ||
+            ParseName(name, ".tmp-snap-", &m) || name.rfind(".spare-snap", 0) == 0) {
+          doomed.push_back(dir_ + "/" + name);
+        }
+      }
+      closedir(d);
+      for (const std::string& p : doomed) {
+        if (spare_ == nullptr || p != spare_->path) unlink(p.c_str());
       }
     }
-    return;
   }
-  scanned_ = true;
-  DIR* d = opendir(dir_.c_str());
-  if (d == nullptr) return;
-  std::vector<std::string> doomed;
-  while (dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
-    uint64_t m = 0;
-    // Temporary files are leftovers of a writer that died (there is one
-    // writer, and it is not writing now).
-    if ((ParseName(name, "snap-", &m) && m < minibatch) || ParseName(name, ".tmp-snap-", &m)) {
-      doomed.push_back(dir_ + "/" + name);
+  // The newest snapshot given up becomes the spare.
+  uint64_t newest = 0;
+  bool any = false;
+  for (uint64_t m : written_) {
+    if (m < minibatch && (!any || m > newest)) newest = m, any = true;
+  }
+  for (auto it = written_.begin(); it != written_.end();) {
+    const uint64_t m = *it;
+    if (m >= minibatch) {
+      ++it;
+      continue;
     }
+    std::unique_ptr<File> f;
+    for (auto fi = files_.begin(); fi != files_.end(); ++fi) {
+      if (fi->first == m) {
+        f = std::move(fi->second);
+        files_.erase(fi);
+        break;
+      }
+    }
+    if (f != nullptr && options_.keep_spare && m == newest && f->map != nullptr) {
+      const std::string spare_path = dir_ + "/.spare-snap";
+      Delete(std::move(spare_));
+      if (rename(f->path.c_str(), spare_path.c_str()) == 0) {
+        f->path = spare_path;
+        spare_ = std::move(f);
+      } else {
+        Delete(std::move(f));
+      }
+    } else if (f != nullptr) {
+      Delete(std::move(f));
+    } else {
+      unlink(PathOf(m).c_str());
+    }
+    it = written_.erase(it);
   }
-  closedir(d);
-  for (const std::string& p : doomed) unlink(p.c_str());
-  written_.erase(std::remove_if(written_.begin(), written_.end(),
-                                [minibatch](uint64_t m) { return m < minibatch; }),
-                 written_.end());
 }
 
 std::vector<uint64_t> SnapshotStore::List() const {

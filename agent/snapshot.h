@@ -5,9 +5,27 @@
 // At the boundary that starts minibatch m, before the journal records that
 // boundary, the agent writes every live allocation's bytes to
 // <job_dir>/snapshots/snap-<m>: first under a temporary name, then renamed.
-// The older snapshot is deleted only after the journal recorded boundary m,
+// The older snapshot is given up only after the journal recorded boundary m,
 // so whichever crash point the agent dies at, the snapshot of the journal's
 // minibatch exists (docs/recovery.md has the table).
+//
+// Between journal boundaries (a 1-rank job), snapshots are asynchronous:
+// Begin maps the file, the device copies into it on a stream of its own
+// (Backend::QueueSnapshotCopies), and Finish, on another thread once the
+// copies completed, checksums it and renames it over the snapshot of the
+// journal's minibatch (same m, later boundary_seq: the journal's replay
+// skips the steps before it). Until then the older snapshot and the
+// journal since it are the recovery's base.
+//
+// The files are mapped and reused: a file is sized, mapped (MAP_SHARED) and
+// registered for device copies once (SnapshotCopier::register_host: on the
+// cuda backend cudaHostRegister), the device copies every allocation
+// straight into the mapping, and the snapshot given up at a boundary is
+// kept as the spare (renamed to .spare-snap) that the next snapshot of the
+// same size is written into: in steady state a boundary maps and registers
+// nothing. With the spare kept, the files hold 2x the live bytes between
+// boundaries; without (keep_spare false), 1x, and each snapshot maps and
+// registers a fresh file.
 //
 // File layout (little endian):
 //   header   magic "RVSNAP01", u32 version, u32 rank, u64 minibatch,
@@ -19,7 +37,8 @@
 // boundary_seq is the first request seq the state does not include.
 //
 //   SnapshotStore store(job_dir + "/snapshots", rank);
-//   store.Write(m, seq, backend->allocations, read_fn);   // at a boundary
+//   store.SetCopier(copier);                              // the backend's copies
+//   store.Write(m, seq, backend->allocations);            // at a boundary
 //   store.DropBefore(m);                                  // after the journal's boundary
 //   absl::StatusOr<Snapshot> s = store.Open(m);           // a replacement
 //   s->Load(write_fn);
@@ -48,16 +67,43 @@ using AllocationTable = std::vector<std::pair<uint64_t, uint64_t>>;
 using DeviceRead = std::function<absl::Status(uint64_t addr, void* dst, size_t n)>;
 using DeviceWrite = std::function<absl::Status(uint64_t addr, const void* src, size_t n)>;
 
+// How the device bytes reach a mapped snapshot file. `copy` may only queue
+// the copy; `wait` returns once every queued copy is done. register_host /
+// unregister_host (may be null) make a mapping reachable by device copies.
+struct SnapshotCopier {
+  std::function<absl::Status(uint64_t addr, void* dst, size_t n)> copy;
+  std::function<absl::Status()> wait;
+  std::function<absl::Status(void* p, size_t n)> register_host;
+  std::function<void(void* p)> unregister_host;
+};
+
 struct SnapshotWriteStats {
   uint64_t allocations = 0;
   uint64_t bytes = 0;
-  double ms = 0;
+  double ms = 0;        // the whole write
+  double copy_ms = 0;   // the device copies (queued and waited for)
+  double crc_ms = 0;    // checksums and header
+  bool reused = false;  // written into the spare: nothing mapped or registered
 };
+
+// CRC32C of A+B from crc32c(A), crc32c(B) and B's length.
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+// CRC32C of n bytes, computed by up to `threads` threads.
+uint32_t Crc32cParallel(const char* data, uint64_t n, int threads);
 
 // Crash points inside Write, for fault injection (revenant-run --chaos
 // point=snapshot_partial): called after the temporary file is complete and
 // before it is renamed.
 using SnapshotCrashHook = std::function<void()>;
+
+// A snapshot file mapped for writing (SnapshotStore's).
+struct SnapshotFile {
+  std::string path;
+  char* map = nullptr;
+  size_t size = 0;
+  bool registered = false;
+  std::function<void(void* p)> unregister;
+};
 
 // One verified snapshot, mapped read-only.
 class Snapshot {
@@ -95,20 +141,86 @@ class Snapshot {
 
 class SnapshotStore {
  public:
+  struct Options {
+    // Keep the snapshot given up at a boundary as the next one's file.
+    bool keep_spare = true;
+    // Threads that checksum a snapshot's bytes (1: the caller alone).
+    int crc_threads = 1;
+  };
   SnapshotStore(std::string dir, int rank);
+  SnapshotStore(std::string dir, int rank, Options options);
+  // Unmaps (and unregisters) the files; they stay on disk.
+  ~SnapshotStore();
 
   const std::string& dir() const { return dir_; }
 
+  // The device copies for Write without a reader (default: none).
+  void SetCopier(SnapshotCopier copier) { copier_ = std::move(copier); }
+
   // Writes the snapshot of the boundary that starts `minibatch`: `table`'s
-  // allocations read through `read`. Temporary file, then rename; an older
-  // snapshot of the same minibatch is replaced.
+  // allocations copied by the copier, or read through `read` straight into
+  // the mapped file. Temporary file, then rename; an older snapshot of the
+  // same minibatch is replaced.
+  absl::StatusOr<SnapshotWriteStats> Write(uint64_t minibatch, uint64_t boundary_seq,
+                                           const AllocationTable& table,
+                                           const SnapshotCrashHook& before_rename = nullptr);
   absl::StatusOr<SnapshotWriteStats> Write(uint64_t minibatch, uint64_t boundary_seq,
                                            const AllocationTable& table, const DeviceRead& read,
                                            const SnapshotCrashHook& before_rename = nullptr);
 
-  // Deletes the snapshots of minibatches before `minibatch`. The first call
-  // scans the directory (a dead agent's snapshots, leftover temporary
-  // files); later ones delete what this store wrote (call it between writes).
+  // A snapshot whose bytes are being copied into its mapped file (written
+  // under the temporary name; not a snapshot until Finish renamed it).
+  class Pending {
+   public:
+    uint64_t minibatch() const { return minibatch_; }
+    uint64_t boundary_seq() const { return boundary_seq_; }
+    const AllocationTable& table() const { return table_; }
+    // Where allocation i's bytes go (registered when the copier registers).
+    char* destination(size_t i) const { return file_->map + offsets_[i]; }
+    uint64_t bytes() const { return bytes_; }
+    bool reused() const { return reused_; }
+
+   private:
+    friend class SnapshotStore;
+    uint64_t minibatch_ = 0, boundary_seq_ = 0, bytes_ = 0;
+    bool reused_ = false;
+    AllocationTable table_;
+    std::vector<uint64_t> offsets_;
+    std::string tmp_;
+    std::unique_ptr<SnapshotFile> file_;
+  };
+
+  // The two halves of Write, for device copies that complete later: Begin
+  // maps the file (the spare, or a new one registered through the copier),
+  // the caller has the device fill every destination; once the copies
+  // completed, Finish checksums, writes the header and renames it into
+  // place, atomically replacing an existing snapshot of the same minibatch
+  // (a newer state of the same journal minibatch: Snapshot::boundary_seq
+  // says where the journal's replay starts); the replaced file becomes the
+  // spare. Abandon deletes it. Begin..Finish/Abandon may run on another
+  // thread than Begin's caller; nothing else may use the store meanwhile.
+  absl::StatusOr<std::unique_ptr<Pending>> Begin(uint64_t minibatch, uint64_t boundary_seq,
+                                                 const AllocationTable& table);
+  absl::StatusOr<SnapshotWriteStats> Finish(std::unique_ptr<Pending> pending,
+                                            const SnapshotCrashHook& before_rename = nullptr);
+  void Abandon(std::unique_ptr<Pending> pending);
+
+  // Unmaps and unregisters every file (the device is going away); the
+  // snapshots stay on disk, the spare is deleted. Later writes map anew.
+  void ReleaseMappings();
+
+  // Bytes of the files this store holds (snapshots not dropped + spare),
+  // of those registered for device copies, and how many times a file was
+  // mapped and registered.
+  uint64_t file_bytes() const;
+  uint64_t registered_bytes() const;
+  uint64_t files_mapped() const { return files_mapped_; }
+
+  // Gives up the snapshots of minibatches before `minibatch`: the newest of
+  // them becomes the spare (Options::keep_spare), the others are deleted.
+  // The first call scans the directory (a dead agent's snapshots, leftover
+  // temporary and spare files); later ones handle what this store wrote
+  // (call it between writes).
   void DropBefore(uint64_t minibatch);
 
   // Opens and verifies (every CRC, the file size) the snapshot of
@@ -122,11 +234,33 @@ class SnapshotStore {
   std::string PathOf(uint64_t minibatch) const;
 
  private:
+  using File = SnapshotFile;
+  absl::StatusOr<SnapshotWriteStats> WriteWith(uint64_t minibatch, uint64_t boundary_seq,
+                                               const AllocationTable& table,
+                                               const SnapshotCopier& copier,
+                                               const SnapshotCrashHook& before_rename);
+  absl::StatusOr<std::unique_ptr<Pending>> BeginWith(uint64_t minibatch, uint64_t boundary_seq,
+                                                     const AllocationTable& table,
+                                                     const SnapshotCopier& copier);
+  // A mapped file of `size` bytes at `path`: the spare when it has that
+  // size (renamed), else a new one.
+  absl::StatusOr<std::unique_ptr<File>> FileOfSize(size_t size, const std::string& path,
+                                                   const SnapshotCopier& copier, bool* reused);
+  void Unmap(File* f);
+  void Delete(std::unique_ptr<File> f);
+
   const std::string dir_;
   const int rank_;
+  const Options options_;
+  SnapshotCopier copier_;
   bool dir_ready_ = false;
   bool scanned_ = false;
   std::vector<uint64_t> written_;  // renamed snapshots not yet dropped
+  // The mapped files of `written_` (one may be unmapped after
+  // ReleaseMappings: not here then), and the spare.
+  std::vector<std::pair<uint64_t, std::unique_ptr<File>>> files_;
+  std::unique_ptr<File> spare_;
+  uint64_t files_mapped_ = 0;
 };
 
 }  // namespace agent

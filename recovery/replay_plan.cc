@@ -134,6 +134,15 @@ void ReplayPlan::BoundaryTaken(bool survivors_ahead) {
 }
 
 ReplayAction ReplayPlan::ActionFor(const ReplayRequest& r) const {
+  if (r.from_minibatch && options_.snapshot_boundary_seq.has_value() &&
+      r.seq < *options_.snapshot_boundary_seq) {
+    // A step of the minibatch log that the snapshot already holds: the
+    // snapshot was taken at a step boundary inside the journal's minibatch
+    // (an asynchronous snapshot completes after its boundary, so the
+    // journal keeps the steps since the previous one). It ran, and was
+    // answered, before the snapshot's boundary.
+    return ReplayAction::kSkip;
+  }
   if (r.from_minibatch && survivors_ahead_) {
     // Superseded by the survivors' state. A synchronous request the
     // application still waits for is answered (without results: see

@@ -252,6 +252,24 @@ TEST(ReplayPlanTest, SnapshotBoundaryFallsAtItsRequestEvenInTheSetupLog) {
   EXPECT_THAT(w.in_setup, ElementsAre(true, false, false));
 }
 
+TEST(ReplayPlanTest, MinibatchStepsTheSnapshotHoldsAreSkipped) {
+  // The journal's minibatch began before request 2; its snapshot was taken
+  // later, at the step boundary before request 5 (a snapshot that completed
+  // after its boundary): requests 2-4 are in it, 5 and 6 replay on top.
+  ReplayLog log = Log({Request(1), Request(3)}, {Request(2), Request(4, kSync, 0), Outcome(4),
+                                                 Request(5), Request(6)},
+                      3);
+  ReplayPlan::Options o;
+  o.snapshot_boundary_seq = 5;
+  ReplayPlan plan(log, o);
+  const Walk w = WalkPlan(plan);
+  EXPECT_EQ(w.boundary_before, 5u);
+  EXPECT_THAT(w.skipped, ElementsAre(2, 4));
+  // Request 3 (setup log: state the snapshot's allocations need) replays
+  // before the snapshot is loaded.
+  EXPECT_THAT(w.replayed, ElementsAre(1, 3, 5, 6));
+}
+
 TEST(ReplayPlanTest, SurvivorsAheadSupersedeTheMinibatchLogOnly) {
   ReplayLog log =
       Log({Request(1), Request(4)}, {Request(2), Request(3, kSync, 0), Outcome(3)}, 5);

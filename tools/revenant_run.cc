@@ -146,6 +146,13 @@ ABSL_FLAG(std::string, snapshot_every, "auto",
           "with boundary snapshots: every N-th step boundary takes one, or auto (the first, then "
           "as often as keeps snapshots under 5 % of the job's time; the steps in between are "
           "replayed from the last snapshot after a failure)");
+ABSL_FLAG(bool, snapshot_async, true,
+          "with boundary snapshots in a one-rank job: the snapshots between journal boundaries "
+          "are asynchronous (the device copies on a stream of its own, a thread finishes the "
+          "file behind; docs/recovery.md); false: every snapshot synchronous");
+ABSL_FLAG(bool, snapshot_keep_spare, true,
+          "keep the snapshot file given up at a journal boundary for the next snapshot (no new "
+          "registered memory per snapshot; 2x the live bytes in snapshot files); false: 1x");
 ABSL_FLAG(std::string, journal_thread, "auto",
           "agents journal plain asynchronous requests on a second thread: behind "
           "(write-behind), ahead, off, or auto (behind with at least 4 CPUs and 3 per rank; "
@@ -158,7 +165,8 @@ ABSL_FLAG(std::string, chaos, "",
           "rank=1,minibatch=3,calls=40,point=after_execute (points: before_append, "
           "after_append, after_execute, after_reply; with snapshots, at the boundary of `minibatch`: "
           "snapshot_partial, after_snapshot, after_boundary, and corrupt_snapshot=1 to damage "
-          "the snapshot first); the agents are then the testing variant, revenant-agent-testing, "
+          "the snapshot first; at the `minibatch`-th asynchronous snapshot: snapshot_inflight, "
+          "snapshot_finish); the agents are then the testing variant, revenant-agent-testing, "
           "which has these crash points");
 ABSL_FLAG(double, recovery_timeout, 120,
           "seconds a rank waits for a replacement agent before its calls fail");
@@ -740,6 +748,8 @@ int Main(int argc, char** argv) {
                                      absl::StrCat("--journal=", absl::GetFlag(FLAGS_journal)),
                                      "--snapshots=" + snapshots,
                                      "--snapshot_every=" + absl::GetFlag(FLAGS_snapshot_every),
+                                     std::string("--snapshot_async=") + (absl::GetFlag(FLAGS_snapshot_async) ? "true" : "false"),
+                                     std::string("--snapshot_keep_spare=") + (absl::GetFlag(FLAGS_snapshot_keep_spare) ? "true" : "false"),
                                      "--journal_thread=" + absl::GetFlag(FLAGS_journal_thread),
                                      absl::StrCat("--world_size=", world),
                                      "--die_with_parent"};

@@ -6,12 +6,16 @@
 #      takes a snapshot at every boundary (auto: 1 rank) and ends with the
 #      native checksum; the agent's cost per boundary is printed, also for a
 #      larger model (--hidden 4096);
+#   1b. hidden 4096 with --snapshot_every=10, asynchronous vs synchronous
+#      snapshots: equal checksums; per-snapshot cost and memory printed;
 #   2. killed past the first boundary (minibatch 6, 8 calls in) with the
 #      default collectives (real NCCL), then with --collectives=gloo: the
 #      replacement restores the snapshot of minibatch 6, replays, and the
 #      final checksum equals the native run's; the timeline is printed;
 #   3. killed at the boundary itself (snapshot renamed, journal boundary not
-#      recorded): recovered from the previous boundary's snapshot;
+#      recorded): recovered from the previous boundary's snapshot; killed
+#      with an asynchronous snapshot in flight / finished but not renamed:
+#      recovered from the one before;
 #   4. a corrupted snapshot: refused with a data-loss error, the application
 #      fails cleanly, the job ends well within its bound;
 #   5. --spares 1: the same kill, the rank goes to the spare (CUDA context
@@ -34,7 +38,8 @@ if [ "$MODE" = all ] || [ "$MODE" = snapshots ]; then
     log="$LOGS/snap.faultfree.h$hidden.log"
     timeout 200 $RUN -n 1 --backend=cuda --timeout=180 -- "$G/apps/train_mlp.bin" \
       --iters $iters --hidden $hidden >"$log" 2>&1; rc=$?
-    grep -E "snapshot of minibatch [12]:|snapshots at exit" "$log" | head -3 | sed 's/^/   | /'
+    grep -E "snapshot of minibatch [12]:|snapshots at exit|snapshot memory at exit" "$log" | head -4 | sed 's/^/   | /'
+    grep -E "asynchronous snapshot [0-9]+ \(" "$log" | head -3 | sed 's/^/   | /'
     if [ "$hidden" = 128 ]; then
       got=$(checksum "$log")
       if [ $rc -eq 0 ] && [ -n "$sref" ] && [ "$got" = "$sref" ] &&
@@ -45,6 +50,26 @@ if [ "$MODE" = all ] || [ "$MODE" = snapshots ]; then
       record "snapshots: cost, hidden 4096" "$s" "$log"
     fi
   done
+
+  # 1b. Asynchronous snapshots at every 10th step (hidden 4096): the cost of
+  # each on the executor (critical path) and to the finished file, the
+  # files' reuse and memory; the checksum must equal a run with synchronous
+  # snapshots only.
+  for arm in async sync; do
+    log="$LOGS/snap.every10.$arm.log"
+    flags="--snapshot_every=10"; [ "$arm" = sync ] && flags="$flags --snapshot_async=false"
+    t0=$(now)
+    timeout 200 $RUN -n 1 --backend=cuda --timeout=180 $flags -- "$G/apps/train_mlp.bin" \
+      --iters $iters --hidden 4096 >"$log" 2>&1; rc=$?
+    el=$(calc "$(now) - $t0")
+    printf '   hidden 4096, %s: rc=%s, %.2f s, checksum %s\n' "$flags" "$rc" "$el" "$(checksum "$log")"
+    grep -E "snapshots at exit|snapshot memory at exit|host memory at exit|journal at exit" "$log" | head -4 | sed 's/^/   | /'
+    grep -E "asynchronous snapshot [0-9]+ \(|snapshot of minibatch [12]:" "$log" | head -4 | sed 's/^/   | /'
+  done
+  a=$(checksum "$LOGS/snap.every10.async.log"); b=$(checksum "$LOGS/snap.every10.sync.log")
+  if [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "asynchronous snapshot [0-9]* (" "$LOGS/snap.every10.async.log"; then
+    s=PASS; else s="FAIL ($a vs $b)"; fi
+  record "snapshots: asynchronous = synchronous (hidden 4096)" "$s" "$LOGS/snap.every10.async.log"
 
   # 2.-3. Kills past the first boundary and at the boundary.
   snap_kill() {  # file-tag name extra-flags chaos
@@ -66,6 +91,11 @@ if [ "$MODE" = all ] || [ "$MODE" = snapshots ]; then
   snap_kill kill6_gloo "kill minibatch 6 (gloo)" "--collectives=gloo" "minibatch=6,calls=8"
   snap_kill boundary6 "kill at boundary 6 (after_snapshot)" "" "minibatch=6,point=after_snapshot"
   snap_kill kill6_spare "kill minibatch 6, spare (nccl)" "--spares 1" "minibatch=6,calls=8"
+  # Killed while the 3rd asynchronous snapshot's copies are queued, and once
+  # they completed but before the file is renamed: recovered from the one
+  # before it.
+  snap_kill inflight3 "kill, async snapshot 3 in flight" "--snapshot_every=4" "minibatch=3,point=snapshot_inflight"
+  snap_kill finish3 "kill, async snapshot 3 not renamed" "--snapshot_every=4" "minibatch=3,point=snapshot_finish"
   for tag in kill6_nccl kill6_spare; do
     f="$LOGS/snap.$tag.log"
     st=$(grep -o '+ *[0-9.]*  rank 0  replacement_started' "$f" | head -1 | awk '{print $1}')

@@ -165,6 +165,8 @@ class CudaBackend : public Backend {
   cudaError_t MemcpyCaptured(void* dst, const void* src, size_t count, cudaStream_t stream,
                              bool async, void* capture, uint64_t* done, uint64_t tag,
                              bool* captured) override;
+  cudaError_t QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies, uint64_t* done,
+                                  uint64_t tag) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
   cudaError_t UnregisterSharedHost(void* addr) override;
   cudaError_t EnqueueHostCallback(cudaStream_t stream, std::function<void()> fn) override;
@@ -487,6 +489,7 @@ class CudaBackend : public Backend {
     Bind();
     cudaError_t e = ::cudaStreamCreateWithFlags(stream, flags);
     if (e == cudaSuccess) Track(&streams_, *stream);
+    if (e == cudaSuccess) WaitForSnapshot(*stream);
     return e;
   }
   cudaError_t cudaStreamCreateWithPriority(cudaStream_t* stream, unsigned int flags,
@@ -494,6 +497,7 @@ class CudaBackend : public Backend {
     Bind();
     cudaError_t e = ::cudaStreamCreateWithPriority(stream, flags, priority);
     if (e == cudaSuccess) Track(&streams_, *stream);
+    if (e == cudaSuccess) WaitForSnapshot(*stream);
     return e;
   }
   cudaError_t cudaStreamDestroy(cudaStream_t stream) override {
@@ -1068,6 +1072,16 @@ class CudaBackend : public Backend {
   cudaStream_t capture_stream_ = nullptr;
   cudaEvent_t capture_chunk_event_ = nullptr;
   cudaEvent_t capture_end_event_ = nullptr;
+  // Boundary snapshot copies (QueueSnapshotCopies): their stream, the event
+  // each live stream's work so far is marked with (fence), and the copies'
+  // end, which every stream waits for (streams created later too: see
+  // WaitForSnapshot). Created on first use; the executor thread only.
+  cudaStream_t snapshot_stream_ = nullptr;
+  cudaEvent_t snapshot_fence_event_ = nullptr;
+  cudaEvent_t snapshot_end_event_ = nullptr;
+  void WaitForSnapshot(cudaStream_t stream) {
+    if (snapshot_end_event_ != nullptr) (void)::cudaStreamWaitEvent(stream, snapshot_end_event_, 0);
+  }
 
   const Driver drv_;
   const int device_;
@@ -1563,6 +1577,66 @@ cudaError_t CudaBackend::MemcpyCaptured(void* dst, const void* src, size_t count
   if (async) return cudaSuccess;
   CudaNccl::SyncScope sync(nccl_.get());
   return Settled(sync, ::cudaStreamSynchronize(stream));
+}
+
+cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies,
+                                             uint64_t* done, uint64_t tag) {
+  Bind();
+  std::vector<cudaStream_t> live;
+  {
+    absl::MutexLock lock(&mu_);
+    if (done == nullptr || !IsSharedHost(done, sizeof(*done))) return cudaErrorInvalidValue;
+    for (const SnapshotCopy& c : copies) {
+      if (c.count == 0) continue;
+      if (c.src == nullptr || c.dst == nullptr || !DeviceAccessible(c.src, c.count) ||
+          !IsSharedHost(c.dst, c.count)) {
+        return cudaErrorInvalidValue;
+      }
+    }
+    live.assign(streams_.begin(), streams_.end());
+  }
+  // A stream being captured cannot be fenced from outside its graph (nor,
+  // in global mode, may the legacy stream be used): copy synchronously.
+  for (cudaStream_t s : live) {
+    if (IsCapturing(s)) return cudaErrorNotSupported;
+  }
+  live.push_back(cudaStreamLegacy);
+  live.push_back(cudaStreamPerThread);
+  if (snapshot_stream_ == nullptr) {
+    cudaError_t e = ::cudaStreamCreateWithFlags(&snapshot_stream_, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = ::cudaEventCreateWithFlags(&snapshot_fence_event_, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = ::cudaEventCreateWithFlags(&snapshot_end_event_, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      REVENANT_LOG(ERROR, kLog) << "boundary snapshots: no stream or event: "
+                                << ::cudaGetErrorString(e);
+      return e;
+    }
+  }
+  void* done_device = nullptr;
+  if (cudaError_t e = ::cudaHostGetDevicePointer(&done_device, done, 0); e != cudaSuccess) return e;
+  // After the work queued so far on every stream (a wait takes the event's
+  // state at the call, so one event serves every stream in turn).
+  for (cudaStream_t s : live) {
+    cudaError_t e = ::cudaEventRecord(snapshot_fence_event_, s);
+    if (e == cudaSuccess) e = ::cudaStreamWaitEvent(snapshot_stream_, snapshot_fence_event_, 0);
+    if (e != cudaSuccess) return e;
+  }
+  for (const SnapshotCopy& c : copies) {
+    if (c.count == 0) continue;
+    cudaError_t e =
+        ::cudaMemcpyAsync(c.dst, c.src, c.count, cudaMemcpyDeviceToHost, snapshot_stream_);
+    if (e != cudaSuccess) return e;
+  }
+  if (drv_.cuStreamWriteValue64(snapshot_stream_, reinterpret_cast<CUdeviceptr>(done_device), tag,
+                                0) != CUDA_SUCCESS) {
+    return cudaErrorUnknown;
+  }
+  // Everything queued later, on any stream, waits for the copies.
+  cudaError_t e = ::cudaEventRecord(snapshot_end_event_, snapshot_stream_);
+  for (cudaStream_t s : live) {
+    if (e == cudaSuccess) e = ::cudaStreamWaitEvent(s, snapshot_end_event_, 0);
+  }
+  return e;
 }
 
 cudaError_t CudaBackend::RegisterSharedHost(void* addr, size_t size, unsigned int) {

@@ -175,6 +175,7 @@ HostBackend::~HostBackend() {
     retired.swap(retired_);
   }
   retired.clear();
+  snapshot_stream_.reset();
   legacy_.reset();
   munmap(reinterpret_cast<void*>(range_.base), range_.size);
 }
@@ -210,6 +211,9 @@ std::shared_ptr<Marker> HostBackend::EnqueueLocked(HostStream* s,
   auto add = [&deps](std::shared_ptr<Marker> m) {
     if (!m->done()) deps.push_back(std::move(m));
   };
+  // Nothing queued after a boundary snapshot may run before its copies read
+  // the allocations (the application's next writes, on any stream).
+  if (snapshot_gate_ != nullptr) add(snapshot_gate_);
   if (s->legacy()) {
     // Legacy default stream: after all earlier work of blocking streams,
     // including destroyed streams whose work is still draining.
@@ -240,6 +244,7 @@ void HostBackend::WaitAll() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     markers.push_back(legacy_->last());
+    if (snapshot_gate_ != nullptr) markers.push_back(snapshot_gate_);
     for (auto& [ptr, stream] : streams_) markers.push_back(stream->last());
     for (auto& stream : retired_) markers.push_back(stream->last());
   }
@@ -571,6 +576,40 @@ cudaError_t HostBackend::MemcpyCaptured(void* dst, const void* src, size_t count
   if (finished == nullptr) return Memcpy(dst, src, count, cudaMemcpyHostToDevice, stream, async);
   *captured = true;
   if (!async) finished->Wait();
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies,
+                                             uint64_t* done, uint64_t tag) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!captures_.empty()) return cudaErrorNotSupported;
+  if (done == nullptr || !IsSharedHost(done, sizeof(*done))) return cudaErrorInvalidValue;
+  for (const SnapshotCopy& c : copies) {
+    if (c.count == 0) continue;
+    if (c.src == nullptr || c.dst == nullptr || !DeviceAccessible(c.src, c.count) ||
+        !IsSharedHost(c.dst, c.count)) {
+      return cudaErrorInvalidValue;
+    }
+  }
+  if (snapshot_stream_ == nullptr) {
+    snapshot_stream_ = std::make_unique<HostStream>(
+        cudaStreamNonBlocking, kLeastStreamPriority, /*legacy=*/false,
+        [this](HostStream* st, cudaError_t err) { RecordError(st, err); });
+  }
+  // After everything queued so far, on every stream.
+  std::vector<std::shared_ptr<Marker>> deps;
+  auto add = [&deps](std::shared_ptr<Marker> m) {
+    if (!m->done()) deps.push_back(std::move(m));
+  };
+  add(legacy_->last());
+  for (auto& [ptr, stream] : streams_) add(stream->last());
+  for (auto& stream : retired_) add(stream->last());
+  if (snapshot_gate_ != nullptr) add(snapshot_gate_);
+  snapshot_gate_ = snapshot_stream_->Enqueue(std::move(deps), [copies, done, tag]() {
+    for (const SnapshotCopy& c : copies) std::memcpy(c.dst, c.src, c.count);
+    __atomic_store_n(done, tag, __ATOMIC_RELEASE);
+    return cudaSuccess;
+  });
   return cudaSuccess;
 }
 

@@ -143,6 +143,8 @@ class HostBackend : public Backend {
   cudaError_t MemcpyCaptured(void* dst, const void* src, size_t count, cudaStream_t stream,
                              bool async, void* capture, uint64_t* done, uint64_t tag,
                              bool* captured) override;
+  cudaError_t QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies, uint64_t* done,
+                                  uint64_t tag) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
   cudaError_t UnregisterSharedHost(void* addr) override;
   cudaError_t EnqueueHostCallback(cudaStream_t stream, std::function<void()> fn) override;
@@ -704,6 +706,10 @@ class HostBackend : public Backend {
   std::vector<PendingFree> pending_frees_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, uint64_t> shared_host_ ABSL_GUARDED_BY(mu_);  // start -> size
   std::unique_ptr<HostStream> legacy_;  // set in the constructor, never replaced
+  // Boundary snapshot copies (QueueSnapshotCopies): their stream, and the
+  // marker of the last ones, which every later operation waits for.
+  std::unique_ptr<HostStream> snapshot_stream_;
+  std::shared_ptr<Marker> snapshot_gate_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<HostStream*, std::unique_ptr<HostStream>> streams_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<HostStream>> retired_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Event*, std::unique_ptr<Event>> events_ ABSL_GUARDED_BY(mu_);

@@ -295,6 +295,65 @@ TEST_F(HostBackendTest, SharedHostMemoryIsUsedInPlace) {
   EXPECT_EQ(b_->cudaMemset(pinned.data(), 0, 16), cudaErrorInvalidValue);
 }
 
+TEST_F(HostBackendTest, SnapshotCopiesTakeTheBoundaryStateAndHoldBackLaterWork) {
+  constexpr size_t kN = 1 << 16;
+  char* d1 = static_cast<char*>(Malloc(kN));
+  char* d2 = static_cast<char*>(Malloc(kN));
+  char* d3 = static_cast<char*>(Malloc(kN));
+  ASSERT_EQ(b_->cudaMemset(d1, 1, kN), cudaSuccess);
+  ASSERT_EQ(b_->cudaMemset(d2, 2, kN), cudaSuccess);
+  ASSERT_EQ(b_->cudaMemset(d3, 3, kN), cudaSuccess);
+  std::vector<char> dst(3 * kN, 0);
+  alignas(8) uint64_t done[512] = {};
+  // The destination must be registered memory.
+  std::vector<Backend::SnapshotCopy> copies = {{d1, dst.data(), kN}, {d2, dst.data() + kN, kN},
+                                               {d3, dst.data() + 2 * kN, kN}};
+  ASSERT_EQ(b_->RegisterSharedHost(done, sizeof(done), 0), cudaSuccess);
+  EXPECT_EQ(b_->QueueSnapshotCopies(copies, done, 7), cudaErrorInvalidValue);
+  ASSERT_EQ(b_->RegisterSharedHost(dst.data(), dst.size(), 0), cudaSuccess);
+  // Work queued before the boundary on stream a is still running (held by
+  // a callback): the copies must wait for it.
+  cudaStream_t a = Stream();
+  cudaStream_t b = Stream(cudaStreamNonBlocking);
+  Gate gate;
+  ASSERT_EQ(b_->cudaMemsetAsync(d1, 4, kN, a), cudaSuccess);
+  ASSERT_EQ(b_->EnqueueHostCallback(a, [&gate] { gate.Wait(); }), cudaSuccess);
+  ASSERT_EQ(b_->QueueSnapshotCopies(copies, done, 7), cudaSuccess);
+  // The application's next writes: on the same stream, another stream, a
+  // stream created after the boundary, the legacy stream; and a free.
+  ASSERT_EQ(b_->cudaMemsetAsync(d1, 9, kN, a), cudaSuccess);
+  ASSERT_EQ(b_->cudaMemsetAsync(d2 + kN / 2, 9, kN / 2, b), cudaSuccess);
+  cudaStream_t c = Stream(cudaStreamNonBlocking);
+  ASSERT_EQ(b_->cudaMemsetAsync(d2, 8, 16, c), cudaSuccess);
+  ASSERT_EQ(b_->cudaMemsetAsync(d3, 7, 16, nullptr), cudaSuccess);
+  std::atomic<bool> freed{false};
+  std::thread freer([&] {
+    EXPECT_EQ(b_->cudaFree(d3), cudaSuccess);
+    freed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Nothing after the boundary ran (device memory is host memory here).
+  EXPECT_EQ(__atomic_load_n(&done[0], __ATOMIC_ACQUIRE), 0u);
+  EXPECT_EQ(d2[0], 2);
+  EXPECT_EQ(d2[kN - 1], 2);
+  EXPECT_EQ(d3[0], 3);
+  EXPECT_FALSE(freed.load());
+  gate.Open();
+  EXPECT_TRUE(Eventually([&] { return __atomic_load_n(&done[0], __ATOMIC_ACQUIRE) == 7; }));
+  freer.join();
+  ASSERT_EQ(b_->cudaDeviceSynchronize(), cudaSuccess);
+  // The copies hold the state at the boundary, and only it.
+  EXPECT_EQ(std::vector<char>(dst.begin(), dst.begin() + kN), std::vector<char>(kN, 4));
+  EXPECT_EQ(std::vector<char>(dst.begin() + kN, dst.begin() + 2 * kN), std::vector<char>(kN, 2));
+  EXPECT_EQ(std::vector<char>(dst.begin() + 2 * kN, dst.end()), std::vector<char>(kN, 3));
+  EXPECT_EQ(d1[0], 9);
+  EXPECT_EQ(d2[0], 8);
+  EXPECT_EQ(d2[100], 2);
+  EXPECT_EQ(d2[kN - 1], 9);
+  EXPECT_EQ(b_->UnregisterSharedHost(dst.data()), cudaSuccess);
+  EXPECT_EQ(b_->UnregisterSharedHost(done), cudaSuccess);
+}
+
 TEST_F(HostBackendTest, BadDevicePointersAreInvalidValueAndHarmless) {
   char* d = static_cast<char*>(Malloc(1000));
   char host[2048] = {};

@@ -1,0 +1,100 @@
+#!/bin/bash
+# Asynchronous boundary snapshots (docs/recovery.md, "Asynchronous
+# snapshots"): in a 1-rank training job (host backend) the step boundaries
+# inside the journal's minibatch take snapshots whose device copies run on a
+# stream of their own and whose file is finished behind the executor. Checks:
+# - fault-free, asynchronous snapshots end with the checksum of a run whose
+#   snapshots are all synchronous, and reuse their files (two files mapped);
+# - an agent killed while the M-th asynchronous snapshot is in flight (its
+#   copies queued) or finished but not renamed recovers from the previous
+#   snapshot plus the journal since it: bitwise equal, and the snapshot
+#   loaded is not the unfinished one;
+# - kills at seeded request counts recover (from a snapshot taken inside
+#   the journal's minibatch where one finished): bitwise equal.
+#   recovery_snapshot_async_test.sh RUN APP KERNELS [TRIALS=4] [SEED=20261203] [ITERS=24]
+set -u
+run="$1"; app="$2"; kernels="$3"; trials="${4:-4}"; seed="${5:-20261203}"; iters="${6:-24}"
+common=(-n 1 --backend=host --timeout=90 --recovery_timeout=20 --host_kernels="$kernels"
+        --snapshot_every=2)
+# RECOVERY_TEST_EXTRA_ARGS: further revenant-run options (the write-behind
+# variant: "--journal_thread=behind").
+if [ -n "${RECOVERY_TEST_EXTRA_ARGS:-}" ]; then
+  read -r -a extra_args <<<"$RECOVERY_TEST_EXTRA_ARGS"
+  common+=("${extra_args[@]}")
+  echo "extra revenant-run options: ${extra_args[*]}"
+fi
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+"$run" "${common[@]}" --snapshot_async=false -- "$app" --iters "$iters" >"$tmp/sync.log" 2>&1 || {
+  echo "FAIL: the fault-free synchronous run failed"; tail -30 "$tmp/sync.log"; exit 1; }
+ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/sync.log")
+[ -n "$ref" ] || { echo "FAIL: no checksum in the fault-free run"; exit 1; }
+echo "fault-free, synchronous snapshots: checksum $ref"
+echo "  $(grep -o "snapshots at exit.*" "$tmp/sync.log")"
+
+REVENANT_DIAGNOSTICS=1 "$run" "${common[@]}" -- "$app" --iters "$iters" >"$tmp/async.log" 2>&1 || {
+  echo "FAIL: the fault-free asynchronous run failed"; tail -30 "$tmp/async.log"; exit 1; }
+total=$(grep -c "submit seq" "$tmp/async.log")
+line=$(grep -o "snapshots at exit.*" "$tmp/async.log")
+mem=$(grep -o "snapshot memory at exit.*" "$tmp/async.log")
+echo "fault-free, asynchronous snapshots: $total requests"
+echo "  $line"
+echo "  $mem"
+grep -o "asynchronous snapshot [0-9]* (.*" "$tmp/async.log" | head -3 | sed 's/^/  /'
+grep -q "^\[r0\] final checksum $ref\$" "$tmp/async.log" || {
+  echo "FAIL: the asynchronous run's checksum differs from the synchronous one"; exit 1; }
+inside=$(echo "$line" | sed -n 's/.*; \([0-9]*\) asynchronous.*/\1/p')
+mapped=$(echo "$mem" | sed -n 's/.*, \([0-9]*\) files mapped for.*/\1/p')
+spare=$(echo "$mem" | sed -n 's/.*(\([0-9]*\) written into the spare).*/\1/p')
+if [ -z "$inside" ] || [ "$inside" -lt 3 ] || [ "${mapped:-9}" -gt 2 ] || [ "${spare:-0}" -lt 2 ]; then
+  echo "FAIL: expected several asynchronous snapshots in two reused files (asynchronous: ${inside:-?}, files mapped: ${mapped:-?}, into the spare: ${spare:-?})"
+  exit 1
+fi
+
+fails=0
+check() {  # check NAME LOG [INFLIGHT_SEQ]
+  local name="$1" log="$2" inflight="${3:-}" rc="$4"
+  local loaded from
+  loaded=$(grep -o "replacement_snapshot_loaded .*" "$log" | head -1)
+  from=$(echo "$loaded" | sed -n 's/.*from request \([0-9]*\).*/\1/p')
+  if [ "$rc" -eq 0 ] && grep -q "^\[r0\] final checksum $ref\$" "$log" && [ -n "$loaded" ] &&
+     { [ -z "$inflight" ] || [ "${from:-0}" -lt "$inflight" ]; }; then
+    echo "ok   $name: bitwise equal; ${loaded}${inflight:+; the unfinished snapshot was of request $inflight}"
+  else
+    echo "FAIL $name: rc=$rc, snapshot loaded: ${loaded:-no} (unfinished one at request ${inflight:-?})"
+    grep -v "revenant hostkernel" "$log" | tail -40
+    fails=$((fails + 1))
+  fi
+}
+
+for point in snapshot_inflight snapshot_finish; do
+  for m in 1 3; do
+    log="$tmp/$point-$m.log"
+    "$run" "${common[@]}" --chaos="rank=0,minibatch=$m,point=$point" -- "$app" --iters "$iters" \
+      >"$log" 2>&1
+    rc=$?
+    grep -q "chaos: killing this agent with asynchronous snapshot $m" "$log" || {
+      echo "FAIL $point M=$m: the kill did not happen"; grep -v "revenant hostkernel" "$log" | tail -20
+      fails=$((fails + 1)); continue; }
+    seq=$(sed -n "s/.*asynchronous snapshot $m queued at request \([0-9]*\).*/\1/p" "$log" | head -1)
+    check "$point M=$m" "$log" "$seq" "$rc"
+    if [ "$point" = snapshot_finish ] && grep -q "boundary snapshot loaded: .*from request $seq," "$log"; then
+      echo "FAIL $point M=$m: the unrenamed snapshot was loaded"; fails=$((fails + 1))
+    fi
+  done
+done
+
+echo "seed=$seed trials=$trials"
+RANDOM=$seed
+points=(before_append after_append after_execute after_reply)
+lo=$((total / 3)); span=$((total / 2))
+for t in $(seq 1 "$trials"); do
+  c=$((lo + RANDOM % span)); p=${points[$((RANDOM % 4))]}
+  spec="rank=0,calls=$c,point=$p"
+  log="$tmp/trial.log"
+  "$run" "${common[@]}" --chaos="$spec" -- "$app" --iters "$iters" >"$log" 2>&1
+  check "trial $t [$spec]" "$log" "" "$?"
+done
+[ "$fails" -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
+echo "PASS"
