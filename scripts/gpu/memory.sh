@@ -34,7 +34,7 @@ if [ "$MODE" = all ] || [ "$MODE" = memory ]; then
   nused=$((npeak - nbase)); rused=$((rpeak - rbase)); extra=$((rused - nused))
   printf '   device memory in use, peak: native %d MiB, revenant %d MiB: %+d MiB (%.2f %% of %d MiB)\n' \
     "$nused" "$rused" "$extra" "$(calc "100 * $extra / $gpu_total")" "$gpu_total"
-  grep -E "host memory at exit|journal at exit|snapshots at exit|captured uploads at exit" \
+  grep -E "host memory at exit|journal at exit|snapshots at exit|snapshot memory at exit|captured uploads at exit" \
     "$LOGS/memory.cuda.log" | sed 's/^/   | /'
   if [ "$nrc" -eq 0 ] && [ "$rrc" -eq 0 ] && [ "$extra" -le 512 ] &&
      [ "$(calc "($extra * 100 <= $gpu_total) ? 1 : 0")" = 1 ]; then s=PASS
