@@ -1234,6 +1234,11 @@ cudaError_t HostBackend::cudaStreamIsCapturing(cudaStream_t stream,
 
 cudaError_t HostBackend::cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
   if (mode == nullptr) return cudaErrorInvalidValue;
+  // An unknown mode is refused (as CUDA does), never stored.
+  if (*mode != cudaStreamCaptureModeGlobal && *mode != cudaStreamCaptureModeThreadLocal &&
+      *mode != cudaStreamCaptureModeRelaxed) {
+    return cudaErrorInvalidValue;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   // One mode for the backend: the agent runs a client's calls on one thread.
   std::swap(*mode, capture_mode_);

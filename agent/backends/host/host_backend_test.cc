@@ -786,6 +786,13 @@ TEST_F(HostBackendTest, GraphsByStreamCapture) {
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   EXPECT_EQ(b_->cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
   EXPECT_EQ(mode, cudaStreamCaptureModeGlobal);
+  // An unknown mode (an application's garbage) is refused and not kept.
+  auto bad = static_cast<cudaStreamCaptureMode>(702);
+  EXPECT_EQ(b_->cudaThreadExchangeStreamCaptureMode(&bad), cudaErrorInvalidValue);
+  EXPECT_EQ(static_cast<int>(bad), 702);
+  mode = cudaStreamCaptureModeGlobal;
+  EXPECT_EQ(b_->cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  EXPECT_EQ(mode, cudaStreamCaptureModeRelaxed);
 }
 
 TEST_F(HostBackendTest, CaptureForksAndJoinsOtherStreams) {
