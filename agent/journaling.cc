@@ -314,7 +314,7 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   e.set_args(body.data(), body.size());
   // The reply slot rides in the upper half of flags: a replacement posts the
   // reply of a replayed request the application still waits for.
-  e.set_flags((rec.flags & 0xffffu) | (static_cast<uint32_t>(rec.reply_slot + 1) << 16));
+  e.set_flags(journal::RequestFlags(rec.flags, rec.reply_slot));
   e.set_minibatch(minibatch_.load(std::memory_order_relaxed));
   const uint64_t handle = FirstU64(body);
   // A destroy of a handle whose calls all stay (KeepsEveryCall) drops no keys.

@@ -1197,7 +1197,7 @@ void Session::CountPostedCallbacks(uint64_t minibatch) {
 
 void Session::AnswerSuperseded(const journal::JournalEntry& e) {
   const uint64_t seq = e.seq() / 2;
-  const int slot = RequestJournal::ReplySlotOf(e);
+  const int slot = journal::ReplySlotOf(e);
   if (slot >= 0 && static_cast<uint32_t>(slot) < channel_->reply_slots() &&
       channel_->ReplySeq(slot) < seq) {
     ReplyPrefix prefix;
@@ -1316,7 +1316,7 @@ absl::Status Session::ExecuteJournaled(const journal::JournalEntry& e,
   h->api_id = static_cast<uint16_t>(e.api_id());
   h->flags = static_cast<uint16_t>(e.flags() & 0xffff);
   h->seq = e.seq() / 2;
-  h->reply_slot = RequestJournal::ReplySlotOf(e);
+  h->reply_slot = journal::ReplySlotOf(e);
   h->body_crc_or_reserved = 0;
   std::memcpy(record.data() + sizeof(*h), body.data(), body.size());
   return ExecuteReplayed(*h, outcome);
