@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "api/hook_protocol.h"
+#include "api/hook_structs.h"
 #include "api/traits.h"
 
 namespace revenant {
@@ -191,7 +192,7 @@ bool ReplaysSilently(const journal::JournalEntry& e,
     // already be there; the bytes only go to its pageable memory anyway.
     wire::Decoder in(e.args().data(), e.args().size());
     hooks::CopyHead h;
-    if (hooks::GetCopyHead(in, &h) && h.mode == hooks::kStagingDest) return false;
+    if (h.Decode(in) && h.mode == hooks::kStagingDest) return false;
   }
   return true;
 }
