@@ -4,7 +4,15 @@
 //   RESULT <metric> <value> <unit>
 // lines for bench/compare.sh (ratio = revenant / native).
 //
-//   RANK=r WORLD_SIZE=n LOCAL_RANK=r MASTER_PORT=p ./nccl_bench.bin [--quick]
+//   RANK=r WORLD_SIZE=n LOCAL_RANK=r MASTER_PORT=p ./nccl_bench.bin [--quick] [--mark_steps]
+//
+// --mark_steps: every all-reduce of the bandwidth bursts is a training step
+// of its own (revenantMarkStep() after it, found with dlsym; natively there
+// is none and nothing happens). Under Revenant a multi-rank communicator's
+// results are kept for a replacement until the minibatch boundary after
+// next; a loop that places no boundary keeps every result (host memory
+// grows, each new result takes new pinned memory), as a training loop that
+// marks its steps does not.
 //
 // Metrics, per message size (float sum, out of place -- in place on one
 // rank NCCL has nothing to move -- one stream):
@@ -21,6 +29,7 @@
 // Times are host-clock over a burst of back-to-back all-reduces closed by
 // one cudaStreamSynchronize (what a training loop does), after a warm-up.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <nccl.h>
 #include <sys/stat.h>
@@ -108,8 +117,18 @@ ncclUniqueId ExchangeId(int rank, const std::string& port) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) quick = quick || std::strcmp(argv[i], "--quick") == 0;
+  bool quick = false, mark_steps = false;
+  for (int i = 1; i < argc; ++i) {
+    quick = quick || std::strcmp(argv[i], "--quick") == 0;
+    mark_steps = mark_steps || std::strcmp(argv[i], "--mark_steps") == 0;
+  }
+  using MarkStepFn = void (*)();
+  MarkStepFn mark_step =
+      mark_steps ? reinterpret_cast<MarkStepFn>(dlsym(RTLD_DEFAULT, "revenantMarkStep")) : nullptr;
+  if (EnvInt("RANK", 0) == 0 && mark_steps) {
+    std::printf("mark_steps: %s\n", mark_step != nullptr ? "revenantMarkStep after every all-reduce"
+                                                         : "no revenantMarkStep here (native)");
+  }
   const int rank = EnvInt("RANK", 0);
   const int world = EnvInt("WORLD_SIZE", 1);
   const int local = EnvInt("LOCAL_RANK", rank);
@@ -153,13 +172,17 @@ int main(int argc, char** argv) {
   const double bus = world > 1 ? 2.0 * (world - 1) / world : 0.0;
   for (const Size& z : sizes) {
     const size_t n = z.bytes / sizeof(float);
-    for (int w = 0; w < 5; ++w) CHECK_NCCL(ncclAllReduce(buf, out, n, ncclFloat, ncclSum, comm, s));
+    for (int w = 0; w < 5; ++w) {
+      CHECK_NCCL(ncclAllReduce(buf, out, n, ncclFloat, ncclSum, comm, s));
+      if (mark_step != nullptr) mark_step();
+    }
     CHECK(cudaStreamSynchronize(s));
     std::vector<double> sec;
     for (int r = 0; r < reps; ++r) {
       const auto t0 = Clock::now();
       for (int i = 0; i < z.iters; ++i) {
         CHECK_NCCL(ncclAllReduce(buf, out, n, ncclFloat, ncclSum, comm, s));
+        if (mark_step != nullptr) mark_step();
       }
       CHECK(cudaStreamSynchronize(s));
       sec.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / z.iters);

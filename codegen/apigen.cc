@@ -548,7 +548,8 @@ void EmitShim(const std::vector<Function>& fns, const std::string& dir) {
     << "#include <nccl.h>\n\n"
     << "#include \"api/dnn_args.h\"\n#include \"api/wire.h\"\n#include \"shim/blas_checks.h\"\n"
     << "#include \"shim/blaslt_checks.h\"\n#include \"shim/call.h\"\n"
-    << "#include \"shim/dnn_checks.h\"\n#include \"shim/driver_checks.h\"\n#include \"shim/nccl_checks.h\"\n\n";
+    << "#include \"shim/dnn_checks.h\"\n#include \"shim/driver_checks.h\"\n#include \"shim/idle.h\"\n"
+    << "#include \"shim/nccl_checks.h\"\n\n";
   for (const Function& f : fns)
     if (HasGeneratedShim(f)) EmitShimStub(f, s);
   // NCCL's profiling aliases: pncclX is ncclX.

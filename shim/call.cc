@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/knobs.h"
 #include "common/logging.h"
+#include "shim/idle.h"
 #include "shim/runtime.h"
 
 namespace revenant {
@@ -60,8 +61,10 @@ std::string CallStatsReport() {
            g_call_counters[b].ns.load(std::memory_order_relaxed);
   });
   char line[256];
-  std::snprintf(line, sizeof(line), "%" PRIu64 " calls, %.3f ms in them; by time:", calls,
-                ns / 1e6);
+  std::snprintf(line, sizeof(line),
+                "%" PRIu64 " calls, %.3f ms in them (and %" PRIu64
+                " synchronizations/queries answered in the shim); by time:",
+                calls, ns / 1e6, IdleAnswers());
   std::string out = line;
   for (size_t i : ids) {
     const CallCounter& c = g_call_counters[i];
@@ -83,8 +86,8 @@ Call::Call(api::ApiId id, size_t body_size, bool send_async)
   transport::ShmClientChannel* ch = rt->Channel();
   if (ch == nullptr) return;
   channel_ = ch;
-  const absl::Time deadline = rt->CallDeadline();
   if (sync_) {
+    const absl::Time deadline = rt->CallDeadline();
     absl::StatusOr<int> slot = ch->AcquireReplySlot(deadline);
     while (!slot.ok() && absl::IsUnavailable(slot.status()) && rt->WaitForRecovery(deadline)) {
       slot = ch->AcquireReplySlot(deadline);
@@ -99,11 +102,16 @@ Call::Call(api::ApiId id, size_t body_size, bool send_async)
     failure_ = InvalidArgument();
     return;
   }
+  // The clock is read only if the record has to wait (ring full, another
+  // thread writing) or the agent died.
   absl::StatusOr<transport::RecordWriter> w =
-      ch->BeginRecord(static_cast<uint32_t>(body_size), deadline);
-  while (!w.ok() && absl::IsUnavailable(w.status()) && rt->WaitForRecovery(deadline)) {
-    // The agent died; its replacement consumes the same ring.
-    w = ch->BeginRecord(static_cast<uint32_t>(body_size), deadline);
+      ch->BeginRecord(static_cast<uint32_t>(body_size), rt->CallTimeout());
+  if (!w.ok() && absl::IsUnavailable(w.status())) {
+    const absl::Time deadline = rt->CallDeadline();
+    while (!w.ok() && absl::IsUnavailable(w.status()) && rt->WaitForRecovery(deadline)) {
+      // The agent died; its replacement consumes the same ring.
+      w = ch->BeginRecord(static_cast<uint32_t>(body_size), deadline);
+    }
   }
   if (!w.ok()) return;
   writer_.emplace(std::move(*w));
@@ -145,6 +153,7 @@ bool Call::Send() {
   }
   Runtime* rt = Runtime::Get();
   const uint64_t seq = channel_->Commit(std::move(*writer_));
+  seq_ = seq;
   writer_.reset();
   sent_ = true;
   if (!sync_) {

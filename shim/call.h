@@ -62,6 +62,9 @@ class Call {
   // The deferred NCCL error this reply carried (0: none).
   int32_t nccl_deferred_error() const { return nccl_deferred_error_; }
   wire::Decoder& reply() { return reply_; }
+  // The request's seq in the request ring once sent (0 before): the agent
+  // executes requests in this order.
+  uint64_t seq() const { return seq_; }
 
   // Copies the next byte field of the reply into `dst` (at most `size`
   // bytes). Leaves `dst` untouched when the reply carries none.
@@ -84,6 +87,7 @@ class Call {
   bool sent_ = false;
   bool sync_ = false;
   int reply_slot_ = -1;
+  uint64_t seq_ = 0;
   int32_t status_ = 0;
   int32_t executed_status_ = 0;
   int32_t nccl_deferred_error_ = 0;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <map>
@@ -53,6 +54,9 @@ struct Function {
   std::string name;
   bool resolved = false;
   int32_t error = 0;  // why it cannot launch, once resolved
+  // Resolved without error, every field below filled: launches read them
+  // without the registry's lock from then on.
+  std::atomic<bool> ready{false};
   uint64_t id = 0;
   uint32_t args_size = 0;
   std::vector<std::pair<uint32_t, uint32_t>> params;  // offset, size
@@ -228,6 +232,7 @@ void Resolve(Function* f) {
     std::memcpy(&size, params + i + 4, 4);
     f->params.emplace_back(off, size);
   }
+  f->ready.store(true, std::memory_order_release);
 }
 
 // Sends the module (first time) and asks for `v`'s size, and its address
@@ -270,13 +275,34 @@ void ResolveVariable(Variable* v, bool want_address) {
   if (want_address) v->address_known = true;
 }
 
+// Bumped whenever a registration may replace a Function (so a cached
+// pointer to the old one is not used).
+std::atomic<uint64_t> g_functions_generation{0};
+
+// The last kernel this thread launched by host stub: a training loop's
+// launches alternate among few kernels, and this skips the registry's lock
+// and lookup for repeats.
+struct LastLaunched {
+  const void* host_fun = nullptr;
+  Function* f = nullptr;
+  uint64_t generation = 0;
+};
+thread_local LastLaunched tls_last_launched;
+
 Function* FindFunction(const void* host_fun) {
+  const uint64_t generation = g_functions_generation.load(std::memory_order_acquire);
+  LastLaunched& last = tls_last_launched;
+  if (last.host_fun == host_fun && last.generation == generation && last.f != nullptr) {
+    return last.f;
+  }
   Registry& reg = Reg();
   std::lock_guard<std::mutex> lock(reg.mu);
   auto it = reg.functions.find(host_fun);
   if (it == reg.functions.end()) return nullptr;
-  Resolve(it->second.get());
-  return it->second.get();
+  Function* f = it->second.get();
+  Resolve(f);
+  if (f->ready.load(std::memory_order_acquire)) last = LastLaunched{host_fun, f, generation};
+  return f;
 }
 
 cudaError_t Fail(cudaError_t e) {
@@ -331,28 +357,36 @@ cudaError_t Launch(Function* f, dim3 grid, dim3 block, void** args, size_t share
     }
   }
   const size_t attr_bytes = ex ? size_t{num_attrs} * sizeof(cudaLaunchAttribute) : 0;
-  std::vector<char> packed;
-  if (cudaError_t e = PackArgs(*f, args, &packed); e != cudaSuccess) return Fail(e);
+  // The arguments are packed straight into the request (PackArgs' layout):
+  // their field is reserved and filled after encoding.
+  for (size_t i = 0; i < f->params.size(); ++i) {
+    if (args == nullptr || args[i] == nullptr) return Fail(cudaErrorInvalidValue);
+  }
   // cudaLaunchKernel's and cudaLaunchCooperativeKernel's request is the
   // launch alone; cudaLaunchKernelExC's adds the attributes.
   hooks::cudaLaunchKernelExCRequest req;
-  hooks::LaunchParams& l = req.launch;
+  hooks::cudaLaunchKernelRequest plain;
+  hooks::LaunchParams& l = ex ? req.launch : plain.launch;
   l.function_id = f->id;
   l.grid = grid;
   l.block = block;
   l.shared_bytes = static_cast<uint64_t>(shared);
   l.stream = reinterpret_cast<uint64_t>(stream);
   l.cooperative = static_cast<uint8_t>(cooperative);
-  l.args = wire::Bytes::Of(packed.data(), packed.size());
-  req.attrs = wire::Bytes::Of(attrs, attr_bytes);
-  hooks::cudaLaunchKernelRequest plain;
-  plain.launch = l;
+  l.args = f->args_size > 0 ? wire::Bytes::Reserved(f->args_size) : wire::Bytes::Of(nullptr, 0);
+  if (ex) req.attrs = wire::Bytes::Of(attrs, attr_bytes);
   Call call(ex            ? api::ApiId::cudaLaunchKernelExC
             : cooperative ? api::ApiId::cudaLaunchCooperativeKernel
                           : api::ApiId::cudaLaunchKernel,
             ex ? req.Size() : plain.Size());
   if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
   if (ex) req.Encode(call.args()); else plain.Encode(call.args());
+  if (char* packed = l.args.fill) {
+    std::memset(packed, 0, f->args_size);
+    for (size_t i = 0; i < f->params.size(); ++i) {
+      std::memcpy(packed + f->params[i].first, args[i], f->params[i].second);
+    }
+  }
   if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
   return cudaSuccess;
 }
@@ -464,6 +498,7 @@ extern "C" REVENANT_EXPORT void __cudaRegisterFunction(void** fatCubinHandle, co
   f->module = reinterpret_cast<Module*>(fatCubinHandle);
   f->host_fun = hostFun;
   f->name = deviceName != nullptr ? deviceName : "";
+  revenant::shim::g_functions_generation.fetch_add(1, std::memory_order_acq_rel);
   reg.functions[hostFun] = std::move(f);
 }
 
@@ -520,7 +555,7 @@ namespace {
 cudaError_t LaunchByKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void** args,
                            size_t shared, cudaStream_t stream) {
   auto* f = reinterpret_cast<Function*>(kernel);
-  if (f != nullptr) {
+  if (f != nullptr && !f->ready.load(std::memory_order_acquire)) {
     auto& reg = revenant::shim::Reg();
     std::lock_guard<std::mutex> lock(reg.mu);
     revenant::shim::Resolve(f);
@@ -702,6 +737,7 @@ extern "C" REVENANT_EXPORT CUresult cuModuleGetFunction(CUfunction* hfunc, CUmod
     made->name = name;
     made->host_fun = made.get();
     f = made.get();
+    revenant::shim::g_functions_generation.fetch_add(1, std::memory_order_acq_rel);
     reg.functions[f] = std::move(made);
     m->by_name[name] = f;
   }

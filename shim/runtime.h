@@ -65,10 +65,16 @@ class Runtime {
   // reached (dead, or never configured); the reason is logged once.
   transport::ShmClientChannel* Channel();
   bool connected() const { return connected_.load(std::memory_order_acquire); }
+  // The channel when connected to a live agent, without connecting or
+  // waiting for a replacement; nullptr otherwise.
+  transport::ShmClientChannel* LiveChannel() const {
+    return connected() && !channel_->peer_dead() ? channel_.get() : nullptr;
+  }
   const AgentInfo& agent() const { return agent_; }
 
   // Deadline for one call (REVENANT_CALL_TIMEOUT_S, default 300 s).
   absl::Time CallDeadline() const { return absl::Now() + call_timeout_; }
+  absl::Duration CallTimeout() const { return call_timeout_; }
 
   // Classification of application pointers.
   bool IsDevicePointer(const void* p, size_t len = 1) const;

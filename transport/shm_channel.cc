@@ -349,32 +349,73 @@ RingProducer::RingProducer(RingControl* ctrl, char* data, size_t capacity,
 
 absl::StatusOr<RecordWriter> RingProducer::BeginRecord(uint32_t body_size,
                                                        absl::Time deadline) {
+  return BeginRecordWithin(body_size, deadline, absl::ZeroDuration());
+}
+
+absl::StatusOr<RecordWriter> RingProducer::BeginRecord(uint32_t body_size,
+                                                       absl::Duration timeout) {
+  return BeginRecordWithin(body_size, absl::InfinitePast(), timeout);
+}
+
+bool RingProducer::TakeToken(absl::Time deadline, absl::Status* status) {
+  // Fast path: nobody holds the token.
+  bool expected = false;
+  if (busy_.compare_exchange_strong(expected, true, std::memory_order_seq_cst)) return true;
+  // Slow path: wait on mu_ (not held while writing, so that other producers
+  // can honour their own deadlines) until the holder gives the token back.
+  absl::MutexLock lock(&mu_);
+  token_waiters_.fetch_add(1, std::memory_order_seq_cst);
+  auto free_or_dead = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !busy_.load(std::memory_order_seq_cst) || peer_dead_->load();
+  };
+  bool taken = false;
+  while (true) {
+    if (peer_dead_->load()) {
+      *status = absl::UnavailableError("peer marked dead");
+      break;
+    }
+    expected = false;
+    if (busy_.compare_exchange_strong(expected, true, std::memory_order_seq_cst)) {
+      taken = true;
+      break;
+    }
+    absl::Time now = absl::Now();
+    if (now >= deadline) {
+      *status = absl::DeadlineExceededError("deadline exceeded waiting for the ring's producer token");
+      break;
+    }
+    mu_.AwaitWithDeadline(absl::Condition(&free_or_dead),
+                          std::min(deadline, now + absl::Milliseconds(50)));
+  }
+  token_waiters_.fetch_sub(1, std::memory_order_seq_cst);
+  return taken;
+}
+
+absl::StatusOr<RecordWriter> RingProducer::BeginRecordWithin(uint32_t body_size,
+                                                             absl::Time deadline,
+                                                             absl::Duration timeout) {
   if (body_size > capacity_ / 4) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "record body of %u bytes exceeds the limit of %u (ring capacity / 4);"
         " chunk it",
         body_size, capacity_ / 4));
   }
-  // Take the producer token without holding mu_ while writing, so that
-  // other producers can honour their own deadlines.
+  // The deadline is computed only where the producer has to wait.
+  auto deadline_now = [&] {
+    if (deadline == absl::InfinitePast()) deadline = absl::Now() + timeout;
+    return deadline;
+  };
+  if (peer_dead_->load()) return absl::UnavailableError("peer marked dead");
   {
-    absl::MutexLock lock(&mu_);
-    auto free_or_dead = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return !busy_ || peer_dead_->load();
-    };
-    while (!free_or_dead()) {
-      absl::Time now = absl::Now();
-      if (now >= deadline) {
-        return absl::DeadlineExceededError(
-            "deadline exceeded waiting for the ring's producer token");
-      }
-      mu_.AwaitWithDeadline(absl::Condition(&free_or_dead),
-                            std::min(deadline, now + absl::Milliseconds(50)));
+    bool expected = false;
+    if (!busy_.compare_exchange_strong(expected, true, std::memory_order_seq_cst)) {
+      absl::Status st;
+      if (!TakeToken(deadline_now(), &st)) return st;
     }
-    if (peer_dead_->load()) {
-      return absl::UnavailableError("peer marked dead");
-    }
-    busy_ = true;
+  }
+  if (peer_dead_->load()) {
+    Abandon();
+    return absl::UnavailableError("peer marked dead");
   }
 
   const uint64_t total = (sizeof(RecordHeader) + body_size + 7) & ~uint64_t{7};
@@ -384,17 +425,26 @@ absl::StatusOr<RecordWriter> RingProducer::BeginRecord(uint32_t body_size,
   // Records never wrap: skip the rest of the ring first.
   const uint64_t pad = total > rem ? rem : 0;
   const uint64_t need = pad + total;
-  absl::Status st = shm_internal::WaitFor(
-      [&] {
-        return head + need -
-                   ctrl_->released_tail.load(std::memory_order_acquire) <=
-               capacity_;
-      },
-      &ctrl_->space_futex, &ctrl_->producer_waiting, deadline, peer_dead_,
-      "ring space");
-  if (!st.ok()) {
-    Abandon();
-    return st;
+  // The consumer's released tail only grows: the value read last time is
+  // enough as long as it leaves room (no read of the consumer's cache line
+  // per record).
+  if (head + need - cached_tail_ > capacity_) {
+    cached_tail_ = ctrl_->released_tail.load(std::memory_order_acquire);
+    if (head + need - cached_tail_ > capacity_) {
+      absl::Status st = shm_internal::WaitFor(
+          [&] {
+            return head + need -
+                       ctrl_->released_tail.load(std::memory_order_acquire) <=
+                   capacity_;
+          },
+          &ctrl_->space_futex, &ctrl_->producer_waiting, deadline_now(), peer_dead_,
+          "ring space");
+      if (!st.ok()) {
+        Abandon();
+        return st;
+      }
+      cached_tail_ = ctrl_->released_tail.load(std::memory_order_acquire);
+    }
   }
   if (pad >= sizeof(RecordHeader)) {
     auto* p = reinterpret_cast<RecordHeader*>(data_ + idx);
@@ -434,8 +484,11 @@ uint64_t RingProducer::Commit(RecordWriter&& writer) {
 }
 
 void RingProducer::Abandon() {
-  absl::MutexLock lock(&mu_);
-  busy_ = false;
+  busy_.store(false, std::memory_order_seq_cst);
+  // A producer waiting for the token re-evaluates its condition when mu_ is
+  // released (it registers before it evaluates, so one of the two sees the
+  // other).
+  if (token_waiters_.load(std::memory_order_seq_cst) != 0) absl::MutexLock lock(&mu_);
 }
 
 void RingProducer::WakeAll() {

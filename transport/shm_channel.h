@@ -177,6 +177,10 @@ class RingProducer {
   // kDeadlineExceeded: at `deadline`. kUnavailable: peer marked dead.
   absl::StatusOr<RecordWriter> BeginRecord(uint32_t body_size,
                                            absl::Time deadline);
+  // The same with a deadline `timeout` from the call, read from the clock
+  // only if the producer has to wait.
+  absl::StatusOr<RecordWriter> BeginRecord(uint32_t body_size,
+                                           absl::Duration timeout);
   // Publishes the record: assigns the next seq, release-stores the head and
   // wakes a sleeping consumer. Returns the seq.
   uint64_t Commit(RecordWriter&& writer);
@@ -190,14 +194,23 @@ class RingProducer {
 
  private:
   friend class RecordWriter;
+  absl::StatusOr<RecordWriter> BeginRecordWithin(uint32_t body_size, absl::Time deadline,
+                                                 absl::Duration timeout);
+  // Waits for the producer token (held by another writer) until `deadline`.
+  bool TakeToken(absl::Time deadline, absl::Status* status);
   void Abandon();
 
   shm_internal::RingControl* const ctrl_;
   char* const data_;
   const size_t capacity_;
   const std::atomic<bool>* const peer_dead_;
+  // The producer token: taken by compare-and-swap; writers that find it
+  // held wait on mu_.
+  std::atomic<bool> busy_{false};
+  std::atomic<int> token_waiters_{0};
   absl::Mutex mu_;
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  // The consumer's released tail as last read (token holder only).
+  uint64_t cached_tail_ = 0;
 };
 
 // Consumer end of one ring. Single-threaded.
@@ -282,9 +295,15 @@ class ShmClientChannel {
                                            absl::Time deadline) {
     return requests_->BeginRecord(body_size, deadline);
   }
+  absl::StatusOr<RecordWriter> BeginRecord(uint32_t body_size,
+                                           absl::Duration timeout) {
+    return requests_->BeginRecord(body_size, timeout);
+  }
   uint64_t Commit(RecordWriter&& writer) {
     return requests_->Commit(std::move(writer));
   }
+  // The seq of the last request published (0 if none).
+  uint64_t last_request_seq() const { return requests_->last_seq(); }
 
   // Takes a free reply slot (process-local free list); waits up to
   // `deadline` when all are in use. The slot's old reply is cleared.

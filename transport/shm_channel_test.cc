@@ -294,6 +294,34 @@ TEST(ShmChannelTest, FullRingReturnsDeadlineExceeded) {
   EXPECT_TRUE(w.ok()) << w.status();
 }
 
+TEST(ShmChannelTest, HeldProducerTokenBoundsOtherWritersAndIsHandedOn) {
+  auto client = ShmClientChannel::Create(TempPath(), SmallOptions());
+  ASSERT_TRUE(client.ok());
+  auto held = (*client)->BeginRecord(8, absl::Seconds(1));
+  ASSERT_TRUE(held.ok()) << held.status();
+  // Another writer waits for the token no longer than its timeout.
+  std::thread other([&] {
+    auto w = (*client)->BeginRecord(8, absl::Milliseconds(30));
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kDeadlineExceeded);
+  });
+  other.join();
+  // A writer that waits longer gets the token once the holder commits.
+  absl::Notification waiting;
+  std::atomic<uint64_t> seq{0};
+  std::thread second([&] {
+    waiting.Notify();
+    auto w = (*client)->BeginRecord(8, absl::Seconds(10));
+    ASSERT_TRUE(w.ok()) << w.status();
+    seq = (*client)->Commit(std::move(*w));
+  });
+  waiting.WaitForNotification();
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ((*client)->Commit(std::move(*held)), 1u);
+  second.join();
+  EXPECT_EQ(seq.load(), 2u);
+  EXPECT_EQ((*client)->last_request_seq(), 2u);
+}
+
 TEST(ShmChannelTest, MarkPeerDeadUnblocksFullRingProducer) {
   auto client = ShmClientChannel::Create(TempPath(), SmallOptions(4096));
   ASSERT_TRUE(client.ok());

@@ -68,6 +68,7 @@ if [ "$MODE" = all ] || [ "$MODE" = conformance ]; then
   conform_kill nccl_mem "rank=0,minibatch=6,calls=3"
   conform_kill nccl_mem "rank=0,calls=20"
   conform_pair mapped_host
+  conform_pair idle_answers
   conform_kill mapped_host "rank=0,calls=13"
   conform_kill mapped_host "rank=0,minibatch=5,calls=2"
   conform_pair func_stubs
