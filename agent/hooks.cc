@@ -1,5 +1,6 @@
-// The agent side of the hand-written rows (support HOOK). Each decodes the
-// layout documented in api/hook_protocol.h; a malformed request answers
+// The agent side of the hand-written rows (support HOOK). Each decodes its
+// request struct (api/hook_structs.h, from the row's `request` fields) and
+// encodes its reply struct; a malformed request answers
 // cudaErrorInvalidValue and never touches memory the request may not name.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -21,6 +22,7 @@
 #include "agent/session.h"
 #include "api/agent_hooks.h"
 #include "api/hook_protocol.h"
+#include "api/hook_structs.h"
 #include "api/launch_attributes.h"
 #include "common/logging.h"
 
@@ -40,12 +42,15 @@ bool TranslateStream(DispatchContext& ctx, uint64_t* stream) {
   return ctx.handles->ToBackendRaw(api::HandleKind::kStream, stream);
 }
 
-// A copy whose head was read; `symbol_side` names the side the agent
-// resolved itself to a module variable (exempt from the host-side check:
-// the backend checks it as device memory).
+// A decoded copy request (cudaMemcpyRequest or cudaMemcpyToSymbolRequest:
+// head, data, staging_offset), answered with `Reply`; `symbol_side` names the
+// side the agent resolved itself to a module variable (exempt from the
+// host-side check: the backend checks it as device memory).
 enum class SymbolSide { kNone, kDst, kSrc };
-int32_t CopyBody(DispatchContext& ctx, const hooks::CopyHead& h, wire::Decoder& in,
-                 wire::Encoder& out, bool async_api, SymbolSide symbol_side) {
+template <typename Reply, typename Request>
+int32_t CopyBody(DispatchContext& ctx, const Request& r, wire::Encoder& out, bool async_api,
+                 SymbolSide symbol_side) {
+  const hooks::CopyHead& h = r.head;
   const uint64_t dst = h.dst, src = h.src, count = h.count;
   const int32_t kind = h.kind;
   const uint8_t mode = h.mode;
@@ -81,25 +86,25 @@ int32_t CopyBody(DispatchContext& ctx, const hooks::CopyHead& h, wire::Decoder& 
       return e;
     }
     case hooks::kInlineSource: {
-      const char* data = nullptr;
-      uint64_t n = 0;
-      if (!in.GetBytes(&data, &n) || data == nullptr || n != count) return cudaErrorInvalidValue;
-      return B(ctx)->Memcpy(d, data, count, k, s, async_api);
+      if (r.data.data == nullptr || r.data.size != count) return cudaErrorInvalidValue;
+      return B(ctx)->Memcpy(d, r.data.data, count, k, s, async_api);
     }
     case hooks::kStagingSource: {
-      uint64_t offset = 0;
-      if (!in.Get(&offset) || offset > ch->staging_size() || count > ch->staging_size() - offset)
+      const uint64_t offset = r.staging_offset;
+      if (offset > ch->staging_size() || count > ch->staging_size() - offset)
         return cudaErrorInvalidValue;
       return B(ctx)->Memcpy(d, ch->staging() + offset, count, k, s, false);
     }
     case hooks::kReplyDest: {
-      char* buf = out.ReserveBytes(count);
-      if (buf == nullptr) return cudaErrorInvalidValue;
-      return B(ctx)->Memcpy(buf, sp, count, k, s, false);
+      Reply reply;
+      reply.data = wire::Bytes::Reserved(count);
+      reply.Encode(out, r);
+      if (reply.data.fill == nullptr) return cudaErrorInvalidValue;
+      return B(ctx)->Memcpy(reply.data.fill, sp, count, k, s, false);
     }
     case hooks::kStagingDest: {
-      uint64_t offset = 0;
-      if (!in.Get(&offset) || offset > ch->staging_size() || count > ch->staging_size() - offset)
+      const uint64_t offset = r.staging_offset;
+      if (offset > ch->staging_size() || count > ch->staging_size() - offset)
         return cudaErrorInvalidValue;
       return B(ctx)->Memcpy(ch->staging() + offset, sp, count, k, s, false);
     }
@@ -110,60 +115,59 @@ int32_t CopyBody(DispatchContext& ctx, const hooks::CopyHead& h, wire::Decoder& 
 
 int32_t Copy(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out, bool async_api) {
   REVENANT_NEED_SESSION(ctx);
-  hooks::CopyHead h;
-  if (!hooks::GetCopyHead(in, &h)) return cudaErrorInvalidValue;
-  return CopyBody(ctx, h, in, out, async_api, SymbolSide::kNone);
+  hooks::cudaMemcpyRequest r;
+  if (!r.Decode(in)) return cudaErrorInvalidValue;
+  return CopyBody<hooks::cudaMemcpyReply>(ctx, r, out, async_api, SymbolSide::kNone);
 }
 
-// u64 module_key, bytes device_name, u64 offset, then a copy body whose
-// symbol side (dst for To, src for From) the agent fills in.
+// A copy whose symbol side (dst for To, src for From) the agent fills in.
 int32_t SymbolCopy(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out, bool to_symbol,
                    bool async_api) {
   REVENANT_NEED_SESSION(ctx);
-  uint64_t module_key = 0, offset = 0;
-  const char* name = nullptr;
-  uint64_t name_len = 0;
-  if (!in.Get(&module_key) || !in.GetBytes(&name, &name_len) || name == nullptr ||
-      !in.Get(&offset)) {
-    return cudaErrorInvalidValue;
-  }
-  hooks::CopyHead h;
-  if (!hooks::GetCopyHead(in, &h)) return cudaErrorInvalidValue;
-  if (!ctx.session->module_loaded(module_key)) return cudaErrorInvalidSymbol;
-  absl::StatusOr<Backend::Symbol> sym = B(ctx)->GetSymbol(module_key, std::string(name, name_len));
+  hooks::cudaMemcpyToSymbolRequest r;
+  if (!r.Decode(in) || r.device_name.data == nullptr) return cudaErrorInvalidValue;
+  if (!ctx.session->module_loaded(r.module_key)) return cudaErrorInvalidSymbol;
+  absl::StatusOr<Backend::Symbol> sym =
+      B(ctx)->GetSymbol(r.module_key, std::string(r.device_name.data, r.device_name.size));
   if (!sym.ok()) {
     REVENANT_LOG(ERROR, "agent") << sym.status();
     return cudaErrorInvalidSymbol;
   }
-  if (offset > sym->size || h.count > sym->size - offset) return cudaErrorInvalidValue;
+  const uint64_t offset = r.offset;
+  if (offset > sym->size || r.head.count > sym->size - offset) return cudaErrorInvalidValue;
   const uint64_t addr = reinterpret_cast<uint64_t>(sym->address) + offset;
-  if (to_symbol) h.dst = addr; else h.src = addr;
-  return CopyBody(ctx, h, in, out, async_api, to_symbol ? SymbolSide::kDst : SymbolSide::kSrc);
+  if (to_symbol) r.head.dst = addr; else r.head.src = addr;
+  return CopyBody<hooks::cudaMemcpyToSymbolReply>(
+      ctx, r, out, async_api, to_symbol ? SymbolSide::kDst : SymbolSide::kSrc);
 }
 
 int32_t LaunchHook(DispatchContext& ctx, wire::Decoder& in, bool cooperative_api,
                    bool ex = false) {
   REVENANT_NEED_SESSION(ctx);
-  uint64_t function_id = 0, shared = 0, stream = 0;
-  dim3 grid, block;
-  uint8_t cooperative = 0;
-  const char* args = nullptr;
-  uint64_t args_size = 0;
-  if (!in.Get(&function_id) || !in.Get(&grid) || !in.Get(&block) || !in.Get(&shared) ||
-      !in.Get(&stream) || !in.Get(&cooperative) || !in.GetBytes(&args, &args_size)) {
-    return cudaErrorInvalidValue;
+  hooks::cudaLaunchKernelExCRequest r;
+  if (ex) {
+    if (!r.Decode(in)) return cudaErrorInvalidValue;
+  } else {
+    hooks::cudaLaunchKernelRequest plain;
+    if (!plain.Decode(in)) return cudaErrorInvalidValue;
+    r.launch = plain.launch;
   }
-  uint64_t handle = function_id;
+  const hooks::LaunchParams& l = r.launch;
+  const dim3 grid = l.grid, block = l.block;
+  const uint64_t shared = l.shared_bytes;
+  uint64_t stream = l.stream;
+  const char* args = l.args.data;
+  uint64_t handle = l.function_id;
   if (!ctx.handles->ToBackendRaw(api::HandleKind::kFunction, &handle))
     return cudaErrorInvalidDeviceFunction;
   const KernelInfo* kernel = ctx.session->FindKernel(reinterpret_cast<const void*>(handle));
   if (kernel == nullptr) return cudaErrorInvalidDeviceFunction;
-  if (args_size != kernel->args_size) return cudaErrorInvalidValue;
+  if (l.args.size != kernel->args_size) return cudaErrorInvalidValue;
   if (!TranslateStream(ctx, &stream)) return cudaErrorInvalidResourceHandle;
   if (ex) {
-    const char* attr_bytes = nullptr;
-    uint64_t attr_size = 0;
-    if (!in.GetBytes(&attr_bytes, &attr_size) || attr_size % sizeof(cudaLaunchAttribute) != 0 ||
+    const char* attr_bytes = r.attrs.data;
+    const uint64_t attr_size = r.attrs.size;
+    if (attr_size % sizeof(cudaLaunchAttribute) != 0 ||
         attr_size / sizeof(cudaLaunchAttribute) > api::kMaxLaunchAttributes) {
       return cudaErrorInvalidValue;
     }
@@ -192,18 +196,16 @@ int32_t LaunchHook(DispatchContext& ctx, wire::Decoder& in, bool cooperative_api
                                   reinterpret_cast<cudaStream_t>(stream), args, attrs);
   }
   return B(ctx)->LaunchKernel(*kernel, grid, block, shared, reinterpret_cast<cudaStream_t>(stream),
-                              args, cooperative != 0 || cooperative_api);
+                              args, l.cooperative != 0 || cooperative_api);
 }
 
 int32_t CallbackHook(DispatchContext& ctx, wire::Decoder& in) {
   REVENANT_NEED_SESSION(ctx);
-  uint64_t stream = 0, fn = 0, user_data = 0;
-  uint8_t kind = 0;
-  uint32_t flags = 0;
-  if (!in.Get(&stream) || !in.Get(&fn) || !in.Get(&user_data) || !in.Get(&kind) ||
-      !in.Get(&flags) || fn == 0 || kind > hooks::kCallbackStream) {
-    return cudaErrorInvalidValue;
-  }
+  hooks::cudaLaunchHostFuncRequest r;
+  if (!r.Decode(in) || r.fn == 0 || r.kind > hooks::kCallbackStream) return cudaErrorInvalidValue;
+  const uint64_t fn = r.fn, user_data = r.user_data;
+  const uint8_t kind = r.kind;
+  uint64_t stream = r.stream;
   const uint64_t virtual_stream = stream;
   if (!TranslateStream(ctx, &stream)) return cudaErrorInvalidResourceHandle;
   Session* session = ctx.session;
@@ -228,22 +230,17 @@ int32_t NotYet(const char* name) {
 
 int32_t Hook_cudaDeviceReset(DispatchContext& ctx, wire::Decoder& in, wire::Encoder&) {
   REVENANT_NEED_SESSION(ctx);
-  if (in.remaining() != 0) return cudaErrorInvalidValue;
+  hooks::cudaDeviceResetRequest r;
+  if (!r.Decode(in) || in.remaining() != 0) return cudaErrorInvalidValue;
   ctx.session->ForgetDeviceState();
   return cudaSuccess;
 }
 
 int32_t Hook_cudaHostAlloc(DispatchContext& ctx, wire::Decoder& in, wire::Encoder&) {
   REVENANT_NEED_SESSION(ctx);
-  uint64_t addr = 0, size = 0;
-  uint32_t flags = 0;
-  const char* path = nullptr;
-  uint64_t path_len = 0;
-  if (!in.Get(&addr) || !in.Get(&size) || !in.Get(&flags) || !in.GetBytes(&path, &path_len) ||
-      path == nullptr) {
-    return cudaErrorInvalidValue;
-  }
-  return ctx.session->MapSharedHost(addr, size, flags, std::string(path, path_len));
+  hooks::cudaHostAllocRequest r;
+  if (!r.Decode(in) || r.path.data == nullptr) return cudaErrorInvalidValue;
+  return ctx.session->MapSharedHost(r.addr, r.size, r.flags, std::string(r.path.data, r.path.size));
 }
 
 int32_t Hook_cudaMallocHost(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
@@ -252,9 +249,9 @@ int32_t Hook_cudaMallocHost(DispatchContext& ctx, wire::Decoder& in, wire::Encod
 
 int32_t Hook_cudaFreeHost(DispatchContext& ctx, wire::Decoder& in, wire::Encoder&) {
   REVENANT_NEED_SESSION(ctx);
-  uint64_t addr = 0;
-  if (!in.Get(&addr)) return cudaErrorInvalidValue;
-  return ctx.session->UnmapSharedHost(addr);
+  hooks::cudaFreeHostRequest r;
+  if (!r.Decode(in)) return cudaErrorInvalidValue;
+  return ctx.session->UnmapSharedHost(r.addr);
 }
 
 // Application memory registered with cudaHostRegister: the shim made its
@@ -319,7 +316,7 @@ int32_t Hook___cudaLaunchKernel_ptsz(DispatchContext& ctx, wire::Decoder& in, wi
 
 namespace {
 
-// A module image the application has in a file it mapped (api/hook_protocol.h).
+// A module image the application has in a file it mapped (hooks::ModuleImage).
 struct ModuleFile {
   std::string path;
   uint64_t offset = 0, size = 0, dev = 0, ino = 0;
@@ -374,28 +371,29 @@ absl::Status ReadModuleFile(const ModuleFile& f, std::string* out) {
 int32_t ModuleRequest(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out,
                       bool variable) {
   REVENANT_NEED_SESSION(ctx);
-  uint64_t module_key = 0;
-  bool has_image = false, by_file = false;
-  const char* image = nullptr;
-  uint64_t image_size = 0;
+  // A variable's request is a kernel's plus want_address.
+  hooks::__cudaRegisterVarRequest var;
+  hooks::__cudaRegisterFatBinaryEndRequest fn;
+  if (variable ? !var.Decode(in) : !fn.Decode(in)) return cudaErrorInvalidValue;
+  const hooks::ModuleImage& m = variable ? var.module : fn.module;
+  const wire::Bytes& name_bytes = variable ? var.device_name : fn.mangled_name;
+  const uint64_t module_key = m.module_key;
+  const bool has_image = m.has_image, by_file = m.has_image && m.by_file;
+  const char* image = m.image.data;
+  uint64_t image_size = m.image.size;
+  if (by_file && m.path.data == nullptr) return cudaErrorInvalidValue;
+  if (name_bytes.data == nullptr) return cudaErrorInvalidValue;
   ModuleFile file;
-  const char* name = nullptr;
-  uint64_t name_len = 0;
-  if (!in.Get(&module_key) || !in.GetFlag(&has_image)) return cudaErrorInvalidValue;
-  if (has_image && !in.GetFlag(&by_file)) return cudaErrorInvalidValue;
-  if (has_image && by_file) {
-    const char* path = nullptr;
-    uint64_t path_len = 0;
-    if (!in.GetBytes(&path, &path_len) || path == nullptr || !in.Get(&file.offset) ||
-        !in.Get(&file.size) || !in.Get(&file.dev) || !in.Get(&file.ino) ||
-        !in.Get(&file.mtime_ns)) {
-      return cudaErrorInvalidValue;
-    }
-    file.path.assign(path, path_len);
-  } else if (has_image && !in.GetBytes(&image, &image_size)) {
-    return cudaErrorInvalidValue;
+  if (by_file) {
+    file.path.assign(m.path.data, m.path.size);
+    file.offset = m.offset;
+    file.size = m.size;
+    file.dev = m.st_dev;
+    file.ino = m.st_ino;
+    file.mtime_ns = m.mtime_ns;
   }
-  if (!in.GetBytes(&name, &name_len) || name == nullptr) return cudaErrorInvalidValue;
+  const char* name = name_bytes.data;
+  const uint64_t name_len = name_bytes.size;
   Session* session = ctx.session;
   std::string file_image;
   if (has_image && by_file && !session->module_loaded(module_key)) {
@@ -421,15 +419,15 @@ int32_t ModuleRequest(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& ou
   if (!session->module_loaded(module_key)) return cudaErrorInvalidResourceHandle;
   const std::string mangled(name, name_len);
   if (variable) {
-    bool want_address = false;
-    if (!in.GetFlag(&want_address)) return cudaErrorInvalidValue;
     absl::StatusOr<Backend::Symbol> sym = B(ctx)->GetSymbol(module_key, mangled);
     if (!sym.ok()) {
       REVENANT_LOG(ERROR, "agent") << "device variable " << mangled << ": " << sym.status();
       return cudaErrorInvalidSymbol;
     }
-    out.Put(static_cast<uint64_t>(sym->size));
-    if (want_address) out.Put(reinterpret_cast<uint64_t>(sym->address));
+    hooks::__cudaRegisterVarReply reply;
+    reply.size = static_cast<uint64_t>(sym->size);
+    reply.address = reinterpret_cast<uint64_t>(sym->address);
+    reply.Encode(out, var);
     return cudaSuccess;
   }
   absl::StatusOr<KernelInfo> k = B(ctx)->GetKernel(module_key, mangled);
@@ -438,16 +436,17 @@ int32_t ModuleRequest(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& ou
     return cudaErrorInvalidDeviceFunction;
   }
   session->AddKernel(*k);
-  uint64_t id = reinterpret_cast<uint64_t>(k->handle);
-  id = ctx.handles->ToVirtualRaw(api::HandleKind::kFunction, id);
-  out.Put(id);
-  out.Put(k->args_size);
+  hooks::__cudaRegisterFatBinaryEndReply reply;
+  reply.function_id =
+      ctx.handles->ToVirtualRaw(api::HandleKind::kFunction, reinterpret_cast<uint64_t>(k->handle));
+  reply.args_size = k->args_size;
   std::string params;
   for (const KernelInfo::Param& p : k->params) {
     params.append(reinterpret_cast<const char*>(&p.offset), 4);
     params.append(reinterpret_cast<const char*>(&p.size), 4);
   }
-  out.PutBytes(params.data(), params.size());
+  reply.params = wire::Bytes::Of(params.data(), params.size());
+  reply.Encode(out);
   return cudaSuccess;
 }
 }  // namespace
@@ -467,69 +466,70 @@ int32_t Hook___cudaRegisterVar(DispatchContext& ctx, wire::Decoder& in, wire::En
   return ModuleRequest(ctx, in, out, /*variable=*/true);
 }
 
-// --- Graphs (layouts: shim/hooks_graph.cc) ----------------------------------------------
+// --- Graphs (requests and replies: api/hook_structs.h) --------------------------------
 
 namespace {
 
-// bytes of u64 virtual GRAPH_NODE ids -> backend nodes.
-bool GetNodes(DispatchContext& ctx, wire::Decoder& in, std::vector<cudaGraphNode_t>* nodes) {
-  const char* data = nullptr;
-  uint64_t n = 0;
-  if (!in.GetBytes(&data, &n) || n % 8 != 0) return false;
+// u64 virtual GRAPH_NODE ids -> backend nodes.
+bool NodesOf(DispatchContext& ctx, const wire::Bytes& ids, std::vector<cudaGraphNode_t>* nodes) {
+  if (ids.size % 8 != 0) return false;
   nodes->clear();
-  for (uint64_t i = 0; i < n; i += 8) {
+  for (uint64_t i = 0; i < ids.size; i += 8) {
     uint64_t id = 0;
-    std::memcpy(&id, data + i, 8);
+    std::memcpy(&id, ids.data + i, 8);
     if (!ctx.handles->ToBackendRaw(api::HandleKind::kGraphNode, &id)) return false;
     nodes->push_back(reinterpret_cast<cudaGraphNode_t>(id));
   }
   return true;
 }
 
-bool GetGraph(DispatchContext& ctx, wire::Decoder& in, cudaGraph_t* graph) {
-  uint64_t id = 0;
-  if (!in.Get(&id) || !ctx.handles->ToBackendRaw(api::HandleKind::kGraph, &id)) return false;
+bool GraphOf(DispatchContext& ctx, uint64_t id, cudaGraph_t* graph) {
+  if (!ctx.handles->ToBackendRaw(api::HandleKind::kGraph, &id)) return false;
   *graph = reinterpret_cast<cudaGraph_t>(id);
   return true;
 }
 
-// u64 function_id, dim3 grid, dim3 block, u64 shared_bytes, bytes packed_args.
+// Backend nodes -> u64 virtual GRAPH_NODE ids (at most `max`).
+std::vector<uint64_t> NodeIds(DispatchContext& ctx, const std::vector<cudaGraphNode_t>& nodes,
+                              size_t max = SIZE_MAX) {
+  std::vector<uint64_t> ids;
+  for (size_t i = 0; i < nodes.size() && i < max; ++i) {
+    ids.push_back(ctx.handles->ToVirtualRaw(api::HandleKind::kGraphNode,
+                                            reinterpret_cast<uint64_t>(nodes[i])));
+  }
+  return ids;
+}
+
+// A kernel node's parameters, its kernel found.
 struct KernelParams {
   const KernelInfo* kernel = nullptr;
   dim3 grid, block;
   uint64_t shared = 0;
   const char* args = nullptr;
 };
-int32_t GetKernelParams(DispatchContext& ctx, wire::Decoder& in, KernelParams* k) {
-  uint64_t function_id = 0, args_size = 0;
-  if (!in.Get(&function_id) || !in.Get(&k->grid) || !in.Get(&k->block) || !in.Get(&k->shared) ||
-      !in.GetBytes(&k->args, &args_size)) {
-    return cudaErrorInvalidValue;
-  }
+int32_t KernelOf(DispatchContext& ctx, const hooks::KernelNodeParams& p, KernelParams* k) {
+  uint64_t function_id = p.function_id;
+  k->grid = p.grid;
+  k->block = p.block;
+  k->shared = p.shared_bytes;
+  k->args = p.args.data;
   if (!ctx.handles->ToBackendRaw(api::HandleKind::kFunction, &function_id))
     return cudaErrorInvalidDeviceFunction;
   k->kernel = ctx.session->FindKernel(reinterpret_cast<const void*>(function_id));
   if (k->kernel == nullptr) return cudaErrorInvalidDeviceFunction;
-  if (args_size != k->kernel->args_size) return cudaErrorInvalidValue;
+  if (p.args.size != k->kernel->args_size) return cudaErrorInvalidValue;
   return cudaSuccess;
 }
 
-// u64 dst, u64 pitch, u32 value, u32 element_size, u64 width, u64 height.
-bool GetMemsetParams(wire::Decoder& in, cudaMemsetParams* p) {
-  uint64_t dst = 0, pitch = 0, width = 0, height = 0;
-  uint32_t value = 0, elem = 0;
-  if (!in.Get(&dst) || !in.Get(&pitch) || !in.Get(&value) || !in.Get(&elem) || !in.Get(&width) ||
-      !in.Get(&height)) {
-    return false;
-  }
-  *p = cudaMemsetParams{};
-  p->dst = reinterpret_cast<void*>(dst);
-  p->pitch = pitch;
-  p->value = value;
-  p->elementSize = elem;
-  p->width = width;
-  p->height = height;
-  return true;
+cudaMemsetParams MemsetOf(const hooks::MemsetNodeParams& m) {
+  cudaMemsetParams p{};
+  p.dst = reinterpret_cast<void*>(m.dst);
+  p.pitch = m.pitch;
+  p.value = m.value;
+  p.elementSize = m.element_size;
+  p.width = m.width;
+  p.height = m.height;
+  return p;
 }
 
 // The application's host function, run through the callback ring each time
@@ -543,44 +543,44 @@ std::function<void()> HostNodeFn(DispatchContext& ctx, uint64_t fn, uint64_t use
   return [session, rec] { session->RunClientCallback(rec, session->host_node_origin()); };
 }
 
-// A created node: its virtual id as an 8-byte field (the journal keys the
-// created handle on the reply's first byte field, as for generated rows).
-uint64_t PutNode(DispatchContext& ctx, wire::Encoder& out, cudaGraphNode_t node) {
-  const uint64_t id =
-      ctx.handles->RegisterNew(api::HandleKind::kGraphNode, reinterpret_cast<uint64_t>(node));
-  out.PutBytes(&id, sizeof(id));
-  return id;
-}
-
 // The most bodies of a conditional node (the shim refuses more).
 constexpr uint32_t kMaxConditionalBodies = 256;
 
-// The node-specific part of cudaGraphAdd*Node after graph and dependencies.
-int32_t AddNodeOfType(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out,
-                      cudaGraph_t graph, const std::vector<cudaGraphNode_t>& deps,
-                      cudaGraphNodeType type) {
+// A created node: its virtual id (the journal keys the created handle on the
+// reply's first byte field, as for generated rows), an alloc node's address,
+// a conditional node's bodies (their ids follow from the node's, which a
+// replay restores: so are theirs).
+struct AddedNode {
+  uint64_t id = 0;
+  uint64_t dptr = 0;
+  std::vector<uint64_t> bodies;
+};
+
+// Adds a node of `n.type` with the parameters of that type in `n` (every
+// cudaGraphAdd*Node row's request, as cudaGraphAddNode's).
+int32_t AddNodeOfType(DispatchContext& ctx, const hooks::cudaGraphAddNodeRequest& n,
+                      cudaGraphNodeType type, AddedNode* added) {
+  REVENANT_NEED_SESSION(ctx);
+  cudaGraph_t graph = nullptr;
+  std::vector<cudaGraphNode_t> deps;
+  if (!GraphOf(ctx, n.graph, &graph) || !NodesOf(ctx, n.deps, &deps)) return cudaErrorInvalidValue;
   cudaGraphNode_t node = nullptr;
   cudaError_t err = cudaErrorInvalidValue;
   void* dptr = nullptr;
+  std::vector<cudaGraph_t> bodies;
   switch (type) {
     case cudaGraphNodeTypeKernel: {
       KernelParams k;
-      if (int32_t e = GetKernelParams(ctx, in, &k); e != cudaSuccess) return e;
+      if (int32_t e = KernelOf(ctx, n.kernel, &k); e != cudaSuccess) return e;
       err = B(ctx)->AddKernelNode(&node, graph, deps, *k.kernel, k.grid, k.block, k.shared,
                                   k.args);
       break;
     }
-    case cudaGraphNodeTypeMemset: {
-      cudaMemsetParams p;
-      if (!GetMemsetParams(in, &p)) return cudaErrorInvalidValue;
-      err = B(ctx)->AddMemsetNode(&node, graph, deps, p);
+    case cudaGraphNodeTypeMemset:
+      err = B(ctx)->AddMemsetNode(&node, graph, deps, MemsetOf(n.memset));
       break;
-    }
     case cudaGraphNodeTypeMemcpy: {
-      uint64_t dst = 0, src = 0, count = 0;
-      int32_t kind = 0;
-      if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count) || !in.Get(&kind))
-        return cudaErrorInvalidValue;
+      const uint64_t dst = n.copy.dst, src = n.copy.src, count = n.copy.count;
       // Host sides must be memory shared with the application (the backend
       // checks the device sides).
       auto host_ok = [&](uint64_t p) {
@@ -590,42 +590,33 @@ int32_t AddNodeOfType(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& ou
       };
       if (!host_ok(dst) || !host_ok(src)) return cudaErrorInvalidValue;
       cudaMemcpyKind k;
-      if (!wire::ToEnum(kind, &k)) return cudaErrorInvalidMemcpyDirection;
+      if (!wire::ToEnum(n.copy.kind, &k)) return cudaErrorInvalidMemcpyDirection;
       err = B(ctx)->AddMemcpyNode1D(&node, graph, deps, reinterpret_cast<void*>(dst),
                                     reinterpret_cast<const void*>(src), count, k);
       break;
     }
-    case cudaGraphNodeTypeHost: {
-      uint64_t fn = 0, user_data = 0;
-      if (!in.Get(&fn) || !in.Get(&user_data) || fn == 0) return cudaErrorInvalidValue;
-      err = B(ctx)->AddHostNode(&node, graph, deps, HostNodeFn(ctx, fn, user_data));
+    case cudaGraphNodeTypeHost:
+      if (n.host.fn == 0) return cudaErrorInvalidValue;
+      err = B(ctx)->AddHostNode(&node, graph, deps, HostNodeFn(ctx, n.host.fn, n.host.user_data));
       break;
-    }
     case cudaGraphNodeTypeEmpty:
       err = B(ctx)->AddEmptyNode(&node, graph, deps);
       break;
-    case cudaGraphNodeTypeMemAlloc: {
-      uint64_t bytesize = 0;
-      if (!in.Get(&bytesize)) return cudaErrorInvalidValue;
-      err = B(ctx)->AddMemAllocNode(&node, graph, deps, bytesize, &dptr);
+    case cudaGraphNodeTypeMemAlloc:
+      err = B(ctx)->AddMemAllocNode(&node, graph, deps, n.bytesize, &dptr);
       break;
-    }
-    case cudaGraphNodeTypeMemFree: {
-      uint64_t p = 0;
-      if (!in.Get(&p)) return cudaErrorInvalidValue;
-      err = B(ctx)->AddMemFreeNode(&node, graph, deps, reinterpret_cast<void*>(p));
+    case cudaGraphNodeTypeMemFree:
+      err = B(ctx)->AddMemFreeNode(&node, graph, deps, reinterpret_cast<void*>(n.dptr));
       break;
-    }
     case cudaGraphNodeTypeGraph: {
       cudaGraph_t child = nullptr;
-      if (!GetGraph(ctx, in, &child)) return cudaErrorInvalidValue;
+      if (!GraphOf(ctx, n.child, &child)) return cudaErrorInvalidValue;
       err = B(ctx)->AddChildGraphNode(&node, graph, deps, child);
       break;
     }
     case cudaGraphNodeTypeEventRecord:
     case cudaGraphNodeTypeWaitEvent: {
-      uint64_t event = 0;
-      if (!in.Get(&event)) return cudaErrorInvalidValue;
+      uint64_t event = n.event;
       if (!ctx.handles->ToBackendRaw(api::HandleKind::kEvent, &event))
         return cudaErrorInvalidResourceHandle;
       err = B(ctx)->AddEventNode(&node, graph, deps, reinterpret_cast<cudaEvent_t>(event),
@@ -633,75 +624,72 @@ int32_t AddNodeOfType(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& ou
       break;
     }
     case cudaGraphNodeTypeConditional: {
-      uint64_t handle = 0;
-      int32_t cond_type = 0;
-      uint32_t size = 0;
+      const uint32_t size = n.conditional.size;
       cudaGraphConditionalNodeType ct;
-      if (!in.Get(&handle) || !in.Get(&cond_type) || !in.Get(&size) ||
-          !wire::ToEnum(cond_type, &ct) || size == 0 || size > kMaxConditionalBodies) {
+      if (!wire::ToEnum(n.conditional.type, &ct) || size == 0 || size > kMaxConditionalBodies)
         return cudaErrorInvalidValue;
-      }
-      std::vector<cudaGraph_t> bodies;
-      err = B(ctx)->AddConditionalNode(&node, graph, deps, handle, ct, size, &bodies);
+      err = B(ctx)->AddConditionalNode(&node, graph, deps, n.conditional.handle, ct, size,
+                                       &bodies);
       if (err != cudaSuccess) return err;
       if (bodies.size() != size) return cudaErrorUnknown;
-      const uint64_t id = PutNode(ctx, out, node);
-      out.Put(uint64_t{0});  // where an alloc node's reply has its address
-      // The bodies' ids follow from the node's, which a replay restores
-      // (the journal keys the row on the node): so are theirs.
-      std::vector<uint64_t> ids;
-      for (uint32_t i = 0; i < size; ++i) {
-        ids.push_back(ctx.handles->RegisterDerived(
-            api::HandleKind::kGraph, reinterpret_cast<uint64_t>(bodies[i]), id, i));
-      }
-      out.PutBytes(ids.data(), ids.size() * sizeof(uint64_t));
-      return cudaSuccess;
+      break;
     }
     default:
       return NotYet("cudaGraphAddNode of this node type");
   }
   if (err != cudaSuccess) return err;
-  PutNode(ctx, out, node);
-  if (type == cudaGraphNodeTypeMemAlloc) out.Put(reinterpret_cast<uint64_t>(dptr));
+  added->id =
+      ctx.handles->RegisterNew(api::HandleKind::kGraphNode, reinterpret_cast<uint64_t>(node));
+  added->dptr = reinterpret_cast<uint64_t>(dptr);
+  for (uint32_t i = 0; i < bodies.size(); ++i) {
+    added->bodies.push_back(ctx.handles->RegisterDerived(
+        api::HandleKind::kGraph, reinterpret_cast<uint64_t>(bodies[i]), added->id, i));
+  }
   return cudaSuccess;
 }
 
-// u64 graph, bytes deps, then the node's parameters.
-int32_t AddNodeHook(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out,
-                    cudaGraphNodeType type) {
+// A cudaGraphAdd*Node row whose reply is the node alone: `Request` has graph,
+// deps and the parameters `set` copies into cudaGraphAddNode's request.
+template <typename Request, typename Reply, typename Set>
+int32_t AddNodeRow(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out,
+                   cudaGraphNodeType type, Set set) {
   REVENANT_NEED_SESSION(ctx);
-  cudaGraph_t graph = nullptr;
-  std::vector<cudaGraphNode_t> deps;
-  if (!GetGraph(ctx, in, &graph) || !GetNodes(ctx, in, &deps)) return cudaErrorInvalidValue;
-  return AddNodeOfType(ctx, in, out, graph, deps, type);
+  Request r;
+  if (!r.Decode(in)) return cudaErrorInvalidValue;
+  hooks::cudaGraphAddNodeRequest n;
+  n.graph = r.graph;
+  n.deps = r.deps;
+  n.type = type;
+  set(r, &n);
+  AddedNode added;
+  if (int32_t e = AddNodeOfType(ctx, n, type, &added); e != cudaSuccess) return e;
+  Reply reply;
+  reply.node = wire::Bytes::Of(&added.id, sizeof(added.id));
+  reply.Encode(out);
+  return cudaSuccess;
 }
 
 }  // namespace
 
-// u64 stream, u64 graph, bytes deps, i32 mode.
 int32_t Hook_cudaStreamBeginCaptureToGraph(DispatchContext& ctx, wire::Decoder& in,
                                            wire::Encoder&) {
-  uint64_t stream = 0;
+  hooks::cudaStreamBeginCaptureToGraphRequest r;
   cudaGraph_t graph = nullptr;
   std::vector<cudaGraphNode_t> deps;
-  int32_t mode = 0;
-  if (!in.Get(&stream) || !GetGraph(ctx, in, &graph) || !GetNodes(ctx, in, &deps) ||
-      !in.Get(&mode)) {
+  if (!r.Decode(in) || !GraphOf(ctx, r.graph, &graph) || !NodesOf(ctx, r.deps, &deps))
     return cudaErrorInvalidValue;
-  }
   cudaStreamCaptureMode m;
-  if (!wire::ToEnum(mode, &m)) return cudaErrorInvalidValue;
+  if (!wire::ToEnum(r.mode, &m)) return cudaErrorInvalidValue;
+  uint64_t stream = r.stream;
   if (!TranslateStream(ctx, &stream)) return cudaErrorInvalidResourceHandle;
   return B(ctx)->BeginCaptureToGraph(reinterpret_cast<cudaStream_t>(stream), graph, deps, m);
 }
 
-// u64 stream, flag want_graph; reply: i32 status, u64 id, u64 graph (0 unless
-// asked for and capturing), bytes deps (u64 node ids).
 int32_t Hook_cudaStreamGetCaptureInfo(DispatchContext& ctx, wire::Decoder& in,
                                       wire::Encoder& out) {
-  uint64_t stream = 0;
-  bool want_graph = false;
-  if (!in.Get(&stream) || !in.GetFlag(&want_graph)) return cudaErrorInvalidValue;
+  hooks::cudaStreamGetCaptureInfoRequest r;
+  if (!r.Decode(in)) return cudaErrorInvalidValue;
+  uint64_t stream = r.stream;
   if (!TranslateStream(ctx, &stream)) return cudaErrorInvalidResourceHandle;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
@@ -710,189 +698,226 @@ int32_t Hook_cudaStreamGetCaptureInfo(DispatchContext& ctx, wire::Decoder& in,
   cudaError_t err = B(ctx)->GetCaptureInfo(reinterpret_cast<cudaStream_t>(stream), &status, &id,
                                            &graph, &deps);
   if (err != cudaSuccess) return err;
-  out.Put(static_cast<int32_t>(status));
-  out.Put(static_cast<uint64_t>(id));
-  uint64_t g = 0;
-  if (want_graph && graph != nullptr) {
-    g = ctx.handles->ToVirtualRaw(api::HandleKind::kGraph, reinterpret_cast<uint64_t>(graph));
+  hooks::cudaStreamGetCaptureInfoReply reply;
+  reply.status = static_cast<int32_t>(status);
+  reply.id = static_cast<uint64_t>(id);
+  if (r.want_graph && graph != nullptr) {
+    reply.graph =
+        ctx.handles->ToVirtualRaw(api::HandleKind::kGraph, reinterpret_cast<uint64_t>(graph));
   }
-  out.Put(g);
-  std::vector<uint64_t> ids;
-  for (cudaGraphNode_t n : deps) {
-    ids.push_back(
-        ctx.handles->ToVirtualRaw(api::HandleKind::kGraphNode, reinterpret_cast<uint64_t>(n)));
-  }
-  out.PutBytes(ids.data(), ids.size() * 8);
+  const std::vector<uint64_t> ids = NodeIds(ctx, deps);
+  reply.deps = wire::Bytes::Of(ids.data(), ids.size() * 8);
+  reply.Encode(out);
   return cudaSuccess;
 }
 
-// u64 stream, bytes deps, u32 flags.
 int32_t Hook_cudaStreamUpdateCaptureDependencies(DispatchContext& ctx, wire::Decoder& in,
                                                  wire::Encoder&) {
-  uint64_t stream = 0;
+  hooks::cudaStreamUpdateCaptureDependenciesRequest r;
   std::vector<cudaGraphNode_t> deps;
-  uint32_t flags = 0;
-  if (!in.Get(&stream) || !GetNodes(ctx, in, &deps) || !in.Get(&flags))
-    return cudaErrorInvalidValue;
+  if (!r.Decode(in) || !NodesOf(ctx, r.deps, &deps)) return cudaErrorInvalidValue;
+  uint64_t stream = r.stream;
   if (!TranslateStream(ctx, &stream)) return cudaErrorInvalidResourceHandle;
-  return B(ctx)->UpdateCaptureDependencies(reinterpret_cast<cudaStream_t>(stream), deps, flags);
+  return B(ctx)->UpdateCaptureDependencies(reinterpret_cast<cudaStream_t>(stream), deps, r.flags);
 }
 
-// u64 graph, u64 capacity; reply: u64 count (all nodes), bytes ids (at most
-// capacity, creation order).
+// All nodes counted, at most capacity ids (creation order).
 int32_t Hook_cudaGraphGetNodes(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  hooks::cudaGraphGetNodesRequest r;
   cudaGraph_t graph = nullptr;
-  uint64_t capacity = 0;
-  if (!GetGraph(ctx, in, &graph) || !in.Get(&capacity)) return cudaErrorInvalidValue;
+  if (!r.Decode(in) || !GraphOf(ctx, r.of, &graph)) return cudaErrorInvalidValue;
   std::vector<cudaGraphNode_t> nodes;
   if (cudaError_t err = B(ctx)->GraphGetNodes(graph, &nodes); err != cudaSuccess) return err;
-  out.Put(static_cast<uint64_t>(nodes.size()));
-  std::vector<uint64_t> ids;
-  for (size_t i = 0; i < nodes.size() && i < capacity; ++i) {
-    ids.push_back(ctx.handles->ToVirtualRaw(api::HandleKind::kGraphNode,
-                                            reinterpret_cast<uint64_t>(nodes[i])));
-  }
-  out.PutBytes(ids.data(), ids.size() * 8);
+  hooks::cudaGraphGetNodesReply reply;
+  reply.count = static_cast<uint64_t>(nodes.size());
+  const std::vector<uint64_t> ids = NodeIds(ctx, nodes, r.capacity);
+  reply.ids = wire::Bytes::Of(ids.data(), ids.size() * 8);
+  reply.Encode(out);
   return cudaSuccess;
 }
 
 int32_t Hook_cudaDeviceGetPCIBusId(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
-  int32_t device = 0;
-  if (!in.Get(&device) || in.remaining() != 0) return cudaErrorInvalidValue;
+  hooks::cudaDeviceGetPCIBusIdRequest r;
+  if (!r.Decode(in) || in.remaining() != 0) return cudaErrorInvalidValue;
   char id[hooks::kPciBusIdBytes] = {0};
-  cudaError_t err = B(ctx)->PciBusId(id, sizeof(id), device);
+  cudaError_t err = B(ctx)->PciBusId(id, sizeof(id), r.device);
   if (err != cudaSuccess) return err;
   id[sizeof(id) - 1] = '\0';
-  out.PutBytes(id, std::strlen(id) + 1);
+  hooks::cudaDeviceGetPCIBusIdReply reply;
+  reply.id = wire::Bytes::Of(id, std::strlen(id) + 1);
+  reply.Encode(out);
   return cudaSuccess;
 }
 
 int32_t Hook_cudaMemPoolSetAccess(DispatchContext& ctx, wire::Decoder& in, wire::Encoder&) {
-  uint64_t pool = 0;
-  const char* data = nullptr;
-  uint64_t n = 0;
-  if (!in.Get(&pool) || !in.GetBytes(&data, &n) || n % sizeof(cudaMemAccessDesc) != 0 ||
-      in.remaining() != 0) {
+  hooks::cudaMemPoolSetAccessRequest r;
+  if (!r.Decode(in) || r.descs.size % sizeof(cudaMemAccessDesc) != 0 || in.remaining() != 0)
     return cudaErrorInvalidValue;
-  }
+  uint64_t pool = r.pool;
   if (!ctx.handles->ToBackendRaw(api::HandleKind::kMemPool, &pool))
     return cudaErrorInvalidResourceHandle;
-  std::vector<cudaMemAccessDesc> descs(n / sizeof(cudaMemAccessDesc));
-  if (n > 0) std::memcpy(descs.data(), data, n);
+  std::vector<cudaMemAccessDesc> descs(r.descs.size / sizeof(cudaMemAccessDesc));
+  if (r.descs.size > 0) std::memcpy(descs.data(), r.descs.data, r.descs.size);
   return B(ctx)->MemPoolSetAccess(reinterpret_cast<cudaMemPool_t>(pool), descs.data(),
-                                      descs.size());
+                                  descs.size());
 }
 
-// u64 node, u64 capacity; reply: u64 count, bytes ids (at most capacity).
+// At most capacity ids, all counted.
 int32_t Hook_cudaGraphNodeGetDependencies(DispatchContext& ctx, wire::Decoder& in,
                                           wire::Encoder& out) {
-  uint64_t node = 0, capacity = 0;
-  if (!in.Get(&node) || !in.Get(&capacity)) return cudaErrorInvalidValue;
+  hooks::cudaGraphNodeGetDependenciesRequest r;
+  if (!r.Decode(in)) return cudaErrorInvalidValue;
+  uint64_t node = r.of;
   if (!ctx.handles->ToBackendRaw(api::HandleKind::kGraphNode, &node)) return cudaErrorInvalidValue;
   std::vector<cudaGraphNode_t> deps;
   cudaError_t err = B(ctx)->GraphNodeGetDependencies(reinterpret_cast<cudaGraphNode_t>(node), &deps);
   if (err != cudaSuccess) return err;
-  out.Put(static_cast<uint64_t>(deps.size()));
-  std::vector<uint64_t> ids;
-  for (size_t i = 0; i < deps.size() && i < capacity; ++i) {
-    ids.push_back(ctx.handles->ToVirtualRaw(api::HandleKind::kGraphNode,
-                                            reinterpret_cast<uint64_t>(deps[i])));
-  }
-  out.PutBytes(ids.data(), ids.size() * 8);
+  hooks::cudaGraphNodeGetDependenciesReply reply;
+  reply.count = static_cast<uint64_t>(deps.size());
+  const std::vector<uint64_t> ids = NodeIds(ctx, deps, r.capacity);
+  reply.ids = wire::Bytes::Of(ids.data(), ids.size() * 8);
+  reply.Encode(out);
   return cudaSuccess;
 }
 
-// u64 graph, u32 flags; reply: bytes dot (the shim writes the file).
+// The shim writes the file.
 int32_t Hook_cudaGraphDebugDotPrint(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
+  hooks::cudaGraphDebugDotPrintRequest r;
   cudaGraph_t graph = nullptr;
-  uint32_t flags = 0;
-  if (!GetGraph(ctx, in, &graph) || !in.Get(&flags)) return cudaErrorInvalidValue;
+  if (!r.Decode(in) || !GraphOf(ctx, r.graph, &graph)) return cudaErrorInvalidValue;
   std::string dot;
-  if (cudaError_t err = B(ctx)->GraphDebugDot(graph, flags, &dot); err != cudaSuccess) return err;
-  char* buf = out.ReserveBytes(dot.size());
-  if (buf == nullptr) {
+  if (cudaError_t err = B(ctx)->GraphDebugDot(graph, r.flags, &dot); err != cudaSuccess) return err;
+  hooks::cudaGraphDebugDotPrintReply reply;
+  reply.dot = wire::Bytes::Reserved(dot.size());
+  reply.Encode(out);
+  if (reply.dot.fill == nullptr) {
     REVENANT_LOG(ERROR, "agent") << "cudaGraphDebugDotPrint: the graph's description ("
                                  << dot.size() << " bytes) does not fit in a reply";
     return cudaErrorNotSupported;
   }
-  std::memcpy(buf, dot.data(), dot.size());
+  std::memcpy(reply.dot.fill, dot.data(), dot.size());
   return cudaSuccess;
 }
 
-// u64 graph, bytes deps, i32 type, then the parameters of that type (as the
-// Add*Node rows); reply: bytes node (one u64) [, u64 dptr for an alloc node].
+// The node's type, then the parameters of that type; an alloc node's reply
+// has its address, a conditional node's a 0 there and the bodies' ids.
 int32_t Hook_cudaGraphAddNode(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
   REVENANT_NEED_SESSION(ctx);
-  cudaGraph_t graph = nullptr;
-  std::vector<cudaGraphNode_t> deps;
-  int32_t type = 0;
+  hooks::cudaGraphAddNodeRequest r;
   cudaGraphNodeType t;
-  if (!GetGraph(ctx, in, &graph) || !GetNodes(ctx, in, &deps) || !in.Get(&type) ||
-      !wire::ToEnum(type, &t))
-    return cudaErrorInvalidValue;
-  return AddNodeOfType(ctx, in, out, graph, deps, t);
+  if (!r.Decode(in) || !wire::ToEnum(r.type, &t)) return cudaErrorInvalidValue;
+  AddedNode added;
+  if (int32_t e = AddNodeOfType(ctx, r, t, &added); e != cudaSuccess) return e;
+  hooks::cudaGraphAddNodeReply reply;
+  reply.node = wire::Bytes::Of(&added.id, sizeof(added.id));
+  reply.dptr = added.dptr;
+  reply.bodies = wire::Bytes::Of(added.bodies.data(), added.bodies.size() * sizeof(uint64_t));
+  reply.Encode(out, r);
+  return cudaSuccess;
 }
 int32_t Hook_cudaGraphAddKernelNode(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
-  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeKernel);
+  using R = hooks::cudaGraphAddKernelNodeRequest;
+  return AddNodeRow<R, hooks::cudaGraphAddKernelNodeReply>(
+      ctx, in, out, cudaGraphNodeTypeKernel,
+      [](const R& r, hooks::cudaGraphAddNodeRequest* n) { n->kernel = r.kernel; });
 }
 int32_t Hook_cudaGraphAddMemcpyNode1D(DispatchContext& ctx, wire::Decoder& in,
                                       wire::Encoder& out) {
-  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeMemcpy);
+  using R = hooks::cudaGraphAddMemcpyNode1DRequest;
+  return AddNodeRow<R, hooks::cudaGraphAddMemcpyNode1DReply>(
+      ctx, in, out, cudaGraphNodeTypeMemcpy,
+      [](const R& r, hooks::cudaGraphAddNodeRequest* n) { n->copy = r.copy; });
 }
 int32_t Hook_cudaGraphAddMemsetNode(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
-  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeMemset);
+  using R = hooks::cudaGraphAddMemsetNodeRequest;
+  return AddNodeRow<R, hooks::cudaGraphAddMemsetNodeReply>(
+      ctx, in, out, cudaGraphNodeTypeMemset,
+      [](const R& r, hooks::cudaGraphAddNodeRequest* n) { n->memset = r.memset; });
 }
 int32_t Hook_cudaGraphAddHostNode(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
-  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeHost);
+  using R = hooks::cudaGraphAddHostNodeRequest;
+  return AddNodeRow<R, hooks::cudaGraphAddHostNodeReply>(
+      ctx, in, out, cudaGraphNodeTypeHost,
+      [](const R& r, hooks::cudaGraphAddNodeRequest* n) { n->host = r.host; });
 }
 int32_t Hook_cudaGraphAddMemAllocNode(DispatchContext& ctx, wire::Decoder& in,
                                       wire::Encoder& out) {
-  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeMemAlloc);
+  REVENANT_NEED_SESSION(ctx);
+  hooks::cudaGraphAddMemAllocNodeRequest r;
+  if (!r.Decode(in)) return cudaErrorInvalidValue;
+  hooks::cudaGraphAddNodeRequest n;
+  n.graph = r.graph;
+  n.deps = r.deps;
+  n.type = cudaGraphNodeTypeMemAlloc;
+  n.bytesize = r.bytesize;
+  AddedNode added;
+  if (int32_t e = AddNodeOfType(ctx, n, cudaGraphNodeTypeMemAlloc, &added); e != cudaSuccess)
+    return e;
+  hooks::cudaGraphAddMemAllocNodeReply reply;
+  reply.node = wire::Bytes::Of(&added.id, sizeof(added.id));
+  reply.dptr = added.dptr;
+  reply.Encode(out);
+  return cudaSuccess;
 }
 int32_t Hook_cudaGraphAddMemFreeNode(DispatchContext& ctx, wire::Decoder& in,
                                      wire::Encoder& out) {
-  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeMemFree);
+  using R = hooks::cudaGraphAddMemFreeNodeRequest;
+  return AddNodeRow<R, hooks::cudaGraphAddMemFreeNodeReply>(
+      ctx, in, out, cudaGraphNodeTypeMemFree,
+      [](const R& r, hooks::cudaGraphAddNodeRequest* n) { n->dptr = r.dptr; });
 }
 int32_t Hook_cudaGraphAddChildGraphNode(DispatchContext& ctx, wire::Decoder& in,
                                         wire::Encoder& out) {
-  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeGraph);
+  using R = hooks::cudaGraphAddChildGraphNodeRequest;
+  return AddNodeRow<R, hooks::cudaGraphAddChildGraphNodeReply>(
+      ctx, in, out, cudaGraphNodeTypeGraph,
+      [](const R& r, hooks::cudaGraphAddNodeRequest* n) { n->child = r.child; });
 }
 int32_t Hook_cudaGraphAddEventRecordNode(DispatchContext& ctx, wire::Decoder& in,
                                          wire::Encoder& out) {
-  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeEventRecord);
+  using R = hooks::cudaGraphAddEventRecordNodeRequest;
+  return AddNodeRow<R, hooks::cudaGraphAddEventRecordNodeReply>(
+      ctx, in, out, cudaGraphNodeTypeEventRecord,
+      [](const R& r, hooks::cudaGraphAddNodeRequest* n) { n->event = r.event; });
 }
 int32_t Hook_cudaGraphAddEventWaitNode(DispatchContext& ctx, wire::Decoder& in,
                                        wire::Encoder& out) {
-  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeWaitEvent);
+  using R = hooks::cudaGraphAddEventWaitNodeRequest;
+  return AddNodeRow<R, hooks::cudaGraphAddEventWaitNodeReply>(
+      ctx, in, out, cudaGraphNodeTypeWaitEvent,
+      [](const R& r, hooks::cudaGraphAddNodeRequest* n) { n->event = r.event; });
 }
 // A contiguous 3D copy, sent by the shim as a 1D one (shim/hooks_graph.cc).
 int32_t Hook_cudaGraphAddMemcpyNode(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
-  return AddNodeHook(ctx, in, out, cudaGraphNodeTypeMemcpy);
+  using R = hooks::cudaGraphAddMemcpyNodeRequest;
+  return AddNodeRow<R, hooks::cudaGraphAddMemcpyNodeReply>(
+      ctx, in, out, cudaGraphNodeTypeMemcpy,
+      [](const R& r, hooks::cudaGraphAddNodeRequest* n) { n->copy = r.copy; });
 }
 
-// u64 exec, u64 node, kernel parameters.
 int32_t Hook_cudaGraphExecKernelNodeSetParams(DispatchContext& ctx, wire::Decoder& in,
                                               wire::Encoder&) {
   REVENANT_NEED_SESSION(ctx);
-  uint64_t exec = 0, node = 0;
-  if (!in.Get(&exec) || !in.Get(&node)) return cudaErrorInvalidValue;
+  hooks::cudaGraphExecKernelNodeSetParamsRequest r;
+  if (!r.Decode(in)) return cudaErrorInvalidValue;
+  uint64_t exec = r.exec, node = r.node;
   if (!ctx.handles->ToBackendRaw(api::HandleKind::kGraphExec, &exec) ||
       !ctx.handles->ToBackendRaw(api::HandleKind::kGraphNode, &node)) {
     return cudaErrorInvalidValue;
   }
   KernelParams k;
-  if (int32_t e = GetKernelParams(ctx, in, &k); e != cudaSuccess) return e;
+  if (int32_t e = KernelOf(ctx, r.kernel, &k); e != cudaSuccess) return e;
   return B(ctx)->ExecKernelNodeSetParams(reinterpret_cast<cudaGraphExec_t>(exec),
                                          reinterpret_cast<cudaGraphNode_t>(node), *k.kernel,
                                          k.grid, k.block, k.shared, k.args);
 }
 
-// u64 exec, u64 graph; reply (also on failure): i32 result, u64 error_node,
-// u64 error_from_node.
+// The reply goes back also on failure.
 int32_t Hook_cudaGraphExecUpdate(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
-  uint64_t exec = 0;
+  hooks::cudaGraphExecUpdateRequest r;
   cudaGraph_t graph = nullptr;
-  if (!in.Get(&exec) || !GetGraph(ctx, in, &graph)) return cudaErrorInvalidValue;
+  if (!r.Decode(in) || !GraphOf(ctx, r.graph, &graph)) return cudaErrorInvalidValue;
+  uint64_t exec = r.exec;
   if (!ctx.handles->ToBackendRaw(api::HandleKind::kGraphExec, &exec)) return cudaErrorInvalidValue;
   cudaGraphExecUpdateResultInfo info{};
   info.result = cudaGraphExecUpdateError;
@@ -902,9 +927,11 @@ int32_t Hook_cudaGraphExecUpdate(DispatchContext& ctx, wire::Decoder& in, wire::
                         : ctx.handles->ToVirtualRaw(api::HandleKind::kGraphNode,
                                                     reinterpret_cast<uint64_t>(n));
   };
-  out.Put(static_cast<int32_t>(info.result));
-  out.Put(node_id(info.errorNode));
-  out.Put(node_id(info.errorFromNode));
+  hooks::cudaGraphExecUpdateReply reply;
+  reply.result = static_cast<int32_t>(info.result);
+  reply.error_node = node_id(info.errorNode);
+  reply.error_from_node = node_id(info.errorFromNode);
+  reply.Encode(out);
   return err;
 }
 

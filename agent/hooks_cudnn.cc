@@ -1,5 +1,5 @@
-// The agent side of the cuDNN HOOK rows (api/cudnn.textproto; layouts in
-// api/hook_protocol.h): versions, the last error message and the backend
+// The agent side of the cuDNN HOOK rows (api/cudnn.textproto; requests and
+// replies: api/hook_structs.h): versions, the last error message and the backend
 // API's attribute calls. An attribute whose elements are descriptors
 // (CUDNN_TYPE_BACKEND_DESCRIPTOR) or handles (CUDNN_TYPE_HANDLE) holds the
 // application's virtual handles: each element is translated to the
@@ -19,6 +19,7 @@
 #include "api/agent_hooks.h"
 #include "api/dnn_args.h"
 #include "api/hook_protocol.h"
+#include "api/hook_structs.h"
 #include "common/logging.h"
 
 namespace revenant {
@@ -64,31 +65,40 @@ struct AttributeHead {
   cudnnBackendAttributeType_t attribute_type{};
 };
 
-int32_t VersionHook(wire::Encoder& out, uint64_t version) {
-  out.PutBytes(&version, sizeof(version));
+// cudnnGetVersion and cudnnGetCudartVersion (one layout): the version as an
+// 8-byte field.
+int32_t VersionHook(wire::Decoder& in, wire::Encoder& out, DispatchContext& ctx, bool cudart) {
+  hooks::cudnnGetVersionRequest r;
+  if (!r.Decode(in) || in.remaining() != 0) return CUDNN_STATUS_BAD_PARAM;
+  const uint64_t version = cudart ? B(ctx)->DnnGetCudartVersion() : B(ctx)->DnnGetVersion();
+  hooks::cudnnGetVersionReply reply;
+  reply.version = wire::Bytes::Of(&version, sizeof(version));
+  reply.Encode(out);
   return CUDNN_STATUS_SUCCESS;
 }
 
 }  // namespace
 
 int32_t Hook_cudnnGetVersion(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
-  if (in.remaining() != 0) return CUDNN_STATUS_BAD_PARAM;
-  return VersionHook(out, B(ctx)->DnnGetVersion());
+  return VersionHook(in, out, ctx, /*cudart=*/false);
 }
 
 int32_t Hook_cudnnGetCudartVersion(DispatchContext& ctx, wire::Decoder& in, wire::Encoder& out) {
-  if (in.remaining() != 0) return CUDNN_STATUS_BAD_PARAM;
-  return VersionHook(out, B(ctx)->DnnGetCudartVersion());
+  return VersionHook(in, out, ctx, /*cudart=*/true);
 }
 
 int32_t Hook_cudnnGetLastErrorString(DispatchContext& ctx, wire::Decoder& in,
                                      wire::Encoder& out) {
-  uint64_t capacity = 0;
-  if (!in.Get(&capacity) || in.remaining() != 0 || capacity == 0 ||
-      capacity > hooks::kDnnMaxErrorString) {
+  hooks::cudnnGetLastErrorStringRequest r;
+  if (!r.Decode(in) || in.remaining() != 0 || r.capacity == 0 ||
+      r.capacity > hooks::kDnnMaxErrorString) {
     return CUDNN_STATUS_BAD_PARAM;
   }
-  char* message = out.ReserveBytes(capacity);
+  const uint64_t capacity = r.capacity;
+  hooks::cudnnGetLastErrorStringReply reply;
+  reply.message = wire::Bytes::Reserved(capacity);
+  reply.Encode(out);
+  char* message = reply.message.fill;
   if (message == nullptr) return CUDNN_STATUS_BAD_PARAM;
   std::memset(message, 0, capacity);
   B(ctx)->DnnGetLastErrorString(message, capacity);
@@ -98,13 +108,15 @@ int32_t Hook_cudnnGetLastErrorString(DispatchContext& ctx, wire::Decoder& in,
 
 int32_t Hook_cudnnBackendSetAttribute(DispatchContext& ctx, wire::Decoder& in, wire::Encoder&) {
   constexpr const char* kApi = "cudnnBackendSetAttribute";
+  hooks::cudnnBackendSetAttributeRequest r;
+  if (!r.Decode(in) || in.remaining() != 0) return Refuse(kApi, "malformed request");
   AttributeHead h;
-  const char* data = nullptr;
-  uint64_t size = 0;
-  if (!in.Get(&h.descriptor) || !in.Get(&h.name) || !in.Get(&h.type) || !in.Get(&h.count) ||
-      !in.GetBytes(&data, &size) || in.remaining() != 0) {
-    return Refuse(kApi, "malformed request");
-  }
+  h.descriptor = r.descriptor;
+  h.name = r.name;
+  h.type = r.type;
+  h.count = r.count;
+  const char* data = r.elements.data;
+  const uint64_t size = r.elements.size;
   h.element_size = api::DnnElementSize(h.type);
   if (h.element_size == 0 || !wire::ToEnum(h.type, &h.attribute_type))
     return Refuse(kApi, "unknown attribute type", CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE);
@@ -150,15 +162,16 @@ int32_t Hook_cudnnBackendSetAttribute(DispatchContext& ctx, wire::Decoder& in, w
 int32_t Hook_cudnnBackendGetAttribute(DispatchContext& ctx, wire::Decoder& in,
                                       wire::Encoder& out) {
   constexpr const char* kApi = "cudnnBackendGetAttribute";
+  hooks::cudnnBackendGetAttributeRequest r;
+  if (!r.Decode(in) || in.remaining() != 0) return Refuse(kApi, "malformed request");
   AttributeHead h;
-  bool has_count = false, has_array = false;
-  const char* data = nullptr;
-  uint64_t size = 0;
-  if (!in.Get(&h.descriptor) || !in.Get(&h.name) || !in.Get(&h.type) || !in.Get(&h.count) ||
-      !in.GetFlag(&has_count) || !in.GetFlag(&has_array) || !in.GetBytes(&data, &size) ||
-      in.remaining() != 0) {
-    return Refuse(kApi, "malformed request");
-  }
+  h.descriptor = r.descriptor;
+  h.name = r.name;
+  h.type = r.type;
+  h.count = r.requested;
+  const bool has_count = r.has_count, has_array = r.has_array;
+  const char* data = r.in_elements.data;
+  const uint64_t size = r.in_elements.size;
   h.element_size = api::DnnElementSize(h.type);
   if (h.element_size == 0 || !wire::ToEnum(h.type, &h.attribute_type))
     return Refuse(kApi, "unknown attribute type", CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE);
@@ -194,7 +207,8 @@ int32_t Hook_cudnnBackendGetAttribute(DispatchContext& ctx, wire::Decoder& in,
       h.attribute, h.attribute_type, h.count, has_count ? &count : nullptr,
       has_array ? elements.data() : nullptr);
   if (rc != CUDNN_STATUS_SUCCESS) return rc;
-  if (has_count) out.PutBytes(&count, sizeof(count));
+  hooks::cudnnBackendGetAttributeReply reply;
+  reply.count = wire::Bytes::Of(&count, sizeof(count));
   if (has_array) {
     const int64_t written = has_count ? std::max<int64_t>(0, std::min(h.count, count)) : h.count;
     if (kind != api::HandleKind::kNone) {
@@ -210,8 +224,10 @@ int32_t Hook_cudnnBackendGetAttribute(DispatchContext& ctx, wire::Decoder& in,
         }
       }
     }
-    out.PutBytes(elements.data(), static_cast<uint64_t>(written) * h.element_size);
+    reply.elements =
+        wire::Bytes::Of(elements.data(), static_cast<uint64_t>(written) * h.element_size);
   }
+  reply.Encode(out, r);
   return CUDNN_STATUS_SUCCESS;
 }
 

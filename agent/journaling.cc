@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "api/hook_protocol.h"
+#include "api/hook_structs.h"
 #include "api/traits.h"
 #include "api/wire.h"
 #include "common/knobs.h"
@@ -52,16 +53,13 @@ uint64_t SymbolWriteRegion(uint16_t api_id, absl::string_view body) {
   const auto id = static_cast<api::ApiId>(api_id);
   if (id != api::ApiId::cudaMemcpyToSymbol && id != api::ApiId::cudaMemcpyToSymbolAsync) return 0;
   wire::Decoder in(body.data(), body.size());
-  uint64_t module_key = 0, offset = 0, n = 0;
-  const char* name = nullptr;
-  if (!in.Get(&module_key) || !in.GetBytes(&name, &n) || name == nullptr || !in.Get(&offset)) {
+  hooks::cudaMemcpyToSymbolRequest r;
+  if (!r.Decode(in) || r.device_name.data == nullptr || r.head.mode != hooks::kInlineSource)
     return 0;
-  }
-  hooks::CopyHead h;
-  if (!hooks::GetCopyHead(in, &h) || h.mode != hooks::kInlineSource) return 0;
-  uint64_t key = Mix(module_key, offset);
-  for (uint64_t i = 0; i < n; ++i) key = Mix(key, static_cast<unsigned char>(name[i]));
-  return Mix(key, h.count) | 1;
+  uint64_t key = Mix(r.module_key, r.offset);
+  for (uint64_t i = 0; i < r.device_name.size; ++i)
+    key = Mix(key, static_cast<unsigned char>(r.device_name.data[i]));
+  return Mix(key, r.head.count) | 1;
 }
 
 namespace {
@@ -135,7 +133,7 @@ bool MinibatchDetector::OnRequest(uint16_t api_id, absl::string_view body) {
   if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return false;
   wire::Decoder in(body.data(), body.size());
   hooks::CopyHead h;
-  if (!hooks::GetCopyHead(in, &h)) return false;
+  if (!h.Decode(in)) return false;
   const bool h2d = h.kind == cudaMemcpyHostToDevice ||
                    (h.kind == cudaMemcpyDefault &&
                     (h.mode == hooks::kInlineSource || h.mode == hooks::kStagingSource));
@@ -160,9 +158,9 @@ bool MinibatchDetector::WouldMark(uint16_t api_id, absl::string_view body) const
     const auto id = static_cast<api::ApiId>(api_id);
     if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return false;
     wire::Decoder in(body.data(), body.size());
-    uint64_t dst = 0, src = 0, count = 0;
-    if (!in.Get(&dst) || !in.Get(&src) || !in.Get(&count)) return false;
-    if (seen_.contains(Mix(dst, count))) probe.seen_.insert(Mix(dst, count));
+    hooks::CopyHead h;
+    if (!h.Decode(in)) return false;
+    if (seen_.contains(Mix(h.dst, h.count))) probe.seen_.insert(Mix(h.dst, h.count));
   }
   return probe.OnRequest(api_id, body);
 }
@@ -314,7 +312,7 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   e.set_args(body.data(), body.size());
   // The reply slot rides in the upper half of flags: a replacement posts the
   // reply of a replayed request the application still waits for.
-  e.set_flags((rec.flags & 0xffffu) | (static_cast<uint32_t>(rec.reply_slot + 1) << 16));
+  e.set_flags(journal::RequestFlags(rec.flags, rec.reply_slot));
   e.set_minibatch(minibatch_.load(std::memory_order_relaxed));
   const uint64_t handle = FirstU64(body);
   // A destroy of a handle whose calls all stay (KeepsEveryCall) drops no keys.

@@ -118,22 +118,6 @@ class RequestJournal {
                                                                   int rank, const Options& options,
                                                                   uint64_t minibatch);
 
-  // The reply slot a journaled request named (-1: none), from its flags.
-  static int ReplySlotOf(const journal::JournalEntry& entry) {
-    return static_cast<int>(entry.flags() >> 16) - 1;
-  }
-
-  // The outcome entry of the request entries[i] when it directly follows
-  // it (a synchronous request's), else nullptr.
-  static const journal::JournalEntry* OutcomeOf(
-      const std::vector<journal::JournalEntry>& entries, size_t i) {
-    if (i + 1 < entries.size() && entries[i + 1].api_id() == journal::kOutcomeApiId &&
-        entries[i + 1].completes() == entries[i].seq()) {
-      return &entries[i + 1];
-    }
-    return nullptr;
-  }
-
   // Journals `rec` if its row is journaled. `payload` holds bytes the
   // request reads from memory shared with the application (a pinned source
   // of a copy), captured now because the application may reuse the buffer

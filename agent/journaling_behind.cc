@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "api/hook_protocol.h"
+#include "api/hook_structs.h"
 #include "api/traits.h"
 #include "api/wire.h"
 #include "common/logging.h"
@@ -166,7 +167,7 @@ bool BehindJournaling::PlainBehind(const transport::RecordHeader& rec, bool boun
   if (id == api::ApiId::cudaMemcpyAsync || id == api::ApiId::cudaMemcpy) {
     wire::Decoder in(rec.body(), rec.body_size());
     hooks::CopyHead h;
-    if (!hooks::GetCopyHead(in, &h) || h.mode == hooks::kStagingSource) return false;
+    if (!h.Decode(in) || h.mode == hooks::kStagingSource) return false;
     // A large upload: the executor journals it, as a device capture it then
     // runs (agent/upload_capture.h).
     if (IsCaptureCandidate(rec.api_id, absl::string_view(rec.body(), rec.body_size()),

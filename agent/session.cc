@@ -25,6 +25,7 @@
 #include "agent/journaling_inline.h"
 #include "agent/profiler.h"
 #include "agent/validator.h"
+#include "api/hook_structs.h"
 #include "api/reply_prefix.h"
 #include "common/clock.h"
 #include "common/knobs.h"
@@ -609,17 +610,16 @@ absl::string_view Session::CapturedPayload(const transport::RecordHeader& rec) c
   const auto id = static_cast<api::ApiId>(rec.api_id);
   if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return {};
   wire::Decoder in(rec.body(), rec.body_size());
-  hooks::CopyHead h;
-  if (!hooks::GetCopyHead(in, &h) ||
-      (h.mode != hooks::kDirect && h.mode != hooks::kStagingSource)) {
+  hooks::cudaMemcpyRequest r;
+  const hooks::CopyHead& h = r.head;
+  if (!r.Decode(in) || (h.mode != hooks::kDirect && h.mode != hooks::kStagingSource)) {
     return {};
   }
   if (h.mode == hooks::kStagingSource) {
     // A large copy from pageable memory: the application's next staged copy
     // reuses the staging area, so its bytes are kept too.
-    uint64_t offset = 0;
-    if (!in.Get(&offset) || offset > channel_->staging_size() ||
-        h.count > channel_->staging_size() - offset) {
+    const uint64_t offset = r.staging_offset;
+    if (offset > channel_->staging_size() || h.count > channel_->staging_size() - offset) {
       return {};
     }
     return absl::string_view(channel_->staging() + offset, h.count);
@@ -1179,13 +1179,18 @@ namespace {
 // The address of graph memory in the reply of an alloc node (u64 after the
 // node's id: cudaGraphAddMemAllocNode, cudaGraphAddNode of an alloc node); 0
 // for any other reply.
-uint64_t AllocNodeAddress(api::ApiId id, const std::string& outputs) {
-  if (id != api::ApiId::cudaGraphAddMemAllocNode && id != api::ApiId::cudaGraphAddNode) return 0;
+uint64_t AllocNodeAddress(api::ApiId id, const std::string& args, const std::string& outputs) {
   wire::Decoder d(outputs.data(), outputs.size());
-  const char* node = nullptr;
-  uint64_t n = 0, dptr = 0;
-  if (!d.GetBytes(&node, &n) || !d.Get(&dptr)) return 0;
-  return dptr;
+  if (id == api::ApiId::cudaGraphAddMemAllocNode) {
+    hooks::cudaGraphAddMemAllocNodeReply r;
+    return r.Decode(d) ? r.dptr : 0;
+  }
+  if (id != api::ApiId::cudaGraphAddNode) return 0;
+  hooks::cudaGraphAddNodeRequest req;
+  wire::Decoder in(args.data(), args.size());
+  hooks::cudaGraphAddNodeReply r;
+  if (!req.Decode(in) || !r.Decode(d, req)) return 0;
+  return r.dptr;
 }
 
 uint64_t FirstOutU64(const std::string& outputs) {
@@ -1207,21 +1212,17 @@ std::string ReplayBody(const journal::JournalEntry& e) {
     return e.args();
   }
   wire::Decoder in(e.args().data(), e.args().size());
-  hooks::CopyHead h;
-  if (!hooks::GetCopyHead(in, &h) ||
-      (h.mode != hooks::kDirect && h.mode != hooks::kStagingSource) ||
-      h.count != e.inline_payload().size()) {
+  hooks::cudaMemcpyRequest r;
+  if (!r.head.Decode(in) ||
+      (r.head.mode != hooks::kDirect && r.head.mode != hooks::kStagingSource) ||
+      r.head.count != e.inline_payload().size()) {
     return e.args();
   }
-  wire::Sizer sz;
-  sz.Put(h.dst); sz.Put(h.src); sz.Put(h.count); sz.Put(h.kind); sz.Put(h.stream);
-  sz.Put(uint8_t{});
-  sz.PutBytes(e.inline_payload().data(), h.count);
-  std::string body(sz.size(), '\0');
+  r.head.mode = hooks::kInlineSource;
+  r.data = wire::Bytes::Of(e.inline_payload().data(), r.head.count);
+  std::string body(r.Size(), '\0');
   wire::Encoder out(body.data(), body.size());
-  out.Put(h.dst); out.Put(h.src); out.Put(h.count); out.Put(h.kind); out.Put(h.stream);
-  out.Put(static_cast<uint8_t>(hooks::kInlineSource));
-  out.PutBytes(e.inline_payload().data(), h.count);
+  r.Encode(out);
   return body;
 }
 
@@ -1232,7 +1233,7 @@ bool IsCopyIntoSharedHost(const journal::JournalEntry& e, const Session& session
   if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return false;
   wire::Decoder in(e.args().data(), e.args().size());
   hooks::CopyHead h;
-  if (!hooks::GetCopyHead(in, &h)) return false;
+  if (!h.Decode(in)) return false;
   return h.mode == hooks::kDirect && session.IsSharedHost(reinterpret_cast<void*>(h.dst), h.count);
 }
 
@@ -1463,7 +1464,7 @@ void Session::CountPostedCallbacks(uint64_t minibatch) {
 
 void Session::AnswerSuperseded(const journal::JournalEntry& e) {
   const uint64_t seq = e.seq() / 2;
-  const int slot = RequestJournal::ReplySlotOf(e);
+  const int slot = journal::ReplySlotOf(e);
   if (slot >= 0 && static_cast<uint32_t>(slot) < channel_->reply_slots() &&
       channel_->ReplySeq(slot) < seq) {
     ReplyPrefix prefix;
@@ -1483,7 +1484,7 @@ void Session::ExpectRecreated(const journal::JournalEntry& e,
   } else if (traits.creates != api::HandleKind::kNone && key != 0) {
     handles_.ExpectNext(traits.creates, key);
     // A graph alloc node also puts its memory back where it was.
-    if (const uint64_t dptr = AllocNodeAddress(id, outcome.outputs()); dptr != 0) {
+    if (const uint64_t dptr = AllocNodeAddress(id, e.args(), outcome.outputs()); dptr != 0) {
       backend_->ExpectNextAllocation(dptr);
       REVENANT_LOG(DEBUG, "agent")
           << absl::StrCat("replay: graph memory expected at 0x", absl::Hex(dptr));
@@ -1582,7 +1583,7 @@ absl::Status Session::ExecuteJournaled(const journal::JournalEntry& e,
   h->api_id = static_cast<uint16_t>(e.api_id());
   h->flags = static_cast<uint16_t>(e.flags() & 0xffff);
   h->seq = e.seq() / 2;
-  h->reply_slot = RequestJournal::ReplySlotOf(e);
+  h->reply_slot = journal::ReplySlotOf(e);
   h->body_crc_or_reserved = 0;
   std::memcpy(record.data() + sizeof(*h), body.data(), body.size());
   return ExecuteReplayed(*h, outcome);

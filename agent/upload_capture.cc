@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "api/hook_protocol.h"
+#include "api/hook_structs.h"
 #include "api/traits.h"
 #include "api/wire.h"
 #include "common/logging.h"
@@ -43,7 +44,7 @@ bool IsCaptureCandidate(uint16_t api_id, absl::string_view body, uint64_t min_by
   if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return false;
   wire::Decoder in(body.data(), body.size());
   hooks::CopyHead h;
-  if (!hooks::GetCopyHead(in, &h) || h.mode != hooks::kDirect || h.count < min_bytes) return false;
+  if (!h.Decode(in) || h.mode != hooks::kDirect || h.count < min_bytes) return false;
   if (h.kind != cudaMemcpyHostToDevice && h.kind != cudaMemcpyDefault) return false;
   if (head != nullptr) *head = h;
   return true;

@@ -44,6 +44,7 @@
 #include "agent/backend.h"
 #include "agent/journaling.h"
 #include "api/hook_protocol.h"
+#include "api/hook_structs.h"
 #include "proto/journal.pb.h"
 
 namespace revenant {

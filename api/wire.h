@@ -35,6 +35,30 @@ inline constexpr uint64_t kNullBytes = ~uint64_t{0};
 
 inline size_t AlignUp8(size_t n) { return (n + 7) & ~size_t{7}; }
 
+// A byte field of a hook row's struct (api/hook_structs.h): `size` bytes at
+// `data` (null: a null pointer on the wire, decoded as null). With `reserve`,
+// Encode reserves `size` bytes instead of copying and sets `fill` to where
+// they go (null on overflow), for a reply the agent fills in place.
+struct Bytes {
+  const char* data = nullptr;
+  uint64_t size = 0;
+  bool reserve = false;
+  mutable char* fill = nullptr;
+
+  static Bytes Of(const void* p, uint64_t n) {
+    Bytes b;
+    b.data = static_cast<const char*>(p);
+    b.size = n;
+    return b;
+  }
+  static Bytes Reserved(uint64_t n) {
+    Bytes b;
+    b.size = n;
+    b.reserve = true;
+    return b;
+  }
+};
+
 // Counts the bytes an encoding will take; mirrors Encoder call for call.
 class Sizer {
  public:

@@ -6,7 +6,8 @@
 //
 // writes DIR/{api_ids.h, api_traits.cc, shim_stubs.cc, shim_refused.cc,
 // backend_api.h, backend_api.cc, dispatch.cc, agent_hooks.h, shim_hooks.h,
-// shim.map, library_rows.h, shim_driver_names.cc, api_coverage.md}. FILE
+// shim.map, library_rows.h, shim_driver_names.cc, api_coverage.md,
+// hook_structs.h, hook_structs_testing.h}. FILE
 // lists the CUDA libraries' exports ("<soname> <name>" lines): those without
 // a row get a refusing stub in shim_refused.cc. VFILE lists the CUDA version
 // each driver function variant was introduced in ("<base> <version>" lines,
@@ -1232,6 +1233,248 @@ void EmitCoverage(const std::vector<Function>& fns, const std::vector<LibraryExp
   }
 }
 
+
+// --- Hook structs (api/hook_structs.h) ------------------------------------------------
+//
+// Every HOOK row's request and reply as a struct with Size/Encode/Decode, so
+// the shim and the agent share one definition of each layout. Groups
+// (ApiTable.groups) are structs of their own, inlined on the wire.
+
+using pb::WireField;
+using pb::WireGroup;
+
+bool IsScalarWireType(const std::string& t) {
+  return t == "u8" || t == "u32" || t == "i32" || t == "u64" || t == "i64" || t == "dim3";
+}
+
+std::string WireCType(const std::string& t) {
+  if (t == "u8") return "uint8_t";
+  if (t == "u32") return "uint32_t";
+  if (t == "i32") return "int32_t";
+  if (t == "u64") return "uint64_t";
+  if (t == "i64") return "int64_t";
+  if (t == "dim3") return "dim3";
+  if (t == "flag") return "bool";
+  if (t == "bytes") return "wire::Bytes";
+  return t;  // a group
+}
+
+bool NeedsRequest(const google::protobuf::RepeatedPtrField<WireField>& fields) {
+  for (const WireField& f : fields)
+    if (f.present_if().find("req.") != std::string::npos) return true;
+  return false;
+}
+
+void ValidateWireFields(const std::string& where,
+                        const google::protobuf::RepeatedPtrField<WireField>& fields,
+                        const std::set<std::string>& groups, bool reply) {
+  std::set<std::string> names;
+  for (const WireField& f : fields) {
+    if (f.name().empty()) Die(where + ": a wire field without a name");
+    if (!names.insert(f.name()).second) Die(where + ": duplicate wire field " + f.name());
+    const std::string& t = f.type();
+    if (!IsScalarWireType(t) && t != "flag" && t != "bytes" && !groups.count(t))
+      Die(where + "." + f.name() + ": unknown wire type '" + t +
+          "' (u8, u32, i32, u64, i64, flag, bytes, dim3 or an earlier group)");
+    if (!reply && f.present_if().find("req.") != std::string::npos)
+      Die(where + "." + f.name() + ": only a reply's condition may name the request");
+  }
+}
+
+void ValidateHookWire(const std::vector<Function>& fns, const std::vector<WireGroup>& groups) {
+  std::set<std::string> known;
+  for (const WireGroup& g : groups) {
+    if (g.name().empty()) Die("a wire group without a name");
+    ValidateWireFields("group " + g.name(), g.fields(), known, false);
+    if (!known.insert(g.name()).second) Die("duplicate wire group " + g.name());
+  }
+  std::map<std::string, const Function*> by_name;
+  for (const Function& f : fns) by_name[f.name()] = &f;
+  for (const Function& f : fns) {
+    const bool has_wire = f.request_size() > 0 || f.reply_size() > 0 || !f.wire_as().empty();
+    if (f.support() != pb::HOOK) {
+      if (has_wire) Die(f.name() + ": request/reply/wire_as belong to HOOK rows");
+      continue;
+    }
+    if (!f.wire_as().empty()) {
+      auto it = by_name.find(f.wire_as());
+      if (f.request_size() > 0 || f.reply_size() > 0)
+        Die(f.name() + ": wire_as and fields of its own");
+      if (it == by_name.end() || it->second->support() != pb::HOOK || !it->second->wire_as().empty())
+        Die(f.name() + ": wire_as must name a HOOK row with fields of its own");
+    }
+    ValidateWireFields(f.name() + " request", f.request(), known, false);
+    ValidateWireFields(f.name() + " reply", f.reply(), known, true);
+  }
+}
+
+// The members, then Size/Encode/Decode of one struct. `req_type`: the
+// request struct a reply's conditions read (empty: none).
+void EmitWireStruct(const std::string& name, const std::string& doc,
+                    const google::protobuf::RepeatedPtrField<WireField>& fields,
+                    const std::string& req_type, std::ostringstream& s) {
+  if (!doc.empty()) s << "// " << doc << "\n";
+  s << "struct " << name << " {\n";
+  for (const WireField& f : fields) {
+    if (!f.doc().empty()) s << "  // " << f.doc() << "\n";
+    if (!f.present_if().empty()) s << "  // On the wire when " << f.present_if() << ".\n";
+    const std::string ct = WireCType(f.type());
+    s << "  " << ct << " " << f.name();
+    if (IsScalarWireType(f.type()) && f.type() != "dim3") s << " = 0";
+    if (f.type() == "flag") s << " = false";
+    s << ";\n";
+  }
+  const std::string rp = req_type.empty() ? "" : ", const " + req_type + "& req";
+  const std::string rp_only = req_type.empty() ? "" : "const " + req_type + "& req";
+  const std::string ra = req_type.empty() ? "" : "req";
+  auto open_if = [&](const WireField& f, const char* indent) {
+    if (!f.present_if().empty()) s << indent << "if (" << f.present_if() << ") {\n";
+  };
+  auto close_if = [&](const WireField& f, const char* indent) {
+    if (!f.present_if().empty()) s << indent << "}\n";
+  };
+  // Size
+  s << "\n  // The bytes Encode writes.\n"
+    << "  size_t Size(" << rp_only << ") const {\n    wire::Sizer w;\n    SizeInto(w"
+    << (ra.empty() ? "" : ", req") << ");\n    return w.size();\n  }\n";
+  s << "  void SizeInto(wire::Sizer& w" << rp << ") const {\n";
+  if (!req_type.empty()) s << "    (void)req;\n";
+  for (const WireField& f : fields) {
+    const std::string ind = f.present_if().empty() ? "    " : "      ";
+    open_if(f, "    ");
+    if (IsScalarWireType(f.type())) s << ind << "w.Put(" << f.name() << ");\n";
+    else if (f.type() == "flag") s << ind << "w.PutFlag();\n";
+    else if (f.type() == "bytes")
+      s << ind << "if (" << f.name() << ".reserve) w.ReserveBytes(" << f.name() << ".size); "
+        << "else w.PutBytes(" << f.name() << ".data, " << f.name() << ".size);\n";
+    else s << ind << f.name() << ".SizeInto(w);\n";
+    close_if(f, "    ");
+  }
+  s << "  }\n";
+  // Encode
+  s << "  // A bytes field with `reserve` set is reserved, not copied: its\n"
+    << "  // `fill` then says where its bytes go (null on overflow).\n"
+    << "  void Encode(wire::Encoder& w" << rp << ") const {\n";
+  if (!req_type.empty()) s << "    (void)req;\n";
+  for (const WireField& f : fields) {
+    const std::string ind = f.present_if().empty() ? "    " : "      ";
+    open_if(f, "    ");
+    if (IsScalarWireType(f.type())) s << ind << "w.Put(" << f.name() << ");\n";
+    else if (f.type() == "flag") s << ind << "w.PutFlag(" << f.name() << ");\n";
+    else if (f.type() == "bytes")
+      s << ind << "if (" << f.name() << ".reserve) " << f.name() << ".fill = w.ReserveBytes("
+        << f.name() << ".size); else w.PutBytes(" << f.name() << ".data, " << f.name()
+        << ".size);\n";
+    else s << ind << f.name() << ".Encode(w);\n";
+    close_if(f, "    ");
+  }
+  s << "  }\n";
+  // Decode
+  s << "  // False when the body is too short or a flag is not 0/1 (the fields\n"
+    << "  // read so far are set). Bytes fields point into the body.\n"
+    << "  bool Decode(wire::Decoder& r" << rp << ") {\n";
+  if (!req_type.empty()) s << "    (void)req;\n";
+  for (const WireField& f : fields) {
+    const std::string ind = f.present_if().empty() ? "    " : "      ";
+    open_if(f, "    ");
+    if (IsScalarWireType(f.type())) s << ind << "if (!r.Get(&" << f.name() << ")) return false;\n";
+    else if (f.type() == "flag") s << ind << "if (!r.GetFlag(&" << f.name() << ")) return false;\n";
+    else if (f.type() == "bytes")
+      s << ind << "if (!r.GetBytes(&" << f.name() << ".data, &" << f.name()
+        << ".size)) return false;\n";
+    else s << ind << "if (!" << f.name() << ".Decode(r)) return false;\n";
+    close_if(f, "    ");
+  }
+  s << "    return true;\n  }\n};\n\n";
+}
+
+// A test helper: fills every field of a struct from `seed` (scalars small
+// enough that conditions on modes and types take every branch over seeds).
+void EmitFill(const std::string& name,
+              const google::protobuf::RepeatedPtrField<WireField>& fields,
+              std::ostringstream& s) {
+  s << "inline void FillForTest(" << name << "* x, uint64_t seed) {\n  (void)x; (void)seed;\n";
+  int ordinal = 0;
+  for (const WireField& f : fields) {
+    ++ordinal;
+    const std::string& t = f.type();
+    const std::string m = "x->" + f.name();
+    if (t == "u8" || t == "u32" || t == "i32")
+      s << "  " << m << " = static_cast<" << WireCType(t) << ">(seed % 16);\n";
+    else if (t == "u64" || t == "i64")
+      s << "  " << m << " = static_cast<" << WireCType(t) << ">(seed % 16 + 16 * " << ordinal
+        << ");\n";
+    else if (t == "dim3")
+      s << "  " << m << " = dim3(static_cast<unsigned>(seed + 1), 2, " << ordinal << ");\n";
+    else if (t == "flag")
+      s << "  " << m << " = ((seed >> " << (ordinal % 5) << ") & 1) != 0;\n";
+    else if (t == "bytes")
+      s << "  " << m << " = TestBytes(seed + " << ordinal << ");\n";
+    else s << "  FillForTest(&" << m << ", seed + " << ordinal << ");\n";
+  }
+  s << "}\n";
+}
+
+void EmitHookStructs(const std::vector<Function>& fns, const std::vector<WireGroup>& groups,
+                     const std::string& dir) {
+  {
+    Out o(dir, "hook_structs.h");
+    auto& s = o.s();
+    s << kBanner
+      << "// The request and reply of every hand-written row (support HOOK), from\n"
+      << "// the rows' `request`/`reply` fields: the shim encodes and the agent\n"
+      << "// decodes these, the agent encodes the reply and the shim decodes it.\n"
+      << "#ifndef REVENANT_API_HOOK_STRUCTS_H_\n#define REVENANT_API_HOOK_STRUCTS_H_\n\n"
+      << "#include <cuda_runtime_api.h>\n\n#include <cstddef>\n#include <cstdint>\n\n"
+      << "#include \"api/hook_protocol.h\"\n#include \"api/wire.h\"\n\n"
+      << "namespace revenant {\nnamespace hooks {\n\n";
+    for (const WireGroup& g : groups) EmitWireStruct(g.name(), g.doc(), g.fields(), "", s);
+    for (const Function& f : fns) {
+      if (f.support() != pb::HOOK || !f.wire_as().empty()) continue;
+      const std::string req = f.name() + "Request";
+      EmitWireStruct(req, f.name() + ": request.", f.request(), "", s);
+      EmitWireStruct(f.name() + "Reply", f.name() + ": reply.", f.reply(),
+                     NeedsRequest(f.reply()) ? req : "", s);
+    }
+    for (const Function& f : fns) {
+      if (f.support() != pb::HOOK || f.wire_as().empty()) continue;
+      s << "// " << f.name() << ": laid out as " << f.wire_as() << ".\n"
+        << "using " << f.name() << "Request = " << f.wire_as() << "Request;\n"
+        << "using " << f.name() << "Reply = " << f.wire_as() << "Reply;\n";
+    }
+    s << "\n}  // namespace hooks\n}  // namespace revenant\n\n"
+      << "#endif  // REVENANT_API_HOOK_STRUCTS_H_\n";
+  }
+  Out o(dir, "hook_structs_testing.h");
+  auto& s = o.s();
+  s << kBanner
+    << "// Test helpers for api/hook_structs.h: every struct filled from a seed,\n"
+    << "// and every row's pair of structs visited.\n"
+    << "#ifndef REVENANT_API_HOOK_STRUCTS_TESTING_H_\n#define REVENANT_API_HOOK_STRUCTS_TESTING_H_\n\n"
+    << "#include <cstdint>\n\n#include \"api/hook_structs.h\"\n\n"
+    << "namespace revenant {\nnamespace hooks {\nnamespace testing {\n\n"
+    << "// Bytes of a length that follows the seed; null for some seeds.\n"
+    << "inline wire::Bytes TestBytes(uint64_t seed) {\n"
+    << "  static const char kData[32] = \"0123456789abcdefghijklmnopqrstu\";\n"
+    << "  wire::Bytes b;\n  if (seed % 7 == 6) return b;\n"
+    << "  b.data = kData;\n  b.size = seed % 19;\n  return b;\n}\n\n";
+  for (const WireGroup& g : groups) EmitFill(g.name(), g.fields(), s);
+  for (const Function& f : fns) {
+    if (f.support() != pb::HOOK || !f.wire_as().empty()) continue;
+    EmitFill(f.name() + "Request", f.request(), s);
+    EmitFill(f.name() + "Reply", f.reply(), s);
+  }
+  s << "\n// Calls visit(name, Request{}, Reply{}) for every HOOK row with fields of\n"
+    << "// its own.\ntemplate <typename Visit>\nvoid ForEachHookRow(Visit&& visit) {\n";
+  for (const Function& f : fns) {
+    if (f.support() != pb::HOOK || !f.wire_as().empty()) continue;
+    s << "  visit(\"" << f.name() << "\", " << f.name() << "Request{}, " << f.name()
+      << "Reply{});\n";
+  }
+  s << "}\n\n}  // namespace testing\n}  // namespace hooks\n}  // namespace revenant\n\n"
+    << "#endif  // REVENANT_API_HOOK_STRUCTS_TESTING_H_\n";
+}
+
 }  // namespace
 }  // namespace codegen
 }  // namespace revenant
@@ -1240,6 +1483,7 @@ int main(int argc, char** argv) {
   using namespace revenant::codegen;
   std::string out_dir, exports_path, versions_path;
   std::vector<revenant::api_table::Function> fns;
+  std::vector<revenant::api_table::WireGroup> groups;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--out_dir=", 0) == 0) {
@@ -1262,9 +1506,11 @@ int main(int argc, char** argv) {
     if (!google::protobuf::TextFormat::ParseFromString(buf.str(), &table))
       Die(arg + ": does not parse as revenant.api_table.ApiTable (see the message above)");
     for (const auto& f : table.functions()) fns.push_back(f);
+    for (const auto& g : table.groups()) groups.push_back(g);
   }
   if (out_dir.empty() || fns.empty()) Die("usage: apigen --out_dir=DIR table.textproto...");
   Validate(fns);
+  ValidateHookWire(fns, groups);
   const std::vector<LibraryExport> exports = ReadLibraryExports(exports_path);
   EmitIds(fns, out_dir);
   EmitTraits(fns, out_dir);
@@ -1277,5 +1523,6 @@ int main(int argc, char** argv) {
   EmitLibraryRows(fns, out_dir);
   EmitDriverNames(exports, ReadDriverVersions(versions_path), out_dir);
   EmitCoverage(fns, exports, out_dir);
+  EmitHookStructs(fns, groups, out_dir);
   return 0;
 }

@@ -62,6 +62,25 @@ inline constexpr uint32_t kOutcomeApiId = 0;
 // "Boundary markers"); never delivered to readers' callbacks.
 inline constexpr uint32_t kBoundaryApiId = 0xFFFFFFFFu;
 
+// A request entry's flags: the record's own flags in the low 16 bits, the
+// reply slot it named plus one (0: none) in the high 16 bits.
+inline uint32_t RequestFlags(uint32_t record_flags, int reply_slot) {
+  return (record_flags & 0xffffu) | (static_cast<uint32_t>(reply_slot + 1) << 16);
+}
+// The reply slot a journaled request named (-1: none), from its flags.
+inline int ReplySlotOf(const JournalEntry& entry) {
+  return static_cast<int>(entry.flags() >> 16) - 1;
+}
+// The outcome entry of the request entries[i] when it directly follows it
+// (a synchronous request's), else nullptr.
+inline const JournalEntry* OutcomeOf(const std::vector<JournalEntry>& entries, size_t i) {
+  if (i + 1 < entries.size() && entries[i + 1].api_id() == kOutcomeApiId &&
+      entries[i + 1].completes() == entries[i].seq()) {
+    return &entries[i + 1];
+  }
+  return nullptr;
+}
+
 enum class SyncPolicy {
   // Rely on write(2) into tmpfs: survives the agent process, not the machine.
   kNone,

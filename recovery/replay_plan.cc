@@ -7,26 +7,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "api/hook_protocol.h"
+#include "api/hook_structs.h"
 #include "api/traits.h"
 
 namespace revenant {
 namespace recovery {
 namespace {
-
-// As RequestJournal::ReplySlotOf (agent/journaling.h), which writes it: the
-// reply slot a journaled request named (-1: none).
-int ReplySlotOf(const journal::JournalEntry& e) { return static_cast<int>(e.flags() >> 16) - 1; }
-
-// As RequestJournal::OutcomeOf: the outcome entry of entries[i] when it
-// directly follows it, else null.
-const journal::JournalEntry* OutcomeOf(const std::vector<journal::JournalEntry>& entries,
-                                       size_t i) {
-  if (i + 1 < entries.size() && entries[i + 1].api_id() == journal::kOutcomeApiId &&
-      entries[i + 1].completes() == entries[i].seq()) {
-    return &entries[i + 1];
-  }
-  return nullptr;
-}
 
 bool IsCopy(const journal::JournalEntry& e) {
   const auto id = static_cast<api::ApiId>(e.api_id());
@@ -85,7 +71,7 @@ std::vector<ReplayRequest> RequestsOf(const std::vector<journal::JournalEntry>& 
     if (e.api_id() == journal::kOutcomeApiId) continue;
     ReplayRequest r;
     r.entry = &e;
-    r.outcome = OutcomeOf(entries, i);
+    r.outcome = journal::OutcomeOf(entries, i);
     r.seq = e.seq() / 2;
     r.from_minibatch = from_minibatch != nullptr && (*from_minibatch)[i];
     out.push_back(r);
@@ -97,7 +83,7 @@ uint64_t LastAnsweredRequest(const std::vector<journal::JournalEntry>& entries,
                              const ReplySlots& slots) {
   uint64_t last_answered = 0;
   for (const ReplayRequest& r : RequestsOf(entries)) {
-    const int slot = ReplySlotOf(*r.entry);
+    const int slot = journal::ReplySlotOf(*r.entry);
     if (slot < 0) continue;
     if (r.outcome != nullptr ||
         (static_cast<uint32_t>(slot) < slots.count && slots.last_reply(slot) >= r.seq)) {
@@ -215,7 +201,7 @@ bool ReplaysSilently(const journal::JournalEntry& e,
     // already be there; the bytes only go to its pageable memory anyway.
     wire::Decoder in(e.args().data(), e.args().size());
     hooks::CopyHead h;
-    if (hooks::GetCopyHead(in, &h) && h.mode == hooks::kStagingDest) return false;
+    if (h.Decode(in) && h.mode == hooks::kStagingDest) return false;
   }
   return true;
 }

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "api/hook_protocol.h"
+#include "api/hook_structs.h"
 #include "api/traits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -297,7 +298,7 @@ TEST(ReplayPlanTest, SharedHostCopiesBeforeTheLastAnsweredRequestAreSkipped) {
     asked.push_back(e.seq() / 2);
     wire::Decoder in(e.args().data(), e.args().size());
     hooks::CopyHead h;
-    return hooks::GetCopyHead(in, &h) && h.dst == 0xa;
+    return h.Decode(in) && h.dst == 0xa;
   };
   ReplayPlan plan(log, o);
   const Walk w = WalkPlan(plan);

@@ -35,7 +35,7 @@ TARGETS=("$@")
 
 die() { echo "fuzz.sh: $*" >&2; exit 1; }
 command -v "$CXX" >/dev/null || die "$CXX not found: install clang (apt-get install -y clang; scripts/setup.sh does)"
-for f in api/api_ids.h api/library_rows.h api/dispatch.cc api/backend_api.cc api/api_traits.cc proto/journal.pb.cc; do
+for f in api/api_ids.h api/hook_structs.h api/library_rows.h api/dispatch.cc api/backend_api.cc api/api_traits.cc proto/journal.pb.cc; do
   [ -f "$GEN_DIR/$f" ] || die "missing generated $GEN_DIR/$f: run 'bazel build //api:generate //proto:journal_cc_proto'"
 done
 # libFuzzer ships with clang's runtime (Debian: libclang-rt-<v>-dev, a clang dependency).

@@ -2,7 +2,7 @@
 // versions (asked of the agent once, then cached), the status strings
 // (answered here), the last error message, and the backend API's attribute
 // calls, whose element arrays are sized by their attribute type
-// (api/dnn_args.h). Layouts: api/hook_protocol.h.
+// (api/dnn_args.h). Requests and replies: api/hook_structs.h.
 #include <cudnn.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "api/dnn_args.h"
 #include "api/hook_protocol.h"
+#include "api/hook_structs.h"
 #include "common/logging.h"
 #include "shim/call.h"
 #include "shim/dnn_checks.h"
@@ -117,10 +118,16 @@ cudnnStatus_t Refuse(const char* api, const char* why, cudnnStatus_t status) {
 size_t AskVersion(ApiId id, std::atomic<size_t>* cache) {
   size_t v = cache->load(std::memory_order_relaxed);
   if (v != 0) return v;
-  Call call(id, 0);
-  if (!call.ok() || !call.Send() || call.status() != 0) return 0;
+  // cudnnGetCudartVersion is laid out as cudnnGetVersion.
+  const revenant::hooks::cudnnGetVersionRequest req;
+  Call call(id, req.Size());
+  if (!call.ok()) return 0;
+  req.Encode(call.args());
+  if (!call.Send() || call.status() != 0) return 0;
   uint64_t version = 0;
-  call.CopyOut(call.reply(), &version, sizeof(version));
+  revenant::hooks::cudnnGetVersionReply reply;
+  if (reply.Decode(call.reply()) && reply.version.data != nullptr)
+    std::memcpy(&version, reply.version.data, std::min<uint64_t>(reply.version.size, sizeof(version)));
   cache->store(static_cast<size_t>(version), std::memory_order_relaxed);
   return static_cast<size_t>(version);
 }
@@ -206,13 +213,15 @@ extern "C" REVENANT_EXPORT void cudnnGetLastErrorString(char* message, size_t ma
   if (message == nullptr || max_size == 0) return;
   message[0] = '\0';
   const uint64_t capacity = std::min<uint64_t>(max_size, revenant::hooks::kDnnMaxErrorString);
-  revenant::wire::Sizer sz;
-  sz.Put(capacity);
-  Call call(ApiId::cudnnGetLastErrorString, sz.size());
+  revenant::hooks::cudnnGetLastErrorStringRequest req;
+  req.capacity = capacity;
+  Call call(ApiId::cudnnGetLastErrorString, req.Size());
   if (!call.ok()) return;
-  call.args().Put(capacity);
+  req.Encode(call.args());
   if (!call.Send() || call.status() != 0) return;
-  call.CopyOut(call.reply(), message, capacity);
+  revenant::hooks::cudnnGetLastErrorStringReply reply;
+  if (reply.Decode(call.reply()) && reply.message.data != nullptr)
+    std::memcpy(message, reply.message.data, std::min<uint64_t>(reply.message.size, capacity));
   message[capacity - 1] = '\0';
 }
 
@@ -267,19 +276,15 @@ extern "C" REVENANT_EXPORT cudnnStatus_t cudnnBackendSetAttribute(
   if (!revenant::api::DnnElementCountOk(elementCount))
     return Refuse(kApi, "bad element count", CUDNN_STATUS_BAD_PARAM);
   const uint64_t bytes = static_cast<uint64_t>(elementCount) * size;
-  revenant::wire::Sizer sz;
-  sz.Put(uint64_t{});
-  sz.Put(int32_t{});
-  sz.Put(int32_t{});
-  sz.Put(int64_t{});
-  sz.PutBytes(arrayOfElements, bytes);
-  Call call(ApiId::cudnnBackendSetAttribute, sz.size());
+  revenant::hooks::cudnnBackendSetAttributeRequest req;
+  req.descriptor = reinterpret_cast<uint64_t>(descriptor);
+  req.name = static_cast<int32_t>(attributeName);
+  req.type = static_cast<int32_t>(attributeType);
+  req.count = elementCount;
+  req.elements = revenant::wire::Bytes::Of(arrayOfElements, bytes);
+  Call call(ApiId::cudnnBackendSetAttribute, req.Size());
   if (!call.ok()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
-  call.args().Put(reinterpret_cast<uint64_t>(descriptor));
-  call.args().Put(static_cast<int32_t>(attributeName));
-  call.args().Put(static_cast<int32_t>(attributeType));
-  call.args().Put(elementCount);
-  call.args().PutBytes(arrayOfElements, bytes);
+  req.Encode(call.args());
   if (!call.Send()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
   return static_cast<cudnnStatus_t>(call.status());
 }
@@ -309,30 +314,29 @@ extern "C" REVENANT_EXPORT cudnnStatus_t cudnnBackendGetAttribute(
     return CUDNN_STATUS_NOT_SUPPORTED;
   }
   const void* in_elements = send_elements ? arrayOfElements : nullptr;
-  revenant::wire::Sizer sz;
-  sz.Put(uint64_t{});
-  sz.Put(int32_t{});
-  sz.Put(int32_t{});
-  sz.Put(int64_t{});
-  sz.PutFlag();
-  sz.PutFlag();
-  sz.PutBytes(in_elements, bytes);
-  Call call(ApiId::cudnnBackendGetAttribute, sz.size());
+  revenant::hooks::cudnnBackendGetAttributeRequest req;
+  req.descriptor = reinterpret_cast<uint64_t>(descriptor);
+  req.name = static_cast<int32_t>(attributeName);
+  req.type = static_cast<int32_t>(attributeType);
+  req.requested = requestedElementCount;
+  req.has_count = elementCount != nullptr;
+  req.has_array = has_array;
+  req.in_elements = revenant::wire::Bytes::Of(in_elements, bytes);
+  Call call(ApiId::cudnnBackendGetAttribute, req.Size());
   if (!call.ok()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
-  call.args().Put(reinterpret_cast<uint64_t>(descriptor));
-  call.args().Put(static_cast<int32_t>(attributeName));
-  call.args().Put(static_cast<int32_t>(attributeType));
-  call.args().Put(requestedElementCount);
-  call.args().PutFlag(elementCount != nullptr);
-  call.args().PutFlag(has_array);
-  call.args().PutBytes(in_elements, bytes);
+  req.Encode(call.args());
   if (!call.Send()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
   if (call.executed_status() == 0) {
-    revenant::wire::Decoder& reply = call.reply();
-    if (elementCount != nullptr) call.CopyOut(reply, elementCount, sizeof(*elementCount));
+    // Each field is copied as it decodes (a short reply leaves the rest).
     // Only the elements the library wrote come back: the rest of the
     // caller's array stays as it was, as natively.
-    if (has_array) call.CopyOut(reply, arrayOfElements, bytes);
+    revenant::hooks::cudnnBackendGetAttributeReply reply;
+    reply.Decode(call.reply(), req);
+    auto copy_out = [](const revenant::wire::Bytes& b, void* dst, uint64_t size) {
+      if (b.data != nullptr) std::memcpy(dst, b.data, std::min<uint64_t>(b.size, size));
+    };
+    if (elementCount != nullptr) copy_out(reply.count, elementCount, sizeof(*elementCount));
+    if (has_array) copy_out(reply.elements, arrayOfElements, bytes);
   }
   return static_cast<cudnnStatus_t>(call.status());
 }

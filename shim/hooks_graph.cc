@@ -2,38 +2,13 @@
 // node handles or structs holding handles, host functions and kernel
 // arguments. The agent side is in agent/hooks.cc.
 //
-// Layouts (wire fields, api/wire.h). `deps` is one byte field of u64 virtual
-// GRAPH_NODE ids (as the application holds them); `kernel` is u64
-// function_id, dim3 grid, dim3 block, u64 shared_bytes, bytes packed_args
-// (packed at the kernel's parameter layout, as a launch packs them);
-// `memset` is u64 dst, u64 pitch, u32 value, u32 element_size, u64 width,
-// u64 height; `memcpy` is u64 dst, u64 src, u64 count, i32 kind; `host` is
-// u64 fn, u64 user_data (the function runs in the application, through the
-// callback ring, each time the node runs); `alloc` is u64 bytesize; `free` is
-// u64 dptr; `child` is u64 graph (the virtual GRAPH id to clone); `event`
-// (record and wait nodes) is u64 event (a virtual EVENT id); `conditional`
-// is u64 handle, i32 type, u32 size. A created node comes back as a byte
-// field holding its u64 id.
-//
-//   cudaGraphAdd{Kernel,Memset,MemcpyNode1D,Host,MemAlloc,MemFree,ChildGraph,
-//   EventRecord,EventWait}Node, and cudaGraphAddMemcpyNode of a contiguous 3D
-//   copy (as `memcpy`):
-//       u64 graph, deps, <params>; reply: bytes node [, u64 dptr (alloc)]
-//   cudaGraphAddNode:  u64 graph, deps, i32 type, <params of that type>;
-//       a conditional node's reply is bytes node, u64 0 (where an alloc
-//       node's reply has its address), bytes bodies (u64 virtual GRAPH ids,
-//       `size` of them)
-//   cudaGraphGetNodes: u64 graph, u64 capacity; reply: u64 count, bytes ids
-//   cudaGraphNodeGetDependencies: u64 node, u64 capacity; reply: u64 count,
-//       bytes ids (at most capacity)
-//   cudaGraphDebugDotPrint: u64 graph, u32 flags; reply: bytes dot
-//   cudaGraphExecKernelNodeSetParams: u64 exec, u64 node, kernel
-//   cudaGraphExecUpdate: u64 exec, u64 graph;
-//       reply (also on failure): i32 result, u64 error_node, u64 error_from_node
-//   cudaStreamBeginCaptureToGraph: u64 stream, u64 graph, deps, i32 mode
-//   cudaStreamGetCaptureInfo: u64 stream, flag want_graph;
-//       reply: i32 status, u64 id, u64 graph, bytes deps
-//   cudaStreamUpdateCaptureDependencies: u64 stream, deps, u32 flags
+// Requests and replies are the rows' structs (api/hook_structs.h, from the
+// rows' `request`/`reply` fields in api/cuda_runtime.textproto). `deps` is
+// one byte field of u64 virtual GRAPH_NODE ids (as the application holds
+// them), present even when empty; a kernel node's arguments are packed at
+// the kernel's parameter layout, as a launch packs them; a host node's
+// function runs in the application, through the callback ring, each time the
+// node runs; a created node comes back as a byte field holding its u64 id.
 //
 // Kernels are resolved (FunctionToWire / PackKernelArgs) before a Call is
 // opened: an open Call holds the request ring, and resolving makes a call.
@@ -42,8 +17,10 @@
 
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <vector>
 
+#include "api/hook_structs.h"
 #include "shim/call.h"
 #include "shim/runtime.h"
 
@@ -86,19 +63,24 @@ bool DefaultEdges(const cudaGraphEdgeData* edges, size_t n) {
 
 uint64_t Wire(const void* handle) { return reinterpret_cast<uint64_t>(handle); }
 
+namespace hooks = revenant::hooks;
+using revenant::wire::Bytes;
+
+// A kernel node's parameters, with the packed arguments they point to.
 struct Kernel {
   uint64_t id = 0;
   dim3 grid, block;
   uint64_t shared = 0;
   std::vector<char> packed;
 
-  template <typename W>
-  void Encode(W& w) const {
-    w.Put(id);
-    w.Put(grid);
-    w.Put(block);
-    w.Put(shared);
-    w.PutBytes(packed.data(), packed.size());
+  hooks::KernelNodeParams Params() const {
+    hooks::KernelNodeParams p;
+    p.function_id = id;
+    p.grid = grid;
+    p.block = block;
+    p.shared_bytes = shared;
+    p.args = Bytes::Of(packed.data(), packed.size());
+    return p;
   }
 };
 
@@ -115,39 +97,34 @@ cudaError_t PrepareKernel(const cudaKernelNodeParams* p, Kernel* k) {
   return cudaSuccess;
 }
 
-struct Memset {
-  cudaMemsetParams p;
-  template <typename W>
-  void Encode(W& w) const {
-    w.Put(Wire(p.dst));
-    w.Put(static_cast<uint64_t>(p.pitch));
-    w.Put(static_cast<uint32_t>(p.value));
-    w.Put(static_cast<uint32_t>(p.elementSize));
-    w.Put(static_cast<uint64_t>(p.width));
-    w.Put(static_cast<uint64_t>(p.height));
-  }
-};
+hooks::MemsetNodeParams MemsetOf(const cudaMemsetParams& p) {
+  hooks::MemsetNodeParams m;
+  m.dst = Wire(p.dst);
+  m.pitch = static_cast<uint64_t>(p.pitch);
+  m.value = static_cast<uint32_t>(p.value);
+  m.element_size = static_cast<uint32_t>(p.elementSize);
+  m.width = static_cast<uint64_t>(p.width);
+  m.height = static_cast<uint64_t>(p.height);
+  return m;
+}
 
-struct Memcpy1D {
-  void* dst;
-  const void* src;
-  size_t count;
-  cudaMemcpyKind kind;
-  template <typename W>
-  void Encode(W& w) const {
-    w.Put(Wire(dst));
-    w.Put(Wire(src));
-    w.Put(static_cast<uint64_t>(count));
-    w.Put(static_cast<int32_t>(kind));
-  }
-};
+hooks::Memcpy1DNodeParams Memcpy1DOf(const void* dst, const void* src, size_t count,
+                                     cudaMemcpyKind kind) {
+  hooks::Memcpy1DNodeParams m;
+  m.dst = Wire(dst);
+  m.src = Wire(src);
+  m.count = static_cast<uint64_t>(count);
+  m.kind = static_cast<int32_t>(kind);
+  return m;
+}
 
 // A 3D copy (cudaMemcpy3DParms) between pitched pointers that is one
 // contiguous run of bytes on both sides -- a 1D copy written as 3D, or whole
 // rows and slices -- is a 1D copy node; a strided one (rows or slices with
 // gaps) and one involving CUDA arrays are refused: cudaErrorNotSupported
 // with one log line, in *why.
-cudaError_t Memcpy3DAs1D(const cudaMemcpy3DParms* p, Memcpy1D* out, const char** why) {
+cudaError_t Memcpy3DAs1D(const cudaMemcpy3DParms* p, hooks::Memcpy1DNodeParams* out,
+                         const char** why) {
   *why = nullptr;
   if (p == nullptr) return cudaErrorInvalidValue;
   if (p->srcArray != nullptr || p->dstArray != nullptr) {
@@ -174,99 +151,80 @@ cudaError_t Memcpy3DAs1D(const cudaMemcpy3DParms* p, Memcpy1D* out, const char**
     *why = "a graph memcpy node of a strided 2D/3D copy (rows or slices with gaps)";
     return cudaErrorNotSupported;
   }
-  *out = Memcpy1D{reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), w * h * d,
-                  p->kind};
+  *out = Memcpy1DOf(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), w * h * d,
+                    p->kind);
   return cudaSuccess;
 }
 
-struct Host {
-  cudaHostNodeParams p;
-  template <typename W>
-  void Encode(W& w) const {
-    w.Put(Wire(reinterpret_cast<const void*>(p.fn)));
-    w.Put(Wire(p.userData));
-  }
-};
-
-struct Scalar {
-  uint64_t v;
-  template <typename W>
-  void Encode(W& w) const {
-    w.Put(v);
-  }
-};
-
-struct Nothing {
-  template <typename W>
-  void Encode(W&) const {}
-};
-
-struct Conditional {
-  uint64_t handle;
-  int32_t type;
-  uint32_t size;
-  template <typename W>
-  void Encode(W& w) const {
-    w.Put(handle);
-    w.Put(type);
-    w.Put(size);
-  }
-};
+hooks::HostNodeParams HostOf(const cudaHostNodeParams& p) {
+  hooks::HostNodeParams h;
+  h.fn = Wire(reinterpret_cast<const void*>(p.fn));
+  h.user_data = Wire(p.userData);
+  return h;
+}
 
 // The most bodies a conditional node may have here (a switch node's cases).
 constexpr uint32_t kMaxConditionalBodies = 256;
 
-// Encodes the dependency array; an empty one as a present, empty field.
-template <typename W>
-void EncodeNodes(W& w, const cudaGraphNode_t* nodes, size_t n) {
+// The dependency array; an empty one as a present, empty field.
+Bytes DepsOf(const cudaGraphNode_t* nodes, size_t n) {
   static const uint64_t kNone = 0;
-  w.PutBytes(n == 0 ? static_cast<const void*>(&kNone) : static_cast<const void*>(nodes),
-             n * sizeof(uint64_t));
+  return Bytes::Of(n == 0 ? static_cast<const void*>(&kNone) : static_cast<const void*>(nodes),
+                   n * sizeof(uint64_t));
 }
 
-// One node-adding call: graph, deps, [type], params; reply: node [, dptr].
-// `bodies` (conditional nodes): where the body graphs' ids go, `bodies_n`
-// of them expected.
-template <typename Params>
+// cudaGraphAddNode's reply depends on the request's node type; the other
+// rows' replies do not.
+bool DecodeNodeReply(hooks::cudaGraphAddNodeReply* reply, revenant::wire::Decoder& in,
+                     const hooks::cudaGraphAddNodeRequest& req) {
+  return reply->Decode(in, req);
+}
+template <typename Reply, typename Request>
+bool DecodeNodeReply(Reply* reply, revenant::wire::Decoder& in, const Request&) {
+  return reply->Decode(in);
+}
+
+// One node-adding call: `req` holds the node's parameters (and type, for
+// cudaGraphAddNode); graph and dependencies are set here. The reply (the
+// node, an alloc node's address, a conditional node's bodies) goes to
+// `*reply`.
+template <typename Request, typename Reply>
 cudaError_t AddNodeCall(ApiId id, cudaGraphNode_t* node, cudaGraph_t graph,
-                        const cudaGraphNode_t* deps, size_t n, const int32_t* type,
-                        const Params& params, void** dptr, cudaGraph_t* bodies = nullptr,
-                        uint32_t bodies_n = 0) {
+                        const cudaGraphNode_t* deps, size_t n, Request req, Reply* reply) {
   static_assert(sizeof(cudaGraphNode_t) == sizeof(uint64_t), "node handles are u64 ids");
   if (node == nullptr || (n > 0 && deps == nullptr)) return Fail(cudaErrorInvalidValue);
-  revenant::wire::Sizer sz;
-  sz.Put(uint64_t{});
-  EncodeNodes(sz, deps, n);
-  if (type != nullptr) sz.Put(*type);
-  params.Encode(sz);
-  Call call(id, sz.size());
+  req.graph = Wire(graph);
+  req.deps = DepsOf(deps, n);
+  Call call(id, req.Size());
   if (!call.ok()) return Unreachable(call);
-  revenant::wire::Encoder& a = call.args();
-  a.Put(Wire(graph));
-  EncodeNodes(a, deps, n);
-  if (type != nullptr) a.Put(*type);
-  params.Encode(a);
+  req.Encode(call.args());
   if (!call.Send()) return Unreachable(call);
   if (call.status() != 0) return static_cast<cudaError_t>(call.status());
-  revenant::wire::Decoder& r = call.reply();
-  const char* data = nullptr;
-  uint64_t len = 0;
-  if (!r.GetBytes(&data, &len) || data == nullptr || len != sizeof(uint64_t)) {
+  if (!DecodeNodeReply(reply, call.reply(), req) || reply->node.data == nullptr ||
+      reply->node.size != sizeof(uint64_t)) {
     return Fail(cudaErrorUnknown);
   }
-  std::memcpy(node, data, sizeof(uint64_t));
-  if (dptr != nullptr) {
-    uint64_t p = 0;
-    if (!r.Get(&p)) return Fail(cudaErrorUnknown);
-    *dptr = reinterpret_cast<void*>(p);
-  }
-  if (bodies != nullptr) {
-    if (!r.GetBytes(&data, &len) || len != bodies_n * sizeof(uint64_t) || data == nullptr) {
-      return Fail(cudaErrorUnknown);
-    }
-    std::memcpy(bodies, data, len);
-  }
+  std::memcpy(node, reply->node.data, sizeof(uint64_t));
   return cudaSuccess;
+}
+
+// A row whose reply is the node alone.
+template <typename Reply, typename Request>
+cudaError_t AddNode(ApiId id, cudaGraphNode_t* node, cudaGraph_t graph,
+                    const cudaGraphNode_t* deps, size_t n, Request req) {
+  Reply reply;
+  return AddNodeCall(id, node, graph, deps, n, std::move(req), &reply);
+}
+
+// cudaGraphAddNode of `type` with the parameters `set` puts in its request.
+template <typename Set>
+cudaError_t AddNodeOfType(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t* deps,
+                          size_t n, cudaGraphNodeType type, Set set,
+                          hooks::cudaGraphAddNodeReply* reply) {
+  hooks::cudaGraphAddNodeRequest req;
+  req.type = static_cast<int32_t>(type);
+  set(&req);
+  return AddNodeCall(ApiId::cudaGraphAddNode, node, graph, deps, n, std::move(req), reply);
 }
 
 // Connected, and no stream capture this process began is open: every
@@ -290,27 +248,19 @@ extern "C" REVENANT_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(
   if (!DefaultEdges(dependencyData, numDependencies)) {
     return NotSupported("cudaStreamBeginCaptureToGraph with edge data");
   }
-  revenant::wire::Sizer sz;
-  sz.Put(uint64_t{});
-  sz.Put(uint64_t{});
-  EncodeNodes(sz, dependencies, numDependencies);
-  sz.Put(int32_t{});
-  Call call(ApiId::cudaStreamBeginCaptureToGraph, sz.size());
+  hooks::cudaStreamBeginCaptureToGraphRequest req;
+  req.stream = Wire(stream);
+  req.graph = Wire(graph);
+  req.deps = DepsOf(dependencies, numDependencies);
+  req.mode = static_cast<int32_t>(mode);
+  Call call(ApiId::cudaStreamBeginCaptureToGraph, req.Size());
   if (!call.ok()) return Unreachable(call);
-  call.args().Put(Wire(stream));
-  call.args().Put(Wire(graph));
-  EncodeNodes(call.args(), dependencies, numDependencies);
-  call.args().Put(static_cast<int32_t>(mode));
+  req.Encode(call.args());
   if (!call.Send()) return Unreachable(call);
   if (call.status() == cudaSuccess) revenant::shim::Runtime::Get()->NoteCaptureBegun(Wire(stream));
   return static_cast<cudaError_t>(call.status());
 }
 
-// Capture begin and end as the generated stubs send them, noting which
-// streams capture, so that capture-status queries need no round trip while
-// none does: PyTorch asks before most allocations and collectives (about 15
-// times a training step), and each asked question waited for the agent to
-// catch up with every launch queued before it.
 extern "C" REVENANT_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream,
                                                               cudaStreamCaptureMode mode) {
   revenant::wire::Sizer sz;
@@ -375,32 +325,26 @@ extern "C" REVENANT_EXPORT cudaError_t cudaStreamGetCaptureInfo(
     *captureStatus_out = cudaStreamCaptureStatusNone;
     return cudaSuccess;
   }
-  revenant::wire::Sizer sz;
-  sz.Put(uint64_t{});
-  sz.PutFlag();
-  Call call(ApiId::cudaStreamGetCaptureInfo, sz.size());
+  hooks::cudaStreamGetCaptureInfoRequest req;
+  req.stream = Wire(stream);
+  req.want_graph = graph_out != nullptr;
+  Call call(ApiId::cudaStreamGetCaptureInfo, req.Size());
   if (!call.ok()) return Unreachable(call);
-  call.args().Put(Wire(stream));
-  call.args().PutFlag(graph_out != nullptr);
+  req.Encode(call.args());
   if (!call.Send()) return Unreachable(call);
   if (call.status() != 0) return static_cast<cudaError_t>(call.status());
-  revenant::wire::Decoder& r = call.reply();
-  int32_t status = 0;
-  uint64_t id = 0, graph = 0;
-  const char* deps = nullptr;
-  uint64_t len = 0;
-  if (!r.Get(&status) || !r.Get(&id) || !r.Get(&graph) || !r.GetBytes(&deps, &len) ||
-      len % sizeof(uint64_t) != 0) {
+  hooks::cudaStreamGetCaptureInfoReply reply;
+  if (!reply.Decode(call.reply()) || reply.deps.size % sizeof(uint64_t) != 0) {
     return Fail(cudaErrorUnknown);
   }
   cudaStreamCaptureStatus capture_status;
-  if (!revenant::wire::ToEnum(status, &capture_status)) return Fail(cudaErrorUnknown);
+  if (!revenant::wire::ToEnum(reply.status, &capture_status)) return Fail(cudaErrorUnknown);
   *captureStatus_out = capture_status;
-  if (status != cudaStreamCaptureStatusActive) return cudaSuccess;
-  if (id_out != nullptr) *id_out = id;
-  if (graph_out != nullptr) *graph_out = reinterpret_cast<cudaGraph_t>(graph);
-  tls_capture_deps.resize(len / sizeof(uint64_t));
-  if (len > 0) std::memcpy(tls_capture_deps.data(), deps, len);
+  if (reply.status != cudaStreamCaptureStatusActive) return cudaSuccess;
+  if (id_out != nullptr) *id_out = reply.id;
+  if (graph_out != nullptr) *graph_out = reinterpret_cast<cudaGraph_t>(reply.graph);
+  tls_capture_deps.resize(reply.deps.size / sizeof(uint64_t));
+  if (reply.deps.size > 0) std::memcpy(tls_capture_deps.data(), reply.deps.data, reply.deps.size);
   if (dependencies_out != nullptr) {
     *dependencies_out = tls_capture_deps.empty() ? nullptr : tls_capture_deps.data();
   }
@@ -416,48 +360,43 @@ extern "C" REVENANT_EXPORT cudaError_t cudaStreamUpdateCaptureDependencies(
   if (!DefaultEdges(dependencyData, numDependencies)) {
     return NotSupported("cudaStreamUpdateCaptureDependencies with edge data");
   }
-  revenant::wire::Sizer sz;
-  sz.Put(uint64_t{});
-  EncodeNodes(sz, dependencies, numDependencies);
-  sz.Put(uint32_t{});
-  Call call(ApiId::cudaStreamUpdateCaptureDependencies, sz.size());
+  hooks::cudaStreamUpdateCaptureDependenciesRequest req;
+  req.stream = Wire(stream);
+  req.deps = DepsOf(dependencies, numDependencies);
+  req.flags = static_cast<uint32_t>(flags);
+  Call call(ApiId::cudaStreamUpdateCaptureDependencies, req.Size());
   if (!call.ok()) return Unreachable(call);
-  call.args().Put(Wire(stream));
-  EncodeNodes(call.args(), dependencies, numDependencies);
-  call.args().Put(static_cast<uint32_t>(flags));
+  req.Encode(call.args());
   if (!call.Send()) return Unreachable(call);
   return static_cast<cudaError_t>(call.status());
 }
 
 namespace {
-// A node list request (u64 graph or node, u64 capacity; reply: u64 count,
-// bytes of node ids): cudaGraphGetNodes and cudaGraphNodeGetDependencies.
-// `out` null asks for the count only; slots past the ids are nulled.
+// A node list request: cudaGraphGetNodes and cudaGraphNodeGetDependencies
+// (one layout: the graph or node, a capacity; the count and at most
+// capacity ids back). `out` null asks for the count only; slots past the
+// ids are nulled.
 cudaError_t GetNodeList(ApiId id, uint64_t of, cudaGraphNode_t* out, size_t* num) {
-  const uint64_t capacity = out == nullptr ? 0 : *num;
-  revenant::wire::Sizer sz;
-  sz.Put(uint64_t{});
-  sz.Put(uint64_t{});
-  Call call(id, sz.size());
+  hooks::cudaGraphGetNodesRequest req;
+  req.of = of;
+  req.capacity = out == nullptr ? 0 : *num;
+  Call call(id, req.Size());
   if (!call.ok()) return Unreachable(call);
-  call.args().Put(of);
-  call.args().Put(capacity);
+  req.Encode(call.args());
   if (!call.Send()) return Unreachable(call);
   if (call.status() != 0) return static_cast<cudaError_t>(call.status());
-  revenant::wire::Decoder& r = call.reply();
-  uint64_t count = 0, len = 0;
-  const char* ids = nullptr;
-  if (!r.Get(&count) || !r.GetBytes(&ids, &len) || len % sizeof(uint64_t) != 0 ||
-      len / sizeof(uint64_t) > capacity) {
+  hooks::cudaGraphGetNodesReply reply;
+  if (!reply.Decode(call.reply()) || reply.ids.size % sizeof(uint64_t) != 0 ||
+      reply.ids.size / sizeof(uint64_t) > req.capacity) {
     return Fail(cudaErrorUnknown);
   }
   if (out == nullptr) {
-    *num = count;
+    *num = reply.count;
     return cudaSuccess;
   }
-  const size_t got = len / sizeof(uint64_t);
-  if (got > 0) std::memcpy(out, ids, len);
-  for (size_t i = got; i < capacity; ++i) out[i] = nullptr;
+  const size_t got = reply.ids.size / sizeof(uint64_t);
+  if (got > 0) std::memcpy(out, reply.ids.data, reply.ids.size);
+  for (size_t i = got; i < req.capacity; ++i) out[i] = nullptr;
   *num = got;
   return cudaSuccess;
 }
@@ -492,18 +431,18 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGraphNodeGetDependencies(cudaGraphNod
 extern "C" REVENANT_EXPORT cudaError_t cudaGraphDebugDotPrint(cudaGraph_t graph, const char* path,
                                                               unsigned int flags) {
   if (path == nullptr) return Fail(cudaErrorInvalidValue);
-  revenant::wire::Sizer sz;
-  sz.Put(uint64_t{});
-  sz.Put(uint32_t{});
-  Call call(ApiId::cudaGraphDebugDotPrint, sz.size());
+  hooks::cudaGraphDebugDotPrintRequest req;
+  req.graph = Wire(graph);
+  req.flags = static_cast<uint32_t>(flags);
+  Call call(ApiId::cudaGraphDebugDotPrint, req.Size());
   if (!call.ok()) return Unreachable(call);
-  call.args().Put(Wire(graph));
-  call.args().Put(static_cast<uint32_t>(flags));
+  req.Encode(call.args());
   if (!call.Send()) return Unreachable(call);
   if (call.status() != 0) return Fail(static_cast<cudaError_t>(call.status()));
-  const char* dot = nullptr;
-  uint64_t len = 0;
-  if (!call.reply().GetBytes(&dot, &len)) return Fail(cudaErrorUnknown);
+  hooks::cudaGraphDebugDotPrintReply reply;
+  if (!reply.Decode(call.reply())) return Fail(cudaErrorUnknown);
+  const char* dot = reply.dot.data;
+  const uint64_t len = reply.dot.size;
   FILE* f = std::fopen(path, "w");
   if (f == nullptr) return Fail(cudaErrorOperatingSystem);
   const bool ok = (len == 0 || std::fwrite(dot, 1, len, f) == len);
@@ -521,7 +460,12 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t* pGraphN
   if (!DefaultEdges(dependencyData, numDependencies)) {
     return NotSupported("cudaGraphAddNode with edge data");
   }
-  const int32_t type = nodeParams->type;
+  const cudaGraphNodeType type = nodeParams->type;
+  hooks::cudaGraphAddNodeReply reply;
+  auto add = [&](auto set) {
+    return AddNodeOfType(pGraphNode, graph, pDependencies, numDependencies, type, set, &reply);
+  };
+  using Req = hooks::cudaGraphAddNodeRequest;
   switch (nodeParams->type) {
     case cudaGraphNodeTypeKernel: {
       Kernel k;
@@ -530,69 +474,58 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t* pGraphN
                                     nodeParams->kernel.sharedMemBytes,
                                     nodeParams->kernel.kernelParams, nodeParams->kernel.extra};
       if (cudaError_t e = PrepareKernel(&kp, &k); e != cudaSuccess) return Fail(e);
-      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
-                         numDependencies, &type, k, nullptr);
+      return add([&](Req* r) { r->kernel = k.Params(); });
     }
     case cudaGraphNodeTypeMemset: {
-      Memset m;
-      m.p = cudaMemsetParams{};
-      m.p.dst = nodeParams->memset.dst;
-      m.p.pitch = nodeParams->memset.pitch;
-      m.p.value = nodeParams->memset.value;
-      m.p.elementSize = nodeParams->memset.elementSize;
-      m.p.width = nodeParams->memset.width;
-      m.p.height = nodeParams->memset.height;
-      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
-                         numDependencies, &type, m, nullptr);
+      cudaMemsetParams m{};
+      m.dst = nodeParams->memset.dst;
+      m.pitch = nodeParams->memset.pitch;
+      m.value = nodeParams->memset.value;
+      m.elementSize = nodeParams->memset.elementSize;
+      m.width = nodeParams->memset.width;
+      m.height = nodeParams->memset.height;
+      return add([&](Req* r) { r->memset = MemsetOf(m); });
     }
     case cudaGraphNodeTypeHost: {
       if (nodeParams->host.fn == nullptr) return Fail(cudaErrorInvalidValue);
-      Host h;
-      h.p.fn = nodeParams->host.fn;
-      h.p.userData = nodeParams->host.userData;
-      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
-                         numDependencies, &type, h, nullptr);
+      cudaHostNodeParams h{};
+      h.fn = nodeParams->host.fn;
+      h.userData = nodeParams->host.userData;
+      return add([&](Req* r) { r->host = HostOf(h); });
     }
     case cudaGraphNodeTypeMemcpy: {
-      Memcpy1D m;
+      hooks::Memcpy1DNodeParams m;
       const char* why = nullptr;
       if (cudaError_t e = Memcpy3DAs1D(&nodeParams->memcpy.copyParams, &m, &why);
           e != cudaSuccess) {
         return why != nullptr ? NotSupported(why) : Fail(e);
       }
-      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
-                         numDependencies, &type, m, nullptr);
+      return add([&](Req* r) { r->copy = m; });
     }
     case cudaGraphNodeTypeEmpty:
-      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
-                         numDependencies, &type, Nothing{}, nullptr);
-    case cudaGraphNodeTypeMemAlloc:
+      return add([](Req*) {});
+    case cudaGraphNodeTypeMemAlloc: {
       if (nodeParams->alloc.poolProps.location.type != cudaMemLocationTypeDevice ||
           nodeParams->alloc.accessDescCount != 0) {
         return NotSupported("cudaGraphAddNode: alloc node outside the device or with peer access");
       }
-      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
-                         numDependencies, &type, Scalar{nodeParams->alloc.bytesize},
-                         &nodeParams->alloc.dptr);
+      const cudaError_t e = add([&](Req* r) { r->bytesize = nodeParams->alloc.bytesize; });
+      if (e == cudaSuccess) nodeParams->alloc.dptr = reinterpret_cast<void*>(reply.dptr);
+      return e;
+    }
     case cudaGraphNodeTypeMemFree:
-      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
-                         numDependencies, &type, Scalar{Wire(nodeParams->free.dptr)}, nullptr);
+      return add([&](Req* r) { r->dptr = Wire(nodeParams->free.dptr); });
     case cudaGraphNodeTypeGraph:
       // Moving the child into the parent (its handle then owned by the node)
       // is not built: only cloning.
       if (nodeParams->graph.ownership != cudaGraphChildGraphOwnershipClone) {
         return NotSupported("cudaGraphAddNode: a child graph node with ownership moved");
       }
-      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
-                         numDependencies, &type, Scalar{Wire(nodeParams->graph.graph)}, nullptr);
+      return add([&](Req* r) { r->child = Wire(nodeParams->graph.graph); });
     case cudaGraphNodeTypeEventRecord:
-      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
-                         numDependencies, &type, Scalar{Wire(nodeParams->eventRecord.event)},
-                         nullptr);
+      return add([&](Req* r) { r->event = Wire(nodeParams->eventRecord.event); });
     case cudaGraphNodeTypeWaitEvent:
-      return AddNodeCall(ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies,
-                         numDependencies, &type, Scalar{Wire(nodeParams->eventWait.event)},
-                         nullptr);
+      return add([&](Req* r) { r->event = Wire(nodeParams->eventWait.event); });
     case cudaGraphNodeTypeConditional: {
       // The bodies come back as graph handles in an array the node owns as
       // long as it lives (CUDA's phGraph_out): kept here, never freed (a
@@ -604,16 +537,17 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t* pGraphN
         }
         return Fail(cudaErrorInvalidValue);
       }
-      auto* bodies = new cudaGraph_t[c.size]();
-      void* no_address = nullptr;
-      const cudaError_t e = AddNodeCall(
-          ApiId::cudaGraphAddNode, pGraphNode, graph, pDependencies, numDependencies, &type,
-          Conditional{c.handle, static_cast<int32_t>(c.type), c.size}, &no_address, bodies,
-          c.size);
-      if (e != cudaSuccess) {
-        delete[] bodies;
-        return e;
+      const cudaError_t e = add([&](Req* r) {
+        r->conditional.handle = c.handle;
+        r->conditional.type = static_cast<int32_t>(c.type);
+        r->conditional.size = c.size;
+      });
+      if (e != cudaSuccess) return e;
+      if (reply.bodies.data == nullptr || reply.bodies.size != c.size * sizeof(uint64_t)) {
+        return Fail(cudaErrorUnknown);
       }
+      auto* bodies = new cudaGraph_t[c.size]();
+      std::memcpy(bodies, reply.bodies.data, reply.bodies.size);
       nodeParams->conditional.phGraph_out = bodies;
       return cudaSuccess;
     }
@@ -628,22 +562,28 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddNode(cudaGraphNode_t* pGraphN
 extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddChildGraphNode(
     cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
     size_t numDependencies, cudaGraph_t childGraph) {
-  return AddNodeCall(ApiId::cudaGraphAddChildGraphNode, pGraphNode, graph, pDependencies,
-                     numDependencies, nullptr, Scalar{Wire(childGraph)}, nullptr);
+  hooks::cudaGraphAddChildGraphNodeRequest req;
+  req.child = Wire(childGraph);
+  return AddNode<hooks::cudaGraphAddChildGraphNodeReply>(
+      ApiId::cudaGraphAddChildGraphNode, pGraphNode, graph, pDependencies, numDependencies, req);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddEventRecordNode(
     cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
     size_t numDependencies, cudaEvent_t event) {
-  return AddNodeCall(ApiId::cudaGraphAddEventRecordNode, pGraphNode, graph, pDependencies,
-                     numDependencies, nullptr, Scalar{Wire(event)}, nullptr);
+  hooks::cudaGraphAddEventRecordNodeRequest req;
+  req.event = Wire(event);
+  return AddNode<hooks::cudaGraphAddEventRecordNodeReply>(
+      ApiId::cudaGraphAddEventRecordNode, pGraphNode, graph, pDependencies, numDependencies, req);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddEventWaitNode(
     cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
     size_t numDependencies, cudaEvent_t event) {
-  return AddNodeCall(ApiId::cudaGraphAddEventWaitNode, pGraphNode, graph, pDependencies,
-                     numDependencies, nullptr, Scalar{Wire(event)}, nullptr);
+  hooks::cudaGraphAddEventWaitNodeRequest req;
+  req.event = Wire(event);
+  return AddNode<hooks::cudaGraphAddEventWaitNodeReply>(
+      ApiId::cudaGraphAddEventWaitNode, pGraphNode, graph, pDependencies, numDependencies, req);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddKernelNode(
@@ -651,43 +591,51 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddKernelNode(
     size_t numDependencies, const cudaKernelNodeParams* pNodeParams) {
   Kernel k;
   if (cudaError_t e = PrepareKernel(pNodeParams, &k); e != cudaSuccess) return Fail(e);
-  return AddNodeCall(ApiId::cudaGraphAddKernelNode, pGraphNode, graph, pDependencies,
-                     numDependencies, nullptr, k, nullptr);
+  hooks::cudaGraphAddKernelNodeRequest req;
+  req.kernel = k.Params();
+  return AddNode<hooks::cudaGraphAddKernelNodeReply>(
+      ApiId::cudaGraphAddKernelNode, pGraphNode, graph, pDependencies, numDependencies, req);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddMemcpyNode(
     cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
     size_t numDependencies, const cudaMemcpy3DParms* pCopyParams) {
-  Memcpy1D m;
+  hooks::cudaGraphAddMemcpyNodeRequest req;
   const char* why = nullptr;
-  if (cudaError_t e = Memcpy3DAs1D(pCopyParams, &m, &why); e != cudaSuccess) {
+  if (cudaError_t e = Memcpy3DAs1D(pCopyParams, &req.copy, &why); e != cudaSuccess) {
     return why != nullptr ? NotSupported(why) : Fail(e);
   }
-  return AddNodeCall(ApiId::cudaGraphAddMemcpyNode, pGraphNode, graph, pDependencies,
-                     numDependencies, nullptr, m, nullptr);
+  return AddNode<hooks::cudaGraphAddMemcpyNodeReply>(
+      ApiId::cudaGraphAddMemcpyNode, pGraphNode, graph, pDependencies, numDependencies, req);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddMemcpyNode1D(
     cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
     size_t numDependencies, void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
-  return AddNodeCall(ApiId::cudaGraphAddMemcpyNode1D, pGraphNode, graph, pDependencies,
-                     numDependencies, nullptr, Memcpy1D{dst, src, count, kind}, nullptr);
+  hooks::cudaGraphAddMemcpyNode1DRequest req;
+  req.copy = Memcpy1DOf(dst, src, count, kind);
+  return AddNode<hooks::cudaGraphAddMemcpyNode1DReply>(
+      ApiId::cudaGraphAddMemcpyNode1D, pGraphNode, graph, pDependencies, numDependencies, req);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddMemsetNode(
     cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
     size_t numDependencies, const cudaMemsetParams* pMemsetParams) {
   if (pMemsetParams == nullptr) return Fail(cudaErrorInvalidValue);
-  return AddNodeCall(ApiId::cudaGraphAddMemsetNode, pGraphNode, graph, pDependencies,
-                     numDependencies, nullptr, Memset{*pMemsetParams}, nullptr);
+  hooks::cudaGraphAddMemsetNodeRequest req;
+  req.memset = MemsetOf(*pMemsetParams);
+  return AddNode<hooks::cudaGraphAddMemsetNodeReply>(
+      ApiId::cudaGraphAddMemsetNode, pGraphNode, graph, pDependencies, numDependencies, req);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddHostNode(
     cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
     size_t numDependencies, const cudaHostNodeParams* pNodeParams) {
   if (pNodeParams == nullptr || pNodeParams->fn == nullptr) return Fail(cudaErrorInvalidValue);
-  return AddNodeCall(ApiId::cudaGraphAddHostNode, pGraphNode, graph, pDependencies,
-                     numDependencies, nullptr, Host{*pNodeParams}, nullptr);
+  hooks::cudaGraphAddHostNodeRequest req;
+  req.host = HostOf(*pNodeParams);
+  return AddNode<hooks::cudaGraphAddHostNodeReply>(
+      ApiId::cudaGraphAddHostNode, pGraphNode, graph, pDependencies, numDependencies, req);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddMemAllocNode(
@@ -698,51 +646,56 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddMemAllocNode(
       nodeParams->accessDescCount != 0) {
     return NotSupported("cudaGraphAddMemAllocNode outside the device or with peer access");
   }
-  return AddNodeCall(ApiId::cudaGraphAddMemAllocNode, pGraphNode, graph, pDependencies,
-                     numDependencies, nullptr, Scalar{nodeParams->bytesize}, &nodeParams->dptr);
+  hooks::cudaGraphAddMemAllocNodeRequest req;
+  req.bytesize = nodeParams->bytesize;
+  hooks::cudaGraphAddMemAllocNodeReply reply;
+  const cudaError_t e = AddNodeCall(ApiId::cudaGraphAddMemAllocNode, pGraphNode, graph,
+                                    pDependencies, numDependencies, req, &reply);
+  if (e == cudaSuccess) nodeParams->dptr = reinterpret_cast<void*>(reply.dptr);
+  return e;
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaGraphAddMemFreeNode(
     cudaGraphNode_t* pGraphNode, cudaGraph_t graph, const cudaGraphNode_t* pDependencies,
     size_t numDependencies, void* dptr) {
-  return AddNodeCall(ApiId::cudaGraphAddMemFreeNode, pGraphNode, graph, pDependencies,
-                     numDependencies, nullptr, Scalar{Wire(dptr)}, nullptr);
+  hooks::cudaGraphAddMemFreeNodeRequest req;
+  req.dptr = Wire(dptr);
+  return AddNode<hooks::cudaGraphAddMemFreeNodeReply>(
+      ApiId::cudaGraphAddMemFreeNode, pGraphNode, graph, pDependencies, numDependencies, req);
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaGraphExecKernelNodeSetParams(
     cudaGraphExec_t hGraphExec, cudaGraphNode_t node, const cudaKernelNodeParams* pNodeParams) {
   Kernel k;
   if (cudaError_t e = PrepareKernel(pNodeParams, &k); e != cudaSuccess) return Fail(e);
-  revenant::wire::Sizer sz;
-  sz.Put(uint64_t{});
-  sz.Put(uint64_t{});
-  k.Encode(sz);
-  Call call(ApiId::cudaGraphExecKernelNodeSetParams, sz.size());
+  hooks::cudaGraphExecKernelNodeSetParamsRequest req;
+  req.exec = Wire(hGraphExec);
+  req.node = Wire(node);
+  req.kernel = k.Params();
+  Call call(ApiId::cudaGraphExecKernelNodeSetParams, req.Size());
   if (!call.ok()) return Unreachable(call);
-  call.args().Put(Wire(hGraphExec));
-  call.args().Put(Wire(node));
-  k.Encode(call.args());
+  req.Encode(call.args());
   if (!call.Send()) return Unreachable(call);
   return static_cast<cudaError_t>(call.status());
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaGraphExecUpdate(
     cudaGraphExec_t hGraphExec, cudaGraph_t hGraph, cudaGraphExecUpdateResultInfo* resultInfo) {
-  revenant::wire::Sizer sz;
-  sz.Put(uint64_t{});
-  sz.Put(uint64_t{});
-  Call call(ApiId::cudaGraphExecUpdate, sz.size());
+  hooks::cudaGraphExecUpdateRequest req;
+  req.exec = Wire(hGraphExec);
+  req.graph = Wire(hGraph);
+  Call call(ApiId::cudaGraphExecUpdate, req.Size());
   if (!call.ok()) return Unreachable(call);
-  call.args().Put(Wire(hGraphExec));
-  call.args().Put(Wire(hGraph));
+  req.Encode(call.args());
   if (!call.Send()) return Unreachable(call);
-  revenant::wire::Decoder& r = call.reply();
-  uint64_t error_node = 0, error_from = 0;
+  // The reply comes also on failure.
+  hooks::cudaGraphExecUpdateReply reply;
   cudaGraphExecUpdateResult update_result = cudaGraphExecUpdateError;
-  if (r.Get(&update_result) && r.Get(&error_node) && r.Get(&error_from) && resultInfo != nullptr) {
+  if (reply.Decode(call.reply()) && revenant::wire::ToEnum(reply.result, &update_result) &&
+      resultInfo != nullptr) {
     resultInfo->result = update_result;
-    resultInfo->errorNode = reinterpret_cast<cudaGraphNode_t>(error_node);
-    resultInfo->errorFromNode = reinterpret_cast<cudaGraphNode_t>(error_from);
+    resultInfo->errorNode = reinterpret_cast<cudaGraphNode_t>(reply.error_node);
+    resultInfo->errorFromNode = reinterpret_cast<cudaGraphNode_t>(reply.error_from_node);
   }
   return static_cast<cudaError_t>(call.status());
 }

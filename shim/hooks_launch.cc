@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "api/hook_protocol.h"
+#include "api/hook_structs.h"
 #include "api/launch_attributes.h"
 #include "common/knobs.h"
 #include "common/logging.h"
@@ -155,7 +156,7 @@ size_t InlineImageBytes() {
   return bytes;
 }
 
-// How a module request carries its module (api/hook_protocol.h): nothing
+// How a module request carries its module (hooks::ModuleImage): nothing
 // once sent, else the image inline or a reference to its file.
 struct ImageForm {
   bool send = false;
@@ -169,37 +170,24 @@ ImageForm ImageFormOf(const Module* m) {
               FindImageFile(m->image, m->image_size, &f.file);
   return f;
 }
-void SizeImage(wire::Sizer& sz, const Module* m, const ImageForm& f) {
-  sz.Put(uint64_t{});
-  sz.PutFlag();
-  if (!f.send) return;
-  sz.PutFlag();
+// The module part of a registration request.
+hooks::ModuleImage ImageOf(const Module* m, const ImageForm& f) {
+  hooks::ModuleImage img;
+  img.module_key = m->key;
+  img.has_image = f.send;
+  if (!f.send) return img;
+  img.by_file = f.by_file;
   if (f.by_file) {
-    sz.PutBytes(f.file.path.data(), f.file.path.size());
-    sz.Put(uint64_t{});
-    sz.Put(uint64_t{});
-    sz.Put(uint64_t{});
-    sz.Put(uint64_t{});
-    sz.Put(int64_t{});
+    img.path = wire::Bytes::Of(f.file.path.data(), f.file.path.size());
+    img.offset = f.file.offset;
+    img.size = uint64_t{m->image_size};
+    img.st_dev = f.file.dev;
+    img.st_ino = f.file.ino;
+    img.mtime_ns = f.file.mtime_ns;
   } else {
-    sz.PutBytes(m->image, m->image_size);
+    img.image = wire::Bytes::Of(m->image, m->image_size);
   }
-}
-void PutImage(wire::Encoder& e, const Module* m, const ImageForm& f) {
-  e.Put(m->key);
-  e.PutFlag(f.send);
-  if (!f.send) return;
-  e.PutFlag(f.by_file);
-  if (f.by_file) {
-    e.PutBytes(f.file.path.data(), f.file.path.size());
-    e.Put(f.file.offset);
-    e.Put(uint64_t{m->image_size});
-    e.Put(f.file.dev);
-    e.Put(f.file.ino);
-    e.Put(f.file.mtime_ns);
-  } else {
-    e.PutBytes(m->image, m->image_size);
-  }
+  return img;
 }
 
 // Sends the module (first time) and asks for `f`'s id and layout.
@@ -208,16 +196,15 @@ void Resolve(Function* f) {
   if (f->resolved) return;
   Module* m = f->module;
   const ImageForm form = ImageFormOf(m);
-  wire::Sizer sz;
-  SizeImage(sz, m, form);
-  sz.PutBytes(f->name.data(), f->name.size());
-  Call call(api::ApiId::__cudaRegisterFatBinaryEnd, sz.size());
+  hooks::__cudaRegisterFatBinaryEndRequest req;
+  req.module = ImageOf(m, form);
+  req.mangled_name = wire::Bytes::Of(f->name.data(), f->name.size());
+  Call call(api::ApiId::__cudaRegisterFatBinaryEnd, req.Size());
   if (!call.ok()) {
     f->error = call.FailureStatus(cudaErrorDevicesUnavailable);
     return;  // not resolved: retried on the next use
   }
-  PutImage(call.args(), m, form);
-  call.args().PutBytes(f->name.data(), f->name.size());
+  req.Encode(call.args());
   if (!call.Send()) {
     f->error = call.FailureStatus(cudaErrorDevicesUnavailable);
     return;
@@ -231,14 +218,15 @@ void Resolve(Function* f) {
                                 << "); see the agent's log";
     return;
   }
-  wire::Decoder& r = call.reply();
-  const char* params = nullptr;
-  uint64_t n = 0;
-  if (!r.Get(&f->id) || !r.Get(&f->args_size) || !r.GetBytes(&params, &n) || n % 8 != 0) {
+  hooks::__cudaRegisterFatBinaryEndReply reply;
+  if (!reply.Decode(call.reply()) || reply.params.size % 8 != 0) {
     f->error = cudaErrorInvalidDeviceFunction;
     return;
   }
-  for (uint64_t i = 0; i < n; i += 8) {
+  f->id = reply.function_id;
+  f->args_size = reply.args_size;
+  const char* params = reply.params.data;
+  for (uint64_t i = 0; i < reply.params.size; i += 8) {
     uint32_t off, size;
     std::memcpy(&off, params + i, 4);
     std::memcpy(&size, params + i + 4, 4);
@@ -253,18 +241,16 @@ void ResolveVariable(Variable* v, bool want_address) {
   if (v->resolved && (!want_address || v->address_known || v->error != 0)) return;
   Module* m = v->module;
   const ImageForm form = ImageFormOf(m);
-  wire::Sizer sz;
-  SizeImage(sz, m, form);
-  sz.PutBytes(v->name.data(), v->name.size());
-  sz.PutFlag();
-  Call call(api::ApiId::__cudaRegisterVar, sz.size());
+  hooks::__cudaRegisterVarRequest req;
+  req.module = ImageOf(m, form);
+  req.device_name = wire::Bytes::Of(v->name.data(), v->name.size());
+  req.want_address = want_address;
+  Call call(api::ApiId::__cudaRegisterVar, req.Size());
   if (!call.ok()) {
     v->error = call.FailureStatus(cudaErrorDevicesUnavailable);
     return;
   }
-  PutImage(call.args(), m, form);
-  call.args().PutBytes(v->name.data(), v->name.size());
-  call.args().PutFlag(want_address);
+  req.Encode(call.args());
   if (!call.Send()) {
     if (!v->resolved) v->error = call.FailureStatus(cudaErrorDevicesUnavailable);
     return;
@@ -279,10 +265,13 @@ void ResolveVariable(Variable* v, bool want_address) {
                                 << "); see the agent's log";
     return;
   }
-  if (!call.reply().Get(&v->size) || (want_address && !call.reply().Get(&v->address))) {
+  hooks::__cudaRegisterVarReply reply;
+  if (!reply.Decode(call.reply(), req)) {
     v->error = cudaErrorInvalidSymbol;
     return;
   }
+  v->size = reply.size;
+  if (want_address) v->address = reply.address;
   if (want_address) v->address_known = true;
 }
 
@@ -368,42 +357,36 @@ cudaError_t Launch(Function* f, dim3 grid, dim3 block, void** args, size_t share
     }
   }
   const size_t attr_bytes = ex ? size_t{num_attrs} * sizeof(cudaLaunchAttribute) : 0;
-  // The arguments are packed straight into the request (PackArgs' layout).
+  // The arguments are packed straight into the request (PackArgs' layout):
+  // their field is reserved and filled after encoding.
   for (size_t i = 0; i < f->params.size(); ++i) {
     if (args == nullptr || args[i] == nullptr) return Fail(cudaErrorInvalidValue);
   }
-  wire::Sizer sz;
-  sz.Put(uint64_t{}); sz.Put(dim3{}); sz.Put(dim3{}); sz.Put(uint64_t{}); sz.Put(uint64_t{});
-  sz.Put(uint8_t{});
-  if (f->args_size > 0) {
-    sz.ReserveBytes(f->args_size);
-  } else {
-    sz.PutBytes(nullptr, 0);
-  }
-  if (ex) sz.PutBytes(attrs, attr_bytes);
+  // cudaLaunchKernel's and cudaLaunchCooperativeKernel's request is the
+  // launch alone; cudaLaunchKernelExC's adds the attributes.
+  hooks::cudaLaunchKernelExCRequest req;
+  hooks::cudaLaunchKernelRequest plain;
+  hooks::LaunchParams& l = ex ? req.launch : plain.launch;
+  l.function_id = f->id;
+  l.grid = grid;
+  l.block = block;
+  l.shared_bytes = static_cast<uint64_t>(shared);
+  l.stream = reinterpret_cast<uint64_t>(stream);
+  l.cooperative = static_cast<uint8_t>(cooperative);
+  l.args = f->args_size > 0 ? wire::Bytes::Reserved(f->args_size) : wire::Bytes::Of(nullptr, 0);
+  if (ex) req.attrs = wire::Bytes::Of(attrs, attr_bytes);
   Call call(ex            ? api::ApiId::cudaLaunchKernelExC
             : cooperative ? api::ApiId::cudaLaunchCooperativeKernel
                           : api::ApiId::cudaLaunchKernel,
-            sz.size());
+            ex ? req.Size() : plain.Size());
   if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
-  wire::Encoder& a = call.args();
-  a.Put(f->id);
-  a.Put(grid);
-  a.Put(block);
-  a.Put(static_cast<uint64_t>(shared));
-  a.Put(reinterpret_cast<uint64_t>(stream));
-  a.Put(static_cast<uint8_t>(cooperative));
-  if (f->args_size > 0) {
-    if (char* packed = a.ReserveBytes(f->args_size)) {
-      std::memset(packed, 0, f->args_size);
-      for (size_t i = 0; i < f->params.size(); ++i) {
-        std::memcpy(packed + f->params[i].first, args[i], f->params[i].second);
-      }
+  if (ex) req.Encode(call.args()); else plain.Encode(call.args());
+  if (char* packed = l.args.fill) {
+    std::memset(packed, 0, f->args_size);
+    for (size_t i = 0; i < f->params.size(); ++i) {
+      std::memcpy(packed + f->params[i].first, args[i], f->params[i].second);
     }
-  } else {
-    a.PutBytes(nullptr, 0);
   }
-  if (ex) a.PutBytes(attrs, attr_bytes);
   if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
   return cudaSuccess;
 }

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "api/hook_protocol.h"
+#include "api/hook_structs.h"
 #include "common/logging.h"
 #include "shim/call.h"
 #include "shim/runtime.h"
@@ -52,35 +53,39 @@ struct SymbolPrefix {
 cudaError_t SendCopy(api::ApiId id, void* dst, const void* src, size_t count,
                      cudaMemcpyKind kind, cudaStream_t stream, MemcpyMode mode,
                      uint64_t staging_offset, const SymbolPrefix* sym = nullptr) {
-  const bool inline_bytes = mode == hooks::kInlineSource;
-  wire::Sizer sz;
+  hooks::CopyHead head;
+  head.dst = reinterpret_cast<uint64_t>(dst);
+  head.src = reinterpret_cast<uint64_t>(src);
+  head.count = static_cast<uint64_t>(count);
+  head.kind = static_cast<int32_t>(kind);
+  head.stream = reinterpret_cast<uint64_t>(stream);
+  head.mode = static_cast<uint8_t>(mode);
+  // A plain copy, or (sym) one naming a device variable first.
+  hooks::cudaMemcpyRequest req;
+  hooks::cudaMemcpyToSymbolRequest sym_req;
+  req.head = head;
+  req.data = wire::Bytes::Of(src, count);
+  req.staging_offset = staging_offset;
   if (sym != nullptr) {
-    sz.Put(uint64_t{});
-    sz.PutBytes(sym->symbol->name.data(), sym->symbol->name.size());
-    sz.Put(uint64_t{});
+    sym_req.module_key = sym->symbol->module_key;
+    sym_req.device_name = wire::Bytes::Of(sym->symbol->name.data(), sym->symbol->name.size());
+    sym_req.offset = sym->offset;
+    sym_req.head = head;
+    sym_req.data = req.data;
+    sym_req.staging_offset = staging_offset;
   }
-  sz.Put(uint64_t{}); sz.Put(uint64_t{}); sz.Put(uint64_t{}); sz.Put(int32_t{});
-  sz.Put(uint64_t{}); sz.Put(uint8_t{});
-  if (inline_bytes) sz.PutBytes(src, count);
-  if (mode == hooks::kStagingDest || mode == hooks::kStagingSource) sz.Put(uint64_t{});
-  Call call(id, sz.size());
+  Call call(id, sym != nullptr ? sym_req.Size() : req.Size());
   if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
-  wire::Encoder& a = call.args();
-  if (sym != nullptr) {
-    a.Put(sym->symbol->module_key);
-    a.PutBytes(sym->symbol->name.data(), sym->symbol->name.size());
-    a.Put(sym->offset);
-  }
-  a.Put(reinterpret_cast<uint64_t>(dst));
-  a.Put(reinterpret_cast<uint64_t>(src));
-  a.Put(static_cast<uint64_t>(count));
-  a.Put(static_cast<int32_t>(kind));
-  a.Put(reinterpret_cast<uint64_t>(stream));
-  a.Put(static_cast<uint8_t>(mode));
-  if (inline_bytes) a.PutBytes(src, count);
-  if (mode == hooks::kStagingDest || mode == hooks::kStagingSource) a.Put(staging_offset);
+  if (sym != nullptr) sym_req.Encode(call.args()); else req.Encode(call.args());
   if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
-  if (call.status() == 0 && mode == hooks::kReplyDest) call.CopyOut(call.reply(), dst, count);
+  if (call.status() == 0 && mode == hooks::kReplyDest) {
+    hooks::cudaMemcpyReply reply;
+    hooks::cudaMemcpyToSymbolReply sym_reply;
+    const bool ok = sym != nullptr ? sym_reply.Decode(call.reply(), sym_req)
+                                   : reply.Decode(call.reply(), req);
+    const wire::Bytes& data = sym != nullptr ? sym_reply.data : reply.data;
+    if (ok && data.data != nullptr) std::memcpy(dst, data.data, std::min<uint64_t>(data.size, count));
+  }
   return static_cast<cudaError_t>(call.status());
 }
 
@@ -280,15 +285,15 @@ int Runtime::AllocPinned(void** out, size_t size, unsigned int flags) {
     unlink(path.c_str());
     return cudaErrorMemoryAllocation;
   }
-  wire::Sizer sz;
-  sz.Put(uint64_t{}); sz.Put(uint64_t{}); sz.Put(uint32_t{}); sz.PutBytes(path.data(), path.size());
-  Call call(api::ApiId::cudaHostAlloc, sz.size());
+  hooks::cudaHostAllocRequest req;
+  req.addr = reinterpret_cast<uint64_t>(addr);
+  req.size = static_cast<uint64_t>(mapped);
+  req.flags = static_cast<uint32_t>(flags);
+  req.path = wire::Bytes::Of(path.data(), path.size());
+  Call call(api::ApiId::cudaHostAlloc, req.Size());
   int status = cudaErrorDevicesUnavailable;
   if (call.ok()) {
-    call.args().Put(reinterpret_cast<uint64_t>(addr));
-    call.args().Put(static_cast<uint64_t>(mapped));
-    call.args().Put(static_cast<uint32_t>(flags));
-    call.args().PutBytes(path.data(), path.size());
+    req.Encode(call.args());
     if (call.Send()) status = call.status();
   }
   if (status != cudaSuccess) {
@@ -316,11 +321,11 @@ int Runtime::FreePinned(void* p) {
     pinned_.erase(it);
   }
   int status = cudaSuccess;
-  wire::Sizer sz;
-  sz.Put(uint64_t{});
-  Call call(api::ApiId::cudaFreeHost, sz.size());
+  hooks::cudaFreeHostRequest req;
+  req.addr = r.addr;
+  Call call(api::ApiId::cudaFreeHost, req.Size());
   if (call.ok()) {
-    call.args().Put(r.addr);
+    req.Encode(call.args());
     status = call.Send() ? call.status() : cudaErrorDevicesUnavailable;
   }
   munmap(reinterpret_cast<void*>(r.addr), r.size);
@@ -437,15 +442,15 @@ int Runtime::RegisterHost(void* p, size_t size, unsigned int flags, std::string*
     unlink(path.c_str());
     return cudaErrorMemoryAllocation;
   }
-  wire::Sizer sz;
-  sz.Put(uint64_t{}); sz.Put(uint64_t{}); sz.Put(uint32_t{}); sz.PutBytes(path.data(), path.size());
-  Call call(api::ApiId::cudaHostRegister, sz.size());
+  hooks::cudaHostRegisterRequest req;
+  req.addr = start;
+  req.size = len;
+  req.flags = static_cast<uint32_t>(flags);
+  req.path = wire::Bytes::Of(path.data(), path.size());
+  Call call(api::ApiId::cudaHostRegister, req.Size());
   int status = cudaErrorDevicesUnavailable;
   if (call.ok()) {
-    call.args().Put(start);
-    call.args().Put(len);
-    call.args().Put(static_cast<uint32_t>(flags));
-    call.args().PutBytes(path.data(), path.size());
+    req.Encode(call.args());
     if (call.Send()) status = call.status();
   }
   PinnedRange r{start, len, flags, path, user, size};
@@ -493,11 +498,11 @@ int Runtime::UnregisterHost(void* p) {
     pinned_.erase(it);
   }
   int status = cudaSuccess;
-  wire::Sizer sz;
-  sz.Put(uint64_t{});
-  Call call(api::ApiId::cudaHostUnregister, sz.size());
+  hooks::cudaHostUnregisterRequest req;
+  req.addr = r.addr;
+  Call call(api::ApiId::cudaHostUnregister, req.Size());
   if (call.ok()) {
-    call.args().Put(r.addr);
+    req.Encode(call.args());
     status = call.Send() ? call.status() : cudaErrorDevicesUnavailable;
   }
   RestorePrivate(r);
@@ -594,22 +599,23 @@ extern "C" REVENANT_EXPORT cudaError_t cudaGetSymbolSize(size_t* size, const voi
   return cudaSuccess;
 }
 
-// The agent answers into a buffer of its own (hook_protocol.h); at most
+// The agent answers into a buffer of its own (cudaDeviceGetPCIBusIdReply); at most
 // `len` bytes reach the application, always NUL-terminated.
 extern "C" REVENANT_EXPORT cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
   if (pciBusId == nullptr || len <= 0) return revenant::shim::Failed(cudaErrorInvalidValue);
-  revenant::wire::Sizer sz;
-  sz.Put(int32_t{});
-  revenant::shim::Call call(ApiId::cudaDeviceGetPCIBusId, sz.size());
+  revenant::hooks::cudaDeviceGetPCIBusIdRequest req;
+  req.device = static_cast<int32_t>(device);
+  revenant::shim::Call call(ApiId::cudaDeviceGetPCIBusId, req.Size());
   if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
-  call.args().Put(static_cast<int32_t>(device));
+  req.Encode(call.args());
   if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
   if (call.status() != 0) return revenant::shim::Failed(static_cast<cudaError_t>(call.status()));
-  const char* id = nullptr;
-  uint64_t n = 0;
-  if (!call.reply().GetBytes(&id, &n) || id == nullptr || n == 0) {
+  revenant::hooks::cudaDeviceGetPCIBusIdReply reply;
+  if (!reply.Decode(call.reply()) || reply.id.data == nullptr || reply.id.size == 0) {
     return revenant::shim::Failed(cudaErrorUnknown);
   }
+  const char* id = reply.id.data;
+  const uint64_t n = reply.id.size;
   const size_t copy = std::min<size_t>(n, static_cast<size_t>(len));
   std::memcpy(pciBusId, id, copy);
   pciBusId[copy - 1] = '\0';
@@ -621,13 +627,12 @@ extern "C" REVENANT_EXPORT cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPoo
                                                             size_t count) {
   if (count > 0 && descList == nullptr) return revenant::shim::Failed(cudaErrorInvalidValue);
   const size_t bytes = count * sizeof(cudaMemAccessDesc);
-  revenant::wire::Sizer sz;
-  sz.Put(uint64_t{});
-  sz.PutBytes(descList, bytes);
-  revenant::shim::Call call(ApiId::cudaMemPoolSetAccess, sz.size());
+  revenant::hooks::cudaMemPoolSetAccessRequest req;
+  req.pool = reinterpret_cast<uint64_t>(memPool);
+  req.descs = revenant::wire::Bytes::Of(descList, bytes);
+  revenant::shim::Call call(ApiId::cudaMemPoolSetAccess, req.Size());
   if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
-  call.args().Put(reinterpret_cast<uint64_t>(memPool));
-  call.args().PutBytes(descList, bytes);
+  req.Encode(call.args());
   if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
   return revenant::shim::Failed(static_cast<cudaError_t>(call.status()));
 }

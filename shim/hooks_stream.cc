@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include "api/hook_protocol.h"
+#include "api/hook_structs.h"
 #include "shim/call.h"
 #include "shim/runtime.h"
 
@@ -16,15 +17,16 @@ cudaError_t SendCallback(ApiId id, cudaStream_t stream, void* fn, void* user_dat
     revenant::shim::SetLastError(cudaErrorInvalidValue);
     return cudaErrorInvalidValue;
   }
-  revenant::wire::Sizer sz;
-  sz.Put(uint64_t{}); sz.Put(uint64_t{}); sz.Put(uint64_t{}); sz.Put(uint8_t{}); sz.Put(uint32_t{});
-  revenant::shim::Call call(id, sz.size());
+  // cudaStreamAddCallback's request is laid out as cudaLaunchHostFunc's.
+  revenant::hooks::cudaLaunchHostFuncRequest req;
+  req.stream = reinterpret_cast<uint64_t>(stream);
+  req.fn = reinterpret_cast<uint64_t>(fn);
+  req.user_data = reinterpret_cast<uint64_t>(user_data);
+  req.kind = kind;
+  req.flags = static_cast<uint32_t>(flags);
+  revenant::shim::Call call(id, req.Size());
   if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
-  call.args().Put(reinterpret_cast<uint64_t>(stream));
-  call.args().Put(reinterpret_cast<uint64_t>(fn));
-  call.args().Put(reinterpret_cast<uint64_t>(user_data));
-  call.args().Put(kind);
-  call.args().Put(static_cast<uint32_t>(flags));
+  req.Encode(call.args());
   if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
   return cudaSuccess;
 }
@@ -49,8 +51,10 @@ extern "C" REVENANT_EXPORT cudaError_t cudaStreamAddCallback(cudaStream_t stream
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaDeviceReset(void) {
-  revenant::shim::Call call(ApiId::cudaDeviceReset, 0);
+  const revenant::hooks::cudaDeviceResetRequest req;
+  revenant::shim::Call call(ApiId::cudaDeviceReset, req.Size());
   if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+  req.Encode(call.args());
   if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
   return static_cast<cudaError_t>(call.status());
 }
