@@ -186,6 +186,14 @@ void Session::Run() {
                          : std::string())
         << "; its session ends, the agent serves the next application";
   }
+  ReportAtExit();
+  REVENANT_LOG(DEBUG, "agent") << "application pid " << pid << " disconnected after "
+                               << executed << " requests";
+}
+
+// What the session cost, logged when its application is gone: requests,
+// host memory, waits, the journal, captured uploads and snapshots.
+void Session::ReportAtExit() {
   if (!exec_stats_.empty()) REVENANT_LOG(INFO, "agent") << "requests at exit: " << ExecStatsReport();
   if (profiler::Running()) {
     REVENANT_LOG(INFO, "agent") << profiler::Report([](uint32_t id) {
@@ -245,8 +253,6 @@ void Session::Run() {
         live > 0 ? snapshots_->file_bytes() / live : 0.0,
         snapshots_->registered_bytes() / 1048576.0, snapshots_->files_mapped(), t.count, t.reused);
   }
-  REVENANT_LOG(DEBUG, "agent") << "application pid " << pid << " disconnected after "
-                               << executed << " requests";
 }
 
 // One request: journal (log before apply, by this thread or the journal

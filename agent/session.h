@@ -274,6 +274,8 @@ class Session : private JournalingHost {
   };
   std::vector<ExecCounter> exec_stats_;
   std::string ExecStatsReport() const;
+  // The exit lines of Run (requests, host memory, journal, snapshots).
+  void ReportAtExit();
   // One request: decode, journal (JournalingMode::BeforeRun, then
   // JournalBeforeRun or MarkStepHere where the executor journals it), run,
   // reply.
