@@ -768,6 +768,10 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
   const bool due = options_.snapshot_every > 1
                        ? steps_since_snapshot_ + 1 >= options_.snapshot_every
                        : MonotonicNanos() - last_snapshot_end_ns_ >= 19 * last_snapshot_ns_;
+  // Under a snapshot chaos point the M-th asynchronous snapshot must come at
+  // the same step in every run, however slowly the one before finished: a
+  // due step waits for it instead of skipping.
+  if (due && inside_chaos && inflight_ != nullptr) ReapSnapshot(/*wait=*/true);
   // The journal's size costs its lock: looked at when a snapshot is due
   // and every few steps.
   if (due || ++trim_checks_ % 16 == 0) {
