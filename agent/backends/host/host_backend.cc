@@ -1234,9 +1234,12 @@ cudaError_t HostBackend::cudaStreamIsCapturing(cudaStream_t stream,
 
 cudaError_t HostBackend::cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
   if (mode == nullptr) return cudaErrorInvalidValue;
-  // An unknown mode is refused (as CUDA does), never stored.
-  if (*mode != cudaStreamCaptureModeGlobal && *mode != cudaStreamCaptureModeThreadLocal &&
-      *mode != cudaStreamCaptureModeRelaxed) {
+  // An unknown mode is refused (as CUDA does), never stored. Read as an
+  // integer: an out-of-range value is no valid enum object to load.
+  int value = 0;
+  std::memcpy(&value, mode, sizeof(value));
+  if (value != cudaStreamCaptureModeGlobal && value != cudaStreamCaptureModeThreadLocal &&
+      value != cudaStreamCaptureModeRelaxed) {
     return cudaErrorInvalidValue;
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -787,9 +787,13 @@ TEST_F(HostBackendTest, GraphsByStreamCapture) {
   EXPECT_EQ(b_->cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
   EXPECT_EQ(mode, cudaStreamCaptureModeGlobal);
   // An unknown mode (an application's garbage) is refused and not kept.
-  auto bad = static_cast<cudaStreamCaptureMode>(702);
+  cudaStreamCaptureMode bad;
+  const int garbage = 702;
+  std::memcpy(&bad, &garbage, sizeof(bad));
   EXPECT_EQ(b_->cudaThreadExchangeStreamCaptureMode(&bad), cudaErrorInvalidValue);
-  EXPECT_EQ(static_cast<int>(bad), 702);
+  int left = 0;
+  std::memcpy(&left, &bad, sizeof(left));
+  EXPECT_EQ(left, 702);
   mode = cudaStreamCaptureModeGlobal;
   EXPECT_EQ(b_->cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
   EXPECT_EQ(mode, cudaStreamCaptureModeRelaxed);
