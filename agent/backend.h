@@ -441,6 +441,15 @@ class Backend : public api::BackendApi {
     (void)behind;
     return absl::UnimplementedError("this backend has no collectives to recover through");
   }
+  // Before the executor runs the application's request `id`: a backend that
+  // leaves work in flight past its call (real NCCL's deferred collective
+  // fence, cuda_nccl.h) waits for it here unless `id` may run behind it.
+  // Returns an NCCL error of that work (0: none), which the application
+  // sees at its next synchronous NCCL call.
+  virtual int32_t BeforeRequest(api::ApiId id) {
+    (void)id;
+    return 0;
+  }
   // A minibatch boundary (collective ordinals restart per minibatch).
   virtual void MarkBoundary(uint64_t minibatch) { (void)minibatch; }
   // A replacement restored its state at the boundary of `minibatch` from a

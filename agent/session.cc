@@ -514,6 +514,10 @@ void Session::RunAndReply(const transport::RecordHeader& rec, const api::ApiTrai
   wire::Decoder in(rec.body(), rec.body_size());
   wire::Encoder out(reply + kReplyPrefixSize, capacity - kReplyPrefixSize);
   ctx_.seq = rec.seq;
+  if (const int32_t before = backend_->BeforeRequest(static_cast<api::ApiId>(rec.api_id));
+      before != 0 && nccl_deferred_error_ == 0) {
+    nccl_deferred_error_ = before;
+  }
   int32_t status = kNoDispatcher;
   if (traits.dispatched) {
     status = Dispatch(static_cast<api::ApiId>(rec.api_id), in, out, ctx_);

@@ -257,6 +257,10 @@ class Session : private JournalingHost {
   // application's work: it is kept for its next reply, as an asynchronous
   // request's error is, and returned.
   int32_t SynchronizeKeepingErrors() {
+    if (const int32_t n = backend_->BeforeRequest(api::ApiId::cudaDeviceSynchronize);
+        n != 0 && nccl_deferred_error_ == 0) {
+      nccl_deferred_error_ = n;
+    }
     const int32_t e = backend_->cudaDeviceSynchronize();
     if (e != 0 && deferred_error_ == 0) deferred_error_ = e;
     return e;

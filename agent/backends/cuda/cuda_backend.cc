@@ -194,6 +194,30 @@ class CudaBackend : public Backend {
     if (!gloo_) return nccl_->JoinRecovery(minibatch, behind);
     return gloo_->nccl().JoinRecovery(minibatch, behind);
   }
+  // Collectives of a communicator queue behind its units in flight; any
+  // other request waits for them (its work could depend on their results,
+  // or overwrite what a retry needs).
+  int32_t BeforeRequest(api::ApiId id) override {
+    if (gloo_ || !nccl_->HasPending()) return 0;
+    switch (id) {
+      case api::ApiId::ncclAllReduce:
+      case api::ApiId::ncclAllGather:
+      case api::ApiId::ncclBroadcast:
+      case api::ApiId::ncclBcast:
+      case api::ApiId::ncclReduce:
+      case api::ApiId::ncclReduceScatter:
+      case api::ApiId::ncclAlltoAll:
+      case api::ApiId::ncclGather:
+      case api::ApiId::ncclScatter:
+      case api::ApiId::ncclSend:
+      case api::ApiId::ncclRecv:
+        return 0;
+      default:
+        break;
+    }
+    Bind();
+    return nccl_->SettleAll();
+  }
   void MarkBoundary(uint64_t minibatch) override {
     if (gloo_) return gloo_->nccl().MarkBoundary(minibatch);
     nccl_->MarkBoundary(minibatch);

@@ -110,6 +110,7 @@ CudaNcclOptions CudaNcclOptions::From(const BackendOptions& options) {
   if (options.recovery_timeout_s > 0) o.recovery_timeout = absl::Seconds(options.recovery_timeout_s);
   o.crash_in_recovery = options.crash_in_recovery;
   o.cache_results = options.journal;
+  o.pipeline = static_cast<int>(knobs::Int(knobs::Id::kCollectivePipeline, 1, 1024).value_or(8));
   return o;
 }
 
@@ -273,6 +274,12 @@ void CudaNccl::SetReplayPhase(ReplayPhase phase) {
 
 void CudaNccl::MarkBoundary(uint64_t minibatch) {
   std::lock_guard<std::mutex> lock(mu_);
+  // A boundary ends the minibatch: its units complete (or are recovered)
+  // before the next one's numbering starts.
+  if (ncclResult_t r = SettleOthers(nullptr); r != ncclSuccess) {
+    REVENANT_LOG(WARNING, kLog) << "a collective of minibatch " << minibatch - 1
+                                << " failed at the boundary: " << ::ncclGetErrorString(r);
+  }
   for (auto& [h, c] : comms_) {
     c->minibatch = minibatch;
     c->next_index = 0;
@@ -741,35 +748,47 @@ ncclResult_t CudaNccl::Issue(Comm& c, const char* what, std::vector<Op>& ops) {
   return r;
 }
 
-ncclResult_t CudaNccl::Fence(Comm& c, const char* what, const std::vector<Op>& ops) {
-  // The collective fence: the executor does not go on (nothing behind the
-  // unit is enqueued: the optimizer step cannot run on half-reduced data)
-  // until every stream of the unit passed it.
-  std::vector<cudaEvent_t> events;
+bool CudaNccl::RecordUnitEvents(const std::vector<Op>& ops, std::vector<cudaEvent_t>* events) {
   std::vector<cudaStream_t> streams;
   for (const Op& op : ops) {
     if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) {
       streams.push_back(op.stream);
     }
   }
-  ncclResult_t result = ncclSuccess;
   for (cudaStream_t s : streams) {
     cudaEvent_t ev = nullptr;
     if (::cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess ||
         ::cudaEventRecord(ev, s) != cudaSuccess) {
       (void)::cudaGetLastError();
       if (ev != nullptr) ::cudaEventDestroy(ev);
-      result = ncclUnhandledCudaError;
-      break;
+      for (cudaEvent_t e : *events) ::cudaEventDestroy(e);
+      events->clear();
+      return false;
     }
-    events.push_back(ev);
+    events->push_back(ev);
   }
+  return true;
+}
+
+ncclResult_t CudaNccl::Fence(Comm& c, const char* what, UnitOrdinal ordinal,
+                             const std::vector<Op>& ops) {
+  // The collective fence: the executor does not go on (nothing behind the
+  // unit is enqueued: the optimizer step cannot run on half-reduced data)
+  // until every stream of the unit passed it.
+  std::vector<cudaEvent_t> events;
+  if (!RecordUnitEvents(ops, &events)) return ncclUnhandledCudaError;
+  return WaitUnit(c, what, ordinal, &events);
+}
+
+ncclResult_t CudaNccl::WaitUnit(Comm& c, const char* what, UnitOrdinal ordinal,
+                                std::vector<cudaEvent_t>* events) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + timeout_;
   absl::Time next_epoch_check = start + absl::Milliseconds(10);
-  for (int polls = 0; result == ncclSuccess; ++polls) {
+  ncclResult_t result = ncclSuccess;
+  for (int polls = 0;; ++polls) {
     bool done = true;
-    for (cudaEvent_t ev : events) {
+    for (cudaEvent_t ev : *events) {
       const cudaError_t q = ::cudaEventQuery(ev);
       if (q == cudaErrorNotReady) {
         done = false;
@@ -787,16 +806,20 @@ ncclResult_t CudaNccl::Fence(Comm& c, const char* what, const std::vector<Op>& o
         result = static_cast<ncclResult_t>(c.error.load());
       } else if (::ncclCommGetAsyncError(c.comm, &state) == ncclSuccess &&
                  state != ncclSuccess && state != ncclInProgress) {
-        REVENANT_LOG(WARNING, kLog) << what << " (" << c.minibatch << ", " << c.next_index - 1
+        REVENANT_LOG(WARNING, kLog) << what << " (" << ordinal.first << ", " << ordinal.second
                                     << ") ended on a failing communicator: "
                                     << ::ncclGetErrorString(state);
         result = state;
       }
       break;
     }
+    if (c.aborted.load()) {
+      result = static_cast<ncclResult_t>(c.error.load());
+      break;
+    }
     if (::ncclCommGetAsyncError(c.comm, &state) == ncclSuccess && state != ncclSuccess &&
         state != ncclInProgress) {
-      REVENANT_LOG(WARNING, kLog) << what << " (" << c.minibatch << ", " << c.next_index - 1
+      REVENANT_LOG(WARNING, kLog) << what << " (" << ordinal.first << ", " << ordinal.second
                                   << "): " << ::ncclGetErrorString(state) << ": "
                                   << LastError(c.comm);
       result = state;
@@ -827,7 +850,8 @@ ncclResult_t CudaNccl::Fence(Comm& c, const char* what, const std::vector<Op>& o
       absl::SleepFor(polls < 200 ? kFirstPolls : kPoll);
     }
   }
-  for (cudaEvent_t ev : events) ::cudaEventDestroy(ev);
+  for (cudaEvent_t ev : *events) ::cudaEventDestroy(ev);
+  events->clear();
   return result;
 }
 
@@ -933,7 +957,48 @@ bool CudaNccl::ApplyPrereceived(Comm& c, UnitOrdinal ordinal, const std::vector<
   return true;
 }
 
-ncclResult_t CudaNccl::RunUnit(Comm& c, const char* what, std::vector<Op>& ops) {
+bool CudaNccl::MayDefer(const Comm& c, const std::vector<Op>& ops) const {
+  if (options_.pipeline <= 1 || replaying_.load() || c.joining || !c.prereceived.empty() ||
+      c.aborted.load() || c.comm == nullptr) {
+    return false;
+  }
+  for (const Op& op : ops) {
+    // In place: a retry needs the input as it was, kept in a scratch copy
+    // that only a unit waited for at its call may use.
+    if (Overlap(op.send, op.send_bytes, op.recv, op.recv_bytes)) return false;
+    // Overwriting the input of a unit in flight, which its retry needs.
+    for (const PendingUnit& p : c.pending) {
+      for (const Op& q : p.ops) {
+        if (Overlap(op.recv, op.recv_bytes, q.send, q.send_bytes)) return false;
+      }
+    }
+  }
+  return true;
+}
+
+ncclResult_t CudaNccl::Attempt(Comm& c, const char* what, UnitOrdinal ordinal,
+                               std::vector<Op>& ops, bool* staged,
+                               std::vector<ResultBuf>* staged_bufs) {
+  ncclResult_t a = Issue(c, what, ops);
+  if (a != ncclSuccess) return a;
+  *staged = StageResults(ops, staged_bufs);
+  return Fence(c, what, ordinal, ops);
+}
+
+ncclResult_t CudaNccl::RunUnit(Comm& c, const char* what, std::vector<Op>& ops, bool may_defer) {
+  // The deferred fence (docs/recovery.md, "Over real NCCL"): units of other
+  // communicators are waited for first (this one may read what they write,
+  // and a failed one must be retried before anything behind it runs); c's
+  // own stay in flight when this one may join them.
+  if (ncclResult_t o = SettleOthers(&c); o != ncclSuccess) {
+    REVENANT_LOG(WARNING, kLog) << what << ": a collective of another communicator failed: "
+                                << ::ncclGetErrorString(o);
+  }
+  const bool defer = may_defer && MayDefer(c, ops);
+  if (!c.pending.empty()) {
+    const size_t keep = defer ? static_cast<size_t>(options_.pipeline) - 1 : 0;
+    if (ncclResult_t p = SettleComm(c, keep); p != ncclSuccess) return p;
+  }
   const UnitOrdinal ordinal{c.minibatch, c.next_index++};
   ncclResult_t r = ncclSuccess;
   if (ApplyPrereceived(c, ordinal, ops, &r)) return r;
@@ -958,19 +1023,34 @@ ncclResult_t CudaNccl::RunUnit(Comm& c, const char* what, std::vector<Op>& ops) 
   }
   bool staged = false;
   std::vector<ResultBuf> staged_bufs;
-  // Issue, keep the result, fence.
-  auto attempt = [&]() -> ncclResult_t {
-    ncclResult_t a = Issue(c, what, ops);
-    if (a != ncclSuccess) return a;
-    staged = StageResults(ops, &staged_bufs);
-    return Fence(c, what, ops);
-  };
   if (c.aborted.load() && c.comm != nullptr) {
     r = static_cast<ncclResult_t>(c.error.load());  // failed earlier: recover below
-  } else {
+  } else if (defer && (r = Issue(c, what, ops)) == ncclSuccess) {
+    // Left in flight: its results staged, its events recorded; SettleComm
+    // waits for it before anything that could depend on it runs.
+    PendingUnit p;
+    p.ordinal = ordinal;
+    p.what = what;
+    p.staged_ok = StageResults(ops, &p.staged);
+    if (RecordUnitEvents(ops, &p.events)) {
+      p.ops = ops;
+      c.pending.push_back(std::move(p));
+      pending_units_.fetch_add(1, std::memory_order_relaxed);
+      return ncclSuccess;
+    }
+    staged = p.staged_ok;
+    staged_bufs = std::move(p.staged);
+    r = ncclUnhandledCudaError;
+  } else if (!defer) {
     r = SaveInputs(c, ops);
-    if (r == ncclSuccess) r = attempt();
+    if (r == ncclSuccess) r = Attempt(c, what, ordinal, ops, &staged, &staged_bufs);
   }
+  return FinishUnit(c, what, ordinal, ops, r, staged, std::move(staged_bufs));
+}
+
+ncclResult_t CudaNccl::FinishUnit(Comm& c, const char* what, UnitOrdinal ordinal,
+                                  std::vector<Op>& ops, ncclResult_t r, bool staged,
+                                  std::vector<ResultBuf> staged_bufs) {
   // A member died (or stopped answering): recover and retry, bounded by
   // the recovery timeout, as long as the failure is one a recovery cures.
   while (r == ncclRemoteError || r == ncclSystemError) {
@@ -994,7 +1074,7 @@ ncclResult_t CudaNccl::RunUnit(Comm& c, const char* what, std::vector<Op>& ops) 
       return r;
     }
     r = RestoreInputs(c, ops);
-    if (r == ncclSuccess) r = attempt();
+    if (r == ncclSuccess) r = Attempt(c, what, ordinal, ops, &staged, &staged_bufs);
   }
   if (r == ncclSuccess && staged) {
     CacheResults(c, ordinal, std::move(staged_bufs));
@@ -1003,6 +1083,77 @@ ncclResult_t CudaNccl::RunUnit(Comm& c, const char* what, std::vector<Op>& ops) 
     for (ResultBuf& b : staged_bufs) c.quarantine.push_back(std::move(b));
   }
   return r;
+}
+
+ncclResult_t CudaNccl::SettleComm(Comm& c, size_t keep) {
+  while (c.pending.size() > keep) {
+    PendingUnit& front = c.pending.front();
+    const ncclResult_t r = WaitUnit(c, front.what, front.ordinal, &front.events);
+    if (r == ncclSuccess) {
+      if (front.staged_ok) {
+        CacheResults(c, front.ordinal, std::move(front.staged));
+      } else {
+        for (ResultBuf& b : front.staged) c.quarantine.push_back(std::move(b));
+      }
+      c.pending.pop_front();
+      pending_units_.fetch_sub(1, std::memory_order_relaxed);
+      continue;
+    }
+    // The oldest unit failed, and every unit behind it on the same
+    // communicator with it: the first is recovered (the members agree on
+    // the units each completed and re-form the communicator), the others
+    // take the survivors' results or run again on the new communicator, in
+    // their order. Their inputs are intact: nothing that could overwrite
+    // them ran meanwhile (MayDefer, CudaBackend::BeforeRequest).
+    std::deque<PendingUnit> failed = std::move(c.pending);
+    c.pending.clear();
+    pending_units_.fetch_sub(static_cast<int>(failed.size()), std::memory_order_relaxed);
+    ncclResult_t first_error = ncclSuccess;
+    for (size_t k = 0; k < failed.size(); ++k) {
+      PendingUnit& p = failed[k];
+      for (cudaEvent_t ev : p.events) ::cudaEventDestroy(ev);
+      p.events.clear();
+      if (first_error != ncclSuccess) {
+        for (ResultBuf& b : p.staged) c.quarantine.push_back(std::move(b));
+        continue;
+      }
+      ncclResult_t u = r;
+      if (k > 0) {
+        // Its first attempt ran on the communicator the recovery replaced.
+        if (ApplyPrereceived(c, p.ordinal, p.ops, &u)) {
+          for (ResultBuf& b : p.staged) c.quarantine.push_back(std::move(b));
+          if (u != ncclSuccess) first_error = u;
+          continue;
+        }
+        if (c.aborted.load() || c.comm == nullptr) {
+          u = static_cast<ncclResult_t>(c.error.load());
+        } else {
+          u = Attempt(c, p.what, p.ordinal, p.ops, &p.staged_ok, &p.staged);
+        }
+      }
+      u = FinishUnit(c, p.what, p.ordinal, p.ops, u, p.staged_ok, std::move(p.staged));
+      if (u != ncclSuccess) first_error = u;
+    }
+    return first_error;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t CudaNccl::SettleOthers(const Comm* except) {
+  if (pending_units_.load(std::memory_order_relaxed) == 0) return ncclSuccess;
+  ncclResult_t first = ncclSuccess;
+  for (auto& [h, c] : comms_) {
+    if (c.get() == except || c->pending.empty()) continue;
+    const ncclResult_t r = SettleComm(*c, 0);
+    if (first == ncclSuccess) first = r;
+  }
+  return first;
+}
+
+ncclResult_t CudaNccl::SettleAll() {
+  if (pending_units_.load(std::memory_order_relaxed) == 0) return ncclSuccess;
+  std::lock_guard<std::mutex> lock(mu_);
+  return SettleOthers(nullptr);
 }
 
 absl::Status CudaNccl::ReadState(std::string* blob) {
@@ -1554,7 +1705,7 @@ ncclResult_t CudaNccl::GroupEnd() {
       taken[j] = true;
       ops.push_back(std::move(units[j].op));
     }
-    ncclResult_t s = RunUnit(*units[i].comm, "ncclGroupEnd", ops);
+    ncclResult_t s = RunUnit(*units[i].comm, "ncclGroupEnd", ops, /*may_defer=*/false);
     if (first == ncclSuccess) first = s;
   }
   return first;
@@ -1580,7 +1731,7 @@ ncclResult_t CudaNccl::Collective(ncclComm_t comm, const char* what, Op op) {
   }
   std::vector<Op> ops;
   ops.push_back(std::move(op));
-  return RunUnit(*c, what, ops);
+  return RunUnit(*c, what, ops, /*may_defer=*/true);
 }
 
 #define REVENANT_COLL(what, kind, count, type, root, sendp, recvp, stream, expr)            \

@@ -99,6 +99,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -132,6 +133,10 @@ struct CudaNcclOptions {
   // Keep each collective's results (current and previous minibatch) for a
   // replacement's replay; off when the agent does not journal.
   bool cache_results = true;
+  // How many collective units of a recoverable communicator may be in
+  // flight at once (REVENANT_COLLECTIVE_PIPELINE); 1: each is waited for at
+  // its call.
+  int pipeline = 8;
 
   static CudaNcclOptions From(const BackendOptions& options);
 };
@@ -241,6 +246,15 @@ class CudaNccl {
   ncclResult_t Recv(void* r, size_t n, ncclDataType_t t, int peer, ncclComm_t comm,
                     cudaStream_t stream);
 
+  // The deferred fence: waits for every collective unit still in flight,
+  // recovering the ones a dead member failed (as their calls would have).
+  // Returns the first error of a unit that could not be recovered (its
+  // communicator then answers that error). The executor calls it before
+  // any request that is not a collective (CudaBackend::BeforeRequest).
+  ncclResult_t SettleAll();
+  // Whether units are in flight (cheap; any thread).
+  bool HasPending() const { return pending_units_.load(std::memory_order_relaxed) > 0; }
+
   // Brackets a blocking synchronization (stream, event, device, copy): lets
   // the watchdog abort stuck collectives, and turns `e` into the abort's
   // CUDA error when communicators were aborted meanwhile.
@@ -257,6 +271,28 @@ class CudaNccl {
 
  private:
   using CachedResults = std::map<UnitOrdinal, std::vector<ResultBuf>>;
+
+  // One NCCL operation of a unit (a call, or one communicator's part of a group).
+  struct Op {
+    std::function<ncclResult_t(ncclComm_t)> call;
+    cudaStream_t stream = nullptr;
+    const void* send = nullptr;
+    size_t send_bytes = 0;  // bytes this rank's send buffer holds
+    void* recv = nullptr;
+    size_t recv_bytes = 0;  // bytes this rank's receive buffer gets
+    bool saved = false;     // in place: the send bytes were copied to scratch first
+  };
+  // A unit issued and not waited for yet (the deferred fence): its events,
+  // recorded behind its result copies on each of its streams, and the
+  // pinned buffers its results are being copied into.
+  struct PendingUnit {
+    UnitOrdinal ordinal;
+    const char* what = "";
+    std::vector<Op> ops;
+    std::vector<cudaEvent_t> events;
+    std::vector<ResultBuf> staged;
+    bool staged_ok = false;
+  };
 
   struct Comm {
     ncclComm_t comm = nullptr;  // the live NCCL communicator (replaced when re-formed)
@@ -282,16 +318,7 @@ class CudaNccl {
     UnitResults prereceived;  // results of units this rank has yet to run
     std::vector<void*> scratch;  // device copies of in-place send buffers, per operation
     std::vector<size_t> scratch_bytes;
-  };
-  // One NCCL operation of a unit (a call, or one communicator's part of a group).
-  struct Op {
-    std::function<ncclResult_t(ncclComm_t)> call;
-    cudaStream_t stream = nullptr;
-    const void* send = nullptr;
-    size_t send_bytes = 0;  // bytes this rank's send buffer holds
-    void* recv = nullptr;
-    size_t recv_bytes = 0;  // bytes this rank's receive buffer gets
-    bool saved = false;     // in place: the send bytes were copied to scratch first
+    std::deque<PendingUnit> pending;  // units in flight, oldest first
   };
   struct Queued {
     std::shared_ptr<Comm> comm;
@@ -310,12 +337,33 @@ class CudaNccl {
   // A collective: fenced and recovered when its communicator is recoverable.
   ncclResult_t Collective(ncclComm_t comm, const char* what, Op op);
   // A recoverable unit (mu_ held): ordinal, in-place copies, issue, fence,
-  // results cache; on a peer's failure the recovery and a retry.
-  ncclResult_t RunUnit(Comm& c, const char* what, std::vector<Op>& ops);
+  // results cache; on a peer's failure the recovery and a retry. `may_defer`:
+  // the unit may stay in flight (c.pending) when MayDefer says so.
+  ncclResult_t RunUnit(Comm& c, const char* what, std::vector<Op>& ops, bool may_defer);
+  // Whether `ops` may be issued behind c's units in flight and left in
+  // flight itself: not in place, not overwriting an input a retry of one
+  // in flight needs, outside a replay and a recovery's aftermath.
+  bool MayDefer(const Comm& c, const std::vector<Op>& ops) const;
   ncclResult_t Issue(Comm& c, const char* what, std::vector<Op>& ops);
-  // Waits (bounded) until the unit's streams passed it; fails on the
-  // communicator's async error, a new recovery epoch or the timeout.
-  ncclResult_t Fence(Comm& c, const char* what, const std::vector<Op>& ops);
+  // One attempt: issue, stage the results, fence.
+  ncclResult_t Attempt(Comm& c, const char* what, UnitOrdinal ordinal, std::vector<Op>& ops,
+                       bool* staged, std::vector<ResultBuf>* staged_bufs);
+  // A unit whose attempt ended with `r`: while a recovery cures the failure,
+  // recover and retry; then keep its results (or quarantine its buffers).
+  ncclResult_t FinishUnit(Comm& c, const char* what, UnitOrdinal ordinal, std::vector<Op>& ops,
+                          ncclResult_t r, bool staged, std::vector<ResultBuf> staged_bufs);
+  // Waits for c's units in flight until at most `keep` are left (mu_ held).
+  ncclResult_t SettleComm(Comm& c, size_t keep);
+  // SettleComm(c, 0) of every communicator but `except` (mu_ held).
+  ncclResult_t SettleOthers(const Comm* except);
+  // Events recorded now on each stream of `ops`; false when CUDA refused.
+  static bool RecordUnitEvents(const std::vector<Op>& ops, std::vector<cudaEvent_t>* events);
+  // Waits (bounded) until `events` completed (then destroys them); fails on
+  // the communicator's async error, a new recovery epoch or the timeout.
+  ncclResult_t WaitUnit(Comm& c, const char* what, UnitOrdinal ordinal,
+                        std::vector<cudaEvent_t>* events);
+  // RecordUnitEvents + WaitUnit: the unit's streams passed it.
+  ncclResult_t Fence(Comm& c, const char* what, UnitOrdinal ordinal, const std::vector<Op>& ops);
   ncclResult_t SaveInputs(Comm& c, std::vector<Op>& ops);
   ncclResult_t RestoreInputs(Comm& c, const std::vector<Op>& ops);
   // Copies the unit's receive buffers into pinned buffers in stream order
@@ -430,6 +478,7 @@ class CudaNccl {
   std::atomic<int> syncs_{0};
   std::atomic<uint64_t> abort_generation_{0};
   std::atomic<int> abort_cuda_error_{cudaSuccess};
+  std::atomic<int> pending_units_{0};  // units in flight, all communicators
 };
 
 }  // namespace cuda

@@ -4,8 +4,9 @@
 // member's death ends it with NaN in the receive buffer) and a fake CUDA
 // runtime (testdata/fake_cudart.h: streams run on threads).
 //
-// What must hold: a collective's call returns only once it completed (the
-// fence); when a member dies mid all-reduce, the survivors' calls wait for
+// What must hold: an in-place collective's call returns only once it
+// completed (the fence); out-of-place ones stay in flight up to the
+// pipeline's depth and complete at the next settle (the deferred fence); when a member dies mid all-reduce, the survivors' calls wait for
 // the job's epoch, re-form the communicator with the replacement under the
 // same handle, and run the all-reduce again from their saved in-place input;
 // the replacement receives the survivors' state and the results of the
@@ -95,7 +96,26 @@ struct Rank {
     }
     return true;
   }
+  // Out-of-place all-reduce k of a burst: sends[k] (filled with `value`
+  // first) into outs[k]; left in flight.
+  ncclResult_t AllReduceOut(size_t k, float value) {
+    if (sends.size() <= k) {
+      sends.resize(k + 1);
+      outs.resize(k + 1);
+    }
+    sends[k].assign(kCount, value);
+    outs[k].assign(kCount, 0.0f);
+    return nccl->AllReduce(sends[k].data(), outs[k].data(), kCount, ncclFloat, ncclSum, comm,
+                           stream);
+  }
+  bool Out(size_t k, float value) const {
+    for (float g : outs[k]) {
+      if (g != value) return false;
+    }
+    return true;
+  }
   std::unique_ptr<CudaNccl> nccl;
+  std::vector<std::vector<float>> sends, outs;
   cudaStream_t stream = nullptr;
   ncclComm_t comm = nullptr;
   std::vector<float> grads;
@@ -295,6 +315,129 @@ TEST(CudaNcclFakeTest, TwoReplacementsAtOnceWhenTheSurvivorsAreAMinibatchAhead) 
   }
   EXPECT_EQ(CountEvents(root, "replacement_joined"), 2);
   EXPECT_EQ(CountEvents(root, "survivor_joined"), 2);
+}
+
+// The deferred fence: out-of-place units stay in flight (the call returns
+// before the sum is there) until SettleAll. When a member dies while two
+// units are in flight, the survivors' settle recovers the first, runs the
+// second again on the re-formed communicator, and both end with exact sums
+// (a NaN would say a failed attempt's result was kept).
+TEST(CudaNcclFakeTest, UnitsInFlightSettleAndRecoverInOrder) {
+  const std::string root = JobRoot(kRanks);
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (int r = 0; r < kRanks; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30));
+  ncclUniqueId id;
+  ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kRanks);
+  // Minibatch 1: three units in flight on every rank, then settled.
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      Rank& me = *ranks[r];
+      if (me.nccl->CommInitRankConfig(&me.comm, kRanks, id, r, nullptr) != ncclSuccess) {
+        errors[r] = "init failed";
+        return;
+      }
+      me.nccl->MarkBoundary(1);
+      std::memset(me.range.data(), 0x42, kState);
+      for (size_t k = 0; k < 3; ++k) {
+        if (me.AllReduceOut(k, static_cast<float>((r + 1) * (k + 1))) != ncclSuccess) {
+          errors[r] = "all-reduce failed";
+          return;
+        }
+      }
+      if (!me.nccl->HasPending()) errors[r] = "no unit stayed in flight";
+      if (me.nccl->SettleAll() != ncclSuccess) errors[r] += "; settle failed";
+      if (me.nccl->HasPending()) errors[r] += "; units left in flight after the settle";
+      for (size_t k = 0; k < 3; ++k) {
+        if (!me.Out(k, 10.0f * (k + 1))) errors[r] += "; wrong sum in unit " + std::to_string(k);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  threads.clear();
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
+
+  // Units (1, 3) and (1, 4): rank 1 dies before posting either; the
+  // survivors leave both in flight and settle.
+  std::vector<ncclResult_t> issued(kRanks, ncclInternalError), settled(kRanks, ncclInternalError);
+  for (int r : {0, 2, 3}) {
+    threads.emplace_back([&, r] {
+      Rank& me = *ranks[r];
+      issued[r] = me.AllReduceOut(3, static_cast<float>((r + 1) * 4));
+      if (issued[r] == ncclSuccess) issued[r] = me.AllReduceOut(4, static_cast<float>((r + 1) * 5));
+      settled[r] = me.nccl->SettleAll();
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  fake_nccl::BreakGroup(id);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  DeclareEpoch(root, 1);
+
+  auto repl = std::make_unique<Rank>(root, 1, 30);
+  repl->nccl->SetReplayPhase(ReplayPhase::kSetupLog);
+  ASSERT_EQ(repl->nccl->CommInitRankConfig(&repl->comm, kRanks, id, 1, nullptr), ncclSuccess);
+  repl->nccl->MarkBoundary(1);
+  repl->nccl->SetReplayPhase(ReplayPhase::kMinibatchLog);
+  bool behind = true;
+  absl::Status joined = repl->nccl->JoinRecovery(1, &behind);
+  ASSERT_TRUE(joined.ok()) << joined;
+  EXPECT_EQ(repl->range, std::vector<char>(kState, 0x42));
+  // The replay: units the survivors completed come from them, the two they
+  // had in flight run jointly (a replay waits for each unit at its call).
+  for (size_t k = 0; k < 5; ++k) {
+    // Rank 1's share of unit k (k >= 3); what it sends to the others' units does not matter.
+    const float share = k >= 3 ? 2.0f * static_cast<float>(k + 1) : -1.0f;
+    EXPECT_EQ(repl->AllReduceOut(k, share), ncclSuccess);
+    EXPECT_FALSE(repl->nccl->HasPending()) << "a replayed unit stayed in flight";
+  }
+  repl->nccl->SetReplayPhase(ReplayPhase::kNone);
+  for (auto& t : threads) t.join();
+  threads.clear();
+  for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(repl->Out(k, 10.0f * (k + 1))) << "unit " << k;
+  EXPECT_TRUE(repl->Out(3, 40.0f)) << repl->outs[3][0];
+  EXPECT_TRUE(repl->Out(4, 50.0f)) << repl->outs[4][0];
+  for (int r : {0, 2, 3}) {
+    EXPECT_EQ(issued[r], ncclSuccess) << "rank " << r;
+    EXPECT_EQ(settled[r], ncclSuccess) << "rank " << r;
+    EXPECT_TRUE(ranks[r]->Out(3, 40.0f)) << "rank " << r << " unit 3: " << ranks[r]->outs[3][0];
+    EXPECT_TRUE(ranks[r]->Out(4, 50.0f)) << "rank " << r << " unit 4: " << ranks[r]->outs[4][0];
+    EXPECT_FALSE(ranks[r]->nccl->HasPending());
+  }
+  EXPECT_EQ(CountEvents(root, "replacement_joined"), 1);
+  EXPECT_EQ(CountEvents(root, "survivor_joined"), 3);
+  ranks[1] = std::move(repl);
+  for (auto& r : ranks) EXPECT_EQ(r->nccl->CommDestroy(r->comm), ncclSuccess);
+}
+
+// A boundary ends the minibatch's units in flight: they complete before
+// the next minibatch's numbering starts.
+TEST(CudaNcclFakeTest, ABoundarySettlesTheUnitsInFlight) {
+  const std::string root = JobRoot(2);
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30));
+  ncclUniqueId id;
+  ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
+  std::vector<std::thread> threads;
+  std::vector<bool> ok(2, false);
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      Rank& me = *ranks[r];
+      ok[r] = me.nccl->CommInitRankConfig(&me.comm, 2, id, r, nullptr) == ncclSuccess;
+      me.nccl->MarkBoundary(1);
+      for (size_t k = 0; k < 12 && ok[r]; ++k) {
+        ok[r] = me.AllReduceOut(k, static_cast<float>(k)) == ncclSuccess;
+        // The pipeline's depth (8 by default) bounds the units in flight.
+      }
+      ok[r] = ok[r] && me.nccl->HasPending();
+      me.nccl->MarkBoundary(2);
+      ok[r] = ok[r] && !me.nccl->HasPending();
+      for (size_t k = 0; k < 12 && ok[r]; ++k) ok[r] = me.Out(k, 2.0f * k);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(ok[r]) << "rank " << r;
+  for (auto& r : ranks) EXPECT_EQ(r->nccl->CommDestroy(r->comm), ncclSuccess);
 }
 
 TEST(CudaNcclFakeTest, WithoutAnEpochTheFailedCollectiveEndsWithinTheBound) {
