@@ -4,11 +4,12 @@
 //   RESULT <metric> <value> <unit>
 // lines for bench/compare.sh (ratio = revenant / native).
 //
-//   RANK=r WORLD_SIZE=n LOCAL_RANK=r MASTER_PORT=p ./nccl_bench.bin [--quick] [--mark_steps]
+//   RANK=r WORLD_SIZE=n LOCAL_RANK=r MASTER_PORT=p ./nccl_bench.bin [--quick]
+//       [--mark_steps[=K]]
 //
-// --mark_steps: every all-reduce of the bandwidth bursts is a training step
-// of its own (revenantMarkStep() after it, found with dlsym; natively there
-// is none and nothing happens). Under Revenant a multi-rank communicator's
+// --mark_steps=K: every K all-reduces of the bandwidth bursts are a training
+// step (revenantMarkStep() after the K-th, found with dlsym; natively there
+// is none and nothing happens); --mark_steps is K = 1, a step per all-reduce. Under Revenant a multi-rank communicator's
 // results are kept for a replacement until the minibatch boundary after
 // next; a loop that places no boundary keeps every result (host memory
 // grows, each new result takes new pinned memory), as a training loop that
@@ -118,16 +119,28 @@ ncclUniqueId ExchangeId(int rank, const std::string& port) {
 
 int main(int argc, char** argv) {
   bool quick = false, mark_steps = false;
+  int step_every = 1;
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
-    mark_steps = mark_steps || std::strcmp(argv[i], "--mark_steps") == 0;
+    if (std::strcmp(argv[i], "--mark_steps") == 0) mark_steps = true;
+    if (std::strncmp(argv[i], "--mark_steps=", 13) == 0) {
+      mark_steps = true;
+      step_every = std::atoi(argv[i] + 13);
+      if (step_every < 1) {
+        std::fprintf(stderr, "--mark_steps=K needs K >= 1\n");
+        return 2;
+      }
+    }
   }
   using MarkStepFn = void (*)();
   MarkStepFn mark_step =
       mark_steps ? reinterpret_cast<MarkStepFn>(dlsym(RTLD_DEFAULT, "revenantMarkStep")) : nullptr;
   if (EnvInt("RANK", 0) == 0 && mark_steps) {
-    std::printf("mark_steps: %s\n", mark_step != nullptr ? "revenantMarkStep after every all-reduce"
-                                                         : "no revenantMarkStep here (native)");
+    if (mark_step != nullptr) {
+      std::printf("mark_steps: revenantMarkStep after every %d all-reduce(s)\n", step_every);
+    } else {
+      std::printf("mark_steps: no revenantMarkStep here (native)\n");
+    }
   }
   const int rank = EnvInt("RANK", 0);
   const int world = EnvInt("WORLD_SIZE", 1);
@@ -174,7 +187,7 @@ int main(int argc, char** argv) {
     const size_t n = z.bytes / sizeof(float);
     for (int w = 0; w < 5; ++w) {
       CHECK_NCCL(ncclAllReduce(buf, out, n, ncclFloat, ncclSum, comm, s));
-      if (mark_step != nullptr) mark_step();
+      if (mark_step != nullptr && (w + 1) % step_every == 0) mark_step();
     }
     CHECK(cudaStreamSynchronize(s));
     std::vector<double> sec;
@@ -182,7 +195,7 @@ int main(int argc, char** argv) {
       const auto t0 = Clock::now();
       for (int i = 0; i < z.iters; ++i) {
         CHECK_NCCL(ncclAllReduce(buf, out, n, ncclFloat, ncclSum, comm, s));
-        if (mark_step != nullptr) mark_step();
+        if (mark_step != nullptr && (i + 1) % step_every == 0) mark_step();
       }
       CHECK(cudaStreamSynchronize(s));
       sec.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / z.iters);

@@ -28,6 +28,9 @@
 # MODE nccl_spares: the 4-rank train_mlp reference (native and under the
 # shim), then kills with pre-started spare agents (--spares=K) beside the same
 # kill without one, for the recovery time with spares.
+# NM_APP_ARGS: more train_mlp arguments for every job of the section (e.g.
+# --out_of_place: its gradient all-reduces stay in flight under the
+# deferred collective fence, so the kills land on units in flight).
 # Every job is bounded by revenant-run --timeout and timeout(1); when a
 # fault-free job hangs, the rest is skipped (NOT RUN).
 if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_spares ]; then
@@ -36,7 +39,7 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_spares ]; t
   export NCCL_NVLS_ENABLE=0
   export NCCL_ALGO=Ring NCCL_PROTO=Simple
   export REVENANT_COLLECTIVE_TIMEOUT_S=30
-  echo "   NCCL_ALGO=$NCCL_ALGO NCCL_PROTO=$NCCL_PROTO (fixed for bitwise-equal reductions)"
+  echo "   NCCL_ALGO=$NCCL_ALGO NCCL_PROTO=$NCCL_PROTO (fixed for bitwise-equal reductions); train_mlp arguments: ${NM_APP_ARGS:-none}"
   NM_RUN="$RUN --backend=cuda --collectives=nccl --gpus=1"
   NM_ITERS=40
   nm_sums() { sed -n 's/^\[r[0-9]*\] final checksum \([0-9a-f]*\)$/\1/p' "$1" | sort -u; }
@@ -67,7 +70,7 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_spares ]; t
     echo "   --- $n ranks"
     # train_mlp, native.
     log="$LOGS/nccl_multi.train.n$n.native.log"
-    t0=$(now); nm_native "$n" "$log" "$G/apps/train_mlp.bin" --iters $NM_ITERS; rc=$?
+    t0=$(now); nm_native "$n" "$log" "$G/apps/train_mlp.bin" --iters $NM_ITERS ${NM_APP_ARGS:-}; rc=$?
     printf '   train_mlp native: rc=%s after %.1f s, checksums: %s\n' "$rc" "$(calc "$(now) - $t0")" \
       "$(nm_sums "$log" | tr '\n' ' ')"
     if [ $rc -eq 0 ] && nm_ok "$log" "$n" train_mlp; then s=PASS; else s="FAIL (rc=$rc)"; grep -iE "nccl|fail|error" "$log" | head -12 | sed 's/^/   | /'; fi
@@ -77,7 +80,7 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_spares ]; t
     # train_mlp under revenant-run.
     log="$LOGS/nccl_multi.train.n$n.cuda.log"
     t0=$(now)
-    timeout 150 $NM_RUN -n "$n" --timeout=130 -- "$G/apps/train_mlp.bin" --iters $NM_ITERS \
+    timeout 150 $NM_RUN -n "$n" --timeout=130 -- "$G/apps/train_mlp.bin" --iters $NM_ITERS ${NM_APP_ARGS:-} \
       >"$log" 2>&1; rc=$?
     rev_sum=$(nm_sums "$log" | head -1)
     shared=$(grep -c "share a GPU, each with its own NCCL_HOSTID" "$log")
@@ -113,7 +116,7 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_spares ]; t
     rm -f "$ev"
     t0=$(now)
     timeout 200 $NM_RUN ${NM_EXTRA:-} -n "$n" --timeout=170 --chaos="$spec" --events_file="$ev" -- \
-      "$G/apps/train_mlp.bin" --iters $NM_ITERS >"$log" 2>&1; rc=$?
+      "$G/apps/train_mlp.bin" --iters $NM_ITERS ${NM_APP_ARGS:-} >"$log" 2>&1; rc=$?
     same=$(grep -c "^\[r[0-9]*\] final checksum ${nm_ref[$n]:-none}\$" "$log")
     repl=$(grep -cE "replacement agent for rank|spare agent pid [0-9]+ takes rank" "$log")
     died=$(nm_t "$ev" agent_died first); resumed=$(nm_t "$ev" application_resumed last)
@@ -175,6 +178,9 @@ fi
 # cost) at 2 and 4 ranks natively (an NCCL_HOSTID each) and under the shim,
 # ratios in the same run; and the 4-rank train_mlp step time (whole-job wall
 # clock of --iters 2020 minus --iters 20, over 2000 steps), native vs shim.
+# NB_STEP=K: nccl_bench marks a step every K all-reduces (default 1: every
+# one is a step of its own); NB_TRAIN_ARGS: more train_mlp arguments for the
+# step time (e.g. --out_of_place).
 if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_multi_bench ]; then
   echo
   echo "=== real NCCL, several ranks on one GPU: benchmarks (ratio = revenant / native, same run)"
@@ -182,10 +188,10 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_multi_bench
   NB_RUN="$RUN --backend=cuda --collectives=nccl --gpus=1"
   for n in 2 4; do
     nlog="$LOGS/nccl_multi.bench.n$n.native.log"; rlog="$LOGS/nccl_multi.bench.n$n.cuda.log"
-    # Every all-reduce of the bursts a step of its own (revenantMarkStep; a no-op
+    # A step every NB_STEP all-reduces of the bursts (revenantMarkStep; a no-op
     # natively), so that kept results are reused as in a training loop; 4 ranks
     # over sockets on one GPU: the shorter run, inside native's 150 s limit.
-    nb_args=--mark_steps
+    nb_args=--mark_steps=${NB_STEP:-1}
     [ "$n" -eq 4 ] && nb_args="$nb_args --quick"
     NATIVE_HOSTIDS=1 native "$n" "$nlog" "$G/bench/nccl_bench.bin" $nb_args; rc=$?
     if [ $rc -eq 0 ] && [ "$(grep -c 'PASS nccl_bench' "$nlog")" -eq "$n" ]; then s=PASS; else s="FAIL (rc=$rc)"; fi
@@ -197,20 +203,20 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_multi_bench
     grep "^\[r0\] RESULT" "$nlog" >"$nlog.r0"
     # With the agents' journal lines, so that compare.sh says whether they journaled.
     grep -E "^\[r0\] RESULT|^\[a0\] .*journal at exit" "$rlog" >"$rlog.r0"
-    echo "   --- nccl_bench, $n ranks on one GPU (rank 0's figures)"
+    echo "   --- nccl_bench, $n ranks on one GPU (rank 0's figures; a step every ${NB_STEP:-1} all-reduce(s))"
     bash "$G/bench/compare.sh" "$nlog.r0" "$rlog.r0" | tee "$LOGS/nccl_multi.bench.n$n.table.txt" | sed 's/^/   /'
   done
   n=4
   nb_wall() {  # LOG CMD...: seconds of one run
     local log=$1 t0; shift; t0=$(now); "$@" >"$log" 2>&1; calc "$(now) - $t0"
   }
-  a=$(NATIVE_HOSTIDS=1 nb_wall "$LOGS/nccl_multi.step.native.20.log" native $n "$LOGS/nccl_multi.step.native.20" "$G/apps/train_mlp.bin" --iters 20)
-  b=$(NATIVE_HOSTIDS=1 nb_wall "$LOGS/nccl_multi.step.native.2020.log" native $n "$LOGS/nccl_multi.step.native.2020" "$G/apps/train_mlp.bin" --iters 2020)
-  c=$(nb_wall "$LOGS/nccl_multi.step.cuda.20.log" timeout 300 $NB_RUN -n $n --timeout=280 -- "$G/apps/train_mlp.bin" --iters 20)
-  d=$(nb_wall "$LOGS/nccl_multi.step.cuda.2020.log" timeout 300 $NB_RUN -n $n --timeout=280 -- "$G/apps/train_mlp.bin" --iters 2020)
+  a=$(NATIVE_HOSTIDS=1 nb_wall "$LOGS/nccl_multi.step.native.20.log" native $n "$LOGS/nccl_multi.step.native.20" "$G/apps/train_mlp.bin" --iters 20 ${NB_TRAIN_ARGS:-})
+  b=$(NATIVE_HOSTIDS=1 nb_wall "$LOGS/nccl_multi.step.native.2020.log" native $n "$LOGS/nccl_multi.step.native.2020" "$G/apps/train_mlp.bin" --iters 2020 ${NB_TRAIN_ARGS:-})
+  c=$(nb_wall "$LOGS/nccl_multi.step.cuda.20.log" timeout 300 $NB_RUN -n $n --timeout=280 -- "$G/apps/train_mlp.bin" --iters 20 ${NB_TRAIN_ARGS:-})
+  d=$(nb_wall "$LOGS/nccl_multi.step.cuda.2020.log" timeout 300 $NB_RUN -n $n --timeout=280 -- "$G/apps/train_mlp.bin" --iters 2020 ${NB_TRAIN_ARGS:-})
   nat=$(calc "($b - $a) * 1e6 / 2000"); rev=$(calc "($d - $c) * 1e6 / 2000")
-  printf '   train_mlp step, 4 ranks on one GPU: native %.1f us, revenant %.1f us, ratio %.3f\n' \
-    "$nat" "$rev" "$(calc "$rev / $nat")"
+  printf '   train_mlp step (%s), 4 ranks on one GPU: native %.1f us, revenant %.1f us, ratio %.3f\n' \
+    "${NB_TRAIN_ARGS:-in place}" "$nat" "$rev" "$(calc "$rev / $nat")"
   if [ "$(grep -c "PASS train_mlp" "$LOGS/nccl_multi.step.native.2020")" -eq $n ] &&
      [ "$(grep -c "PASS train_mlp" "$LOGS/nccl_multi.step.cuda.2020.log")" -eq $n ]; then s=PASS; else s=FAIL; fi
   record "nccl_multi train_mlp step time, 4 ranks" "$s" "$LOGS/nccl_multi.step.cuda.2020.log"

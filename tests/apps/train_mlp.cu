@@ -1,7 +1,8 @@
 // train_mlp: data-parallel training of a 2-layer MLP with plain CUDA + NCCL.
 //
 //   RANK=r WORLD_SIZE=n MASTER_PORT=p train_mlp [--iters 20] [--hidden 128] [--batch 32]
-//       [--time_after W] [--host_fn] [--alternate NAME --arm K --arms N --burst B]
+//       [--time_after W] [--host_fn] [--out_of_place]
+//       [--alternate NAME --arm K --arms N --burst B]
 // With --time_after W (0 < W < iters), rank 0 prints the mean step time of
 // iterations W .. iters-1 (steady clock, the last step's work synchronized)
 // as "RESULT train_step_us <us>": start-up, warm-up and teardown excluded.
@@ -13,6 +14,8 @@
 // last one synchronized) is printed as "RESULT train_step_burst_us J <us>";
 // bursts J of different arms ran next to each other in time
 // (bench/journal_step.sh pairs them).
+// With --out_of_place, the gradient buckets are all-reduced into a second
+// buffer that the SGD step reads (the same sums: the same checksum).
 // With --host_fn, each iteration ends with a cudaLaunchHostFunc that counts
 // the iterations in this process: the count must equal --iters at the end
 // (a recovery must neither lose nor repeat a host function).
@@ -134,6 +137,10 @@ int main(int argc, char** argv) {
   const int time_after = IntFlag(argc, argv, "--time_after", 0);
   bool host_fn = false;
   for (int i = 1; i < argc; ++i) host_fn = host_fn || std::string(argv[i]) == "--host_fn";
+  bool out_of_place = false;
+  for (int i = 1; i < argc; ++i) {
+    out_of_place = out_of_place || std::string(argv[i]) == "--out_of_place";
+  }
   EXPECT_APP(iters > 0 && hidden > 0 && batch > 0, "bad arguments");
   EXPECT_APP(time_after >= 0 && time_after < iters, "--time_after must be in [0, iters)");
   const char* alternate = StringFlag(argc, argv, "--alternate");
@@ -187,6 +194,8 @@ int main(int argc, char** argv) {
   int* y;
   CHECK_CUDA(cudaMalloc(&params, n_params * sizeof(float)));
   CHECK_CUDA(cudaMalloc(&grads, n_params * sizeof(float)));
+  float* reduced = grads;
+  if (out_of_place) CHECK_CUDA(cudaMalloc(&reduced, n_params * sizeof(float)));
   CHECK_CUDA(cudaMalloc(&x, static_cast<size_t>(batch) * kIn * sizeof(float)));
   CHECK_CUDA(cudaMalloc(&y, batch * sizeof(int)));
   CHECK_CUDA(cudaMalloc(&hpre, static_cast<size_t>(batch) * hidden * sizeof(float)));
@@ -274,14 +283,14 @@ int main(int argc, char** argv) {
                                                                               batch, kIn, hidden);
     CHECK_CUDA(cudaGetLastError());
 
-    // Gradient all-reduce in buckets, in place.
+    // Gradient all-reduce in buckets (in place unless --out_of_place).
     const size_t per = (n_params + kBuckets - 1) / kBuckets;
     for (size_t off = 0; off < n_params; off += per) {
       const size_t n = off + per <= n_params ? per : n_params - off;
-      CHECK_NCCL(ncclAllReduce(grads + off, grads + off, n, ncclFloat, ncclSum, comm, stream));
+      CHECK_NCCL(ncclAllReduce(grads + off, reduced + off, n, ncclFloat, ncclSum, comm, stream));
     }
     mlp_sgd<<<Blocks(static_cast<int>(n_params)), kThreads, 0, stream>>>(
-        params, grads, static_cast<int>(n_params), kLearningRate, scale);
+        params, reduced, static_cast<int>(n_params), kLearningRate, scale);
     CHECK_CUDA(cudaGetLastError());
     if (host_fn) CHECK_CUDA(cudaLaunchHostFunc(stream, CountIteration, &host_fn_runs));
 
@@ -353,6 +362,7 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaFreeHost(pinned_x));
   CHECK_CUDA(cudaFreeHost(pinned_y));
   CHECK_CUDA(cudaFreeHost(pinned_loss));
+  if (out_of_place) CHECK_CUDA(cudaFree(reduced));
   for (void* p : std::vector<void*>{params, grads, x, y, hpre, hact, dh, logits, dlogits, loss,
                                     loss_total, mine, all}) {
     CHECK_CUDA(cudaFree(p));
