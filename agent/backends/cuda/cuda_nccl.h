@@ -58,13 +58,19 @@
 // recoverable when the job recovers (recovery_timeout > 0), it has several
 // ranks and it was made by ncclCommInitRank* (its key: the hash of the
 // application's unique id, which a replacement's journal replays too).
-//   - Fence: each collective unit (a call, or a communicator's part of an
-//     NCCL group, which is held back until ncclGroupEnd and issued then as
-//     one group) is waited for before the call returns: the executor
-//     enqueues nothing behind it until its streams passed it (events polled,
-//     bounded by the timeout), so the optimizer step never runs on a
-//     collective that failed. An in-place unit's input is first copied to a
-//     device scratch buffer (a retry needs it); a completed unit's results
+//   - Fence: the executor enqueues nothing behind a collective unit (a call,
+//     or a communicator's part of an NCCL group, which is held back until
+//     ncclGroupEnd and issued then as one group) until its streams passed it
+//     (events polled, bounded by the timeout), so the optimizer step never
+//     runs on a collective that failed. An in-place unit, a group's unit and
+//     a replayed one are waited for before their call returns; their input
+//     is first copied to a device scratch buffer (a retry needs it). An
+//     out-of-place unit stays in flight (the deferred fence): further
+//     collectives of the communicator queue behind it, up to
+//     CudaNcclOptions::pipeline units, and it is waited for at the first
+//     request that is not a collective (CudaBackend::BeforeRequest ->
+//     SettleAll), at a boundary, or before a collective of another
+//     communicator or one overwriting its input. A completed unit's results
 //     are copied to host memory (current and previous minibatch) for a
 //     replacement's replay.
 //   - Failure: the communicator's async error (a dead peer: ncclRemoteError
@@ -78,7 +84,9 @@
 //     recovery_plan.h shared with the Gloo engine, results of completed
 //     units, the state for replacements), creates the new communicator
 //     (ncclCommInitRankConfig, non-blocking, bounded, preempted by a newer
-//     epoch), restores the in-place input and runs the unit again.
+//     epoch), restores the in-place input and runs the unit again. Units in
+//     flight behind a failed one failed with it: in their order, each takes
+//     the survivors' result or runs again on the new communicator.
 //   - Replacement: during the replay its communicators of several ranks are
 //     created without NCCL (they join at the epoch: JoinRecovery at the
 //     journal's minibatch boundary, or their first collective in the first
