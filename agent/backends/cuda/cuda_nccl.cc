@@ -32,6 +32,9 @@ namespace {
 constexpr char kLog[] = "cuda-nccl";
 constexpr absl::Duration kPoll = absl::Microseconds(100);
 constexpr absl::Duration kFirstPolls = absl::Microseconds(5);
+// Device buffers for in-place inputs kept free for the next units, per
+// communicator; beyond this they are freed.
+constexpr size_t kScratchPoolBytes = size_t{1} << 30;
 constexpr absl::Duration kWatchPeriod = absl::Milliseconds(100);
 constexpr absl::Duration kAbortBound = absl::Seconds(10);
 
@@ -683,48 +686,56 @@ absl::Status CudaNccl::CopyOnAux(void* dst, const void* src, size_t n, cudaMemcp
 
 ncclResult_t CudaNccl::SaveInputs(Comm& c, std::vector<Op>& ops) {
   // An in-place operation overwrites its input: a retry after a failure
-  // needs the bytes as they were, so they are copied first, in stream order.
-  if (c.scratch.size() < ops.size()) {
-    c.scratch.resize(ops.size(), nullptr);
-    c.scratch_bytes.resize(ops.size(), 0);
-  }
-  for (size_t k = 0; k < ops.size(); ++k) {
-    Op& op = ops[k];
-    if (!Overlap(op.send, op.send_bytes, op.recv, op.recv_bytes)) continue;
-    if (c.scratch_bytes[k] < op.send_bytes) {
-      if (c.scratch[k] != nullptr) ::cudaFree(c.scratch[k]);
-      c.scratch[k] = nullptr;
-      c.scratch_bytes[k] = 0;
-      if (::cudaMalloc(&c.scratch[k], op.send_bytes) != cudaSuccess) {
-        (void)::cudaGetLastError();
-        c.scratch[k] = nullptr;
-        REVENANT_LOG(ERROR, kLog) << "no device memory (" << op.send_bytes
-                                  << " bytes) to keep an in-place collective's input";
-        return ncclUnhandledCudaError;
-      }
-      c.scratch_bytes[k] = op.send_bytes;
+  // needs the bytes as they were, so they are copied first, in stream order,
+  // into a device buffer of the communicator's pool (one per unit in flight).
+  for (Op& op : ops) {
+    if (op.saved || !Overlap(op.send, op.send_bytes, op.recv, op.recv_bytes)) continue;
+    void* scratch = nullptr;
+    if (auto it = c.scratch_free.find(op.send_bytes); it != c.scratch_free.end()) {
+      scratch = it->second;
+      c.scratch_free.erase(it);
+      c.scratch_free_bytes -= op.send_bytes;
+    } else if (::cudaMalloc(&scratch, op.send_bytes) != cudaSuccess) {
+      (void)::cudaGetLastError();
+      REVENANT_LOG(ERROR, kLog) << "no device memory (" << op.send_bytes
+                                << " bytes) to keep an in-place collective's input";
+      return ncclUnhandledCudaError;
     }
-    if (::cudaMemcpyAsync(c.scratch[k], op.send, op.send_bytes, cudaMemcpyDeviceToDevice,
+    op.scratch = scratch;
+    op.saved = true;
+    if (::cudaMemcpyAsync(scratch, op.send, op.send_bytes, cudaMemcpyDeviceToDevice,
                           op.stream) != cudaSuccess) {
       (void)::cudaGetLastError();
       return ncclUnhandledCudaError;
     }
-    op.saved = true;
   }
   return ncclSuccess;
 }
 
-ncclResult_t CudaNccl::RestoreInputs(Comm& c, const std::vector<Op>& ops) {
-  for (size_t k = 0; k < ops.size(); ++k) {
-    const Op& op = ops[k];
+ncclResult_t CudaNccl::RestoreInputs(const std::vector<Op>& ops) {
+  for (const Op& op : ops) {
     if (!op.saved) continue;
-    if (::cudaMemcpyAsync(const_cast<void*>(op.send), c.scratch[k], op.send_bytes,
+    if (::cudaMemcpyAsync(const_cast<void*>(op.send), op.scratch, op.send_bytes,
                           cudaMemcpyDeviceToDevice, op.stream) != cudaSuccess) {
       (void)::cudaGetLastError();
       return ncclUnhandledCudaError;
     }
   }
   return ncclSuccess;
+}
+
+void CudaNccl::ReleaseInputs(Comm& c, std::vector<Op>& ops) {
+  for (Op& op : ops) {
+    if (!op.saved) continue;
+    if (c.scratch_free_bytes + op.send_bytes <= kScratchPoolBytes) {
+      c.scratch_free.emplace(op.send_bytes, op.scratch);
+      c.scratch_free_bytes += op.send_bytes;
+    } else {
+      ::cudaFree(op.scratch);
+    }
+    op.scratch = nullptr;
+    op.saved = false;
+  }
 }
 
 ncclResult_t CudaNccl::Issue(Comm& c, const char* what, std::vector<Op>& ops) {
@@ -963,13 +974,15 @@ bool CudaNccl::MayDefer(const Comm& c, const std::vector<Op>& ops) const {
     return false;
   }
   for (const Op& op : ops) {
-    // In place: a retry needs the input as it was, kept in a scratch copy
-    // that only a unit waited for at its call may use.
-    if (Overlap(op.send, op.send_bytes, op.recv, op.recv_bytes)) return false;
-    // Overwriting the input of a unit in flight, which its retry needs.
     for (const PendingUnit& p : c.pending) {
       for (const Op& q : p.ops) {
-        if (Overlap(op.recv, op.recv_bytes, q.send, q.send_bytes)) return false;
+        // Overwriting the input of a unit in flight, which its retry needs;
+        // reading the result of one (a retry of this unit would restore an
+        // input made from a failed result).
+        if (Overlap(op.recv, op.recv_bytes, q.send, q.send_bytes) ||
+            Overlap(op.send, op.send_bytes, q.recv, q.recv_bytes)) {
+          return false;
+        }
       }
     }
   }
@@ -1025,7 +1038,8 @@ ncclResult_t CudaNccl::RunUnit(Comm& c, const char* what, std::vector<Op>& ops, 
   std::vector<ResultBuf> staged_bufs;
   if (c.aborted.load() && c.comm != nullptr) {
     r = static_cast<ncclResult_t>(c.error.load());  // failed earlier: recover below
-  } else if (defer && (r = Issue(c, what, ops)) == ncclSuccess) {
+  } else if (defer && (r = SaveInputs(c, ops)) == ncclSuccess &&
+             (r = Issue(c, what, ops)) == ncclSuccess) {
     // Left in flight: its results staged, its events recorded; SettleComm
     // waits for it before anything that could depend on it runs.
     PendingUnit p;
@@ -1071,9 +1085,10 @@ ncclResult_t CudaNccl::FinishUnit(Comm& c, const char* what, UnitOrdinal ordinal
     if (ApplyPrereceived(c, ordinal, ops, &r)) {
       // The failed attempt's copies may still land in its buffers.
       for (ResultBuf& b : staged_bufs) c.quarantine.push_back(std::move(b));
+      if (r == ncclSuccess) ReleaseInputs(c, ops);
       return r;
     }
-    r = RestoreInputs(c, ops);
+    r = RestoreInputs(ops);
     if (r == ncclSuccess) r = Attempt(c, what, ordinal, ops, &staged, &staged_bufs);
   }
   if (r == ncclSuccess && staged) {
@@ -1082,6 +1097,9 @@ ncclResult_t CudaNccl::FinishUnit(Comm& c, const char* what, UnitOrdinal ordinal
     // A failed unit's copies may still land in its buffers.
     for (ResultBuf& b : staged_bufs) c.quarantine.push_back(std::move(b));
   }
+  // Its streams passed it: its saved inputs are free again (a unit that
+  // failed for good keeps them: a late copy may still read them).
+  if (r == ncclSuccess) ReleaseInputs(c, ops);
   return r;
 }
 
@@ -1095,6 +1113,7 @@ ncclResult_t CudaNccl::SettleComm(Comm& c, size_t keep) {
       } else {
         for (ResultBuf& b : front.staged) c.quarantine.push_back(std::move(b));
       }
+      ReleaseInputs(c, front.ops);
       c.pending.pop_front();
       pending_units_.fetch_sub(1, std::memory_order_relaxed);
       continue;
@@ -1122,12 +1141,13 @@ ncclResult_t CudaNccl::SettleComm(Comm& c, size_t keep) {
         // Its first attempt ran on the communicator the recovery replaced.
         if (ApplyPrereceived(c, p.ordinal, p.ops, &u)) {
           for (ResultBuf& b : p.staged) c.quarantine.push_back(std::move(b));
+          if (u == ncclSuccess) ReleaseInputs(c, p.ops);
           if (u != ncclSuccess) first_error = u;
           continue;
         }
         if (c.aborted.load() || c.comm == nullptr) {
           u = static_cast<ncclResult_t>(c.error.load());
-        } else {
+        } else if ((u = RestoreInputs(p.ops)) == ncclSuccess) {
           u = Attempt(c, p.what, p.ordinal, p.ops, &p.staged_ok, &p.staged);
         }
       }

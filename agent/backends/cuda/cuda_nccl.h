@@ -62,15 +62,16 @@
 //     or a communicator's part of an NCCL group, which is held back until
 //     ncclGroupEnd and issued then as one group) until its streams passed it
 //     (events polled, bounded by the timeout), so the optimizer step never
-//     runs on a collective that failed. An in-place unit, a group's unit and
-//     a replayed one are waited for before their call returns; their input
-//     is first copied to a device scratch buffer (a retry needs it). An
-//     out-of-place unit stays in flight (the deferred fence): further
+//     runs on a collective that failed. An in-place unit's input is first
+//     copied to a device buffer of the communicator's pool (a retry needs
+//     it). A group's unit and a replayed one are waited for before their
+//     call returns; any other unit stays in flight (the deferred fence): further
 //     collectives of the communicator queue behind it, up to
 //     CudaNcclOptions::pipeline units, and it is waited for at the first
 //     request that is not a collective (CudaBackend::BeforeRequest ->
 //     SettleAll), at a boundary, or before a collective of another
-//     communicator or one overwriting its input. A completed unit's results
+//     communicator or one overwriting its input or reading its result. A
+//     completed unit's results
 //     are copied to host memory (current and previous minibatch) for a
 //     replacement's replay.
 //   - Failure: the communicator's async error (a dead peer: ncclRemoteError
@@ -288,7 +289,8 @@ class CudaNccl {
     size_t send_bytes = 0;  // bytes this rank's send buffer holds
     void* recv = nullptr;
     size_t recv_bytes = 0;  // bytes this rank's receive buffer gets
-    bool saved = false;     // in place: the send bytes were copied to scratch first
+    bool saved = false;     // in place: the send bytes were copied to `scratch` first
+    void* scratch = nullptr;  // a device buffer of the communicator's pool
   };
   // A unit issued and not waited for yet (the deferred fence): its events,
   // recorded behind its result copies on each of its streams, and the
@@ -324,8 +326,8 @@ class CudaNccl {
     std::vector<ResultBuf> quarantine;  // staged by a unit that failed for good (a late
                                         // copy may still land there): never reused
     UnitResults prereceived;  // results of units this rank has yet to run
-    std::vector<void*> scratch;  // device copies of in-place send buffers, per operation
-    std::vector<size_t> scratch_bytes;
+    std::multimap<size_t, void*> scratch_free;  // device buffers for in-place inputs, by size
+    size_t scratch_free_bytes = 0;
     std::deque<PendingUnit> pending;  // units in flight, oldest first
   };
   struct Queued {
@@ -372,8 +374,11 @@ class CudaNccl {
                         std::vector<cudaEvent_t>* events);
   // RecordUnitEvents + WaitUnit: the unit's streams passed it.
   ncclResult_t Fence(Comm& c, const char* what, UnitOrdinal ordinal, const std::vector<Op>& ops);
+  // In-place inputs: copied to device buffers of c's pool before the unit,
+  // copied back before a retry, given back once the unit completed.
   ncclResult_t SaveInputs(Comm& c, std::vector<Op>& ops);
-  ncclResult_t RestoreInputs(Comm& c, const std::vector<Op>& ops);
+  static ncclResult_t RestoreInputs(const std::vector<Op>& ops);
+  static void ReleaseInputs(Comm& c, std::vector<Op>& ops);
   // Copies the unit's receive buffers into pinned buffers in stream order
   // (the fence waits for them too): `staged` keeps a retry's buffers (same
   // operations, same stream). False when they cannot be kept.

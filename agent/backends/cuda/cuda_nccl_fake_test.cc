@@ -69,9 +69,11 @@ int CountEvents(const std::string& root, const std::string& event) {
 // One rank's agent: its NCCL rows, a stream, a gradient buffer, and its
 // "device range" holding the replicated state.
 struct Rank {
-  Rank(const std::string& root, int r, double recovery_s) {
+  // pipeline: CudaNcclOptions::pipeline (1: every unit waited for at its call).
+  Rank(const std::string& root, int r, double recovery_s, int pipeline = 8) {
     CudaNcclOptions o;
     o.rank = r;
+    o.pipeline = pipeline;
     o.recovery_timeout = absl::Seconds(recovery_s);
     nccl = std::make_unique<CudaNccl>(0, root + "/rank" + std::to_string(r), o);
     range.assign(kState, 0);
@@ -107,6 +109,22 @@ struct Rank {
     outs[k].assign(kCount, 0.0f);
     return nccl->AllReduce(sends[k].data(), outs[k].data(), kCount, ncclFloat, ncclSum, comm,
                            stream);
+  }
+  // In-place all-reduce k of a burst on sends[k] (its own bucket); left in flight.
+  ncclResult_t AllReduceIn(size_t k, float value) {
+    if (sends.size() <= k) {
+      sends.resize(k + 1);
+      outs.resize(k + 1);
+    }
+    sends[k].assign(kCount, value);
+    return nccl->AllReduce(sends[k].data(), sends[k].data(), kCount, ncclFloat, ncclSum, comm,
+                           stream);
+  }
+  bool In(size_t k, float value) const {
+    for (float g : sends[k]) {
+      if (g != value) return false;
+    }
+    return true;
   }
   bool Out(size_t k, float value) const {
     for (float g : outs[k]) {
@@ -148,10 +166,11 @@ TEST(PinnedPoolTest, ReusesBuffersOfTheSameSize) {
   d.reset();
 }
 
+// With the fence at the call (REVENANT_COLLECTIVE_PIPELINE=1).
 TEST(CudaNcclFakeTest, FourRanksRecoverAMemberKilledMidAllReduce) {
   const std::string root = JobRoot(kRanks);
   std::vector<std::unique_ptr<Rank>> ranks;
-  for (int r = 0; r < kRanks; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30));
+  for (int r = 0; r < kRanks; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30, 1));
   ncclUniqueId id;
   ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
   // Formation and three units of minibatch 1, every rank on a thread.
@@ -193,7 +212,7 @@ TEST(CudaNcclFakeTest, FourRanksRecoverAMemberKilledMidAllReduce) {
   DeclareEpoch(root, 1);
 
   // The replacement of rank 1 replays: setup log, boundary, minibatch log.
-  auto repl = std::make_unique<Rank>(root, 1, 30);
+  auto repl = std::make_unique<Rank>(root, 1, 30, 1);
   repl->nccl->SetReplayPhase(ReplayPhase::kSetupLog);
   ASSERT_EQ(repl->nccl->CommInitRankConfig(&repl->comm, kRanks, id, 1, nullptr), ncclSuccess);
   EXPECT_EQ(repl->AllReduce(1.0f), ncclSuccess);  // minibatch 0: history, skipped
@@ -247,7 +266,7 @@ TEST(CudaNcclFakeTest, FourRanksRecoverAMemberKilledMidAllReduce) {
 TEST(CudaNcclFakeTest, TwoReplacementsAtOnceWhenTheSurvivorsAreAMinibatchAhead) {
   const std::string root = JobRoot(kRanks);
   std::vector<std::unique_ptr<Rank>> ranks;
-  for (int r = 0; r < kRanks; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30));
+  for (int r = 0; r < kRanks; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30, 1));
   ncclUniqueId id;
   ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
   std::vector<std::thread> threads;
@@ -280,7 +299,7 @@ TEST(CudaNcclFakeTest, TwoReplacementsAtOnceWhenTheSurvivorsAreAMinibatchAhead) 
   std::vector<std::string> errors(kRanks);
   std::vector<std::thread> repl_threads;
   for (int r : {1, 2}) {
-    repl[r] = std::make_unique<Rank>(root, r, 30);
+    repl[r] = std::make_unique<Rank>(root, r, 30, 1);
     repl_threads.emplace_back([&, r] {
       Rank& me = *repl[r];
       me.nccl->SetReplayPhase(ReplayPhase::kSetupLog);
@@ -440,10 +459,88 @@ TEST(CudaNcclFakeTest, ABoundarySettlesTheUnitsInFlight) {
   for (auto& r : ranks) EXPECT_EQ(r->nccl->CommDestroy(r->comm), ncclSuccess);
 }
 
+// In-place buckets in flight (a DDP-like step): each unit's input is saved
+// before it runs; when a member dies with two buckets in flight, the
+// survivors restore both inputs and end with exact sums, not the NaN of the
+// aborted attempt.
+TEST(CudaNcclFakeTest, InPlaceBucketsInFlightRecoverFromTheirSavedInputs) {
+  const std::string root = JobRoot(kRanks);
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (int r = 0; r < kRanks; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30));
+  ncclUniqueId id;
+  ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kRanks);
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      Rank& me = *ranks[r];
+      if (me.nccl->CommInitRankConfig(&me.comm, kRanks, id, r, nullptr) != ncclSuccess) {
+        errors[r] = "init failed";
+        return;
+      }
+      me.nccl->MarkBoundary(1);
+      std::memset(me.range.data(), 0x42, kState);
+      for (size_t k = 0; k < 2; ++k) {
+        if (me.AllReduceIn(k, static_cast<float>(r + 1)) != ncclSuccess) errors[r] = "issue";
+      }
+      if (!me.nccl->HasPending()) errors[r] += "; no bucket stayed in flight";
+      if (me.nccl->SettleAll() != ncclSuccess) errors[r] += "; settle failed";
+      for (size_t k = 0; k < 2; ++k) {
+        if (!me.In(k, 10.0f)) errors[r] += "; wrong sum in bucket " + std::to_string(k);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  threads.clear();
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
+
+  // Buckets (1, 2) and (1, 3): rank 2 dies before posting them.
+  std::vector<ncclResult_t> settled(kRanks, ncclInternalError);
+  for (int r : {0, 1, 3}) {
+    threads.emplace_back([&, r] {
+      Rank& me = *ranks[r];
+      if (me.AllReduceIn(2, static_cast<float>(r + 1)) != ncclSuccess ||
+          me.AllReduceIn(3, static_cast<float>(2 * (r + 1))) != ncclSuccess) {
+        settled[r] = ncclInvalidUsage;
+        return;
+      }
+      settled[r] = me.nccl->SettleAll();
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  fake_nccl::BreakGroup(id);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  DeclareEpoch(root, 1);
+  auto repl = std::make_unique<Rank>(root, 2, 30);
+  repl->nccl->SetReplayPhase(ReplayPhase::kSetupLog);
+  ASSERT_EQ(repl->nccl->CommInitRankConfig(&repl->comm, kRanks, id, 2, nullptr), ncclSuccess);
+  repl->nccl->MarkBoundary(1);
+  repl->nccl->SetReplayPhase(ReplayPhase::kMinibatchLog);
+  bool behind = true;
+  absl::Status joined = repl->nccl->JoinRecovery(1, &behind);
+  ASSERT_TRUE(joined.ok()) << joined;
+  for (size_t k = 0; k < 4; ++k) {
+    const float share = k == 2 ? 3.0f : k == 3 ? 6.0f : -1.0f;
+    EXPECT_EQ(repl->AllReduceIn(k, share), ncclSuccess);
+  }
+  repl->nccl->SetReplayPhase(ReplayPhase::kNone);
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(repl->In(0, 10.0f) && repl->In(1, 10.0f));
+  EXPECT_TRUE(repl->In(2, 10.0f)) << repl->sends[2][0];
+  EXPECT_TRUE(repl->In(3, 20.0f)) << repl->sends[3][0];
+  for (int r : {0, 1, 3}) {
+    EXPECT_EQ(settled[r], ncclSuccess) << "rank " << r;
+    EXPECT_TRUE(ranks[r]->In(2, 10.0f)) << "rank " << r << " bucket 2: " << ranks[r]->sends[2][0];
+    EXPECT_TRUE(ranks[r]->In(3, 20.0f)) << "rank " << r << " bucket 3: " << ranks[r]->sends[3][0];
+  }
+  ranks[2] = std::move(repl);
+  for (auto& r : ranks) EXPECT_EQ(r->nccl->CommDestroy(r->comm), ncclSuccess);
+}
+
 TEST(CudaNcclFakeTest, WithoutAnEpochTheFailedCollectiveEndsWithinTheBound) {
   const std::string root = JobRoot(2);
   std::vector<std::unique_ptr<Rank>> ranks;
-  for (int r = 0; r < 2; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 1.0));
+  for (int r = 0; r < 2; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 1.0, 1));
   ncclUniqueId id;
   ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
   std::vector<std::thread> threads;
