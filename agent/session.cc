@@ -968,10 +968,9 @@ void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
   ReapSnapshot(/*wait=*/true);
   const int64_t snapshot_start_ns = MonotonicNanos();
   // The state at the boundary: every request before it was executed (one
-  // executor thread), but device work may still be queued.
-  if (const int32_t e = backend_->cudaDeviceSynchronize(); e != 0 && deferred_error_ == 0) {
-    deferred_error_ = e;  // the application's error: its next reply carries it
-  }
+  // executor thread), but device work may still be queued, collectives in
+  // flight included (they complete, or are recovered, first).
+  SynchronizeKeepingErrors();
   const double drained_ms = (MonotonicNanos() - snapshot_start_ns) / 1e6;
   const AllocationTable table = backend_->DeviceAllocations();
   absl::StatusOr<SnapshotWriteStats> st = snapshots_->Write(
