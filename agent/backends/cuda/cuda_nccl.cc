@@ -1642,7 +1642,11 @@ ncclResult_t CudaNccl::CommGetAsyncError(ncclComm_t comm, ncclResult_t* error) {
     *error = static_cast<ncclResult_t>(c->error.load());
     return ncclSuccess;
   }
-  if (c->comm == nullptr) {
+  if (c->comm == nullptr || Recoverable(*c)) {
+    // A recoverable communicator's failure is the agent's to cure (at the
+    // next settle of its units, or its next collective): the application
+    // sees an error only once a recovery failed for good (c->failed, and
+    // aborted with that error above).
     *error = ncclSuccess;
     return ncclSuccess;
   }

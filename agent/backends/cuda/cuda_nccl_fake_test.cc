@@ -560,10 +560,14 @@ TEST(CudaNcclFakeTest, WithoutAnEpochTheFailedCollectiveEndsWithinTheBound) {
   breaker.join();
   EXPECT_GE(Since(start), 1.0);  // it waited for an epoch, up to the recovery timeout
   EXPECT_LT(Since(start), 10.0);
-  // The communicator stays failed: the next call answers at once.
+  // The communicator stays failed: the next call answers at once, and the
+  // application now sees the asynchronous error.
   start = std::chrono::steady_clock::now();
   EXPECT_NE(ranks[0]->AllReduce(1.0f), ncclSuccess);
   EXPECT_LT(Since(start), 0.5);
+  ncclResult_t async = ncclSuccess;
+  EXPECT_EQ(ranks[0]->nccl->CommGetAsyncError(ranks[0]->comm, &async), ncclSuccess);
+  EXPECT_NE(async, ncclSuccess);
 }
 
 }  // namespace
