@@ -1038,24 +1038,31 @@ ncclResult_t CudaNccl::RunUnit(Comm& c, const char* what, std::vector<Op>& ops, 
   std::vector<ResultBuf> staged_bufs;
   if (c.aborted.load() && c.comm != nullptr) {
     r = static_cast<ncclResult_t>(c.error.load());  // failed earlier: recover below
-  } else if (defer && (r = SaveInputs(c, ops)) == ncclSuccess &&
-             (r = Issue(c, what, ops)) == ncclSuccess) {
+  } else if (defer) {
     // Left in flight: its results staged, its events recorded; SettleComm
     // waits for it before anything that could depend on it runs.
     PendingUnit p;
     p.ordinal = ordinal;
     p.what = what;
-    p.staged_ok = StageResults(ops, &p.staged);
-    if (RecordUnitEvents(ops, &p.events)) {
-      p.ops = ops;
+    r = SaveInputs(c, ops);
+    if (r == ncclSuccess) r = Issue(c, what, ops);
+    if (r == ncclSuccess) {
+      p.staged_ok = StageResults(ops, &p.staged);
+      if (!RecordUnitEvents(ops, &p.events)) r = ncclUnhandledCudaError;
+    }
+    p.ops = ops;
+    if (r == ncclSuccess || (!c.pending.empty() && (r == ncclRemoteError || r == ncclSystemError))) {
+      // A unit whose issue failed behind units in flight: they failed with
+      // it and recover first, in their order (every member then reports the
+      // oldest unit it has not completed), this one after them.
+      p.issue_error = r;
       c.pending.push_back(std::move(p));
       pending_units_.fetch_add(1, std::memory_order_relaxed);
-      return ncclSuccess;
+      return r == ncclSuccess ? ncclSuccess : SettleComm(c, 0);
     }
     staged = p.staged_ok;
     staged_bufs = std::move(p.staged);
-    r = ncclUnhandledCudaError;
-  } else if (!defer) {
+  } else {
     r = SaveInputs(c, ops);
     if (r == ncclSuccess) r = Attempt(c, what, ordinal, ops, &staged, &staged_bufs);
   }
@@ -1106,7 +1113,9 @@ ncclResult_t CudaNccl::FinishUnit(Comm& c, const char* what, UnitOrdinal ordinal
 ncclResult_t CudaNccl::SettleComm(Comm& c, size_t keep) {
   while (c.pending.size() > keep) {
     PendingUnit& front = c.pending.front();
-    const ncclResult_t r = WaitUnit(c, front.what, front.ordinal, &front.events);
+    const ncclResult_t r = front.issue_error != ncclSuccess
+                               ? front.issue_error
+                               : WaitUnit(c, front.what, front.ordinal, &front.events);
     if (r == ncclSuccess) {
       if (front.staged_ok) {
         CacheResults(c, front.ordinal, std::move(front.staged));

@@ -302,6 +302,7 @@ class CudaNccl {
     std::vector<cudaEvent_t> events;
     std::vector<ResultBuf> staged;
     bool staged_ok = false;
+    ncclResult_t issue_error = ncclSuccess;  // its issue failed (it never ran)
   };
 
   struct Comm {

@@ -341,7 +341,10 @@ TEST(CudaNcclFakeTest, TwoReplacementsAtOnceWhenTheSurvivorsAreAMinibatchAhead) 
 // units are in flight, the survivors' settle recovers the first, runs the
 // second again on the re-formed communicator, and both end with exact sums
 // (a NaN would say a failed attempt's result was kept).
-TEST(CudaNcclFakeTest, UnitsInFlightSettleAndRecoverInOrder) {
+// late_issue: the second unit is issued only after the death, so its own
+// issue fails while the first is in flight (the first must recover first:
+// every member then reports the same unit as the one it waits in).
+void RecoverUnitsInFlight(bool late_issue) {
   const std::string root = JobRoot(kRanks);
   std::vector<std::unique_ptr<Rank>> ranks;
   for (int r = 0; r < kRanks; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30));
@@ -380,16 +383,19 @@ TEST(CudaNcclFakeTest, UnitsInFlightSettleAndRecoverInOrder) {
   // Units (1, 3) and (1, 4): rank 1 dies before posting either; the
   // survivors leave both in flight and settle.
   std::vector<ncclResult_t> issued(kRanks, ncclInternalError), settled(kRanks, ncclInternalError);
+  std::atomic<bool> broken{false};
   for (int r : {0, 2, 3}) {
     threads.emplace_back([&, r] {
       Rank& me = *ranks[r];
       issued[r] = me.AllReduceOut(3, static_cast<float>((r + 1) * 4));
+      while (late_issue && !broken.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       if (issued[r] == ncclSuccess) issued[r] = me.AllReduceOut(4, static_cast<float>((r + 1) * 5));
       settled[r] = me.nccl->SettleAll();
     });
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   fake_nccl::BreakGroup(id);
+  broken.store(true);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   DeclareEpoch(root, 1);
 
@@ -427,6 +433,12 @@ TEST(CudaNcclFakeTest, UnitsInFlightSettleAndRecoverInOrder) {
   EXPECT_EQ(CountEvents(root, "survivor_joined"), 3);
   ranks[1] = std::move(repl);
   for (auto& r : ranks) EXPECT_EQ(r->nccl->CommDestroy(r->comm), ncclSuccess);
+}
+
+TEST(CudaNcclFakeTest, UnitsInFlightSettleAndRecoverInOrder) { RecoverUnitsInFlight(false); }
+
+TEST(CudaNcclFakeTest, AUnitFailingAtItsIssueRecoversTheUnitsInFlightFirst) {
+  RecoverUnitsInFlight(true);
 }
 
 // A boundary ends the minibatch's units in flight: they complete before
