@@ -1326,65 +1326,50 @@ void EmitWireStruct(const std::string& name, const std::string& doc,
   }
   const std::string rp = req_type.empty() ? "" : ", const " + req_type + "& req";
   const std::string rp_only = req_type.empty() ? "" : "const " + req_type + "& req";
-  const std::string ra = req_type.empty() ? "" : "req";
-  auto open_if = [&](const WireField& f, const char* indent) {
-    if (!f.present_if().empty()) s << indent << "if (" << f.present_if() << ") {\n";
+  // One statement per field, in wire order, under the field's condition.
+  auto each_field = [&](auto statement) {
+    if (!req_type.empty()) s << "    (void)req;\n";
+    for (const WireField& f : fields) {
+      const bool conditional = !f.present_if().empty();
+      if (conditional) s << "    if (" << f.present_if() << ") {\n";
+      s << (conditional ? "      " : "    ") << statement(f.name(), f.type()) << "\n";
+      if (conditional) s << "    }\n";
+    }
   };
-  auto close_if = [&](const WireField& f, const char* indent) {
-    if (!f.present_if().empty()) s << indent << "}\n";
-  };
-  // Size
   s << "\n  // The bytes Encode writes.\n"
     << "  size_t Size(" << rp_only << ") const {\n    wire::Sizer w;\n    SizeInto(w"
-    << (ra.empty() ? "" : ", req") << ");\n    return w.size();\n  }\n";
-  s << "  void SizeInto(wire::Sizer& w" << rp << ") const {\n";
-  if (!req_type.empty()) s << "    (void)req;\n";
-  for (const WireField& f : fields) {
-    const std::string ind = f.present_if().empty() ? "    " : "      ";
-    open_if(f, "    ");
-    if (IsScalarWireType(f.type())) s << ind << "w.Put(" << f.name() << ");\n";
-    else if (f.type() == "flag") s << ind << "w.PutFlag();\n";
-    else if (f.type() == "bytes")
-      s << ind << "if (" << f.name() << ".reserve) w.ReserveBytes(" << f.name() << ".size); "
-        << "else w.PutBytes(" << f.name() << ".data, " << f.name() << ".size);\n";
-    else s << ind << f.name() << ".SizeInto(w);\n";
-    close_if(f, "    ");
-  }
-  s << "  }\n";
-  // Encode
-  s << "  // A bytes field with `reserve` set is reserved, not copied: its\n"
+    << (req_type.empty() ? "" : ", req") << ");\n    return w.size();\n  }\n"
+    << "  void SizeInto(wire::Sizer& w" << rp << ") const {\n";
+  each_field([](const std::string& n, const std::string& t) {
+    if (IsScalarWireType(t)) return "w.Put(" + n + ");";
+    if (t == "flag") return std::string("w.PutFlag();");
+    if (t == "bytes")
+      return "if (" + n + ".reserve) w.ReserveBytes(" + n + ".size); else w.PutBytes(" + n +
+             ".data, " + n + ".size);";
+    return n + ".SizeInto(w);";
+  });
+  s << "  }\n"
+    << "  // A bytes field with `reserve` set is reserved, not copied: its\n"
     << "  // `fill` then says where its bytes go (null on overflow).\n"
     << "  void Encode(wire::Encoder& w" << rp << ") const {\n";
-  if (!req_type.empty()) s << "    (void)req;\n";
-  for (const WireField& f : fields) {
-    const std::string ind = f.present_if().empty() ? "    " : "      ";
-    open_if(f, "    ");
-    if (IsScalarWireType(f.type())) s << ind << "w.Put(" << f.name() << ");\n";
-    else if (f.type() == "flag") s << ind << "w.PutFlag(" << f.name() << ");\n";
-    else if (f.type() == "bytes")
-      s << ind << "if (" << f.name() << ".reserve) " << f.name() << ".fill = w.ReserveBytes("
-        << f.name() << ".size); else w.PutBytes(" << f.name() << ".data, " << f.name()
-        << ".size);\n";
-    else s << ind << f.name() << ".Encode(w);\n";
-    close_if(f, "    ");
-  }
-  s << "  }\n";
-  // Decode
-  s << "  // False when the body is too short or a flag is not 0/1 (the fields\n"
+  each_field([](const std::string& n, const std::string& t) {
+    if (IsScalarWireType(t)) return "w.Put(" + n + ");";
+    if (t == "flag") return "w.PutFlag(" + n + ");";
+    if (t == "bytes")
+      return "if (" + n + ".reserve) " + n + ".fill = w.ReserveBytes(" + n +
+             ".size); else w.PutBytes(" + n + ".data, " + n + ".size);";
+    return n + ".Encode(w);";
+  });
+  s << "  }\n"
+    << "  // False when the body is too short or a flag is not 0/1 (the fields\n"
     << "  // read so far are set). Bytes fields point into the body.\n"
     << "  bool Decode(wire::Decoder& r" << rp << ") {\n";
-  if (!req_type.empty()) s << "    (void)req;\n";
-  for (const WireField& f : fields) {
-    const std::string ind = f.present_if().empty() ? "    " : "      ";
-    open_if(f, "    ");
-    if (IsScalarWireType(f.type())) s << ind << "if (!r.Get(&" << f.name() << ")) return false;\n";
-    else if (f.type() == "flag") s << ind << "if (!r.GetFlag(&" << f.name() << ")) return false;\n";
-    else if (f.type() == "bytes")
-      s << ind << "if (!r.GetBytes(&" << f.name() << ".data, &" << f.name()
-        << ".size)) return false;\n";
-    else s << ind << "if (!" << f.name() << ".Decode(r)) return false;\n";
-    close_if(f, "    ");
-  }
+  each_field([](const std::string& n, const std::string& t) {
+    if (IsScalarWireType(t)) return "if (!r.Get(&" + n + ")) return false;";
+    if (t == "flag") return "if (!r.GetFlag(&" + n + ")) return false;";
+    if (t == "bytes") return "if (!r.GetBytes(&" + n + ".data, &" + n + ".size)) return false;";
+    return "if (!" + n + ".Decode(r)) return false;";
+  });
   s << "    return true;\n  }\n};\n\n";
 }
 
