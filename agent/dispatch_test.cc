@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "api/backend_api.h"
+#include "api/hook_structs.h"
 #include "api/wire.h"
 #include "gtest/gtest.h"
 
@@ -38,6 +39,19 @@ class FakeBackend : public api::BackendApi {
     last_stream = s;
     return cudaSuccess;
   }
+  cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) override {
+    ++calls;
+    last_stream = s;
+    last_capture_mode = mode;
+    return cudaSuccess;
+  }
+  cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) override {
+    ++calls;
+    last_stream = s;
+    if (graph != nullptr) *graph = reinterpret_cast<cudaGraph_t>(0x6a);
+    return cudaSuccess;
+  }
+  cudaStreamCaptureMode last_capture_mode = cudaStreamCaptureModeGlobal;
   // cuBLAS: one handle whose pointer mode the test sets.
   cublasStatus_t cublasCreate_v2(cublasHandle_t* h) override {
     ++calls;
@@ -223,6 +237,49 @@ TEST_F(DispatchTest, StreamsAreVirtualizedAndTranslatedBack) {
   // The destroyed handle no longer translates: the native error, no backend call.
   const int calls = backend_.calls;
   EXPECT_EQ(Run(api::ApiId::cudaStreamSynchronize, sync), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(backend_.calls, calls);
+}
+
+// The structs the shim's hand-written hooks of SHIM_HOOK rows fill
+// (api/hook_structs.h, derived from the rows' parameters) are what the
+// generated dispatcher reads, and its reply is what they decode.
+TEST_F(DispatchTest, ShimHookStructsAreWhatTheDispatcherReads) {
+  Request create;
+  create.enc.PutFlag(true);
+  create.enc.Put(0u);
+  ASSERT_EQ(Run(api::ApiId::cudaStreamCreateWithFlags, create), cudaSuccess);
+  const uint64_t stream = Out<uint64_t>(0);
+
+  hooks::cudaStreamBeginCaptureRequest b;
+  b.stream = stream;
+  b.mode = cudaStreamCaptureModeThreadLocal;
+  Request begin;
+  b.Encode(begin.enc);
+  ASSERT_EQ(Run(api::ApiId::cudaStreamBeginCapture, begin), cudaSuccess);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(backend_.last_stream), 0xabc1u);
+  EXPECT_EQ(backend_.last_capture_mode, cudaStreamCaptureModeThreadLocal);
+
+  hooks::cudaStreamEndCaptureRequest e;
+  e.stream = stream;
+  e.pGraph = true;
+  Request end;
+  e.Encode(end.enc);
+  ASSERT_EQ(Run(api::ApiId::cudaStreamEndCapture, end), cudaSuccess);
+  hooks::cudaStreamEndCaptureReply reply;
+  wire::Decoder in(reply_.data(), out_.size());
+  ASSERT_TRUE(reply.Decode(in, e));
+  EXPECT_EQ(in.remaining(), 0u);
+  uint64_t graph = 0;
+  ASSERT_EQ(reply.pGraph.CopyTo(&graph, sizeof(graph)), sizeof(graph));
+  EXPECT_NE(graph, 0u);
+  EXPECT_NE(graph, 0x6au) << "backend handle leaked";
+
+  // A mode outside the enumeration never reaches the backend.
+  const int calls = backend_.calls;
+  b.mode = 77;
+  Request bad;
+  b.Encode(bad.enc);
+  EXPECT_EQ(Run(api::ApiId::cudaStreamBeginCapture, bad), cudaErrorInvalidValue);
   EXPECT_EQ(backend_.calls, calls);
 }
 
