@@ -84,6 +84,13 @@ Kind KindOf(const Function& f, const Param& p) {
   }
 }
 
+// Whether the agent writes into the parameter (OUT and INOUT): its value or
+// bytes come back in the reply.
+bool WritesBack(const Function& f, const Param& p) {
+  const Kind k = KindOf(f, p);
+  return k != Kind::kValue && k != Kind::kInBytes;
+}
+
 // The type of a local variable holding a by-value parameter: top-level
 // const dropped ("const ncclComm_t" -> "ncclComm_t"), pointee const kept.
 std::string LocalType(const std::string& c_type) {
@@ -275,7 +282,7 @@ void Validate(const std::vector<Function>& fns) {
       if (p.name().empty() || p.c_type().empty()) Die(f.name() + ": parameter without name/type");
       if (!pnames.insert(p.name()).second) Die(f.name() + ": duplicate parameter " + p.name());
       Kind k = KindOf(f, p);
-      if (k != Kind::kValue && k != Kind::kInBytes) ++out_params;
+      if (WritesBack(f, p)) ++out_params;
       if (p.handle() != pb::NO_HANDLE && k == Kind::kInBytes)
         Die(f.name() + "." + p.name() + ": a handle cannot be a byte buffer");
       if (!p.device_if().empty() && k != Kind::kInBytes && k != Kind::kOutValue)
@@ -529,7 +536,7 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
   s << "  if (!call_.Send()) return static_cast<" << f.returns() << ">(call_.FailureStatus("
     << unreachable << "));\n";
   bool has_out = false;
-  for (const Param& p : f.params()) has_out |= KindOf(f, p) != Kind::kValue && KindOf(f, p) != Kind::kInBytes;
+  for (const Param& p : f.params()) has_out |= WritesBack(f, p);
   // OUT values and shim_done follow the agent's own status: a deferred NCCL
   // error returned by this call (docs/design.md, "NCCL calls") does not undo
   // what the call did.
@@ -537,8 +544,8 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
     s << "  if (call_.executed_status() == 0) {\n";
     if (has_out) s << "    ::revenant::wire::Decoder& reply_ = call_.reply();\n";
     for (const Param& p : f.params()) {
-      Kind k = KindOf(f, p);
-      if (k == Kind::kValue || k == Kind::kInBytes) continue;
+      if (!WritesBack(f, p)) continue;
+      const Kind k = KindOf(f, p);
       const std::string n = p.name();
       s << "    if (" << n << " != nullptr" << (p.device_if().empty() ? "" : " && !" + n + "_device_")
         << ") call_.CopyOut(reply_, " << n << ", "
@@ -1541,18 +1548,18 @@ void EmitGenericEncoders(const Function& f, std::ostringstream& s) {
     << "// " << f.name() << ": the reply its generated dispatcher writes for `x`.\n"
     << "inline std::string GenericReplyForTest(const " << req << "& x, uint64_t seed) {\n"
     << "  (void)x;\n  (void)seed;\n  ::revenant::wire::Sizer sizer_;\n";
-  for (const Param& p : f.params()) {
-    if (KindOf(f, p) != Kind::kOutValue) continue;
-    s << "  if (x." << p.name() << ") sizer_.ReserveBytes(sizeof(" << Pointee(p.c_type()) << "));\n";
-  }
-  s << "  std::string body_(sizer_.size(), '\\xee');\n"
-    << "  ::revenant::wire::Encoder out(&body_[0], body_.size());\n";
+  std::ostringstream fills;
   int ordinal = 0;
   for (const Param& p : f.params()) {
     if (KindOf(f, p) != Kind::kOutValue) continue;
-    s << "  if (x." << p.name() << ") FillForTest(" << ReserveOutValue(p) << ", sizeof("
-      << Pointee(p.c_type()) << "), seed + " << ++ordinal << ");\n";
+    const std::string size = "sizeof(" + Pointee(p.c_type()) + ")";
+    s << "  if (x." << p.name() << ") sizer_.ReserveBytes(" << size << ");\n";
+    fills << "  if (x." << p.name() << ") FillForTest(" << ReserveOutValue(p) << ", " << size
+          << ", seed + " << ++ordinal << ");\n";
   }
+  s << "  std::string body_(sizer_.size(), '\\xee');\n"
+    << "  ::revenant::wire::Encoder out(&body_[0], body_.size());\n"
+    << fills.str();
   s << "  return body_;\n}\n";
 }
 
