@@ -201,6 +201,22 @@ class DispatchTest : public testing::Test {
     return v;
   }
 
+  // Dispatches a request encoded from its struct (api/hook_structs.h).
+  template <typename Struct>
+  int32_t RunStruct(api::ApiId id, const Struct& request) {
+    Request r;
+    request.Encode(r.enc);
+    return Run(id, r);
+  }
+  // A stream created through the dispatcher: its virtual handle.
+  uint64_t CreateStream(unsigned int flags) {
+    Request create;
+    create.enc.PutFlag(true);
+    create.enc.Put(flags);
+    EXPECT_EQ(Run(api::ApiId::cudaStreamCreateWithFlags, create), cudaSuccess);
+    return Out<uint64_t>(0);
+  }
+
   FakeBackend backend_;
   HandleTable handles_;
   DispatchContext ctx_{&backend_, &handles_, nullptr, 0};
@@ -244,27 +260,19 @@ TEST_F(DispatchTest, StreamsAreVirtualizedAndTranslatedBack) {
 // (api/hook_structs.h, derived from the rows' parameters) are what the
 // generated dispatcher reads, and its reply is what they decode.
 TEST_F(DispatchTest, ShimHookStructsAreWhatTheDispatcherReads) {
-  Request create;
-  create.enc.PutFlag(true);
-  create.enc.Put(0u);
-  ASSERT_EQ(Run(api::ApiId::cudaStreamCreateWithFlags, create), cudaSuccess);
-  const uint64_t stream = Out<uint64_t>(0);
+  const uint64_t stream = CreateStream(0);
 
   hooks::cudaStreamBeginCaptureRequest b;
   b.stream = stream;
   b.mode = cudaStreamCaptureModeThreadLocal;
-  Request begin;
-  b.Encode(begin.enc);
-  ASSERT_EQ(Run(api::ApiId::cudaStreamBeginCapture, begin), cudaSuccess);
+  ASSERT_EQ(RunStruct(api::ApiId::cudaStreamBeginCapture, b), cudaSuccess);
   EXPECT_EQ(reinterpret_cast<uint64_t>(backend_.last_stream), 0xabc1u);
   EXPECT_EQ(backend_.last_capture_mode, cudaStreamCaptureModeThreadLocal);
 
   hooks::cudaStreamEndCaptureRequest e;
   e.stream = stream;
   e.pGraph = true;
-  Request end;
-  e.Encode(end.enc);
-  ASSERT_EQ(Run(api::ApiId::cudaStreamEndCapture, end), cudaSuccess);
+  ASSERT_EQ(RunStruct(api::ApiId::cudaStreamEndCapture, e), cudaSuccess);
   hooks::cudaStreamEndCaptureReply reply;
   wire::Decoder in(reply_.data(), out_.size());
   ASSERT_TRUE(reply.Decode(in, e));
@@ -277,9 +285,7 @@ TEST_F(DispatchTest, ShimHookStructsAreWhatTheDispatcherReads) {
   // A mode outside the enumeration never reaches the backend.
   const int calls = backend_.calls;
   b.mode = 77;
-  Request bad;
-  b.Encode(bad.enc);
-  EXPECT_EQ(Run(api::ApiId::cudaStreamBeginCapture, bad), cudaErrorInvalidValue);
+  EXPECT_EQ(RunStruct(api::ApiId::cudaStreamBeginCapture, b), cudaErrorInvalidValue);
   EXPECT_EQ(backend_.calls, calls);
 }
 
@@ -479,11 +485,7 @@ TEST_F(DispatchTest, CublasScalarsFollowTheHandlesPointerMode) {
 // unknown one, a short body or trailing bytes get the driver's codes and
 // never reach the backend.
 TEST_F(DispatchTest, DriverRowsTranslateStreamsAndRefuseMalformedRequests) {
-  Request create;
-  create.enc.PutFlag(true);
-  create.enc.Put(1u);
-  ASSERT_EQ(Run(api::ApiId::cudaStreamCreateWithFlags, create), cudaSuccess);
-  const auto virtual_stream = Out<CUstream>(0);
+  const auto virtual_stream = reinterpret_cast<CUstream>(CreateStream(1u));
   auto write = [&](CUstream s, bool truncated, bool trailing) {
     Request r;
     r.enc.Put(s);
