@@ -476,6 +476,25 @@ class Backend : public api::BackendApi {
   // --- Device state -------------------------------------------------------------
   // Drops every allocation, stream, event, graph and module (cudaDeviceReset).
   virtual cudaError_t Reset() = 0;
+
+ protected:
+  // What QueueSnapshotCopies checks before it queues anything: `done` is a
+  // word of shared host memory and every copy (empty ones aside) reads device
+  // memory the backend holds into shared host memory. `device_accessible`
+  // and `shared_host` are the backend's own tests, (pointer, bytes) -> bool.
+  template <typename DeviceAccessible, typename SharedHost>
+  static bool SnapshotCopiesValid(const std::vector<SnapshotCopy>& copies, const uint64_t* done,
+                                  DeviceAccessible&& device_accessible, SharedHost&& shared_host) {
+    if (done == nullptr || !shared_host(done, sizeof(*done))) return false;
+    for (const SnapshotCopy& c : copies) {
+      if (c.count == 0) continue;
+      if (c.src == nullptr || c.dst == nullptr || !device_accessible(c.src, c.count) ||
+          !shared_host(c.dst, c.count)) {
+        return false;
+      }
+    }
+    return true;
+  }
 };
 
 // Factories (agent/backends/host/host_backend.cc, agent/backends/cuda/...).

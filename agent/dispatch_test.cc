@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "api/backend_api.h"
+#include "api/hook_structs.h"
 #include "api/wire.h"
 #include "gtest/gtest.h"
 
@@ -38,6 +39,19 @@ class FakeBackend : public api::BackendApi {
     last_stream = s;
     return cudaSuccess;
   }
+  cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) override {
+    ++calls;
+    last_stream = s;
+    last_capture_mode = mode;
+    return cudaSuccess;
+  }
+  cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) override {
+    ++calls;
+    last_stream = s;
+    if (graph != nullptr) *graph = reinterpret_cast<cudaGraph_t>(0x6a);
+    return cudaSuccess;
+  }
+  cudaStreamCaptureMode last_capture_mode = cudaStreamCaptureModeGlobal;
   // cuBLAS: one handle whose pointer mode the test sets.
   cublasStatus_t cublasCreate_v2(cublasHandle_t* h) override {
     ++calls;
@@ -187,6 +201,22 @@ class DispatchTest : public testing::Test {
     return v;
   }
 
+  // Dispatches a request encoded from its struct (api/hook_structs.h).
+  template <typename Struct>
+  int32_t RunStruct(api::ApiId id, const Struct& request) {
+    Request r;
+    request.Encode(r.enc);
+    return Run(id, r);
+  }
+  // A stream created through the dispatcher: its virtual handle.
+  uint64_t CreateStream(unsigned int flags) {
+    Request create;
+    create.enc.PutFlag(true);
+    create.enc.Put(flags);
+    EXPECT_EQ(Run(api::ApiId::cudaStreamCreateWithFlags, create), cudaSuccess);
+    return Out<uint64_t>(0);
+  }
+
   FakeBackend backend_;
   HandleTable handles_;
   DispatchContext ctx_{&backend_, &handles_, nullptr, 0};
@@ -223,6 +253,39 @@ TEST_F(DispatchTest, StreamsAreVirtualizedAndTranslatedBack) {
   // The destroyed handle no longer translates: the native error, no backend call.
   const int calls = backend_.calls;
   EXPECT_EQ(Run(api::ApiId::cudaStreamSynchronize, sync), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(backend_.calls, calls);
+}
+
+// The structs the shim's hand-written hooks of SHIM_HOOK rows fill
+// (api/hook_structs.h, derived from the rows' parameters) are what the
+// generated dispatcher reads, and its reply is what they decode.
+TEST_F(DispatchTest, ShimHookStructsAreWhatTheDispatcherReads) {
+  const uint64_t stream = CreateStream(0);
+
+  hooks::cudaStreamBeginCaptureRequest b;
+  b.stream = stream;
+  b.mode = cudaStreamCaptureModeThreadLocal;
+  ASSERT_EQ(RunStruct(api::ApiId::cudaStreamBeginCapture, b), cudaSuccess);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(backend_.last_stream), 0xabc1u);
+  EXPECT_EQ(backend_.last_capture_mode, cudaStreamCaptureModeThreadLocal);
+
+  hooks::cudaStreamEndCaptureRequest e;
+  e.stream = stream;
+  e.pGraph = true;
+  ASSERT_EQ(RunStruct(api::ApiId::cudaStreamEndCapture, e), cudaSuccess);
+  hooks::cudaStreamEndCaptureReply reply;
+  wire::Decoder in(reply_.data(), out_.size());
+  ASSERT_TRUE(reply.Decode(in, e));
+  EXPECT_EQ(in.remaining(), 0u);
+  uint64_t graph = 0;
+  ASSERT_EQ(reply.pGraph.CopyTo(&graph, sizeof(graph)), sizeof(graph));
+  EXPECT_NE(graph, 0u);
+  EXPECT_NE(graph, 0x6au) << "backend handle leaked";
+
+  // A mode outside the enumeration never reaches the backend.
+  const int calls = backend_.calls;
+  b.mode = 77;
+  EXPECT_EQ(RunStruct(api::ApiId::cudaStreamBeginCapture, b), cudaErrorInvalidValue);
   EXPECT_EQ(backend_.calls, calls);
 }
 
@@ -422,11 +485,7 @@ TEST_F(DispatchTest, CublasScalarsFollowTheHandlesPointerMode) {
 // unknown one, a short body or trailing bytes get the driver's codes and
 // never reach the backend.
 TEST_F(DispatchTest, DriverRowsTranslateStreamsAndRefuseMalformedRequests) {
-  Request create;
-  create.enc.PutFlag(true);
-  create.enc.Put(1u);
-  ASSERT_EQ(Run(api::ApiId::cudaStreamCreateWithFlags, create), cudaSuccess);
-  const auto virtual_stream = Out<CUstream>(0);
+  const auto virtual_stream = reinterpret_cast<CUstream>(CreateStream(1u));
   auto write = [&](CUstream s, bool truncated, bool trailing) {
     Request r;
     r.enc.Put(s);

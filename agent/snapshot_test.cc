@@ -266,6 +266,16 @@ struct CountingCopier {
   }
 };
 
+// Copying through `cc`, snapshots 1 and 2 of `cc`'s device written, then 1
+// dropped: its file becomes the spare.
+void WriteTwoKeepingTheFirstAsSpare(SnapshotStore& store, CountingCopier& cc) {
+  store.SetCopier(cc.Make());
+  const FakeDevice& d = *cc.device;
+  ASSERT_TRUE(store.Write(1, 1, d.Table()).ok());
+  ASSERT_TRUE(store.Write(2, 2, d.Table()).ok());
+  store.DropBefore(2);
+}
+
 void ExpectLoadsTo(SnapshotStore& store, uint64_t minibatch, const FakeDevice& want) {
   absl::StatusOr<std::unique_ptr<Snapshot>> s = store.Open(minibatch);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -278,8 +288,7 @@ void ExpectLoadsTo(SnapshotStore& store, uint64_t minibatch, const FakeDevice& w
 
 TEST_F(SnapshotTest, SteadyStateReusesTheSpareAndRegistersNothingNew) {
   FakeDevice d = MakeDevice(11);
-  CountingCopier cc;
-  cc.device = &d;
+  CountingCopier cc{&d};
   uint64_t live = 0;
   for (const auto& [a, b] : d.mem) live += b.size();
   {
@@ -313,8 +322,7 @@ TEST_F(SnapshotTest, SteadyStateReusesTheSpareAndRegistersNothingNew) {
 
 TEST_F(SnapshotTest, WithoutTheSpareTheFilesHoldOneSnapshot) {
   FakeDevice d = MakeDevice(12);
-  CountingCopier cc;
-  cc.device = &d;
+  CountingCopier cc{&d};
   SnapshotStore::Options o;
   o.keep_spare = false;
   SnapshotStore store(dir_, 0, o);
@@ -336,13 +344,9 @@ TEST_F(SnapshotTest, WithoutTheSpareTheFilesHoldOneSnapshot) {
 
 TEST_F(SnapshotTest, ASpareOfAnotherSizeIsDroppedAndTheSnapshotIsExact) {
   FakeDevice d = MakeDevice(13);
-  CountingCopier cc;
-  cc.device = &d;
+  CountingCopier cc{&d};
   SnapshotStore store(dir_, 0);
-  store.SetCopier(cc.Make());
-  ASSERT_TRUE(store.Write(1, 1, d.Table()).ok());
-  ASSERT_TRUE(store.Write(2, 2, d.Table()).ok());
-  store.DropBefore(2);  // 1 becomes the spare
+  ASSERT_NO_FATAL_FAILURE(WriteTwoKeepingTheFirstAsSpare(store, cc));
   d.mem[0x300000000000ull] = std::string(5000, 'x');  // a new allocation
   absl::StatusOr<SnapshotWriteStats> st = store.Write(3, 3, d.Table());
   ASSERT_TRUE(st.ok()) << st.status();
@@ -354,13 +358,9 @@ TEST_F(SnapshotTest, ASpareOfAnotherSizeIsDroppedAndTheSnapshotIsExact) {
 
 TEST_F(SnapshotTest, CorruptOrUnfinishedSpareIsNeverLoaded) {
   FakeDevice d = MakeDevice(14);
-  CountingCopier cc;
-  cc.device = &d;
+  CountingCopier cc{&d};
   SnapshotStore store(dir_, 0);
-  store.SetCopier(cc.Make());
-  ASSERT_TRUE(store.Write(1, 1, d.Table()).ok());
-  ASSERT_TRUE(store.Write(2, 2, d.Table()).ok());
-  store.DropBefore(2);
+  ASSERT_NO_FATAL_FAILURE(WriteTwoKeepingTheFirstAsSpare(store, cc));
   // A crash while writing into the spare: the temporary file holds the old
   // snapshot's header (minibatch 1) and partly new bytes; not a snapshot.
   struct Died {};

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -80,21 +81,30 @@ void CheckRoundTrip(const std::string& what, const T& x, const R& req) {
   }
 }
 
+// Round trips of a row's structs filled from seeds 0..63.
+template <typename Request, typename Reply>
+void CheckRowRoundTrips(const char* name, Request, Reply) {
+  for (uint64_t seed = 0; seed < 64; ++seed) {
+    Request req;
+    testing::FillForTest(&req, seed);
+    CheckRoundTrip(std::string(name) + " request, seed " + std::to_string(seed), req, NoRequest{});
+    Reply rep;
+    testing::FillForTest(&rep, seed * 7 + 3);
+    CheckRoundTrip(std::string(name) + " reply, seed " + std::to_string(seed), rep, req);
+  }
+}
+
 TEST(HookStructsTest, EveryRowRoundTrips) {
   int rows = 0;
-  testing::ForEachHookRow([&](const char* name, auto request, auto reply) {
+  auto check = [&](const char* name, auto request, auto reply) {
     ++rows;
-    for (uint64_t seed = 0; seed < 64; ++seed) {
-      decltype(request) req;
-      testing::FillForTest(&req, seed);
-      CheckRoundTrip(std::string(name) + " request, seed " + std::to_string(seed), req,
-                     NoRequest{});
-      decltype(reply) rep;
-      testing::FillForTest(&rep, seed * 7 + 3);
-      CheckRoundTrip(std::string(name) + " reply, seed " + std::to_string(seed), rep, req);
-    }
-  });
+    CheckRowRoundTrips(name, request, reply);
+  };
+  testing::ForEachHookRow(check);
   EXPECT_GT(rows, 30);
+  const int hook_rows = rows;
+  testing::ForEachShimHookRow(check);
+  EXPECT_GE(rows - hook_rows, 12);
 }
 
 TEST(HookStructsTest, ReservedBytesAreFilledInPlace) {
@@ -378,6 +388,74 @@ TEST(HookStructsTest, DnnAttributeRequestsAndRepliesKeepTheirBytes) {
                          .Put(uint32_t{1})
                          .Bytes(path.data(), path.size())
                          .Body());
+}
+
+// A SHIM_HOOK row's structs, derived from its parameters, encode what a
+// generated stub encodes for the same parameters (the layout its generated
+// dispatcher decodes), and decode, byte for byte, the reply the dispatcher
+// writes: the hand-written shim side and the generated agent side agree.
+TEST(HookStructsTest, ShimHookStructsAreTheGeneratedLayouts) {
+  std::vector<uint64_t> seeds;
+  for (uint64_t seed = 0; seed < 64; ++seed) seeds.push_back(seed);
+  std::mt19937_64 rng(19);
+  for (int i = 0; i < 64; ++i) seeds.push_back(rng());
+  int rows = 0;
+  testing::ForEachShimHookRow([&](const char* name, auto request, auto reply) {
+    ++rows;
+    for (uint64_t seed : seeds) {
+      SCOPED_TRACE(std::string(name) + ", seed " + std::to_string(seed));
+      decltype(request) req;
+      testing::FillForTest(&req, seed);
+      EXPECT_EQ(Body(req), testing::GenericRequestForTest(req));
+      const std::string generic = testing::GenericReplyForTest(req, seed);
+      decltype(reply) rep;
+      wire::Decoder in(generic.data(), generic.size());
+      ASSERT_TRUE(DecodeFrom(rep, in, req, 0));
+      EXPECT_EQ(in.remaining(), 0u);
+      EXPECT_EQ(Encode(rep, req), generic);
+    }
+  });
+  EXPECT_GE(rows, 12);
+}
+
+// What the shim's hooks of SHIM_HOOK rows wrote by hand before they used the
+// structs: the parameters themselves, an OUT parameter as its presence flag.
+TEST(HookStructsTest, ShimHookRequestsKeepTheirBytes) {
+  const auto stream = reinterpret_cast<cudaStream_t>(uintptr_t{0x5000000000000003});
+  cudaStreamBeginCaptureRequest b;
+  b.stream = 0x5000000000000003;
+  b.mode = cudaStreamCaptureModeRelaxed;
+  EXPECT_EQ(Body(b), Legacy().Put(stream).Put(cudaStreamCaptureModeRelaxed).Body());
+
+  cudaStreamEndCaptureRequest e;
+  e.stream = 0x5000000000000003;
+  e.pGraph = true;
+  EXPECT_EQ(Body(e), Legacy().Put(stream).Flag(true).Body());
+  const cudaGraph_t graph = reinterpret_cast<cudaGraph_t>(uintptr_t{0x4000000000000009});
+  std::string reply(32, '\0');
+  wire::Encoder w(reply.data(), reply.size());
+  std::memcpy(w.ReserveBytes(sizeof(graph)), &graph, sizeof(graph));
+  reply.resize(w.size());
+  cudaStreamEndCaptureReply er;
+  wire::Decoder in(reply.data(), reply.size());
+  ASSERT_TRUE(er.Decode(in, e));
+  cudaGraph_t back = nullptr;
+  EXPECT_EQ(er.pGraph.CopyTo(&back, sizeof(back)), sizeof(back));
+  EXPECT_EQ(back, graph);
+
+  cudaFuncSetAttributeRequest f;
+  f.func = 12;
+  f.attr = cudaFuncAttributeMaxDynamicSharedMemorySize;
+  f.value = 98304;
+  EXPECT_EQ(Body(f), Legacy()
+                         .Put(uint64_t{12})
+                         .Put(cudaFuncAttributeMaxDynamicSharedMemorySize)
+                         .Put(int{98304})
+                         .Body());
+
+  cudnnDestroyTensorDescriptorRequest d;
+  d.desc = 0x3000000000000001;
+  EXPECT_EQ(Body(d), Legacy().Put(reinterpret_cast<void*>(uintptr_t{0x3000000000000001})).Body());
 }
 
 }  // namespace

@@ -57,6 +57,15 @@ struct Bytes {
     b.reserve = true;
     return b;
   }
+  // Copies the field's bytes to `dst`, at most `capacity` of them (a reply's
+  // OUT value into the application's variable); none for a null field.
+  // Returns how many it copied.
+  size_t CopyTo(void* dst, size_t capacity) const {
+    if (data == nullptr) return 0;
+    const size_t n = size < capacity ? size : capacity;
+    std::memcpy(dst, data, n);
+    return n;
+  }
 };
 
 // Counts the bytes an encoding will take; mirrors Encoder call for call.

@@ -84,6 +84,13 @@ Kind KindOf(const Function& f, const Param& p) {
   }
 }
 
+// Whether the agent writes into the parameter (OUT and INOUT): its value or
+// bytes come back in the reply.
+bool WritesBack(const Function& f, const Param& p) {
+  const Kind k = KindOf(f, p);
+  return k != Kind::kValue && k != Kind::kInBytes;
+}
+
 // The type of a local variable holding a by-value parameter: top-level
 // const dropped ("const ncclComm_t" -> "ncclComm_t"), pointee const kept.
 std::string LocalType(const std::string& c_type) {
@@ -227,6 +234,12 @@ bool HasGeneratedDispatch(const Function& f) {
   return Forwarded(f) && (f.support() == pb::GENERATED || f.support() == pb::SHIM_HOOK);
 }
 bool HasHookDispatch(const Function& f) { return Forwarded(f) && f.support() == pb::HOOK; }
+// A forwarded row whose shim side is hand-written and whose dispatcher is
+// generated (support SHIM_HOOK): its hook structs are derived from its
+// parameters, laid out as the generated dispatcher reads them.
+bool HasParamStructs(const Function& f) {
+  return f.support() == pb::SHIM_HOOK && HasGeneratedDispatch(f);
+}
 
 std::string ParamList(const Function& f, bool with_names) {
   std::string out;
@@ -269,7 +282,7 @@ void Validate(const std::vector<Function>& fns) {
       if (p.name().empty() || p.c_type().empty()) Die(f.name() + ": parameter without name/type");
       if (!pnames.insert(p.name()).second) Die(f.name() + ": duplicate parameter " + p.name());
       Kind k = KindOf(f, p);
-      if (k != Kind::kValue && k != Kind::kInBytes) ++out_params;
+      if (WritesBack(f, p)) ++out_params;
       if (p.handle() != pb::NO_HANDLE && k == Kind::kInBytes)
         Die(f.name() + "." + p.name() + ": a handle cannot be a byte buffer");
       if (!p.device_if().empty() && k != Kind::kInBytes && k != Kind::kOutValue)
@@ -428,6 +441,47 @@ void EmitTraits(const std::vector<Function>& fns, const std::string& dir) {
 // ---------------------------------------------------------------------------
 // Shim stubs.
 
+// The Sizer (pass 0, `sizer_`) or Encoder (pass 1, `args_`) calls of a
+// generated stub for its parameters: the request layout the generated
+// dispatcher reads. Expects `<name>_device_` for device_if parameters and
+// `<name>_wire` for FUNCTION handles.
+void EmitStubPuts(const Function& f, int pass, std::ostringstream& s) {
+  const std::string w = pass == 0 ? "sizer_" : "args_";
+  for (const Param& p : f.params()) {
+    const std::string n = p.name();
+    // A device_if pointer: a flag, then the address or the usual encoding.
+    if (!p.device_if().empty()) {
+      s << "  " << w << ".PutFlag(" << (pass == 0 ? "" : n + "_device_") << ");\n"
+        << "  if (" << n << "_device_) {\n"
+        << "    " << w << ".Put(reinterpret_cast<uint64_t>(" << n << "));\n  } else {\n  ";
+    }
+    switch (KindOf(f, p)) {
+      case Kind::kValue:
+        if (p.handle() == pb::FUNCTION)
+          s << "  " << w << ".Put(" << n << "_wire);\n";
+        else
+          s << "  " << w << ".Put(" << n << ");\n";
+        break;
+      case Kind::kInBytes:
+        s << "  " << w << ".PutBytes(" << n << ", " << n << " == nullptr ? 0 : (" << p.length()
+          << "));\n";
+        break;
+      case Kind::kOutValue:
+        s << "  " << w << (pass == 0 ? ".PutFlag();\n" : ".PutFlag(" + n + " != nullptr);\n");
+        break;
+      case Kind::kOutBytes:
+        s << "  " << w << (pass == 0 ? ".PutFlag();\n" : ".PutFlag(" + n + " != nullptr);\n");
+        s << "  " << w << ".Put(static_cast<uint64_t>(" << n << " == nullptr ? 0 : ("
+          << p.length() << ")));\n";
+        break;
+      case Kind::kInOutValue:
+        s << "  " << w << ".PutBytes(" << n << ", sizeof(*" << n << "));\n";
+        break;
+    }
+    if (!p.device_if().empty()) s << "  }\n";
+  }
+}
+
 void EmitShimStub(const Function& f, std::ostringstream& s) {
   const std::string unreachable = Unreachable(f);
   s << "extern \"C\" REVENANT_EXPORT " << f.returns() << " " << f.name() << "("
@@ -467,7 +521,6 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
   }
   // Size pass, then encode pass: identical sequences of calls.
   for (int pass = 0; pass < 2; ++pass) {
-    const std::string w = pass == 0 ? "sizer_" : "args_";
     if (pass == 0) {
       s << "  ::revenant::wire::Sizer sizer_;\n";
     } else {
@@ -478,44 +531,12 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
         << unreachable << "));\n"
         << "  ::revenant::wire::Encoder& args_ = call_.args();\n  (void)args_;\n";
     }
-    for (const Param& p : f.params()) {
-      const std::string n = p.name();
-      // A device_if pointer: a flag, then the address or the usual encoding.
-      if (!p.device_if().empty()) {
-        s << "  " << w << ".PutFlag(" << (pass == 0 ? "" : n + "_device_") << ");\n"
-          << "  if (" << n << "_device_) {\n"
-          << "    " << w << ".Put(reinterpret_cast<uint64_t>(" << n << "));\n  } else {\n  ";
-      }
-      switch (KindOf(f, p)) {
-        case Kind::kValue:
-          if (p.handle() == pb::FUNCTION)
-            s << "  " << w << ".Put(" << n << "_wire);\n";
-          else
-            s << "  " << w << ".Put(" << n << ");\n";
-          break;
-        case Kind::kInBytes:
-          s << "  " << w << ".PutBytes(" << n << ", " << n << " == nullptr ? 0 : (" << p.length()
-            << "));\n";
-          break;
-        case Kind::kOutValue:
-          s << "  " << w << (pass == 0 ? ".PutFlag();\n" : ".PutFlag(" + n + " != nullptr);\n");
-          break;
-        case Kind::kOutBytes:
-          s << "  " << w << (pass == 0 ? ".PutFlag();\n" : ".PutFlag(" + n + " != nullptr);\n");
-          s << "  " << w << ".Put(static_cast<uint64_t>(" << n << " == nullptr ? 0 : ("
-            << p.length() << ")));\n";
-          break;
-        case Kind::kInOutValue:
-          s << "  " << w << ".PutBytes(" << n << ", sizeof(*" << n << "));\n";
-          break;
-      }
-      if (!p.device_if().empty()) s << "  }\n";
-    }
+    EmitStubPuts(f, pass, s);
   }
   s << "  if (!call_.Send()) return static_cast<" << f.returns() << ">(call_.FailureStatus("
     << unreachable << "));\n";
   bool has_out = false;
-  for (const Param& p : f.params()) has_out |= KindOf(f, p) != Kind::kValue && KindOf(f, p) != Kind::kInBytes;
+  for (const Param& p : f.params()) has_out |= WritesBack(f, p);
   // OUT values and shim_done follow the agent's own status: a deferred NCCL
   // error returned by this call (docs/design.md, "NCCL calls") does not undo
   // what the call did.
@@ -523,8 +544,8 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
     s << "  if (call_.executed_status() == 0) {\n";
     if (has_out) s << "    ::revenant::wire::Decoder& reply_ = call_.reply();\n";
     for (const Param& p : f.params()) {
-      Kind k = KindOf(f, p);
-      if (k == Kind::kValue || k == Kind::kInBytes) continue;
+      if (!WritesBack(f, p)) continue;
+      const Kind k = KindOf(f, p);
       const std::string n = p.name();
       s << "    if (" << n << " != nullptr" << (p.device_if().empty() ? "" : " && !" + n + "_device_")
         << ") call_.CopyOut(reply_, " << n << ", "
@@ -809,6 +830,12 @@ void EmitBackend(const std::vector<Function>& fns, const std::string& dir) {
   }
 }
 
+// Where the dispatcher's reply (`out`) takes an OUT value the backend writes:
+// a byte field of the pointee's size.
+std::string ReserveOutValue(const Param& p) {
+  return "out.ReserveBytes(sizeof(" + Pointee(p.c_type()) + "))";
+}
+
 void EmitDispatchCase(const Function& f, std::ostringstream& s) {
   s << "    case ApiId::" << f.name() << ": {\n";
   // Decode.
@@ -855,7 +882,7 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
           << "        if (" << n << "_present) {\n"
           // The backend writes into the aligned scalar; it is copied into
           // the reply after the call.
-          << "          " << n << "_reply = out.ReserveBytes(sizeof(" << Pointee(p.c_type()) << "));\n"
+          << "          " << n << "_reply = " << ReserveOutValue(p) << ";\n"
           << "          if (" << n << "_reply == nullptr) return " << BadRequest(f) << ";\n"
           << "          " << n << " = reinterpret_cast<" << p.c_type() << ">(" << n << "_scalar);\n"
           << "        }\n";
@@ -906,8 +933,8 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
           << "      if (!in.GetFlag(&" << n << "_present)) return " << BadRequest(f) << ";\n"
           << "      " << p.c_type() << " " << n << " = nullptr;\n"
           << "      if (" << n << "_present) {\n"
-          << "        " << n << " = reinterpret_cast<" << p.c_type() << ">(out.ReserveBytes(sizeof("
-          << Pointee(p.c_type()) << ")));\n"
+          << "        " << n << " = reinterpret_cast<" << p.c_type() << ">(" << ReserveOutValue(p)
+          << ");\n"
           << "        if (" << n << " == nullptr) return " << BadRequest(f) << ";\n"
           << "        std::memset(" << n << ", 0, sizeof(" << Pointee(p.c_type()) << "));\n      }\n";
         break;
@@ -1243,6 +1270,86 @@ void EmitCoverage(const std::vector<Function>& fns, const std::vector<LibraryExp
 using pb::WireField;
 using pb::WireGroup;
 
+// --- Structs of SHIM_HOOK rows, from their parameters ----------------------------
+//
+// A SHIM_HOOK row's request is what a generated stub would encode for its
+// parameters (EmitStubPuts) and its reply what the generated dispatcher
+// writes: the hand-written shim side fills the derived structs instead of
+// calling the encoder field by field. //api:hook_structs_test compares the
+// two encodings byte for byte.
+
+// The wire type of an IN value parameter: a handle or a pointer is 8 bytes
+// (a FUNCTION handle: the shim's id of the kernel), an integer its own
+// width, any other type an enum of 4 bytes (*as_enum set; the test helpers
+// assert it).
+std::string ParamWireType(const Param& p, bool* as_enum) {
+  *as_enum = false;
+  if (p.handle() != pb::NO_HANDLE || IsPointer(p.c_type())) return "u64";
+  static const std::map<std::string, std::string> kIntegers = {
+      {"int", "i32"},       {"int32_t", "i32"},           {"unsigned int", "u32"},
+      {"unsigned", "u32"},  {"uint32_t", "u32"},          {"size_t", "u64"},
+      {"uint64_t", "u64"},  {"unsigned long long", "u64"}, {"cuuint64_t", "u64"},
+      {"CUdeviceptr", "u64"}, {"int64_t", "i64"},         {"long long", "i64"},
+      {"uint8_t", "u8"},    {"unsigned char", "u8"},      {"dim3", "dim3"}};
+  auto it = kIntegers.find(LocalType(p.c_type()));
+  if (it != kIntegers.end()) return it->second;
+  *as_enum = true;
+  return "i32";
+}
+
+// The request and reply fields of a SHIM_HOOK row, in the dispatcher's
+// order: an IN value is its wire type, an OUT value a flag (whether the
+// pointer is non-null), and the reply holds each OUT value asked for as
+// bytes of the pointee's size. Any other parameter fails the build.
+void ParamWireFields(const Function& f, google::protobuf::RepeatedPtrField<WireField>* request,
+                     google::protobuf::RepeatedPtrField<WireField>* reply) {
+  for (const Param& p : f.params()) {
+    if (!p.device_if().empty())
+      Die(f.name() + "." + p.name() + ": a SHIM_HOOK row's structs have no device_if parameters");
+    WireField* field = request->Add();
+    field->set_name(p.name());
+    bool as_enum = false;
+    switch (KindOf(f, p)) {
+      case Kind::kValue:
+        field->set_type(ParamWireType(p, &as_enum));
+        field->set_doc(p.c_type() + " " + p.name());
+        if (p.handle() == pb::FUNCTION) {
+          field->set_doc(field->doc() + ": the shim's id of the kernel (shim::FunctionToWire)");
+        } else if (p.handle() != pb::NO_HANDLE) {
+          field->set_doc(field->doc() + ": a virtual " + pb::HandleKind_Name(p.handle()) + " handle");
+        }
+        break;
+      case Kind::kOutValue: {
+        field->set_type("flag");
+        field->set_doc("whether " + p.name() + " is non-null");
+        WireField* out = reply->Add();
+        out->set_name(p.name());
+        out->set_type("bytes");
+        out->set_present_if("req." + p.name());
+        out->set_doc("*" + p.name() + " (" + Pointee(p.c_type()) + ")");
+        break;
+      }
+      default:
+        Die(f.name() + "." + p.name() +
+            ": a SHIM_HOOK row's structs take IN and OUT values only (ParamWireFields)");
+    }
+  }
+}
+
+// The row as its hook structs see it: a SHIM_HOOK row with the fields its
+// parameters give.
+Function WithWireFields(const Function& f) {
+  Function out = f;
+  if (HasParamStructs(f)) ParamWireFields(f, out.mutable_request(), out.mutable_reply());
+  return out;
+}
+
+// Rows with structs of their own: HOOK rows not laid out as another row,
+// and SHIM_HOOK rows.
+bool HasOwnStructs(const Function& f) {
+  return (f.support() == pb::HOOK && f.wire_as().empty()) || HasParamStructs(f);
+}
+
 bool IsScalarWireType(const std::string& t) {
   return t == "u8" || t == "u32" || t == "i32" || t == "u64" || t == "i64" || t == "dim3";
 }
@@ -1292,6 +1399,11 @@ void ValidateHookWire(const std::vector<Function>& fns, const std::vector<WireGr
   for (const Function& f : fns) by_name[f.name()] = &f;
   for (const Function& f : fns) {
     const bool has_wire = f.request_size() > 0 || f.reply_size() > 0 || !f.wire_as().empty();
+    if (HasParamStructs(f) && !has_wire) {
+      const Function derived = WithWireFields(f);
+      ValidateWireFields(f.name() + " request", derived.request(), known, false);
+      ValidateWireFields(f.name() + " reply", derived.reply(), known, true);
+    }
     if (f.support() != pb::HOOK) {
       if (has_wire) Die(f.name() + ": request/reply/wire_as belong to HOOK rows");
       continue;
@@ -1326,65 +1438,50 @@ void EmitWireStruct(const std::string& name, const std::string& doc,
   }
   const std::string rp = req_type.empty() ? "" : ", const " + req_type + "& req";
   const std::string rp_only = req_type.empty() ? "" : "const " + req_type + "& req";
-  const std::string ra = req_type.empty() ? "" : "req";
-  auto open_if = [&](const WireField& f, const char* indent) {
-    if (!f.present_if().empty()) s << indent << "if (" << f.present_if() << ") {\n";
+  // One statement per field, in wire order, under the field's condition.
+  auto each_field = [&](auto statement) {
+    if (!req_type.empty()) s << "    (void)req;\n";
+    for (const WireField& f : fields) {
+      const bool conditional = !f.present_if().empty();
+      if (conditional) s << "    if (" << f.present_if() << ") {\n";
+      s << (conditional ? "      " : "    ") << statement(f.name(), f.type()) << "\n";
+      if (conditional) s << "    }\n";
+    }
   };
-  auto close_if = [&](const WireField& f, const char* indent) {
-    if (!f.present_if().empty()) s << indent << "}\n";
-  };
-  // Size
   s << "\n  // The bytes Encode writes.\n"
     << "  size_t Size(" << rp_only << ") const {\n    wire::Sizer w;\n    SizeInto(w"
-    << (ra.empty() ? "" : ", req") << ");\n    return w.size();\n  }\n";
-  s << "  void SizeInto(wire::Sizer& w" << rp << ") const {\n";
-  if (!req_type.empty()) s << "    (void)req;\n";
-  for (const WireField& f : fields) {
-    const std::string ind = f.present_if().empty() ? "    " : "      ";
-    open_if(f, "    ");
-    if (IsScalarWireType(f.type())) s << ind << "w.Put(" << f.name() << ");\n";
-    else if (f.type() == "flag") s << ind << "w.PutFlag();\n";
-    else if (f.type() == "bytes")
-      s << ind << "if (" << f.name() << ".reserve) w.ReserveBytes(" << f.name() << ".size); "
-        << "else w.PutBytes(" << f.name() << ".data, " << f.name() << ".size);\n";
-    else s << ind << f.name() << ".SizeInto(w);\n";
-    close_if(f, "    ");
-  }
-  s << "  }\n";
-  // Encode
-  s << "  // A bytes field with `reserve` set is reserved, not copied: its\n"
+    << (req_type.empty() ? "" : ", req") << ");\n    return w.size();\n  }\n"
+    << "  void SizeInto(wire::Sizer& w" << rp << ") const {\n";
+  each_field([](const std::string& n, const std::string& t) {
+    if (IsScalarWireType(t)) return "w.Put(" + n + ");";
+    if (t == "flag") return std::string("w.PutFlag();");
+    if (t == "bytes")
+      return "if (" + n + ".reserve) w.ReserveBytes(" + n + ".size); else w.PutBytes(" + n +
+             ".data, " + n + ".size);";
+    return n + ".SizeInto(w);";
+  });
+  s << "  }\n"
+    << "  // A bytes field with `reserve` set is reserved, not copied: its\n"
     << "  // `fill` then says where its bytes go (null on overflow).\n"
     << "  void Encode(wire::Encoder& w" << rp << ") const {\n";
-  if (!req_type.empty()) s << "    (void)req;\n";
-  for (const WireField& f : fields) {
-    const std::string ind = f.present_if().empty() ? "    " : "      ";
-    open_if(f, "    ");
-    if (IsScalarWireType(f.type())) s << ind << "w.Put(" << f.name() << ");\n";
-    else if (f.type() == "flag") s << ind << "w.PutFlag(" << f.name() << ");\n";
-    else if (f.type() == "bytes")
-      s << ind << "if (" << f.name() << ".reserve) " << f.name() << ".fill = w.ReserveBytes("
-        << f.name() << ".size); else w.PutBytes(" << f.name() << ".data, " << f.name()
-        << ".size);\n";
-    else s << ind << f.name() << ".Encode(w);\n";
-    close_if(f, "    ");
-  }
-  s << "  }\n";
-  // Decode
-  s << "  // False when the body is too short or a flag is not 0/1 (the fields\n"
+  each_field([](const std::string& n, const std::string& t) {
+    if (IsScalarWireType(t)) return "w.Put(" + n + ");";
+    if (t == "flag") return "w.PutFlag(" + n + ");";
+    if (t == "bytes")
+      return "if (" + n + ".reserve) " + n + ".fill = w.ReserveBytes(" + n +
+             ".size); else w.PutBytes(" + n + ".data, " + n + ".size);";
+    return n + ".Encode(w);";
+  });
+  s << "  }\n"
+    << "  // False when the body is too short or a flag is not 0/1 (the fields\n"
     << "  // read so far are set). Bytes fields point into the body.\n"
     << "  bool Decode(wire::Decoder& r" << rp << ") {\n";
-  if (!req_type.empty()) s << "    (void)req;\n";
-  for (const WireField& f : fields) {
-    const std::string ind = f.present_if().empty() ? "    " : "      ";
-    open_if(f, "    ");
-    if (IsScalarWireType(f.type())) s << ind << "if (!r.Get(&" << f.name() << ")) return false;\n";
-    else if (f.type() == "flag") s << ind << "if (!r.GetFlag(&" << f.name() << ")) return false;\n";
-    else if (f.type() == "bytes")
-      s << ind << "if (!r.GetBytes(&" << f.name() << ".data, &" << f.name()
-        << ".size)) return false;\n";
-    else s << ind << "if (!" << f.name() << ".Decode(r)) return false;\n";
-    close_if(f, "    ");
-  }
+  each_field([](const std::string& n, const std::string& t) {
+    if (IsScalarWireType(t)) return "if (!r.Get(&" + n + ")) return false;";
+    if (t == "flag") return "if (!r.GetFlag(&" + n + ")) return false;";
+    if (t == "bytes") return "if (!r.GetBytes(&" + n + ".data, &" + n + ".size)) return false;";
+    return "if (!" + n + ".Decode(r)) return false;";
+  });
   s << "    return true;\n  }\n};\n\n";
 }
 
@@ -1415,22 +1512,77 @@ void EmitFill(const std::string& name,
   s << "}\n";
 }
 
+// Test helpers of a SHIM_HOOK row: its request as a generated stub encodes
+// the parameters a request struct stands for (EmitStubPuts), and the reply
+// the generated dispatcher writes for it (ReserveOutValue), OUT values
+// filled from a seed.
+void EmitGenericEncoders(const Function& f, std::ostringstream& s) {
+  const std::string req = f.name() + "Request";
+  s << "\n// " << f.name() << ": the request a generated stub encodes for the parameters\n"
+    << "// `x` stands for, the layout the generated dispatcher reads.\n"
+    << "inline std::string GenericRequestForTest(const " << req << "& x) {\n  (void)x;\n";
+  for (const Param& p : f.params()) {
+    const std::string& n = p.name();
+    bool as_enum = false;
+    if (KindOf(f, p) == Kind::kOutValue) {
+      s << "  " << p.c_type() << " const " << n << " = x." << n << " ? static_cast<" << p.c_type()
+        << ">(OutSlot()) : nullptr;\n";
+    } else if (p.handle() == pb::FUNCTION) {
+      s << "  const uint64_t " << n << "_wire = x." << n << ";\n";
+    } else {
+      ParamWireType(p, &as_enum);
+      const std::string t = LocalType(p.c_type());
+      if (as_enum)
+        s << "  static_assert(std::is_enum<" << t << ">::value && sizeof(" << t
+          << ") == sizeof(int32_t), \"" << f.name() << "." << n
+          << ": not a 4-byte enum; teach apigen's ParamWireType its type\");\n";
+      s << "  " << t << " const " << n << " = FromWire<" << t << ">(x." << n << ");\n";
+    }
+  }
+  s << "  ::revenant::wire::Sizer sizer_;\n";
+  EmitStubPuts(f, 0, s);
+  s << "  std::string body_(sizer_.size(), '\\xee');\n"
+    << "  ::revenant::wire::Encoder args_(&body_[0], body_.size());\n";
+  EmitStubPuts(f, 1, s);
+  s << "  return body_;\n}\n\n"
+    << "// " << f.name() << ": the reply its generated dispatcher writes for `x`.\n"
+    << "inline std::string GenericReplyForTest(const " << req << "& x, uint64_t seed) {\n"
+    << "  (void)x;\n  (void)seed;\n  ::revenant::wire::Sizer sizer_;\n";
+  std::ostringstream fills;
+  int ordinal = 0;
+  for (const Param& p : f.params()) {
+    if (KindOf(f, p) != Kind::kOutValue) continue;
+    const std::string size = "sizeof(" + Pointee(p.c_type()) + ")";
+    s << "  if (x." << p.name() << ") sizer_.ReserveBytes(" << size << ");\n";
+    fills << "  if (x." << p.name() << ") FillForTest(" << ReserveOutValue(p) << ", " << size
+          << ", seed + " << ++ordinal << ");\n";
+  }
+  s << "  std::string body_(sizer_.size(), '\\xee');\n"
+    << "  ::revenant::wire::Encoder out(&body_[0], body_.size());\n"
+    << fills.str();
+  s << "  return body_;\n}\n";
+}
+
 void EmitHookStructs(const std::vector<Function>& fns, const std::vector<WireGroup>& groups,
                      const std::string& dir) {
+  std::vector<Function> rows;  // with structs of their own, fields derived
+  for (const Function& f : fns)
+    if (HasOwnStructs(f)) rows.push_back(WithWireFields(f));
   {
     Out o(dir, "hook_structs.h");
     auto& s = o.s();
     s << kBanner
-      << "// The request and reply of every hand-written row (support HOOK), from\n"
-      << "// the rows' `request`/`reply` fields: the shim encodes and the agent\n"
-      << "// decodes these, the agent encodes the reply and the shim decodes it.\n"
+      << "// The request and reply of every hand-written row: support HOOK rows'\n"
+      << "// from their `request`/`reply` fields, support SHIM_HOOK rows' from their\n"
+      << "// parameters (the layout of their generated dispatcher). The shim encodes\n"
+      << "// and the agent decodes these, the agent encodes the reply and the shim\n"
+      << "// decodes it.\n"
       << "#ifndef REVENANT_API_HOOK_STRUCTS_H_\n#define REVENANT_API_HOOK_STRUCTS_H_\n\n"
       << "#include <cuda_runtime_api.h>\n\n#include <cstddef>\n#include <cstdint>\n\n"
       << "#include \"api/hook_protocol.h\"\n#include \"api/wire.h\"\n\n"
       << "namespace revenant {\nnamespace hooks {\n\n";
     for (const WireGroup& g : groups) EmitWireStruct(g.name(), g.doc(), g.fields(), "", s);
-    for (const Function& f : fns) {
-      if (f.support() != pb::HOOK || !f.wire_as().empty()) continue;
+    for (const Function& f : rows) {
       const std::string req = f.name() + "Request";
       EmitWireStruct(req, f.name() + ": request.", f.request(), "", s);
       EmitWireStruct(f.name() + "Reply", f.name() + ": reply.", f.reply(),
@@ -1449,29 +1601,50 @@ void EmitHookStructs(const std::vector<Function>& fns, const std::vector<WireGro
   auto& s = o.s();
   s << kBanner
     << "// Test helpers for api/hook_structs.h: every struct filled from a seed,\n"
-    << "// and every row's pair of structs visited.\n"
+    << "// every row's pair of structs visited, and the SHIM_HOOK rows' layouts as\n"
+    << "// the generated stubs and dispatcher write them.\n"
     << "#ifndef REVENANT_API_HOOK_STRUCTS_TESTING_H_\n#define REVENANT_API_HOOK_STRUCTS_TESTING_H_\n\n"
-    << "#include <cstdint>\n\n#include \"api/hook_structs.h\"\n\n"
+    << "#include <cublasLt.h>\n#include <cublas_api.h>\n#include <cuda.h>\n"
+    << "#include <cuda_runtime_api.h>\n#include <cudnn.h>\n#include <nccl.h>\n\n"
+    << "#include <cstdint>\n#include <string>\n#include <type_traits>\n\n"
+    << "#include \"api/hook_structs.h\"\n#include \"api/wire.h\"\n\n"
     << "namespace revenant {\nnamespace hooks {\nnamespace testing {\n\n"
     << "// Bytes of a length that follows the seed; null for some seeds.\n"
     << "inline wire::Bytes TestBytes(uint64_t seed) {\n"
     << "  static const char kData[32] = \"0123456789abcdefghijklmnopqrstu\";\n"
     << "  wire::Bytes b;\n  if (seed % 7 == 6) return b;\n"
-    << "  b.data = kData;\n  b.size = seed % 19;\n  return b;\n}\n\n";
+    << "  b.data = kData;\n  b.size = seed % 19;\n  return b;\n}\n\n"
+    << "// `n` bytes at `p` (none when null) that follow the seed.\n"
+    << "inline void FillForTest(char* p, size_t n, uint64_t seed) {\n"
+    << "  for (size_t i = 0; p != nullptr && i < n; ++i) p[i] = static_cast<char>(seed * 31 + i);\n"
+    << "}\n\n"
+    << "// A parameter's value from its wire field.\n"
+    << "template <typename T, typename W>\nT FromWire(W w) {\n"
+    << "  if constexpr (std::is_pointer<T>::value) {\n"
+    << "    return reinterpret_cast<T>(static_cast<uintptr_t>(w));\n"
+    << "  } else {\n    return static_cast<T>(w);\n  }\n}\n\n"
+    << "// Where a non-null OUT parameter points (only its being non-null is sent).\n"
+    << "inline void* OutSlot() {\n  alignas(16) static char slot[256];\n  return slot;\n}\n\n";
   for (const WireGroup& g : groups) EmitFill(g.name(), g.fields(), s);
-  for (const Function& f : fns) {
-    if (f.support() != pb::HOOK || !f.wire_as().empty()) continue;
+  for (const Function& f : rows) {
     EmitFill(f.name() + "Request", f.request(), s);
     EmitFill(f.name() + "Reply", f.reply(), s);
   }
-  s << "\n// Calls visit(name, Request{}, Reply{}) for every HOOK row with fields of\n"
-    << "// its own.\ntemplate <typename Visit>\nvoid ForEachHookRow(Visit&& visit) {\n";
-  for (const Function& f : fns) {
-    if (f.support() != pb::HOOK || !f.wire_as().empty()) continue;
-    s << "  visit(\"" << f.name() << "\", " << f.name() << "Request{}, " << f.name()
-      << "Reply{});\n";
-  }
-  s << "}\n\n}  // namespace testing\n}  // namespace hooks\n}  // namespace revenant\n\n"
+  for (const Function& f : rows)
+    if (HasParamStructs(f)) EmitGenericEncoders(f, s);
+  auto for_each = [&](const char* name, const char* doc, bool shim_hook) {
+    s << "\n// Calls visit(name, Request{}, Reply{}) for every " << doc << ".\n"
+      << "template <typename Visit>\nvoid " << name << "(Visit&& visit) {\n";
+    for (const Function& f : rows) {
+      if (HasParamStructs(f) != shim_hook) continue;
+      s << "  visit(\"" << f.name() << "\", " << f.name() << "Request{}, " << f.name()
+        << "Reply{});\n";
+    }
+    s << "}\n";
+  };
+  for_each("ForEachHookRow", "HOOK row with fields of its own", false);
+  for_each("ForEachShimHookRow", "SHIM_HOOK row (structs from its parameters)", true);
+  s << "\n}  // namespace testing\n}  // namespace hooks\n}  // namespace revenant\n\n"
     << "#endif  // REVENANT_API_HOOK_STRUCTS_TESTING_H_\n";
 }
 

@@ -226,41 +226,46 @@ extern "C" REVENANT_EXPORT void cudnnGetLastErrorString(char* message, size_t ma
 }
 
 // cuDNN destroys a null handle or legacy descriptor successfully (nothing to
-// do); anything else is the generated row's request (one handle).
+// do); anything else is the row's request (`Request`, whose `field` holds
+// the handle), answered by its generated dispatcher.
 namespace {
-template <typename T>
-cudnnStatus_t DestroyHandle(ApiId id, T handle) {
+template <typename Request, typename T>
+cudnnStatus_t DestroyHandle(ApiId id, uint64_t Request::*field, T handle) {
   if (handle == nullptr) return CUDNN_STATUS_SUCCESS;
-  revenant::wire::Sizer sz;
-  sz.Put(handle);
-  Call call(id, sz.size());
+  Request req;
+  req.*field = reinterpret_cast<uint64_t>(handle);
+  Call call(id, req.Size());
   if (!call.ok()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
-  call.args().Put(handle);
+  req.Encode(call.args());
   if (!call.Send()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
   return static_cast<cudnnStatus_t>(call.status());
 }
 }  // namespace
 
 extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
-  return DestroyHandle(ApiId::cudnnDestroy, handle);
+  return DestroyHandle(ApiId::cudnnDestroy, &revenant::hooks::cudnnDestroyRequest::handle, handle);
 }
 extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
-  const cudnnStatus_t s = DestroyHandle(ApiId::cudnnDestroyTensorDescriptor, desc);
+  const cudnnStatus_t s = DestroyHandle(ApiId::cudnnDestroyTensorDescriptor,
+                                        &revenant::hooks::cudnnDestroyTensorDescriptorRequest::desc, desc);
   if (s == CUDNN_STATUS_SUCCESS) revenant::shim::DnnForgetDescriptor(desc);
   return s;
 }
 extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroyFilterDescriptor(cudnnFilterDescriptor_t desc) {
-  const cudnnStatus_t s = DestroyHandle(ApiId::cudnnDestroyFilterDescriptor, desc);
+  const cudnnStatus_t s = DestroyHandle(ApiId::cudnnDestroyFilterDescriptor,
+                                        &revenant::hooks::cudnnDestroyFilterDescriptorRequest::desc, desc);
   if (s == CUDNN_STATUS_SUCCESS) revenant::shim::DnnForgetDescriptor(desc);
   return s;
 }
 extern "C" REVENANT_EXPORT cudnnStatus_t
 cudnnDestroyConvolutionDescriptor(cudnnConvolutionDescriptor_t desc) {
-  return DestroyHandle(ApiId::cudnnDestroyConvolutionDescriptor, desc);
+  return DestroyHandle(ApiId::cudnnDestroyConvolutionDescriptor,
+                       &revenant::hooks::cudnnDestroyConvolutionDescriptorRequest::desc, desc);
 }
 extern "C" REVENANT_EXPORT cudnnStatus_t
 cudnnDestroyActivationDescriptor(cudnnActivationDescriptor_t desc) {
-  return DestroyHandle(ApiId::cudnnDestroyActivationDescriptor, desc);
+  return DestroyHandle(ApiId::cudnnDestroyActivationDescriptor,
+                       &revenant::hooks::cudnnDestroyActivationDescriptorRequest::desc, desc);
 }
 
 extern "C" REVENANT_EXPORT cudnnStatus_t cudnnBackendSetAttribute(

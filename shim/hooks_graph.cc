@@ -263,13 +263,12 @@ extern "C" REVENANT_EXPORT cudaError_t cudaStreamBeginCaptureToGraph(
 
 extern "C" REVENANT_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream,
                                                               cudaStreamCaptureMode mode) {
-  revenant::wire::Sizer sz;
-  sz.Put(stream);
-  sz.Put(mode);
-  Call call(ApiId::cudaStreamBeginCapture, sz.size());
+  hooks::cudaStreamBeginCaptureRequest req;
+  req.stream = Wire(stream);
+  req.mode = static_cast<int32_t>(mode);
+  Call call(ApiId::cudaStreamBeginCapture, req.Size());
   if (!call.ok()) return Unreachable(call);
-  call.args().Put(stream);
-  call.args().Put(mode);
+  req.Encode(call.args());
   if (!call.Send()) return Unreachable(call);
   if (call.status() == cudaSuccess) revenant::shim::Runtime::Get()->NoteCaptureBegun(Wire(stream));
   return static_cast<cudaError_t>(call.status());
@@ -277,16 +276,16 @@ extern "C" REVENANT_EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t strea
 
 extern "C" REVENANT_EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream,
                                                             cudaGraph_t* pGraph) {
-  revenant::wire::Sizer sz;
-  sz.Put(stream);
-  sz.PutFlag();
-  Call call(ApiId::cudaStreamEndCapture, sz.size());
+  hooks::cudaStreamEndCaptureRequest req;
+  req.stream = Wire(stream);
+  req.pGraph = pGraph != nullptr;
+  Call call(ApiId::cudaStreamEndCapture, req.Size());
   if (!call.ok()) return Unreachable(call);
-  call.args().Put(stream);
-  call.args().PutFlag(pGraph != nullptr);
+  req.Encode(call.args());
   if (!call.Send()) return Unreachable(call);
-  if (call.executed_status() == 0 && pGraph != nullptr) {
-    call.CopyOut(call.reply(), pGraph, sizeof(*pGraph));
+  hooks::cudaStreamEndCaptureReply reply;
+  if (call.executed_status() == 0 && pGraph != nullptr && reply.Decode(call.reply(), req)) {
+    reply.pGraph.CopyTo(pGraph, sizeof(*pGraph));
   }
   revenant::shim::Runtime::Get()->NoteCaptureEnd(Wire(stream), call.executed_status());
   return static_cast<cudaError_t>(call.status());
@@ -301,16 +300,16 @@ extern "C" REVENANT_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream
     *pCaptureStatus = cudaStreamCaptureStatusNone;
     return cudaSuccess;
   }
-  revenant::wire::Sizer sz;
-  sz.Put(stream);
-  sz.PutFlag();
-  Call call(ApiId::cudaStreamIsCapturing, sz.size());
+  hooks::cudaStreamIsCapturingRequest req;
+  req.stream = Wire(stream);
+  req.pCaptureStatus = pCaptureStatus != nullptr;
+  Call call(ApiId::cudaStreamIsCapturing, req.Size());
   if (!call.ok()) return Unreachable(call);
-  call.args().Put(stream);
-  call.args().PutFlag(pCaptureStatus != nullptr);
+  req.Encode(call.args());
   if (!call.Send()) return Unreachable(call);
-  if (call.executed_status() == 0 && pCaptureStatus != nullptr) {
-    call.CopyOut(call.reply(), pCaptureStatus, sizeof(*pCaptureStatus));
+  hooks::cudaStreamIsCapturingReply reply;
+  if (call.executed_status() == 0 && pCaptureStatus != nullptr && reply.Decode(call.reply(), req)) {
+    reply.pCaptureStatus.CopyTo(pCaptureStatus, sizeof(*pCaptureStatus));
   }
   return static_cast<cudaError_t>(call.status());
 }

@@ -614,14 +614,13 @@ extern "C" REVENANT_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfi
 
 extern "C" REVENANT_EXPORT cudaError_t cudaFuncSetAttribute(const void* func,
                                                             cudaFuncAttribute attr, int value) {
-  const uint64_t func_wire = revenant::shim::FunctionToWire(func);
-  revenant::wire::Sizer sz;
-  sz.Put(func_wire); sz.Put(attr); sz.Put(value);
-  revenant::shim::Call call(revenant::api::ApiId::cudaFuncSetAttribute, sz.size());
+  revenant::hooks::cudaFuncSetAttributeRequest req;
+  req.func = revenant::shim::FunctionToWire(func);
+  req.attr = static_cast<int32_t>(attr);
+  req.value = value;
+  revenant::shim::Call call(revenant::api::ApiId::cudaFuncSetAttribute, req.Size());
   if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
-  call.args().Put(func_wire);
-  call.args().Put(attr);
-  call.args().Put(value);
+  req.Encode(call.args());
   if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
   if (call.status() == 0 && attr == cudaFuncAttributeMaxDynamicSharedMemorySize && value >= 0) {
     auto& reg = revenant::shim::Reg();

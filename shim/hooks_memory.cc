@@ -807,11 +807,11 @@ extern "C" REVENANT_EXPORT cudaError_t cudaFree(void* devPtr) {
     SetLastError(e);
     return static_cast<cudaError_t>(e);
   }
-  revenant::wire::Sizer sz;
-  sz.Put(devPtr);
-  revenant::shim::Call call(ApiId::cudaFree, sz.size());
+  revenant::hooks::cudaFreeRequest req;
+  req.devPtr = reinterpret_cast<uint64_t>(devPtr);
+  revenant::shim::Call call(ApiId::cudaFree, req.Size());
   if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
-  call.args().Put(devPtr);
+  req.Encode(call.args());
   if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
   return static_cast<cudaError_t>(call.status());
 }

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "api/hook_structs.h"
 #include "api/wire.h"
 #include "common/logging.h"
 #include "shim/call.h"
@@ -119,17 +120,17 @@ extern "C" REVENANT_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm,
                                                                ncclResult_t* asyncError) {
   using revenant::shim::Call;
   if (asyncError == nullptr) return ncclInvalidArgument;
-  revenant::wire::Sizer sizer;
-  sizer.Put(comm);
-  sizer.PutFlag();
-  Call call(revenant::api::ApiId::ncclCommGetAsyncError, sizer.size());
+  revenant::hooks::ncclCommGetAsyncErrorRequest req;
+  req.comm = reinterpret_cast<uint64_t>(comm);
+  req.asyncError = true;
+  Call call(revenant::api::ApiId::ncclCommGetAsyncError, req.Size());
   if (!call.ok()) return static_cast<ncclResult_t>(call.FailureStatus(ncclRemoteError));
-  call.args().Put(comm);
-  call.args().PutFlag(true);
+  req.Encode(call.args());
   if (!call.Send()) return static_cast<ncclResult_t>(call.FailureStatus(ncclRemoteError));
   if (call.executed_status() != ncclSuccess) return static_cast<ncclResult_t>(call.status());
   *asyncError = ncclSuccess;
-  call.CopyOut(call.reply(), asyncError, sizeof(*asyncError));
+  revenant::hooks::ncclCommGetAsyncErrorReply reply;
+  if (reply.Decode(call.reply(), req)) reply.asyncError.CopyTo(asyncError, sizeof(*asyncError));
   if (*asyncError == ncclSuccess && call.nccl_deferred_error() != 0) {
     *asyncError = static_cast<ncclResult_t>(call.nccl_deferred_error());
   }

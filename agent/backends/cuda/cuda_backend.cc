@@ -1610,13 +1610,10 @@ cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
   std::vector<cudaStream_t> live;
   {
     absl::MutexLock lock(&mu_);
-    if (done == nullptr || !IsSharedHost(done, sizeof(*done))) return cudaErrorInvalidValue;
-    for (const SnapshotCopy& c : copies) {
-      if (c.count == 0) continue;
-      if (c.src == nullptr || c.dst == nullptr || !DeviceAccessible(c.src, c.count) ||
-          !IsSharedHost(c.dst, c.count)) {
-        return cudaErrorInvalidValue;
-      }
+    if (!SnapshotCopiesValid(
+            copies, done, [this](const void* p, size_t n) { return DeviceAccessible(p, n); },
+            [this](const void* p, size_t n) { return IsSharedHost(p, n); })) {
+      return cudaErrorInvalidValue;
     }
     live.assign(streams_.begin(), streams_.end());
   }

@@ -583,13 +583,10 @@ cudaError_t HostBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
                                              uint64_t* done, uint64_t tag) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!captures_.empty()) return cudaErrorNotSupported;
-  if (done == nullptr || !IsSharedHost(done, sizeof(*done))) return cudaErrorInvalidValue;
-  for (const SnapshotCopy& c : copies) {
-    if (c.count == 0) continue;
-    if (c.src == nullptr || c.dst == nullptr || !DeviceAccessible(c.src, c.count) ||
-        !IsSharedHost(c.dst, c.count)) {
-      return cudaErrorInvalidValue;
-    }
+  if (!SnapshotCopiesValid(
+          copies, done, [this](const void* p, size_t n) { return DeviceAccessible(p, n); },
+          [this](const void* p, size_t n) { return IsSharedHost(p, n); })) {
+    return cudaErrorInvalidValue;
   }
   if (snapshot_stream_ == nullptr) {
     snapshot_stream_ = std::make_unique<HostStream>(
