@@ -180,13 +180,14 @@ fi
 # clock of --iters 2020 minus --iters 20, over 2000 steps), native vs shim.
 # NB_STEP=K: nccl_bench marks a step every K all-reduces (default 1: every
 # one is a step of its own); NB_TRAIN_ARGS: more train_mlp arguments for the
-# step time (e.g. --out_of_place).
+# step time (e.g. --out_of_place); NB_SIZES: the rank counts of nccl_bench
+# (default "2 4").
 if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_multi_bench ]; then
   echo
   echo "=== real NCCL, several ranks on one GPU: benchmarks (ratio = revenant / native, same run)"
   export NCCL_NVLS_ENABLE=0
   NB_RUN="$RUN --backend=cuda --collectives=nccl --gpus=1"
-  for n in 2 4; do
+  for n in ${NB_SIZES:-2 4}; do
     nlog="$LOGS/nccl_multi.bench.n$n.native.log"; rlog="$LOGS/nccl_multi.bench.n$n.cuda.log"
     # A step every NB_STEP all-reduces of the bursts (revenantMarkStep; a no-op
     # natively), so that kept results are reused as in a training loop; 4 ranks
