@@ -441,6 +441,15 @@ class Backend : public api::BackendApi {
     (void)behind;
     return absl::UnimplementedError("this backend has no collectives to recover through");
   }
+  // The agent's own buffers that device-to-host copies land in (the reply
+  // slots): a backend may pin them, which makes a small copy into them
+  // about 1 us faster than into pageable memory. Not shared host memory:
+  // a copy into them still completes before its request is answered.
+  virtual void PinAgentBuffer(void* addr, size_t size) {
+    (void)addr;
+    (void)size;
+  }
+  virtual void UnpinAgentBuffer(void* addr) { (void)addr; }
   // Before the executor runs the application's request `id`: a backend that
   // leaves work in flight past its call (real NCCL's deferred collective
   // fence, cuda_nccl.h) waits for it here unless `id` may run behind it.

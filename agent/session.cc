@@ -50,6 +50,10 @@ Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> 
   ctx_.backend = backend_;
   ctx_.handles = &handles_;
   ctx_.session = this;
+  if (channel_ != nullptr && channel_->reply_slots() > 0) {
+    backend_->PinAgentBuffer(channel_->ReplyBuffer(0),
+                             size_t{channel_->reply_slots()} * channel_->reply_data_size());
+  }
   journaling_ = std::make_unique<InlineJournaling>(AsJournalingHost(), channel_.get(),
                                                    options_.journal.get());
   if (options_.snapshots) {
@@ -91,6 +95,9 @@ Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> 
 
 Session::~Session() {
   ForgetDeviceState();
+  if (channel_ != nullptr && channel_->reply_slots() > 0) {
+    backend_->UnpinAgentBuffer(channel_->ReplyBuffer(0));
+  }
   if (control_fd_ >= 0) close(control_fd_);
 }
 

@@ -219,6 +219,20 @@ class CudaBackend : public Backend {
     Bind();
     return nccl_->SettleAll();
   }
+  void PinAgentBuffer(void* addr, size_t size) override {
+    Bind();
+    if (const cudaError_t e = ::cudaHostRegister(addr, size, cudaHostRegisterDefault);
+        e != cudaSuccess) {
+      (void)::cudaGetLastError();
+      REVENANT_LOG(WARNING, "cuda-backend") << "the reply slots (" << size << " bytes) could not be "
+                                    << "pinned (" << ::cudaGetErrorString(e)
+                                    << "): small device-to-host copies take the pageable path";
+    }
+  }
+  void UnpinAgentBuffer(void* addr) override {
+    Bind();
+    if (::cudaHostUnregister(addr) != cudaSuccess) (void)::cudaGetLastError();
+  }
   void MarkBoundary(uint64_t minibatch) override {
     if (gloo_) return gloo_->nccl().MarkBoundary(minibatch);
     nccl_->MarkBoundary(minibatch);
