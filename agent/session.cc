@@ -748,8 +748,11 @@ bool Session::SnapshotDue() {
     due = since >= 19 * last_snapshot_ns_ ||
           options_.journal->stats().minibatch_file_bytes >= options_.snapshot_max_log_bytes;
   }
-  // Captured uploads are kept until a snapshot after them (CaptureBound).
-  due = due || CapturedBytes() - capture_mark_started_ >= CaptureBound();
+  // A one-rank job keeps its captured uploads until a snapshot after them
+  // (CaptureBound; with peers, boundaries must not depend on one rank's
+  // bytes).
+  due = due || (options_.world_size == 1 &&
+                CapturedBytes() - capture_mark_started_ >= CaptureBound());
   if (due) {
     steps_since_snapshot_ = 0;
   } else {
