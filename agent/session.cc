@@ -238,9 +238,18 @@ void Session::ReportAtExit() {
     }
   }
   if (capture_ != nullptr) {
+    // The capture files are never shrunk: their bytes are the most the
+    // captures held.
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
-        "captured uploads at exit: %d uploads journaled by the device, %.1f MiB of capture files",
-        capture_->captures(), capture_->bytes() / 1048576.0);
+        "captured uploads at exit: %d uploads journaled by the device (%.1f MiB), %.1f MiB of "
+        "capture files, %d capture files made, %d times one was filled again%s",
+        capture_->captures(), capture_->captured_bytes() / 1048576.0,
+        capture_->bytes() / 1048576.0, capture_->files_made(), capture_->reuses(),
+        snapshots_ == nullptr || options_.world_size != 1
+            ? std::string()
+            : absl::StrFormat("; a snapshot once %.1f MiB were captured since the last, %d "
+                              "waits for one in flight",
+                              CaptureBound() / 1048576.0, capture_waits_));
   }
   if (snapshots_ != nullptr) ReapSnapshot(/*wait=*/true);
   if (snapshots_ != nullptr && snapshot_totals_.count > 0) {
@@ -666,7 +675,7 @@ UploadCaptureSink* Session::UploadCaptureFor(const transport::RecordHeader& rec)
     o.max_bytes = options_.capture_max_bytes;
     absl::StatusOr<std::unique_ptr<UploadCapturePool>> pool =
         UploadCapturePool::Create(options_.journal->dir(), backend_, o, continued_journal_,
-                                  options_.journal->minibatch());
+                                  options_.journal->minibatch(), rec.seq);
     if (!pool.ok()) {
       // Uploads are then journaled by the CPU, as before: slower, as safe.
       REVENANT_LOG(WARNING, "agent") << "captured uploads unavailable: " << pool.status();
@@ -750,6 +759,11 @@ bool Session::SnapshotDue() {
     due = since >= 19 * last_snapshot_ns_ ||
           options_.journal->stats().minibatch_file_bytes >= options_.snapshot_max_log_bytes;
   }
+  // A one-rank job keeps its captured uploads until a snapshot after them
+  // (CaptureBound; with peers, boundaries must not depend on one rank's
+  // bytes).
+  due = due || (options_.world_size == 1 &&
+                CapturedBytes() - capture_mark_started_ >= CaptureBound());
   if (due) {
     steps_since_snapshot_ = 0;
   } else {
@@ -776,9 +790,12 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
   const bool inside = options_.snapshot_async && !inside_unsupported_ &&
                       options_.world_size == 1 && !every_step && minibatch != 0;
   if (!inside) return SnapshotDue() ? SnapshotStep::kBoundary : SnapshotStep::kSkip;
-  const bool due = options_.snapshot_every > 1
-                       ? steps_since_snapshot_ + 1 >= options_.snapshot_every
-                       : MonotonicNanos() - last_snapshot_end_ns_ >= 19 * last_snapshot_ns_;
+  const bool timed = options_.snapshot_every > 1
+                         ? steps_since_snapshot_ + 1 >= options_.snapshot_every
+                         : MonotonicNanos() - last_snapshot_end_ns_ >= 19 * last_snapshot_ns_;
+  // Captured uploads since the last snapshot make one due too (checked at
+  // every step: a counter of the executor's own).
+  const bool due = CapturePressure() || timed;
   // Under a snapshot chaos point the M-th asynchronous snapshot must come at
   // the same step in every run, however slowly the one before finished: a
   // due step waits for it instead of skipping.
@@ -786,16 +803,14 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
   // The journal's size costs its lock: looked at when a snapshot is due
   // and every few steps.
   if (due || ++trim_checks_ % 16 == 0) {
-    // The journal keeps every step since its boundary, the capture files
-    // every upload, and the setup log the handles created and destroyed
-    // since (compacted at boundaries): every few snapshots, and whenever
-    // the minibatch log or the captures grew past the bound, a journal
-    // boundary bounds them (synchronous: the journal drops what came
-    // before it, so its snapshot must be complete first).
-    const uint64_t captured = capture_ != nullptr ? capture_->bytes() : 0;
-    if ((due && inflight_ == nullptr && inside_since_boundary_ + 1 >= kInsidePerBoundary) ||
-        options_.journal->stats().minibatch_file_bytes >= options_.snapshot_max_log_bytes ||
-        captured >= capture_bytes_at_boundary_ + options_.snapshot_max_log_bytes) {
+    // The journal keeps every step since its boundary, and the setup log
+    // the handles created and destroyed since (compacted at boundaries):
+    // every few timed snapshots, and whenever the minibatch log grew past
+    // the bound, a journal boundary bounds them (synchronous: the journal
+    // drops what came before it, so its snapshot must be complete first).
+    // The captured uploads need none: a finished snapshot releases them.
+    if ((timed && inflight_ == nullptr && inside_since_boundary_ + 1 >= kInsidePerBoundary) ||
+        options_.journal->stats().minibatch_file_bytes >= options_.snapshot_max_log_bytes) {
       steps_since_snapshot_ = 0;
       return SnapshotStep::kBoundary;
     }
@@ -809,12 +824,39 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
   }
   steps_since_snapshot_ = 0;
   if (!SnapshotInside(minibatch, seq)) return SnapshotStep::kBoundary;
-  ++inside_since_boundary_;
+  if (timed) ++inside_since_boundary_;
   return SnapshotStep::kInside;
+}
+
+// The captured bytes a replay may need between two snapshots: twice the
+// live bytes (a snapshot's device copies then cost at most half a byte per
+// byte uploaded, and the captures held stay within a few times the
+// snapshot's own files), at least one capture file, at most half the
+// capture files' bound (so that uploads are not left to the CPU).
+uint64_t Session::CaptureBound() const {
+  const uint64_t bound =
+      std::max(2 * snapshot_totals_.last_bytes, UploadCapturePool::Options().file_bytes);
+  return std::max<uint64_t>(std::min(bound, options_.capture_max_bytes / 2), 1);
+}
+
+bool Session::CapturePressure() {
+  if (capture_ == nullptr) return false;
+  const uint64_t captured = capture_->captured_bytes();
+  const uint64_t bound = CaptureBound();
+  if (inflight_ != nullptr && captured - capture_mark_released_ >= 2 * bound) {
+    // Twice the bound held since the last finished snapshot began: the one
+    // in flight releases most of it; waiting for it costs less than more
+    // host memory (new files are mapped and registered on this thread too).
+    ++capture_waits_;
+    ReapSnapshot(/*wait=*/true);
+  }
+  return captured - capture_mark_started_ >= bound;
 }
 
 bool Session::SnapshotInside(uint64_t minibatch, uint64_t seq) {
   const int64_t start_ns = MonotonicNanos();
+  // Counted from here even if it fails: the next try comes one bound later.
+  capture_mark_started_ = CapturedBytes();
   if (snapshot_done_word_ == nullptr) {
     void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (page == MAP_FAILED) {
@@ -878,6 +920,7 @@ bool Session::SnapshotInside(uint64_t minibatch, uint64_t seq) {
   in->ordinal = tag;
   in->minibatch = minibatch;
   in->seq = seq;
+  in->captured_at_start = capture_mark_started_;
   in->start_ns = start_ns;
   in->pending = std::move(*pending);
   in->critical_ms = (MonotonicNanos() - start_ns) / 1e6;
@@ -949,6 +992,10 @@ void Session::ReapSnapshot(bool wait) {
   }
   last_snapshot_end_ns_ = f.end_ns;
   last_snapshot_ns_ = f.end_ns - f.start_ns;
+  // Renamed in place of the journal's snapshot: a replay starts at its
+  // request, so the uploads captured before it are never replayed again.
+  capture_mark_released_ = f.captured_at_start;
+  if (capture_ != nullptr) capture_->Release(f.seq);
   const double total_ms = last_snapshot_ns_ / 1e6;
   SnapshotTotals& t = snapshot_totals_;
   ++t.count;
@@ -974,6 +1021,8 @@ void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
   // store has one user at a time.
   ReapSnapshot(/*wait=*/true);
   const int64_t snapshot_start_ns = MonotonicNanos();
+  capture_mark_started_ = CapturedBytes();
+  boundary_snapshot_seq_ = 0;
   // The state at the boundary: every request before it was executed (one
   // executor thread), but device work may still be queued, collectives in
   // flight included (they complete, or are recovered, first).
@@ -995,6 +1044,8 @@ void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
   }
   last_snapshot_end_ns_ = MonotonicNanos();
   last_snapshot_ns_ = last_snapshot_end_ns_ - snapshot_start_ns;
+  boundary_snapshot_seq_ = seq;
+  boundary_snapshot_mark_ = capture_mark_started_;
   const double critical_ms = last_snapshot_ns_ / 1e6;
   SnapshotTotals& t = snapshot_totals_;
   ++t.count;
@@ -1017,8 +1068,16 @@ void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
 }
 
 void Session::SnapshotRecorded(uint64_t minibatch) {
-  capture_bytes_at_boundary_ = capture_ != nullptr ? capture_->bytes() : 0;
   inside_since_boundary_ = 0;
+  // A one-rank job's replay now starts at this boundary's snapshot: the
+  // uploads captured before it are never replayed again (with peers, a
+  // replacement may replay the minibatch before the survivors': the rule of
+  // two boundaries stays).
+  if (boundary_snapshot_seq_ != 0 && options_.world_size == 1) {
+    capture_mark_released_ = boundary_snapshot_mark_;
+    if (capture_ != nullptr) capture_->Release(boundary_snapshot_seq_);
+  }
+  boundary_snapshot_seq_ = 0;
   MaybeSnapshotChaos(SessionOptions::Chaos::Point::kAfterBoundary, minibatch);
   // The journal is at `minibatch` now: older snapshots can never be needed.
   snapshots_->DropBefore(minibatch);
@@ -1264,11 +1323,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   const absl::Time start = absl::Now();
   const std::string job_root = JobRootOf(job_dir_);
   RecordEvent(job_root, "replacement_replay_started", rank, 0);
-  // Uploads the device captured: their bytes, where the capture completed.
-  absl::StatusOr<recovery::ReplayLog> log =
-      recovery::ReadReplayLog(journal_dir, [&](std::vector<journal::JournalEntry>* entries) {
-        return LoadCapturedUploads(journal_dir, entries);
-      });
+  absl::StatusOr<recovery::ReplayLog> log = recovery::ReadReplayLog(journal_dir);
   if (!log.ok()) return log.status();
   // The continued journal's current minibatch names the dead agent's capture
   // files: they stay until it is two boundaries old.
@@ -1279,6 +1334,15 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   // is missing or corrupt refuses the recovery (docs/recovery.md).
   absl::StatusOr<std::unique_ptr<Snapshot>> snapshot = OpenBoundarySnapshot(minibatch, rank);
   if (!snapshot.ok()) return snapshot.status();
+  // Uploads the device captured: their bytes, where the capture completed;
+  // none before the snapshot's request (not replayed, and their places may
+  // hold later captures: UploadCapturePool::Release).
+  if (absl::Status s = LoadCapturedUploads(
+          journal_dir, &log->entries, absl::ZeroDuration(),
+          *snapshot != nullptr ? (*snapshot)->boundary_seq() : 0);
+      !s.ok()) {
+    return s;
+  }
   backend_->SetReplayPhase(minibatch == 0 ? ReplayPhase::kMinibatchLog : ReplayPhase::kSetupLog);
 
   CountPostedCallbacks(minibatch);

@@ -451,6 +451,7 @@ class Session : private JournalingHost {
   void ReapSnapshot(bool wait);
   struct InflightSnapshot {
     uint64_t ordinal = 0, minibatch = 0, seq = 0;
+    uint64_t captured_at_start = 0;  // UploadCapturePool::captured_bytes() then
     int64_t start_ns = 0;
     double critical_ms = 0;
     std::unique_ptr<SnapshotStore::Pending> pending;
@@ -467,8 +468,24 @@ class Session : private JournalingHost {
   // once its copies completed (a page of its own).
   uint64_t* snapshot_done_word_ = nullptr;
   uint64_t inside_snapshots_ = 0;
-  uint64_t capture_bytes_at_boundary_ = 0;
   uint64_t trim_checks_ = 0;
+  // Captured uploads between snapshots (one rank): a snapshot is due once
+  // the bytes captured since the last one began pass CaptureBound(); with
+  // one in flight and twice as many held since the last finished one began,
+  // the executor waits for it (CapturePressure). The marks are
+  // UploadCapturePool::captured_bytes() when the last snapshot began and
+  // when the last finished one began; a finished snapshot releases the
+  // captures before its request, whose files are then filled again.
+  uint64_t CapturedBytes() const { return capture_ != nullptr ? capture_->captured_bytes() : 0; }
+  uint64_t CaptureBound() const;
+  bool CapturePressure();
+  uint64_t capture_mark_started_ = 0;
+  uint64_t capture_mark_released_ = 0;
+  // The synchronous snapshot's request and mark, released once the journal
+  // recorded its boundary (0: none).
+  uint64_t boundary_snapshot_seq_ = 0;
+  uint64_t boundary_snapshot_mark_ = 0;
+  uint64_t capture_waits_ = 0;  // CapturePressure waited for a snapshot
   // Asynchronous snapshots since the journal's boundary; every
   // kInsidePerBoundary-th snapshot is a journal boundary.
   uint64_t inside_since_boundary_ = 0;

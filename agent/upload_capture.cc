@@ -52,7 +52,7 @@ bool IsCaptureCandidate(uint16_t api_id, absl::string_view body, uint64_t min_by
 
 absl::StatusOr<std::unique_ptr<UploadCapturePool>> UploadCapturePool::Create(
     const std::string& dir, Backend* backend, const Options& options, bool continued,
-    uint64_t minibatch) {
+    uint64_t minibatch, uint64_t first_seq) {
   std::unique_ptr<UploadCapturePool> pool(new UploadCapturePool(dir, backend, options));
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return absl::NotFoundError(absl::StrCat(dir, ": ", ErrnoText()));
@@ -86,6 +86,7 @@ absl::StatusOr<std::unique_ptr<UploadCapturePool>> UploadCapturePool::Create(
     }
     f->cursor = f->size;
     f->last_minibatch = minibatch;
+    f->last_seq = first_seq > 0 ? first_seq - 1 : 0;
     pool->total_bytes_ += f->size;
     pool->files_.push_back(std::move(f));
   }
@@ -145,7 +146,7 @@ absl::Status UploadCapturePool::MapFile(const std::string& name, uint64_t size, 
 }
 
 bool UploadCapturePool::Reusable(File& f, uint64_t minibatch) {
-  if (f.last_minibatch + 2 > minibatch) return false;
+  if (f.last_minibatch + 2 > minibatch && f.last_seq >= released_before_) return false;
   // Every capture placed in it must have completed: its device writes would
   // land in the next one's bytes. They completed long ago in practice (two
   // boundaries); one still running is waited for briefly, then the file is
@@ -174,6 +175,7 @@ UploadCapturePool::File* UploadCapturePool::FileFor(uint64_t need, uint64_t mini
   for (auto& f : files_) {
     if (f->size >= need && Reusable(*f, minibatch)) {
       f->cursor = 0;
+      ++reuses_;
       return f.get();
     }
   }
@@ -215,6 +217,7 @@ bool UploadCapturePool::Reserve(const transport::RecordHeader& rec, uint64_t min
   if (offset + size > f->size) return false;  // FileFor left room for a page-aligned start
   f->cursor = offset + size;
   f->last_minibatch = minibatch;
+  f->last_seq = rec.seq;
   pending_.seq = rec.seq;
   pending_.data = f->base + offset;
   pending_.done = reinterpret_cast<uint64_t*>(f->base + offset - sizeof(uint64_t));
@@ -231,16 +234,18 @@ void UploadCapturePool::Ran(uint64_t seq, bool captured) {
   if (captured) {
     pending_file_->open.emplace_back(pending_.done, seq);
     ++captures_;
+    captured_bytes_ += pending_.size;
   }
   pending_ = Capture();
   pending_file_ = nullptr;
 }
 
 absl::Status LoadCapturedUploads(const std::string& journal_dir,
-                                 std::vector<journal::JournalEntry>* entries, absl::Duration wait) {
+                                 std::vector<journal::JournalEntry>* entries, absl::Duration wait,
+                                 uint64_t from_seq) {
   int read = 0, from_source = 0;
   for (journal::JournalEntry& e : *entries) {
-    if (!e.has_capture()) continue;
+    if (!e.has_capture() || e.seq() / 2 < from_seq) continue;
     const journal::DeviceCapture ref = e.capture();
     if (ref.file().empty() || ref.file().find('/') != std::string::npos || ref.offset() < kPage) {
       return absl::DataLossError(absl::StrCat("journal entry ", e.seq(),

@@ -20,9 +20,14 @@
 // have touched its source yet, and the replay copies from the source again.
 //
 // Capture files (capture-N, one registered mapping each, reused): a file is
-// filled front to back during a minibatch; it is reused once the minibatch
-// of its last capture is two boundaries old (nothing replays it any more)
-// and every capture in it completed. Only uploads journaled in the
+// filled front to back during a minibatch; it is reused once nothing can
+// replay its captures any more and every capture in it completed. Nothing
+// replays a capture once the minibatch of its upload is two journal
+// boundaries old, or, in a one-rank job with boundary snapshots, once a
+// snapshot taken after it finished (Release): the replay then starts at
+// that snapshot's request, and one-rank jobs take most of their snapshots
+// inside the journal's minibatch, whose boundaries are rare. Only uploads
+// journaled in the
 // minibatch log are captured (a training step's data); the setup log's
 // uploads keep their bytes in its payload file, which compaction manages.
 // docs/journal_format.md, "Captured uploads".
@@ -33,6 +38,7 @@
 #ifndef REVENANT_AGENT_UPLOAD_CAPTURE_H_
 #define REVENANT_AGENT_UPLOAD_CAPTURE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -74,13 +80,16 @@ class UploadCapturePool : public UploadCaptureSink {
 
   // Capture files in `dir` (the journal directory). A fresh journal removes
   // the files a previous application left; a replacement continuing a dead
-  // agent's journal (`continued`) keeps them: its current minibatch's
-  // entries name them (reused after two more boundaries).
+  // agent's journal (`continued`, at `minibatch`) keeps them: its current
+  // minibatch's entries name them (reused after two more boundaries, or
+  // once Release passed `first_seq`, a request after all of the dead
+  // agent's).
   static absl::StatusOr<std::unique_ptr<UploadCapturePool>> Create(const std::string& dir,
                                                                    Backend* backend,
                                                                    const Options& options,
                                                                    bool continued,
-                                                                   uint64_t minibatch);
+                                                                   uint64_t minibatch,
+                                                                   uint64_t first_seq = 0);
   ~UploadCapturePool() override;
 
   // UploadCaptureSink (called while journaling `rec`, before it runs).
@@ -102,8 +111,23 @@ class UploadCapturePool : public UploadCaptureSink {
   // nothing (the copy failed, or became a graph node).
   void Ran(uint64_t seq, bool captured);
 
+  // Captures of requests before `before_seq` are never replayed again: a
+  // boundary snapshot of the state before that request finished (renamed in
+  // place of the journal's snapshot; a one-rank job's replay skips what
+  // came before it). Their files are filled again once those captures
+  // completed. Only a one-rank job with boundary snapshots may call it:
+  // with peers, a replacement may replay the minibatch before the
+  // survivors' (docs/recovery.md).
+  void Release(uint64_t before_seq) { released_before_ = std::max(released_before_, before_seq); }
+
+  // Bytes of the capture files (they are never shrunk: the most the pool
+  // held), the uploads captured, their bytes, the files made and the times
+  // a file was filled again from its start.
   uint64_t bytes() const { return total_bytes_; }
   uint64_t captures() const { return captures_; }
+  uint64_t captured_bytes() const { return captured_bytes_; }
+  int files_made() const { return files_made_; }
+  uint64_t reuses() const { return reuses_; }
 
  private:
   struct File {
@@ -112,6 +136,7 @@ class UploadCapturePool : public UploadCaptureSink {
     uint64_t size = 0;
     uint64_t cursor = 0;         // next free byte
     uint64_t last_minibatch = 0;  // of the last capture placed in it
+    uint64_t last_seq = 0;        // the request of the last capture placed in it
     // Captures placed and not yet seen complete: (completion word, seq).
     std::vector<std::pair<const uint64_t*, uint64_t>> open;
   };
@@ -130,6 +155,9 @@ class UploadCapturePool : public UploadCaptureSink {
   int files_made_ = 0;
   uint64_t total_bytes_ = 0;
   uint64_t captures_ = 0;
+  uint64_t captured_bytes_ = 0;
+  uint64_t reuses_ = 0;
+  uint64_t released_before_ = 0;  // see Release
   Capture pending_;
   File* pending_file_ = nullptr;
   bool warned_full_ = false;
@@ -141,10 +169,14 @@ class UploadCapturePool : public UploadCaptureSink {
 // it is and replays from the application's source. `wait` bounds how long a
 // capture that has not completed yet is waited for (the validator reads the
 // live agent's captures; a replacement reads a dead agent's: 0). A missing
-// or short capture file is an error (the journal is damaged).
+// or short capture file is an error (the journal is damaged). Entries of
+// requests before `from_seq` are left alone: the replay skips them (they
+// precede the boundary snapshot it starts from) and their places may hold
+// later captures (UploadCapturePool::Release).
 absl::Status LoadCapturedUploads(const std::string& journal_dir,
                                  std::vector<journal::JournalEntry>* entries,
-                                 absl::Duration wait = absl::ZeroDuration());
+                                 absl::Duration wait = absl::ZeroDuration(),
+                                 uint64_t from_seq = 0);
 
 }  // namespace agent
 }  // namespace revenant

@@ -75,12 +75,12 @@ class UploadCaptureTest : public ::testing::Test {
   }
 
   std::unique_ptr<UploadCapturePool> Pool(uint64_t max_bytes = 1ull << 30, bool continued = false,
-                                          uint64_t minibatch = 1) {
+                                          uint64_t minibatch = 1, uint64_t first_seq = 0) {
     UploadCapturePool::Options o;
     o.max_bytes = max_bytes;
     o.file_bytes = 4 << 20;
     absl::StatusOr<std::unique_ptr<UploadCapturePool>> p =
-        UploadCapturePool::Create(dir_, backend_.get(), o, continued, minibatch);
+        UploadCapturePool::Create(dir_, backend_.get(), o, continued, minibatch, first_seq);
     EXPECT_TRUE(p.ok()) << p.status();
     return p.ok() ? std::move(*p) : nullptr;
   }
@@ -219,6 +219,60 @@ TEST_F(UploadCaptureTest, FilesAreReusedTwoBoundariesLater) {
   e = RunUpload(pool_.get(), 4, 3, kBytes, &reserved);  // file 1 holds minibatch 2
   ASSERT_TRUE(reserved);
   EXPECT_EQ(e.capture().file(), "capture-2");
+}
+
+// A one-rank job's snapshots inside the journal's minibatch: the minibatch
+// never ends, and each upload used to need a file of its own.
+TEST_F(UploadCaptureTest, AFinishedSnapshotReleasesTheCapturesBeforeIt) {
+  pool_ = Pool();
+  bool reserved = false;
+  std::vector<journal::JournalEntry> entries;
+  for (uint64_t seq = 1; seq <= 3; ++seq) {
+    entries.push_back(RunUpload(pool_.get(), seq, 1, kBytes, &reserved));
+    ASSERT_TRUE(reserved);
+  }
+  EXPECT_EQ(CaptureFiles(), 3u);
+  // A snapshot of the state before request 3 finished: 1 and 2 are never
+  // replayed again, 3 still is.
+  pool_->Release(3);
+  journal::JournalEntry e = RunUpload(pool_.get(), 4, 1, kBytes, &reserved);
+  ASSERT_TRUE(reserved);
+  EXPECT_EQ(e.capture().file(), "capture-0");
+  e = RunUpload(pool_.get(), 5, 1, kBytes, &reserved);
+  ASSERT_TRUE(reserved);
+  EXPECT_EQ(e.capture().file(), "capture-1");
+  e = RunUpload(pool_.get(), 6, 1, kBytes, &reserved);
+  ASSERT_TRUE(reserved);
+  EXPECT_EQ(e.capture().file(), "capture-3");  // capture-2 holds request 3
+  EXPECT_EQ(pool_->files_made(), 4);
+  EXPECT_EQ(pool_->reuses(), 2u);
+  EXPECT_EQ(pool_->captured_bytes(), 6 * kBytes);
+  // A replay from that snapshot reads request 3's capture and leaves the
+  // older entries alone (their places hold requests 4 and 5 now).
+  ASSERT_TRUE(LoadCapturedUploads(dir_, &entries, absl::ZeroDuration(), /*from_seq=*/3).ok());
+  EXPECT_TRUE(entries[0].has_capture());
+  EXPECT_TRUE(entries[1].has_capture());
+  EXPECT_FALSE(entries[2].has_capture());
+  EXPECT_EQ(entries[2].inline_payload(), std::string(src_, kBytes));
+}
+
+TEST_F(UploadCaptureTest, ASnapshotReleasesADeadAgentsFiles) {
+  pool_ = Pool();
+  bool reserved = false;
+  RunUpload(pool_.get(), 1, 4, kBytes, &reserved);
+  ASSERT_TRUE(reserved);
+  pool_.reset();
+  // The replacement's first upload is request 10: the dead agent's
+  // captures are before it, request 9 perhaps.
+  pool_ = Pool(1ull << 30, /*continued=*/true, /*minibatch=*/4, /*first_seq=*/10);
+  pool_->Release(9);
+  journal::JournalEntry e = RunUpload(pool_.get(), 10, 4, kBytes, &reserved);
+  ASSERT_TRUE(reserved);
+  EXPECT_EQ(e.capture().file(), "capture-1");
+  pool_->Release(11);
+  e = RunUpload(pool_.get(), 11, 4, kBytes, &reserved);
+  ASSERT_TRUE(reserved);
+  EXPECT_EQ(e.capture().file(), "capture-0");
 }
 
 TEST_F(UploadCaptureTest, TheBoundOnCaptureFilesFallsBackToTheJournal) {

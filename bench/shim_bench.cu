@@ -3,11 +3,14 @@
 //   RESULT <metric> <value> <unit>
 // lines that bench/compare.sh turns into a ratio table (shim / native).
 //
-//   ./shim_bench.bin [--quick] [--small]
+//   ./shim_bench.bin [--quick] [--small] [--h2d_iters N]
 //
 // --small shrinks the training step's kernels to 256 elements: under the host
 // backend (kernels run on the CPU) the step then measures the launch path,
-// not the CPU's arithmetic.
+// not the CPU's arithmetic. --h2d_iters: the 256 MiB copies' iterations (8,
+// 2 with --quick; given, each iteration's figure is printed too); under the
+// one-rank default snapshots the first few make the capture files that later
+// ones reuse, so a longer loop shows the steady state.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -51,10 +54,14 @@ void Result(const char* metric, double value, const char* unit) {
 
 int main(int argc, char** argv) {
   bool quick = false, small = false;
+  int h2d_iters = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--small") == 0) small = true;
+    if (std::strcmp(argv[i], "--h2d_iters") == 0 && i + 1 < argc) h2d_iters = std::atoi(argv[++i]);
   }
+  const bool h2d_each = h2d_iters > 0;  // asked for: each iteration's figure too
+  if (h2d_iters <= 0) h2d_iters = quick ? 2 : 8;
   const int reps = quick ? 5 : 1;
   CHECK(cudaSetDevice(0));
   cudaStream_t s;
@@ -112,7 +119,7 @@ int main(int argc, char** argv) {
     std::memset(host, 1, bytes);
     CHECK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));  // warm-up
     std::vector<double> h2d, d2h;
-    for (int i = 0; i < 8 / (quick ? 4 : 1); ++i) {
+    for (int i = 0; i < h2d_iters; ++i) {
       auto t0 = Clock::now();
       CHECK(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
       auto t1 = Clock::now();
@@ -120,6 +127,7 @@ int main(int argc, char** argv) {
       auto t2 = Clock::now();
       h2d.push_back(bytes / (Us(t0, t1) * 1e-6) / 1e9);
       d2h.push_back(bytes / (Us(t1, t2) * 1e-6) / 1e9);
+      if (h2d_each) std::printf("h2d iteration %d: %.2f GB/s\n", i, h2d.back());
     }
     Result("h2d_256mib_bandwidth", Median(h2d), "GB/s");
     Result("d2h_256mib_bandwidth", Median(d2h), "GB/s");

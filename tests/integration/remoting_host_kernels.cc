@@ -5,3 +5,4 @@
 
 REVENANT_HOST_KERNEL(wait_for_flag);
 REVENANT_HOST_KERNEL(add_one);
+REVENANT_HOST_KERNEL(fold_upload);

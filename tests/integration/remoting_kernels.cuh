@@ -16,3 +16,11 @@ __global__ void add_one(int* data, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) data[i] += 1;
 }
+
+// acc[i] = acc[i] * 31 + in[i] for every i < n: a grid-stride loop, so that
+// the host backend runs few simulated threads for a large buffer.
+__global__ void fold_upload(unsigned* acc, const unsigned* in, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    acc[i] = acc[i] * 31u + in[i];
+  }
+}

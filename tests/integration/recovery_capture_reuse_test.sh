@@ -1,0 +1,123 @@
+#!/bin/bash
+# Captured uploads under the one-rank default snapshots (docs/recovery.md,
+# "Captured uploads between snapshots"): a loop of 33 MiB pinned uploads
+# into one device buffer (tests/integration/upload_loop.cu, host backend;
+# 33 MiB: one capture per 64 MiB capture file, so that a file filled again
+# too early overwrites a capture a replay still needs). Most step boundaries
+# stay inside the journal's minibatch there, and every upload used to need
+# a new capture file until a rare journal boundary. Checks:
+# - fault-free with the defaults, and with `--snapshot_every=1000` (only the
+#   bytes captured since the last snapshot make one due): every upload is
+#   captured by the device, within the bound the agent prints (at most
+#   twice the bound held, in a few files filled again many times), and the
+#   result is bitwise the host's;
+# - kills while the M-th asynchronous snapshot is in flight or finished but
+#   not renamed (the next upload placed by then), and at seeded
+#   request counts: the replacement replays the uploads since the last
+#   finished snapshot from capture files, several of them filled again
+#   before, and the result is still bitwise the host's.
+#   recovery_capture_reuse_test.sh RUN APP KERNELS [TRIALS=4] [SEED=20261207] [STEPS=32] [MIB=33]
+set -u
+run="$1"; app="$2"; kernels="$3"; trials="${4:-4}"; seed="${5:-20261207}"
+steps="${6:-32}"; mib="${7:-33}"
+common=(-n 1 --backend=host --timeout=120 --recovery_timeout=20 --host_kernels="$kernels")
+if [ -n "${RECOVERY_TEST_EXTRA_ARGS:-}" ]; then
+  read -r -a extra_args <<<"$RECOVERY_TEST_EXTRA_ARGS"
+  common+=("${extra_args[@]}")
+  echo "extra revenant-run options: ${extra_args[*]}"
+fi
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+
+# check_captures NAME LOG: the exit line's counts against the bound.
+check_captures() {
+  local name="$1" log="$2" line n made reused bound most
+  line=$(grep -o "captured uploads at exit.*" "$log")
+  echo "  $line"
+  n=$(echo "$line" | sed -n 's/.*at exit: \([0-9]*\) uploads journaled.*/\1/p')
+  made=$(echo "$line" | sed -n 's/.*, \([0-9]*\) capture files made.*/\1/p')
+  reused=$(echo "$line" | sed -n 's/.*, \([0-9]*\) times one was filled again.*/\1/p')
+  bound=$(echo "$line" | sed -n 's/.*a snapshot once \([0-9]*\)[.0-9]* MiB were captured.*/\1/p')
+  # Held: up to twice the bound since the last finished snapshot began, one
+  # upload past it, and the file being filled.
+  most=$((2 * ${bound:-0} / mib + 2))
+  if [ "${n:-0}" -ne $((steps - 1)) ] || [ -z "$bound" ] || [ "${made:-999}" -gt "$most" ] ||
+     [ "${reused:-0}" -lt $(((steps - 1) / 2)) ]; then
+    echo "FAIL $name: expected $((steps - 1)) uploads captured in at most $most files, filled again at least $(((steps - 1) / 2)) times (uploads: ${n:-?}, files made: ${made:-?}, filled again: ${reused:-?}, bound: ${bound:-?} MiB)"
+    fails=$((fails + 1))
+  fi
+}
+
+REVENANT_DIAGNOSTICS=1 "$run" "${common[@]}" -- "$app" "$steps" "$mib" >"$tmp/ref.log" 2>&1 || {
+  echo "FAIL: the fault-free run failed"; grep -v "submit seq" "$tmp/ref.log" | tail -30; exit 1; }
+ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/ref.log")
+total=$(grep -c "submit seq" "$tmp/ref.log")
+[ -n "$ref" ] || { echo "FAIL: no checksum in the fault-free run"; exit 1; }
+echo "fault-free, default snapshots: $steps uploads of $mib MiB, $total requests, checksum $ref"
+echo "  $(grep -o "snapshots at exit.*" "$tmp/ref.log")"
+check_captures "default snapshots" "$tmp/ref.log"
+
+bound_only=(--snapshot_every=1000)
+"$run" "${common[@]}" "${bound_only[@]}" -- "$app" "$steps" "$mib" >"$tmp/bound.log" 2>&1 || {
+  echo "FAIL: the fault-free run with --snapshot_every=1000 failed"; tail -30 "$tmp/bound.log"; exit 1; }
+line=$(grep -o "snapshots at exit.*" "$tmp/bound.log")
+inside=$(echo "$line" | sed -n 's/.*; \([0-9]*\) asynchronous.*/\1/p')
+echo "fault-free, --snapshot_every=1000: $line"
+grep -q "^\[r0\] final checksum $ref\$" "$tmp/bound.log" || {
+  echo "FAIL: --snapshot_every=1000 changed the checksum"; fails=$((fails + 1)); }
+check_captures "--snapshot_every=1000" "$tmp/bound.log"
+if [ "${inside:-0}" -lt $((steps / 8)) ]; then
+  echo "FAIL: the captured bytes made only ${inside:-0} asynchronous snapshots due"
+  fails=$((fails + 1))
+fi
+
+replayed=0
+check() {  # check NAME LOG RC
+  local name="$1" log="$2" rc="$3" loaded read
+  loaded=$(grep -o "boundary snapshot loaded: .*" "$log" | head -1)
+  read=$(sed -n 's/.*captured uploads for the replay: \([0-9]*\) read from capture files.*/\1/p' \
+    "$log" | awk '{ s += $1 } END { print s + 0 }')
+  replayed=$((replayed + read))
+  if [ "$rc" -eq 0 ] && grep -q "^\[r0\] PASS upload_loop" "$log" &&
+     grep -q "^\[r0\] final checksum $ref\$" "$log" && [ -n "$loaded" ]; then
+    echo "ok   $name: bitwise equal, $read uploads replayed from capture files; $loaded"
+  else
+    echo "FAIL $name: rc=$rc, snapshot loaded: ${loaded:-no}"
+    grep -v "revenant hostkernel" "$log" | tail -40
+    fails=$((fails + 1))
+  fi
+}
+
+# The M-th asynchronous snapshot comes once the same bytes were captured in
+# every run: by then capture files were filled again.
+for point in snapshot_inflight snapshot_finish; do
+  m=5
+  log="$tmp/$point.log"
+  "$run" "${common[@]}" "${bound_only[@]}" --chaos="rank=0,minibatch=$m,point=$point" -- \
+    "$app" "$steps" "$mib" >"$log" 2>&1
+  rc=$?
+  grep -q "chaos: killing this agent with asynchronous snapshot $m" "$log" || {
+    echo "FAIL $point M=$m: the kill did not happen"; grep -v "revenant hostkernel" "$log" | tail -20
+    fails=$((fails + 1)); continue; }
+  check "$point M=$m" "$log" "$rc"
+done
+
+echo "seed=$seed trials=$trials"
+RANDOM=$seed
+points=(before_append after_append after_execute after_reply)
+lo=$((total / 2)); span=$((total / 3))
+for t in $(seq 1 "$trials"); do
+  c=$((lo + RANDOM % span)); p=${points[$((RANDOM % 4))]}
+  spec="rank=0,calls=$c,point=$p"
+  log="$tmp/trial.log"
+  "$run" "${common[@]}" --chaos="$spec" -- "$app" "$steps" "$mib" >"$log" 2>&1
+  check "trial $t [$spec]" "$log" "$?"
+done
+echo "uploads replayed from capture files: $replayed"
+if [ "$replayed" -eq 0 ]; then
+  echo "FAIL: no replacement replayed an upload from a capture file"
+  fails=$((fails + 1))
+fi
+[ "$fails" -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
+echo "PASS"

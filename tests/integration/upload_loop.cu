@@ -1,0 +1,63 @@
+// A one-rank loop of large pinned uploads, the shape of shim_bench's 256 MiB
+// bandwidth loop and of a data loader: every step fills a pinned buffer,
+// uploads it into the same device buffer (the step boundary the journal
+// detects) and folds it into an accumulator. The host computes the same
+// fold; the device's must equal it bitwise at the end, which a replay that
+// read another step's bytes from a reused capture file would break.
+//
+//   upload_loop [STEPS=48] [MIB=16]
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "tests/apps/app_check.h"
+#include "tests/integration/remoting_kernels.cuh"
+
+int main(int argc, char** argv) {
+  const int steps = argc > 1 ? std::atoi(argv[1]) : 48;
+  const int mib = argc > 2 ? std::atoi(argv[2]) : 16;
+  EXPECT_APP(steps > 1 && mib > 0 && mib <= 1024, "bad arguments");
+  const int n = mib << 18;  // unsigned values
+  const size_t bytes = static_cast<size_t>(n) * sizeof(unsigned);
+  unsigned* in = nullptr;
+  unsigned* acc = nullptr;
+  CHECK_CUDA(cudaMalloc(&in, bytes));
+  CHECK_CUDA(cudaMalloc(&acc, bytes));
+  CHECK_CUDA(cudaMemset(acc, 0, bytes));
+  unsigned* pinned = nullptr;
+  CHECK_CUDA(cudaMallocHost(&pinned, bytes));
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreate(&s));
+  std::vector<unsigned> expect(n, 0);
+  for (int step = 0; step < steps; ++step) {
+    // The previous upload has read the buffer once the stream is idle.
+    CHECK_CUDA(cudaStreamSynchronize(s));
+    for (int i = 0; i < n; ++i) pinned[i] = static_cast<unsigned>(i) * 2654435761u + step * 40503u;
+    CHECK_CUDA(cudaMemcpyAsync(in, pinned, bytes, cudaMemcpyHostToDevice, s));
+    fold_upload<<<8, 256, 0, s>>>(acc, in, n);
+    CHECK_CUDA(cudaGetLastError());
+    for (int i = 0; i < n; ++i) expect[i] = expect[i] * 31u + pinned[i];
+    if (step % 8 == 7) {
+      std::printf("progress %d\n", step + 1);
+      std::fflush(stdout);
+    }
+  }
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  std::vector<unsigned> out(n);
+  CHECK_CUDA(cudaMemcpy(out.data(), acc, bytes, cudaMemcpyDeviceToHost));
+  uint64_t hash = 1469598103934665603ull;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_APP(out[i] == expect[i], "acc[%d] = %u, expected %u", i, out[i], expect[i]);
+    hash = (hash ^ out[i]) * 1099511628211ull;
+  }
+  std::printf("final checksum %016llx\n", static_cast<unsigned long long>(hash));
+  CHECK_CUDA(cudaFreeHost(pinned));
+  CHECK_CUDA(cudaFree(acc));
+  CHECK_CUDA(cudaFree(in));
+  CHECK_CUDA(cudaStreamDestroy(s));
+  std::printf("PASS upload_loop\n");
+  return 0;
+}
