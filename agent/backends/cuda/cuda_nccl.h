@@ -144,8 +144,9 @@ struct CudaNcclOptions {
   bool cache_results = true;
   // How many collective units of a recoverable communicator may be in
   // flight at once (REVENANT_COLLECTIVE_PIPELINE); 1: each is waited for at
-  // its call.
-  int pipeline = 8;
+  // its call (the default until the deferred fence's recovery is proven on
+  // the GPU: docs/recovery.md).
+  int pipeline = 1;
 
   static CudaNcclOptions From(const BackendOptions& options);
 };
