@@ -98,6 +98,26 @@ struct Rank {
     }
     return true;
   }
+  // Joins the job at minibatch 1 and fills the replicated state (0x42).
+  bool FormAtMinibatch1(const ncclUniqueId& id, int rank) {
+    if (nccl->CommInitRankConfig(&comm, kRanks, id, rank, nullptr) != ncclSuccess) return false;
+    nccl->MarkBoundary(1);
+    std::memset(range.data(), 0x42, kState);
+    return true;
+  }
+  // A replacement of `rank` whose journal starts at minibatch 1: replays its
+  // setup log (the communicator) and joins the survivors' recovery, leaving
+  // the replay in its minibatch log.
+  absl::Status ReplaceAtMinibatch1(const ncclUniqueId& id, int rank) {
+    nccl->SetReplayPhase(ReplayPhase::kSetupLog);
+    if (nccl->CommInitRankConfig(&comm, kRanks, id, rank, nullptr) != ncclSuccess) {
+      return absl::InternalError("init failed");
+    }
+    nccl->MarkBoundary(1);
+    nccl->SetReplayPhase(ReplayPhase::kMinibatchLog);
+    bool behind = true;
+    return nccl->JoinRecovery(1, &behind);
+  }
   // Out-of-place all-reduce k of a burst: sends[k] (filled with `value`
   // first) into outs[k]; left in flight.
   ncclResult_t AllReduceOut(size_t k, float value) {
@@ -356,12 +376,10 @@ void RecoverUnitsInFlight(bool late_issue) {
   for (int r = 0; r < kRanks; ++r) {
     threads.emplace_back([&, r] {
       Rank& me = *ranks[r];
-      if (me.nccl->CommInitRankConfig(&me.comm, kRanks, id, r, nullptr) != ncclSuccess) {
+      if (!me.FormAtMinibatch1(id, r)) {
         errors[r] = "init failed";
         return;
       }
-      me.nccl->MarkBoundary(1);
-      std::memset(me.range.data(), 0x42, kState);
       for (size_t k = 0; k < 3; ++k) {
         if (me.AllReduceOut(k, static_cast<float>((r + 1) * (k + 1))) != ncclSuccess) {
           errors[r] = "all-reduce failed";
@@ -400,12 +418,7 @@ void RecoverUnitsInFlight(bool late_issue) {
   DeclareEpoch(root, 1);
 
   auto repl = std::make_unique<Rank>(root, 1, 30);
-  repl->nccl->SetReplayPhase(ReplayPhase::kSetupLog);
-  ASSERT_EQ(repl->nccl->CommInitRankConfig(&repl->comm, kRanks, id, 1, nullptr), ncclSuccess);
-  repl->nccl->MarkBoundary(1);
-  repl->nccl->SetReplayPhase(ReplayPhase::kMinibatchLog);
-  bool behind = true;
-  absl::Status joined = repl->nccl->JoinRecovery(1, &behind);
+  absl::Status joined = repl->ReplaceAtMinibatch1(id, 1);
   ASSERT_TRUE(joined.ok()) << joined;
   EXPECT_EQ(repl->range, std::vector<char>(kState, 0x42));
   // The replay: units the survivors completed come from them, the two they
@@ -486,12 +499,10 @@ TEST(CudaNcclFakeTest, InPlaceBucketsInFlightRecoverFromTheirSavedInputs) {
   for (int r = 0; r < kRanks; ++r) {
     threads.emplace_back([&, r] {
       Rank& me = *ranks[r];
-      if (me.nccl->CommInitRankConfig(&me.comm, kRanks, id, r, nullptr) != ncclSuccess) {
+      if (!me.FormAtMinibatch1(id, r)) {
         errors[r] = "init failed";
         return;
       }
-      me.nccl->MarkBoundary(1);
-      std::memset(me.range.data(), 0x42, kState);
       for (size_t k = 0; k < 2; ++k) {
         if (me.AllReduceIn(k, static_cast<float>(r + 1)) != ncclSuccess) errors[r] = "issue";
       }
@@ -524,12 +535,7 @@ TEST(CudaNcclFakeTest, InPlaceBucketsInFlightRecoverFromTheirSavedInputs) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   DeclareEpoch(root, 1);
   auto repl = std::make_unique<Rank>(root, 2, 30);
-  repl->nccl->SetReplayPhase(ReplayPhase::kSetupLog);
-  ASSERT_EQ(repl->nccl->CommInitRankConfig(&repl->comm, kRanks, id, 2, nullptr), ncclSuccess);
-  repl->nccl->MarkBoundary(1);
-  repl->nccl->SetReplayPhase(ReplayPhase::kMinibatchLog);
-  bool behind = true;
-  absl::Status joined = repl->nccl->JoinRecovery(1, &behind);
+  absl::Status joined = repl->ReplaceAtMinibatch1(id, 2);
   ASSERT_TRUE(joined.ok()) << joined;
   for (size_t k = 0; k < 4; ++k) {
     const float share = k == 2 ? 3.0f : k == 3 ? 6.0f : -1.0f;
