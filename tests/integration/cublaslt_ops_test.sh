@@ -90,8 +90,11 @@ trial "at a descriptor create"    "rank=0,minibatch=3,calls=19,point=after_reply
 trial "at a descriptor destroy"   "rank=0,minibatch=5,calls=18,point=after_execute"
 
 # A long run, whose setup log is compacted: a kill after the compaction must
-# find the handle as the application left it.
+# find the handle as the application left it. A snapshot every 50 steps (every
+# 8th of them a journal boundary, where the setup log is compacted): with
+# auto the boundaries depend on how long the snapshots took.
 long_iters=1500
+common+=(--snapshot_every=50)
 "$run" "${common[@]}" -- "$app" --iters "$long_iters" >"$tmp/long_ref.log" 2>&1 || {
   echo "FAIL: the long fault-free loop failed"; tail -20 "$tmp/long_ref.log"; exit 1; }
 long_ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/long_ref.log")
