@@ -181,8 +181,9 @@ fi
 # NB_STEP=K: nccl_bench marks a step every K all-reduces (default 1: every
 # one is a step of its own); NB_TRAIN_ARGS: more train_mlp arguments for the
 # step time (e.g. --out_of_place); NB_SIZES: the rank counts of nccl_bench
-# (default "2 4").
-if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_multi_bench ]; then
+# (default "2 4"). NM_BENCH=0: MODE nccl_multi without these benchmarks.
+if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; } ||
+   [ "$MODE" = nccl_multi_bench ]; then
   echo
   echo "=== real NCCL, several ranks on one GPU: benchmarks (ratio = revenant / native, same run)"
   export NCCL_NVLS_ENABLE=0
