@@ -62,10 +62,10 @@ enum class Type { kBool, kInt, kDouble, kString };
     "Seconds a collective (NCCL or Gloo) may wait for its peers before it fails and its "       \
     "communicator is aborted; also the bound of a host-backend stream wait on a value "         \
     "(cuStreamWaitValue32).")                                                                    \
-  X(kCollectivePipeline, "REVENANT_COLLECTIVE_PIPELINE", kInt, kProduct, "1",                   \
+  X(kCollectivePipeline, "REVENANT_COLLECTIVE_PIPELINE", kInt, kProduct, "8",                   \
     "Real NCCL with several ranks and recovery: how many collectives of a communicator may be " \
     "in flight at once (the deferred fence: the agent waits for them before any other "       \
-    "request, at the latest; e.g. 8); 1: each collective is waited for at its call.")           \
+    "request, at the latest); 1: each collective is waited for at its call.")                   \
   X(kRecoveryTimeoutS, "REVENANT_RECOVERY_TIMEOUT_S", kDouble, kProduct, "0 (set by revenant-run)", \
     "Seconds an application waits for a replacement agent after its agent died; 0: no "         \
     "recovery, calls fail at once.")                                                             \

@@ -113,7 +113,7 @@ CudaNcclOptions CudaNcclOptions::From(const BackendOptions& options) {
   if (options.recovery_timeout_s > 0) o.recovery_timeout = absl::Seconds(options.recovery_timeout_s);
   o.crash_in_recovery = options.crash_in_recovery;
   o.cache_results = options.journal;
-  o.pipeline = static_cast<int>(knobs::Int(knobs::Id::kCollectivePipeline, 1, 1024).value_or(1));
+  o.pipeline = static_cast<int>(knobs::Int(knobs::Id::kCollectivePipeline, 1, 1024).value_or(8));
   return o;
 }
 

@@ -143,10 +143,9 @@ struct CudaNcclOptions {
   // replacement's replay; off when the agent does not journal.
   bool cache_results = true;
   // How many collective units of a recoverable communicator may be in
-  // flight at once (REVENANT_COLLECTIVE_PIPELINE); 1: each is waited for at
-  // its call (the default until the deferred fence's recovery is proven on
-  // the GPU: docs/recovery.md).
-  int pipeline = 1;
+  // flight at once (REVENANT_COLLECTIVE_PIPELINE, default 8); 1: each is
+  // waited for at its call (docs/recovery.md "Where the fence is").
+  int pipeline = 8;
 
   static CudaNcclOptions From(const BackendOptions& options);
 };
