@@ -459,6 +459,9 @@ class Backend : public api::BackendApi {
     (void)id;
     return 0;
   }
+  // After the executor ran a request: an NCCL error of work in flight that
+  // the request's own call waited for (0: none), as BeforeRequest's.
+  virtual int32_t TakeCollectiveError() { return 0; }
   // A minibatch boundary (collective ordinals restart per minibatch).
   virtual void MarkBoundary(uint64_t minibatch) { (void)minibatch; }
   // A replacement restored its state at the boundary of `minibatch` from a

@@ -538,6 +538,10 @@ void Session::RunAndReply(const transport::RecordHeader& rec, const api::ApiTrai
   if (traits.dispatched) {
     status = Dispatch(static_cast<api::ApiId>(rec.api_id), in, out, ctx_);
   }
+  if (const int32_t during = backend_->TakeCollectiveError();
+      during != 0 && nccl_deferred_error_ == 0) {
+    nccl_deferred_error_ = during;
+  }
   if (status == kNoDispatcher) {
     REVENANT_LOG(WARNING, "agent") << "request " << rec.seq << ": api id " << rec.api_id << " ("
                                    << traits.name << ") has no agent side";

@@ -66,6 +66,10 @@ enum class Type { kBool, kInt, kDouble, kString };
     "Real NCCL with several ranks and recovery: how many collectives of a communicator may be " \
     "in flight at once (the deferred fence: the agent waits for them before any other "       \
     "request, at the latest); 1: each collective is waited for at its call.")                   \
+  X(kCollectiveOverlap, "REVENANT_COLLECTIVE_OVERLAP", kBool, kProduct, "1",                    \
+    "With the deferred fence: kernels, copies and cuBLAS calls of streams not tied to a "       \
+    "collective in flight run beside it (DDP's backward beside its bucket all-reduces); 0: "   \
+    "they wait for the collectives in flight first.")                                           \
   X(kRecoveryTimeoutS, "REVENANT_RECOVERY_TIMEOUT_S", kDouble, kProduct, "0 (set by revenant-run)", \
     "Seconds an application waits for a replacement agent after its agent died; 0: no "         \
     "recovery, calls fail at once.")                                                             \

@@ -194,11 +194,14 @@ class CudaBackend : public Backend {
     if (!gloo_) return nccl_->JoinRecovery(minibatch, behind);
     return gloo_->nccl().JoinRecovery(minibatch, behind);
   }
-  // Collectives of a communicator queue behind its units in flight; any
-  // other request waits for them (its work could depend on their results,
-  // or overwrite what a retry needs).
+  // Collectives of a communicator queue behind its units in flight; work
+  // of a stream (kernels, copies, events, cuBLAS) decides in its call
+  // whether it may run beside them (GateStream, GateEvent); any other
+  // request waits for them (its work could depend on their results, or
+  // overwrite what a retry needs).
   int32_t BeforeRequest(api::ApiId id) override {
     if (gloo_ || !nccl_->HasPending()) return 0;
+    if (nccl_->Overlaps() && GatedInItsCall(id)) return 0;
     switch (id) {
       case api::ApiId::ncclAllReduce:
       case api::ApiId::ncclAllGather:
@@ -219,6 +222,77 @@ class CudaBackend : public Backend {
     Bind();
     return nccl_->SettleAll();
   }
+  static bool GatedInItsCall(api::ApiId id) {
+    switch (id) {
+      case api::ApiId::cudaLaunchKernel:
+      case api::ApiId::cudaLaunchKernelExC:
+      case api::ApiId::cudaLaunchCooperativeKernel:
+      case api::ApiId::__cudaLaunchKernel:
+      case api::ApiId::__cudaLaunchKernel_ptsz:
+      case api::ApiId::cudaMemcpyAsync:
+      case api::ApiId::cudaMemsetAsync:
+      case api::ApiId::cudaEventRecord:
+      case api::ApiId::cudaEventRecordWithFlags:
+      case api::ApiId::cudaStreamWaitEvent:
+      case api::ApiId::cudaEventQuery:
+      case api::ApiId::cudaEventSynchronize:
+        return true;
+      default:
+        break;
+    }
+    const api::Library library = api::Traits(id).library;
+    return library == api::Library::kCublas || library == api::Library::kCublasLt;
+  }
+  // Work on `stream` while collectives are in flight: waits for them first
+  // when it is ordered behind one (CudaNccl::BeforeStreamWork); their error
+  // is kept for the application's next synchronous NCCL call.
+  void GateStream(cudaStream_t stream) {
+    if (gloo_ || !nccl_->HasPending()) return;
+    KeepCollectiveError(nccl_->BeforeStreamWork(stream));
+  }
+  // A wait on, query or synchronization of `event` (CudaNccl::BeforeEventUse).
+  void GateEvent(cudaEvent_t event) {
+    if (gloo_ || !nccl_->HasPending()) return;
+    KeepCollectiveError(nccl_->BeforeEventUse(event));
+  }
+  void NoteEventRecord(cudaEvent_t event, cudaStream_t stream) {
+    if (!gloo_ && nccl_->HasPending()) nccl_->NoteEventRecord(event, stream);
+  }
+  void GateAll() {
+    if (gloo_ || !nccl_->HasPending()) return;
+    KeepCollectiveError(nccl_->SettleAll());
+  }
+  void KeepCollectiveError(ncclResult_t r) {
+    if (r != ncclSuccess && collective_error_ == 0) collective_error_ = r;
+  }
+  int32_t TakeCollectiveError() override {
+    const int32_t e = collective_error_;
+    collective_error_ = 0;
+    return e;
+  }
+  // cuBLAS: a call on a handle is work of the handle's stream; any other
+  // (no handle) waits for the collectives in flight.
+  template <typename... A>
+  void GateBlas(cublasHandle_t handle, A...) {
+    if (gloo_ || !nccl_->HasPending()) return;
+    cudaStream_t stream = nullptr;
+    if (blas_.cublasGetStream_v2(handle, &stream) != CUBLAS_STATUS_SUCCESS) return GateAll();
+    GateStream(stream);
+  }
+  template <typename... A>
+  void GateBlas(A...) {
+    GateAll();
+  }
+  // cuBLASLt: work of the stream it is given (cublasLtMatmul and the other
+  // calls that take one); the rest are host calls (descriptors, heuristics).
+  template <typename... A>
+  void GateLt(A... a) {
+    if (gloo_ || !nccl_->HasPending()) return;
+    (GateLtArg(a), ...);
+  }
+  void GateLtArg(cudaStream_t stream) { GateStream(stream); }
+  template <typename T>
+  void GateLtArg(T) {}
   void PinAgentBuffer(void* addr, size_t size) override {
     Bind();
     if (const cudaError_t e = ::cudaHostRegister(addr, size, cudaHostRegisterDefault);
@@ -560,6 +634,7 @@ class CudaBackend : public Backend {
   cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event,
                                   unsigned int flags) override {
     Bind();
+    GateEvent(event);
     return ::cudaStreamWaitEvent(stream, event, flags);
   }
 
@@ -579,19 +654,25 @@ class CudaBackend : public Backend {
   }
   cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) override {
     Bind();
-    return ::cudaEventRecord(event, stream);
+    const cudaError_t e = ::cudaEventRecord(event, stream);
+    if (e == cudaSuccess) NoteEventRecord(event, stream);
+    return e;
   }
   cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream,
                                        unsigned int flags) override {
     Bind();
-    return ::cudaEventRecordWithFlags(event, stream, flags);
+    const cudaError_t e = ::cudaEventRecordWithFlags(event, stream, flags);
+    if (e == cudaSuccess) NoteEventRecord(event, stream);
+    return e;
   }
   cudaError_t cudaEventQuery(cudaEvent_t event) override {
     Bind();
+    GateEvent(event);
     return ::cudaEventQuery(event);
   }
   cudaError_t cudaEventSynchronize(cudaEvent_t event) override {
     Bind();
+    GateEvent(event);
     CudaNccl::SyncScope sync(nccl_.get());
     return Settled(sync, ::cudaEventSynchronize(event));
   }
@@ -857,6 +938,7 @@ class CudaBackend : public Backend {
   cublasStatus_t name params override {                     \
     Bind();                                                 \
     if (!blas_.Load()) return CUBLAS_STATUS_NOT_INITIALIZED; \
+    GateBlas args;                                          \
     return blas_.name args;                                 \
   }
   REVENANT_CUBLAS_ROWS(REVENANT_CUDA_BLAS_ROW)
@@ -879,6 +961,7 @@ class CudaBackend : public Backend {
     Bind();                                                                           \
     if (!blas_lt_.Load()) return CUBLAS_STATUS_NOT_INITIALIZED;                       \
     if (cublasStatus_t s = LtGuard args) return s;                                    \
+    GateLt args;                                                                      \
     return [&](auto... a) { return LtCall(blas_lt_.name, a...); } args;               \
   }
   REVENANT_CUBLASLT_ROWS(REVENANT_CUDA_BLASLT_ROW)
@@ -1130,6 +1213,9 @@ class CudaBackend : public Backend {
   const uint64_t granularity_;
   std::unique_ptr<CudaNccl> nccl_;  // reset first at destruction: aborts what is left
   std::unique_ptr<CudaGloo> gloo_;  // --collectives=gloo: serves the NCCL rows instead
+  // The error of collectives a call waited for (GateStream), until the
+  // session takes it (TakeCollectiveError). The executor's thread only.
+  int32_t collective_error_ = 0;
   CudaBlas blas_;
   CudaBlasLt blas_lt_;
   cublasLtHandle_t lt_real_ ABSL_GUARDED_BY(mu_) = nullptr;
@@ -1491,6 +1577,7 @@ cudaError_t CudaBackend::cudaMemsetAsync(void* ptr, int value, size_t count,
     absl::MutexLock lock(&mu_);
     if (!DeviceAccessible(ptr, count)) return cudaErrorInvalidValue;
   }
+  GateStream(stream);
   return ::cudaMemsetAsync(ptr, value, count, stream);
 }
 
@@ -1543,6 +1630,7 @@ cudaError_t CudaBackend::Memcpy(void* dst, const void* src, size_t count, cudaMe
     // written before returning.
     if (!InDeviceRange(dst) && !IsSharedHost(dst, count)) async = false;
   }
+  GateStream(stream);
   // An asynchronous copy from private (pageable) bytes is safe: CUDA stages a
   // pageable source before cudaMemcpyAsync returns.
   if (async) return ::cudaMemcpyAsync(dst, src, count, kind, stream);
@@ -1559,6 +1647,7 @@ cudaError_t CudaBackend::MemcpyCaptured(void* dst, const void* src, size_t count
   *captured = false;
   Bind();
   if (count == 0) return cudaSuccess;
+  GateStream(stream);
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   if (::cudaStreamIsCapturing(stream, &capturing) != cudaSuccess ||
       capturing != cudaStreamCaptureStatusNone) {
@@ -1801,6 +1890,7 @@ cudaError_t CudaBackend::LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 
                                       size_t shared_bytes, cudaStream_t stream,
                                       const void* packed_args, bool cooperative) {
   Bind();
+  GateStream(stream);
   {
     absl::MutexLock lock(&mu_);
     if (!KnownKernel(kernel.handle)) return cudaErrorInvalidDeviceFunction;
@@ -1843,6 +1933,7 @@ cudaError_t CudaBackend::LaunchKernelEx(const KernelInfo& kernel, dim3 grid, dim
   static_assert(sizeof(cudaLaunchAttribute) == sizeof(CUlaunchAttribute),
                 "the runtime's and the driver's launch attributes share their layout");
   Bind();
+  GateStream(stream);
   {
     absl::MutexLock lock(&mu_);
     if (!KnownKernel(kernel.handle)) return cudaErrorInvalidDeviceFunction;

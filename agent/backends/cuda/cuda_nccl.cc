@@ -114,6 +114,7 @@ CudaNcclOptions CudaNcclOptions::From(const BackendOptions& options) {
   o.crash_in_recovery = options.crash_in_recovery;
   o.cache_results = options.journal;
   o.pipeline = static_cast<int>(knobs::Int(knobs::Id::kCollectivePipeline, 1, 1024).value_or(8));
+  o.overlap = knobs::Bool(knobs::Id::kCollectiveOverlap).value_or(true);
   return o;
 }
 
@@ -1163,8 +1164,12 @@ ncclResult_t CudaNccl::SettleComm(Comm& c, size_t keep) {
       u = FinishUnit(c, p.what, p.ordinal, p.ops, u, p.staged_ok, std::move(p.staged));
       if (u != ncclSuccess) first_error = u;
     }
+    // Every unit ran again synchronously: events recorded behind their
+    // failed attempts are behind nothing in flight any more.
+    if (pending_units_.load(std::memory_order_relaxed) == 0) behind_.clear();
     return first_error;
   }
+  if (pending_units_.load(std::memory_order_relaxed) == 0) behind_.clear();
   return ncclSuccess;
 }
 
@@ -1182,6 +1187,69 @@ ncclResult_t CudaNccl::SettleOthers(const Comm* except) {
 ncclResult_t CudaNccl::SettleAll() {
   if (pending_units_.load(std::memory_order_relaxed) == 0) return ncclSuccess;
   std::lock_guard<std::mutex> lock(mu_);
+  return SettleOthers(nullptr);
+}
+
+namespace {
+
+bool IsDefaultStream(cudaStream_t s) {
+  return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread;
+}
+
+// Whether the legacy default stream orders `s` (a stream created without
+// cudaStreamNonBlocking); an unknown stream counts as blocking.
+bool Blocking(cudaStream_t s) {
+  if (IsDefaultStream(s)) return true;
+  unsigned int flags = 0;
+  if (::cudaStreamGetFlags(s, &flags) != cudaSuccess) {
+    (void)::cudaGetLastError();
+    return true;
+  }
+  return (flags & cudaStreamNonBlocking) == 0;
+}
+
+}  // namespace
+
+bool CudaNccl::TiedToPending(cudaStream_t stream) const {
+  const bool is_default = IsDefaultStream(stream);
+  int blocking = -1;  // stream's, looked up once when needed
+  for (const auto& [h, c] : comms_) {
+    for (const PendingUnit& p : c->pending) {
+      for (const Op& op : p.ops) {
+        if (op.stream == stream) return true;
+        if (is_default && Blocking(op.stream)) return true;
+        if (IsDefaultStream(op.stream)) {
+          if (blocking < 0) blocking = Blocking(stream) ? 1 : 0;
+          if (blocking == 1) return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
+ncclResult_t CudaNccl::BeforeStreamWork(cudaStream_t stream) {
+  if (pending_units_.load(std::memory_order_relaxed) == 0) return ncclSuccess;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Overlaps() && !TiedToPending(stream)) return ncclSuccess;
+  return SettleOthers(nullptr);
+}
+
+void CudaNccl::NoteEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (pending_units_.load(std::memory_order_relaxed) == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  behind_.erase(std::remove(behind_.begin(), behind_.end(), event), behind_.end());
+  if (pending_units_.load(std::memory_order_relaxed) > 0 && TiedToPending(stream)) {
+    behind_.push_back(event);
+  }
+}
+
+ncclResult_t CudaNccl::BeforeEventUse(cudaEvent_t event) {
+  if (pending_units_.load(std::memory_order_relaxed) == 0) return ncclSuccess;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Overlaps() && std::find(behind_.begin(), behind_.end(), event) == behind_.end()) {
+    return ncclSuccess;
+  }
   return SettleOthers(nullptr);
 }
 

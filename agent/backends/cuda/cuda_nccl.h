@@ -69,7 +69,9 @@
 //     collectives of the communicator queue behind it, up to
 //     CudaNcclOptions::pipeline units, and it is waited for at the first
 //     request that is not a collective (CudaBackend::BeforeRequest ->
-//     SettleAll), at a boundary, or before a collective of another
+//     SettleAll) — work of a stream not tied to the units' streams runs
+//     beside them (BeforeStreamWork), an event recorded behind them is
+//     waited for (BeforeEventUse) —, at a boundary, or before a collective of another
 //     communicator or one overwriting its input or reading its result. A
 //     completed unit's results
 //     are copied to host memory (current and previous minibatch) for a
@@ -146,6 +148,10 @@ struct CudaNcclOptions {
   // flight at once (REVENANT_COLLECTIVE_PIPELINE, default 8); 1: each is
   // waited for at its call (docs/recovery.md "Where the fence is").
   int pipeline = 8;
+  // Kernels, copies and cuBLAS calls of streams not tied to a unit in
+  // flight run beside it (REVENANT_COLLECTIVE_OVERLAP); false: any request
+  // that is not a collective waits for the units in flight first.
+  bool overlap = true;
 
   static CudaNcclOptions From(const BackendOptions& options);
 };
@@ -263,6 +269,23 @@ class CudaNccl {
   ncclResult_t SettleAll();
   // Whether units are in flight (cheap; any thread).
   bool HasPending() const { return pending_units_.load(std::memory_order_relaxed) > 0; }
+  // Work of other streams beside units in flight (CudaNcclOptions::overlap;
+  // docs/recovery.md "Where the fence is"). Work the application queues on
+  // `stream` (a kernel, a copy, a cuBLAS call) runs beside the units in
+  // flight unless the stream is tied to one of theirs: the same stream, or
+  // the legacy default stream and a blocking stream (CUDA orders them
+  // implicitly), either way round; then every unit is waited for first
+  // (SettleAll). Returns SettleAll's error (ncclSuccess: none or not tied).
+  ncclResult_t BeforeStreamWork(cudaStream_t stream);
+  // An event recorded on a stream tied to a unit in flight stands behind
+  // it: a wait on that event, a query or a synchronization of it waits for
+  // every unit first (BeforeEventUse), so that nothing is ordered after a
+  // collective that may still fail and run again. Recorded elsewhere, the
+  // event is free of them.
+  void NoteEventRecord(cudaEvent_t event, cudaStream_t stream);
+  ncclResult_t BeforeEventUse(cudaEvent_t event);
+  // Whether other streams' work may run beside units in flight.
+  bool Overlaps() const { return options_.overlap && options_.pipeline > 1; }
 
   // Brackets a blocking synchronization (stream, event, device, copy): lets
   // the watchdog abort stuck collectives, and turns `e` into the abort's
@@ -355,6 +378,8 @@ class CudaNccl {
   // flight itself: not in place, not overwriting an input a retry of one
   // in flight needs, outside a replay and a recovery's aftermath.
   bool MayDefer(const Comm& c, const std::vector<Op>& ops) const;
+  // Whether work on `stream` is ordered behind a unit in flight (mu_ held).
+  bool TiedToPending(cudaStream_t stream) const;
   ncclResult_t Issue(Comm& c, const char* what, std::vector<Op>& ops);
   // One attempt: issue, stage the results, fence.
   ncclResult_t Attempt(Comm& c, const char* what, UnitOrdinal ordinal, std::vector<Op>& ops,
@@ -493,6 +518,9 @@ class CudaNccl {
   std::atomic<uint64_t> abort_generation_{0};
   std::atomic<int> abort_cuda_error_{cudaSuccess};
   std::atomic<int> pending_units_{0};  // units in flight, all communicators
+  // Events recorded on a stream tied to a unit in flight (NoteEventRecord);
+  // emptied once no unit is in flight. Guarded by mu_.
+  std::vector<cudaEvent_t> behind_;
 };
 
 }  // namespace cuda

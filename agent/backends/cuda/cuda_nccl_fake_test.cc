@@ -70,10 +70,13 @@ int CountEvents(const std::string& root, const std::string& event) {
 // "device range" holding the replicated state.
 struct Rank {
   // pipeline: CudaNcclOptions::pipeline (1: every unit waited for at its call).
-  Rank(const std::string& root, int r, double recovery_s, int pipeline = 8) {
+  // stream_flags: the flags of the rank's collective stream.
+  Rank(const std::string& root, int r, double recovery_s, int pipeline = 8,
+       unsigned int stream_flags = 0, bool overlap = true) {
     CudaNcclOptions o;
     o.rank = r;
     o.pipeline = pipeline;
+    o.overlap = overlap;
     o.recovery_timeout = absl::Seconds(recovery_s);
     nccl = std::make_unique<CudaNccl>(0, root + "/rank" + std::to_string(r), o);
     range.assign(kState, 0);
@@ -84,7 +87,7 @@ struct Rank {
               {reinterpret_cast<uint64_t>(base), kState}};
         },
         reinterpret_cast<uint64_t>(base));
-    EXPECT_EQ(::cudaStreamCreateWithFlags(&stream, 0), cudaSuccess);
+    EXPECT_EQ(::cudaStreamCreateWithFlags(&stream, stream_flags), cudaSuccess);
     grads.assign(kCount, 0.0f);
   }
   // An in-place all-reduce of `value` everywhere.
@@ -364,7 +367,11 @@ TEST(CudaNcclFakeTest, TwoReplacementsAtOnceWhenTheSurvivorsAreAMinibatchAhead) 
 // late_issue: the second unit is issued only after the death, so its own
 // issue fails while the first is in flight (the first must recover first:
 // every member then reports the same unit as the one it waits in).
-void RecoverUnitsInFlight(bool late_issue) {
+// beside: the survivors also queue work on another stream while the units
+// are in flight (it must neither wait for them nor be lost), then settle
+// through an event recorded behind the units (a DDP step's wait for its
+// bucket all-reduces).
+void RecoverUnitsInFlight(bool late_issue, bool beside = false) {
   const std::string root = JobRoot(kRanks);
   std::vector<std::unique_ptr<Rank>> ranks;
   for (int r = 0; r < kRanks; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30));
@@ -401,6 +408,8 @@ void RecoverUnitsInFlight(bool late_issue) {
   // Units (1, 3) and (1, 4): rank 1 dies before posting either; the
   // survivors leave both in flight and settle.
   std::vector<ncclResult_t> issued(kRanks, ncclInternalError), settled(kRanks, ncclInternalError);
+  std::vector<std::string> beside_errors(kRanks);
+  std::vector<std::vector<int>> beside_out(kRanks, std::vector<int>(kCount, 0));
   std::atomic<bool> broken{false};
   for (int r : {0, 2, 3}) {
     threads.emplace_back([&, r] {
@@ -408,7 +417,28 @@ void RecoverUnitsInFlight(bool late_issue) {
       issued[r] = me.AllReduceOut(3, static_cast<float>((r + 1) * 4));
       while (late_issue && !broken.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       if (issued[r] == ncclSuccess) issued[r] = me.AllReduceOut(4, static_cast<float>((r + 1) * 5));
-      settled[r] = me.nccl->SettleAll();
+      if (!beside) {
+        settled[r] = me.nccl->SettleAll();
+        return;
+      }
+      cudaStream_t other = nullptr;
+      cudaEvent_t after = nullptr;
+      ::cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking);
+      ::cudaEventCreateWithFlags(&after, cudaEventDisableTiming);
+      if (me.nccl->BeforeStreamWork(other) != ncclSuccess || !me.nccl->HasPending()) {
+        beside_errors[r] = "work of another stream waited for the units in flight";
+      }
+      int* out = beside_out[r].data();
+      fake_cudart::Enqueue(other, [out] {
+        for (size_t i = 0; i < kCount; ++i) out[i] = 7;
+      });
+      ::cudaEventRecord(after, me.stream);
+      me.nccl->NoteEventRecord(after, me.stream);
+      settled[r] = me.nccl->BeforeEventUse(after);
+      if (me.nccl->HasPending()) beside_errors[r] += "; a wait on the event left units in flight";
+      if (!fake_cudart::Synchronize(other, 30)) beside_errors[r] += "; the other stream hangs";
+      ::cudaEventDestroy(after);
+      ::cudaStreamDestroy(other);
     });
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -438,6 +468,8 @@ void RecoverUnitsInFlight(bool late_issue) {
   for (int r : {0, 2, 3}) {
     EXPECT_EQ(issued[r], ncclSuccess) << "rank " << r;
     EXPECT_EQ(settled[r], ncclSuccess) << "rank " << r;
+    EXPECT_TRUE(beside_errors[r].empty()) << "rank " << r << ": " << beside_errors[r];
+    if (beside) EXPECT_EQ(beside_out[r], std::vector<int>(kCount, 7)) << "rank " << r;
     EXPECT_TRUE(ranks[r]->Out(3, 40.0f)) << "rank " << r << " unit 3: " << ranks[r]->outs[3][0];
     EXPECT_TRUE(ranks[r]->Out(4, 50.0f)) << "rank " << r << " unit 4: " << ranks[r]->outs[4][0];
     EXPECT_FALSE(ranks[r]->nccl->HasPending());
@@ -452,6 +484,108 @@ TEST(CudaNcclFakeTest, UnitsInFlightSettleAndRecoverInOrder) { RecoverUnitsInFli
 
 TEST(CudaNcclFakeTest, AUnitFailingAtItsIssueRecoversTheUnitsInFlightFirst) {
   RecoverUnitsInFlight(true);
+}
+
+TEST(CudaNcclFakeTest, OtherStreamsRunBesideUnitsInFlightThatRecover) {
+  RecoverUnitsInFlight(false, /*beside=*/true);
+}
+
+// Which work waits for units in flight (CudaNccl::BeforeStreamWork,
+// NoteEventRecord, BeforeEventUse): work of the units' own stream, of the
+// legacy stream when theirs is blocking, and a use of an event recorded
+// behind them; not work of an unrelated stream, of the legacy stream when
+// theirs is non-blocking, nor a use of an event recorded elsewhere. Without
+// overlap (REVENANT_COLLECTIVE_OVERLAP=0) all of it waits.
+void CheckWhatWaits(unsigned int stream_flags, bool overlap) {
+  const std::string root = JobRoot(2);
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(std::make_unique<Rank>(root, r, 30, 8, stream_flags, overlap));
+  }
+  ncclUniqueId id;
+  ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(2);
+  const bool legacy_waits = !overlap || (stream_flags & cudaStreamNonBlocking) == 0;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      Rank& me = *ranks[r];
+      std::string& err = errors[r];
+      if (me.nccl->CommInitRankConfig(&me.comm, 2, id, r, nullptr) != ncclSuccess) {
+        err = "init failed";
+        return;
+      }
+      me.nccl->MarkBoundary(1);
+      cudaStream_t other = nullptr;
+      cudaEvent_t elsewhere = nullptr, behind = nullptr;
+      ::cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking);
+      ::cudaEventCreateWithFlags(&elsewhere, cudaEventDisableTiming);
+      ::cudaEventCreateWithFlags(&behind, cudaEventDisableTiming);
+      size_t k = 0;
+      auto burst = [&] {
+        for (int i = 0; i < 2; ++i, ++k) {
+          if (me.AllReduceOut(k, static_cast<float>(r + 1)) != ncclSuccess) err += "; issue";
+        }
+        if (!me.nccl->HasPending()) err += "; no unit in flight";
+      };
+      auto expect = [&](bool waited, const char* what) {
+        if (me.nccl->HasPending() == waited) {
+          err += std::string("; ") + what + (waited ? " did not wait" : " waited");
+        }
+        if (waited) me.nccl->SettleAll();
+      };
+      burst();
+      if (me.nccl->BeforeStreamWork(other) != ncclSuccess) err += "; error";
+      expect(!overlap, "work of an unrelated stream");
+      burst();
+      me.nccl->BeforeStreamWork(nullptr);
+      expect(legacy_waits, "work of the legacy stream");
+      burst();
+      me.nccl->BeforeStreamWork(me.stream);
+      expect(true, "work of the units' stream");
+      burst();
+      ::cudaEventRecord(elsewhere, other);
+      me.nccl->NoteEventRecord(elsewhere, other);
+      me.nccl->BeforeEventUse(elsewhere);
+      expect(!overlap, "a wait on an event of another stream");
+      burst();
+      ::cudaEventRecord(behind, me.stream);
+      me.nccl->NoteEventRecord(behind, me.stream);
+      me.nccl->BeforeEventUse(behind);
+      expect(true, "a wait on an event recorded behind the units");
+      // Recorded behind units, then again elsewhere: free of them.
+      burst();
+      ::cudaEventRecord(behind, me.stream);
+      me.nccl->NoteEventRecord(behind, me.stream);
+      ::cudaEventRecord(behind, other);
+      me.nccl->NoteEventRecord(behind, other);
+      me.nccl->BeforeEventUse(behind);
+      expect(!overlap, "a wait on an event recorded again elsewhere");
+      if (me.nccl->SettleAll() != ncclSuccess) err += "; settle failed";
+      for (size_t i = 0; i < k; ++i) {
+        if (!me.Out(i, 3.0f)) err += "; wrong sum in unit " + std::to_string(i);
+      }
+      fake_cudart::Synchronize(other, 30);
+      ::cudaEventDestroy(elsewhere);
+      ::cudaEventDestroy(behind);
+      ::cudaStreamDestroy(other);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
+  for (auto& r : ranks) EXPECT_EQ(r->nccl->CommDestroy(r->comm), ncclSuccess);
+}
+
+TEST(CudaNcclFakeTest, WorkTiedToUnitsInFlightWaitsForThemAndOtherWorkDoesNot) {
+  CheckWhatWaits(/*stream_flags=*/0, /*overlap=*/true);
+}
+
+TEST(CudaNcclFakeTest, TheLegacyStreamRunsBesideUnitsOfANonBlockingStream) {
+  CheckWhatWaits(cudaStreamNonBlocking, /*overlap=*/true);
+}
+
+TEST(CudaNcclFakeTest, WithoutOverlapEveryStreamWaitsForUnitsInFlight) {
+  CheckWhatWaits(cudaStreamNonBlocking, /*overlap=*/false);
 }
 
 // A boundary ends the minibatch's units in flight: they complete before

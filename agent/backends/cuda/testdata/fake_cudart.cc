@@ -72,6 +72,7 @@ struct Device {
 
 struct Stream {
   int device = 0;
+  unsigned int flags = 0;
   Queue queue;
 };
 
@@ -141,9 +142,10 @@ const char* cudaGetErrorString(cudaError_t error) {
   return error == cudaSuccess ? "no error" : "fake CUDA error";
 }
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
   auto* s = new fake_cudart::Stream;
   s->device = fake_cudart::t_device;
+  s->flags = flags;
   *stream = reinterpret_cast<cudaStream_t>(s);
   return cudaSuccess;
 }
@@ -152,6 +154,17 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   auto* s = reinterpret_cast<fake_cudart::Stream*>(stream);
   s->queue.WaitIdle(60);
   delete s;
+  return cudaSuccess;
+}
+
+// The flags a stream was created with (the legacy stream: 0). The fake
+// does not order blocking streams behind the legacy one.
+cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int* flags) {
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) {
+    *flags = 0;
+  } else {
+    *flags = reinterpret_cast<fake_cudart::Stream*>(stream)->flags;
+  }
   return cudaSuccess;
 }
 
