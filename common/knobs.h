@@ -70,6 +70,11 @@ enum class Type { kBool, kInt, kDouble, kString };
     "With the deferred fence: kernels, copies and cuBLAS calls of streams not tied to a "       \
     "collective in flight run beside it (DDP's backward beside its bucket all-reduces); 0: "   \
     "they wait for the collectives in flight first.")                                           \
+  X(kResultStagingMib, "REVENANT_RESULT_STAGING_MIB", kInt, kProduct, "256",                    \
+    "Real NCCL with several ranks and recovery: device memory (MiB) through which a "           \
+    "collective's result is copied to the host memory kept for a replacement (a device copy on " \
+    "the collective's stream, the copy to the host on a stream of the agent's, so the next "   \
+    "collective need not wait for it); 0: the copy to the host runs on the collective's stream.") \
   X(kRecoveryTimeoutS, "REVENANT_RECOVERY_TIMEOUT_S", kDouble, kProduct, "0 (set by revenant-run)", \
     "Seconds an application waits for a replacement agent after its agent died; 0: no "         \
     "recovery, calls fail at once.")                                                             \

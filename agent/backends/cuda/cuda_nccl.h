@@ -152,6 +152,17 @@ struct CudaNcclOptions {
   // flight run beside it (REVENANT_COLLECTIVE_OVERLAP); false: any request
   // that is not a collective waits for the units in flight first.
   bool overlap = true;
+  // Device memory through which results of at least `stage_min_bytes` go to
+  // their pinned buffers (REVENANT_RESULT_STAGING_MIB): a device-to-device
+  // copy of each `stage_chunk_bytes` piece on the collective's stream into a
+  // slot of this ring, then the device-to-host copy on the agent's staging
+  // stream. 0: the device-to-host copy runs on the collective's stream.
+  size_t stage_bytes = size_t{256} << 20;
+  size_t stage_chunk_bytes = size_t{32} << 20;
+  size_t stage_min_bytes = size_t{1} << 20;
+  // Free pinned result buffers kept for reuse before the first boundary
+  // says how many a minibatch needs (PinnedPool).
+  size_t pinned_keep_bytes = size_t{1} << 30;
 
   static CudaNcclOptions From(const BackendOptions& options);
 };
@@ -170,16 +181,25 @@ class PinnedPool {
     size_t bytes;
   };
   using Buf = std::unique_ptr<char, Giver>;
+  // `keep_bytes`: free buffers kept for reuse at first (KeepAtLeast raises it).
+  explicit PinnedPool(size_t keep_bytes = size_t{1} << 30) : keep_bytes_(keep_bytes) {}
   // A buffer of exactly n bytes (a free one of that size, else a new
   // one); null when no pinned memory could be had.
   static Buf Take(const std::shared_ptr<PinnedPool>& pool, size_t n);
+  // Keeps at least `bytes` of free buffers for reuse (the results a
+  // boundary drops at once are taken again by the next minibatch's units).
+  void KeepAtLeast(size_t bytes);
+  // Buffers made with cudaMallocHost so far (a test's view of reuse).
+  uint64_t made() const { return made_.load(); }
   ~PinnedPool();
 
  private:
   void Give(char* p, size_t n);
   std::mutex mu_;
-  std::multimap<size_t, char*> free_;  // guarded by mu_
-  size_t free_bytes_ = 0;              // guarded by mu_
+  std::multimap<size_t, char*> free_;      // guarded by mu_
+  size_t free_bytes_ = 0;                  // guarded by mu_
+  size_t keep_bytes_;                      // guarded by mu_
+  std::atomic<uint64_t> made_{0};
 };
 // A completed unit's result for one operation: staged into a pinned
 // buffer, or received from the survivors during a recovery.
@@ -269,6 +289,11 @@ class CudaNccl {
   ncclResult_t SettleAll();
   // Whether units are in flight (cheap; any thread).
   bool HasPending() const { return pending_units_.load(std::memory_order_relaxed) > 0; }
+  // Pinned buffers made for kept results so far (reuse across minibatches).
+  uint64_t PinnedBuffersMade() const { return pinned_pool_->made(); }
+  // The result of operation `op` of unit (minibatch, index) kept for a
+  // replacement; empty when none is kept (tests).
+  std::string KeptResult(ncclComm_t comm, uint64_t minibatch, uint64_t index, size_t op);
   // Work of other streams beside units in flight (CudaNcclOptions::overlap;
   // docs/recovery.md "Where the fence is"). Work the application queues on
   // `stream` (a kernel, a copy, a cuBLAS call) runs beside the units in
@@ -399,7 +424,9 @@ class CudaNccl {
   ncclResult_t WaitUnit(Comm& c, const char* what, UnitOrdinal ordinal,
                         std::vector<cudaEvent_t>* events);
   // RecordUnitEvents + WaitUnit: the unit's streams passed it.
-  ncclResult_t Fence(Comm& c, const char* what, UnitOrdinal ordinal, const std::vector<Op>& ops);
+  // `events`: more to wait for (the unit's staged copies).
+  ncclResult_t Fence(Comm& c, const char* what, UnitOrdinal ordinal, const std::vector<Op>& ops,
+                     std::vector<cudaEvent_t> events);
   // In-place inputs: copied to device buffers of c's pool before the unit,
   // copied back before a retry, given back once the unit completed.
   ncclResult_t SaveInputs(Comm& c, std::vector<Op>& ops);
@@ -407,8 +434,17 @@ class CudaNccl {
   static void ReleaseInputs(Comm& c, std::vector<Op>& ops);
   // Copies the unit's receive buffers into pinned buffers in stream order
   // (the fence waits for them too): `staged` keeps a retry's buffers (same
-  // operations, same stream). False when they cannot be kept.
-  bool StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* staged);
+  // operations, same stream). Copies through the staging ring end with an
+  // event added to `events`, which the unit's wait waits for too. False
+  // when they cannot be kept.
+  bool StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* staged,
+                    std::vector<cudaEvent_t>* events);
+  // The staging ring and stream, made at the first result that uses them;
+  // false when they cannot be had (the copies then stay on the stream).
+  bool EnsureStaging();
+  // One result through the ring: device-to-device pieces on `stream`,
+  // device-to-host on stage_stream_. False when CUDA refused.
+  bool StageThroughRing(char* dst, const void* src, size_t n, cudaStream_t stream);
   void CacheResults(Comm& c, UnitOrdinal ordinal, std::vector<ResultBuf> staged);
   // Puts a unit's results in c.cache, keeping c.cache_bytes.
   static void KeepResults(Comm& c, UnitOrdinal ordinal, std::vector<ResultBuf> bufs);
@@ -507,7 +543,19 @@ class CudaNccl {
   cudaStream_t aux_ = nullptr;
   void* bounce_ = nullptr;
   size_t bounce_bytes_ = 0;
-  std::shared_ptr<PinnedPool> pinned_pool_ = std::make_shared<PinnedPool>();
+  std::shared_ptr<PinnedPool> pinned_pool_;
+  // The staging ring (options_.stage_bytes): a slot is filled on a
+  // collective's stream after the stream waited for `free` (its last copy to
+  // the host), and emptied on stage_stream_ after that waited for `filled`.
+  struct StageSlot {
+    void* dev = nullptr;
+    cudaEvent_t filled = nullptr;
+    cudaEvent_t free = nullptr;
+  };
+  std::vector<StageSlot> stage_slots_;
+  size_t stage_next_ = 0;
+  cudaStream_t stage_stream_ = nullptr;
+  bool stage_failed_ = false;  // the ring could not be made: not tried again
 
   // Watchdog.
   std::thread watchdog_;

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -71,12 +72,15 @@ int CountEvents(const std::string& root, const std::string& event) {
 struct Rank {
   // pipeline: CudaNcclOptions::pipeline (1: every unit waited for at its call).
   // stream_flags: the flags of the rank's collective stream.
+  // tweak: changes the rest of the options (staging, the pinned pool).
   Rank(const std::string& root, int r, double recovery_s, int pipeline = 8,
-       unsigned int stream_flags = 0, bool overlap = true) {
+       unsigned int stream_flags = 0, bool overlap = true,
+       const std::function<void(CudaNcclOptions*)>& tweak = {}) {
     CudaNcclOptions o;
     o.rank = r;
     o.pipeline = pipeline;
     o.overlap = overlap;
+    if (tweak) tweak(&o);
     o.recovery_timeout = absl::Seconds(recovery_s);
     nccl = std::make_unique<CudaNccl>(0, root + "/rank" + std::to_string(r), o);
     range.assign(kState, 0);
@@ -182,6 +186,18 @@ TEST(PinnedPoolTest, ReusesBuffersOfTheSameSize) {
   ASSERT_NE(d.get(), nullptr);
   EXPECT_NE(d.get(), first);
   EXPECT_NE(d.get(), c.get());
+  // A bound raised: buffers given back beyond the first bound are kept.
+  auto small = std::make_shared<PinnedPool>(4096);
+  {
+    PinnedPool::Buf x = PinnedPool::Take(small, 4096), y = PinnedPool::Take(small, 4096);
+  }
+  EXPECT_EQ(small->made(), 2u);
+  { PinnedPool::Buf x = PinnedPool::Take(small, 4096), y = PinnedPool::Take(small, 4096); }
+  EXPECT_EQ(small->made(), 3u);  // one was kept, one freed
+  small->KeepAtLeast(2 * 4096);
+  { PinnedPool::Buf x = PinnedPool::Take(small, 4096), y = PinnedPool::Take(small, 4096); }
+  { PinnedPool::Buf x = PinnedPool::Take(small, 4096), y = PinnedPool::Take(small, 4096); }
+  EXPECT_EQ(small->made(), 4u);
   // The pool lives as long as its buffers do.
   pool.reset();
   b.reset();
@@ -371,10 +387,20 @@ TEST(CudaNcclFakeTest, TwoReplacementsAtOnceWhenTheSurvivorsAreAMinibatchAhead) 
 // are in flight (it must neither wait for them nor be lost), then settle
 // through an event recorded behind the units (a DDP step's wait for its
 // bucket all-reduces).
-void RecoverUnitsInFlight(bool late_issue, bool beside = false) {
+// stage_chunk > 0: results go through a staging ring of 3 slots of that
+// many bytes (every result of kCount floats, several pieces).
+void RecoverUnitsInFlight(bool late_issue, bool beside = false, size_t stage_chunk = 0) {
   const std::string root = JobRoot(kRanks);
+  auto tweak = [stage_chunk](CudaNcclOptions* o) {
+    if (stage_chunk == 0) return;
+    o->stage_bytes = 3 * stage_chunk;
+    o->stage_chunk_bytes = stage_chunk;
+    o->stage_min_bytes = 0;
+  };
   std::vector<std::unique_ptr<Rank>> ranks;
-  for (int r = 0; r < kRanks; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30));
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.push_back(std::make_unique<Rank>(root, r, 30, 8, 0, true, tweak));
+  }
   ncclUniqueId id;
   ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
   std::vector<std::thread> threads;
@@ -447,7 +473,7 @@ void RecoverUnitsInFlight(bool late_issue, bool beside = false) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   DeclareEpoch(root, 1);
 
-  auto repl = std::make_unique<Rank>(root, 1, 30);
+  auto repl = std::make_unique<Rank>(root, 1, 30, 8, 0, true, tweak);
   absl::Status joined = repl->ReplaceAtMinibatch1(id, 1);
   ASSERT_TRUE(joined.ok()) << joined;
   EXPECT_EQ(repl->range, std::vector<char>(kState, 0x42));
@@ -469,7 +495,9 @@ void RecoverUnitsInFlight(bool late_issue, bool beside = false) {
     EXPECT_EQ(issued[r], ncclSuccess) << "rank " << r;
     EXPECT_EQ(settled[r], ncclSuccess) << "rank " << r;
     EXPECT_TRUE(beside_errors[r].empty()) << "rank " << r << ": " << beside_errors[r];
-    if (beside) EXPECT_EQ(beside_out[r], std::vector<int>(kCount, 7)) << "rank " << r;
+    if (beside) {
+      EXPECT_EQ(beside_out[r], std::vector<int>(kCount, 7)) << "rank " << r;
+    }
     EXPECT_TRUE(ranks[r]->Out(3, 40.0f)) << "rank " << r << " unit 3: " << ranks[r]->outs[3][0];
     EXPECT_TRUE(ranks[r]->Out(4, 50.0f)) << "rank " << r << " unit 4: " << ranks[r]->outs[4][0];
     EXPECT_FALSE(ranks[r]->nccl->HasPending());
@@ -488,6 +516,81 @@ TEST(CudaNcclFakeTest, AUnitFailingAtItsIssueRecoversTheUnitsInFlightFirst) {
 
 TEST(CudaNcclFakeTest, OtherStreamsRunBesideUnitsInFlightThatRecover) {
   RecoverUnitsInFlight(false, /*beside=*/true);
+}
+
+// The survivors' kept results went device -> staging ring -> pinned memory
+// in pieces (1600 + 1600 + 800 bytes, the 3-slot ring wrapping inside every
+// unit): the replacement takes units 0-2 from them, with the right sums.
+TEST(CudaNcclFakeTest, ResultsKeptThroughTheStagingRingReachTheReplacement) {
+  RecoverUnitsInFlight(false, /*beside=*/false, /*stage_chunk=*/1600);
+}
+
+// Every unit of a minibatch writes the same result buffer while the one
+// before it may still be on its way to the host: the ring's device copy ran
+// first on the stream, so each kept result is its own unit's sum. The pinned
+// buffers a boundary drops go back to the pool and the next minibatch takes
+// them again: none is made after the second minibatch, however small the
+// pool's first bound (one result here).
+TEST(CudaNcclFakeTest, KeptResultsReuseTheirPinnedBuffersEveryMinibatch) {
+  const std::string root = JobRoot(2);
+  constexpr int kUnits = 4;
+  auto tweak = [](CudaNcclOptions* o) {
+    o->stage_bytes = 3 * 1600;
+    o->stage_chunk_bytes = 1600;
+    o->stage_min_bytes = 0;
+    o->pinned_keep_bytes = kCount * sizeof(float);  // one result
+  };
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30, 8, 0, true, tweak));
+  ncclUniqueId id;
+  ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
+  std::vector<std::string> errors(2);
+  std::vector<std::vector<uint64_t>> made(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      Rank& me = *ranks[r];
+      if (me.nccl->CommInitRankConfig(&me.comm, 2, id, r, nullptr) != ncclSuccess) {
+        errors[r] = "init failed";
+        return;
+      }
+      me.outs.assign(1, std::vector<float>(kCount, 0.0f));
+      me.sends.assign(kUnits, std::vector<float>());
+      for (uint64_t mb = 1; mb <= 8; ++mb) {
+        me.nccl->MarkBoundary(mb);
+        for (int k = 0; k < kUnits; ++k) {
+          me.sends[k].assign(kCount, static_cast<float>(mb * 10 + k + r));
+          // Every unit of the minibatch into the same result buffer.
+          if (me.nccl->AllReduce(me.sends[k].data(), me.outs[0].data(), kCount, ncclFloat,
+                                 ncclSum, me.comm, me.stream) != ncclSuccess) {
+            errors[r] = "all-reduce failed";
+            return;
+          }
+        }
+        if (me.nccl->SettleAll() != ncclSuccess) errors[r] = "settle failed";
+        const float last = static_cast<float>(2 * (mb * 10 + kUnits - 1) + 1);
+        if (me.outs[0][0] != last) errors[r] = "wrong sum " + std::to_string(me.outs[0][0]);
+        for (int k = 0; k < kUnits; ++k) {
+          const std::string kept = me.nccl->KeptResult(me.comm, mb, k, 0);
+          const std::vector<float> want(kCount, static_cast<float>(2 * (mb * 10 + k) + 1));
+          if (kept.size() != kCount * sizeof(float) ||
+              std::memcmp(kept.data(), want.data(), kept.size()) != 0) {
+            errors[r] += "; kept result of unit (" + std::to_string(mb) + ", " +
+                         std::to_string(k) + ") is not its sum";
+          }
+        }
+        made[r].push_back(me.nccl->PinnedBuffersMade());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
+    // Two minibatches kept at once: 8 buffers, all made in the first two.
+    EXPECT_EQ(made[r][1], 2u * kUnits) << "rank " << r;
+    EXPECT_EQ(made[r].back(), 2u * kUnits) << "rank " << r << ": buffers made after minibatch 2";
+  }
+  for (auto& r : ranks) EXPECT_EQ(r->nccl->CommDestroy(r->comm), ncclSuccess);
 }
 
 // Which work waits for units in flight (CudaNccl::BeforeStreamWork,
