@@ -181,7 +181,8 @@ fi
 # NB_STEP=K: nccl_bench marks a step every K all-reduces (default 1: every
 # one is a step of its own); NB_TRAIN_ARGS: more train_mlp arguments for the
 # step time (e.g. --out_of_place); NB_SIZES: the rank counts of nccl_bench
-# (default "2 4"). NM_BENCH=0: MODE nccl_multi without these benchmarks.
+# (default "2 4"); NB_STEPTIME=0: without the train_mlp step time. NM_BENCH=0:
+# MODE nccl_multi without these benchmarks.
 if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; } ||
    [ "$MODE" = nccl_multi_bench ]; then
   echo
@@ -209,6 +210,7 @@ if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; 
     bash "$G/bench/compare.sh" "$nlog.r0" "$rlog.r0" | tee "$LOGS/nccl_multi.bench.n$n.table.txt" | sed 's/^/   /'
   done
   n=4
+  if [ "${NB_STEPTIME:-1}" = 1 ]; then
   nb_wall() {  # LOG CMD...: seconds of one run
     local log=$1 t0; shift; t0=$(now); "$@" >"$log" 2>&1; calc "$(now) - $t0"
   }
@@ -222,4 +224,5 @@ if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; 
   if [ "$(grep -c "PASS train_mlp" "$LOGS/nccl_multi.step.native.2020")" -eq $n ] &&
      [ "$(grep -c "PASS train_mlp" "$LOGS/nccl_multi.step.cuda.2020.log")" -eq $n ]; then s=PASS; else s=FAIL; fi
   record "nccl_multi train_mlp step time, 4 ranks" "$s" "$LOGS/nccl_multi.step.cuda.2020.log"
+  fi  # NB_STEPTIME
 fi
