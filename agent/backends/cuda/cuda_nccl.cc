@@ -1018,13 +1018,21 @@ void CudaNccl::CacheResults(Comm& c, UnitOrdinal ordinal, std::vector<ResultBuf>
   // loop, a program without a training step) keeps every result.
   const uint64_t bytes = c.cache_bytes;
   if (bytes >= c.cache_warn_bytes) {
-    REVENANT_LOG(WARNING, kLog) << "rank " << c.rank << ": " << (bytes >> 20)
-                                << " MiB of collective results kept for a replacement ("
-                                << c.cache.size() << " units since minibatch "
-                                << c.cache.begin()->first.first
-                                << "): they are dropped two minibatch boundaries later, and "
-                                   "this job has placed none since; host memory grows until "
-                                   "it does (mark training steps with revenantMarkStep())";
+    const uint64_t oldest = c.cache.begin()->first.first;
+    // All of it from the current minibatch: no boundary since these units
+    // began (a warning); else boundaries are placed and this may be what
+    // two minibatches' collectives return (information).
+    const std::string what = absl::StrCat(
+        "rank ", c.rank, ": ", bytes >> 20,
+        " MiB of pinned host memory hold collective results kept for a replacement (",
+        c.cache.size(), " units of minibatches ", oldest, "-", c.minibatch,
+        "); a result is kept until the second boundary after its minibatch, so this grows "
+        "while none is placed (mark training steps with revenantMarkStep())");
+    if (oldest < c.minibatch) {
+      REVENANT_LOG(INFO, kLog) << what;
+    } else {
+      REVENANT_LOG(WARNING, kLog) << what;
+    }
     while (c.cache_warn_bytes <= bytes) c.cache_warn_bytes *= 2;
   }
 }
