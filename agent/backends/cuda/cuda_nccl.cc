@@ -299,15 +299,17 @@ void CudaNccl::MarkBoundary(uint64_t minibatch) {
   }
   // Keep the current and the previous minibatch's results; the buffers of
   // those dropped stay in the pool for the next minibatch's units (the same
-  // sizes, step after step), however many bytes a minibatch keeps.
-  uint64_t dropped = 0;
+  // sizes, step after step), as many bytes as the minibatch just ended
+  // kept: what the next one will likely take again (not all of a long run
+  // without boundaries).
+  uint64_t dropped = 0, kept = 0;
   for (auto& [h, c] : comms_) {
     for (const auto& [ordinal, bufs] : c->cache) {
-      if (ordinal.first + 1 >= minibatch) break;
-      for (const ResultBuf& b : bufs) dropped += b.pinned ? b.bytes : 0;
+      uint64_t& sum = ordinal.first + 1 < minibatch ? dropped : kept;
+      for (const ResultBuf& b : bufs) sum += b.pinned ? b.bytes : 0;
     }
   }
-  pinned_pool_->KeepAtLeast(dropped);
+  pinned_pool_->KeepAtLeast(std::min(dropped, kept));
   for (auto& [h, c] : comms_) {
     c->minibatch = minibatch;
     c->next_index = 0;
