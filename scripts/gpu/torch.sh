@@ -9,7 +9,8 @@
 #
 # MODE torch (and all; torch1: step 1 only):
 #   1. each script at 1 rank natively and under revenant-run -n 1: the final
-#      parameter SHA-256 equal; step time ratio and start-up times printed;
+#      parameter SHA-256 equal; step time ratio and start-up times printed,
+#      and the step with --snapshots=off (a journal boundary per step) beside;
 #   2. 4 ranks on the one GPU over the Gloo staging and over real NCCL (an
 #      NCCL_HOSTID per rank), twice each: one hash on every rank, both runs;
 #   3. agent kills in the 4-rank jobs, each ending with the fault-free hash
@@ -117,7 +118,14 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       ratio=none; [ -n "$nst" ] && [ -n "$cst" ] && ratio=$(calc "$cst / $nst")
       echo "   $s: native rc=$nrc $ref step $nst ms; revenant rc=$crc $got step $cst ms; ratio $ratio"
       echo "   $s start-up: native $(th_start "$nlog"); revenant $(th_start "$clog")"
-      grep -hoE "(host memory|journal|snapshots) at exit.*" "$clog" | sed 's/^/   | agent /'
+      grep -hoE "(host memory|journal|snapshots|captured uploads) at exit.*" "$clog" | sed 's/^/   | agent /'
+      # The same script with a journal boundary per step instead of the
+      # one-rank default snapshots, in the same call: what the snapshots'
+      # mode costs the step, apart from the rest.
+      olog="$LOGS/torch.$s.cuda.nosnap.log"
+      timeout 400 $RUN -n 1 --backend=cuda --snapshots=off --timeout=360 -- "$PY" "$TS/$s.py" >"$olog" 2>&1
+      orc=$?; ost=$(th_step "$olog")
+      echo "   $s --snapshots=off: rc=$orc $(th_hash "$olog") step $ost ms; ratio $([ -n "$nst" ] && [ -n "$ost" ] && calc "$ost / $nst")"
       if [ $nrc -eq 0 ] && [ $crc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ]; then
         st=PASS; th_ref[$s]=$ref
       else
