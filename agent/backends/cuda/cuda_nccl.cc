@@ -210,10 +210,7 @@ CudaNccl::~CudaNccl() {
   // The device memory and streams go with the context; the pinned bounce
   // buffer is this process's.
   if (bounce_ != nullptr) ::cudaFreeHost(bounce_);
-  for (StageSlot& s : stage_slots_) {
-    if (s.filled != nullptr) ::cudaEventDestroy(s.filled);
-    if (s.free != nullptr) ::cudaEventDestroy(s.free);
-  }
+  for (StageSlot& s : stage_slots_) DestroySlotEvents(s);
 }
 
 PinnedPool::Buf PinnedPool::Take(const std::shared_ptr<PinnedPool>& pool,
@@ -301,27 +298,28 @@ void CudaNccl::MarkBoundary(uint64_t minibatch) {
   // those dropped stay in the pool for the next minibatch's units (the same
   // sizes, step after step), as many bytes as the minibatch just ended
   // kept: what the next one will likely take again (not all of a long run
-  // without boundaries).
-  uint64_t dropped = 0, kept = 0;
-  for (auto& [h, c] : comms_) {
-    for (const auto& [ordinal, bufs] : c->cache) {
-      uint64_t& sum = ordinal.first + 1 < minibatch ? dropped : kept;
-      for (const ResultBuf& b : bufs) sum += b.pinned ? b.bytes : 0;
-    }
-  }
-  pinned_pool_->KeepAtLeast(std::min(dropped, kept));
+  // without boundaries). The dropped buffers go back to the pool at the
+  // end, once its bound is raised.
+  std::vector<std::vector<ResultBuf>> dropped;
+  uint64_t dropped_bytes = 0, kept_bytes = 0;
   for (auto& [h, c] : comms_) {
     c->minibatch = minibatch;
     c->next_index = 0;
     for (auto it = c->cache.begin(); it != c->cache.end();) {
       if (it->first.first + 1 < minibatch) {
-        for (const ResultBuf& b : it->second) c->cache_bytes -= b.bytes;
+        for (const ResultBuf& b : it->second) {
+          c->cache_bytes -= b.bytes;
+          dropped_bytes += b.pinned ? b.bytes : 0;
+        }
+        dropped.push_back(std::move(it->second));
         it = c->cache.erase(it);
       } else {
+        for (const ResultBuf& b : it->second) kept_bytes += b.pinned ? b.bytes : 0;
         it = std::next(it);
       }
     }
   }
+  pinned_pool_->KeepAtLeast(std::min(dropped_bytes, kept_bytes));
 }
 
 std::shared_ptr<CudaNccl::Comm> CudaNccl::Find(ncclComm_t comm) {
@@ -894,7 +892,7 @@ ncclResult_t CudaNccl::WaitUnit(Comm& c, const char* what, UnitOrdinal ordinal,
 bool CudaNccl::EnsureStaging() {
   if (!stage_slots_.empty()) return true;
   if (stage_failed_ || options_.stage_bytes == 0 || options_.stage_chunk_bytes == 0) return false;
-  const size_t chunk = std::min(options_.stage_chunk_bytes, options_.stage_bytes);
+  const size_t chunk = StageChunk();
   const size_t slots = std::max<size_t>(1, options_.stage_bytes / chunk);
   bool ok = ::cudaStreamCreateWithFlags(&stage_stream_, cudaStreamNonBlocking) == cudaSuccess;
   std::vector<StageSlot> ring(ok ? slots : 0);
@@ -907,8 +905,7 @@ bool CudaNccl::EnsureStaging() {
     (void)::cudaGetLastError();
     for (StageSlot& s : ring) {
       if (s.dev != nullptr) ::cudaFree(s.dev);
-      if (s.filled != nullptr) ::cudaEventDestroy(s.filled);
-      if (s.free != nullptr) ::cudaEventDestroy(s.free);
+      DestroySlotEvents(s);
     }
     if (stage_stream_ != nullptr) ::cudaStreamDestroy(stage_stream_);
     stage_stream_ = nullptr;
@@ -926,7 +923,7 @@ bool CudaNccl::EnsureStaging() {
 }
 
 bool CudaNccl::StageThroughRing(char* dst, const void* src, size_t n, cudaStream_t stream) {
-  const size_t chunk = std::min(options_.stage_chunk_bytes, options_.stage_bytes);
+  const size_t chunk = StageChunk();
   for (size_t off = 0; off < n; off += chunk) {
     const size_t len = std::min(chunk, n - off);
     StageSlot& s = stage_slots_[stage_next_];

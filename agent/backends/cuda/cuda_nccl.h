@@ -108,6 +108,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -552,6 +553,11 @@ class CudaNccl {
     cudaEvent_t filled = nullptr;
     cudaEvent_t free = nullptr;
   };
+  static void DestroySlotEvents(StageSlot& s) {
+    if (s.filled != nullptr) ::cudaEventDestroy(s.filled);
+    if (s.free != nullptr) ::cudaEventDestroy(s.free);
+  }
+  size_t StageChunk() const { return std::min(options_.stage_chunk_bytes, options_.stage_bytes); }
   std::vector<StageSlot> stage_slots_;
   size_t stage_next_ = 0;
   cudaStream_t stage_stream_ = nullptr;
