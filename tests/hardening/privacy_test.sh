@@ -155,35 +155,32 @@ wait "$job"; rc=$?
 check_job pinned "chan-N" "host-N-N" "journal"
 
 # 2b. NCCL through Gloo: two ranks.
+# Gloo's listeners live only until their peer connects, so rank 1's
+# application waits (through a wrapper, up to 25 s, within the job's 30 s
+# collective timeout) until the sampler has seen rank 0's listener and the
+# rendezvous: rank 0's agent sits in the communicator's rendezvous meanwhile,
+# however loaded the machine is (holding rank 1's agent with SIGSTOP raced
+# with the ranks' own rendezvous under a full test run).
 mkdir -m 0700 "$root/job2"
+cat >"$root/hold_rank1.sh" <<EOS
+#!/bin/bash
+if [ "\$RANK" = 1 ]; then
+  for _ in \$(seq 250); do [ -e "$root/go" ] && break; sleep 0.1; done
+fi
+exec "$nccl_app" "\$@"
+EOS
+chmod 0700 "$root/hold_rank1.sh"
 REVENANT_COLLECTIVE_TIMEOUT_S=30 "$run" -n 2 --backend=host --timeout=120 \
   --job_root="$root/job2" --host_kernels="$nccl_kernels" --events_file="$root/events.jsonl" \
-  -- "$nccl_app" --iters 20 --hidden 64 >"$root/job2.out" 2>&1 &
+  -- "$root/hold_rank1.sh" --iters 20 --hidden 64 >"$root/job2.out" 2>&1 &
 job=$!
-# Gloo's listeners live only until their peer connects: hold rank 1's agent
-# (SIGSTOP) until the sampler has seen a listener and the rendezvous, at most
-# 20 s (within the job's 30 s collective timeout; a loaded machine may take
-# seconds to bring rank 0 to its communicator), so rank 0's listener and rendezvous stay up long enough to
-# be sampled. Rank 1's agent is looked for for up to 30 s as well (under a
-# full test run its start took longer than the 10 s waited before).
-# Held only once it listens on its socket: revenant-run starts the
-# applications when every agent's socket exists, so an agent stopped before
-# that holds the whole job back (nothing to sample).
 (
-  for _ in $(seq 3000); do
-    p1=$(cat "$root"/job2/revenant-*/rank1/agent.pid 2>/dev/null) && [ -n "$p1" ] &&
-      ls "$root"/job2/revenant-*/rank1/agent.sock >/dev/null 2>&1 && break
-    p1=
-    sleep 0.01
+  for _ in $(seq 200); do
+    [ -s "$root/nccl.listen" ] && [ -s "$root/nccl.jobtokens" ] && break
+    sleep 0.1
   done
-  if [ -n "${p1:-}" ] && kill -STOP "$p1"; then
-    for _ in $(seq 200); do
-      [ -s "$root/nccl.listen" ] && [ -s "$root/nccl.jobtokens" ] && break
-      sleep 0.1
-    done
-    sleep 0.2
-    kill -CONT "$p1"
-  fi
+  sleep 0.2
+  touch "$root/go"
 ) &
 holder=$!
 watch_job "$job" "$root/job2" nccl
