@@ -21,8 +21,10 @@ uint64_t HandleTable::RegisterRaw(api::HandleKind kind, uint64_t backend_value) 
   if (k.expected != 0) {
     v = k.expected;
     k.expected = 0;
+    // Only the agent's own serials advance the counter (a derived or
+    // shim-assigned id has bit 39 or 38 set).
     const uint64_t serial = v & ((uint64_t{1} << 40) - 1);
-    if (serial >= k.next_serial) k.next_serial = serial + 1;
+    if (serial < api::kShimAssignedBit && serial >= k.next_serial) k.next_serial = serial + 1;
   }
   k.to_backend[v] = backend_value;
   k.to_virtual[backend_value] = v;
@@ -57,6 +59,26 @@ uint64_t HandleTable::RegisterDerived(api::HandleKind kind, uint64_t backend_val
   k.to_backend[v] = backend_value;
   k.to_virtual[backend_value] = v;
   return v;
+}
+
+bool HandleTable::CanAssign(api::HandleKind kind, uint64_t id) const {
+  return api::IsShimAssignedId(kind, id) &&
+         kinds_[static_cast<int>(kind)].to_backend.count(id) == 0;
+}
+
+uint64_t HandleTable::RegisterAssignedRaw(api::HandleKind kind, uint64_t backend_value,
+                                          uint64_t id) {
+  PerKind& k = kinds_[static_cast<int>(kind)];
+  // A new object: an earlier id at the same address is stale (its object
+  // was destroyed without this table hearing of it).
+  auto stale = k.to_virtual.find(backend_value);
+  if (stale != k.to_virtual.end()) {
+    k.to_backend.erase(stale->second);
+    k.to_virtual.erase(stale);
+  }
+  k.to_backend[id] = backend_value;
+  k.to_virtual[backend_value] = id;
+  return id;
 }
 
 uint64_t HandleTable::ToVirtualRaw(api::HandleKind kind, uint64_t backend_value) {

@@ -3,7 +3,9 @@
 // The application never sees a backend object. Each handle it receives is a
 // virtual id, deterministic per kind (1, 2, 3... in creation order), so a
 // replacement agent that replays the same creations hands out the same ids
-// and the application's handles stay valid across a recovery.
+// and the application's handles stay valid across a recovery. Creations the
+// shim sends without waiting (assign_if rows: cuBLASLt descriptors) carry
+// the id the shim assigned, which a replay registers again.
 //
 //   cudaStream_t s = backend_stream;
 //   table.Register(api::HandleKind::kStream, &s);     // s is now virtual
@@ -29,7 +31,7 @@ class HandleTable {
  public:
   // Virtual ids look like kVirtualTag | kind << 40 | serial: far from real
   // pointers and from the special stream values, and self-describing in logs.
-  static constexpr uint64_t kVirtualTag = 0x7e00000000000000ull;
+  static constexpr uint64_t kVirtualTag = api::kVirtualHandleTag;
 
   // Replaces `*value` (a backend object) with a new virtual id and records
   // the mapping. Registering an object that is already registered returns
@@ -38,6 +40,16 @@ class HandleTable {
   void Register(api::HandleKind kind, T* value) {
     Store(value, RegisterRaw(kind, Load(*value)));
   }
+  // Replaces `*value` (a backend object just created) with `id`, the virtual
+  // id the shim assigned to it (an assign_if row), and records the mapping.
+  // CanAssign(kind, id) must hold.
+  template <typename T>
+  void RegisterAssigned(api::HandleKind kind, T* value, uint64_t id) {
+    Store(value, RegisterAssignedRaw(kind, Load(*value), id));
+  }
+  // Whether `id` may name a new handle of `kind`: a shim-assigned id of the
+  // kind (api::IsShimAssignedId) that is not live.
+  bool CanAssign(api::HandleKind kind, uint64_t id) const;
   // Replaces a backend object with its virtual id; unknown objects are
   // registered (a handle the backend created implicitly, e.g. a capture graph).
   template <typename T>
@@ -82,11 +94,13 @@ class HandleTable {
   uint64_t RegisterDerived(api::HandleKind kind, uint64_t backend_value, uint64_t parent,
                            uint32_t index);
   // kVirtualTag | kind << 40 | bit 39 | the parent's serial (31 bits) << 8 |
-  // index (0-255): never a serial RegisterRaw hands out (below 2^39).
+  // index (0-255): never a serial RegisterRaw hands out (below 2^38; ids with
+  // bit 38 set are the shim's, api::ShimAssignedId).
   static uint64_t DerivedId(api::HandleKind kind, uint64_t parent, uint32_t index) {
     return kVirtualTag | (static_cast<uint64_t>(kind) << 40) | (uint64_t{1} << 39) |
            ((parent & 0x7fffffffull) << 8) | (index & 0xffu);
   }
+  uint64_t RegisterAssignedRaw(api::HandleKind kind, uint64_t backend_value, uint64_t id);
   uint64_t ToVirtualRaw(api::HandleKind kind, uint64_t backend_value);
   bool ToBackendRaw(api::HandleKind kind, uint64_t* value) const;
   bool RemoveRaw(api::HandleKind kind, uint64_t virtual_value);

@@ -123,6 +123,51 @@ TEST(HandleTableTest, DerivedIdsFollowTheParentNotTheSerials) {
   EXPECT_EQ(raw, 0x300u);
 }
 
+// Creations the shim sent without waiting carry their id: the table takes
+// it (and a replacement's table the same id for its own object), refuses
+// ids of another form or kind and live ones, and its own serials go on
+// untouched.
+TEST(HandleTableTest, ShimAssignedIdsAreTakenAsGivenAndNeverShared) {
+  HandleTable a, b;
+  const uint64_t id = api::ShimAssignedId(HandleKind::kLtMatmulDesc, 5);
+  EXPECT_TRUE(api::IsShimAssignedId(HandleKind::kLtMatmulDesc, id));
+  EXPECT_FALSE(api::IsShimAssignedId(HandleKind::kLtMatrixLayout, id));
+  ASSERT_TRUE(a.CanAssign(HandleKind::kLtMatmulDesc, id));
+  void* desc = reinterpret_cast<void*>(0x1000);
+  a.RegisterAssigned(HandleKind::kLtMatmulDesc, &desc, id);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(desc), id);
+  EXPECT_FALSE(a.CanAssign(HandleKind::kLtMatmulDesc, id)) << "a live id is refused";
+  void* other = reinterpret_cast<void*>(0x2000);
+  b.RegisterAssigned(HandleKind::kLtMatmulDesc, &other, id);
+  uint64_t raw = id;
+  ASSERT_TRUE(b.ToBackendRaw(HandleKind::kLtMatmulDesc, &raw));
+  EXPECT_EQ(raw, 0x2000u);
+  // Not the shim's form: an agent serial, a derived id, another kind, serial 0.
+  const uint64_t agent_id =
+      HandleTable::kVirtualTag | (static_cast<uint64_t>(HandleKind::kLtMatmulDesc) << 40) | 5;
+  EXPECT_FALSE(a.CanAssign(HandleKind::kLtMatmulDesc, agent_id));
+  EXPECT_FALSE(a.CanAssign(HandleKind::kLtMatmulDesc,
+                           HandleTable::DerivedId(HandleKind::kLtMatmulDesc, 3, 1)));
+  EXPECT_FALSE(a.CanAssign(HandleKind::kLtMatrixLayout, id));
+  EXPECT_FALSE(a.CanAssign(HandleKind::kLtMatmulDesc,
+                           api::ShimAssignedId(HandleKind::kLtMatmulDesc, 0)));
+  EXPECT_FALSE(a.CanAssign(HandleKind::kLtMatmulDesc, 0x1000));
+  // The agent's serials are untouched, and an expected id of the shim's
+  // form (never journaled that way, but a corrupt outcome might) does not
+  // move them into the shim's range.
+  a.ExpectNext(HandleKind::kLtMatmulDesc, api::ShimAssignedId(HandleKind::kLtMatmulDesc, 9));
+  void* mine = reinterpret_cast<void*>(0x3000);
+  a.Register(HandleKind::kLtMatmulDesc, &mine);
+  void* next = reinterpret_cast<void*>(0x4000);
+  a.Register(HandleKind::kLtMatmulDesc, &next);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(mine), api::ShimAssignedId(HandleKind::kLtMatmulDesc, 9));
+  EXPECT_EQ(reinterpret_cast<uint64_t>(next) & ((uint64_t{1} << 40) - 1), 2u)
+      << "the agent's serials go on below the shim's range";
+  // Destroyed, the id is free again (a replay of its creation takes it).
+  EXPECT_TRUE(a.Remove(HandleKind::kLtMatmulDesc, reinterpret_cast<void*>(id)));
+  EXPECT_TRUE(a.CanAssign(HandleKind::kLtMatmulDesc, id));
+}
+
 }  // namespace
 }  // namespace agent
 }  // namespace revenant

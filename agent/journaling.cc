@@ -380,6 +380,13 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
     pending_destroys_.push_back(PendingDestroy{minibatch, std::move(gone)});
   }
   if (IsSharedHostAlloc(id)) e.add_creates(FirstU64(body));
+  // A creation whose handle the shim assigned (sent without waiting: no
+  // outcome names the handle): the id is the request's first field, and the
+  // request itself holds the key.
+  if (traits.shim_assigns && handle != 0) {
+    e.add_creates(handle);
+    if (DefersDestroy(traits.creates)) deferrable_.insert(handle);
+  }
 
   const bool setup = traits.journal == api::JournalClass::kState || symbol_region != 0 ||
                      minibatch_.load(std::memory_order_relaxed) == 0;

@@ -455,6 +455,7 @@ void Session::MaybePlaceOwnBoundary(const transport::RecordHeader& rec, bool jou
 
 void Session::NoteSubmission(const transport::RecordHeader& rec) {
   ++requests_seen_;
+  last_api_id_ = rec.api_id;
   static const bool diagnostics = [] {
     return knobs::Bool(knobs::Id::kDiagnostics).value_or(false);
   }();
@@ -708,7 +709,8 @@ void Session::MaybeChaos(SessionOptions::Chaos::Point point) {
   }
   if (!hit) return;
   REVENANT_LOG(WARNING, "agent") << "chaos: killing this agent at request " << requests_seen_
-                                 << " (minibatch " << minibatch << ")";
+                                 << " (" << api::Traits(last_api_id_).name << ", minibatch "
+                                 << minibatch << ")";
   raise(SIGKILL);
 }
 

@@ -419,6 +419,7 @@ class Session : private JournalingHost {
   // of the application is skipped until this minibatch starts (0: none).
   uint64_t skip_until_minibatch_ = 0;
   uint64_t requests_seen_ = 0;
+  uint16_t last_api_id_ = 0;  // of the request seen last (named by chaos kills)
   // MaybePlaceOwnBoundary's state: the minibatch and journal bytes when it
   // last saw a boundary, whether a boundary is due, how many it placed.
   uint64_t own_boundary_minibatch_ = 0;

@@ -49,7 +49,28 @@ struct ApiTraits {
   // handle in the request) names the attribute set (the table's
   // attribute_in_second).
   bool attribute_in_second;
+  // The row's assign_if: the request's first field is the virtual id the
+  // shim assigned to the handle it creates (0: none, the call went
+  // synchronously and the agent assigns one).
+  bool shim_assigns;
 };
+
+// Virtual handle ids (agent/handles.h): kVirtualHandleTag | kind << 40 |
+// serial. The agent's serials stay below 2^38; bit 39 marks derived ids
+// (HandleTable::DerivedId); bit 38 ids the shim assigned (assign_if rows), so
+// neither side can hand out the other's.
+inline constexpr uint64_t kVirtualHandleTag = 0x7e00000000000000ull;
+inline constexpr uint64_t kShimAssignedBit = uint64_t{1} << 38;
+inline constexpr uint64_t ShimAssignedId(HandleKind kind, uint64_t serial) {
+  return kVirtualHandleTag | (static_cast<uint64_t>(kind) << 40) | kShimAssignedBit |
+         (serial & (kShimAssignedBit - 1));
+}
+// Whether `id` has the form of a shim-assigned id of `kind` (serial >= 1).
+inline constexpr bool IsShimAssignedId(HandleKind kind, uint64_t id) {
+  return (id & ~((uint64_t{1} << 40) - 1)) ==
+             (kVirtualHandleTag | (static_cast<uint64_t>(kind) << 40)) &&
+         (id & (uint64_t{3} << 38)) == kShimAssignedBit && (id & (kShimAssignedBit - 1)) != 0;
+}
 
 // Whether a row belongs to the CUDA runtime (its errors are the CUDA last
 // error); NCCL, cuBLAS and cuBLASLt statuses are their libraries' own.

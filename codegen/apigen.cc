@@ -325,9 +325,20 @@ void Validate(const std::vector<Function>& fns) {
     if (!f.async_if().empty() && (f.mode() != pb::SYNC || out_params > 0))
       Die(f.name() + ": async_if belongs to SYNC rows without OUT parameters");
     if ((!f.shim_check().empty() || !f.shim_done().empty() || !f.success_if().empty() ||
-         !f.async_if().empty()) &&
+         !f.async_if().empty() || !f.assign_if().empty() || !f.shim_answer().empty()) &&
         f.support() != pb::GENERATED)
-      Die(f.name() + ": shim_check/shim_done/success_if/async_if belong to generated stubs");
+      Die(f.name() +
+          ": shim_check/shim_done/success_if/async_if/assign_if/shim_answer belong to generated "
+          "stubs");
+    if (!f.assign_if().empty()) {
+      if (f.mode() != pb::SYNC || f.creates() == pb::NO_HANDLE || out_params != 1 ||
+          !f.async_if().empty())
+        Die(f.name() + ": assign_if belongs to SYNC rows that create a handle, with one OUT "
+                       "parameter (the handle) and no async_if");
+      for (const Param& p : f.params())
+        if (WritesBack(f, p) && (p.handle() != f.creates() || KindOf(f, p) != Kind::kOutValue))
+          Die(f.name() + ": assign_if needs the created handle as the only OUT parameter");
+    }
     if (f.mode() == pb::ASYNC && out_params > 0)
       Die(f.name() + ": an ASYNC call cannot have OUT parameters");
     if (f.mode() == pb::LOCAL && f.support() == pb::GENERATED)
@@ -405,7 +416,7 @@ void EmitTraits(const std::vector<Function>& fns, const std::string& dir) {
     << "namespace revenant {\nnamespace api {\nnamespace {\n\n"
     << "const ApiTraits kTraits[kApiCount] = {\n"
     << "    {\"<invalid>\", Library::kUnspecified, Mode::kSync, JournalClass::kSkip, "
-       "HandleKind::kNone, HandleKind::kNone, Support::kRefused, false, false, false},\n";
+       "HandleKind::kNone, HandleKind::kNone, Support::kRefused, false, false, false, false},\n";
   for (const Function& f : fns) {
     s << "    {\"" << f.name() << "\", static_cast<Library>(" << f.library()
       << "), static_cast<Mode>(" << f.mode() << "), static_cast<JournalClass>(" << f.journal()
@@ -413,7 +424,8 @@ void EmitTraits(const std::vector<Function>& fns, const std::string& dir) {
       << f.destroys() << "), static_cast<Support>(" << f.support() << "), "
       << ((HasGeneratedDispatch(f) || HasHookDispatch(f)) ? "true" : "false") << ", "
       << (f.sets_attribute() ? "true" : "false") << ", "
-      << (f.attribute_in_second() ? "true" : "false") << "},\n";
+      << (f.attribute_in_second() ? "true" : "false") << ", "
+      << (f.assign_if().empty() ? "false" : "true") << "},\n";
   }
   s << "};\n\n}  // namespace\n\n"
     << "const ApiTraits& Traits(ApiId id) { return Traits(static_cast<uint32_t>(id)); }\n"
@@ -447,6 +459,8 @@ void EmitTraits(const std::vector<Function>& fns, const std::string& dir) {
 // `<name>_wire` for FUNCTION handles.
 void EmitStubPuts(const Function& f, int pass, std::ostringstream& s) {
   const std::string w = pass == 0 ? "sizer_" : "args_";
+  // An assign_if row: the id the shim assigned (0: none) comes first.
+  if (!f.assign_if().empty()) s << "  " << w << ".Put(assigned_);\n";
   for (const Param& p : f.params()) {
     const std::string n = p.name();
     // A device_if pointer: a flag, then the address or the usual encoding.
@@ -500,6 +514,19 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
     s << "  {\n    const int32_t check_ = static_cast<int32_t>(" << f.shim_check() << ");\n"
       << "    if (check_ != 0) return static_cast<" << f.returns() << ">(check_);\n  }\n";
   }
+  // Calls the shim answers itself (OUT values written by the expression).
+  if (!f.shim_answer().empty()) {
+    s << "  if (" << f.shim_answer() << ") return static_cast<" << f.returns() << ">(0);\n";
+  }
+  // A creation the shim assigns the handle of: sent without waiting.
+  const Param* assigned = nullptr;
+  if (!f.assign_if().empty()) {
+    for (const Param& p : f.params())
+      if (WritesBack(f, p)) assigned = &p;
+    s << "  const uint64_t assigned_ = " << assigned->name() << " != nullptr && static_cast<bool>("
+      << f.assign_if() << ") ? ::revenant::shim::AssignHandle(" << HandleEnum(f.creates())
+      << ") : 0;\n";
+  }
   // Pointers that travel as device addresses: decided once, before sizing.
   for (const Param& p : f.params()) {
     if (!p.device_if().empty())
@@ -526,7 +553,8 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
     } else {
       s << "  ::revenant::shim::Call call_(::revenant::api::ApiId::" << f.name()
         << ", sizer_.size()"
-        << (f.async_if().empty() ? "" : ", static_cast<bool>(" + f.async_if() + ")") << ");\n"
+        << (f.async_if().empty() ? "" : ", static_cast<bool>(" + f.async_if() + ")")
+        << (f.assign_if().empty() ? "" : ", assigned_ != 0") << ");\n"
         << "  if (!call_.ok()) return static_cast<" << f.returns() << ">(call_.FailureStatus("
         << unreachable << "));\n"
         << "  ::revenant::wire::Encoder& args_ = call_.args();\n  (void)args_;\n";
@@ -535,6 +563,16 @@ void EmitShimStub(const Function& f, std::ostringstream& s) {
   }
   s << "  if (!call_.Send()) return static_cast<" << f.returns() << ">(call_.FailureStatus("
     << unreachable << "));\n";
+  if (assigned != nullptr) {
+    // The handle is the id the shim assigned: the agent registers its object
+    // under it (a failure there surfaces as a deferred error, and later calls
+    // on the handle fail).
+    s << "  if (assigned_ != 0) {\n"
+      << "    std::memcpy(" << assigned->name() << ", &assigned_, sizeof(*" << assigned->name()
+      << "));\n";
+    if (!f.shim_done().empty()) s << "    " << f.shim_done() << ";\n";
+    s << "    return static_cast<" << f.returns() << ">(call_.status());\n  }\n";
+  }
   bool has_out = false;
   for (const Param& p : f.params()) has_out |= WritesBack(f, p);
   // OUT values and shim_done follow the agent's own status: a deferred NCCL
@@ -566,7 +604,7 @@ void EmitShim(const std::vector<Function>& fns, const std::string& dir) {
     << "// signature differs from CUDA's or NCCL's fails to compile.\n"
     << "#include <cublasLt.h>\n#include <cublas_api.h>\n#include <cuda.h>\n"
     << "#include <cuda_profiler_api.h>\n#include <cuda_runtime_api.h>\n#include <cudnn.h>\n"
-    << "#include <nccl.h>\n\n"
+    << "#include <nccl.h>\n\n#include <cstring>\n\n"
     << "#include \"api/dnn_args.h\"\n#include \"api/wire.h\"\n#include \"shim/blas_checks.h\"\n"
     << "#include \"shim/blaslt_checks.h\"\n#include \"shim/call.h\"\n"
     << "#include \"shim/dnn_checks.h\"\n#include \"shim/driver_checks.h\"\n#include \"shim/idle.h\"\n"
@@ -838,6 +876,15 @@ std::string ReserveOutValue(const Param& p) {
 
 void EmitDispatchCase(const Function& f, std::ostringstream& s) {
   s << "    case ApiId::" << f.name() << ": {\n";
+  // An assign_if row: the id the shim assigned (0: none) comes first. An id
+  // of another form, or one already live, is refused before anything is
+  // created (a misbehaving client cannot take over a live handle).
+  if (!f.assign_if().empty()) {
+    s << "      uint64_t assigned_ = 0;\n"
+      << "      if (!in.Get(&assigned_)) return " << BadRequest(f) << ";\n"
+      << "      if (assigned_ != 0 && !ctx.handles->CanAssign(" << HandleEnum(f.creates())
+      << ", assigned_)) return " << BadRequest(f) << ";\n";
+  }
   // Decode.
   for (const Param& p : f.params()) {
     const std::string n = p.name();
@@ -1006,6 +1053,14 @@ void EmitDispatchCase(const Function& f, std::ostringstream& s) {
       if (p.handle() == pb::NO_HANDLE) continue;
       if (k == Kind::kOutValue || k == Kind::kInOutValue) {
         const std::string fn = p.handle() == f.creates() ? "Register" : "ToVirtual";
+        if (!f.assign_if().empty() && p.handle() == f.creates()) {
+          s << "        if (" << p.name() << " != nullptr && assigned_ != 0) ctx.handles->"
+            << "RegisterAssigned(" << HandleEnum(p.handle()) << ", " << p.name()
+            << ", assigned_);\n"
+            << "        else if (" << p.name() << " != nullptr) ctx.handles->Register("
+            << HandleEnum(p.handle()) << ", " << p.name() << ");\n";
+          continue;
+        }
         // An optional handle the library answers null for stays null.
         s << "        if (" << p.name() << " != nullptr"
           << (p.null_ok() ? " && *" + p.name() + " != " + Pointee(p.c_type()) + "{}" : std::string())

@@ -36,26 +36,55 @@ namespace revenant {
 namespace shim {
 
 // Handles and descriptors this process holds, by kind (kLtHandle,
-// kLtMatmulDesc, kLtMatrixLayout, kLtMatmulPreference).
+// kLtMatmulDesc, kLtMatrixLayout, kLtMatmulPreference), with what each
+// descriptor holds (its creation's arguments and attribute values).
 void LtCreated(api::HandleKind kind, const void* handle);
 void LtGone(api::HandleKind kind, const void* handle);
 // A new matmul descriptor: host pointer mode, scalars of `scale_type`.
-void LtMatmulDescCreated(cublasLtMatmulDesc_t desc, cudaDataType_t scale_type);
-// After a successful cublasLtMatmulDescSetAttribute: notes the pointer mode,
-// the scale type, the epilogue and whether a bias is set.
+void LtMatmulDescCreated(cublasLtMatmulDesc_t desc, cublasComputeType_t compute_type,
+                         cudaDataType_t scale_type);
+// A new matrix layout.
+void LtLayoutCreated(cublasLtMatrixLayout_t layout, cudaDataType type, uint64_t rows,
+                     uint64_t cols, int64_t ld);
+// After a successful attribute setter of a layout or a preference: its
+// latest value of `attr` (and what the heuristic said of the object no
+// longer holds for cublasLtMatmul's workspace check).
+void LtNoteAttribute(api::HandleKind kind, const void* handle, int32_t attr, const void* buf,
+                     size_t size);
+// After a successful cublasLtMatmulDescSetAttribute: as LtNoteAttribute, and
+// notes the pointer mode, the scale type, the epilogue and whether a bias is
+// set.
 void LtNoteMatmulDescAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
                                const void* buf, size_t size);
-// After a successful cublasLtMatrixLayoutSetAttribute: what the heuristic
-// said of this layout no longer holds.
-void LtNoteLayoutChanged(cublasLtMatrixLayout_t layout);
+
+// Whether a creation is sent without waiting, with a handle the shim
+// assigns (the assign_if of its row): REVENANT_LT_SHIM_ANSWERS is on and the
+// arguments are of the kinds cuBLASLt accepts (a matmul descriptor of a
+// documented compute/scale type pair; a layout of a known type whose
+// leading dimension holds a column).
+bool LtAssignMatmulDesc(cublasComputeType_t compute_type, cudaDataType_t scale_type);
+bool LtAssignLayout(cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld);
+bool LtAssignPreference();
+
 // After a successful cublasLtMatmulAlgoGetHeuristic: the workspace each
 // returned algorithm needs for this descriptor and these layouts, so that
 // cublasLtMatmul refuses a smaller one at the call, as cuBLASLt does
-// (forgotten when one of them changes or goes).
-void LtNoteHeuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+// (forgotten when one of them changes or goes); and the answer itself, by
+// the handle, the count and the contents of the five descriptors.
+void LtNoteHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
                      cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
-                     cublasLtMatrixLayout_t d, const cublasLtMatmulHeuristicResult_t* results,
-                     const int* returned);
+                     cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref, int requested,
+                     const cublasLtMatmulHeuristicResult_t* results, const int* returned);
+// The heuristic asked again for the same handle, count and contents: writes
+// the agent's earlier answer and returns true (the shim_answer of the row;
+// the call's checks passed before). False: ask the agent.
+bool LtAnswerHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                       cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                       cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                       cublasLtMatmulPreference_t pref, int requested,
+                       cublasLtMatmulHeuristicResult_t* results, int* returned);
+// How many heuristics the shim answered (for tests and call statistics).
+uint64_t LtHeuristicsAnswered();
 
 // Whether the descriptor's alpha/beta are device pointers (false for an
 // unknown descriptor, whose call the checks refuse first).

@@ -38,7 +38,7 @@ struct Objects {
   cublasLtMatrixLayout_t l = Fake<cublasLtMatrixLayout_t>(0x7e0d000000000001);
   Objects() {
     LtCreated(HandleKind::kLtHandle, h);
-    LtMatmulDescCreated(d, CUDA_R_32F);
+    LtMatmulDescCreated(d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     LtCreated(HandleKind::kLtMatrixLayout, l);
   }
   ~Objects() {
@@ -158,7 +158,7 @@ TEST(BlasLtChecks, PointerModeAndScaleTypeDecideHowScalarsTravel) {
   EXPECT_EQ(o.Matmul(&one), CUBLAS_STATUS_INVALID_VALUE);
   // A descriptor created with fp64 scalars.
   const cublasLtMatmulDesc_t d64 = Fake<cublasLtMatmulDesc_t>(0x7e0c000000000002);
-  LtMatmulDescCreated(d64, CUDA_R_64F);
+  LtMatmulDescCreated(d64, CUBLAS_COMPUTE_64F, CUDA_R_64F);
   EXPECT_EQ(LtScalarSize(d64), sizeof(double));
   LtGone(HandleKind::kLtMatmulDesc, d64);
   EXPECT_EQ(LtScalarSize(d64), 0u);
@@ -176,7 +176,7 @@ TEST(BlasLtChecks, TooSmallWorkspacesAreRefusedAtTheCall) {
   results[1].algo.data[0] = 22;
   results[1].workspaceSize = 0;
   const int returned = 2;
-  LtNoteHeuristic(o.d, o.l, o.l, o.l, o.l, results, &returned);
+  LtNoteHeuristic(o.h, o.d, o.l, o.l, o.l, o.l, nullptr, 2, results, &returned);
   char* workspace = reinterpret_cast<char*>(0x200000008000ull);
   EXPECT_EQ(o.Matmul(&one, &results[0].algo, workspace, 4095), CUBLAS_STATUS_INVALID_VALUE);
   EXPECT_EQ(o.Matmul(&one, &results[0].algo, workspace, 4096), CUBLAS_STATUS_SUCCESS);
@@ -187,12 +187,145 @@ TEST(BlasLtChecks, TooSmallWorkspacesAreRefusedAtTheCall) {
   other.data[1] = 1;
   EXPECT_EQ(o.Matmul(&one, &other, workspace, 1), CUBLAS_STATUS_SUCCESS);
   // A layout setter forgets the answer (the requirement may have changed).
-  LtNoteLayoutChanged(o.l);
+  const int64_t ld = 8;
+  LtNoteAttribute(HandleKind::kLtMatrixLayout, o.l, CUBLASLT_MATRIX_LAYOUT_LD, &ld, sizeof(ld));
   EXPECT_EQ(o.Matmul(&one, &results[0].algo, workspace, 4095), CUBLAS_STATUS_SUCCESS);
-  LtNoteHeuristic(o.d, o.l, o.l, o.l, o.l, results, &returned);
+  LtNoteHeuristic(o.h, o.d, o.l, o.l, o.l, o.l, nullptr, 2, results, &returned);
   EXPECT_EQ(o.Matmul(&one, &results[0].algo, workspace, 4095), CUBLAS_STATUS_INVALID_VALUE);
   SetInt(o.d, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
   EXPECT_EQ(o.Matmul(&one, &results[0].algo, workspace, 4095), CUBLAS_STATUS_SUCCESS);
+}
+
+// The heuristic asked again for descriptors of the same contents is
+// answered from the agent's earlier answer, whatever the descriptors' handles
+// and the order their attributes were set in; any difference in what the
+// answer is a function of (a layout's creation or attribute, the
+// preference's workspace, the count, the library handle) asks the agent.
+TEST(BlasLtChecks, HeuristicAnswersFollowContentsNotHandles) {
+  const cublasLtHandle_t h = Fake<cublasLtHandle_t>(0x7e0b000000000101);
+  LtCreated(HandleKind::kLtHandle, h);
+  struct Set {
+    cublasLtMatmulDesc_t d;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulPreference_t p;
+  };
+  const uint64_t workspace = 1 << 20;
+  const int32_t transpose = CUBLAS_OP_T;
+  const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  const uint64_t bias = 0x200000001000ull;
+  auto make = [&](uint64_t base, bool reversed) {
+    Set s{Fake<cublasLtMatmulDesc_t>(base + 1), Fake<cublasLtMatrixLayout_t>(base + 2),
+          Fake<cublasLtMatrixLayout_t>(base + 3), Fake<cublasLtMatrixLayout_t>(base + 4),
+          Fake<cublasLtMatmulPreference_t>(base + 5)};
+    LtMatmulDescCreated(s.d, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (reversed) {
+      LtNoteMatmulDescAttribute(s.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+      LtNoteMatmulDescAttribute(s.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
+      LtNoteMatmulDescAttribute(s.d, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose));
+    } else {
+      LtNoteMatmulDescAttribute(s.d, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose));
+      LtNoteMatmulDescAttribute(s.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue));
+      LtNoteMatmulDescAttribute(s.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias));
+    }
+    LtLayoutCreated(s.a, CUDA_R_32F, 64, 32, 64);
+    LtLayoutCreated(s.b, CUDA_R_32F, 64, 16, 64);
+    LtLayoutCreated(s.c, CUDA_R_32F, 32, 16, 32);
+    LtCreated(HandleKind::kLtMatmulPreference, s.p);
+    LtNoteAttribute(HandleKind::kLtMatmulPreference, s.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                    &workspace, sizeof(workspace));
+    return s;
+  };
+  const Set first = make(0x7e00100000000000ull, false);
+  cublasLtMatmulHeuristicResult_t agent[2];
+  std::memset(agent, 0, sizeof(agent));
+  agent[0].algo.data[0] = 41;
+  agent[0].workspaceSize = 4096;
+  agent[0].wavesCount = 1.5f;
+  agent[1].algo.data[0] = 42;
+  const int agent_returned = 2;
+  cublasLtMatmulHeuristicResult_t got[4];
+  int returned = -1;
+  EXPECT_FALSE(LtAnswerHeuristic(h, first.d, first.a, first.b, first.c, first.c, first.p, 4, got,
+                                 &returned))
+      << "nothing answered before the agent did";
+  LtNoteHeuristic(h, first.d, first.a, first.b, first.c, first.c, first.p, 4, agent,
+                  &agent_returned);
+
+  // Other handles, the same contents (attributes set in another order).
+  const Set second = make(0x7e00200000000000ull, true);
+  const uint64_t before = LtHeuristicsAnswered();
+  std::memset(got, 0xff, sizeof(got));
+  ASSERT_TRUE(LtAnswerHeuristic(h, second.d, second.a, second.b, second.c, second.c, second.p, 4,
+                                got, &returned));
+  EXPECT_EQ(LtHeuristicsAnswered(), before + 1);
+  ASSERT_EQ(returned, 2);
+  EXPECT_EQ(std::memcmp(got, agent, 2 * sizeof(agent[0])), 0);
+  // The answer's workspace needs hold for the new objects too.
+  const float one = 1;
+  char* ws = reinterpret_cast<char*>(0x200000008000ull);
+  EXPECT_EQ(LtCheckMatmul(h, second.d, &one, second.a, second.b, &one, second.c, second.c,
+                          &got[0].algo, ws, 4095),
+            CUBLAS_STATUS_INVALID_VALUE);
+
+  // Each difference asks the agent.
+  EXPECT_FALSE(LtAnswerHeuristic(h, second.d, second.a, second.b, second.c, second.c, second.p, 3,
+                                 got, &returned))
+      << "another count";
+  const cublasLtHandle_t h2 = Fake<cublasLtHandle_t>(0x7e0b000000000102);
+  LtCreated(HandleKind::kLtHandle, h2);
+  EXPECT_FALSE(LtAnswerHeuristic(h2, second.d, second.a, second.b, second.c, second.c, second.p, 4,
+                                 got, &returned))
+      << "another library handle";
+  EXPECT_FALSE(LtAnswerHeuristic(h, second.d, second.b, second.a, second.c, second.c, second.p, 4,
+                                 got, &returned))
+      << "layouts swapped";
+  const uint64_t smaller = 4096;
+  LtNoteAttribute(HandleKind::kLtMatmulPreference, second.p,
+                  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &smaller, sizeof(smaller));
+  EXPECT_FALSE(LtAnswerHeuristic(h, second.d, second.a, second.b, second.c, second.c, second.p, 4,
+                                 got, &returned))
+      << "another workspace";
+  LtNoteAttribute(HandleKind::kLtMatmulPreference, second.p,
+                  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+  EXPECT_TRUE(LtAnswerHeuristic(h, second.d, second.a, second.b, second.c, second.c, second.p, 4,
+                                got, &returned))
+      << "the same workspace again";
+  const int64_t padded = 128;
+  LtNoteAttribute(HandleKind::kLtMatrixLayout, second.a, CUBLASLT_MATRIX_LAYOUT_LD, &padded,
+                  sizeof(padded));
+  EXPECT_FALSE(LtAnswerHeuristic(h, second.d, second.a, second.b, second.c, second.c, second.p, 4,
+                                 got, &returned))
+      << "a layout attribute set";
+  const Set third = make(0x7e00300000000000ull, false);
+  const int32_t no_transpose = CUBLAS_OP_N;
+  LtNoteMatmulDescAttribute(third.d, CUBLASLT_MATMUL_DESC_TRANSA, &no_transpose,
+                            sizeof(no_transpose));
+  EXPECT_FALSE(LtAnswerHeuristic(h, third.d, third.a, third.b, third.c, third.c, third.p, 4, got,
+                                 &returned))
+      << "a descriptor attribute of another value";
+  const cublasLtMatrixLayout_t other_shape = Fake<cublasLtMatrixLayout_t>(0x7e00400000000001ull);
+  LtLayoutCreated(other_shape, CUDA_R_32F, 64, 32, 65);
+  EXPECT_FALSE(LtAnswerHeuristic(h, first.d, other_shape, first.b, first.c, first.c, first.p, 4,
+                                 got, &returned))
+      << "a layout created otherwise";
+  LtGone(HandleKind::kLtMatrixLayout, first.b);
+  EXPECT_FALSE(LtAnswerHeuristic(h, first.d, first.a, first.b, first.c, first.c, first.p, 4, got,
+                                 &returned))
+      << "a descriptor destroyed";
+}
+
+// Which creations go without waiting: known types, real matrices.
+TEST(BlasLtChecks, CreationsOfKnownArgumentsAreAssignedByTheShim) {
+  EXPECT_TRUE(LtAssignPreference());
+  EXPECT_TRUE(LtAssignMatmulDesc(CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  EXPECT_TRUE(LtAssignMatmulDesc(CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F));
+  EXPECT_TRUE(LtAssignMatmulDesc(CUBLAS_COMPUTE_64F, CUDA_R_64F));
+  EXPECT_FALSE(LtAssignMatmulDesc(CUBLAS_COMPUTE_64F, CUDA_R_32F));
+  EXPECT_FALSE(LtAssignMatmulDesc(static_cast<cublasComputeType_t>(999), CUDA_R_32F));
+  EXPECT_TRUE(LtAssignLayout(CUDA_R_16BF, 64, 32, 64));
+  EXPECT_FALSE(LtAssignLayout(CUDA_R_32F, 64, 32, 32)) << "a short leading dimension";
+  EXPECT_FALSE(LtAssignLayout(CUDA_R_32F, 0, 32, 32));
+  EXPECT_FALSE(LtAssignLayout(static_cast<cudaDataType>(12345), 8, 8, 8));
 }
 
 // A cuBLAS handle passes for a cuBLASLt handle (cuBLAS documents the cast;

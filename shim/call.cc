@@ -214,6 +214,13 @@ int32_t Call::FailureStatus(int32_t unreachable) const {
 }
 
 
+uint64_t AssignHandle(api::HandleKind kind) {
+  static std::atomic<uint64_t> serials[api::kHandleKindCount];
+  const uint64_t serial =
+      serials[static_cast<int>(kind)].fetch_add(1, std::memory_order_relaxed) + 1;
+  return api::ShimAssignedId(kind, serial);
+}
+
 size_t MemPoolAttrSize(int attr) {
   switch (attr) {
     case cudaMemPoolReuseFollowEventDependencies:

@@ -133,6 +133,11 @@ struct SymbolRef {
 // application's copy of the address go stale).
 int32_t ResolveSymbol(const void* symbol, SymbolRef* out, bool want_address = false);
 
+// A new virtual id for a handle of `kind` the shim assigns (assign_if rows:
+// api::ShimAssignedId with this process's next serial of the kind). Ids are
+// never reused in a process, so one stays valid across agent recoveries.
+uint64_t AssignHandle(api::HandleKind kind);
+
 // Byte size of a cudaMemPoolAttr value (int or cuuint64_t).
 size_t MemPoolAttrSize(int attr);
 

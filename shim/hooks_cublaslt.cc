@@ -3,12 +3,17 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "api/blaslt_attrs.h"
+#include "common/knobs.h"
 #include "common/logging.h"
 #include "shim/blas_checks.h"
 #include "shim/blaslt_checks.h"
@@ -28,6 +33,10 @@ struct Entry {
   bool device_pointers = false;
   uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   bool bias = false;
+  // Descriptors: what the heuristic's answer is a function of. The creation's
+  // arguments, and each attribute's latest value (attribute id -> bytes).
+  std::string created;
+  std::map<int32_t, std::string> attributes;
 };
 
 // A heuristic's answer: an algorithm for a descriptor and four layouts.
@@ -48,16 +57,28 @@ struct AlgoKey {
 // matmul, which forgets their answers): past it the oldest are forgotten,
 // and a too small workspace is then found by the agent's library instead.
 constexpr size_t kMaxAlgos = 1024;
+// Heuristic answers by contents kept at most (one per distinct matmul shape
+// and configuration of the job: a few dozen in a training step); past it
+// they are forgotten and asked of the agent again.
+constexpr size_t kMaxAnswers = 4096;
 
 struct Registry {
   std::mutex mu;
   absl::flat_hash_map<const void*, Entry> live;
   absl::flat_hash_map<AlgoKey, size_t> workspace_needed;
+  // The agent's heuristic answers by what they are a function of (AnswerKey).
+  absl::flat_hash_map<std::string, std::vector<cublasLtMatmulHeuristicResult_t>> answers;
+  uint64_t answered = 0;  // heuristics answered here
 };
 
 Registry& Live() {
   static Registry* r = new Registry();  // never destroyed: used until exit
   return *r;
+}
+
+bool ShimAnswers() {
+  static const bool on = knobs::Bool(knobs::Id::kLtShimAnswers).value_or(true);
+  return on;
 }
 
 int32_t Refuse(int32_t status, const char* why) {
@@ -86,37 +107,55 @@ void ForgetAlgos(Registry& r, const void* object) {
   }
 }
 
-}  // namespace
-
-void LtCreated(api::HandleKind kind, const void* handle) {
-  Registry& r = Live();
-  std::lock_guard<std::mutex> lock(r.mu);
-  Entry e;
-  e.kind = kind;
-  r.live[handle] = e;
+template <typename T>
+void Append(std::string* out, const T& v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
 }
 
-void LtGone(api::HandleKind kind, const void* handle) {
-  Registry& r = Live();
-  std::lock_guard<std::mutex> lock(r.mu);
-  if (IsLive(r, kind, handle)) r.live.erase(handle);
-  ForgetAlgos(r, handle);
+// A descriptor's contents as bytes (r.mu held; false for one not live).
+bool AppendContents(const Registry& r, api::HandleKind kind, const void* object,
+                    std::string* out) {
+  auto it = r.live.find(object);
+  if (object == nullptr || it == r.live.end() || it->second.kind != kind) return false;
+  const Entry& e = it->second;
+  Append(out, static_cast<uint8_t>(kind));
+  Append(out, static_cast<uint32_t>(e.created.size()));
+  out->append(e.created);
+  Append(out, static_cast<uint32_t>(e.attributes.size()));
+  for (const auto& [attr, value] : e.attributes) {
+    Append(out, attr);
+    Append(out, static_cast<uint32_t>(value.size()));
+    out->append(value);
+  }
+  return true;
 }
 
-void LtNoteLayoutChanged(cublasLtMatrixLayout_t layout) {
-  Registry& r = Live();
-  std::lock_guard<std::mutex> lock(r.mu);
-  ForgetAlgos(r, layout);
+// What cuBLASLt's heuristic answer is a function of: the library handle,
+// the contents of the matmul descriptor, the four layouts and the
+// preference, and the count asked for (r.mu held; empty: an object unknown).
+std::string AnswerKey(const Registry& r, cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                      cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                      cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                      cublasLtMatmulPreference_t pref, int requested) {
+  std::string key;
+  key.reserve(512);
+  Append(&key, reinterpret_cast<uint64_t>(handle));
+  Append(&key, requested);
+  if (!AppendContents(r, api::HandleKind::kLtMatmulDesc, desc, &key)) return {};
+  for (const void* layout : {static_cast<const void*>(a), static_cast<const void*>(b),
+                             static_cast<const void*>(c), static_cast<const void*>(d)}) {
+    if (!AppendContents(r, api::HandleKind::kLtMatrixLayout, layout, &key)) return {};
+  }
+  if (!AppendContents(r, api::HandleKind::kLtMatmulPreference, pref, &key)) return {};
+  return key;
 }
 
-void LtNoteHeuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
-                     cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
-                     cublasLtMatrixLayout_t d, const cublasLtMatmulHeuristicResult_t* results,
-                     const int* returned) {
-  if (results == nullptr || returned == nullptr) return;
-  Registry& r = Live();
-  std::lock_guard<std::mutex> lock(r.mu);
-  for (int i = 0; i < *returned; ++i) {
+// Notes the workspace each returned algorithm needs for these objects (r.mu
+// held).
+void NoteWorkspaces(Registry& r, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                    cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                    const cublasLtMatmulHeuristicResult_t* results, int returned) {
+  for (int i = 0; i < returned; ++i) {
     if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
     if (r.workspace_needed.size() >= kMaxAlgos) r.workspace_needed.clear();
     AlgoKey key;
@@ -130,17 +169,141 @@ void LtNoteHeuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
   }
 }
 
-void LtMatmulDescCreated(cublasLtMatmulDesc_t desc, cudaDataType_t scale_type) {
+void NoteCreated(api::HandleKind kind, const void* handle, std::string created) {
+  Registry& r = Live();
+  std::lock_guard<std::mutex> lock(r.mu);
+  Entry e;
+  e.kind = kind;
+  e.created = std::move(created);
+  r.live[handle] = std::move(e);
+}
+
+}  // namespace
+
+void LtCreated(api::HandleKind kind, const void* handle) { NoteCreated(kind, handle, {}); }
+
+void LtGone(api::HandleKind kind, const void* handle) {
+  Registry& r = Live();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (IsLive(r, kind, handle)) r.live.erase(handle);
+  ForgetAlgos(r, handle);
+}
+
+bool LtAssignMatmulDesc(cublasComputeType_t compute_type, cudaDataType_t scale_type) {
+  if (!ShimAnswers()) return false;
+  // The combinations cuBLASLt documents for cublasLtMatmul (PyTorch's all
+  // among them); anything else is created synchronously, so the library's
+  // own answer reaches the application at the call.
+  switch (compute_type) {
+    case CUBLAS_COMPUTE_32F:
+    case CUBLAS_COMPUTE_32F_PEDANTIC:
+    case CUBLAS_COMPUTE_32F_FAST_16F:
+    case CUBLAS_COMPUTE_32F_FAST_16BF:
+    case CUBLAS_COMPUTE_32F_FAST_TF32:
+      return scale_type == CUDA_R_32F || scale_type == CUDA_C_32F;
+    case CUBLAS_COMPUTE_64F:
+    case CUBLAS_COMPUTE_64F_PEDANTIC:
+      return scale_type == CUDA_R_64F || scale_type == CUDA_C_64F;
+    case CUBLAS_COMPUTE_16F:
+    case CUBLAS_COMPUTE_16F_PEDANTIC:
+      return scale_type == CUDA_R_16F;
+    case CUBLAS_COMPUTE_32I:
+    case CUBLAS_COMPUTE_32I_PEDANTIC:
+      return scale_type == CUDA_R_32I || scale_type == CUDA_R_32F;
+    default:
+      return false;
+  }
+}
+
+bool LtAssignLayout(cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld) {
+  // A type the shim knows, and a column-major leading dimension that holds
+  // a column: what a layout of a real matrix has. Anything else (a short ld
+  // the heuristic refuses later, an unknown type) goes synchronously.
+  return ShimAnswers() && LtTypeSize(type) != 0 && rows > 0 && cols > 0 && ld > 0 &&
+         static_cast<uint64_t>(ld) >= rows;
+}
+
+bool LtAssignPreference() { return ShimAnswers(); }
+
+void LtNoteAttribute(api::HandleKind kind, const void* handle, int32_t attr, const void* buf,
+                     size_t size) {
+  Registry& r = Live();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!IsLive(r, kind, handle)) return;
+  ForgetAlgos(r, handle);
+  r.live.find(handle)->second.attributes[attr].assign(static_cast<const char*>(buf),
+                                                      buf == nullptr ? 0 : size);
+}
+
+void LtNoteHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                     cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                     cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref, int requested,
+                     const cublasLtMatmulHeuristicResult_t* results, const int* returned) {
+  if (results == nullptr || returned == nullptr || *returned < 0 || *returned > requested) return;
+  Registry& r = Live();
+  std::lock_guard<std::mutex> lock(r.mu);
+  NoteWorkspaces(r, desc, a, b, c, d, results, *returned);
+  if (!ShimAnswers()) return;
+  std::string key = AnswerKey(r, handle, desc, a, b, c, d, pref, requested);
+  if (key.empty()) return;
+  if (r.answers.size() >= kMaxAnswers) r.answers.clear();
+  r.answers[std::move(key)].assign(results, results + *returned);
+}
+
+bool LtAnswerHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                       cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                       cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                       cublasLtMatmulPreference_t pref, int requested,
+                       cublasLtMatmulHeuristicResult_t* results, int* returned) {
+  if (!ShimAnswers() || results == nullptr || returned == nullptr) return false;
+  Registry& r = Live();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.answers.empty()) return false;
+  const std::string key = AnswerKey(r, handle, desc, a, b, c, d, pref, requested);
+  if (key.empty()) return false;
+  auto it = r.answers.find(key);
+  if (it == r.answers.end()) return false;
+  const std::vector<cublasLtMatmulHeuristicResult_t>& answer = it->second;
+  std::copy(answer.begin(), answer.end(), results);
+  *returned = static_cast<int>(answer.size());
+  NoteWorkspaces(r, desc, a, b, c, d, results, *returned);
+  ++r.answered;
+  return true;
+}
+
+uint64_t LtHeuristicsAnswered() {
+  Registry& r = Live();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.answered;
+}
+
+void LtMatmulDescCreated(cublasLtMatmulDesc_t desc, cublasComputeType_t compute_type,
+                         cudaDataType_t scale_type) {
+  std::string created;
+  Append(&created, static_cast<int32_t>(compute_type));
+  Append(&created, static_cast<int32_t>(scale_type));
   Registry& r = Live();
   std::lock_guard<std::mutex> lock(r.mu);
   Entry e;
   e.kind = api::HandleKind::kLtMatmulDesc;
   e.scale_type = scale_type;
-  r.live[desc] = e;
+  e.created = std::move(created);
+  r.live[desc] = std::move(e);
+}
+
+void LtLayoutCreated(cublasLtMatrixLayout_t layout, cudaDataType type, uint64_t rows,
+                     uint64_t cols, int64_t ld) {
+  std::string created;
+  Append(&created, static_cast<int32_t>(type));
+  Append(&created, rows);
+  Append(&created, cols);
+  Append(&created, ld);
+  NoteCreated(api::HandleKind::kLtMatrixLayout, layout, std::move(created));
 }
 
 void LtNoteMatmulDescAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
                                const void* buf, size_t size) {
+  LtNoteAttribute(api::HandleKind::kLtMatmulDesc, desc, attr, buf, size);
   if (buf == nullptr || (size != sizeof(int32_t) && size != sizeof(uint64_t))) return;
   int64_t value = 0;
   std::memcpy(&value, buf, size);
@@ -148,7 +311,6 @@ void LtNoteMatmulDescAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttr
   Registry& r = Live();
   std::lock_guard<std::mutex> lock(r.mu);
   if (!IsLive(r, api::HandleKind::kLtMatmulDesc, desc)) return;
-  ForgetAlgos(r, desc);
   Entry& e = r.live.find(desc)->second;
   switch (attr) {
     case CUBLASLT_MATMUL_DESC_POINTER_MODE:

@@ -6,7 +6,9 @@
 #    epilogues, host and device scalars, the getters, cuBLASLt's error codes
 #    and the calls only Revenant refuses) matches the program's CPU reference.
 # 2. Its training-like loop, which makes and drops its descriptors at every
-#    matmul as PyTorch does, keeps a setup log of constant size, and recovers
+#    matmul as PyTorch does: the creations go without waiting and the
+#    heuristic reaches the agent once per distinct matmul (same bits as with
+#    REVENANT_LT_SHIM_ANSWERS=0), keeps a setup log of constant size, and recovers
 #    from agent kills (mid-matmul, after the heuristic's reply, at a setter,
 #    at a descriptor's creation and destruction, and after the setup log's
 #    compaction) with final weights bitwise equal to the fault-free run's.
@@ -60,34 +62,76 @@ if [ -z "$short_live" ] || [ "$short_live" != "$long_live" ]; then
 fi
 echo "ok: $short_live live setup entries after $iters and after $((2 * iters)) iterations"
 
+# Round trips: the descriptors' creations go without waiting (handles the
+# shim assigns), and the heuristic reaches the agent once per distinct
+# matmul (the forward's and the update's): later iterations ask it again of
+# descriptors of the same contents, which the shim answers. With
+# REVENANT_LT_SHIM_ANSWERS=0 each creation and heuristic waits for the agent;
+# the results are the same bits.
+submits() { grep -c "submit seq [0-9]* $2 ([0-9]* bytes, $3)" "$1"; }
+REVENANT_DIAGNOSTICS=1 "$run" "${common[@]}" -- "$app" --iters "$iters" >"$tmp/answers.log" 2>&1 || {
+  echo "FAIL: the loop failed with REVENANT_DIAGNOSTICS=1"; tail -20 "$tmp/answers.log"; exit 1; }
+REVENANT_LT_SHIM_ANSWERS=0 REVENANT_DIAGNOSTICS=1 "$run" "${common[@]}" -- "$app" --iters "$iters" \
+  >"$tmp/noanswers.log" 2>&1 || {
+  echo "FAIL: the loop failed with REVENANT_LT_SHIM_ANSWERS=0"; tail -20 "$tmp/noanswers.log"; exit 1; }
+on_heur=$(submits "$tmp/answers.log" cublasLtMatmulAlgoGetHeuristic sync)
+off_heur=$(submits "$tmp/noanswers.log" cublasLtMatmulAlgoGetHeuristic sync)
+on_sync_creates=$(grep -cE "submit seq [0-9]* cublasLt(MatmulDesc|MatrixLayout|MatmulPreference)Create \([0-9]* bytes, sync\)" "$tmp/answers.log")
+on_async_creates=$(grep -cE "submit seq [0-9]* cublasLt(MatmulDesc|MatrixLayout|MatmulPreference)Create \([0-9]* bytes, async\)" "$tmp/answers.log")
+off_sync_creates=$(grep -cE "submit seq [0-9]* cublasLt(MatmulDesc|MatrixLayout|MatmulPreference)Create \([0-9]* bytes, sync\)" "$tmp/noanswers.log")
+on_sum=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/answers.log")
+off_sum=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/noanswers.log")
+echo "heuristics sent: $on_heur (shim answers on), $off_heur (off); descriptor creations: $on_async_creates without waiting, $on_sync_creates waiting (on), $off_sync_creates waiting (off)"
+if [ "$on_heur" -ne 2 ] || [ "$off_heur" -ne $((2 * iters)) ] || [ "$on_sync_creates" -ne 0 ] ||
+   [ "$on_async_creates" -ne $((10 * iters)) ] || [ "$off_sync_creates" -ne $((10 * iters)) ]; then
+  echo "FAIL: want 2 and $((2 * iters)) heuristics sent, $((10 * iters)) creations without waiting and $((10 * iters)) waiting"
+  exit 1
+fi
+if [ -z "$on_sum" ] || [ "$on_sum" != "$ref" ] || [ "$off_sum" != "$ref" ]; then
+  echo "FAIL: checksums $on_sum (answers on), $off_sum (off), want $ref"; exit 1
+fi
+echo "ok: the shim answered $((2 * iters - on_heur)) heuristics and assigned $on_async_creates descriptors; checksums equal"
+
 failed=0
-# Calls of an iteration: 1 input copy; the forward layer: 2 descriptor
-# create, 3-6 its setters (transposes, epilogue, bias), 7-9 layouts,
-# 10-11 preference and its setter, 12 heuristic, 13 preference destroy,
-# 14 matmul, 15-18 destroys; the update: 19 create, 20-23 setters (pointer
-# mode device), 24-26 layouts, 27-28 preference, 29 heuristic, 30, 31
-# matmul, 32-35 destroys; 36 loss copy, 37 synchronize.
-trial() {  # name chaos-spec [iterations reference]
-  local name="$1" spec="$2" log="$tmp/trial.log" n="${3:-$iters}" ref="${4:-$ref}"
+# Calls of an iteration (after the first, whose heuristics reach the agent
+# after each preference's setter): 1 input copy; the forward layer: 2
+# descriptor create, 3-6 its setters (transposes, epilogue, bias), 7-9
+# layouts, 10-11 preference and its setter (the heuristic answered by the
+# shim), 12 preference destroy, 13 matmul, 14-17 destroys; the update: 18
+# create, 19-22 setters (pointer mode device), 23-25 layouts, 26-27
+# preference, 28 preference destroy, 29 matmul, 30-33 destroys; 34 loss
+# copy, 35 synchronize. The first iteration's heuristics (before the first
+# boundary) are the job's requests 23 and 40.
+trial() {  # name chaos-spec API [iterations reference]
+  local name="$1" spec="$2" api="$3" log="$tmp/trial.log" n="${4:-$iters}" ref="${5:-$ref}"
   "$run" "${common[@]}" --chaos="$spec" -- "$app" --iters "$n" >"$log" 2>&1
   local rc=$?
   local got=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$log")
   local recoveries=$(grep -c "replacement agent for rank" "$log")
-  if [ "$rc" -eq 0 ] && [ "$got" = "$ref" ] && [ "$recoveries" -ge 1 ]; then
-    echo "ok   $name [$spec]: $recoveries replacement(s), final checksum equal"
+  local at=$(grep -o "chaos: killing this agent at request [0-9]* ([A-Za-z0-9_]*" "$log" | head -1 |
+    sed 's/.*(//')
+  if [ "$rc" -eq 0 ] && [ "$got" = "$ref" ] && [ "$recoveries" -ge 1 ] && [ "$at" = "$api" ]; then
+    echo "ok   $name [$spec]: killed at $at, $recoveries replacement(s), final checksum equal"
   else
-    echo "FAIL $name [$spec]: rc=$rc, checksum '$got' (want $ref), $recoveries replacement(s)"
+    echo "FAIL $name [$spec]: rc=$rc, killed at '$at' (want $api), checksum '$got' (want $ref), $recoveries replacement(s)"
     tail -40 "$log"
     failed=1
   fi
 }
-trial "mid forward matmul"        "rank=0,minibatch=3,calls=14,point=after_execute"
-trial "mid update matmul"         "rank=0,minibatch=5,calls=31,point=after_execute"
-trial "after the heuristic reply" "rank=0,minibatch=4,calls=12,point=after_reply"
-trial "at the bias setter"        "rank=0,minibatch=2,calls=6,point=after_execute"
-trial "at a pointer-mode setter"  "rank=0,minibatch=6,calls=22,point=before_append"
-trial "at a descriptor create"    "rank=0,minibatch=3,calls=19,point=after_reply"
-trial "at a descriptor destroy"   "rank=0,minibatch=5,calls=18,point=after_execute"
+trial "mid forward matmul"        "rank=0,minibatch=3,calls=13,point=after_execute" cublasLtMatmul
+trial "mid update matmul"         "rank=0,minibatch=5,calls=29,point=after_execute" cublasLtMatmul
+trial "after the heuristic reply" "rank=0,calls=23,point=after_reply" \
+  cublasLtMatmulAlgoGetHeuristic
+trial "at the bias setter"        "rank=0,minibatch=2,calls=6,point=after_execute" \
+  cublasLtMatmulDescSetAttribute
+trial "at a pointer-mode setter"  "rank=0,minibatch=6,calls=21,point=before_append" \
+  cublasLtMatmulDescSetAttribute
+trial "at a descriptor create"    "rank=0,minibatch=3,calls=18,point=after_reply" \
+  cublasLtMatmulDescCreate
+trial "at a layout create"        "rank=0,minibatch=4,calls=8,point=after_execute" \
+  cublasLtMatrixLayoutCreate
+trial "at a descriptor destroy"   "rank=0,minibatch=5,calls=17,point=after_execute" \
+  cublasLtMatmulDescDestroy
 
 # A long run, whose setup log is compacted: a kill after the compaction must
 # find the handle as the application left it. A snapshot every 50 steps (every
@@ -101,7 +145,7 @@ long_ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/long_ref.
 compactions=$(sed -n 's/.*journal at exit: .*, \([0-9]*\) compactions,.*/\1/p' "$tmp/long_ref.log")
 echo "long loop: $long_iters iterations, $compactions setup-log compaction(s), final checksum $long_ref"
 [ "${compactions:-0}" -ge 1 ] || { echo "FAIL: the long loop's setup log was never compacted"; exit 1; }
-trial "after compaction, mid matmul" "rank=0,minibatch=$((long_iters - 11)),calls=14,point=after_execute" \
-  "$long_iters" "$long_ref"
+trial "after compaction, mid matmul" "rank=0,minibatch=$((long_iters - 11)),calls=13,point=after_execute" \
+  cublasLtMatmul "$long_iters" "$long_ref"
 [ "$failed" -eq 0 ] || exit 1
 echo "ok: every kill recovered to the fault-free result"
