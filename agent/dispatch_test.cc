@@ -382,6 +382,7 @@ TEST_F(DispatchTest, OutOfRangeEnumsGetTheNativeCodeAndNeverReachTheBackend) {
 TEST_F(DispatchTest, SparseEnumsAreCheckedAtDecode) {
   auto desc = [&](int32_t compute, int32_t scale) {
     Request r;
+    r.enc.Put(uint64_t{0});
     r.enc.PutFlag(true);
     r.enc.Put(compute);
     r.enc.Put(scale);
@@ -389,6 +390,7 @@ TEST_F(DispatchTest, SparseEnumsAreCheckedAtDecode) {
   };
   auto layout = [&](int32_t type) {
     Request r;
+    r.enc.Put(uint64_t{0});
     r.enc.PutFlag(true);
     r.enc.Put(type);
     r.enc.Put(uint64_t{4});
@@ -521,12 +523,14 @@ TEST_F(DispatchTest, CublasLtScalarsFollowTheMatmulDescriptorsPointerMode) {
   ASSERT_EQ(Run(api::ApiId::cublasLtCreate, create), CUBLAS_STATUS_SUCCESS);
   const auto handle = Out<cublasLtHandle_t>(0);
   Request desc_create;
+  desc_create.enc.Put(uint64_t{0});  // no id assigned by the shim
   desc_create.enc.PutFlag(true);
   desc_create.enc.Put(CUBLAS_COMPUTE_32F);
   desc_create.enc.Put(CUDA_R_32F);
   ASSERT_EQ(Run(api::ApiId::cublasLtMatmulDescCreate, desc_create), CUBLAS_STATUS_SUCCESS);
   const auto desc = Out<cublasLtMatmulDesc_t>(0);
   Request layout_create;
+  layout_create.enc.Put(uint64_t{0});
   layout_create.enc.PutFlag(true);
   layout_create.enc.Put(CUDA_R_32F);
   layout_create.enc.Put(uint64_t{4});
@@ -594,6 +598,7 @@ TEST_F(DispatchTest, CublasLtScalarsFollowTheMatmulDescriptorsPointerMode) {
 // buffer is shorter (the backend would write past it) is refused.
 TEST_F(DispatchTest, OutBuffersMustBeAsLongAsTheirLengthSays) {
   Request desc_create;
+  desc_create.enc.Put(uint64_t{0});  // no id assigned by the shim
   desc_create.enc.PutFlag(true);
   desc_create.enc.Put(CUBLAS_COMPUTE_32F);
   desc_create.enc.Put(CUDA_R_32F);

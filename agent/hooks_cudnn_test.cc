@@ -125,6 +125,7 @@ class HooksCudnnTest : public testing::Test {
   }
   uint64_t NewDescriptor() {
     Request r;
+    r.enc.Put(uint64_t{0});  // no id assigned by the shim: the agent assigns one
     r.enc.Put(int32_t{CUDNN_BACKEND_TENSOR_DESCRIPTOR});
     r.enc.PutFlag(true);
     EXPECT_EQ(Run(api::ApiId::cudnnBackendCreateDescriptor, r), CUDNN_STATUS_SUCCESS);
@@ -171,6 +172,41 @@ class HooksCudnnTest : public testing::Test {
   std::vector<char> reply_;
   wire::Encoder out_;
 };
+
+// A creation the shim sent without waiting carries the id it assigned: the
+// descriptor is registered under it; an id of another form or kind, or one
+// already live, is refused before the backend creates anything.
+TEST_F(HooksCudnnTest, CreationsTakeTheIdTheShimAssigned) {
+  auto create = [&](uint64_t assigned) {
+    Request r;
+    r.enc.Put(assigned);
+    r.enc.Put(int32_t{CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR});
+    r.enc.PutFlag(true);
+    return Run(api::ApiId::cudnnBackendCreateDescriptor, r);
+  };
+  const uint64_t id = api::ShimAssignedId(api::HandleKind::kDnnDescriptor, 3);
+  ASSERT_EQ(create(id), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(backend_.descriptors, 1);
+  uint64_t raw = id;
+  ASSERT_TRUE(handles_.ToBackendRaw(api::HandleKind::kDnnDescriptor, &raw));
+  EXPECT_EQ(raw, 0xde51u);
+  // Refused, nothing created: live, another kind's, the agent's own form.
+  EXPECT_EQ(create(id), CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(create(api::ShimAssignedId(api::HandleKind::kLtMatmulDesc, 4)), CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(create(HandleTable::kVirtualTag |
+                   (static_cast<uint64_t>(api::HandleKind::kDnnDescriptor) << 40) | 4),
+            CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(backend_.descriptors, 1);
+  // Set through its id; destroyed, the id may be taken again (a replay).
+  const int64_t dims = 4;
+  Request set = Set(id, CUDNN_TYPE_INT64, 1, &dims, sizeof(dims));
+  ASSERT_EQ(Run(api::ApiId::cudnnBackendSetAttribute, set), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(backend_.last_descriptor, 0xde51u);
+  Request destroy;
+  destroy.enc.Put(id);
+  ASSERT_EQ(Run(api::ApiId::cudnnBackendDestroyDescriptor, destroy), CUDNN_STATUS_SUCCESS);
+  EXPECT_EQ(create(id), CUDNN_STATUS_SUCCESS);
+}
 
 TEST_F(HooksCudnnTest, SetAttributeTranslatesEveryDescriptorElement) {
   const uint64_t graph = NewDescriptor(), a = NewDescriptor(), b = NewDescriptor();

@@ -102,10 +102,12 @@ enum class Type { kBool, kInt, kDouble, kString };
     "Large uploads of a training step are journaled by the device into capture files of the "   \
     "journal directory (tmpfs): at most this many MiB of them per rank; 0 journals every "      \
     "upload's bytes with the CPU (slower).")                                                     \
-  X(kLtShimAnswers, "REVENANT_LT_SHIM_ANSWERS", kBool, kProduct, "1",                           \
-    "cuBLASLt: descriptors of known types are created without waiting for the agent (the shim " \
-    "assigns their handles), and a heuristic asked again for descriptors of the same contents " \
-    "is answered by the shim from the agent's earlier answer; 0: each waits for the agent.")    \
+  X(kShimAnswers, "REVENANT_SHIM_ANSWERS", kBool, kProduct, "1",                                \
+    "cuBLASLt and cuDNN backend descriptors of known types are created without waiting for "    \
+    "the agent (the shim assigns their handles), a cuDNN backend descriptor is destroyed "      \
+    "without waiting, and a cuBLASLt heuristic asked again for descriptors of the same "        \
+    "contents is answered by the shim from the agent's earlier answer; 0: each waits for the "  \
+    "agent.")                                                                                    \
   X(kHostKernels, "REVENANT_HOST_KERNELS", kString, kProduct, "",                                \
     "Host backend: colon-separated host kernel libraries (as --host_kernels).")                 \
   X(kHostKernelStackKb, "REVENANT_HOST_KERNEL_STACK_KB", kInt, kProduct, "64",                   \

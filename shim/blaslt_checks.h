@@ -58,7 +58,7 @@ void LtNoteMatmulDescAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttr
                                const void* buf, size_t size);
 
 // Whether a creation is sent without waiting, with a handle the shim
-// assigns (the assign_if of its row): REVENANT_LT_SHIM_ANSWERS is on and the
+// assigns (the assign_if of its row): REVENANT_SHIM_ANSWERS is on and the
 // arguments are of the kinds cuBLASLt accepts (a matmul descriptor of a
 // documented compute/scale type pair; a layout of a known type whose
 // leading dimension holds a column).

@@ -33,6 +33,19 @@ namespace shim {
 void DnnNoteDescriptor(const void* desc, cudnnDataType_t type, int nb_dims, const int* dims);
 void DnnForgetDescriptor(const void* desc);
 
+// Backend descriptors (cudnnBackendCreateDescriptor) this process holds.
+void DnnBackendCreated(const void* desc);
+void DnnBackendGone(const void* desc);
+// cudnnBackendDestroyDescriptor's checks: a null descriptor is
+// CUDNN_STATUS_BAD_PARAM_NULL_POINTER, one this process does not hold
+// CUDNN_STATUS_BAD_PARAM (as the agent answers it), else 0.
+int32_t DnnCheckBackendDestroy(const void* desc);
+// REVENANT_SHIM_ANSWERS: backend descriptors are destroyed without waiting,
+// and one of a known type (`type` within cudnnBackendDescriptorType_t) is
+// created without waiting, with a handle the shim assigns.
+bool DnnShimAnswers();
+bool DnnAssignBackendDescriptor(cudnnBackendDescriptorType_t type);
+
 // Bytes of one host scalar of a computation whose data `desc` describes.
 size_t DnnScalarBytes(const void* desc);
 

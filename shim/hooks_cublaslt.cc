@@ -77,7 +77,7 @@ Registry& Live() {
 }
 
 bool ShimAnswers() {
-  static const bool on = knobs::Bool(knobs::Id::kLtShimAnswers).value_or(true);
+  static const bool on = knobs::Bool(knobs::Id::kShimAnswers).value_or(true);
   return on;
 }
 

@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "api/dnn_args.h"
 #include "api/hook_protocol.h"
 #include "api/hook_structs.h"
+#include "common/knobs.h"
 #include "common/logging.h"
 #include "shim/call.h"
 #include "shim/dnn_checks.h"
@@ -30,6 +32,7 @@ struct DnnDescriptorInfo {
 struct DnnRegistry {
   std::mutex mu;
   absl::flat_hash_map<const void*, DnnDescriptorInfo> descriptors;
+  absl::flat_hash_set<const void*> backend;  // live backend descriptors
 };
 DnnRegistry& Dnn() {
   static DnnRegistry* r = new DnnRegistry();  // used by atexit-time calls too
@@ -47,6 +50,40 @@ void DnnNoteDescriptor(const void* desc, cudnnDataType_t type, int nb_dims, cons
   DnnDescriptorInfo& info = r.descriptors[desc];
   info.type = type;
   info.dims.assign(dims, dims + std::max(0, nb_dims));
+}
+
+void DnnBackendCreated(const void* desc) {
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.backend.insert(desc);
+}
+
+void DnnBackendGone(const void* desc) {
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.backend.erase(desc);
+}
+
+int32_t DnnCheckBackendDestroy(const void* desc) {
+  if (desc == nullptr) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!r.backend.contains(desc)) {
+    REVENANT_LOG(DEBUG, "shim") << "cudnnBackendDestroyDescriptor of a descriptor this process "
+                                   "does not hold: CUDNN_STATUS_BAD_PARAM";
+    return CUDNN_STATUS_BAD_PARAM;
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+bool DnnShimAnswers() {
+  static const bool on = knobs::Bool(knobs::Id::kShimAnswers).value_or(true);
+  return on;
+}
+
+bool DnnAssignBackendDescriptor(cudnnBackendDescriptorType_t type) {
+  return DnnShimAnswers() && type >= CUDNN_BACKEND_POINTWISE_DESCRIPTOR &&
+         type <= CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR;
 }
 
 void DnnForgetDescriptor(const void* desc) {

@@ -8,7 +8,7 @@
 # 2. Its training-like loop, which makes and drops its descriptors at every
 #    matmul as PyTorch does: the creations go without waiting and the
 #    heuristic reaches the agent once per distinct matmul (same bits as with
-#    REVENANT_LT_SHIM_ANSWERS=0), keeps a setup log of constant size, and recovers
+#    REVENANT_SHIM_ANSWERS=0), keeps a setup log of constant size, and recovers
 #    from agent kills (mid-matmul, after the heuristic's reply, at a setter,
 #    at a descriptor's creation and destruction, and after the setup log's
 #    compaction) with final weights bitwise equal to the fault-free run's.
@@ -66,14 +66,14 @@ echo "ok: $short_live live setup entries after $iters and after $((2 * iters)) i
 # shim assigns), and the heuristic reaches the agent once per distinct
 # matmul (the forward's and the update's): later iterations ask it again of
 # descriptors of the same contents, which the shim answers. With
-# REVENANT_LT_SHIM_ANSWERS=0 each creation and heuristic waits for the agent;
+# REVENANT_SHIM_ANSWERS=0 each creation and heuristic waits for the agent;
 # the results are the same bits.
 submits() { grep -c "submit seq [0-9]* $2 ([0-9]* bytes, $3)" "$1"; }
 REVENANT_DIAGNOSTICS=1 "$run" "${common[@]}" -- "$app" --iters "$iters" >"$tmp/answers.log" 2>&1 || {
   echo "FAIL: the loop failed with REVENANT_DIAGNOSTICS=1"; tail -20 "$tmp/answers.log"; exit 1; }
-REVENANT_LT_SHIM_ANSWERS=0 REVENANT_DIAGNOSTICS=1 "$run" "${common[@]}" -- "$app" --iters "$iters" \
+REVENANT_SHIM_ANSWERS=0 REVENANT_DIAGNOSTICS=1 "$run" "${common[@]}" -- "$app" --iters "$iters" \
   >"$tmp/noanswers.log" 2>&1 || {
-  echo "FAIL: the loop failed with REVENANT_LT_SHIM_ANSWERS=0"; tail -20 "$tmp/noanswers.log"; exit 1; }
+  echo "FAIL: the loop failed with REVENANT_SHIM_ANSWERS=0"; tail -20 "$tmp/noanswers.log"; exit 1; }
 on_heur=$(submits "$tmp/answers.log" cublasLtMatmulAlgoGetHeuristic sync)
 off_heur=$(submits "$tmp/noanswers.log" cublasLtMatmulAlgoGetHeuristic sync)
 on_sync_creates=$(grep -cE "submit seq [0-9]* cublasLt(MatmulDesc|MatrixLayout|MatmulPreference)Create \([0-9]* bytes, sync\)" "$tmp/answers.log")
