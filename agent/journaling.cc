@@ -365,18 +365,13 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
     const uint64_t minibatch = minibatch_.load(std::memory_order_relaxed);
     e.add_touches(handle);
     deferred_handle_ = handle;
-    size_t kept = 0;
-    for (size_t i = 0; i < pending_destroys_.size(); ++i) {
-      PendingDestroy& p = pending_destroys_[i];
-      if (p.minibatch >= minibatch) {
-        if (kept != i) pending_destroys_[kept] = std::move(p);
-        ++kept;
-        continue;
+    while (!pending_destroys_.empty() && pending_destroys_.front().minibatch < minibatch) {
+      const PendingDestroy& p = pending_destroys_.front();
+      if (p.minibatch != 0) {
+        for (uint64_t key : p.keys) e.add_destroys(key);
       }
-      if (p.minibatch == 0) continue;
-      for (uint64_t key : p.keys) e.add_destroys(key);
+      pending_destroys_.pop_front();
     }
-    pending_destroys_.resize(kept);
     pending_destroys_.push_back(PendingDestroy{minibatch, std::move(gone)});
   }
   if (IsSharedHostAlloc(id)) e.add_creates(FirstU64(body));

@@ -32,6 +32,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -220,7 +221,11 @@ class RequestJournal {
     uint64_t minibatch = 0;
     std::vector<uint64_t> keys;
   };
-  std::vector<PendingDestroy> pending_destroys_;
+  // In journaling order, so by minibatch (which only grows): the destroys
+  // that take effect are always a prefix, taken from the front (a one-rank
+  // job with boundary snapshots stays in one minibatch for many steps, and
+  // PyTorch destroys five descriptors per matmul).
+  std::deque<PendingDestroy> pending_destroys_;
   uint64_t deferred_handle_ = 0;
   // The keys of attribute_calls_ per handle, dropped with the handle.
   absl::flat_hash_map<uint64_t, std::vector<uint64_t>> handle_attributes_;
