@@ -10,7 +10,8 @@
 # MODE torch (and all; torch1: step 1 only):
 #   1. each script at 1 rank natively and under revenant-run -n 1: the final
 #      parameter SHA-256 equal; step time ratio and start-up times printed,
-#      and the step with --snapshots=off (a journal boundary per step) beside;
+#      and the step with --snapshots=off (a journal boundary per step) and with
+#      REVENANT_SHIM_ANSWERS=0 (library descriptors wait for the agent) beside;
 #   2. 4 ranks on the one GPU over the Gloo staging and over real NCCL (an
 #      NCCL_HOSTID per rank), twice each: one hash on every rank, both runs;
 #   3. agent kills in the 4-rank jobs, each ending with the fault-free hash
@@ -91,14 +92,22 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       th_native1 "$nlog" "$TS/$s.py" --steps 30
       echo "   $s native: step $(th_step "$nlog") ms"
       # TORCH_PROF_ARMS: the revenant-run options of each arm, ';' between
-      # arms; the first arm also samples the agent's executor (agent/profiler.h).
+      # arms (words of the form NAME=VALUE are set in the environment, e.g.
+      # "REVENANT_SHIM_ANSWERS=0 --snapshots=off"; an empty arm is the
+      # default); the first arm also samples the agent's executor
+      # (agent/profiler.h).
       IFS=';' read -r -a th_arms <<<"${TORCH_PROF_ARMS:---snapshots=off;--snapshots=off --journal=false}"
       for arm in "${th_arms[@]}"; do
-        tag=$(echo "$arm" | tr -c 'a-z\n' '_')
+        tag=$(echo "${arm:-default}" | tr -c 'a-zA-Z0-9\n' '_')
         log="$LOGS/torch.$s.prof.$tag.log"
         hz=0; [ "$arm" = "${th_arms[0]}" ] && hz=${PROFILE_HZ:-4000}
-        REVENANT_CALL_STATS=1 REVENANT_WAIT_STATS=1 REVENANT_JOURNAL_TIMING=1 REVENANT_PROFILE_HZ=$hz \
-          timeout 300 $RUN -n 1 --backend=cuda $arm --timeout=240 -- "$PY" "$TS/$s.py" --steps 30 >"$log" 2>&1
+        arm_env=(); arm_opts=()
+        for w in $arm; do
+          case "$w" in [A-Z]*=*) arm_env+=("$w") ;; *) arm_opts+=("$w") ;; esac
+        done
+        env "${arm_env[@]}" REVENANT_CALL_STATS=1 REVENANT_WAIT_STATS=1 REVENANT_JOURNAL_TIMING=1 \
+          REVENANT_PROFILE_HZ=$hz timeout 300 $RUN -n 1 --backend=cuda "${arm_opts[@]}" --timeout=240 \
+          -- "$PY" "$TS/$s.py" --steps 30 >"$log" 2>&1
         echo "   $s under the shim [$arm]: rc=$? step $(th_step "$log") ms"
         sed -n '/executor profile/,/calls: /p' "$log" | sed 's/^/   | /'
         grep -A28 "calls: " "$log" | sed 's/^/   | /'
@@ -126,6 +135,14 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       timeout 400 $RUN -n 1 --backend=cuda --snapshots=off --timeout=360 -- "$PY" "$TS/$s.py" >"$olog" 2>&1
       orc=$?; ost=$(th_step "$olog")
       echo "   $s --snapshots=off: rc=$orc $(th_hash "$olog") step $ost ms; ratio $([ -n "$nst" ] && [ -n "$ost" ] && calc "$ost / $nst")"
+      # And with every cuBLASLt/cuDNN descriptor creation and heuristic
+      # waiting for the agent (REVENANT_SHIM_ANSWERS=0): what the shim's
+      # answers save the step, in the same call.
+      alog="$LOGS/torch.$s.cuda.noanswers.log"
+      REVENANT_SHIM_ANSWERS=0 timeout 400 $RUN -n 1 --backend=cuda --timeout=360 -- "$PY" "$TS/$s.py" \
+        >"$alog" 2>&1
+      arc=$?; ast=$(th_step "$alog")
+      echo "   $s REVENANT_SHIM_ANSWERS=0: rc=$arc $(th_hash "$alog") step $ast ms; ratio $([ -n "$nst" ] && [ -n "$ast" ] && calc "$ast / $nst")"
       if [ $nrc -eq 0 ] && [ $crc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ]; then
         st=PASS; th_ref[$s]=$ref
       else
@@ -194,8 +211,10 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       # how many depends on timing: ~182 per step (the journals of a
       # 2026-12-03 run: 5105 minibatch requests in 28 steps), so the
       # mid-optimizer kill is at 165 and the random ones stay below 180 (a
-      # kill past the step's last request never fires). Then seeded random
-      # ones (seed printed).
+      # kill past the step's last request never fires). The shim now also
+      # answers the forward's three cuBLASLt heuristics (~3 requests fewer
+      # per step); each line names the API a kill landed on. Then seeded
+      # random ones (seed printed).
       specs=("rank=1,minibatch=5,calls=20,point=after_execute"
              "rank=2,minibatch=8,calls=163,point=after_execute"
              "rank=0,minibatch=7,calls=165,point=after_reply"
@@ -215,8 +234,10 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
           --chaos="$spec" --events_file="$ev" -- "$PY" "$TS/mlp_ddp.py" --steps 30 >"$log" 2>&1; rc=$?
         same=$(grep -c "params sha256 ${th_ref[n4$coll]}\$" "$log")
         repl=$(grep -c "replacement agent for rank" "$log")
-        printf '   chaos %s [%s]: rc=%s after %.1f s, %s replacement(s), %s/4 ranks equal\n' \
-          "$coll" "$spec" "$rc" "$(calc "$(now) - $t0")" "$repl" "$same"
+        at=$(grep -ho "killing this agent at request [0-9]* ([A-Za-z0-9_]*" "$log" | sed 's/.*(//' |
+          tr '\n' ' ')
+        printf '   chaos %s [%s]: rc=%s after %.1f s, %s replacement(s), %s/4 ranks equal; killed at %s\n' \
+          "$coll" "$spec" "$rc" "$(calc "$(now) - $t0")" "$repl" "$same" "${at:-?}"
         if [ $rc -eq 0 ] && [ "$same" -eq 4 ] && [ "$repl" -ge 1 ]; then st=PASS; else st="FAIL (rc=$rc)"; th_diag "$log" 40; fi
         record "torch chaos $coll [$spec]" "$st" "$log"
       done
