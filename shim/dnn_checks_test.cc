@@ -75,6 +75,25 @@ TEST(DnnArgs, AlgorithmResultsAreBoundedByTheAlgorithmCount) {
   EXPECT_EQ(api::DnnRnnDataArgsStatus(api::kDnnMaxRnnBatch + 1, seq), CUDNN_STATUS_NOT_SUPPORTED);
 }
 
+// Backend descriptors are destroyed without waiting for the agent, so the
+// shim answers what the agent answered for a bad one: null, unknown and
+// already destroyed descriptors never leave the process.
+TEST(DnnChecks, BackendDestroysAreCheckedAgainstTheDescriptorsHeld) {
+  const void* d = reinterpret_cast<const void*>(0x7e10004000000001ull);
+  EXPECT_EQ(DnnCheckBackendDestroy(nullptr), CUDNN_STATUS_BAD_PARAM_NULL_POINTER);
+  EXPECT_EQ(DnnCheckBackendDestroy(d), CUDNN_STATUS_BAD_PARAM) << "never created";
+  DnnBackendCreated(d);
+  EXPECT_EQ(DnnCheckBackendDestroy(d), CUDNN_STATUS_SUCCESS);
+  DnnBackendGone(d);
+  EXPECT_EQ(DnnCheckBackendDestroy(d), CUDNN_STATUS_BAD_PARAM) << "destroyed twice";
+  // Which creations the shim assigns: the types cuDNN 9 names, no others.
+  EXPECT_TRUE(DnnShimAnswers());
+  EXPECT_TRUE(DnnAssignBackendDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR));
+  EXPECT_TRUE(DnnAssignBackendDescriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
+  EXPECT_FALSE(DnnAssignBackendDescriptor(static_cast<cudnnBackendDescriptorType_t>(999)));
+  EXPECT_FALSE(DnnAssignBackendDescriptor(static_cast<cudnnBackendDescriptorType_t>(-1)));
+}
+
 }  // namespace
 }  // namespace shim
 }  // namespace revenant

@@ -379,6 +379,19 @@ extern "C" REVENANT_EXPORT cudnnStatus_t cudnnBackendGetAttribute(
     };
     if (elementCount != nullptr) copy_out(reply.count, elementCount, sizeof(*elementCount));
     if (has_array) copy_out(reply.elements, arrayOfElements, bytes);
+    // A descriptor the library wrote in place of one the caller passed is a
+    // descriptor the application now holds (the agent named it virtually):
+    // the shim's destroy check must know it.
+    if (has_array && reply.elements.data != nullptr &&
+        revenant::api::DnnElementHandleKind(attributeType) ==
+            revenant::api::HandleKind::kDnnDescriptor) {
+      const uint64_t n = std::min<uint64_t>(reply.elements.size, bytes) / sizeof(uint64_t);
+      for (uint64_t i = 0; i < n; ++i) {
+        uint64_t element = 0;
+        std::memcpy(&element, reply.elements.data + i * sizeof(uint64_t), sizeof(element));
+        if (element != 0) revenant::shim::DnnBackendCreated(reinterpret_cast<const void*>(element));
+      }
+    }
   }
   return static_cast<cudnnStatus_t>(call.status());
 }
