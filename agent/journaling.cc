@@ -1,6 +1,7 @@
 #include "agent/journaling.h"
 
 #include <cuda_runtime_api.h>
+#include <cudnn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -8,6 +9,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <filesystem>
 #include <fstream>
 
@@ -85,7 +87,24 @@ uint64_t AttributeKey(uint64_t handle, uint16_t api_id, const api::ApiTraits& tr
 // compaction would have dropped their creation and setters.
 bool DefersDestroy(api::HandleKind kind) {
   return kind == api::HandleKind::kLtHandle || kind == api::HandleKind::kLtMatmulDesc ||
-         kind == api::HandleKind::kLtMatrixLayout || kind == api::HandleKind::kLtMatmulPreference;
+         kind == api::HandleKind::kLtMatrixLayout || kind == api::HandleKind::kLtMatmulPreference ||
+         kind == api::HandleKind::kDnnDescriptor;  // variant packs only (VariantPackCreated)
+}
+
+// The descriptor type of a cudnnBackendCreateDescriptor request (after the
+// id the shim assigned, 0 if none), or -1.
+int64_t CreatedDnnType(absl::string_view body) {
+  wire::Decoder in(body.data(), body.size());
+  uint64_t assigned = 0;
+  std::underlying_type_t<cudnnBackendDescriptorType_t> type{};
+  if (!in.Get(&assigned) || !in.Get(&type)) return -1;
+  return static_cast<int64_t>(type);
+}
+
+// The calls that name a backend descriptor first and build or read it.
+bool BuildsDnnDescriptor(api::ApiId id) {
+  return id == api::ApiId::cudnnBackendSetAttribute || id == api::ApiId::cudnnBackendGetAttribute ||
+         id == api::ApiId::cudnnBackendFinalize;
 }
 
 bool IsAllocation(api::ApiId id) {
@@ -104,7 +123,9 @@ bool IsSharedHostAlloc(api::ApiId id) {
 
 // cuDNN handles and backend descriptors are never compacted away: their
 // creation, every call that builds them and their destruction stay in the
-// setup log (no journal keys). A descriptor refers to others (an execution
+// setup log (no journal keys), except variant packs (RequestJournal::
+// dnn_packs_), which no descriptor refers to and PyTorch makes at every
+// convolution. A descriptor refers to others (an execution
 // plan to its engine config, an operation to its tensors, a plan to its
 // handle), and cuDNN lets the application destroy the referred ones while
 // the referring one lives on; dropping a destroyed descriptor's calls would
@@ -315,9 +336,13 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   e.set_flags(journal::RequestFlags(rec.flags, rec.reply_slot));
   e.set_minibatch(minibatch_.load(std::memory_order_relaxed));
   const uint64_t handle = FirstU64(body);
-  // A destroy of a handle whose calls all stay (KeepsEveryCall) drops no keys.
+  // A destroy of a handle whose calls all stay (KeepsEveryCall) drops no keys;
+  // a variant pack's does.
+  const bool pack_destroy =
+      id == api::ApiId::cudnnBackendDestroyDescriptor && dnn_packs_.erase(handle) > 0;
   const bool keyed_destroy =
-      traits.destroys != api::HandleKind::kNone && !KeepsEveryCall(traits.destroys);
+      (traits.destroys != api::HandleKind::kNone && !KeepsEveryCall(traits.destroys)) ||
+      pack_destroy;
   // A destroy this journal defers (DefersDestroy): its keys go once its
   // minibatch is over.
   const bool deferred =
@@ -379,9 +404,16 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   // outcome names the handle): the id is the request's first field, and the
   // request itself holds the key.
   if (traits.shim_assigns && handle != 0) {
-    e.add_creates(handle);
-    if (DefersDestroy(traits.creates)) deferrable_.insert(handle);
+    if (!KeepsEveryCall(traits.creates)) {
+      e.add_creates(handle);
+      if (DefersDestroy(traits.creates)) deferrable_.insert(handle);
+    } else if (id == api::ApiId::cudnnBackendCreateDescriptor &&
+               CreatedDnnType(body) == CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR) {
+      VariantPackCreated(handle, &e);
+    }
   }
+  // A variant pack's attributes and finalization live while it does.
+  if (BuildsDnnDescriptor(id) && dnn_packs_.contains(handle)) e.add_touches(handle);
 
   const bool setup = traits.journal == api::JournalClass::kState || symbol_region != 0 ||
                      minibatch_.load(std::memory_order_relaxed) == 0;
@@ -440,6 +472,12 @@ void RequestJournal::JournalAttributeCall(const transport::RecordHeader& rec,
   attribute_call_key_ = key;
 }
 
+void RequestJournal::VariantPackCreated(uint64_t handle, journal::JournalEntry* e) {
+  e->add_creates(handle);
+  dnn_packs_.insert(handle);
+  deferrable_.insert(handle);
+}
+
 bool RequestJournal::OutcomeMayFollowReply(uint16_t api_id) {
   const auto id = static_cast<api::ApiId>(api_id);
   return id == api::ApiId::cudaStreamSynchronize || id == api::ApiId::cudaDeviceSynchronize ||
@@ -467,8 +505,19 @@ absl::Status RequestJournal::AfterExecute(const transport::RecordHeader& rec, in
     if (key != 0) e.add_creates(key);
     if (key != 0 && DefersDestroy(traits.creates)) deferrable_.insert(key);
   }
+  // A variant pack created synchronously (the agent assigned its handle).
+  if (status == 0 && id == api::ApiId::cudnnBackendCreateDescriptor &&
+      CreatedDnnType(absl::string_view(rec.body(), rec.body_size())) ==
+          CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR) {
+    if (const uint64_t key = FirstOutU64(outputs); key != 0) VariantPackCreated(key, &e);
+  }
   // A deferred destroy's outcome lives as long as the call.
   if (deferred_handle_ != 0) e.add_touches(deferred_handle_);
+  // So does the outcome of a variant pack's attribute call or finalization.
+  if (BuildsDnnDescriptor(id)) {
+    const uint64_t handle = FirstU64(absl::string_view(rec.body(), rec.body_size()));
+    if (dnn_packs_.contains(handle)) e.add_touches(handle);
+  }
   // A synchronous attribute setter's outcome goes with its call (when a later
   // call or the handle's destruction drops it).
   if (traits.sets_attribute && attribute_call_key_ != 0) e.add_creates(attribute_call_key_);

@@ -217,6 +217,14 @@ class RequestJournal {
   // minibatch of the destroy; the deferred destroy journaled last (0: none),
   // for its outcome.
   absl::flat_hash_set<uint64_t> deferrable_;
+  // Live cuDNN variant packs: unlike other backend descriptors (kept whole,
+  // KeepsEveryCall), no descriptor refers to one, so its creation, attribute
+  // calls and finalization are keyed by its handle and dropped with its
+  // deferred destroy (PyTorch makes one at every convolution: kept whole
+  // they would grow the setup log, and a replacement's replay, without
+  // bound).
+  absl::flat_hash_set<uint64_t> dnn_packs_;
+  void VariantPackCreated(uint64_t handle, journal::JournalEntry* e);
   struct PendingDestroy {
     uint64_t minibatch = 0;
     std::vector<uint64_t> keys;

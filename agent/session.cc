@@ -564,12 +564,16 @@ void Session::RunAndReply(const transport::RecordHeader& rec, const api::ApiTrai
     // An NCCL error is NCCL's, never a CUDA error: it waits for the next
     // synchronous NCCL call (docs/design.md, "NCCL calls").
     int32_t& deferred = nccl ? nccl_deferred_error_ : deferred_error_;
-    if (traits.library == api::Library::kCublas || traits.library == api::Library::kCublasLt) {
-      // The shim made cuBLAS's argument checks at the call; what fails here
-      // failed on the device, which CUDA reports as a launch failure at the
-      // next synchronization (as a faulting cuBLAS kernel would).
-      REVENANT_LOG(WARNING, "agent") << traits.name << " (async, seq " << rec.seq
-                                     << ") failed with cuBLAS status " << status;
+    if (traits.library == api::Library::kCublas || traits.library == api::Library::kCublasLt ||
+        traits.library == api::Library::kCudnn) {
+      // The shim made the library's argument checks at the call; what fails
+      // here failed in the agent's library (an allocation, the device),
+      // which CUDA reports as a launch failure at the next synchronization
+      // (as a faulting library kernel would): a library status is no CUDA
+      // error code.
+      REVENANT_LOG(WARNING, "agent") << traits.name << " (async, seq " << rec.seq << ") failed with "
+                                     << (traits.library == api::Library::kCudnn ? "cuDNN" : "cuBLAS")
+                                     << " status " << status;
       status = cudaErrorLaunchFailure;
     }
     if (deferred == 0) deferred = status;

@@ -33,8 +33,11 @@ namespace shim {
 void DnnNoteDescriptor(const void* desc, cudnnDataType_t type, int nb_dims, const int* dims);
 void DnnForgetDescriptor(const void* desc);
 
-// Backend descriptors (cudnnBackendCreateDescriptor) this process holds.
-void DnnBackendCreated(const void* desc);
+// Backend descriptors (cudnnBackendCreateDescriptor) this process holds,
+// with their type (-1: one the library wrote into a descriptor-typed
+// attribute) and whether they were finalized.
+void DnnBackendCreated(const void* desc, int type = -1);
+void DnnBackendFinalized(const void* desc);
 void DnnBackendGone(const void* desc);
 // cudnnBackendDestroyDescriptor's checks: a null descriptor is
 // CUDNN_STATUS_BAD_PARAM_NULL_POINTER, one this process does not hold
@@ -45,6 +48,13 @@ int32_t DnnCheckBackendDestroy(const void* desc);
 // created without waiting, with a handle the shim assigns.
 bool DnnShimAnswers();
 bool DnnAssignBackendDescriptor(cudnnBackendDescriptorType_t type);
+// Whether cudnnBackendSetAttribute may go without waiting: a variant pack
+// this process created and has not finalized, its tensors' unique ids
+// (INT64), data pointers (VOID_PTR) or its one workspace pointer — what a
+// training step sets at every convolution, and what cuDNN accepts whatever
+// the values (they are checked at Finalize and Execute, which wait).
+bool DnnSetAttributeSendAsync(const void* desc, int name, int type, int64_t count,
+                              const void* elements);
 
 // Bytes of one host scalar of a computation whose data `desc` describes.
 size_t DnnScalarBytes(const void* desc);

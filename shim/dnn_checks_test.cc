@@ -94,6 +94,54 @@ TEST(DnnChecks, BackendDestroysAreCheckedAgainstTheDescriptorsHeld) {
   EXPECT_FALSE(DnnAssignBackendDescriptor(static_cast<cudnnBackendDescriptorType_t>(-1)));
 }
 
+// A variant pack's per-step attributes go without waiting until it is
+// finalized; anything else (another attribute, type or descriptor kind, a
+// library-written descriptor, a finalized pack) waits for cuDNN's answer.
+TEST(DnnChecks, OnlyAVariantPacksStepAttributesGoWithoutWaiting) {
+  const void* pack = reinterpret_cast<const void*>(0x7e10004000000011ull);
+  const void* tensor = reinterpret_cast<const void*>(0x7e10004000000012ull);
+  const void* written = reinterpret_cast<const void*>(0x7e10000000000013ull);
+  DnnBackendCreated(pack, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  DnnBackendCreated(tensor, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  DnnBackendCreated(written);
+  int64_t uids[3] = {1, 2, 3};
+  void* ptrs[3] = {nullptr, nullptr, nullptr};
+  EXPECT_TRUE(DnnSetAttributeSendAsync(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                                       3, uids));
+  EXPECT_TRUE(DnnSetAttributeSendAsync(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                       CUDNN_TYPE_VOID_PTR, 3, ptrs));
+  EXPECT_TRUE(DnnSetAttributeSendAsync(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR,
+                                       1, ptrs));
+  EXPECT_FALSE(DnnSetAttributeSendAsync(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                                        CUDNN_TYPE_VOID_PTR, 2, ptrs))
+      << "two workspaces";
+  EXPECT_FALSE(DnnSetAttributeSendAsync(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+                                        CUDNN_TYPE_INT32, 3, uids))
+      << "another element type";
+  EXPECT_FALSE(DnnSetAttributeSendAsync(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                                        3, nullptr))
+      << "no elements";
+  EXPECT_FALSE(DnnSetAttributeSendAsync(pack, CUDNN_ATTR_VARIANT_PACK_INTERMEDIATES,
+                                        CUDNN_TYPE_VOID_PTR, 1, ptrs));
+  EXPECT_FALSE(DnnSetAttributeSendAsync(tensor, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+                                        CUDNN_TYPE_INT64, 3, uids))
+      << "not a variant pack";
+  EXPECT_FALSE(DnnSetAttributeSendAsync(written, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+                                        CUDNN_TYPE_INT64, 3, uids))
+      << "a descriptor of unknown type";
+  DnnBackendFinalized(pack);
+  EXPECT_FALSE(DnnSetAttributeSendAsync(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                                        3, uids))
+      << "finalized";
+  DnnBackendGone(pack);
+  DnnBackendGone(tensor);
+  DnnBackendGone(written);
+  const void* gone = pack;
+  EXPECT_FALSE(DnnSetAttributeSendAsync(gone, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                                        3, uids))
+      << "destroyed";
+}
+
 }  // namespace
 }  // namespace shim
 }  // namespace revenant

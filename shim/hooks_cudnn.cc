@@ -32,7 +32,11 @@ struct DnnDescriptorInfo {
 struct DnnRegistry {
   std::mutex mu;
   absl::flat_hash_map<const void*, DnnDescriptorInfo> descriptors;
-  absl::flat_hash_set<const void*> backend;  // live backend descriptors
+  struct Backend {
+    int type = -1;
+    bool finalized = false;
+  };
+  absl::flat_hash_map<const void*, Backend> backend;  // live backend descriptors
 };
 DnnRegistry& Dnn() {
   static DnnRegistry* r = new DnnRegistry();  // used by atexit-time calls too
@@ -52,10 +56,32 @@ void DnnNoteDescriptor(const void* desc, cudnnDataType_t type, int nb_dims, cons
   info.dims.assign(dims, dims + std::max(0, nb_dims));
 }
 
-void DnnBackendCreated(const void* desc) {
+void DnnBackendCreated(const void* desc, int type) {
   DnnRegistry& r = Dnn();
   std::lock_guard<std::mutex> lock(r.mu);
-  r.backend.insert(desc);
+  r.backend.try_emplace(desc, DnnRegistry::Backend{type, false});
+}
+
+void DnnBackendFinalized(const void* desc) {
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.backend.find(desc);
+  if (it != r.backend.end()) it->second.finalized = true;
+}
+
+bool DnnSetAttributeSendAsync(const void* desc, int name, int type, int64_t count,
+                              const void* elements) {
+  if (!DnnShimAnswers() || count < 0 || (count > 0 && elements == nullptr)) return false;
+  const bool known = (name == CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS && type == CUDNN_TYPE_INT64) ||
+                     (name == CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS && type == CUDNN_TYPE_VOID_PTR) ||
+                     (name == CUDNN_ATTR_VARIANT_PACK_WORKSPACE && type == CUDNN_TYPE_VOID_PTR &&
+                      count == 1);
+  if (!known) return false;
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.backend.find(desc);
+  return it != r.backend.end() && it->second.type == CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR &&
+         !it->second.finalized;
 }
 
 void DnnBackendGone(const void* desc) {
@@ -324,7 +350,12 @@ extern "C" REVENANT_EXPORT cudnnStatus_t cudnnBackendSetAttribute(
   req.type = static_cast<int32_t>(attributeType);
   req.count = elementCount;
   req.elements = revenant::wire::Bytes::Of(arrayOfElements, bytes);
-  Call call(ApiId::cudnnBackendSetAttribute, req.Size());
+  // A variant pack's per-step attributes go without waiting (their failure
+  // in the agent, a pointer it cannot reach, surfaces as a deferred error and
+  // at the pack's Finalize, which waits).
+  Call call(ApiId::cudnnBackendSetAttribute, req.Size(),
+            revenant::shim::DnnSetAttributeSendAsync(descriptor, attributeName, attributeType,
+                                                     elementCount, arrayOfElements));
   if (!call.ok()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
   req.Encode(call.args());
   if (!call.Send()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));

@@ -1,0 +1,168 @@
+// RequestJournal's keys for cuDNN backend descriptors: a variant pack (made
+// and dropped at every convolution) leaves the setup log once its destroy's
+// minibatch is over, whether the shim assigned its handle or the agent did;
+// every other backend descriptor (plans, engine configs: others refer to
+// them) stays whole.
+#include "agent/journaling.h"
+
+#include <cudnn.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/traits.h"
+#include "api/wire.h"
+#include "gtest/gtest.h"
+#include "transport/shm_channel.h"
+
+namespace revenant {
+namespace agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A request record: header, then the body `fill` encodes (run twice: sizer,
+// then encoder).
+std::vector<char> Record(uint64_t seq, api::ApiId id, bool sync,
+                         const std::function<void(wire::Sizer&)>& size,
+                         const std::function<void(wire::Encoder&)>& fill) {
+  wire::Sizer sz;
+  size(sz);
+  std::vector<char> rec(sizeof(transport::RecordHeader) + sz.size());
+  auto* h = reinterpret_cast<transport::RecordHeader*>(rec.data());
+  h->size = static_cast<uint32_t>(rec.size());
+  h->api_id = static_cast<uint16_t>(id);
+  h->seq = seq;
+  h->reply_slot = sync ? 0 : -1;
+  wire::Encoder out(rec.data() + sizeof(*h), sz.size());
+  fill(out);
+  return rec;
+}
+
+const transport::RecordHeader& Header(const std::vector<char>& rec) {
+  return *reinterpret_cast<const transport::RecordHeader*>(rec.data());
+}
+
+class DnnJournalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    dir_ = std::string(tmp != nullptr ? tmp : "/tmp") + "/dnnjournal-" +
+           std::to_string(getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    RequestJournal::Options o;
+    o.boundaries = RequestJournal::BoundaryMode::kManual;
+    absl::StatusOr<std::unique_ptr<RequestJournal>> j =
+        RequestJournal::Open(dir_ + "/journal", "job", 0, o);
+    ASSERT_TRUE(j.ok()) << j.status();
+    journal_ = std::move(*j);
+  }
+  void TearDown() override {
+    journal_.reset();
+    fs::remove_all(dir_);
+  }
+
+  // Journals a request (and, for a synchronous one, its outcome with
+  // `out_handle` as its first OUT value when given).
+  void Journal(const std::vector<char>& rec, uint64_t out_handle = 0) {
+    ASSERT_TRUE(journal_->BeforeExecute(Header(rec), {}, nullptr).ok());
+    if (Header(rec).reply_slot < 0) return;
+    std::vector<char> outputs(64);
+    wire::Encoder enc(outputs.data(), outputs.size());
+    if (out_handle != 0) enc.PutBytes(&out_handle, sizeof(out_handle));
+    ASSERT_TRUE(journal_->AfterExecute(Header(rec), 0, absl::string_view(outputs.data(), enc.size()))
+                    .ok());
+  }
+  // cudnnBackendCreateDescriptor of `type`: with `assigned` (sent without
+  // waiting) or, when 0, synchronously with the agent's id `agent_id`.
+  void Create(int32_t type, uint64_t assigned, uint64_t agent_id = 0) {
+    auto body = [&](auto& w) {
+      w.Put(assigned);
+      w.Put(type);
+      if constexpr (std::is_same_v<std::decay_t<decltype(w)>, wire::Sizer>) {
+        w.PutFlag();
+      } else {
+        w.PutFlag(true);
+      }
+    };
+    Journal(Record(++seq_, api::ApiId::cudnnBackendCreateDescriptor, assigned == 0, body, body),
+            agent_id);
+  }
+  void OnDescriptor(api::ApiId id, uint64_t d, bool sync) {
+    auto body = [&](auto& w) {
+      w.Put(d);
+      if (id == api::ApiId::cudnnBackendSetAttribute) {
+        w.Put(int32_t{CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS});
+        w.Put(int32_t{CUDNN_TYPE_INT64});
+        w.Put(int64_t{1});
+        const int64_t uid = 7;
+        w.PutBytes(&uid, sizeof(uid));
+      }
+    };
+    Journal(Record(++seq_, id, sync, body, body));
+  }
+  void Execute(uint64_t plan, uint64_t pack) {
+    auto body = [&](auto& w) {
+      w.Put(uint64_t{0x7e0f000000000001ull});
+      w.Put(plan);
+      w.Put(pack);
+    };
+    Journal(Record(++seq_, api::ApiId::cudnnBackendExecute, true, body, body));
+  }
+  // One convolution as PyTorch makes it: a variant pack built, finalized,
+  // executed and destroyed.
+  void Convolution(uint64_t plan, uint64_t pack, bool assigned) {
+    if (assigned) {
+      Create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, pack);
+    } else {
+      Create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, 0, pack);
+    }
+    for (int i = 0; i < 3; ++i) OnDescriptor(api::ApiId::cudnnBackendSetAttribute, pack, !assigned);
+    OnDescriptor(api::ApiId::cudnnBackendFinalize, pack, true);
+    Execute(plan, pack);
+    OnDescriptor(api::ApiId::cudnnBackendDestroyDescriptor, pack, !assigned);
+  }
+  uint64_t LiveSetupEntries() const { return journal_->stats().setup_live_entries; }
+
+  std::string dir_;
+  std::unique_ptr<RequestJournal> journal_;
+  uint64_t seq_ = 0;
+  uint64_t serial_ = 0;
+};
+
+TEST_F(DnnJournalTest, VariantPacksLeaveTheSetupLogOtherDescriptorsStay) {
+  // Setup (minibatch 0): a plan, kept whole for the job's life.
+  const uint64_t plan = api::ShimAssignedId(api::HandleKind::kDnnDescriptor, ++serial_);
+  Create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, plan);
+  OnDescriptor(api::ApiId::cudnnBackendSetAttribute, plan, true);
+  OnDescriptor(api::ApiId::cudnnBackendFinalize, plan, true);
+  const uint64_t setup = LiveSetupEntries();
+  std::vector<uint64_t> live;
+  for (int step = 0; step < 24; ++step) {
+    ASSERT_TRUE(journal_->MarkStep().ok());
+    // Two convolutions a step: one pack whose handle the shim assigned, one
+    // the agent assigned (REVENANT_SHIM_ANSWERS=0).
+    Convolution(plan, api::ShimAssignedId(api::HandleKind::kDnnDescriptor, ++serial_), true);
+    Convolution(plan, 0x7e10000000000000ull + 1000 + step, false);
+    live.push_back(LiveSetupEntries());
+  }
+  // A step's packs stay while its minibatch is current (a replay of it
+  // executes them), then go: the setup log does not grow with the steps.
+  EXPECT_GT(live[3], setup) << "the current minibatch's packs are live";
+  EXPECT_EQ(live[23], live[7]) << "setup entries grow with the steps: " << live[7] << " after 8, "
+                               << live[23] << " after 24";
+  // A plan destroyed stays (others may refer to what it was built from).
+  OnDescriptor(api::ApiId::cudnnBackendDestroyDescriptor, plan, true);
+  EXPECT_GE(LiveSetupEntries(), live[23]);
+}
+
+}  // namespace
+}  // namespace agent
+}  // namespace revenant
