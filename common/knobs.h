@@ -104,10 +104,11 @@ enum class Type { kBool, kInt, kDouble, kString };
     "upload's bytes with the CPU (slower).")                                                     \
   X(kShimAnswers, "REVENANT_SHIM_ANSWERS", kBool, kProduct, "1",                                \
     "cuBLASLt and cuDNN backend descriptors of known types are created without waiting for "    \
-    "the agent (the shim assigns their handles), a cuDNN backend descriptor is destroyed "      \
-    "without waiting, and a cuBLASLt heuristic asked again for descriptors of the same "        \
-    "contents is answered by the shim from the agent's earlier answer; 0: each waits for the "  \
-    "agent.")                                                                                    \
+    "the agent (the shim assigns their handles); a cuDNN descriptor's destroy and a variant "    \
+    "pack's per-step attributes go without waiting; a cuBLASLt heuristic asked again for "      \
+    "descriptors of the same contents, and a value read again from a finalized cuDNN "          \
+    "descriptor, are answered by the shim from the agent's earlier answer; 0: each waits for "  \
+    "the agent.")                                                                                \
   X(kHostKernels, "REVENANT_HOST_KERNELS", kString, kProduct, "",                                \
     "Host backend: colon-separated host kernel libraries (as --host_kernels).")                 \
   X(kHostKernelStackKb, "REVENANT_HOST_KERNEL_STACK_KB", kInt, kProduct, "64",                   \

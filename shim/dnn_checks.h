@@ -48,6 +48,16 @@ int32_t DnnCheckBackendDestroy(const void* desc);
 // created without waiting, with a handle the shim assigns.
 bool DnnShimAnswers();
 bool DnnAssignBackendDescriptor(cudnnBackendDescriptorType_t type);
+// cudnnBackendGetAttribute of a value-typed attribute of a descriptor this
+// process finalized: answered from the agent's earlier answer to the same
+// read (name, type, requested count, count and array asked or not), as a
+// finalized descriptor does not change. DnnAnswerGetAttribute writes it and
+// returns true, or false (ask the agent); DnnNoteGetAttribute keeps a
+// successful answer (`element_bytes` of elements written).
+bool DnnAnswerGetAttribute(const void* desc, int name, int type, int64_t requested,
+                           int64_t* count, void* elements);
+void DnnNoteGetAttribute(const void* desc, int name, int type, int64_t requested,
+                         const int64_t* count, const void* elements, size_t element_bytes);
 // Whether cudnnBackendSetAttribute may go without waiting: a variant pack
 // this process created and has not finalized, its tensors' unique ids
 // (INT64), data pointers (VOID_PTR) or its one workspace pointer — what a

@@ -142,6 +142,52 @@ TEST(DnnChecks, OnlyAVariantPacksStepAttributesGoWithoutWaiting) {
       << "destroyed";
 }
 
+// Value-typed reads of a finalized descriptor are answered from the agent's
+// earlier answer to the same read; before finalization, for descriptor-typed
+// reads (which fill the caller's descriptors) and for another read, the
+// agent is asked.
+TEST(DnnChecks, ReadsOfFinalizedDescriptorsAreAnsweredAgain) {
+  const void* plan = reinterpret_cast<const void*>(0x7e10004000000021ull);
+  DnnBackendCreated(plan, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  int64_t count = -1;
+  int64_t size = -1;
+  const int64_t agent_size = 4096, agent_count = 1;
+  // Not finalized: nothing kept, nothing answered.
+  DnnNoteGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                      &agent_count, &agent_size, sizeof(agent_size));
+  EXPECT_FALSE(DnnAnswerGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                     CUDNN_TYPE_INT64, 1, &count, &size));
+  DnnBackendFinalized(plan);
+  EXPECT_FALSE(DnnAnswerGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                     CUDNN_TYPE_INT64, 1, &count, &size))
+      << "never asked since";
+  DnnNoteGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                      &agent_count, &agent_size, sizeof(agent_size));
+  ASSERT_TRUE(DnnAnswerGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                    CUDNN_TYPE_INT64, 1, &count, &size));
+  EXPECT_EQ(count, 1);
+  EXPECT_EQ(size, 4096);
+  EXPECT_FALSE(DnnAnswerGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                     CUDNN_TYPE_INT64, 1, nullptr, &size))
+      << "asked without the count";
+  EXPECT_FALSE(DnnAnswerGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                     CUDNN_TYPE_INT64, 2, &count, &size))
+      << "another requested count";
+  // Descriptor-typed reads fill descriptors: never answered here.
+  uint64_t config = 0x7e10004000000022ull;
+  DnnNoteGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                      1, &agent_count, &config, sizeof(config));
+  EXPECT_FALSE(DnnAnswerGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count, &config));
+  // Destroyed: its answers go with it.
+  DnnBackendGone(plan);
+  DnnBackendCreated(plan, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  DnnBackendFinalized(plan);
+  EXPECT_FALSE(DnnAnswerGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                     CUDNN_TYPE_INT64, 1, &count, &size));
+  DnnBackendGone(plan);
+}
+
 }  // namespace
 }  // namespace shim
 }  // namespace revenant

@@ -8,7 +8,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -35,6 +39,10 @@ struct DnnRegistry {
   struct Backend {
     int type = -1;
     bool finalized = false;
+    // Value-typed reads of the finalized descriptor the agent answered:
+    // (name, type, requested, has count, has array) -> the count and the
+    // elements it wrote.
+    std::map<std::tuple<int, int, int64_t, bool, bool>, std::pair<int64_t, std::string>> reads;
   };
   absl::flat_hash_map<const void*, Backend> backend;  // live backend descriptors
 };
@@ -67,6 +75,38 @@ void DnnBackendFinalized(const void* desc) {
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.backend.find(desc);
   if (it != r.backend.end()) it->second.finalized = true;
+}
+
+bool DnnAnswerGetAttribute(const void* desc, int name, int type, int64_t requested,
+                           int64_t* count, void* elements) {
+  if (!DnnShimAnswers() || api::DnnElementHandleKind(type) != api::HandleKind::kNone) return false;
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.backend.find(desc);
+  if (it == r.backend.end() || !it->second.finalized) return false;
+  auto read = it->second.reads.find({name, type, requested, count != nullptr, elements != nullptr});
+  if (read == it->second.reads.end()) return false;
+  if (count != nullptr) *count = read->second.first;
+  if (elements != nullptr) {
+    std::memcpy(elements, read->second.second.data(), read->second.second.size());
+  }
+  return true;
+}
+
+void DnnNoteGetAttribute(const void* desc, int name, int type, int64_t requested,
+                         const int64_t* count, const void* elements, size_t element_bytes) {
+  if (!DnnShimAnswers() || api::DnnElementHandleKind(type) != api::HandleKind::kNone) return;
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.backend.find(desc);
+  if (it == r.backend.end() || !it->second.finalized) return;
+  // A handful per descriptor (a plan's workspace size, its engine's
+  // numerical notes...); a descriptor read in many ways is not cached more.
+  constexpr size_t kMaxReadsPerDescriptor = 64;
+  if (it->second.reads.size() >= kMaxReadsPerDescriptor) return;
+  it->second.reads[{name, type, requested, count != nullptr, elements != nullptr}] = {
+      count != nullptr ? *count : 0,
+      std::string(static_cast<const char*>(elements), elements != nullptr ? element_bytes : 0)};
 }
 
 bool DnnSetAttributeSendAsync(const void* desc, int name, int type, int64_t count,
@@ -386,6 +426,13 @@ extern "C" REVENANT_EXPORT cudnnStatus_t cudnnBackendGetAttribute(
                                   << "): CUDNN_STATUS_NOT_SUPPORTED";
     return CUDNN_STATUS_NOT_SUPPORTED;
   }
+  // A value-typed read of a finalized descriptor, asked before: finalized
+  // descriptors do not change, the shim answers as the agent did.
+  if (revenant::shim::DnnAnswerGetAttribute(descriptor, attributeName, attributeType,
+                                            requestedElementCount, elementCount,
+                                            arrayOfElements)) {
+    return CUDNN_STATUS_SUCCESS;
+  }
   const void* in_elements = send_elements ? arrayOfElements : nullptr;
   revenant::hooks::cudnnBackendGetAttributeRequest req;
   req.descriptor = reinterpret_cast<uint64_t>(descriptor);
@@ -410,6 +457,12 @@ extern "C" REVENANT_EXPORT cudnnStatus_t cudnnBackendGetAttribute(
     };
     if (elementCount != nullptr) copy_out(reply.count, elementCount, sizeof(*elementCount));
     if (has_array) copy_out(reply.elements, arrayOfElements, bytes);
+    if (call.status() == CUDNN_STATUS_SUCCESS) {
+      revenant::shim::DnnNoteGetAttribute(
+          descriptor, attributeName, attributeType, requestedElementCount, elementCount,
+          arrayOfElements,
+          reply.elements.data != nullptr ? std::min<uint64_t>(reply.elements.size, bytes) : 0);
+    }
     // A descriptor the library wrote in place of one the caller passed is a
     // descriptor the application now holds (the agent named it virtually):
     // the shim's destroy check must know it.
