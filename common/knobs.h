@@ -104,8 +104,9 @@ enum class Type { kBool, kInt, kDouble, kString };
     "upload's bytes with the CPU (slower).")                                                     \
   X(kShimAnswers, "REVENANT_SHIM_ANSWERS", kBool, kProduct, "1",                                \
     "cuBLASLt and cuDNN backend descriptors of known types are created without waiting for "    \
-    "the agent (the shim assigns their handles); a cuDNN descriptor's destroy and a variant "    \
-    "pack's per-step attributes go without waiting; a cuBLASLt heuristic asked again for "      \
+    "the agent (the shim assigns their handles); a cuDNN descriptor's destroy, a variant "      \
+    "pack's per-step attributes and cudnnSetStream go without waiting; a cuBLASLt heuristic "   \
+    "asked again for "                                                                           \
     "descriptors of the same contents, and a value read again from a finalized cuDNN "          \
     "descriptor, are answered by the shim from the agent's earlier answer; 0: each waits for "  \
     "the agent.")                                                                                \

@@ -33,6 +33,13 @@ namespace shim {
 void DnnNoteDescriptor(const void* desc, cudnnDataType_t type, int nb_dims, const int* dims);
 void DnnForgetDescriptor(const void* desc);
 
+// cuDNN handles this process holds (cudnnCreate, cudnnDestroy), and
+// cudnnSetStream's check of one: CUDNN_STATUS_BAD_PARAM for a null, unknown
+// or destroyed handle (as the agent answers), else 0.
+void DnnHandleCreated(const void* handle);
+void DnnHandleGone(const void* handle);
+int32_t DnnCheckHandle(const void* handle);
+
 // Backend descriptors (cudnnBackendCreateDescriptor) this process holds,
 // with their type (-1: one the library wrote into a descriptor-typed
 // attribute) and whether they were finalized.

@@ -142,6 +142,18 @@ TEST(DnnChecks, OnlyAVariantPacksStepAttributesGoWithoutWaiting) {
       << "destroyed";
 }
 
+// cudnnSetStream goes without waiting once the shim knows the handle is
+// live: null, unknown and destroyed handles get the agent's answer at once.
+TEST(DnnChecks, SetStreamChecksTheHandlesHeld) {
+  const void* h = reinterpret_cast<const void*>(0x7e0f000000000031ull);
+  EXPECT_EQ(DnnCheckHandle(nullptr), CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(DnnCheckHandle(h), CUDNN_STATUS_BAD_PARAM) << "never created";
+  DnnHandleCreated(h);
+  EXPECT_EQ(DnnCheckHandle(h), CUDNN_STATUS_SUCCESS);
+  DnnHandleGone(h);
+  EXPECT_EQ(DnnCheckHandle(h), CUDNN_STATUS_BAD_PARAM) << "destroyed";
+}
+
 // Value-typed reads of a finalized descriptor are answered from the agent's
 // earlier answer to the same read; before finalization, for descriptor-typed
 // reads (which fill the caller's descriptors) and for another read, the

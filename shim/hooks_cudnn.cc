@@ -45,6 +45,7 @@ struct DnnRegistry {
     std::map<std::tuple<int, int, int64_t, bool, bool>, std::pair<int64_t, std::string>> reads;
   };
   absl::flat_hash_map<const void*, Backend> backend;  // live backend descriptors
+  absl::flat_hash_set<const void*> handles;           // live cudnnHandle_t
 };
 DnnRegistry& Dnn() {
   static DnnRegistry* r = new DnnRegistry();  // used by atexit-time calls too
@@ -62,6 +63,25 @@ void DnnNoteDescriptor(const void* desc, cudnnDataType_t type, int nb_dims, cons
   DnnDescriptorInfo& info = r.descriptors[desc];
   info.type = type;
   info.dims.assign(dims, dims + std::max(0, nb_dims));
+}
+
+void DnnHandleCreated(const void* handle) {
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.handles.insert(handle);
+}
+
+void DnnHandleGone(const void* handle) {
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.handles.erase(handle);
+}
+
+int32_t DnnCheckHandle(const void* handle) {
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return handle != nullptr && r.handles.contains(handle) ? CUDNN_STATUS_SUCCESS
+                                                         : CUDNN_STATUS_BAD_PARAM;
 }
 
 void DnnBackendCreated(const void* desc, int type) {
@@ -346,7 +366,10 @@ cudnnStatus_t DestroyHandle(ApiId id, uint64_t Request::*field, T handle) {
 }  // namespace
 
 extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
-  return DestroyHandle(ApiId::cudnnDestroy, &revenant::hooks::cudnnDestroyRequest::handle, handle);
+  const cudnnStatus_t s =
+      DestroyHandle(ApiId::cudnnDestroy, &revenant::hooks::cudnnDestroyRequest::handle, handle);
+  if (s == CUDNN_STATUS_SUCCESS) revenant::shim::DnnHandleGone(handle);
+  return s;
 }
 extern "C" REVENANT_EXPORT cudnnStatus_t cudnnDestroyTensorDescriptor(cudnnTensorDescriptor_t desc) {
   const cudnnStatus_t s = DestroyHandle(ApiId::cudnnDestroyTensorDescriptor,
