@@ -31,14 +31,24 @@ uint64_t HandleTable::RegisterRaw(api::HandleKind kind, uint64_t backend_value) 
   return v;
 }
 
-uint64_t HandleTable::RegisterNew(api::HandleKind kind, uint64_t backend_value) {
-  if (IsPassThrough(kind, backend_value)) return backend_value;
-  PerKind& k = kinds_[static_cast<int>(kind)];
+void HandleTable::ForgetBackend(PerKind& k, uint64_t backend_value) {
   auto stale = k.to_virtual.find(backend_value);
   if (stale != k.to_virtual.end()) {
     k.to_backend.erase(stale->second);
     k.to_virtual.erase(stale);
   }
+}
+
+uint64_t HandleTable::Bind(PerKind& k, uint64_t id, uint64_t backend_value) {
+  ForgetBackend(k, backend_value);
+  k.to_backend[id] = backend_value;
+  k.to_virtual[backend_value] = id;
+  return id;
+}
+
+uint64_t HandleTable::RegisterNew(api::HandleKind kind, uint64_t backend_value) {
+  if (IsPassThrough(kind, backend_value)) return backend_value;
+  ForgetBackend(kinds_[static_cast<int>(kind)], backend_value);
   return RegisterRaw(kind, backend_value);
 }
 
@@ -51,14 +61,7 @@ uint64_t HandleTable::RegisterDerived(api::HandleKind kind, uint64_t backend_val
     k.to_virtual.erase(old->second);
     k.to_backend.erase(old);
   }
-  auto stale = k.to_virtual.find(backend_value);
-  if (stale != k.to_virtual.end()) {
-    k.to_backend.erase(stale->second);
-    k.to_virtual.erase(stale);
-  }
-  k.to_backend[v] = backend_value;
-  k.to_virtual[backend_value] = v;
-  return v;
+  return Bind(k, v, backend_value);
 }
 
 bool HandleTable::CanAssign(api::HandleKind kind, uint64_t id) const {
@@ -68,17 +71,9 @@ bool HandleTable::CanAssign(api::HandleKind kind, uint64_t id) const {
 
 uint64_t HandleTable::RegisterAssignedRaw(api::HandleKind kind, uint64_t backend_value,
                                           uint64_t id) {
-  PerKind& k = kinds_[static_cast<int>(kind)];
   // A new object: an earlier id at the same address is stale (its object
   // was destroyed without this table hearing of it).
-  auto stale = k.to_virtual.find(backend_value);
-  if (stale != k.to_virtual.end()) {
-    k.to_backend.erase(stale->second);
-    k.to_virtual.erase(stale);
-  }
-  k.to_backend[id] = backend_value;
-  k.to_virtual[backend_value] = id;
-  return id;
+  return Bind(kinds_[static_cast<int>(kind)], id, backend_value);
 }
 
 uint64_t HandleTable::ToVirtualRaw(api::HandleKind kind, uint64_t backend_value) {

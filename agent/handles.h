@@ -131,6 +131,10 @@ class HandleTable {
     absl::flat_hash_map<uint64_t, uint64_t> to_backend;
     absl::flat_hash_map<uint64_t, uint64_t> to_virtual;
   };
+  // Forgets the id `backend_value` is known by, if any.
+  static void ForgetBackend(PerKind& k, uint64_t backend_value);
+  // Maps `id` <-> `backend_value` (a stale id of the object forgotten).
+  static uint64_t Bind(PerKind& k, uint64_t id, uint64_t backend_value);
   PerKind kinds_[api::kHandleKindCount];
 };
 

@@ -214,6 +214,11 @@ int32_t Call::FailureStatus(int32_t unreachable) const {
 }
 
 
+bool ShimAnswers() {
+  static const bool on = knobs::Bool(knobs::Id::kShimAnswers).value_or(true);
+  return on;
+}
+
 uint64_t AssignHandle(api::HandleKind kind) {
   static std::atomic<uint64_t> serials[api::kHandleKindCount];
   const uint64_t serial =

@@ -138,6 +138,11 @@ int32_t ResolveSymbol(const void* symbol, SymbolRef* out, bool want_address = fa
 // never reused in a process, so one stays valid across agent recoveries.
 uint64_t AssignHandle(api::HandleKind kind);
 
+// REVENANT_SHIM_ANSWERS (default on): the library calls the shim may send
+// without waiting or answer itself (assign_if, shim_answer and the library
+// rows' async_if: cuBLASLt and cuDNN descriptors, heuristics, reads).
+bool ShimAnswers();
+
 // Byte size of a cudaMemPoolAttr value (int or cuuint64_t).
 size_t MemPoolAttrSize(int attr);
 

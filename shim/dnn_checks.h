@@ -50,10 +50,9 @@ void DnnBackendGone(const void* desc);
 // CUDNN_STATUS_BAD_PARAM_NULL_POINTER, one this process does not hold
 // CUDNN_STATUS_BAD_PARAM (as the agent answers it), else 0.
 int32_t DnnCheckBackendDestroy(const void* desc);
-// REVENANT_SHIM_ANSWERS: backend descriptors are destroyed without waiting,
-// and one of a known type (`type` within cudnnBackendDescriptorType_t) is
-// created without waiting, with a handle the shim assigns.
-bool DnnShimAnswers();
+// With ShimAnswers() (shim/call.h): a backend descriptor of a known type
+// (`type` within cudnnBackendDescriptorType_t) is created without waiting,
+// with a handle the shim assigns.
 bool DnnAssignBackendDescriptor(cudnnBackendDescriptorType_t type);
 // cudnnBackendGetAttribute of a value-typed attribute of a descriptor this
 // process finalized: answered from the agent's earlier answer to the same

@@ -5,6 +5,7 @@
 #include <cudnn.h>
 
 #include "api/dnn_args.h"
+#include "shim/call.h"
 #include "gtest/gtest.h"
 
 namespace revenant {
@@ -87,7 +88,7 @@ TEST(DnnChecks, BackendDestroysAreCheckedAgainstTheDescriptorsHeld) {
   DnnBackendGone(d);
   EXPECT_EQ(DnnCheckBackendDestroy(d), CUDNN_STATUS_BAD_PARAM) << "destroyed twice";
   // Which creations the shim assigns: the types cuDNN 9 names, no others.
-  EXPECT_TRUE(DnnShimAnswers());
+  EXPECT_TRUE(ShimAnswers());
   EXPECT_TRUE(DnnAssignBackendDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR));
   EXPECT_TRUE(DnnAssignBackendDescriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
   EXPECT_FALSE(DnnAssignBackendDescriptor(static_cast<cudnnBackendDescriptorType_t>(999)));

@@ -13,7 +13,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "api/blaslt_attrs.h"
-#include "common/knobs.h"
 #include "common/logging.h"
 #include "shim/blas_checks.h"
 #include "shim/blaslt_checks.h"
@@ -53,6 +52,19 @@ struct AlgoKey {
   }
 };
 
+AlgoKey MakeAlgoKey(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                   cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                   const cublasLtMatmulAlgo_t& algo) {
+  AlgoKey key;
+  key.objects[0] = desc;
+  key.objects[1] = a;
+  key.objects[2] = b;
+  key.objects[3] = c;
+  key.objects[4] = d;
+  std::memcpy(key.algo, algo.data, sizeof(key.algo));
+  return key;
+}
+
 // Heuristic answers kept at most (PyTorch drops its descriptors after each
 // matmul, which forgets their answers): past it the oldest are forgotten,
 // and a too small workspace is then found by the agent's library instead.
@@ -74,11 +86,6 @@ struct Registry {
 Registry& Live() {
   static Registry* r = new Registry();  // never destroyed: used until exit
   return *r;
-}
-
-bool ShimAnswers() {
-  static const bool on = knobs::Bool(knobs::Id::kShimAnswers).value_or(true);
-  return on;
 }
 
 int32_t Refuse(int32_t status, const char* why) {
@@ -158,24 +165,36 @@ void NoteWorkspaces(Registry& r, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout
   for (int i = 0; i < returned; ++i) {
     if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
     if (r.workspace_needed.size() >= kMaxAlgos) r.workspace_needed.clear();
-    AlgoKey key;
-    key.objects[0] = desc;
-    key.objects[1] = a;
-    key.objects[2] = b;
-    key.objects[3] = c;
-    key.objects[4] = d;
-    std::memcpy(key.algo, results[i].algo.data, sizeof(key.algo));
-    r.workspace_needed[key] = results[i].workspaceSize;
+    r.workspace_needed[MakeAlgoKey(desc, a, b, c, d, results[i].algo)] = results[i].workspaceSize;
   }
+}
+
+// Registers a new object with its creation's arguments; returns its entry
+// (r.mu held).
+Entry& NoteCreatedLocked(Registry& r, api::HandleKind kind, const void* handle,
+                         std::string created) {
+  Entry& e = r.live[handle];
+  e = Entry();
+  e.kind = kind;
+  e.created = std::move(created);
+  return e;
 }
 
 void NoteCreated(api::HandleKind kind, const void* handle, std::string created) {
   Registry& r = Live();
   std::lock_guard<std::mutex> lock(r.mu);
-  Entry e;
-  e.kind = kind;
-  e.created = std::move(created);
-  r.live[handle] = std::move(e);
+  NoteCreatedLocked(r, kind, handle, std::move(created));
+}
+
+// Notes an attribute's latest value; the object's entry, or null for one not
+// live (r.mu held).
+Entry* NoteAttributeLocked(Registry& r, api::HandleKind kind, const void* handle, int32_t attr,
+                           const void* buf, size_t size) {
+  if (!IsLive(r, kind, handle)) return nullptr;
+  ForgetAlgos(r, handle);
+  Entry& e = r.live.find(handle)->second;
+  e.attributes[attr].assign(static_cast<const char*>(buf), buf == nullptr ? 0 : size);
+  return &e;
 }
 
 }  // namespace
@@ -229,10 +248,7 @@ void LtNoteAttribute(api::HandleKind kind, const void* handle, int32_t attr, con
                      size_t size) {
   Registry& r = Live();
   std::lock_guard<std::mutex> lock(r.mu);
-  if (!IsLive(r, kind, handle)) return;
-  ForgetAlgos(r, handle);
-  r.live.find(handle)->second.attributes[attr].assign(static_cast<const char*>(buf),
-                                                      buf == nullptr ? 0 : size);
+  NoteAttributeLocked(r, kind, handle, attr, buf, size);
 }
 
 void LtNoteHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
@@ -284,11 +300,8 @@ void LtMatmulDescCreated(cublasLtMatmulDesc_t desc, cublasComputeType_t compute_
   Append(&created, static_cast<int32_t>(scale_type));
   Registry& r = Live();
   std::lock_guard<std::mutex> lock(r.mu);
-  Entry e;
-  e.kind = api::HandleKind::kLtMatmulDesc;
-  e.scale_type = scale_type;
-  e.created = std::move(created);
-  r.live[desc] = std::move(e);
+  NoteCreatedLocked(r, api::HandleKind::kLtMatmulDesc, desc, std::move(created)).scale_type =
+      scale_type;
 }
 
 void LtLayoutCreated(cublasLtMatrixLayout_t layout, cudaDataType type, uint64_t rows,
@@ -303,27 +316,27 @@ void LtLayoutCreated(cublasLtMatrixLayout_t layout, cudaDataType type, uint64_t 
 
 void LtNoteMatmulDescAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
                                const void* buf, size_t size) {
-  LtNoteAttribute(api::HandleKind::kLtMatmulDesc, desc, attr, buf, size);
-  if (buf == nullptr || (size != sizeof(int32_t) && size != sizeof(uint64_t))) return;
+  Registry& r = Live();
+  std::lock_guard<std::mutex> lock(r.mu);
+  Entry* e = NoteAttributeLocked(r, api::HandleKind::kLtMatmulDesc, desc, attr, buf, size);
+  if (e == nullptr || buf == nullptr || (size != sizeof(int32_t) && size != sizeof(uint64_t))) {
+    return;
+  }
   int64_t value = 0;
   std::memcpy(&value, buf, size);
   if (size == sizeof(int32_t)) value = static_cast<int32_t>(value);
-  Registry& r = Live();
-  std::lock_guard<std::mutex> lock(r.mu);
-  if (!IsLive(r, api::HandleKind::kLtMatmulDesc, desc)) return;
-  Entry& e = r.live.find(desc)->second;
   switch (attr) {
     case CUBLASLT_MATMUL_DESC_POINTER_MODE:
-      e.device_pointers = value == CUBLASLT_POINTER_MODE_DEVICE;
+      e->device_pointers = value == CUBLASLT_POINTER_MODE_DEVICE;
       break;
     case CUBLASLT_MATMUL_DESC_SCALE_TYPE:
-      e.scale_type = static_cast<int32_t>(value);
+      e->scale_type = static_cast<int32_t>(value);
       break;
     case CUBLASLT_MATMUL_DESC_EPILOGUE:
-      e.epilogue = static_cast<uint32_t>(value);
+      e->epilogue = static_cast<uint32_t>(value);
       break;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
-      e.bias = value != 0;
+      e->bias = value != 0;
       break;
     default:
       break;
@@ -491,14 +504,7 @@ int32_t LtCheckMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const 
     return Refuse(CUBLAS_STATUS_INVALID_VALUE, "a bias epilogue without a bias pointer");
   }
   if (algo != nullptr && !r.workspace_needed.empty()) {
-    AlgoKey key;
-    key.objects[0] = desc;
-    key.objects[1] = a;
-    key.objects[2] = b;
-    key.objects[3] = c;
-    key.objects[4] = d;
-    std::memcpy(key.algo, algo->data, sizeof(key.algo));
-    auto it = r.workspace_needed.find(key);
+    auto it = r.workspace_needed.find(MakeAlgoKey(desc, a, b, c, d, *algo));
     if (it != r.workspace_needed.end() && workspace_size < it->second) {
       return Refuse(CUBLAS_STATUS_INVALID_VALUE, "less workspace than the algorithm needs");
     }

@@ -20,7 +20,6 @@
 #include "api/dnn_args.h"
 #include "api/hook_protocol.h"
 #include "api/hook_structs.h"
-#include "common/knobs.h"
 #include "common/logging.h"
 #include "shim/call.h"
 #include "shim/dnn_checks.h"
@@ -99,7 +98,7 @@ void DnnBackendFinalized(const void* desc) {
 
 bool DnnAnswerGetAttribute(const void* desc, int name, int type, int64_t requested,
                            int64_t* count, void* elements) {
-  if (!DnnShimAnswers() || api::DnnElementHandleKind(type) != api::HandleKind::kNone) return false;
+  if (!ShimAnswers() || api::DnnElementHandleKind(type) != api::HandleKind::kNone) return false;
   DnnRegistry& r = Dnn();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.backend.find(desc);
@@ -115,7 +114,7 @@ bool DnnAnswerGetAttribute(const void* desc, int name, int type, int64_t request
 
 void DnnNoteGetAttribute(const void* desc, int name, int type, int64_t requested,
                          const int64_t* count, const void* elements, size_t element_bytes) {
-  if (!DnnShimAnswers() || api::DnnElementHandleKind(type) != api::HandleKind::kNone) return;
+  if (!ShimAnswers() || api::DnnElementHandleKind(type) != api::HandleKind::kNone) return;
   DnnRegistry& r = Dnn();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.backend.find(desc);
@@ -131,7 +130,7 @@ void DnnNoteGetAttribute(const void* desc, int name, int type, int64_t requested
 
 bool DnnSetAttributeSendAsync(const void* desc, int name, int type, int64_t count,
                               const void* elements) {
-  if (!DnnShimAnswers() || count < 0 || (count > 0 && elements == nullptr)) return false;
+  if (!ShimAnswers() || count < 0 || (count > 0 && elements == nullptr)) return false;
   const bool known = (name == CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS && type == CUDNN_TYPE_INT64) ||
                      (name == CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS && type == CUDNN_TYPE_VOID_PTR) ||
                      (name == CUDNN_ATTR_VARIANT_PACK_WORKSPACE && type == CUDNN_TYPE_VOID_PTR &&
@@ -162,13 +161,8 @@ int32_t DnnCheckBackendDestroy(const void* desc) {
   return CUDNN_STATUS_SUCCESS;
 }
 
-bool DnnShimAnswers() {
-  static const bool on = knobs::Bool(knobs::Id::kShimAnswers).value_or(true);
-  return on;
-}
-
 bool DnnAssignBackendDescriptor(cudnnBackendDescriptorType_t type) {
-  return DnnShimAnswers() && type >= CUDNN_BACKEND_POINTWISE_DESCRIPTOR &&
+  return ShimAnswers() && type >= CUDNN_BACKEND_POINTWISE_DESCRIPTOR &&
          type <= CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR;
 }
 
