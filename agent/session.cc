@@ -532,16 +532,15 @@ void Session::RunAndReply(const transport::RecordHeader& rec, const api::ApiTrai
   wire::Encoder out(reply + kReplyPrefixSize, capacity - kReplyPrefixSize);
   ctx_.seq = rec.seq;
   if (const int32_t before = backend_->BeforeRequest(static_cast<api::ApiId>(rec.api_id));
-      before != 0 && nccl_deferred_error_ == 0) {
-    nccl_deferred_error_ = before;
+      before != 0) {
+    KeepNcclError(before);
   }
   int32_t status = kNoDispatcher;
   if (traits.dispatched) {
     status = Dispatch(static_cast<api::ApiId>(rec.api_id), in, out, ctx_);
   }
-  if (const int32_t during = backend_->TakeCollectiveError();
-      during != 0 && nccl_deferred_error_ == 0) {
-    nccl_deferred_error_ = during;
+  if (const int32_t during = backend_->TakeCollectiveError(); during != 0) {
+    KeepNcclError(during);
   }
   if (status == kNoDispatcher) {
     REVENANT_LOG(WARNING, "agent") << "request " << rec.seq << ": api id " << rec.api_id << " ("
@@ -563,7 +562,11 @@ void Session::RunAndReply(const transport::RecordHeader& rec, const api::ApiTrai
                                  << ") failed with " << status;
     // An NCCL error is NCCL's, never a CUDA error: it waits for the next
     // synchronous NCCL call (docs/design.md, "NCCL calls").
-    int32_t& deferred = nccl ? nccl_deferred_error_ : deferred_error_;
+    if (nccl) {
+      KeepNcclError(status);
+      return;
+    }
+    int32_t& deferred = deferred_error_;
     if (traits.library == api::Library::kCublas || traits.library == api::Library::kCublasLt ||
         traits.library == api::Library::kCudnn) {
       // The shim made the library's argument checks at the call; what fails
@@ -578,6 +581,14 @@ void Session::RunAndReply(const transport::RecordHeader& rec, const api::ApiTrai
     }
     if (deferred == 0) deferred = status;
   }
+}
+
+void Session::KeepNcclError(int32_t error) {
+  if (error == 0 || nccl_deferred_error_ != 0) return;
+  nccl_deferred_error_ = error;
+  // Before the reply that may follow: the shim then asks for
+  // ncclCommGetAsyncError rather than answer it (shim/hooks_nccl.cc).
+  channel_->NoteNcclError();
 }
 
 // The reply of a synchronous request, with the deferred errors of the

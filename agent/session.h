@@ -257,9 +257,8 @@ class Session : private JournalingHost {
   // application's work: it is kept for its next reply, as an asynchronous
   // request's error is, and returned.
   int32_t SynchronizeKeepingErrors() {
-    if (const int32_t n = backend_->BeforeRequest(api::ApiId::cudaDeviceSynchronize);
-        n != 0 && nccl_deferred_error_ == 0) {
-      nccl_deferred_error_ = n;
+    if (const int32_t n = backend_->BeforeRequest(api::ApiId::cudaDeviceSynchronize); n != 0) {
+      KeepNcclError(n);
     }
     const int32_t e = backend_->cudaDeviceSynchronize();
     if (e != 0 && deferred_error_ == 0) deferred_error_ = e;
@@ -381,6 +380,9 @@ class Session : private JournalingHost {
   // First error of an asynchronous NCCL request since the last reply to a
   // synchronous NCCL request that carries it (CarriesNcclDeferredError).
   int32_t nccl_deferred_error_ = 0;
+  // Keeps an NCCL error for the next synchronous NCCL call (the first one
+  // wins) and counts it in the channel (ShmServerChannel::NoteNcclError).
+  void KeepNcclError(int32_t error);
   static bool CarriesNcclDeferredError(api::ApiId id);
 
   mutable std::mutex shared_mu_;

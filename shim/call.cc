@@ -26,6 +26,7 @@ struct CallCounter {
   std::atomic<uint64_t> calls{0}, ns{0}, max_ns{0};
 };
 CallCounter g_call_counters[api::kApiCount];
+std::atomic<bool> g_runtime_answered{false};
 }  // namespace
 
 bool CallStatsOn() {
@@ -192,6 +193,10 @@ bool Call::Send() {
     if (status_ == 0) status_ = nccl_deferred_error_;
   }
   reply_ = wire::Decoder(r->data + kReplyPrefixSize, r->length - kReplyPrefixSize);
+  if (status_ == 0 && api::IsCudaRuntime(traits_.library) &&
+      !g_runtime_answered.load(std::memory_order_relaxed)) {
+    g_runtime_answered.store(true, std::memory_order_relaxed);
+  }
   // cudaErrorNotReady (a query of pending work) is a result, not an error:
   // CUDA does not make it the last error.
   if (status_ != 0 && status_ != cudaErrorNotReady && api::IsCudaRuntime(traits_.library)) {
@@ -213,6 +218,8 @@ int32_t Call::FailureStatus(int32_t unreachable) const {
   return s;
 }
 
+
+bool CudaRuntimeAnswered() { return g_runtime_answered.load(std::memory_order_relaxed); }
 
 bool ShimAnswers() {
   static const bool on = knobs::Bool(knobs::Id::kShimAnswers).value_or(true);

@@ -143,6 +143,11 @@ uint64_t AssignHandle(api::HandleKind kind);
 // rows' async_if: cuBLASLt and cuDNN descriptors, heuristics, reads).
 bool ShimAnswers();
 
+// Whether the agent has answered a synchronous CUDA runtime call of this
+// process with success (its device is up): creations the shim assigns wait
+// for it, so a device that cannot start fails the first call, as natively.
+bool CudaRuntimeAnswered();
+
 // Byte size of a cudaMemPoolAttr value (int or cuuint64_t).
 size_t MemPoolAttrSize(int attr);
 

@@ -11,16 +11,26 @@
 #include "api/hook_structs.h"
 #include "api/wire.h"
 #include "common/logging.h"
+#include "common/clock.h"
 #include "shim/call.h"
+#include "shim/runtime.h"
 #include "shim/nccl_checks.h"
 
 namespace revenant {
 namespace shim {
 namespace {
 
+// The agent's last ncclSuccess for a communicator's ncclCommGetAsyncError:
+// the channel's NCCL error count before it was asked, and when.
+struct HealthyAnswer {
+  uint64_t nccl_errors = 0;
+  int64_t at_ns = 0;
+};
+
 struct Registry {
   std::mutex mu;
   std::unordered_map<ncclComm_t, int> comms;  // communicator -> nranks (-1: unknown)
+  std::unordered_map<ncclComm_t, HealthyAnswer> healthy;
   // Bumped (under mu) whenever `comms` changes: a thread's cached lookup is
   // valid while the generation it saw is current.
   std::atomic<uint64_t> generation{1};
@@ -62,6 +72,7 @@ void NcclCommGone(ncclComm_t comm) {
   Registry& r = Comms();
   std::lock_guard<std::mutex> lock(r.mu);
   r.comms.erase(comm);
+  r.healthy.erase(comm);
   r.generation.fetch_add(1, std::memory_order_release);
 }
 
@@ -97,6 +108,26 @@ int32_t NcclCheckCall(ncclComm_t comm, size_t count, int datatype, bool has_op, 
   return ncclSuccess;
 }
 
+bool NcclAsyncErrorAnswered(ncclComm_t comm, const transport::ShmClientChannel* channel) {
+  if (channel == nullptr || !ShimAnswers()) return false;
+  const uint64_t errors = channel->nccl_errors();
+  Registry& r = Comms();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.healthy.find(comm);
+  return it != r.healthy.end() && it->second.nccl_errors == errors &&
+         MonotonicNanos() - it->second.at_ns < kAsyncErrorAskEveryNanos;
+}
+
+void NcclAsyncErrorAsked(ncclComm_t comm, uint64_t errors_before, bool healthy) {
+  Registry& r = Comms();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!healthy || r.comms.find(comm) == r.comms.end()) {
+    r.healthy.erase(comm);
+    return;
+  }
+  r.healthy[comm] = HealthyAnswer{errors_before, MonotonicNanos()};
+}
+
 void NcclGroupStarted() { ++tls_group_depth; }
 
 int32_t NcclCheckGroupEnd() {
@@ -116,10 +147,24 @@ void NcclGroupEnded() {
 // ncclCommGetAsyncError: the communicator's state from the agent; when that
 // is ncclSuccess and an earlier asynchronous NCCL call failed in the agent
 // (a deferred error this reply carries), that error is reported instead.
+// PyTorch asks several times per step, from its main thread and its
+// watchdog (which holds the lock the next collective needs): asked of the
+// agent, each would wait for everything queued before it. So the shim
+// answers ncclSuccess itself while the agent answered it for this
+// communicator less than 100 ms ago and has kept no NCCL error since (the
+// channel's count, ShmServerChannel::NoteNcclError): a deferred error is
+// reported at the first call after the agent kept it, as before, and a
+// failure only NCCL sees (a remote peer's) within 100 ms.
 extern "C" REVENANT_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm,
                                                                ncclResult_t* asyncError) {
   using revenant::shim::Call;
   if (asyncError == nullptr) return ncclInvalidArgument;
+  revenant::transport::ShmClientChannel* channel = revenant::shim::Runtime::Get()->LiveChannel();
+  if (revenant::shim::NcclAsyncErrorAnswered(comm, channel)) {
+    *asyncError = ncclSuccess;
+    return ncclSuccess;
+  }
+  const uint64_t errors_before = channel != nullptr ? channel->nccl_errors() : 0;
   revenant::hooks::ncclCommGetAsyncErrorRequest req;
   req.comm = reinterpret_cast<uint64_t>(comm);
   req.asyncError = true;
@@ -134,6 +179,8 @@ extern "C" REVENANT_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm,
   if (*asyncError == ncclSuccess && call.nccl_deferred_error() != 0) {
     *asyncError = static_cast<ncclResult_t>(call.nccl_deferred_error());
   }
+  revenant::shim::NcclAsyncErrorAsked(comm, errors_before,
+                                      channel != nullptr && *asyncError == ncclSuccess);
   return ncclSuccess;
 }
 

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
+#include "shim/call.h"
 #include "shim/runtime.h"
 
 namespace revenant {
@@ -113,6 +114,11 @@ void NoteDeviceIdle(uint64_t seq) {
   s.valid = true;
   s.all = true;
   s.seq = seq;
+}
+
+bool AssignEvent(unsigned int flags) {
+  constexpr unsigned int kPlain = cudaEventBlockingSync | cudaEventDisableTiming;
+  return (flags & ~kPlain) == 0 && ShimAnswers() && CudaRuntimeAnswered();
 }
 
 void NoteEventCreated(cudaEvent_t event, unsigned int flags) {

@@ -44,6 +44,13 @@ bool EventKnownComplete(cudaEvent_t event);
 void NoteStreamIdle(cudaStream_t stream, uint64_t seq);
 // cudaDeviceSynchronize,
 void NoteDeviceIdle(uint64_t seq);
+// Whether cudaEventCreate(WithFlags) of `flags` goes without waiting, with
+// an id the shim assigns (the assign_if of its rows): REVENANT_SHIM_ANSWERS
+// is on, the agent has answered a runtime call (the device is up) and the
+// flags are ones every device takes (no interprocess event: its IPC handle
+// is the agent's). Other flags wait for the agent's answer (invalid ones:
+// cudaErrorInvalidValue from the agent, as natively).
+bool AssignEvent(unsigned int flags);
 // cudaEventCreate(WithFlags) (`flags`; 0 for cudaEventCreate),
 void NoteEventCreated(cudaEvent_t event, unsigned int flags);
 // cudaEventSynchronize / cudaEventQuery,

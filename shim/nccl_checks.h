@@ -28,6 +28,9 @@
 #include <cstdint>
 
 namespace revenant {
+namespace transport {
+class ShmClientChannel;
+}  // namespace transport
 namespace shim {
 
 // Communicators this process holds. `nranks` < 0: size not known here.
@@ -41,6 +44,16 @@ void NcclCommGone(ncclComm_t comm);
 int32_t NcclCheckCall(ncclComm_t comm, size_t count, int datatype, bool has_op, int op,
                       bool has_root, int root, const void* a, bool check_a, const void* b,
                       bool check_b);
+
+// ncclCommGetAsyncError answered by the shim (hooks_nccl.cc): whether the
+// agent's last answer for `comm` was ncclSuccess, less than
+// kAsyncErrorAskEveryNanos ago, with the channel's NCCL error count
+// unchanged since (REVENANT_SHIM_ANSWERS on; `channel` live).
+inline constexpr int64_t kAsyncErrorAskEveryNanos = 100 * 1000 * 1000;
+bool NcclAsyncErrorAnswered(ncclComm_t comm, const transport::ShmClientChannel* channel);
+// After the agent answered it: `errors_before` is the channel's count read
+// before asking; `healthy`: the answer was ncclSuccess.
+void NcclAsyncErrorAsked(ncclComm_t comm, uint64_t errors_before, bool healthy);
 
 // ncclGroupStart/ncclGroupEnd bookkeeping (per thread).
 void NcclGroupStarted();

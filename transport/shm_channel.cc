@@ -57,6 +57,8 @@ struct ChannelHeader {
   // ShmServerChannel::SetMinibatchCallbacks (layout version 2).
   alignas(64) std::atomic<uint64_t> minibatch_callbacks;
   std::atomic<uint64_t> minibatch_started;
+  // ShmServerChannel::NoteNcclError (layout version 3).
+  alignas(64) std::atomic<uint64_t> nccl_errors;
 };
 static_assert(sizeof(ChannelHeader) <= kPage, "header must fit its page");
 
@@ -744,6 +746,10 @@ absl::StatusOr<ReplyView> ShmClientChannel::WaitReply(int slot, uint64_t seq,
   return view;
 }
 
+uint64_t ShmClientChannel::nccl_errors() const {
+  return map_->header()->nccl_errors.load(std::memory_order_acquire);
+}
+
 void ShmClientChannel::PostCallbackDone() {
   ChannelHeader* h = map_->header();
   h->callbacks_done.fetch_add(1, std::memory_order_seq_cst);
@@ -911,6 +917,10 @@ uint64_t RingProducer::last_seq() const { return ctrl_->last_seq.load(std::memor
 
 uint64_t ShmServerChannel::callbacks_done() const {
   return map_->header()->callbacks_done.load();
+}
+
+void ShmServerChannel::NoteNcclError() {
+  map_->header()->nccl_errors.fetch_add(1, std::memory_order_release);
 }
 
 void ShmServerChannel::SetMinibatchCallbacks(uint64_t minibatch, uint64_t callbacks_posted) {

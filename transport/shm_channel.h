@@ -102,7 +102,7 @@ static_assert(sizeof(RecordHeader) == 24, "RecordHeader is part of the ABI");
 
 inline constexpr uint16_t kPaddingApiId = 0xFFFF;
 inline constexpr uint64_t kChannelMagic = 0x4E414843544E5652ull;  // "RVNTCHAN"
-inline constexpr uint32_t kChannelLayoutVersion = 2;
+inline constexpr uint32_t kChannelLayoutVersion = 3;
 
 struct ChannelOptions {
   size_t ring_capacity = size_t{8} << 20;           // Power of two, >= 4096.
@@ -318,6 +318,10 @@ class ShmClientChannel {
   RingConsumer& callbacks() { return *callbacks_; }
   // Tells the server one more callback has run (in order).
   void PostCallbackDone();
+  // How many NCCL errors the server has kept for the application so far
+  // (ShmServerChannel::NoteNcclError); read with acquire, so a reply read
+  // before it is ordered before.
+  uint64_t nccl_errors() const;
 
   char* staging();
   size_t staging_size() const;
@@ -384,6 +388,11 @@ class ShmServerChannel {
   // already has. Stored count first, then the minibatch: a reader that sees
   // the minibatch sees its count.
   void SetMinibatchCallbacks(uint64_t minibatch, uint64_t callbacks_posted);
+  // Counts an NCCL error kept for the application's next synchronous NCCL
+  // call (a deferred error): in the shared mapping, so the shim knows when
+  // it must ask the agent for ncclCommGetAsyncError instead of answering it
+  // (shim/hooks_nccl.cc). Called before the reply that follows it is posted.
+  void NoteNcclError();
   void GetMinibatchCallbacks(uint64_t* minibatch, uint64_t* callbacks_posted) const;
   // The request a slot's current reply answers (0 if the slot holds none):
   // a replacement agent answers a replayed request only if its application

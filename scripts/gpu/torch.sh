@@ -20,6 +20,7 @@
 #   (REVENANT_CALL_STATS, REVENANT_WAIT_STATS, the executor's profile at
 #   PROFILE_HZ (4000) samples/s: REVENANT_PROFILE_HZ; journal on and off;
 #   TORCH_PROF_SCRIPTS: which scripts, default "mlp_ddp conv_bf16";
+#   TORCH_PROF_STEPS: steps per run, default 30;
 #   TORCH_PROF_ARMS: the arms' revenant-run options, ';' between them).
 # MODE torch4: steps 2 and 3 only (4 ranks, kills).
 if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE" = torch_probe ] ||
@@ -89,7 +90,7 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
   elif [ "$MODE" = torch_prof ]; then
     for s in ${TORCH_PROF_SCRIPTS:-mlp_ddp conv_bf16}; do
       nlog="$LOGS/torch.$s.prof.native.log"
-      th_native1 "$nlog" "$TS/$s.py" --steps 30
+      th_native1 "$nlog" "$TS/$s.py" --steps "${TORCH_PROF_STEPS:-30}"
       echo "   $s native: step $(th_step "$nlog") ms"
       # TORCH_PROF_ARMS: the revenant-run options of each arm, ';' between
       # arms (words of the form NAME=VALUE are set in the environment, e.g.
@@ -107,7 +108,7 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
         done
         env "${arm_env[@]}" REVENANT_CALL_STATS=1 REVENANT_WAIT_STATS=1 REVENANT_JOURNAL_TIMING=1 \
           REVENANT_PROFILE_HZ=$hz timeout 300 $RUN -n 1 --backend=cuda "${arm_opts[@]}" --timeout=240 \
-          -- "$PY" "$TS/$s.py" --steps 30 >"$log" 2>&1
+          -- "$PY" "$TS/$s.py" --steps "${TORCH_PROF_STEPS:-30}" >"$log" 2>&1
         echo "   $s under the shim [$arm]: rc=$? step $(th_step "$log") ms"
         sed -n '/executor profile/,/calls: /p' "$log" | sed 's/^/   | /'
         grep -A28 "calls: " "$log" | sed 's/^/   | /'

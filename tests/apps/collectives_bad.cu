@@ -10,7 +10,8 @@
 //   - under Revenant only (natively undefined): an all-reduce on a destroyed
 //     stream is refused by the agent after the call returned; the error is
 //     deferred to the next synchronous NCCL call (docs/design.md, "NCCL
-//     calls"): ncclCommGetAsyncError reports it once, CUDA calls never see it;
+//     calls"): ncclCommGetAsyncError reports it once (also right after polls
+//     the shim answered itself), CUDA calls never see it;
 //   - all-reduce counts that differ between ranks: the operation fails on
 //     every rank; the stream's synchronization reports an error and
 //     ncclCommGetAsyncError a non-success code.
@@ -84,6 +85,15 @@ int main() {
   EXPECT_APP(cudaGetLastError() == cudaSuccess, "refused NCCL calls left a CUDA error");
 
   if (remoted) {
+    // The communicator is healthy, just asked: the shim answers the next
+    // polls itself (shim/hooks_nccl.cc), yet the error below must be
+    // reported at the first poll after the agent kept it.
+    for (int i = 0; i < 8; ++i) {
+      ncclResult_t healthy = ncclInProgress;
+      CHECK_NCCL(ncclCommGetAsyncError(comm, &healthy));
+      EXPECT_APP(healthy == ncclSuccess, "healthy communicator reported %d",
+                 static_cast<int>(healthy));
+    }
     // An error only the agent sees: the stream is gone there.
     cudaStream_t gone;
     CHECK_CUDA(cudaStreamCreate(&gone));

@@ -1,0 +1,101 @@
+// answered_calls: calls that Revenant's shim sends without waiting or answers
+// itself (docs/design.md, "Answered in the shim"), checked for what the
+// application sees. Runs natively too (one rank per GPU).
+//   1. Events made by cudaEventCreate and cudaEventCreateWithFlags (the shim
+//      assigns their handles): all distinct, recorded, synchronized, queried,
+//      timed and destroyed as natively; invalid flags give
+//      cudaErrorInvalidValue at the call.
+//   2. ncclCommGetAsyncError polled after every all-reduce of a training-like
+//      loop (as PyTorch's process group does): ncclSuccess each time, and the
+//      all-reduced values right.
+// Prints "PASS answered_calls".
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdio>
+#include <set>
+#include <vector>
+
+#include "tests/apps/app_check.h"
+#include "tests/apps/collectives_bootstrap.h"
+
+namespace {
+
+constexpr int kEvents = 64;
+constexpr int kPolls = 200;
+constexpr int kCount = 64;
+
+}  // namespace
+
+int main() {
+  const Launch l = ReadLaunch();
+  SelectDevice(l);
+  const ncclUniqueId id = ExchangeUniqueId(l, "nccl-id-answered");
+  ncclComm_t comm = nullptr;
+  CHECK_NCCL(ncclCommInitRank(&comm, l.world, id, l.rank));
+  RemoveUniqueId(l, "nccl-id-answered");
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreate(&s));
+
+  // 1. Events.
+  std::vector<cudaEvent_t> ev(kEvents);
+  std::set<cudaEvent_t> distinct;
+  for (int i = 0; i < kEvents; ++i) {
+    if (i % 2 == 0) {
+      CHECK_CUDA(cudaEventCreate(&ev[i]));
+    } else {
+      CHECK_CUDA(cudaEventCreateWithFlags(&ev[i], i % 4 == 1 ? cudaEventDisableTiming
+                                                             : cudaEventBlockingSync));
+    }
+    EXPECT_APP(ev[i] != nullptr, "event %d is null", i);
+    distinct.insert(ev[i]);
+  }
+  EXPECT_APP(static_cast<int>(distinct.size()) == kEvents, "%zu distinct events of %d",
+             distinct.size(), kEvents);
+  cudaEvent_t bad = nullptr;
+  EXPECT_CUDA_ERROR(cudaEventCreateWithFlags(&bad, 0x80u), cudaErrorInvalidValue);
+  EXPECT_CUDA_ERROR(cudaGetLastError(), cudaErrorInvalidValue);
+  EXPECT_CUDA_ERROR(cudaEventCreateWithFlags(nullptr, 0), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  for (int i = 0; i < kEvents; ++i) CHECK_CUDA(cudaEventRecord(ev[i], s));
+  CHECK_CUDA(cudaEventSynchronize(ev[kEvents - 1]));
+  for (int i = 0; i < kEvents; ++i) CHECK_CUDA(cudaEventQuery(ev[i]));
+  float ms = -1.0f;
+  CHECK_CUDA(cudaEventElapsedTime(&ms, ev[0], ev[2]));
+  EXPECT_APP(ms >= 0.0f, "elapsed time %f ms", ms);
+  EXPECT_CUDA_ERROR(cudaEventElapsedTime(&ms, ev[0], ev[1]), cudaErrorInvalidResourceHandle);
+  (void)cudaGetLastError();
+  for (int i = 0; i < kEvents; ++i) CHECK_CUDA(cudaEventDestroy(ev[i]));
+
+  // 2. All-reduces, each followed by ncclCommGetAsyncError.
+  float* buf = nullptr;
+  CHECK_CUDA(cudaMalloc(&buf, kCount * sizeof(float)));
+  std::vector<float> host(kCount, 1.0f);
+  CHECK_CUDA(cudaMemcpy(buf, host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice));
+  for (int i = 0; i < kPolls; ++i) {
+    CHECK_NCCL(ncclAllReduce(buf, buf, kCount, ncclFloat, ncclSum, comm, s));
+    ncclResult_t async = ncclInProgress;
+    CHECK_NCCL(ncclCommGetAsyncError(comm, &async));
+    EXPECT_APP(async == ncclSuccess, "poll %d: async error %d", i, static_cast<int>(async));
+    // Every 8 all-reduces the values are scaled back, as an optimizer
+    // step would use them.
+    if (i % 8 == 7) {
+      CHECK_CUDA(cudaStreamSynchronize(s));
+      CHECK_CUDA(cudaMemcpy(host.data(), buf, kCount * sizeof(float), cudaMemcpyDeviceToHost));
+      float expect = 1.0f;
+      for (int k = 0; k < 8; ++k) expect *= static_cast<float>(l.world);
+      for (int k = 0; k < kCount; ++k) {
+        EXPECT_APP(host[k] == expect, "after all-reduce %d element %d is %f, expected %f", i, k,
+                   host[k], expect);
+        host[k] = 1.0f;
+      }
+      CHECK_CUDA(cudaMemcpy(buf, host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice));
+    }
+  }
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  CHECK_CUDA(cudaFree(buf));
+  CHECK_CUDA(cudaStreamDestroy(s));
+  CHECK_NCCL(ncclCommDestroy(comm));
+  std::printf("PASS answered_calls\n");
+  return 0;
+}

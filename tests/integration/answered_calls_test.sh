@@ -1,0 +1,44 @@
+#!/bin/bash
+# Calls the shim sends without waiting or answers itself, on the host
+# backend at 2 ranks:
+#   answered_calls_test.sh RUN APP
+# The program (tests/apps/answered_calls.cu) passes with REVENANT_SHIM_ANSWERS
+# on (the default) and off; with it on, its 64 event creations per rank go
+# without waiting (0 sent synchronously) and of its 200 ncclCommGetAsyncError
+# polls per rank only the first and those more than 100 ms after the agent's
+# last answer reach the agent; with it off, every one waits.
+set -u
+run="$1"; app="$2"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+common=(-n 2 --backend=host --timeout=120)
+for arm in on off; do
+  v=1; [ "$arm" = off ] && v=0
+  REVENANT_SHIM_ANSWERS=$v REVENANT_DIAGNOSTICS=1 "$run" "${common[@]}" -- "$app" \
+    >"$tmp/$arm.log" 2>&1
+  rc=$?
+  passes=$(grep -c "PASS answered_calls" "$tmp/$arm.log")
+  if [ "$rc" -ne 0 ] || [ "$passes" -ne 2 ]; then
+    echo "FAIL: REVENANT_SHIM_ANSWERS=$v: rc=$rc, $passes of 2 ranks passed"
+    grep -vE "submit seq|reply seq" "$tmp/$arm.log" | tail -30
+    exit 1
+  fi
+done
+count() { grep -cE "submit seq [0-9]* $2 \([0-9]* bytes, $3\)" "$1"; }
+on_sync_ev=$(( $(count "$tmp/on.log" cudaEventCreate sync) + $(count "$tmp/on.log" cudaEventCreateWithFlags sync) ))
+on_async_ev=$(( $(count "$tmp/on.log" cudaEventCreate async) + $(count "$tmp/on.log" cudaEventCreateWithFlags async) ))
+off_sync_ev=$(( $(count "$tmp/off.log" cudaEventCreate sync) + $(count "$tmp/off.log" cudaEventCreateWithFlags sync) ))
+on_polls=$(count "$tmp/on.log" ncclCommGetAsyncError sync)
+off_polls=$(count "$tmp/off.log" ncclCommGetAsyncError sync)
+echo "event creations: $on_async_ev without waiting, $on_sync_ev waiting (answers on); $off_sync_ev waiting (off)"
+echo "ncclCommGetAsyncError sent: $on_polls (answers on), $off_polls (off)"
+# Per rank: 64 valid creations, plus the two invalid ones that always wait.
+if [ "$on_async_ev" -ne 128 ] || [ "$on_sync_ev" -ne 4 ] || [ "$off_sync_ev" -ne 132 ]; then
+  echo "FAIL: event creations: expected 128 without waiting and 4 waiting with answers on, 132 waiting off"
+  exit 1
+fi
+if [ "$off_polls" -ne 400 ] || [ "$on_polls" -lt 2 ] || [ "$on_polls" -gt 100 ]; then
+  echo "FAIL: polls: expected 400 sent with answers off, 2..100 with them on"
+  exit 1
+fi
+echo "ok: the shim assigned $on_async_ev events and answered $((400 - on_polls)) of 400 polls"
