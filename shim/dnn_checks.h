@@ -72,6 +72,25 @@ void DnnNoteGetAttribute(const void* desc, int name, int type, int64_t requested
 bool DnnSetAttributeSendAsync(const void* desc, int name, int type, int64_t count,
                               const void* elements);
 
+// A variant pack's unique ids, data pointers (which are null) and
+// workspace, kept after a successful cudnnBackendSetAttribute.
+void DnnNoteSetAttribute(const void* desc, int name, int type, int64_t count,
+                         const void* elements);
+// Whether cudnnBackendFinalize of `desc` may go without waiting: a variant
+// pack this process made, not finalized, whose unique ids, null data
+// pointers and null workspace are those of a pack the agent finalized with
+// success before (cuDNN checks no more of a variant pack; a PyTorch step
+// makes one per convolution). DnnBackendFinalized keeps that success.
+bool DnnFinalizeSendAsync(const void* desc);
+// Whether cudnnBackendExecute may go without waiting: a live handle, a
+// finalized execution plan and a finalized variant pack of the same form
+// (as above) as one the agent executed this plan with, with success, before
+// (whether a pack fits a plan only cuDNN knows: the first of each form
+// waits). DnnExecuted keeps that success. A failure of an execution sent
+// without waiting is reported as a launch failure, as a kernel's.
+bool DnnExecuteSendAsync(const void* handle, const void* plan, const void* pack);
+void DnnExecuted(const void* plan, const void* pack);
+
 // Bytes of one host scalar of a computation whose data `desc` describes.
 size_t DnnScalarBytes(const void* desc);
 

@@ -4,6 +4,8 @@
 
 #include <cudnn.h>
 
+#include <vector>
+
 #include "api/dnn_args.h"
 #include "shim/call.h"
 #include "gtest/gtest.h"
@@ -199,6 +201,93 @@ TEST(DnnChecks, ReadsOfFinalizedDescriptorsAreAnsweredAgain) {
   EXPECT_FALSE(DnnAnswerGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                      CUDNN_TYPE_INT64, 1, &count, &size));
   DnnBackendGone(plan);
+}
+
+}  // namespace
+}  // namespace shim
+}  // namespace revenant
+
+namespace revenant {
+namespace shim {
+namespace {
+
+// Sets a variant pack's unique ids, data pointers and workspace as the
+// shim's hook does after cuDNN accepted them.
+void SetPack(const void* pack, std::vector<int64_t> uids, std::vector<void*> ptrs, void* ws) {
+  DnnNoteSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+                      static_cast<int64_t>(uids.size()), uids.data());
+  DnnNoteSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+                      static_cast<int64_t>(ptrs.size()), ptrs.data());
+  DnnNoteSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
+}
+
+// A variant pack's Finalize goes without waiting only once the agent
+// finalized a pack of the same unique ids, null pointers and null workspace
+// with success; another form, an unset pack, a finalized one or another
+// descriptor type waits.
+TEST(DnnChecks, AVariantPacksFinalizeWaitsUntilOneOfItsFormSucceeded) {
+  void* a = reinterpret_cast<void*>(0x1000);
+  void* b = reinterpret_cast<void*>(0x2000);
+  const void* first = reinterpret_cast<const void*>(0x7e10004000000101ull);
+  const void* second = reinterpret_cast<const void*>(0x7e10004000000102ull);
+  const void* other = reinterpret_cast<const void*>(0x7e10004000000103ull);
+  const void* nulls = reinterpret_cast<const void*>(0x7e10004000000104ull);
+  const void* unset = reinterpret_cast<const void*>(0x7e10004000000105ull);
+  const void* tensor = reinterpret_cast<const void*>(0x7e10004000000106ull);
+  for (const void* p : {first, second, other, nulls, unset}) {
+    DnnBackendCreated(p, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  }
+  DnnBackendCreated(tensor, CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+  SetPack(first, {101, 102}, {a, b}, a);
+  EXPECT_FALSE(DnnFinalizeSendAsync(first)) << "no pack of its form was finalized yet";
+  DnnBackendFinalized(first);  // the agent's success
+  EXPECT_FALSE(DnnFinalizeSendAsync(first)) << "already finalized";
+  SetPack(second, {101, 102}, {b, a}, b);
+  EXPECT_TRUE(DnnFinalizeSendAsync(second)) << "same ids, other addresses";
+  SetPack(other, {101, 103}, {a, b}, a);
+  EXPECT_FALSE(DnnFinalizeSendAsync(other)) << "other unique ids";
+  SetPack(nulls, {101, 102}, {a, nullptr}, a);
+  EXPECT_FALSE(DnnFinalizeSendAsync(nulls)) << "a null data pointer";
+  EXPECT_FALSE(DnnFinalizeSendAsync(unset)) << "nothing set";
+  EXPECT_FALSE(DnnFinalizeSendAsync(tensor)) << "not a variant pack";
+  EXPECT_FALSE(DnnFinalizeSendAsync(nullptr));
+  for (const void* p : {first, second, other, nulls, unset, tensor}) DnnBackendGone(p);
+}
+
+// An Execute goes without waiting only for a live handle, a finalized plan
+// and a finalized pack of a form the agent executed that plan with before.
+TEST(DnnChecks, AnExecuteWaitsUntilThePlanRanAPackOfItsForm) {
+  void* a = reinterpret_cast<void*>(0x1000);
+  const void* handle = reinterpret_cast<const void*>(0x7e0f000000000201ull);
+  const void* plan = reinterpret_cast<const void*>(0x7e10004000000202ull);
+  const void* plan2 = reinterpret_cast<const void*>(0x7e10004000000203ull);
+  const void* p1 = reinterpret_cast<const void*>(0x7e10004000000204ull);
+  const void* p2 = reinterpret_cast<const void*>(0x7e10004000000205ull);
+  const void* p3 = reinterpret_cast<const void*>(0x7e10004000000206ull);
+  DnnHandleCreated(handle);
+  DnnBackendCreated(plan, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  DnnBackendCreated(plan2, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  for (const void* p : {p1, p2, p3}) DnnBackendCreated(p, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  SetPack(p1, {7}, {a}, a);
+  SetPack(p2, {7}, {a}, nullptr);
+  SetPack(p3, {7}, {a}, a);
+  for (const void* p : {plan, plan2, p1, p2}) DnnBackendFinalized(p);
+  EXPECT_FALSE(DnnExecuteSendAsync(handle, plan, p1)) << "the first of its form waits";
+  DnnExecuted(plan, p1);  // the agent's success
+  EXPECT_TRUE(DnnExecuteSendAsync(handle, plan, p1));
+  EXPECT_FALSE(DnnExecuteSendAsync(handle, plan, p2)) << "a null workspace: another form";
+  EXPECT_FALSE(DnnExecuteSendAsync(handle, plan, p3)) << "the pack is not finalized";
+  EXPECT_FALSE(DnnExecuteSendAsync(handle, plan2, p1)) << "another plan";
+  EXPECT_FALSE(DnnExecuteSendAsync(handle, p1, p1)) << "not an execution plan";
+  DnnHandleGone(handle);
+  EXPECT_FALSE(DnnExecuteSendAsync(handle, plan, p1)) << "destroyed handle";
+  DnnHandleCreated(handle);
+  DnnBackendGone(plan);
+  DnnBackendCreated(plan, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+  DnnBackendFinalized(plan);
+  EXPECT_FALSE(DnnExecuteSendAsync(handle, plan, p1)) << "a new plan of the same handle value";
+  DnnHandleGone(handle);
+  for (const void* p : {plan, plan2, p1, p2, p3}) DnnBackendGone(p);
 }
 
 }  // namespace

@@ -42,8 +42,20 @@ struct DnnRegistry {
     // (name, type, requested, has count, has array) -> the count and the
     // elements it wrote.
     std::map<std::tuple<int, int, int64_t, bool, bool>, std::pair<int64_t, std::string>> reads;
+    // A variant pack's unique ids (their bytes), which of its data pointers
+    // are null, and whether its workspace is (-1: not set): what cuDNN's
+    // Finalize and Execute check of it, apart from the addresses' values.
+    std::string uids;
+    std::string null_pointers;
+    int64_t pointers = -1;
+    int workspace_null = -1;
+    // An execution plan: the variant packs (VariantPackKey) an Execute with
+    // it succeeded for in the agent.
+    absl::flat_hash_set<std::string> executed;
   };
   absl::flat_hash_map<const void*, Backend> backend;  // live backend descriptors
+  // Variant packs (VariantPackKey) a Finalize succeeded for in the agent.
+  absl::flat_hash_set<std::string> finalized_packs;
   absl::flat_hash_set<const void*> handles;           // live cudnnHandle_t
 };
 DnnRegistry& Dnn() {
@@ -53,6 +65,23 @@ DnnRegistry& Dnn() {
 
 // The most label ints one CTC request carries (the labels travel in it).
 constexpr int64_t kDnnMaxCtcLabels = int64_t{1} << 20;
+
+// Bounds of what the shim learns from the agent's answers.
+constexpr size_t kMaxFinalizedPacks = 4096;
+constexpr size_t kMaxExecutedPerPlan = 256;
+
+// What the agent's checks of a variant pack depend on; empty while its
+// unique ids or data pointers are not set (or their counts differ).
+std::string VariantPackKey(const DnnRegistry::Backend& b) {
+  if (b.type != CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR || b.pointers < 0 ||
+      static_cast<size_t>(b.pointers) * sizeof(int64_t) != b.uids.size()) {
+    return std::string();
+  }
+  std::string key = b.uids;
+  key += b.null_pointers;
+  key.push_back(static_cast<char>('0' + b.workspace_null + 1));
+  return key;
+}
 
 }  // namespace
 
@@ -93,7 +122,76 @@ void DnnBackendFinalized(const void* desc) {
   DnnRegistry& r = Dnn();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.backend.find(desc);
-  if (it != r.backend.end()) it->second.finalized = true;
+  if (it == r.backend.end()) return;
+  it->second.finalized = true;
+  std::string key = VariantPackKey(it->second);
+  if (!key.empty() && r.finalized_packs.size() < kMaxFinalizedPacks) {
+    r.finalized_packs.insert(std::move(key));
+  }
+}
+
+void DnnNoteSetAttribute(const void* desc, int name, int type, int64_t count,
+                         const void* elements) {
+  if (count < 0 || (count > 0 && elements == nullptr)) return;
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.backend.find(desc);
+  if (it == r.backend.end() || it->second.type != CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR ||
+      it->second.finalized) {
+    return;
+  }
+  DnnRegistry::Backend& b = it->second;
+  if (name == CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS && type == CUDNN_TYPE_INT64) {
+    b.uids.assign(static_cast<const char*>(elements),
+                  static_cast<size_t>(count) * sizeof(int64_t));
+  } else if (name == CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS && type == CUDNN_TYPE_VOID_PTR) {
+    b.pointers = count;
+    b.null_pointers.assign(static_cast<size_t>(count), '1');
+    for (int64_t i = 0; i < count; ++i) {
+      if (static_cast<void* const*>(elements)[i] == nullptr) b.null_pointers[i] = '0';
+    }
+  } else if (name == CUDNN_ATTR_VARIANT_PACK_WORKSPACE && type == CUDNN_TYPE_VOID_PTR &&
+             count == 1) {
+    b.workspace_null = *static_cast<void* const*>(elements) == nullptr ? 1 : 0;
+  }
+}
+
+bool DnnFinalizeSendAsync(const void* desc) {
+  if (!ShimAnswers() || desc == nullptr) return false;
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.backend.find(desc);
+  if (it == r.backend.end() || it->second.finalized) return false;
+  const std::string key = VariantPackKey(it->second);
+  return !key.empty() && r.finalized_packs.contains(key);
+}
+
+bool DnnExecuteSendAsync(const void* handle, const void* plan, const void* pack) {
+  if (!ShimAnswers() || handle == nullptr || plan == nullptr || pack == nullptr) return false;
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!r.handles.contains(handle)) return false;
+  auto p = r.backend.find(plan);
+  auto v = r.backend.find(pack);
+  if (p == r.backend.end() || v == r.backend.end() || !p->second.finalized ||
+      !v->second.finalized || p->second.type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR) {
+    return false;
+  }
+  const std::string key = VariantPackKey(v->second);
+  return !key.empty() && p->second.executed.contains(key);
+}
+
+void DnnExecuted(const void* plan, const void* pack) {
+  DnnRegistry& r = Dnn();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto p = r.backend.find(plan);
+  auto v = r.backend.find(pack);
+  if (p == r.backend.end() || v == r.backend.end() ||
+      p->second.executed.size() >= kMaxExecutedPerPlan) {
+    return;
+  }
+  std::string key = VariantPackKey(v->second);
+  if (!key.empty()) p->second.executed.insert(std::move(key));
 }
 
 bool DnnAnswerGetAttribute(const void* desc, int name, int type, int64_t requested,
@@ -416,6 +514,10 @@ extern "C" REVENANT_EXPORT cudnnStatus_t cudnnBackendSetAttribute(
   if (!call.ok()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
   req.Encode(call.args());
   if (!call.Send()) return static_cast<cudnnStatus_t>(call.FailureStatus(CUDNN_STATUS_INTERNAL_ERROR));
+  if (call.status() == CUDNN_STATUS_SUCCESS) {
+    revenant::shim::DnnNoteSetAttribute(descriptor, attributeName, attributeType, elementCount,
+                                        arrayOfElements);
+  }
   return static_cast<cudnnStatus_t>(call.status());
 }
 
