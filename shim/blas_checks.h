@@ -32,6 +32,13 @@ namespace shim {
 void BlasHandleCreated(cublasHandle_t handle);
 void BlasHandleGone(cublasHandle_t handle);
 void BlasNotePointerMode(cublasHandle_t handle, cublasPointerMode_t mode);
+// A live handle's math mode: kept from the agent's answer to
+// cublasGetMathMode and from each cublasSetMathMode this process sent (its
+// mode checked at the call); BlasAnswerMathMode writes it and returns true
+// once known (REVENANT_SHIM_ANSWERS on), else false (ask the agent). PyTorch
+// reads it around every cuBLAS matmul.
+void BlasNoteMathMode(cublasHandle_t handle, int mode);
+bool BlasAnswerMathMode(cublasHandle_t handle, cublasMath_t* mode);
 // Whether the handle's scalars are device pointers (false for an unknown
 // handle, whose call the checks refuse first).
 bool BlasDevicePointers(cublasHandle_t handle);

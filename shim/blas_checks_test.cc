@@ -91,6 +91,27 @@ TEST(BlasChecks, ArgumentsGetInvalidValue) {
   BlasHandleGone(h);
 }
 
+// A handle's math mode is answered by the shim once known: from the agent's
+// answer to a read, then from each mode this process set; never for a
+// handle it does not hold or after the handle is gone.
+TEST(BlasChecks, MathModeIsAnsweredOnceKnown) {
+  cublasHandle_t h = reinterpret_cast<cublasHandle_t>(0x7e0a000000000077ull);
+  cublasMath_t mode = CUBLAS_PEDANTIC_MATH;
+  BlasNoteMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH);
+  EXPECT_FALSE(BlasAnswerMathMode(h, &mode)) << "a handle this process does not hold";
+  BlasHandleCreated(h);
+  EXPECT_FALSE(BlasAnswerMathMode(h, &mode)) << "not known before the agent's answer";
+  BlasNoteMathMode(h, CUBLAS_DEFAULT_MATH);  // the agent's answer
+  ASSERT_TRUE(BlasAnswerMathMode(h, &mode));
+  EXPECT_EQ(mode, CUBLAS_DEFAULT_MATH);
+  BlasNoteMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH);  // cublasSetMathMode sent
+  ASSERT_TRUE(BlasAnswerMathMode(h, &mode));
+  EXPECT_EQ(mode, CUBLAS_TF32_TENSOR_OP_MATH);
+  EXPECT_FALSE(BlasAnswerMathMode(h, nullptr)) << "a null pointer gets the agent's answer";
+  BlasHandleGone(h);
+  EXPECT_FALSE(BlasAnswerMathMode(h, &mode)) << "destroyed";
+}
+
 TEST(BlasChecks, ScalarSizesFollowTheComputeType) {
   EXPECT_EQ(BlasScalarSize(CUBLAS_COMPUTE_32F, CUDA_R_32F), 4u);
   EXPECT_EQ(BlasScalarSize(CUBLAS_COMPUTE_32F, CUDA_R_16F), 4u);

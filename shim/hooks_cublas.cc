@@ -19,6 +19,9 @@ struct Registry {
   std::mutex mu;
   // Live handles -> whether their pointer mode is CUBLAS_POINTER_MODE_DEVICE.
   absl::flat_hash_map<cublasHandle_t, bool> device_pointers;
+  // Live handles -> their math mode, once the shim knows it (the agent's
+  // answer to cublasGetMathMode, or a cublasSetMathMode this process sent).
+  absl::flat_hash_map<cublasHandle_t, int> math_modes;
 };
 
 Registry& Handles() {
@@ -43,6 +46,23 @@ void BlasHandleGone(cublasHandle_t handle) {
   Registry& r = Handles();
   std::lock_guard<std::mutex> lock(r.mu);
   r.device_pointers.erase(handle);
+  r.math_modes.erase(handle);
+}
+
+void BlasNoteMathMode(cublasHandle_t handle, int mode) {
+  Registry& r = Handles();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.device_pointers.contains(handle)) r.math_modes[handle] = mode;
+}
+
+bool BlasAnswerMathMode(cublasHandle_t handle, cublasMath_t* mode) {
+  if (mode == nullptr || !ShimAnswers()) return false;
+  Registry& r = Handles();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.math_modes.find(handle);
+  if (it == r.math_modes.end()) return false;
+  *mode = static_cast<cublasMath_t>(it->second);
+  return true;
 }
 
 void BlasNotePointerMode(cublasHandle_t handle, cublasPointerMode_t mode) {

@@ -53,12 +53,18 @@ fi
 echo "ok: $short_live live setup entries after $iters and after $((2 * iters)) iterations"
 
 failed=0
-# Calls of an iteration: 1 input copy, 2-3 math mode get/set, 4-5 pointer
-# mode set/get, 6 strided batched GEMM, 7 GEMV, 8-9 pointer mode, 10-11
-# update GEMMs, 12 dot, 13 loss copy, 14 synchronize.
+# The kills below run with REVENANT_SHIM_ANSWERS=0 (ANSWERS), so that the
+# program's cublasGetMathMode at every iteration reaches the agent: its check
+# is then a check of the replacement's state. Calls of an iteration: 1 input
+# copy, 2-3 math mode get/set, 4-5 pointer mode set/get, 6 strided batched
+# GEMM, 7 GEMV, 8-9 pointer mode, 10-11 update GEMMs, 12 dot, 13 loss copy,
+# 14 synchronize (with the shim's answers, the get is answered by the shim and
+# the rest move up by one).
+ANSWERS=0
 trial() {  # name chaos-spec [iterations reference]
   local name="$1" spec="$2" log="$tmp/trial.log" n="${3:-$iters}" ref="${4:-$ref}"
-  "$run" "${common[@]}" --chaos="$spec" -- "$app" --iters "$n" >"$log" 2>&1
+  REVENANT_SHIM_ANSWERS=$ANSWERS "$run" "${common[@]}" --chaos="$spec" -- "$app" --iters "$n" \
+    >"$log" 2>&1
   local rc=$?
   local got=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$log")
   local recoveries=$(grep -c "replacement agent for rank" "$log")
@@ -75,6 +81,9 @@ trial "before an update GEMM"    "rank=0,minibatch=5,calls=10,point=before_appen
 trial "after the dot's reply"    "rank=0,minibatch=4,calls=12,point=after_reply"
 trial "at a pointer-mode setter" "rank=0,minibatch=6,calls=8,point=after_execute"
 trial "at the math-mode setter"  "rank=0,minibatch=2,calls=3,point=after_execute"
+ANSWERS=1
+trial "math mode answered by the shim, kill at its setter" "rank=0,minibatch=3,calls=2,point=after_execute"
+ANSWERS=0
 
 # A long run, whose setup log is compacted (the setters' calls of earlier
 # minibatches dropped): a kill after the compaction must find the handle's
