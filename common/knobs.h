@@ -108,9 +108,11 @@ enum class Type { kBool, kInt, kDouble, kString };
     "pack's per-step attributes and cudnnSetStream go without waiting; a cuBLASLt heuristic "   \
     "asked again for "                                                                           \
     "descriptors of the same contents, and a value read again from a finalized cuDNN "          \
-    "descriptor, are answered by the shim from the agent's earlier answer; events of plain "   \
-    "flags are created without waiting (handles the shim assigns) and ncclCommGetAsyncError "  \
-    "of a healthy communicator is answered by the shim for 100 ms after the agent's last "     \
+    "descriptor, are answered by the shim from the agent's earlier answer; a cuDNN variant "   \
+    "pack's Finalize and Execute go without waiting once one of the same form succeeded; "     \
+    "cublasGetMathMode is answered from the mode the shim knows; events of plain flags are "   \
+    "created without waiting (handles the shim assigns) and ncclCommGetAsyncError of a "       \
+    "healthy communicator is answered by the shim for 100 ms after the agent's last "          \
     "ncclSuccess unless the agent kept an NCCL error since; 0: each waits for the agent.")     \
   X(kHostKernels, "REVENANT_HOST_KERNELS", kString, kProduct, "",                                \
     "Host backend: colon-separated host kernel libraries (as --host_kernels).")                 \
