@@ -97,7 +97,9 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       # "REVENANT_SHIM_ANSWERS=0 --snapshots=off"; an empty arm is the
       # default); the first arm also samples the agent's executor
       # (agent/profiler.h).
-      IFS=';' read -r -a th_arms <<<"${TORCH_PROF_ARMS:---snapshots=off;--snapshots=off --journal=false}"
+      # (A sentinel keeps a trailing empty arm: "--snapshots=off;" is two arms.)
+      IFS=';' read -r -a th_arms <<<"${TORCH_PROF_ARMS:---snapshots=off;--snapshots=off --journal=false};."
+      unset 'th_arms[-1]'
       for arm in "${th_arms[@]}"; do
         tag=$(echo "${arm:-default}" | tr -c 'a-zA-Z0-9\n' '_')
         log="$LOGS/torch.$s.prof.$tag.log"
