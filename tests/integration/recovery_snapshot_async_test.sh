@@ -26,23 +26,35 @@ fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-"$run" "${common[@]}" --snapshot_async=false -- "$app" --iters "$iters" >"$tmp/sync.log" 2>&1 || {
+REVENANT_DIAGNOSTICS=1 "$run" "${common[@]}" --snapshot_async=false -- "$app" --iters "$iters" \
+  >"$tmp/sync.log" 2>&1 || {
   echo "FAIL: the fault-free synchronous run failed"; tail -30 "$tmp/sync.log"; exit 1; }
 ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/sync.log")
 [ -n "$ref" ] || { echo "FAIL: no checksum in the fault-free run"; exit 1; }
-echo "fault-free, synchronous snapshots: checksum $ref"
+# The requests of a run of $iters steps, where the seeded kills below fall.
+total=$(grep -c "submit seq" "$tmp/sync.log")
+echo "fault-free, synchronous snapshots: checksum $ref, $total requests"
 echo "  $(grep -o "snapshots at exit.*" "$tmp/sync.log")"
 
-REVENANT_DIAGNOSTICS=1 "$run" "${common[@]}" -- "$app" --iters "$iters" >"$tmp/async.log" 2>&1 || {
+# The asynchronous run is four times as long: one snapshot is in flight at a
+# time and the step boundaries meanwhile take none, so how many it takes
+# depends on how fast its copies finish (on a loaded 2-CPU machine one took
+# 137 ms, and 24 steps then held only two); its checksum is compared with a
+# synchronous run of the same length.
+count_iters=$((4 * iters))
+"$run" "${common[@]}" --snapshot_async=false -- "$app" --iters "$count_iters" >"$tmp/sync_long.log" 2>&1 || {
+  echo "FAIL: the longer fault-free synchronous run failed"; tail -30 "$tmp/sync_long.log"; exit 1; }
+ref_long=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/sync_long.log")
+[ -n "$ref_long" ] || { echo "FAIL: no checksum in the longer fault-free run"; exit 1; }
+REVENANT_DIAGNOSTICS=1 "$run" "${common[@]}" -- "$app" --iters "$count_iters" >"$tmp/async.log" 2>&1 || {
   echo "FAIL: the fault-free asynchronous run failed"; tail -30 "$tmp/async.log"; exit 1; }
-total=$(grep -c "submit seq" "$tmp/async.log")
 line=$(grep -o "snapshots at exit.*" "$tmp/async.log")
 mem=$(grep -o "snapshot memory at exit.*" "$tmp/async.log")
-echo "fault-free, asynchronous snapshots: $total requests"
+echo "fault-free, asynchronous snapshots ($count_iters steps):"
 echo "  $line"
 echo "  $mem"
 grep -o "asynchronous snapshot [0-9]* (.*" "$tmp/async.log" | head -3 | sed 's/^/  /'
-grep -q "^\[r0\] final checksum $ref\$" "$tmp/async.log" || {
+grep -q "^\[r0\] final checksum $ref_long\$" "$tmp/async.log" || {
   echo "FAIL: the asynchronous run's checksum differs from the synchronous one"; exit 1; }
 inside=$(echo "$line" | sed -n 's/.*; \([0-9]*\) asynchronous.*/\1/p')
 mapped=$(echo "$mem" | sed -n 's/.*, \([0-9]*\) files mapped for.*/\1/p')
