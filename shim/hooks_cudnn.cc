@@ -47,7 +47,7 @@ struct DnnRegistry {
     // Finalize and Execute check of it, apart from the addresses' values.
     std::string uids;
     std::string null_pointers;
-    int64_t pointers = -1;
+    int64_t pointers = -1;  // -1: data pointers not set (unlike a set of none)
     int workspace_null = -1;
     // An execution plan: the variant packs (VariantPackKey) an Execute with
     // it succeeded for in the agent.
