@@ -149,6 +149,45 @@ bool KeepsEveryCall(api::HandleKind kind) {
 
 }  // namespace
 
+bool InlineCopyArgs(uint16_t api_id, absl::string_view body, std::string* args,
+                    absl::string_view* bytes) {
+  const auto id = static_cast<api::ApiId>(api_id);
+  if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return false;
+  if (body.size() < kInlineCopyPayloadMin) return false;
+  wire::Decoder in(body.data(), body.size());
+  hooks::cudaMemcpyRequest r;
+  if (!r.Decode(in) || in.remaining() != 0 || r.head.mode != hooks::kInlineSource ||
+      r.data.data == nullptr || r.data.size != r.head.count ||
+      r.data.size < kInlineCopyPayloadMin) {
+    return false;
+  }
+  *bytes = absl::string_view(r.data.data, r.data.size);
+  r.data = wire::Bytes();
+  args->resize(r.Size());
+  wire::Encoder out(args->data(), args->size());
+  r.Encode(out);
+  return !out.overflow();
+}
+
+bool InlineCopyBody(uint16_t api_id, absl::string_view args, absl::string_view bytes,
+                    std::string* body) {
+  const auto id = static_cast<api::ApiId>(api_id);
+  if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return false;
+  wire::Decoder in(args.data(), args.size());
+  hooks::cudaMemcpyRequest r;
+  if (!r.Decode(in) || in.remaining() != 0 || r.head.mode != hooks::kInlineSource ||
+      r.data.data != nullptr || r.head.count != bytes.size()) {
+    return false;
+  }
+  r.data = wire::Bytes::Of(bytes.data(), bytes.size());
+  std::string b(r.Size(), '\0');
+  wire::Encoder out(b.data(), b.size());
+  r.Encode(out);
+  if (out.overflow()) return false;
+  *body = std::move(b);
+  return true;
+}
+
 bool MinibatchDetector::OnRequest(uint16_t api_id, absl::string_view body) {
   const auto id = static_cast<api::ApiId>(api_id);
   if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return false;
@@ -330,7 +369,12 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   e.Clear();
   e.set_seq(rec.seq * 2);
   e.set_api_id(rec.api_id);
-  e.set_args(body.data(), body.size());
+  // A copy's inline source bytes become the payload (InlineCopyArgs).
+  if (payload.empty() && InlineCopyArgs(rec.api_id, body, &inline_copy_args_, &payload)) {
+    e.set_args(inline_copy_args_);
+  } else {
+    e.set_args(body.data(), body.size());
+  }
   // The reply slot rides in the upper half of flags: a replacement posts the
   // reply of a replayed request the application still waits for.
   e.set_flags(journal::RequestFlags(rec.flags, rec.reply_slot));

@@ -55,6 +55,27 @@ namespace agent {
 // minibatch that made it, as any device copy).
 uint64_t SymbolWriteRegion(uint16_t api_id, absl::string_view body);
 
+// Copies whose source bytes travel inside the request (pageable host memory,
+// up to 1 MiB: PyTorch's `.cuda()` of an input batch) are journaled with
+// their bytes as the entry's payload, by reference from the request, and
+// their args without them: the bytes are copied once, into the log or the
+// payload file, instead of into the entry, its encoding and then the log.
+// The replay puts them back (InlineCopyBody). Smaller copies keep their
+// bytes in the args.
+inline constexpr uint64_t kInlineCopyPayloadMin = 4096;
+
+// For cudaMemcpy(Async) of mode kInlineSource with at least
+// kInlineCopyPayloadMin bytes: sets *args to the request without its bytes
+// (a null bytes field) and *bytes to them (inside `body`). False otherwise.
+bool InlineCopyArgs(uint16_t api_id, absl::string_view body, std::string* args,
+                    absl::string_view* bytes);
+
+// The request a replay runs for an entry InlineCopyArgs made: its args with
+// `bytes` (the entry's payload) back in place. False, leaving *body alone,
+// for any other entry.
+bool InlineCopyBody(uint16_t api_id, absl::string_view args, absl::string_view bytes,
+                    std::string* body);
+
 // Finds minibatch boundaries in a training loop's call stream.
 //
 // Heuristic: a training step uploads its input batch to the same device
@@ -199,6 +220,9 @@ class RequestJournal {
   bool last_journaled_ = false;
   // Reused for every record (see BeforeExecute).
   journal::JournalEntry entry_;
+  // The args of a copy whose source bytes travel inside the request, without
+  // those bytes (InlineCopyArgs), reused.
+  std::string inline_copy_args_;
   // The attribute calls (sets_attribute rows) journaled since this journal
   // opened, per handle and row: the key of the last call of an earlier
   // minibatch and those of the calls in `minibatch` (JournalAttributeCall).

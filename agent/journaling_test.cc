@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "api/hook_structs.h"
 #include "api/traits.h"
+#include "journal/journal.h"
 #include "api/wire.h"
 #include "gtest/gtest.h"
 #include "transport/shm_channel.h"
@@ -161,6 +163,64 @@ TEST_F(DnnJournalTest, VariantPacksLeaveTheSetupLogOtherDescriptorsStay) {
   // A plan destroyed stays (others may refer to what it was built from).
   OnDescriptor(api::ApiId::cudnnBackendDestroyDescriptor, plan, true);
   EXPECT_GE(LiveSetupEntries(), live[23]);
+}
+
+
+// A copy whose source bytes travel inside the request is journaled with the
+// bytes as its payload and its args without them; the replay's body is the
+// request again, byte for byte. A small copy keeps its bytes in the args.
+TEST_F(DnnJournalTest, InlineCopyBytesAreThePayloadAndTheReplayRestoresThem) {
+  ASSERT_TRUE(journal_->MarkStep().ok());
+  std::vector<std::string> bodies;
+  const std::vector<size_t> sizes = {size_t{1} << 20, size_t{100}, size_t{64} << 10};
+  for (const size_t n : sizes) {
+    std::string bytes(n, '\0');
+    for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<char>(i * 131 + n);
+    hooks::cudaMemcpyRequest r;
+    r.head.dst = 0x7f0000001000ull;
+    r.head.count = n;
+    r.head.kind = 1;  // cudaMemcpyHostToDevice
+    r.head.stream = 0;
+    r.head.mode = hooks::kInlineSource;
+    r.data = wire::Bytes::Of(bytes.data(), n);
+    auto size = [&](wire::Sizer& w) { r.SizeInto(w); };
+    auto fill = [&](wire::Encoder& w) { r.Encode(w); };
+    std::vector<char> rec = Record(++seq_, api::ApiId::cudaMemcpyAsync, false, size, fill);
+    bodies.emplace_back(rec.data() + sizeof(transport::RecordHeader),
+                        rec.size() - sizeof(transport::RecordHeader));
+    Journal(rec);
+  }
+  journal_.reset();
+  absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
+      journal::JournalReader::Open(dir_ + "/journal");
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::vector<journal::JournalEntry> copies;
+  auto keep = [&](const journal::JournalEntry& e) {
+    if (e.api_id() == static_cast<uint32_t>(api::ApiId::cudaMemcpyAsync)) copies.push_back(e);
+    return absl::OkStatus();
+  };
+  ASSERT_TRUE((*reader)->ReadSetup(keep).ok());
+  ASSERT_TRUE((*reader)->ReadMinibatch(keep).ok());
+  ASSERT_EQ(copies.size(), 3u);
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const journal::JournalEntry& e = copies[i];
+    const bool moved = sizes[i] >= kInlineCopyPayloadMin;
+    std::string body;
+    if (moved) {
+      EXPECT_LT(e.args().size(), 128u) << "copy " << i << ": its bytes are still in the args";
+      EXPECT_EQ(e.inline_payload().size(), sizes[i]) << "copy " << i;
+      ASSERT_TRUE(InlineCopyBody(e.api_id(), e.args(), e.inline_payload(), &body)) << i;
+      EXPECT_TRUE(body == bodies[i]) << "copy " << i << ": the replay's request differs";
+    } else {
+      EXPECT_EQ(e.args(), bodies[i]) << "a small copy keeps its bytes in the args";
+      EXPECT_FALSE(InlineCopyBody(e.api_id(), e.args(), e.inline_payload(), &body));
+    }
+  }
+  // Anything else is not an inline copy's entry.
+  std::string body;
+  EXPECT_FALSE(InlineCopyBody(static_cast<uint16_t>(api::ApiId::cudaMemcpyAsync), bodies[1],
+                              "x", &body));
+  EXPECT_FALSE(InlineCopyBody(static_cast<uint16_t>(api::ApiId::cudaLaunchKernel), "", "", &body));
 }
 
 }  // namespace

@@ -228,7 +228,8 @@ void Session::ReportAtExit() {
     REVENANT_LOG(INFO, "agent") << "journal at exit: setup " << st.setup_file_bytes
                                 << " bytes (" << st.setup_live_entries << " live entries), minibatch "
                                 << st.minibatch_file_bytes << " bytes, " << st.compactions
-                                << " compactions, minibatch " << options_.journal->minibatch();
+                                << " compactions, minibatch " << options_.journal->minibatch()
+                                << ", payload files reused " << st.payload_files_reused;
     if (options_.journal->timing()) {
       const RequestJournal& j = *options_.journal;
       REVENANT_LOG(INFO, "agent") << absl::StrFormat(
@@ -1307,6 +1308,10 @@ uint64_t FirstOutU64(const std::string& outputs) {
 // (or the staging area) since.
 std::string ReplayBody(const journal::JournalEntry& e) {
   const auto id = static_cast<api::ApiId>(e.api_id());
+  // A copy journaled with its inline bytes as the payload (InlineCopyArgs).
+  if (std::string body; InlineCopyBody(e.api_id(), e.args(), e.inline_payload(), &body)) {
+    return body;
+  }
   if ((id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) ||
       e.inline_payload().empty()) {
     return e.args();

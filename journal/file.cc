@@ -56,6 +56,48 @@ class PosixWritableFile : public WritableFile {
   int fd_;
 };
 
+class OverwritingFile : public WritableFile {
+ public:
+  OverwritingFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~OverwritingFile() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  absl::Status Append(absl::string_view data) override {
+    const char* p = data.data();
+    size_t left = data.size();
+    while (left > 0) {
+      ssize_t n = ::pwrite(fd_, p, left, static_cast<off_t>(offset_));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return PosixError(absl::StrCat("pwrite ", path_), errno);
+      }
+      p += n;
+      offset_ += static_cast<uint64_t>(n);
+      left -= static_cast<size_t>(n);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Sync() override {
+    if (::fdatasync(fd_) != 0) return PosixError(absl::StrCat("fdatasync ", path_), errno);
+    return absl::OkStatus();
+  }
+
+  absl::Status Close() override {
+    if (fd_ < 0) return absl::OkStatus();
+    int rc = ::close(fd_);
+    fd_ = -1;
+    if (rc != 0) return PosixError(absl::StrCat("close ", path_), errno);
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string path_;
+  int fd_;
+  uint64_t offset_ = 0;
+};
+
 class PosixSequentialFile : public SequentialFile {
  public:
   PosixSequentialFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
@@ -107,6 +149,12 @@ absl::StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::strin
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return PosixError(absl::StrCat("open ", path), errno);
   return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
+}
+
+absl::StatusOr<std::unique_ptr<WritableFile>> NewOverwritingFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return PosixError(absl::StrCat("open ", path), errno);
+  return std::unique_ptr<WritableFile>(new OverwritingFile(path, fd));
 }
 
 absl::StatusOr<std::unique_ptr<MappedLogFile>> MappedLogFile::Create(const std::string& path,

@@ -101,6 +101,14 @@ class MappedLogFile {
   uint64_t allocated_ = 0;
 };
 
+// A file written front to back from offset 0 over whatever it already
+// holds: a payload file reused for a later segment (on tmpfs its pages are
+// allocated already, so a write costs a copy, not a page allocation and
+// zeroing). Close leaves the file's size as it is: bytes past those written
+// are stale, and readers only read the ranges entries point at (each with
+// its checksum). Not thread-safe.
+absl::StatusOr<std::unique_ptr<WritableFile>> NewOverwritingFile(const std::string& path);
+
 // A source read front to back. Not thread-safe.
 class SequentialFile {
  public:

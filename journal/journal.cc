@@ -440,6 +440,7 @@ class SegmentWriter {
       log = std::move(mapped_log_);
     }
     Close().IgnoreError();
+    KeepPayloadAsSpare();
     if (log == nullptr) {
       if (absl::Status r = Remove(); !r.ok()) {
         REVENANT_LOG(WARNING, "journal") << "cannot remove old segment: " << r;
@@ -483,8 +484,7 @@ class SegmentWriter {
       ref->set_crc32c(crc32c::Value(payload.data(), payload.size()));
       absl::Status s;
       if (payload_file_ == nullptr) {
-        absl::StatusOr<std::unique_ptr<WritableFile>> f =
-            NewAppendableFile(payload_path_ + suffix_);
+        absl::StatusOr<std::unique_ptr<WritableFile>> f = OpenPayloadFile();
         if (f.ok()) {
           payload_file_ = std::move(*f);
         } else {
@@ -524,6 +524,10 @@ class SegmentWriter {
     *bytes = writer_->file_length() - before + payload_bytes;
     return absl::OkStatus();
   }
+
+  // A minibatch segment: where the journal keeps a superseded segment's
+  // payload file for the next one's (Journal::spare_payload_).
+  void set_spare_payload(SparePayload* spare) { spare_payload_ = spare; }
 
   absl::Status Close() {
     // A mapped log is truncated to the log's length: no zero tail remains.
@@ -566,6 +570,35 @@ class SegmentWriter {
  private:
   explicit SegmentWriter(const JournalOptions& options) : options_(options) {}
 
+  // The payload file, created at the first out-of-line payload: the spare,
+  // if the journal has one, renamed into place and written over from its
+  // start (its pages are allocated already), else a new file.
+  absl::StatusOr<std::unique_ptr<WritableFile>> OpenPayloadFile() {
+    const std::string path = payload_path_ + suffix_;
+    if (spare_payload_ != nullptr && spare_payload_->present) {
+      spare_payload_->present = false;
+      if (RenameFile(spare_payload_->path, path).ok()) {
+        ++spare_payload_->reused;
+        return NewOverwritingFile(path);
+      }
+      RemoveFile(spare_payload_->path).IgnoreError();
+    }
+    return NewAppendableFile(path);
+  }
+
+  // A superseded segment (closed) hands its payload file to the journal as
+  // the spare, up to kMaxSparePayload bytes (an older spare not taken is
+  // removed); the file is no longer this segment's.
+  void KeepPayloadAsSpare() {
+    if (payload_file_ == nullptr || spare_payload_ == nullptr ||
+        payload_length_ > kMaxSparePayload) {
+      return;
+    }
+    if (spare_payload_->present) RemoveFile(spare_payload_->path).IgnoreError();
+    spare_payload_->present = RenameFile(payload_path_ + suffix_, spare_payload_->path).ok();
+    if (spare_payload_->present) payload_file_.reset();
+  }
+
   const JournalOptions options_;
   SegmentHeader header_;
   std::string log_path_;
@@ -586,6 +619,7 @@ class SegmentWriter {
   std::unique_ptr<WritableFile> log_file_;      // written with write(2), or
   std::unique_ptr<MappedLogFile> mapped_log_;   // through a mapping
   std::unique_ptr<WritableFile> payload_file_;
+  SparePayload* spare_payload_ = nullptr;
   std::unique_ptr<log::Writer> writer_;
   uint64_t payload_length_ = 0;
   uint64_t header_bytes_ = 0;
@@ -600,7 +634,10 @@ class SegmentWriter {
 using journal_internal::SegmentWriter;
 
 Journal::Journal(std::string dir, std::string job, uint32_t rank, const JournalOptions& options)
-    : dir_(std::move(dir)), job_(std::move(job)), rank_(rank), options_(options) {}
+    : dir_(std::move(dir)), job_(std::move(job)), rank_(rank), options_(options) {
+  spare_payload_.path = journal_internal::JoinPath(
+      dir_, absl::StrCat(journal_internal::KindPrefix(MINIBATCH), "spare-payload.tmp"));
+}
 
 Journal::~Journal() {
   {
@@ -620,6 +657,7 @@ Journal::~Journal() {
     spare->Close(0).IgnoreError();
     RemoveFile(spare->path()).IgnoreError();
   }
+  if (spare_payload_.present) RemoveFile(spare_payload_.path).IgnoreError();
 }
 
 void Journal::ZeroSpareLater(std::unique_ptr<MappedLogFile> log, uint64_t dirty) {
@@ -739,7 +777,10 @@ absl::StatusOr<std::unique_ptr<SegmentWriter>> Journal::NewSegment(
   header.set_creation_time_unix_micros(absl::ToUnixMicros(absl::Now()));
   header.set_segment_number(next_segment_number_++);
   header.set_minibatch(minibatch);
-  return SegmentWriter::Create(dir_, header, options_, tmp, std::move(spare));
+  absl::StatusOr<std::unique_ptr<SegmentWriter>> w =
+      SegmentWriter::Create(dir_, header, options_, tmp, std::move(spare));
+  if (w.ok() && kind == MINIBATCH) (*w)->set_spare_payload(&spare_payload_);
+  return w;
 }
 
 absl::Status Journal::Init() {
@@ -1085,6 +1126,7 @@ JournalStats Journal::stats() const {
   stats.minibatch_entries = minibatch_entries_;
   stats.compactions = compactions_;
   stats.last_seq = last_seq_;
+  stats.payload_files_reused = spare_payload_.reused;
   return stats;
 }
 

@@ -147,10 +147,26 @@ struct JournalStats {
   uint64_t minibatch_entries = 0;
   uint64_t compactions = 0;
   uint64_t last_seq = 0;
+  // Minibatch segments whose payload file was the previous one's, written
+  // over (SparePayload).
+  uint64_t payload_files_reused = 0;
 };
 
 namespace journal_internal {
 class SegmentWriter;
+// A superseded minibatch segment's payload file, kept for the next
+// segment's payloads: on tmpfs its pages stay allocated, so writing the
+// next minibatch's input batches into it costs copies, not page
+// allocations (and no unlink freeing them). `path` names it while
+// `present`; a name readers ignore (*.tmp, removed by the next Open).
+struct SparePayload {
+  std::string path;
+  bool present = false;
+  uint64_t reused = 0;  // times a segment took it
+};
+// The largest payload file kept as the spare (tmpfs memory a rank holds
+// beyond its live journal).
+inline constexpr uint64_t kMaxSparePayload = uint64_t{256} << 20;
 }  // namespace journal_internal
 
 // One per agent rank. Thread-safe (calls are serialized internally).
@@ -252,6 +268,7 @@ class Journal {
   std::atomic<uint64_t> minibatch_segments_started_{0};
   std::unique_ptr<journal_internal::SegmentWriter> setup_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<journal_internal::SegmentWriter> minibatch_ ABSL_GUARDED_BY(mu_);
+  journal_internal::SparePayload spare_payload_ ABSL_GUARDED_BY(mu_);
   // The previous minibatch log, for the next new minibatch segment (mapped
   // logs): zeroed by spare_thread_, so that a new segment costs no memset on
   // the appending thread.

@@ -101,6 +101,8 @@ uint64_t WrittenExtent(const std::string& path, bool may_vanish = false);
 constexpr char kSpareName[] = "minibatch-spare.tmp";
 // Where the spare is made and sized before it is renamed to kSpareName.
 constexpr char kPartialSpareName[] = "minibatch-spare-part.tmp";
+// A superseded minibatch segment's payload file, kept for the next one's.
+constexpr char kSparePayloadName[] = "minibatch-spare-payload.tmp";
 
 // The directory's files less the prepared spare (which a background thread
 // creates at some point after Open).
@@ -109,7 +111,7 @@ std::vector<std::string> JournalFiles(const std::string& dir) {
   EXPECT_TRUE(names.ok());
   std::vector<std::string> out;
   for (const std::string& n : *names) {
-    if (n != kSpareName && n != kPartialSpareName) out.push_back(n);
+    if (n != kSpareName && n != kPartialSpareName && n != kSparePayloadName) out.push_back(n);
   }
   return out;
 }
@@ -1235,6 +1237,51 @@ JournalEntry Linked(uint64_t seq, uint64_t prev) {
   JournalEntry e = Entry(seq);
   e.set_prev_seq(prev);
   return e;
+}
+
+// A minibatch segment's payload file is kept when the segment is superseded
+// and becomes the next segment's (its pages stay allocated): every segment
+// writes over the same file from its start, the bytes past its own payloads
+// are stale, and every entry still reads back exactly. Closing removes the
+// spare.
+TEST(JournalTest, PayloadFilesAreReusedAcrossMinibatchSegments) {
+  const std::string dir = TestDir("payload_reuse");
+  auto j = OpenJournal(dir);
+  uint64_t seq = 0;
+  for (uint64_t b = 1; b <= 12; ++b) {
+    ASSERT_TRUE(j->MarkBoundary(b).ok());
+    // Large and small minibatches alternate: a small one leaves a stale
+    // tail of the large one before it in the file.
+    const int n = b % 2 == 0 ? 5 : 1;
+    std::vector<std::string> want;
+    for (int i = 0; i < n; ++i) {
+      std::string payload(300000 + 1000 * b + i, '\0');
+      for (size_t k = 0; k < payload.size(); ++k) payload[k] = static_cast<char>(k * 7 + seq);
+      ASSERT_TRUE(j->AppendMinibatch(Entry(++seq), payload).ok());
+      want.push_back(std::move(payload));
+    }
+    Read r = ReadLog(dir, MINIBATCH);
+    ASSERT_TRUE(r.status.ok()) << "minibatch " << b << ": " << r.status;
+    ASSERT_EQ(want.size(), r.entries.size()) << "minibatch " << b;
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_TRUE(r.entries[i].inline_payload() == want[i]) << "minibatch " << b << " entry " << i;
+    }
+    ASSERT_EQ(1, CountFiles(dir, "minibatch-", ".payload")) << "minibatch " << b;
+    // Written over the previous segment's file: a small minibatch after a
+    // large one leaves the file at the large one's size.
+    uint64_t written = 0;
+    for (const std::string& p : want) written += p.size();
+    const uint64_t size = *FileSize(OnlyFile(dir, "minibatch-", ".payload"));
+    if (b % 2 == 1 && b > 1) {
+      EXPECT_GT(size, written) << "minibatch " << b << " wrote a new payload file";
+    } else {
+      EXPECT_GE(size, written) << "minibatch " << b;
+    }
+    EXPECT_EQ(b - 1, j->stats().payload_files_reused) << "minibatch " << b;
+  }
+  j.reset();
+  struct stat st;
+  EXPECT_NE(0, ::stat((dir + "/" + kSparePayloadName).c_str(), &st)) << "the spare outlived the journal";
 }
 
 TEST(JournalTest, BoundaryMarkers) {

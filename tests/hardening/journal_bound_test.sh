@@ -44,7 +44,7 @@ on=$(journal_bytes "$tmp/on.log")
 placed=$(grep -c "placed the boundary of minibatch .* itself, with its snapshot" "$tmp/on.log")
 echo "bound 32 KiB: journal $on bytes at exit, $placed boundaries logged (the first three and every 100th)"
 grep "placed the boundary" "$tmp/on.log" | head -2
-minibatches=$(sed -n 's/.*\[a0\].*journal at exit:.*, minibatch \([0-9]*\)$/\1/p' "$tmp/on.log" | head -1)
+minibatches=$(sed -n 's/.*\[a0\].*journal at exit:.*, minibatch \([0-9]*\), payload files reused.*/\1/p' "$tmp/on.log" | head -1)
 snaps=$(sed -n 's/.*\[a0\].*snapshots at exit: \([0-9]*\) boundaries.*/\1/p' "$tmp/on.log" | head -1)
 if [ "$placed" -ge 3 ] && [ "${minibatches:-0}" -ge 10 ] && [ "${snaps:-0}" -eq "${minibatches:-0}" ]; then
   ok "the agent placed $minibatches boundaries itself, each with a snapshot ($snaps)"

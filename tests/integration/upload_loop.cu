@@ -5,12 +5,17 @@
 // fold; the device's must equal it bitwise at the end, which a replay that
 // read another step's bytes from a reused capture file would break.
 //
-//   upload_loop [STEPS=48] [MIB=16]
+// With `pageable`, the batch comes from ordinary host memory instead (as
+// PyTorch's `.cuda()` of a tensor that is not pinned): a batch of up to 1 MiB
+// travels inside the request, a larger one through the staging area.
+//
+//   upload_loop [STEPS=48] [MIB=16] [pageable]
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "tests/apps/app_check.h"
@@ -19,7 +24,8 @@
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 48;
   const int mib = argc > 2 ? std::atoi(argv[2]) : 16;
-  EXPECT_APP(steps > 1 && mib > 0 && mib <= 1024, "bad arguments");
+  const bool pageable = argc > 3 && std::string(argv[3]) == "pageable";
+  EXPECT_APP(steps > 1 && mib > 0 && mib <= 1024 && (argc <= 3 || pageable), "bad arguments");
   const int n = mib << 18;  // unsigned values
   const size_t bytes = static_cast<size_t>(n) * sizeof(unsigned);
   unsigned* in = nullptr;
@@ -28,7 +34,13 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaMalloc(&acc, bytes));
   CHECK_CUDA(cudaMemset(acc, 0, bytes));
   unsigned* pinned = nullptr;
-  CHECK_CUDA(cudaMallocHost(&pinned, bytes));
+  std::vector<unsigned> host_batch;
+  if (pageable) {
+    host_batch.resize(n);
+    pinned = host_batch.data();
+  } else {
+    CHECK_CUDA(cudaMallocHost(&pinned, bytes));
+  }
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreate(&s));
   std::vector<unsigned> expect(n, 0);
@@ -54,7 +66,7 @@ int main(int argc, char** argv) {
     hash = (hash ^ out[i]) * 1099511628211ull;
   }
   std::printf("final checksum %016llx\n", static_cast<unsigned long long>(hash));
-  CHECK_CUDA(cudaFreeHost(pinned));
+  if (!pageable) CHECK_CUDA(cudaFreeHost(pinned));
   CHECK_CUDA(cudaFree(acc));
   CHECK_CUDA(cudaFree(in));
   CHECK_CUDA(cudaStreamDestroy(s));
