@@ -23,6 +23,8 @@
 #   TORCH_PROF_STEPS: steps per run, default 30;
 #   TORCH_PROF_ARMS: the arms' revenant-run options, ';' between them).
 # MODE torch4: steps 2 and 3 only (4 ranks, kills).
+# TORCH_ONE: the scripts of step 1 (default: all three); TORCH_STEPS: their
+#   steps (default: each script's own).
 if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE" = torch_probe ] ||
    [ "$MODE" = torch_prof ] || [ "$MODE" = torch4 ]; then
   echo
@@ -120,11 +122,13 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
     done
   else
     # 1. One rank: native = revenant (not in MODE torch4).
-    [ "$MODE" = torch4 ] && th_one="" || th_one="mlp_ddp conv_bf16 pinned_events"
+    [ "$MODE" = torch4 ] && th_one="" || th_one="${TORCH_ONE:-mlp_ddp conv_bf16 pinned_events}"
+    # TORCH_STEPS: steps of every 1-rank run (default: each script's own).
+    th_steps=(); [ -n "${TORCH_STEPS:-}" ] && th_steps=(--steps "$TORCH_STEPS")
     for s in $th_one; do
       nlog="$LOGS/torch.$s.native.log"; clog="$LOGS/torch.$s.cuda.log"
-      th_native1 "$nlog" "$TS/$s.py"; nrc=$?
-      timeout 400 $RUN -n 1 --backend=cuda --timeout=360 -- "$PY" "$TS/$s.py" >"$clog" 2>&1; crc=$?
+      th_native1 "$nlog" "$TS/$s.py" "${th_steps[@]}"; nrc=$?
+      timeout 400 $RUN -n 1 --backend=cuda --timeout=360 -- "$PY" "$TS/$s.py" "${th_steps[@]}" >"$clog" 2>&1; crc=$?
       ref=$(th_hash "$nlog"); got=$(th_hash "$clog")
       nst=$(th_step "$nlog"); cst=$(th_step "$clog")
       ratio=none; [ -n "$nst" ] && [ -n "$cst" ] && ratio=$(calc "$cst / $nst")
@@ -135,7 +139,7 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       # one-rank default snapshots, in the same call: what the snapshots'
       # mode costs the step, apart from the rest.
       olog="$LOGS/torch.$s.cuda.nosnap.log"
-      timeout 400 $RUN -n 1 --backend=cuda --snapshots=off --timeout=360 -- "$PY" "$TS/$s.py" >"$olog" 2>&1
+      timeout 400 $RUN -n 1 --backend=cuda --snapshots=off --timeout=360 -- "$PY" "$TS/$s.py" "${th_steps[@]}" >"$olog" 2>&1
       orc=$?; ost=$(th_step "$olog")
       echo "   $s --snapshots=off: rc=$orc $(th_hash "$olog") step $ost ms; ratio $([ -n "$nst" ] && [ -n "$ost" ] && calc "$ost / $nst")"
       # And with every cuBLASLt/cuDNN descriptor creation and heuristic
@@ -143,7 +147,7 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       # answers save the step, in the same call.
       alog="$LOGS/torch.$s.cuda.noanswers.log"
       REVENANT_SHIM_ANSWERS=0 timeout 400 $RUN -n 1 --backend=cuda --timeout=360 -- "$PY" "$TS/$s.py" \
-        >"$alog" 2>&1
+        "${th_steps[@]}" >"$alog" 2>&1
       arc=$?; ast=$(th_step "$alog")
       echo "   $s REVENANT_SHIM_ANSWERS=0: rc=$arc $(th_hash "$alog") step $ast ms; ratio $([ -n "$nst" ] && [ -n "$ast" ] && calc "$ast / $nst")"
       if [ $nrc -eq 0 ] && [ $crc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ]; then
@@ -158,7 +162,7 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
         # every step) and replays every step since.
         log="$LOGS/torch.$s.kill1.log"
         timeout 400 $RUN -n 1 --backend=cuda --timeout=360 --chaos="rank=0,calls=6000" \
-          -- "$PY" "$TS/$s.py" >"$log" 2>&1; rc=$?
+          -- "$PY" "$TS/$s.py" "${th_steps[@]}" >"$log" 2>&1; rc=$?
         got=$(th_hash "$log")
         echo "   $s 1 rank, agent killed at request 6000: rc=$rc $got"
         grep -E "replayed [0-9]+ requests|snapshot loaded|snapshots at exit" "$log" | head -4 | sed 's/^/   | /'
