@@ -122,6 +122,13 @@ class Backend : public api::BackendApi {
     return LaunchKernel(kernel, grid, block, shared_bytes, stream, packed_args, false);
   }
 
+  // cudaThreadExchangeStreamCaptureMode on the executor: the calls a stream
+  // capture forbids depend on the mode of the thread that makes them, and
+  // the executor makes every application thread's calls.
+  virtual cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+    (void)mode;
+    return cudaErrorNotSupported;
+  }
   // cudaDeviceGetPCIBusId of device `device` into `id` (`len` bytes, the
   // hook's own buffer).
   virtual cudaError_t PciBusId(char* id, int len, int device) {

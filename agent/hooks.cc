@@ -749,6 +749,26 @@ int32_t Hook_cudaDeviceGetPCIBusId(DispatchContext& ctx, wire::Decoder& in, wire
   return cudaSuccess;
 }
 
+// The executor takes the application thread's mode on (it runs every
+// thread's calls); the reply holds the executor's previous mode (the shim
+// answers the thread's own).
+int32_t Hook_cudaThreadExchangeStreamCaptureMode(DispatchContext& ctx, wire::Decoder& in,
+                                                 wire::Encoder& out) {
+  hooks::cudaThreadExchangeStreamCaptureModeRequest r;
+  if (!r.Decode(in) || in.remaining() != 0) return cudaErrorInvalidValue;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+  if (r.has_mode) {
+    // An out-of-range value goes to CUDA as it came: CUDA answers it.
+    std::memcpy(&mode, &r.mode, sizeof(mode));
+  }
+  cudaError_t err = B(ctx)->cudaThreadExchangeStreamCaptureMode(r.has_mode ? &mode : nullptr);
+  if (err != cudaSuccess) return err;
+  hooks::cudaThreadExchangeStreamCaptureModeReply reply;
+  reply.previous = static_cast<int32_t>(mode);
+  reply.Encode(out);
+  return cudaSuccess;
+}
+
 int32_t Hook_cudaMemPoolSetAccess(DispatchContext& ctx, wire::Decoder& in, wire::Encoder&) {
   hooks::cudaMemPoolSetAccessRequest r;
   if (!r.Decode(in) || r.descs.size % sizeof(cudaMemAccessDesc) != 0 || in.remaining() != 0)

@@ -113,7 +113,9 @@ enum class Type { kBool, kInt, kDouble, kString };
     "cublasGetMathMode is answered from the mode the shim knows; events of plain flags are "   \
     "created without waiting (handles the shim assigns) and ncclCommGetAsyncError of a "       \
     "healthy communicator is answered by the shim for 100 ms after the agent's last "          \
-    "ncclSuccess unless the agent kept an NCCL error since; 0: each waits for the agent.")     \
+    "ncclSuccess unless the agent kept an NCCL error since; cudaThreadExchangeStreamCaptureMode " \
+    "of a valid mode is answered from the thread's mode and sent without waiting; 0: each "   \
+    "waits for the agent.")                                                                    \
   X(kHostKernels, "REVENANT_HOST_KERNELS", kString, kProduct, "",                                \
     "Host backend: colon-separated host kernel libraries (as --host_kernels).")                 \
   X(kHostKernelStackKb, "REVENANT_HOST_KERNEL_STACK_KB", kInt, kProduct, "64",                   \

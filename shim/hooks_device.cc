@@ -1,11 +1,13 @@
 // Hand-written shim hooks answered locally: current device, error state,
-// error strings, pointer attributes, refused device-side NCCL.
+// error strings, pointer attributes, the thread's stream capture mode,
+// refused device-side NCCL.
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
 #include <atomic>
 #include <nccl.h>
 
+#include "api/hook_structs.h"
 #include "common/logging.h"
 #include "shim/call.h"
 #include "shim/runtime.h"
@@ -46,6 +48,43 @@ extern "C" REVENANT_EXPORT cudaError_t cudaSetDevice(int device) {
   }
   tls_device = device;
   return cudaSuccess;
+}
+
+// The calling thread's stream capture interaction mode, as CUDA keeps it
+// per thread (Global until the thread exchanges it).
+thread_local cudaStreamCaptureMode tls_capture_mode = cudaStreamCaptureModeGlobal;
+
+// Answered from the thread's mode kept here, and sent to the agent without
+// waiting: the executor, which runs every thread's calls, takes the mode
+// on as before (the calls a capture forbids depend on it), and the
+// application does not wait for the executor's backlog. PyTorch exchanges
+// it around allocations and event queries, ~4 times a training step. An
+// invalid mode or a null pointer waits for the agent's (CUDA's) answer; so
+// does every exchange with REVENANT_SHIM_ANSWERS=0.
+extern "C" REVENANT_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(
+    cudaStreamCaptureMode* mode) {
+  using revenant::api::ApiId;
+  const bool answer = mode != nullptr &&
+                      (*mode == cudaStreamCaptureModeGlobal ||
+                       *mode == cudaStreamCaptureModeThreadLocal ||
+                       *mode == cudaStreamCaptureModeRelaxed) &&
+                      revenant::shim::ShimAnswers() && revenant::shim::CudaRuntimeAnswered();
+  revenant::hooks::cudaThreadExchangeStreamCaptureModeRequest req;
+  req.has_mode = mode != nullptr;
+  req.mode = mode != nullptr ? static_cast<int32_t>(*mode) : 0;
+  revenant::shim::Call call(ApiId::cudaThreadExchangeStreamCaptureMode, req.Size(), answer);
+  if (!call.ok()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+  req.Encode(call.args());
+  if (!call.Send()) return static_cast<cudaError_t>(call.FailureStatus(cudaErrorDevicesUnavailable));
+  // Waited for (answers off, or bad input): the agent's status; the
+  // previous mode is the thread's, as CUDA keeps one per thread (the
+  // executor's is every thread's).
+  if (answer || call.executed_status() == 0) {
+    const cudaStreamCaptureMode previous = tls_capture_mode;
+    tls_capture_mode = *mode;
+    *mode = previous;
+  }
+  return static_cast<cudaError_t>(call.status());
 }
 
 extern "C" REVENANT_EXPORT cudaError_t cudaGetLastError(void) {

@@ -8,12 +8,19 @@
 //   2. ncclCommGetAsyncError polled after every all-reduce of a training-like
 //      loop (as PyTorch's process group does): ncclSuccess each time, and the
 //      all-reduced values right.
+//   3. cudaThreadExchangeStreamCaptureMode (the shim answers it from the
+//      thread's mode and sends it without waiting): each thread has a mode
+//      of its own, Global at first; 32 exchanges in PyTorch's guard pattern
+//      (set Relaxed around a call, restore); an invalid mode and a null
+//      pointer give cudaErrorInvalidValue and change nothing.
 // Prints "PASS answered_calls".
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <cstdio>
+#include <cstring>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "tests/apps/app_check.h"
@@ -24,6 +31,7 @@ namespace {
 constexpr int kEvents = 64;
 constexpr int kPolls = 200;
 constexpr int kCount = 64;
+constexpr int kModeGuards = 16;
 
 }  // namespace
 
@@ -93,6 +101,41 @@ int main() {
     }
   }
   CHECK_CUDA(cudaStreamSynchronize(s));
+
+  // 3. The thread's stream capture mode.
+  for (int i = 0; i < kModeGuards; ++i) {
+    cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
+    CHECK_CUDA(cudaThreadExchangeStreamCaptureMode(&m));
+    EXPECT_APP(m == cudaStreamCaptureModeGlobal, "guard %d: previous mode %d, expected Global", i,
+               static_cast<int>(m));
+    CHECK_CUDA(cudaStreamQuery(s));  // the guarded call (the stream is idle)
+    CHECK_CUDA(cudaThreadExchangeStreamCaptureMode(&m));
+    EXPECT_APP(m == cudaStreamCaptureModeRelaxed, "guard %d: restored from %d, expected Relaxed", i,
+               static_cast<int>(m));
+  }
+  cudaStreamCaptureMode m = cudaStreamCaptureModeThreadLocal;
+  CHECK_CUDA(cudaThreadExchangeStreamCaptureMode(&m));
+  EXPECT_APP(m == cudaStreamCaptureModeGlobal, "previous mode %d, expected Global",
+             static_cast<int>(m));
+  // Another thread starts at Global whatever this one set.
+  cudaStreamCaptureMode other = cudaStreamCaptureModeRelaxed;
+  cudaError_t other_err = cudaErrorUnknown;
+  std::thread t([&] { other_err = cudaThreadExchangeStreamCaptureMode(&other); });
+  t.join();
+  EXPECT_APP(other_err == cudaSuccess && other == cudaStreamCaptureModeGlobal,
+             "another thread: error %d, previous mode %d, expected Global", static_cast<int>(other_err),
+             static_cast<int>(other));
+  int bad_value = 7;
+  cudaStreamCaptureMode bad_mode;
+  std::memcpy(&bad_mode, &bad_value, sizeof(bad_mode));
+  EXPECT_CUDA_ERROR(cudaThreadExchangeStreamCaptureMode(&bad_mode), cudaErrorInvalidValue);
+  EXPECT_CUDA_ERROR(cudaThreadExchangeStreamCaptureMode(nullptr), cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+  m = cudaStreamCaptureModeGlobal;
+  CHECK_CUDA(cudaThreadExchangeStreamCaptureMode(&m));
+  EXPECT_APP(m == cudaStreamCaptureModeThreadLocal, "previous mode %d, expected ThreadLocal",
+             static_cast<int>(m));
+
   CHECK_CUDA(cudaFree(buf));
   CHECK_CUDA(cudaStreamDestroy(s));
   CHECK_NCCL(ncclCommDestroy(comm));

@@ -6,7 +6,8 @@
 # on (the default) and off; with it on, its 64 event creations per rank go
 # without waiting (0 sent synchronously) and of its 200 ncclCommGetAsyncError
 # polls per rank only the first and those more than 100 ms after the agent's
-# last answer reach the agent; with it off, every one waits.
+# last answer reach the agent, and its 35 valid stream capture mode exchanges
+# go without waiting; with it off, every one waits.
 set -u
 run="$1"; app="$2"
 tmp="$(mktemp -d)"
@@ -30,7 +31,11 @@ on_async_ev=$(( $(count "$tmp/on.log" cudaEventCreate async) + $(count "$tmp/on.
 off_sync_ev=$(( $(count "$tmp/off.log" cudaEventCreate sync) + $(count "$tmp/off.log" cudaEventCreateWithFlags sync) ))
 on_polls=$(count "$tmp/on.log" ncclCommGetAsyncError sync)
 off_polls=$(count "$tmp/off.log" ncclCommGetAsyncError sync)
+on_modes_async=$(count "$tmp/on.log" cudaThreadExchangeStreamCaptureMode async)
+on_modes_sync=$(count "$tmp/on.log" cudaThreadExchangeStreamCaptureMode sync)
+off_modes_sync=$(count "$tmp/off.log" cudaThreadExchangeStreamCaptureMode sync)
 echo "event creations: $on_async_ev without waiting, $on_sync_ev waiting (answers on); $off_sync_ev waiting (off)"
+echo "capture mode exchanges: $on_modes_async without waiting, $on_modes_sync waiting (answers on); $off_modes_sync waiting (off)"
 echo "ncclCommGetAsyncError sent: $on_polls (answers on), $off_polls (off)"
 # Per rank: 64 valid creations, plus the two invalid ones that always wait.
 if [ "$on_async_ev" -ne 128 ] || [ "$on_sync_ev" -ne 4 ] || [ "$off_sync_ev" -ne 132 ]; then
@@ -39,6 +44,12 @@ if [ "$on_async_ev" -ne 128 ] || [ "$on_sync_ev" -ne 4 ] || [ "$off_sync_ev" -ne
 fi
 if [ "$off_polls" -ne 400 ] || [ "$on_polls" -lt 2 ] || [ "$on_polls" -gt 100 ]; then
   echo "FAIL: polls: expected 400 sent with answers off, 2..100 with them on"
+  exit 1
+fi
+# Per rank: 32 guard exchanges, 2 more and one on another thread answered;
+# the invalid mode and the null pointer wait for the agent's answer.
+if [ "$on_modes_async" -ne 70 ] || [ "$on_modes_sync" -ne 4 ] || [ "$off_modes_sync" -ne 74 ]; then
+  echo "FAIL: capture mode exchanges: expected 70 without waiting and 4 waiting with answers on, 74 waiting off"
   exit 1
 fi
 echo "ok: the shim assigned $on_async_ev events and answered $((400 - on_polls)) of 400 polls"
