@@ -69,7 +69,7 @@ cp "$bin/tests/apps/train_mlp.bin" "$bin/tests/apps/collectives_all.bin" \
   "$bin/tests/apps/cudnn_legacy.bin" "$out/apps/"
 # Conformance programs (scripts/gpu/conformance.sh).
 for a in nccl_mem mapped_host func_stubs rdc_link graph_nodes vector_add_static device_props \
-         idle_answers; do
+         idle_answers answered_calls; do
   cp "$bin/tests/apps/$a.bin" "$out/apps/"
 done
 mkdir -p "$out/sections" "$out/torch"

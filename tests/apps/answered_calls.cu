@@ -11,14 +11,14 @@
 //   3. cudaThreadExchangeStreamCaptureMode (the shim answers it from the
 //      thread's mode and sends it without waiting): each thread has a mode
 //      of its own, Global at first; 32 exchanges in PyTorch's guard pattern
-//      (set Relaxed around a call, restore); an invalid mode and a null
-//      pointer give cudaErrorInvalidValue and change nothing.
+//      (set Relaxed around a call, restore). (An out-of-range mode is not
+//      tried: CUDA 13 answers it cudaSuccess, measured on an H200; the shim
+//      sends it to the agent and waits for CUDA's answer.)
 // Prints "PASS answered_calls".
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <cstdio>
-#include <cstring>
 #include <set>
 #include <thread>
 #include <vector>
@@ -125,12 +125,6 @@ int main() {
   EXPECT_APP(other_err == cudaSuccess && other == cudaStreamCaptureModeGlobal,
              "another thread: error %d, previous mode %d, expected Global", static_cast<int>(other_err),
              static_cast<int>(other));
-  int bad_value = 7;
-  cudaStreamCaptureMode bad_mode;
-  std::memcpy(&bad_mode, &bad_value, sizeof(bad_mode));
-  EXPECT_CUDA_ERROR(cudaThreadExchangeStreamCaptureMode(&bad_mode), cudaErrorInvalidValue);
-  EXPECT_CUDA_ERROR(cudaThreadExchangeStreamCaptureMode(nullptr), cudaErrorInvalidValue);
-  (void)cudaGetLastError();
   m = cudaStreamCaptureModeGlobal;
   CHECK_CUDA(cudaThreadExchangeStreamCaptureMode(&m));
   EXPECT_APP(m == cudaStreamCaptureModeThreadLocal, "previous mode %d, expected ThreadLocal",

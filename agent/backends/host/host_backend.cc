@@ -1231,7 +1231,8 @@ cudaError_t HostBackend::cudaStreamIsCapturing(cudaStream_t stream,
 
 cudaError_t HostBackend::cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
   if (mode == nullptr) return cudaErrorInvalidValue;
-  // An unknown mode is refused (as CUDA does), never stored. Read as an
+  // An unknown mode is refused, never stored (CUDA 13 answers it cudaSuccess,
+  // measured on an H200; applications pass the enum's values). Read as an
   // integer: an out-of-range value is no valid enum object to load.
   int value = 0;
   std::memcpy(&value, mode, sizeof(value));
