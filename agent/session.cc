@@ -279,6 +279,21 @@ bool ExecStatsOn() {
   static const bool on = knobs::Bool(knobs::Id::kCallStats).value_or(false);
   return on;
 }
+
+// The state an ncclCommGetAsyncError request found (its OUT value, from the
+// reply it encoded into `out`); ncclSuccess when there is none.
+int32_t PolledNcclError(const transport::RecordHeader& rec, absl::string_view out) {
+  hooks::ncclCommGetAsyncErrorRequest req;
+  wire::Decoder in(rec.body(), rec.body_size());
+  if (!req.Decode(in)) return ncclSuccess;
+  hooks::ncclCommGetAsyncErrorReply reply;
+  wire::Decoder d(out.data(), out.size());
+  ncclResult_t found = ncclSuccess;
+  if (!reply.Decode(d, req) || reply.asyncError.CopyTo(&found, sizeof(found)) != sizeof(found)) {
+    return ncclSuccess;
+  }
+  return found;
+}
 }  // namespace
 
 std::string Session::ExecStatsReport() const {
@@ -558,6 +573,19 @@ void Session::RunAndReply(const transport::RecordHeader& rec, const api::ApiTrai
     return;
   }
   MaybeChaos(SessionOptions::Chaos::Point::kAfterReply);
+  // A poll the shim sent without waiting (it answered ncclSuccess): a
+  // failure it finds is kept, which bumps the channel's NCCL error count,
+  // so that the application's next poll asks and is told.
+  if (status == 0 && rec.api_id == static_cast<uint16_t>(api::ApiId::ncclCommGetAsyncError)) {
+    if (const int32_t found =
+            PolledNcclError(rec, absl::string_view(reply + kReplyPrefixSize, out.size()));
+        found != ncclSuccess && found != ncclInProgress) {
+      REVENANT_LOG(DEBUG, "agent") << "ncclCommGetAsyncError (async, seq " << rec.seq
+                                   << ") found " << found;
+      KeepNcclError(found);
+    }
+    return;
+  }
   if (status != 0) {
     REVENANT_LOG(DEBUG, "agent") << traits.name << " (async, seq " << rec.seq
                                  << ") failed with " << status;

@@ -112,8 +112,9 @@ enum class Type { kBool, kInt, kDouble, kString };
     "pack's Finalize and Execute go without waiting once one of the same form succeeded; "     \
     "cublasGetMathMode is answered from the mode the shim knows; events of plain flags are "   \
     "created without waiting (handles the shim assigns) and ncclCommGetAsyncError of a "       \
-    "healthy communicator is answered by the shim for 100 ms after the agent's last "          \
-    "ncclSuccess unless the agent kept an NCCL error since; cudaThreadExchangeStreamCaptureMode " \
+    "healthy communicator is answered by the shim once the agent answered ncclSuccess and "    \
+    "kept no NCCL error since (after 100 ms the call is also sent on without waiting); "        \
+    "cudaThreadExchangeStreamCaptureMode "                                                      \
     "of a valid mode is answered from the thread's mode and sent without waiting; 0: each "   \
     "waits for the agent.")                                                                    \
   X(kHostKernels, "REVENANT_HOST_KERNELS", kString, kProduct, "",                                \

@@ -108,14 +108,17 @@ int32_t NcclCheckCall(ncclComm_t comm, size_t count, int datatype, bool has_op, 
   return ncclSuccess;
 }
 
-bool NcclAsyncErrorAnswered(ncclComm_t comm, const transport::ShmClientChannel* channel) {
-  if (channel == nullptr || !ShimAnswers()) return false;
+AsyncErrorAnswer NcclAsyncErrorAnswer(ncclComm_t comm, const transport::ShmClientChannel* channel) {
+  if (channel == nullptr || !ShimAnswers()) return AsyncErrorAnswer::kAsk;
   const uint64_t errors = channel->nccl_errors();
   Registry& r = Comms();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.healthy.find(comm);
-  return it != r.healthy.end() && it->second.nccl_errors == errors &&
-         MonotonicNanos() - it->second.at_ns < kAsyncErrorAskEveryNanos;
+  if (it == r.healthy.end() || it->second.nccl_errors != errors) return AsyncErrorAnswer::kAsk;
+  const int64_t now = MonotonicNanos();
+  if (now - it->second.at_ns < kAsyncErrorAskEveryNanos) return AsyncErrorAnswer::kAnswered;
+  it->second.at_ns = now;
+  return AsyncErrorAnswer::kAnsweredAskBehind;
 }
 
 void NcclAsyncErrorAsked(ncclComm_t comm, uint64_t errors_before, bool healthy) {
@@ -149,18 +152,23 @@ void NcclGroupEnded() {
 // (a deferred error this reply carries), that error is reported instead.
 // PyTorch asks several times per step, from its main thread and its
 // watchdog (which holds the lock the next collective needs): asked of the
-// agent, each would wait for everything queued before it. So the shim
-// answers ncclSuccess itself while the agent answered it for this
-// communicator less than 100 ms ago and has kept no NCCL error since (the
-// channel's count, ShmServerChannel::NoteNcclError): a deferred error is
+// agent, each would wait for everything queued before it. So once the agent
+// answered ncclSuccess for this communicator, and while it has kept no NCCL
+// error since (the channel's count, ShmServerChannel::NoteNcclError), the
+// shim answers ncclSuccess itself: for 100 ms without sending anything, then
+// sending the call without waiting (the agent keeps a failure it finds,
+// Session::RunAndReply, which bumps the count). A deferred error is
 // reported at the first call after the agent kept it, as before, and a
-// failure only NCCL sees (a remote peer's) within 100 ms.
+// failure only NCCL sees (a remote peer's) at the first call after the
+// agent ran a poll sent at most 100 ms after the failure.
 extern "C" REVENANT_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm,
                                                                ncclResult_t* asyncError) {
+  using revenant::shim::AsyncErrorAnswer;
   using revenant::shim::Call;
   if (asyncError == nullptr) return ncclInvalidArgument;
   revenant::transport::ShmClientChannel* channel = revenant::shim::Runtime::Get()->LiveChannel();
-  if (revenant::shim::NcclAsyncErrorAnswered(comm, channel)) {
+  const AsyncErrorAnswer answer = revenant::shim::NcclAsyncErrorAnswer(comm, channel);
+  if (answer == AsyncErrorAnswer::kAnswered) {
     *asyncError = ncclSuccess;
     return ncclSuccess;
   }
@@ -168,6 +176,14 @@ extern "C" REVENANT_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm,
   revenant::hooks::ncclCommGetAsyncErrorRequest req;
   req.comm = reinterpret_cast<uint64_t>(comm);
   req.asyncError = true;
+  if (answer == AsyncErrorAnswer::kAnsweredAskBehind) {
+    Call call(revenant::api::ApiId::ncclCommGetAsyncError, req.Size(), /*async=*/true);
+    if (!call.ok()) return static_cast<ncclResult_t>(call.FailureStatus(ncclRemoteError));
+    req.Encode(call.args());
+    if (!call.Send()) return static_cast<ncclResult_t>(call.FailureStatus(ncclRemoteError));
+    *asyncError = ncclSuccess;
+    return ncclSuccess;
+  }
   Call call(revenant::api::ApiId::ncclCommGetAsyncError, req.Size());
   if (!call.ok()) return static_cast<ncclResult_t>(call.FailureStatus(ncclRemoteError));
   req.Encode(call.args());

@@ -45,12 +45,17 @@ int32_t NcclCheckCall(ncclComm_t comm, size_t count, int datatype, bool has_op, 
                       bool has_root, int root, const void* a, bool check_a, const void* b,
                       bool check_b);
 
-// ncclCommGetAsyncError answered by the shim (hooks_nccl.cc): whether the
-// agent's last answer for `comm` was ncclSuccess, less than
-// kAsyncErrorAskEveryNanos ago, with the channel's NCCL error count
-// unchanged since (REVENANT_SHIM_ANSWERS on; `channel` live).
+// ncclCommGetAsyncError answered by the shim (hooks_nccl.cc), when the
+// agent's last answer for `comm` was ncclSuccess with the channel's NCCL
+// error count unchanged since (REVENANT_SHIM_ANSWERS on; `channel` live):
+// kAnswered less than kAsyncErrorAskEveryNanos after that answer;
+// kAnsweredAskBehind after it: ncclSuccess too, and the call is sent to the
+// agent without waiting (the agent keeps an error it finds, which bumps the
+// count: the next call asks and reports it); the answer's time is renewed.
+// kAsk otherwise: the call waits for the agent's answer.
 inline constexpr int64_t kAsyncErrorAskEveryNanos = 100 * 1000 * 1000;
-bool NcclAsyncErrorAnswered(ncclComm_t comm, const transport::ShmClientChannel* channel);
+enum class AsyncErrorAnswer { kAsk, kAnswered, kAnsweredAskBehind };
+AsyncErrorAnswer NcclAsyncErrorAnswer(ncclComm_t comm, const transport::ShmClientChannel* channel);
 // After the agent answered it: `errors_before` is the channel's count read
 // before asking; `healthy`: the answer was ncclSuccess.
 void NcclAsyncErrorAsked(ncclComm_t comm, uint64_t errors_before, bool healthy);
