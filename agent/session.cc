@@ -573,16 +573,18 @@ void Session::RunAndReply(const transport::RecordHeader& rec, const api::ApiTrai
     return;
   }
   MaybeChaos(SessionOptions::Chaos::Point::kAfterReply);
-  // A poll the shim sent without waiting (it answered ncclSuccess): a
-  // failure it finds is kept, which bumps the channel's NCCL error count,
-  // so that the application's next poll asks and is told.
+  // A poll the shim sent without waiting (it answered ncclSuccess): when it
+  // finds the communicator failed, the channel's NCCL error count is bumped,
+  // so that the application's next poll asks and NCCL tells it (the state
+  // stays until the communicator is aborted). Not a deferred error: other
+  // NCCL calls succeed as natively.
   if (status == 0 && rec.api_id == static_cast<uint16_t>(api::ApiId::ncclCommGetAsyncError)) {
     if (const int32_t found =
             PolledNcclError(rec, absl::string_view(reply + kReplyPrefixSize, out.size()));
         found != ncclSuccess && found != ncclInProgress) {
       REVENANT_LOG(DEBUG, "agent") << "ncclCommGetAsyncError (async, seq " << rec.seq
                                    << ") found " << found;
-      KeepNcclError(found);
+      channel_->NoteNcclError();
     }
     return;
   }

@@ -16,9 +16,12 @@ namespace revenant {
 namespace journal {
 namespace {
 
+// Appends with write(2) to a file opened O_APPEND, or (overwrite) writes
+// front to back from offset 0 with pwrite(2) over what the file holds.
 class PosixWritableFile : public WritableFile {
  public:
-  PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  PosixWritableFile(std::string path, int fd, bool overwrite = false)
+      : path_(std::move(path)), fd_(fd), overwrite_(overwrite) {}
   ~PosixWritableFile() override {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -27,50 +30,11 @@ class PosixWritableFile : public WritableFile {
     const char* p = data.data();
     size_t left = data.size();
     while (left > 0) {
-      ssize_t n = ::write(fd_, p, left);
+      ssize_t n = overwrite_ ? ::pwrite(fd_, p, left, static_cast<off_t>(offset_))
+                             : ::write(fd_, p, left);
       if (n < 0) {
         if (errno == EINTR) continue;
-        return PosixError(absl::StrCat("write ", path_), errno);
-      }
-      p += n;
-      left -= static_cast<size_t>(n);
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status Sync() override {
-    if (::fdatasync(fd_) != 0) return PosixError(absl::StrCat("fdatasync ", path_), errno);
-    return absl::OkStatus();
-  }
-
-  absl::Status Close() override {
-    if (fd_ < 0) return absl::OkStatus();
-    int rc = ::close(fd_);
-    fd_ = -1;
-    if (rc != 0) return PosixError(absl::StrCat("close ", path_), errno);
-    return absl::OkStatus();
-  }
-
- private:
-  const std::string path_;
-  int fd_;
-};
-
-class OverwritingFile : public WritableFile {
- public:
-  OverwritingFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
-  ~OverwritingFile() override {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
-  absl::Status Append(absl::string_view data) override {
-    const char* p = data.data();
-    size_t left = data.size();
-    while (left > 0) {
-      ssize_t n = ::pwrite(fd_, p, left, static_cast<off_t>(offset_));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return PosixError(absl::StrCat("pwrite ", path_), errno);
+        return PosixError(absl::StrCat(overwrite_ ? "pwrite " : "write ", path_), errno);
       }
       p += n;
       offset_ += static_cast<uint64_t>(n);
@@ -95,7 +59,8 @@ class OverwritingFile : public WritableFile {
  private:
   const std::string path_;
   int fd_;
-  uint64_t offset_ = 0;
+  const bool overwrite_;
+  uint64_t offset_ = 0;  // where the next overwriting write goes
 };
 
 class PosixSequentialFile : public SequentialFile {
@@ -154,7 +119,7 @@ absl::StatusOr<std::unique_ptr<WritableFile>> NewAppendableFile(const std::strin
 absl::StatusOr<std::unique_ptr<WritableFile>> NewOverwritingFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return PosixError(absl::StrCat("open ", path), errno);
-  return std::unique_ptr<WritableFile>(new OverwritingFile(path, fd));
+  return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd, /*overwrite=*/true));
 }
 
 absl::StatusOr<std::unique_ptr<MappedLogFile>> MappedLogFile::Create(const std::string& path,

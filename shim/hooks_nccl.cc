@@ -156,8 +156,8 @@ void NcclGroupEnded() {
 // answered ncclSuccess for this communicator, and while it has kept no NCCL
 // error since (the channel's count, ShmServerChannel::NoteNcclError), the
 // shim answers ncclSuccess itself: for 100 ms without sending anything, then
-// sending the call without waiting (the agent keeps a failure it finds,
-// Session::RunAndReply, which bumps the count). A deferred error is
+// sending the call without waiting (when it finds the communicator failed,
+// the agent bumps the count, Session::RunAndReply). A deferred error is
 // reported at the first call after the agent kept it, as before, and a
 // failure only NCCL sees (a remote peer's) at the first call after the
 // agent ran a poll sent at most 100 ms after the failure.

@@ -50,7 +50,7 @@ int32_t NcclCheckCall(ncclComm_t comm, size_t count, int datatype, bool has_op, 
 // error count unchanged since (REVENANT_SHIM_ANSWERS on; `channel` live):
 // kAnswered less than kAsyncErrorAskEveryNanos after that answer;
 // kAnsweredAskBehind after it: ncclSuccess too, and the call is sent to the
-// agent without waiting (the agent keeps an error it finds, which bumps the
+// agent without waiting (when it finds the communicator failed, the agent bumps the
 // count: the next call asks and reports it); the answer's time is renewed.
 // kAsk otherwise: the call waits for the agent's answer.
 inline constexpr int64_t kAsyncErrorAskEveryNanos = 100 * 1000 * 1000;
