@@ -251,6 +251,50 @@ absl::StatusOr<std::unique_ptr<RequestJournal>> RequestJournal::Continue(
   return rj;
 }
 
+void RequestJournal::RebuildHandles(const std::vector<journal::JournalEntry>& entries) {
+  absl::flat_hash_map<uint64_t, const journal::JournalEntry*> requests;
+  for (const journal::JournalEntry& e : entries) {
+    if (e.api_id() == journal::kBoundaryApiId) continue;
+    if (e.api_id() == journal::kOutcomeApiId) {
+      // A creation the agent assigned the handle of (AfterExecute).
+      auto it = requests.find(e.completes());
+      if (it == requests.end() || e.status() != 0) continue;
+      const journal::JournalEntry& req = *it->second;
+      const auto id = static_cast<api::ApiId>(req.api_id());
+      const api::ApiTraits& traits = api::Traits(req.api_id());
+      const uint64_t key = FirstOutU64(e.outputs());
+      if (key == 0) continue;
+      if (id == api::ApiId::cudnnBackendCreateDescriptor &&
+          CreatedDnnType(req.args()) == CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR) {
+        dnn_packs_.insert(key);
+        deferrable_.insert(key);
+      } else if ((IsAllocation(id) || (traits.creates != api::HandleKind::kNone &&
+                                       !KeepsEveryCall(traits.creates))) &&
+                 DefersDestroy(traits.creates)) {
+        deferrable_.insert(key);
+      }
+      continue;
+    }
+    requests[e.seq()] = &e;
+    const auto id = static_cast<api::ApiId>(e.api_id());
+    const api::ApiTraits& traits = api::Traits(e.api_id());
+    const uint64_t handle = FirstU64(e.args());
+    if (traits.destroys != api::HandleKind::kNone) {
+      dnn_packs_.erase(handle);
+      deferrable_.erase(handle);
+    }
+    // A creation whose handle the shim assigned (BeforeExecute).
+    if (!traits.shim_assigns || handle == 0) continue;
+    if (!KeepsEveryCall(traits.creates)) {
+      if (DefersDestroy(traits.creates)) deferrable_.insert(handle);
+    } else if (id == api::ApiId::cudnnBackendCreateDescriptor &&
+               CreatedDnnType(e.args()) == CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR) {
+      dnn_packs_.insert(handle);
+      deferrable_.insert(handle);
+    }
+  }
+}
+
 RequestJournal::RequestJournal(std::unique_ptr<journal::Journal> journal, Options options)
     : journal_(std::move(journal)), options_(options), timing_([] {
         return knobs::Bool(knobs::Id::kJournalTiming).value_or(false);

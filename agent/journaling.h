@@ -139,6 +139,14 @@ class RequestJournal {
                                                                   const std::string& job,
                                                                   int rank, const Options& options,
                                                                   uint64_t minibatch);
+  // After Continue: which live handles' destroys are deferred to the end of
+  // their minibatch and which are cuDNN variant packs, rebuilt from the
+  // dead agent's entries (both logs merged in seq order, as read back for
+  // the replay), as BeforeExecute and AfterExecute kept them: a destroy
+  // after the recovery is then journaled as it would have been without one.
+  // (The keys of destroys the dead agent deferred within the current
+  // minibatch are not rebuilt: those calls stay in the setup log.)
+  void RebuildHandles(const std::vector<journal::JournalEntry>& entries);
 
   // Journals `rec` if its row is journaled. `payload` holds bytes the
   // request reads from memory shared with the application (a pinned source

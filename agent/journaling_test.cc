@@ -8,6 +8,7 @@
 #include <cudnn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -221,6 +222,107 @@ TEST_F(DnnJournalTest, InlineCopyBytesAreThePayloadAndTheReplayRestoresThem) {
   EXPECT_FALSE(InlineCopyBody(static_cast<uint16_t>(api::ApiId::cudaMemcpyAsync), bodies[1],
                               "x", &body));
   EXPECT_FALSE(InlineCopyBody(static_cast<uint16_t>(api::ApiId::cudaLaunchKernel), "", "", &body));
+}
+
+
+// A replacement continuing the journal rebuilds which live handles' destroys
+// are deferred and which are variant packs (RebuildHandles): a cuBLASLt
+// descriptor and a variant pack made before the recovery and destroyed
+// after it are journaled as without a recovery (deferred: the destroy
+// touches the handle, its keys go at the end of the minibatch).
+TEST_F(DnnJournalTest, AContinuedJournalDefersDestroysOfHandlesMadeBefore) {
+  ASSERT_TRUE(journal_->MarkStep().ok());
+  const uint64_t desc = api::ShimAssignedId(api::HandleKind::kLtMatmulDesc, ++serial_);
+  auto create_desc = [&](auto& w) {
+    w.Put(desc);
+    if constexpr (std::is_same_v<std::decay_t<decltype(w)>, wire::Sizer>) {
+      w.PutFlag();
+    } else {
+      w.PutFlag(true);
+    }
+    w.Put(int32_t{68});  // CUBLAS_COMPUTE_32F
+    w.Put(int32_t{0});   // CUDA_R_32F
+  };
+  Journal(Record(++seq_, api::ApiId::cublasLtMatmulDescCreate, false, create_desc, create_desc));
+  const uint64_t pack = api::ShimAssignedId(api::HandleKind::kDnnDescriptor, ++serial_);
+  Create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, pack);
+  journal_.reset();
+
+  for (const bool rebuild : {false, true}) {
+    SCOPED_TRACE(rebuild ? "rebuilt" : "not rebuilt");
+    // The journal as a replacement reads it back (both logs, in seq order).
+    absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
+        journal::JournalReader::Open(dir_ + "/journal");
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    std::vector<journal::JournalEntry> entries;
+    auto keep = [&](const journal::JournalEntry& e) {
+      entries.push_back(e);
+      return absl::OkStatus();
+    };
+    ASSERT_TRUE((*reader)->ReadSetup(keep).ok());
+    ASSERT_TRUE((*reader)->ReadMinibatch(keep).ok());
+    std::sort(entries.begin(), entries.end(),
+              [](const auto& a, const auto& b) { return a.seq() < b.seq(); });
+    RequestJournal::Options o;
+    o.boundaries = RequestJournal::BoundaryMode::kManual;
+    absl::StatusOr<std::unique_ptr<RequestJournal>> j =
+        RequestJournal::Continue(dir_ + "/journal", "job", 0, o, 1);
+    ASSERT_TRUE(j.ok()) << j.status();
+    if (rebuild) (*j)->RebuildHandles(entries);
+    const uint64_t first_seq = seq_ + 1;
+    (*j)->MarkStep().IgnoreError();
+    auto destroy = [&](uint64_t h) {
+      auto body = [&](auto& w) { w.Put(h); };
+      const api::ApiId id = h == desc ? api::ApiId::cublasLtMatmulDescDestroy
+                                      : api::ApiId::cudnnBackendDestroyDescriptor;
+      std::vector<char> rec = Record(++seq_, id, false, body, body);
+      ASSERT_TRUE((*j)->BeforeExecute(Header(rec), {}, nullptr).ok());
+    };
+    destroy(desc);
+    destroy(pack);
+    j->reset();
+    // The two destroys, as journaled.
+    reader = journal::JournalReader::Open(dir_ + "/journal");
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    std::vector<journal::JournalEntry> destroys;
+    auto mine = [&](const journal::JournalEntry& e) {
+      if (e.api_id() != journal::kOutcomeApiId && e.api_id() != journal::kBoundaryApiId &&
+          e.seq() / 2 >= first_seq) {
+        destroys.push_back(e);
+      }
+      return absl::OkStatus();
+    };
+    ASSERT_TRUE((*reader)->ReadSetup(mine).ok());
+    ASSERT_TRUE((*reader)->ReadMinibatch(mine).ok());
+    ASSERT_EQ(destroys.size(), 2u);
+    for (const journal::JournalEntry& e : destroys) {
+      const uint64_t h = e.seq() / 2 == first_seq ? desc : pack;
+      const bool touches = std::find(e.touches().begin(), e.touches().end(), h) != e.touches().end();
+      if (rebuild) {
+        EXPECT_TRUE(touches) << "the destroy of " << std::hex << h << " was not deferred";
+      } else {
+        EXPECT_FALSE(touches) << "without the rebuild the destroy of " << std::hex << h
+                              << " is deferred too: the test shows nothing";
+      }
+    }
+    if (HasFatalFailure()) return;
+    // The next round starts from the journal as it was before these destroys.
+    if (!rebuild) {
+      // Not possible to take them back: redo the setup in a fresh journal.
+      fs::remove_all(dir_ + "/journal");
+      RequestJournal::Options fresh;
+      fresh.boundaries = RequestJournal::BoundaryMode::kManual;
+      absl::StatusOr<std::unique_ptr<RequestJournal>> again =
+          RequestJournal::Open(dir_ + "/journal", "job", 0, fresh);
+      ASSERT_TRUE(again.ok()) << again.status();
+      journal_ = std::move(*again);
+      ASSERT_TRUE(journal_->MarkStep().ok());
+      Journal(Record(++seq_, api::ApiId::cublasLtMatmulDescCreate, false, create_desc,
+                     create_desc));
+      Create(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, pack);
+      journal_.reset();
+    }
+  }
 }
 
 }  // namespace

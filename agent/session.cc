@@ -1429,7 +1429,8 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
                                            " replayed requests diverged from the journal"));
   }
   if (absl::Status s =
-          ContinueJournal(journal_dir, job, rank, journal_options, minibatch, plan.last_request());
+          ContinueJournal(journal_dir, job, rank, journal_options, minibatch, plan.last_request(),
+                          log->entries);
       !s.ok()) {
     return s;
   }
@@ -1490,10 +1491,12 @@ absl::Status Session::ReplayJournal(recovery::ReplayPlan& plan, const Snapshot* 
 
 absl::Status Session::ContinueJournal(const std::string& journal_dir, const std::string& job,
                                       int rank, const RequestJournal::Options& journal_options,
-                                      uint64_t minibatch, uint64_t last_request) {
+                                      uint64_t minibatch, uint64_t last_request,
+                                      const std::vector<journal::JournalEntry>& entries) {
   absl::StatusOr<std::unique_ptr<RequestJournal>> j =
       RequestJournal::Continue(journal_dir, job, rank, journal_options, minibatch);
   if (!j.ok()) return j.status();
+  (*j)->RebuildHandles(entries);
   options_.journal = std::move(*j);
   journaling_ = std::make_unique<InlineJournaling>(AsJournalingHost(), channel_.get(),
                                                    options_.journal.get());

@@ -320,11 +320,13 @@ class Session : private JournalingHost {
   absl::Status ReplayJournal(recovery::ReplayPlan& plan, const Snapshot* snapshot, int rank,
                              size_t* replayed, size_t* divergences);
   // After the replay: the dead agent's journal continues (inline journaling
-  // until Run starts its mode) and the ring skips the requests it held
-  // through `last_request`.
+  // until Run starts its mode; its handle bookkeeping rebuilt from
+  // `entries`, the journal read back) and the ring skips the requests it
+  // held through `last_request`.
   absl::Status ContinueJournal(const std::string& journal_dir, const std::string& job, int rank,
                                const RequestJournal::Options& journal_options,
-                               uint64_t minibatch, uint64_t last_request);
+                               uint64_t minibatch, uint64_t last_request,
+                               const std::vector<journal::JournalEntry>& entries);
   // How many of the host callbacks the replay regenerates the application
   // already has (callbacks_to_suppress_).
   void CountPostedCallbacks(uint64_t minibatch);
