@@ -43,6 +43,7 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
   th_hash() { sed -n 's/^\(\[r[0-9]*\] \)\{0,1\}rank \([0-9]*\) params sha256 \([0-9a-f]*\)$/\3/p' "$1" | sort -u; }
   th_nhash() { grep -c "params sha256 " "$1"; }
   th_step() { sed -n 's/.*rank 0 step time median \([0-9.]*\) ms.*/\1/p' "$1" | head -1; }
+  th_mean() { sed -n 's/.*rank 0 step time median .* mean \([0-9.]*\) ms.*/\1/p' "$1" | head -1; }
   th_start() { sed -n 's/.*\(startup import torch .*\)$/\1/p' "$1" | head -1; }
   th_diag() {
     grep -E "Error|error|FAIL|refus|not supported|Traceback|RuntimeError|cannot" "$1" |
@@ -133,6 +134,9 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       nst=$(th_step "$nlog"); cst=$(th_step "$clog")
       ratio=none; [ -n "$nst" ] && [ -n "$cst" ] && ratio=$(calc "$cst / $nst")
       echo "   $s: native rc=$nrc $ref step $nst ms; revenant rc=$crc $got step $cst ms; ratio $ratio"
+      nmean=$(th_mean "$nlog"); cmean=$(th_mean "$clog")
+      [ -n "$nmean" ] && [ -n "$cmean" ] &&
+        echo "   $s mean step (snapshots in it): native $nmean ms, revenant $cmean ms; ratio $(calc "$cmean / $nmean")"
       echo "   $s start-up: native $(th_start "$nlog"); revenant $(th_start "$clog")"
       grep -hoE "(host memory|journal|snapshots|captured uploads) at exit.*" "$clog" | sed 's/^/   | agent /'
       # The same script with a journal boundary per step instead of the

@@ -47,8 +47,11 @@ def _has_numpy():
 
 def report(rank, model, step_times, extra=""):
     steady = step_times[len(step_times) // 5:] or step_times
+    # The mean too: steps a snapshot or a recovery slowed are in it, not in
+    # the median.
     print(f"rank {rank} step time median {statistics.median(steady) * 1e3:.3f} ms "
-          f"(min {min(steady) * 1e3:.3f} ms, {len(steady)} steps){extra}", flush=True)
+          f"(min {min(steady) * 1e3:.3f} ms, mean {statistics.mean(steady) * 1e3:.3f} ms, "
+          f"{len(steady)} steps){extra}", flush=True)
     print(f"rank {rank} params sha256 {params_sha256(model)}", flush=True)
 
 
