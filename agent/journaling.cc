@@ -88,7 +88,7 @@ uint64_t AttributeKey(uint64_t handle, uint16_t api_id, const api::ApiTraits& tr
 bool DefersDestroy(api::HandleKind kind) {
   return kind == api::HandleKind::kLtHandle || kind == api::HandleKind::kLtMatmulDesc ||
          kind == api::HandleKind::kLtMatrixLayout || kind == api::HandleKind::kLtMatmulPreference ||
-         kind == api::HandleKind::kDnnDescriptor;  // variant packs only (VariantPackCreated)
+         kind == api::HandleKind::kDnnDescriptor;  // variant packs only (TrackCreated)
 }
 
 // The descriptor type of a cudnnBackendCreateDescriptor request (after the
@@ -169,16 +169,23 @@ bool InlineCopyArgs(uint16_t api_id, absl::string_view body, std::string* args,
   return !out.overflow();
 }
 
-bool InlineCopyBody(uint16_t api_id, absl::string_view args, absl::string_view bytes,
+bool ReplayCopyBody(uint16_t api_id, absl::string_view args, absl::string_view bytes,
                     std::string* body) {
   const auto id = static_cast<api::ApiId>(api_id);
-  if (id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) return false;
-  wire::Decoder in(args.data(), args.size());
-  hooks::cudaMemcpyRequest r;
-  if (!r.Decode(in) || in.remaining() != 0 || r.head.mode != hooks::kInlineSource ||
-      r.data.data != nullptr || r.head.count != bytes.size()) {
+  if ((id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) || bytes.empty()) {
     return false;
   }
+  wire::Decoder in(args.data(), args.size());
+  hooks::cudaMemcpyRequest r;
+  if (!r.head.Decode(in) || r.head.count != bytes.size()) return false;
+  if (r.head.mode == hooks::kInlineSource) {
+    // InlineCopyArgs's: the bytes field is null.
+    wire::Decoder whole(args.data(), args.size());
+    if (!r.Decode(whole) || whole.remaining() != 0 || r.data.data != nullptr) return false;
+  } else if (r.head.mode != hooks::kDirect && r.head.mode != hooks::kStagingSource) {
+    return false;
+  }
+  r.head.mode = hooks::kInlineSource;
   r.data = wire::Bytes::Of(bytes.data(), bytes.size());
   std::string b(r.Size(), '\0');
   wire::Encoder out(b.data(), b.size());
@@ -260,23 +267,11 @@ void RequestJournal::RebuildHandles(const std::vector<journal::JournalEntry>& en
       auto it = requests.find(e.completes());
       if (it == requests.end() || e.status() != 0) continue;
       const journal::JournalEntry& req = *it->second;
-      const auto id = static_cast<api::ApiId>(req.api_id());
-      const api::ApiTraits& traits = api::Traits(req.api_id());
-      const uint64_t key = FirstOutU64(e.outputs());
-      if (key == 0) continue;
-      if (id == api::ApiId::cudnnBackendCreateDescriptor &&
-          CreatedDnnType(req.args()) == CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR) {
-        dnn_packs_.insert(key);
-        deferrable_.insert(key);
-      } else if ((IsAllocation(id) || (traits.creates != api::HandleKind::kNone &&
-                                       !KeepsEveryCall(traits.creates))) &&
-                 DefersDestroy(traits.creates)) {
-        deferrable_.insert(key);
-      }
+      TrackCreated(static_cast<api::ApiId>(req.api_id()), api::Traits(req.api_id()), req.args(),
+                   FirstOutU64(e.outputs()), nullptr);
       continue;
     }
     requests[e.seq()] = &e;
-    const auto id = static_cast<api::ApiId>(e.api_id());
     const api::ApiTraits& traits = api::Traits(e.api_id());
     const uint64_t handle = FirstU64(e.args());
     if (traits.destroys != api::HandleKind::kNone) {
@@ -284,13 +279,8 @@ void RequestJournal::RebuildHandles(const std::vector<journal::JournalEntry>& en
       deferrable_.erase(handle);
     }
     // A creation whose handle the shim assigned (BeforeExecute).
-    if (!traits.shim_assigns || handle == 0) continue;
-    if (!KeepsEveryCall(traits.creates)) {
-      if (DefersDestroy(traits.creates)) deferrable_.insert(handle);
-    } else if (id == api::ApiId::cudnnBackendCreateDescriptor &&
-               CreatedDnnType(e.args()) == CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR) {
-      dnn_packs_.insert(handle);
-      deferrable_.insert(handle);
+    if (traits.shim_assigns) {
+      TrackCreated(static_cast<api::ApiId>(e.api_id()), traits, e.args(), handle, nullptr);
     }
   }
 }
@@ -491,15 +481,7 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
   // A creation whose handle the shim assigned (sent without waiting: no
   // outcome names the handle): the id is the request's first field, and the
   // request itself holds the key.
-  if (traits.shim_assigns && handle != 0) {
-    if (!KeepsEveryCall(traits.creates)) {
-      e.add_creates(handle);
-      if (DefersDestroy(traits.creates)) deferrable_.insert(handle);
-    } else if (id == api::ApiId::cudnnBackendCreateDescriptor &&
-               CreatedDnnType(body) == CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR) {
-      VariantPackCreated(handle, &e);
-    }
-  }
+  if (traits.shim_assigns) TrackCreated(id, traits, body, handle, &e);
   // A variant pack's attributes and finalization live while it does.
   if (BuildsDnnDescriptor(id) && dnn_packs_.contains(handle)) e.add_touches(handle);
 
@@ -560,10 +542,22 @@ void RequestJournal::JournalAttributeCall(const transport::RecordHeader& rec,
   attribute_call_key_ = key;
 }
 
-void RequestJournal::VariantPackCreated(uint64_t handle, journal::JournalEntry* e) {
-  e->add_creates(handle);
-  dnn_packs_.insert(handle);
-  deferrable_.insert(handle);
+void RequestJournal::TrackCreated(api::ApiId id, const api::ApiTraits& traits,
+                                  absl::string_view args, uint64_t key, journal::JournalEntry* e) {
+  if (key == 0) return;
+  if (id == api::ApiId::cudnnBackendCreateDescriptor &&
+      CreatedDnnType(args) == CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR) {
+    if (e != nullptr) e->add_creates(key);
+    dnn_packs_.insert(key);
+    deferrable_.insert(key);
+    return;
+  }
+  if (!IsAllocation(id) &&
+      (traits.creates == api::HandleKind::kNone || KeepsEveryCall(traits.creates))) {
+    return;
+  }
+  if (e != nullptr) e->add_creates(key);
+  if (DefersDestroy(traits.creates)) deferrable_.insert(key);
 }
 
 bool RequestJournal::OutcomeMayFollowReply(uint16_t api_id) {
@@ -587,17 +581,10 @@ absl::Status RequestJournal::AfterExecute(const transport::RecordHeader& rec, in
   e.set_status(status);
   e.set_outputs(outputs.data(), outputs.size());
   e.set_minibatch(minibatch_.load(std::memory_order_relaxed));
-  if (status == 0 && (IsAllocation(id) || (traits.creates != api::HandleKind::kNone &&
-                                            !KeepsEveryCall(traits.creates)))) {
-    const uint64_t key = FirstOutU64(outputs);
-    if (key != 0) e.add_creates(key);
-    if (key != 0 && DefersDestroy(traits.creates)) deferrable_.insert(key);
-  }
-  // A variant pack created synchronously (the agent assigned its handle).
-  if (status == 0 && id == api::ApiId::cudnnBackendCreateDescriptor &&
-      CreatedDnnType(absl::string_view(rec.body(), rec.body_size())) ==
-          CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR) {
-    if (const uint64_t key = FirstOutU64(outputs); key != 0) VariantPackCreated(key, &e);
+  // A creation the agent assigned the handle of (or an allocation).
+  if (status == 0) {
+    TrackCreated(id, traits, absl::string_view(rec.body(), rec.body_size()), FirstOutU64(outputs),
+                 &e);
   }
   // A deferred destroy's outcome lives as long as the call.
   if (deferred_handle_ != 0) e.add_touches(deferred_handle_);

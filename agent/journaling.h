@@ -60,7 +60,7 @@ uint64_t SymbolWriteRegion(uint16_t api_id, absl::string_view body);
 // their bytes as the entry's payload, by reference from the request, and
 // their args without them: the bytes are copied once, into the log or the
 // payload file, instead of into the entry, its encoding and then the log.
-// The replay puts them back (InlineCopyBody). Smaller copies keep their
+// The replay puts them back (ReplayCopyBody). Smaller copies keep their
 // bytes in the args.
 inline constexpr uint64_t kInlineCopyPayloadMin = 4096;
 
@@ -70,10 +70,13 @@ inline constexpr uint64_t kInlineCopyPayloadMin = 4096;
 bool InlineCopyArgs(uint16_t api_id, absl::string_view body, std::string* args,
                     absl::string_view* bytes);
 
-// The request a replay runs for an entry InlineCopyArgs made: its args with
-// `bytes` (the entry's payload) back in place. False, leaving *body alone,
-// for any other entry.
-bool InlineCopyBody(uint16_t api_id, absl::string_view args, absl::string_view bytes,
+// The request a replay runs for a copy whose source bytes the journal holds
+// as the entry's payload (`bytes`): an entry InlineCopyArgs made, or an
+// upload from shared memory or the staging area (the application may have
+// reused its buffer since): the request in mode kInlineSource with the bytes
+// in place. False, leaving *body alone, for any other entry (a small copy
+// with its bytes in the args, an entry without a payload).
+bool ReplayCopyBody(uint16_t api_id, absl::string_view args, absl::string_view bytes,
                     std::string* body);
 
 // Finds minibatch boundaries in a training loop's call stream.
@@ -256,7 +259,12 @@ class RequestJournal {
   // they would grow the setup log, and a replacement's replay, without
   // bound).
   absl::flat_hash_set<uint64_t> dnn_packs_;
-  void VariantPackCreated(uint64_t handle, journal::JournalEntry* e);
+  // A creation of `key` by a request of `id` with `args` (the shim's id in
+  // the request, or the agent's in the outcome): keyed in `e` (when given)
+  // where its destroy drops its calls, and tracked in deferrable_ and
+  // dnn_packs_ as its kind asks. Nothing for key 0.
+  void TrackCreated(api::ApiId id, const api::ApiTraits& traits, absl::string_view args,
+                    uint64_t key, journal::JournalEntry* e);
   struct PendingDestroy {
     uint64_t minibatch = 0;
     std::vector<uint64_t> keys;

@@ -210,18 +210,18 @@ TEST_F(DnnJournalTest, InlineCopyBytesAreThePayloadAndTheReplayRestoresThem) {
     if (moved) {
       EXPECT_LT(e.args().size(), 128u) << "copy " << i << ": its bytes are still in the args";
       EXPECT_EQ(e.inline_payload().size(), sizes[i]) << "copy " << i;
-      ASSERT_TRUE(InlineCopyBody(e.api_id(), e.args(), e.inline_payload(), &body)) << i;
+      ASSERT_TRUE(ReplayCopyBody(e.api_id(), e.args(), e.inline_payload(), &body)) << i;
       EXPECT_TRUE(body == bodies[i]) << "copy " << i << ": the replay's request differs";
     } else {
       EXPECT_EQ(e.args(), bodies[i]) << "a small copy keeps its bytes in the args";
-      EXPECT_FALSE(InlineCopyBody(e.api_id(), e.args(), e.inline_payload(), &body));
+      EXPECT_FALSE(ReplayCopyBody(e.api_id(), e.args(), e.inline_payload(), &body));
     }
   }
   // Anything else is not an inline copy's entry.
   std::string body;
-  EXPECT_FALSE(InlineCopyBody(static_cast<uint16_t>(api::ApiId::cudaMemcpyAsync), bodies[1],
+  EXPECT_FALSE(ReplayCopyBody(static_cast<uint16_t>(api::ApiId::cudaMemcpyAsync), bodies[1],
                               "x", &body));
-  EXPECT_FALSE(InlineCopyBody(static_cast<uint16_t>(api::ApiId::cudaLaunchKernel), "", "", &body));
+  EXPECT_FALSE(ReplayCopyBody(static_cast<uint16_t>(api::ApiId::cudaLaunchKernel), "", "", &body));
 }
 
 

@@ -1333,32 +1333,13 @@ uint64_t FirstOutU64(const std::string& outputs) {
   return v;
 }
 
-// A copy from shared host memory or the staging area replays from the bytes
-// captured when it was journaled: the application may have reused its buffer
-// (or the staging area) since.
+// A copy whose source bytes the journal holds replays from them
+// (ReplayCopyBody); any other entry as it was journaled.
 std::string ReplayBody(const journal::JournalEntry& e) {
-  const auto id = static_cast<api::ApiId>(e.api_id());
-  // A copy journaled with its inline bytes as the payload (InlineCopyArgs).
-  if (std::string body; InlineCopyBody(e.api_id(), e.args(), e.inline_payload(), &body)) {
+  if (std::string body; ReplayCopyBody(e.api_id(), e.args(), e.inline_payload(), &body)) {
     return body;
   }
-  if ((id != api::ApiId::cudaMemcpy && id != api::ApiId::cudaMemcpyAsync) ||
-      e.inline_payload().empty()) {
-    return e.args();
-  }
-  wire::Decoder in(e.args().data(), e.args().size());
-  hooks::cudaMemcpyRequest r;
-  if (!r.head.Decode(in) ||
-      (r.head.mode != hooks::kDirect && r.head.mode != hooks::kStagingSource) ||
-      r.head.count != e.inline_payload().size()) {
-    return e.args();
-  }
-  r.head.mode = hooks::kInlineSource;
-  r.data = wire::Bytes::Of(e.inline_payload().data(), r.head.count);
-  std::string body(r.Size(), '\0');
-  wire::Encoder out(body.data(), body.size());
-  r.Encode(out);
-  return body;
+  return e.args();
 }
 
 // A copy into shared host memory: skipped on replay (the application already

@@ -176,20 +176,16 @@ extern "C" REVENANT_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm,
   revenant::hooks::ncclCommGetAsyncErrorRequest req;
   req.comm = reinterpret_cast<uint64_t>(comm);
   req.asyncError = true;
-  if (answer == AsyncErrorAnswer::kAnsweredAskBehind) {
-    Call call(revenant::api::ApiId::ncclCommGetAsyncError, req.Size(), /*async=*/true);
-    if (!call.ok()) return static_cast<ncclResult_t>(call.FailureStatus(ncclRemoteError));
-    req.Encode(call.args());
-    if (!call.Send()) return static_cast<ncclResult_t>(call.FailureStatus(ncclRemoteError));
-    *asyncError = ncclSuccess;
-    return ncclSuccess;
-  }
-  Call call(revenant::api::ApiId::ncclCommGetAsyncError, req.Size());
+  const bool behind = answer == AsyncErrorAnswer::kAnsweredAskBehind;
+  Call call(revenant::api::ApiId::ncclCommGetAsyncError, req.Size(), /*async=*/behind);
   if (!call.ok()) return static_cast<ncclResult_t>(call.FailureStatus(ncclRemoteError));
   req.Encode(call.args());
   if (!call.Send()) return static_cast<ncclResult_t>(call.FailureStatus(ncclRemoteError));
-  if (call.executed_status() != ncclSuccess) return static_cast<ncclResult_t>(call.status());
+  if (!behind && call.executed_status() != ncclSuccess) {
+    return static_cast<ncclResult_t>(call.status());
+  }
   *asyncError = ncclSuccess;
+  if (behind) return ncclSuccess;
   revenant::hooks::ncclCommGetAsyncErrorReply reply;
   if (reply.Decode(call.reply(), req)) reply.asyncError.CopyTo(asyncError, sizeof(*asyncError));
   if (*asyncError == ncclSuccess && call.nccl_deferred_error() != 0) {
