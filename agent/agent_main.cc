@@ -108,6 +108,10 @@ ABSL_FLAG(bool, snapshot_keep_spare, true,
           "with boundary snapshots: keep the snapshot given up at a boundary as the next one's "
           "mapped, registered file (no mapping or registration per snapshot; the files hold 2x "
           "the live bytes); false: 1x, a fresh file mapped and registered per snapshot");
+ABSL_FLAG(bool, snapshot_spare_ahead, true,
+          "with --snapshot_keep_spare: after a snapshot that left no spare (the first), make "
+          "one of its size on a thread of its own, so that the second snapshot maps and "
+          "registers nothing on the executor's critical path");
 ABSL_FLAG(bool, snapshot_async, true,
           "with boundary snapshots in a one-rank job: step boundaries inside the journal's "
           "minibatch take asynchronous snapshots (device copies on a stream of their own, "
@@ -325,6 +329,7 @@ void SnapshotOptionsFromFlags(SessionOptions* options) {
   options->snapshot_every = every == "auto" ? 0 : absl::SimpleAtoi(every, &n) && n > 0 ? n : 1;
   options->snapshot_max_log_bytes = absl::GetFlag(FLAGS_snapshot_max_log_mib) << 20;
   options->snapshot_keep_spare = absl::GetFlag(FLAGS_snapshot_keep_spare);
+  options->snapshot_spare_ahead = absl::GetFlag(FLAGS_snapshot_spare_ahead);
   options->snapshot_async = absl::GetFlag(FLAGS_snapshot_async);
 }
 

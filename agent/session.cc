@@ -59,6 +59,7 @@ Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> 
   if (options_.snapshots) {
     SnapshotStore::Options so;
     so.keep_spare = options_.snapshot_keep_spare;
+    so.spare_ahead = options_.snapshot_spare_ahead;
     so.crc_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 4u));
     snapshots_ = std::make_unique<SnapshotStore>(job_dir_ + "/snapshots", options_.rank, so);
     // The device copies every allocation straight into the snapshot's
@@ -263,12 +264,16 @@ void Session::ReportAtExit() {
         t.failures ? absl::StrCat(", ", t.failures, " FAILED") : std::string(), t.inside,
         t.total_ms / t.count);
     const double live = static_cast<double>(t.last_bytes);
+    snapshots_->TakeSpareAhead();
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "snapshot memory at exit: live bytes %.3f MiB, snapshot files %.3f MiB (%.2fx live), "
-        "registered %.3f MiB, %d files mapped for %d snapshots (%d written into the spare)",
+        "registered %.3f MiB, %d files mapped for %d snapshots (%d written into the spare, %d "
+        "spares made ahead off the critical path, last in %.1f ms, %d failed)",
         live / 1048576.0, snapshots_->file_bytes() / 1048576.0,
         live > 0 ? snapshots_->file_bytes() / live : 0.0,
-        snapshots_->registered_bytes() / 1048576.0, snapshots_->files_mapped(), t.count, t.reused);
+        snapshots_->registered_bytes() / 1048576.0, snapshots_->files_mapped(), t.count, t.reused,
+        snapshots_->spares_made_ahead(), snapshots_->spare_ahead_ms(),
+        snapshots_->spares_ahead_failed());
   }
 }
 

@@ -107,6 +107,8 @@ struct SessionOptions {
   // registered) file: no mapping or registration per snapshot, 2x the live
   // bytes in snapshot files; false: 1x, a fresh file per snapshot.
   bool snapshot_keep_spare = true;
+  // With it: the first snapshot's spare is made on a thread (SnapshotStore).
+  bool snapshot_spare_ahead = true;
   // Step boundaries inside the journal's minibatch take asynchronous
   // snapshots (one rank; not while every step is a journal boundary): the
   // device copies the allocations on a stream of its own, the later work

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/crc32c.h"
+#include "common/populate.h"
 
 namespace revenant {
 namespace agent {
@@ -155,6 +156,7 @@ void SnapshotStore::Delete(std::unique_ptr<File> f) {
 }
 
 void SnapshotStore::ReleaseMappings() {
+  TakeSpareAhead();
   for (auto& [m, f] : files_) Unmap(f.get());
   files_.clear();
   Delete(std::move(spare_));
@@ -175,6 +177,7 @@ uint64_t SnapshotStore::registered_bytes() const {
 absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
     size_t size, const std::string& path, const SnapshotCopier& copier, bool* reused) {
   *reused = false;
+  TakeSpareAhead();
   if (spare_ != nullptr && spare_->size == size && spare_->map != nullptr &&
       (spare_->registered || !copier.register_host)) {
     std::unique_ptr<File> f = std::move(spare_);
@@ -187,6 +190,13 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
   }
   // A spare of another size would stay unused: the memory goes back now.
   Delete(std::move(spare_));
+  absl::StatusOr<std::unique_ptr<File>> f = MakeFile(size, path, copier);
+  if (f.ok()) ++files_mapped_;
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::MakeFile(
+    size_t size, const std::string& path, const SnapshotCopier& copier) {
   const int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
     return absl::UnavailableError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
@@ -209,7 +219,15 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
   f->path = path;
   f->map = static_cast<char*>(map);
   f->size = size;
-  ++files_mapped_;
+  // Every page now, by several threads (common/populate.h): a full tmpfs is
+  // an error here, not a SIGBUS when the copies store into the mapping, and
+  // registering finds the pages resident.
+  if (absl::Status s = PopulateWritable(f->map, size);
+      !s.ok() && !absl::IsUnimplemented(s)) {
+    Delete(std::move(f));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate the snapshot ", path, " (", size, " bytes): ", s.message()));
+  }
   if (copier.register_host) {
     // Whole pages (the mapping's last one reaches past the end of the file).
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -222,6 +240,49 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
     f->unregister = copier.unregister_host;
   }
   return f;
+}
+
+std::string SnapshotStore::AheadPath() const { return dir_ + "/.spare-snap-ahead"; }
+
+void SnapshotStore::MakeSpareAhead(size_t size) {
+  if (!options_.keep_spare || !options_.spare_ahead || spare_ != nullptr ||
+      ahead_thread_.joinable()) {
+    return;
+  }
+  ahead_file_.reset();
+  ahead_status_ = absl::OkStatus();
+  const SnapshotCopier copier = copier_;
+  ahead_thread_ = std::thread([this, size, copier] {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::unique_ptr<File>> f = MakeFile(size, AheadPath(), copier);
+    ahead_ms_ = absl::ToDoubleMilliseconds(absl::Now() - start);
+    if (f.ok()) {
+      ahead_file_ = std::move(*f);
+    } else {
+      ahead_status_ = f.status();
+    }
+  });
+}
+
+void SnapshotStore::TakeSpareAhead() {
+  if (!ahead_thread_.joinable()) return;
+  ahead_thread_.join();
+  if (ahead_file_ == nullptr) {
+    // Nothing lost: the next snapshot makes its file as it would have.
+    ahead_failed_status_ = ahead_status_;
+    ++spares_ahead_failed_;
+    return;
+  }
+  ++files_mapped_;
+  ++spares_made_ahead_;
+  std::unique_ptr<File> f = std::move(ahead_file_);
+  const std::string spare_path = dir_ + "/.spare-snap";
+  if (spare_ == nullptr && rename(f->path.c_str(), spare_path.c_str()) == 0) {
+    f->path = spare_path;
+    spare_ = std::move(f);
+  } else {
+    Delete(std::move(f));
+  }
 }
 
 absl::StatusOr<SnapshotWriteStats> SnapshotStore::Write(uint64_t minibatch, uint64_t boundary_seq,
@@ -366,6 +427,12 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::Finish(std::unique_ptr<Pending
   if (std::find(written_.begin(), written_.end(), p.minibatch_) == written_.end()) {
     written_.push_back(p.minibatch_);
   }
+  // The first snapshot: no spare, and none will come from a snapshot given
+  // up (later, DropBefore or a rename over one makes it). One of this size
+  // is made now, on a thread of its own, so that the next snapshot maps and
+  // registers nothing on its critical path (the files then hold 2x the live
+  // bytes, as they do once a snapshot was given up).
+  if (files_.size() == 1) MakeSpareAhead(files_.back().second->size);
   SnapshotWriteStats stats;
   stats.allocations = table.size();
   stats.bytes = p.bytes_;
@@ -424,7 +491,10 @@ void SnapshotStore::DropBefore(uint64_t minibatch) {
       }
       closedir(d);
       for (const std::string& p : doomed) {
-        if (spare_ == nullptr || p != spare_->path) unlink(p.c_str());
+        if ((spare_ == nullptr || p != spare_->path) &&
+            !(ahead_thread_.joinable() && p == AheadPath())) {
+          unlink(p.c_str());
+        }
       }
     }
   }

@@ -50,6 +50,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -146,6 +147,11 @@ class SnapshotStore {
     bool keep_spare = true;
     // Threads that checksum a snapshot's bytes (1: the caller alone).
     int crc_threads = 1;
+    // With keep_spare: after a snapshot that left no spare (the first ones),
+    // a spare of its size is made on a thread of the store's own
+    // (MakeSpareAhead), so that the next snapshot maps and registers
+    // nothing on its critical path.
+    bool spare_ahead = true;
   };
   SnapshotStore(std::string dir, int rank);
   SnapshotStore(std::string dir, int rank, Options options);
@@ -215,6 +221,16 @@ class SnapshotStore {
   uint64_t file_bytes() const;
   uint64_t registered_bytes() const;
   uint64_t files_mapped() const { return files_mapped_; }
+  // Waits for a spare being made ahead (Options::spare_ahead) and makes it
+  // the spare (renamed .spare-snap); the store's writes call it first.
+  void TakeSpareAhead();
+  // Spares made ahead and taken, and those whose making failed (the next
+  // snapshot then made its own file; the last failure says why).
+  uint64_t spares_made_ahead() const { return spares_made_ahead_; }
+  uint64_t spares_ahead_failed() const { return spares_ahead_failed_; }
+  const absl::Status& spare_ahead_failure() const { return ahead_failed_status_; }
+  // How long the last spare made ahead took (off the critical path).
+  double spare_ahead_ms() const { return ahead_ms_; }
 
   // Gives up the snapshots of minibatches before `minibatch`: the newest of
   // them becomes the spare (Options::keep_spare), the others are deleted.
@@ -232,6 +248,8 @@ class SnapshotStore {
   std::vector<uint64_t> List() const;
 
   std::string PathOf(uint64_t minibatch) const;
+  // The file a spare is made in ahead (renamed .spare-snap when taken).
+  std::string AheadPath() const;
 
  private:
   using File = SnapshotFile;
@@ -246,6 +264,15 @@ class SnapshotStore {
   // size (renamed), else a new one.
   absl::StatusOr<std::unique_ptr<File>> FileOfSize(size_t size, const std::string& path,
                                                    const SnapshotCopier& copier, bool* reused);
+  // A new file of `size` bytes at `path`: sized, mapped, its pages made
+  // resident and registered through the copier. Touches no member (the
+  // spare maker's thread calls it).
+  absl::StatusOr<std::unique_ptr<File>> MakeFile(size_t size, const std::string& path,
+                                                 const SnapshotCopier& copier);
+  // Starts making a spare of `size` bytes (.spare-snap-ahead) unless there
+  // is a spare or one is being made (on the store's user's thread).
+  void MakeSpareAhead(size_t size);
+
   void Unmap(File* f);
   void Delete(std::unique_ptr<File> f);
 
@@ -261,6 +288,15 @@ class SnapshotStore {
   std::vector<std::pair<uint64_t, std::unique_ptr<File>>> files_;
   std::unique_ptr<File> spare_;
   uint64_t files_mapped_ = 0;
+  // The spare being made ahead: the thread writes ahead_file_ or
+  // ahead_status_ and ahead_ms_; the store reads them after joining it.
+  std::thread ahead_thread_;
+  std::unique_ptr<File> ahead_file_;
+  absl::Status ahead_status_;
+  absl::Status ahead_failed_status_;
+  double ahead_ms_ = 0;
+  uint64_t spares_made_ahead_ = 0;
+  uint64_t spares_ahead_failed_ = 0;
 };
 
 }  // namespace agent

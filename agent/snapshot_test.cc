@@ -299,13 +299,15 @@ TEST_F(SnapshotTest, SteadyStateReusesTheSpareAndRegistersNothingNew) {
       for (auto& [a, b] : d.mem) b[rng() % b.size()] = static_cast<char>(rng());
       absl::StatusOr<SnapshotWriteStats> st = store.Write(m, 10 * m, d.Table());
       ASSERT_TRUE(st.ok()) << st.status();
-      EXPECT_EQ(st->reused, m >= 3) << "minibatch " << m;
+      // The first snapshot's spare is made ahead (Options::spare_ahead).
+      EXPECT_EQ(st->reused, m >= 2) << "minibatch " << m;
       ExpectLoadsTo(store, m, d);
       store.DropBefore(m);
       EXPECT_EQ(store.List(), std::vector<uint64_t>{m});
     }
     // Two files, each mapped and registered once; the spare is one of them.
     EXPECT_EQ(store.files_mapped(), 2u);
+    EXPECT_EQ(store.spares_made_ahead(), 1u);
     EXPECT_EQ(cc.registrations, 2);
     EXPECT_EQ(cc.unregistrations, 0);
     EXPECT_EQ(cc.waits, 6);
@@ -318,6 +320,37 @@ TEST_F(SnapshotTest, SteadyStateReusesTheSpareAndRegistersNothingNew) {
   EXPECT_EQ(cc.unregistrations, 2);
   SnapshotStore reader(dir_, 0);
   ExpectLoadsTo(reader, 6, d);
+}
+
+TEST_F(SnapshotTest, TheFirstSnapshotsSpareIsMadeAheadOnAThreadOfItsOwn) {
+  for (const bool ahead : {true, false}) {
+    SCOPED_TRACE(ahead ? "spare made ahead" : "no spare made ahead");
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    FakeDevice d = MakeDevice(16);
+    CountingCopier cc{&d};
+    SnapshotStore::Options o;
+    o.spare_ahead = ahead;
+    SnapshotStore store(dir_, 0, o);
+    store.SetCopier(cc.Make());
+    ASSERT_TRUE(store.Write(1, 1, d.Table()).ok());
+    // The journal's boundary: the first DropBefore scans the directory and
+    // must leave the file being made alone.
+    store.DropBefore(1);
+    absl::StatusOr<SnapshotWriteStats> st = store.Write(2, 2, d.Table());
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_EQ(st->reused, ahead);
+    EXPECT_EQ(store.spares_made_ahead(), ahead ? 1u : 0u);
+    EXPECT_EQ(store.spares_ahead_failed(), 0u);
+    // Registered like any snapshot file (the copies into it needed that).
+    EXPECT_EQ(cc.registrations, 2);
+    ExpectLoadsTo(store, 2, d);
+    store.DropBefore(2);
+    // Steady state either way: the first snapshot is the spare, no third file.
+    ASSERT_TRUE(store.Write(3, 3, d.Table()).ok());
+    EXPECT_EQ(store.files_mapped(), 2u);
+    EXPECT_FALSE(std::filesystem::exists(store.AheadPath()));
+  }
 }
 
 TEST_F(SnapshotTest, WithoutTheSpareTheFilesHoldOneSnapshot) {

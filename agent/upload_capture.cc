@@ -21,6 +21,7 @@
 #include "api/traits.h"
 #include "api/wire.h"
 #include "common/logging.h"
+#include "common/populate.h"
 
 namespace revenant {
 namespace agent {
@@ -106,23 +107,38 @@ absl::Status UploadCapturePool::MapFile(const std::string& name, uint64_t size, 
   const absl::Time t0 = absl::Now();
   const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0), 0600);
   if (fd < 0) return absl::InternalError(absl::StrCat(path, ": ", ErrnoText()));
+  if (create && ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    const std::string why = ErrnoText();
+    close(fd);
+    unlink(path.c_str());
+    return absl::ResourceExhaustedError(absl::StrCat(path, ": cannot size it: ", why));
+  }
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    const std::string why = ErrnoText();
+    close(fd);
+    if (create) unlink(path.c_str());
+    return absl::InternalError(absl::StrCat(path, ": mmap: ", why));
+  }
   if (create) {
-    // Allocated now: a full tmpfs fails here, not as SIGBUS when the device
-    // writes into the mapping.
-    if (const int rc = posix_fallocate(fd, 0, static_cast<off_t>(size)); rc != 0) {
+    // Allocated now, by several threads (common/populate.h): a full tmpfs
+    // fails here, not as SIGBUS when the device writes into the mapping.
+    absl::Status s = PopulateWritable(base, size);
+    if (absl::IsUnimplemented(s)) {
+      const int rc = posix_fallocate(fd, 0, static_cast<off_t>(size));
+      s = rc == 0 ? absl::OkStatus()
+                  : absl::ResourceExhaustedError(std::strerror(rc));
+    }
+    if (!s.ok()) {
       close(fd);
+      munmap(base, size);
       unlink(path.c_str());
       return absl::ResourceExhaustedError(
-          absl::StrCat(path, ": cannot allocate ", size, " bytes: ", std::strerror(rc)));
+          absl::StrCat(path, ": cannot allocate ", size, " bytes: ", s.message()));
     }
   }
-  const absl::Time t1 = absl::Now();
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
-  if (base == MAP_FAILED) {
-    if (create) unlink(path.c_str());
-    return absl::InternalError(absl::StrCat(path, ": mmap: ", ErrnoText()));
-  }
+  const absl::Time t1 = absl::Now();
   if (const cudaError_t e = backend_->RegisterSharedHost(base, size, 0); e != cudaSuccess) {
     munmap(base, size);
     if (create) unlink(path.c_str());
