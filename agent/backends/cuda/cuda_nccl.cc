@@ -35,9 +35,6 @@ constexpr absl::Duration kFirstPolls = absl::Microseconds(5);
 // Device buffers for in-place inputs kept free for the next units, per
 // communicator; beyond this they are freed.
 constexpr size_t kScratchPoolBytes = size_t{1} << 30;
-// Results of at least this many bytes have their next pinned buffer made
-// ahead (PinnedPool): below it pinning costs little.
-constexpr size_t kPinAheadMinBytes = size_t{16} << 20;
 constexpr absl::Duration kWatchPeriod = absl::Milliseconds(100);
 constexpr absl::Duration kAbortBound = absl::Seconds(10);
 
@@ -193,7 +190,7 @@ CudaNccl::CudaNccl(int device, const std::string& job_dir, const CudaNcclOptions
       job_root_(job_dir.empty() ? "" : job_dir.substr(0, job_dir.find_last_of('/'))),
       timeout_(TimeoutFromEnv()),
       options_(options),
-      pinned_pool_(std::make_shared<PinnedPool>(options.pinned_keep_bytes, kPinAheadMinBytes)) {
+      pinned_pool_(std::make_shared<PinnedPool>(options.pinned_keep_bytes)) {
   if (options_.gpu_shared) ConfigureSharedGpu(options_.rank);
   if (!job_dir.empty()) LogOptionalSymbols();
   epoch_at_start_.store(ReadEpoch());
@@ -203,11 +200,6 @@ CudaNccl::CudaNccl(int device, const std::string& job_dir, const CudaNcclOptions
 CudaNccl::~CudaNccl() {
   stop_.store(true);
   if (watchdog_.joinable()) watchdog_.join();
-  if (pinned_pool_->made() != 0) {
-    REVENANT_LOG(INFO, kLog) << "pinned buffers for collectives' results at exit: "
-                             << pinned_pool_->made() << " made, " << pinned_pool_->made_ahead()
-                             << " of them ahead (off the executor)";
-  }
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [raw, c] : comms_) {
     if (!c->aborted.load() && c->comm != nullptr) {
@@ -239,47 +231,7 @@ PinnedPool::Buf PinnedPool::Take(const std::shared_ptr<PinnedPool>& pool,
     return Buf(nullptr, Giver{pool, 0});
   }
   pool->made_.fetch_add(1);
-  if (pool->ahead_min_bytes_ != 0 && n >= pool->ahead_min_bytes_) pool->MakeAhead(n);
   return Buf(static_cast<char*>(p), Giver{pool, n});
-}
-
-void PinnedPool::MakeAhead(size_t n) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (ahead_.joinable()) {
-    // A thread still pinning is left to finish (this miss makes none); a
-    // finished one is joined (it gave its buffer back already).
-    if (!ahead_done_.load()) return;
-    ahead_.join();
-  }
-  if (free_bytes_ + n > keep_bytes_) return;
-  int device = 0;
-  if (::cudaGetDevice(&device) != cudaSuccess) {
-    (void)::cudaGetLastError();
-    return;
-  }
-  ahead_done_.store(false);
-  // The buffer goes to the free list like one given back (Give checks it
-  // against keep_bytes_ again).
-  ahead_ = std::thread([this, n, device] {
-    void* p = nullptr;
-    if (::cudaSetDevice(device) == cudaSuccess && ::cudaMallocHost(&p, n) == cudaSuccess) {
-      made_.fetch_add(1);
-      made_ahead_.fetch_add(1);
-      Give(static_cast<char*>(p), n);
-    } else {
-      (void)::cudaGetLastError();
-    }
-    ahead_done_.store(true);
-  });
-}
-
-void PinnedPool::WaitAhead() {
-  std::thread t;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    t = std::move(ahead_);
-  }
-  if (t.joinable()) t.join();  // outside mu_: its Give takes it
 }
 
 void PinnedPool::KeepAtLeast(size_t bytes) {
@@ -304,7 +256,6 @@ void PinnedPool::Give(char* p, size_t n) {
 }
 
 PinnedPool::~PinnedPool() {
-  if (ahead_.joinable()) ahead_.join();
   for (auto& [n, p] : free_) ::cudaFreeHost(p);
 }
 

@@ -183,20 +183,10 @@ class PinnedPool {
   };
   using Buf = std::unique_ptr<char, Giver>;
   // `keep_bytes`: free buffers kept for reuse at first (KeepAtLeast raises it).
-  // `ahead_min_bytes` (0: never): a Take of at least that many bytes that
-  // found no free buffer has one more of its size made on a thread of the
-  // pool's own, so that the next such Take finds it (pinning 256 MiB costs
-  // the executor tens of ms; a burst of large collectives takes a new buffer
-  // each until a boundary gives them back).
-  explicit PinnedPool(size_t keep_bytes = size_t{1} << 30, size_t ahead_min_bytes = 0)
-      : keep_bytes_(keep_bytes), ahead_min_bytes_(ahead_min_bytes) {}
+  explicit PinnedPool(size_t keep_bytes = size_t{1} << 30) : keep_bytes_(keep_bytes) {}
   // A buffer of exactly n bytes (a free one of that size, else a new
   // one); null when no pinned memory could be had.
   static Buf Take(const std::shared_ptr<PinnedPool>& pool, size_t n);
-  // Buffers made ahead so far (included in made()), and whether one is
-  // being made now (a test waits for it with WaitAhead).
-  uint64_t made_ahead() const { return made_ahead_.load(); }
-  void WaitAhead();
   // Keeps at least `bytes` of free buffers for reuse (the results a
   // boundary drops at once are taken again by the next minibatch's units).
   void KeepAtLeast(size_t bytes);
@@ -206,18 +196,11 @@ class PinnedPool {
 
  private:
   void Give(char* p, size_t n);
-  // Starts making one buffer of n bytes ahead unless one is being made or
-  // the free buffers could not keep it.
-  void MakeAhead(size_t n);
   std::mutex mu_;
   std::multimap<size_t, char*> free_;      // guarded by mu_
   size_t free_bytes_ = 0;                  // guarded by mu_
   size_t keep_bytes_;                      // guarded by mu_
-  const size_t ahead_min_bytes_;
-  std::thread ahead_;                      // guarded by mu_ (started and joined under it)
   std::atomic<uint64_t> made_{0};
-  std::atomic<uint64_t> made_ahead_{0};
-  std::atomic<bool> ahead_done_{true};
 };
 // A completed unit's result for one operation: staged into a pinned
 // buffer, or received from the survivors during a recovery.

@@ -198,31 +198,6 @@ TEST(PinnedPoolTest, ReusesBuffersOfTheSameSize) {
   { PinnedPool::Buf x = PinnedPool::Take(small, 4096), y = PinnedPool::Take(small, 4096); }
   { PinnedPool::Buf x = PinnedPool::Take(small, 4096), y = PinnedPool::Take(small, 4096); }
   EXPECT_EQ(small->made(), 4u);
-  // Large buffers: a miss has the next one made ahead, so the next miss of
-  // that size finds a free buffer instead of pinning on its caller's thread.
-  auto ahead = std::make_shared<PinnedPool>(size_t{1} << 30, 1 << 20);
-  {
-    PinnedPool::Buf x = PinnedPool::Take(ahead, 2 << 20);
-    ASSERT_NE(x.get(), nullptr);
-    ahead->WaitAhead();
-    EXPECT_EQ(ahead->made(), 2u);
-    EXPECT_EQ(ahead->made_ahead(), 1u);
-    PinnedPool::Buf y = PinnedPool::Take(ahead, 2 << 20);  // the one made ahead
-    ASSERT_NE(y.get(), nullptr);
-    EXPECT_NE(y.get(), x.get());
-    EXPECT_EQ(ahead->made(), 2u);
-    // Below the threshold nothing is made ahead.
-    PinnedPool::Buf z = PinnedPool::Take(ahead, 4096);
-    ahead->WaitAhead();
-    EXPECT_EQ(ahead->made_ahead(), 1u);
-  }
-  // Nothing beyond what the free buffers may keep.
-  auto tight = std::make_shared<PinnedPool>(size_t{1} << 20, 1 << 20);
-  {
-    PinnedPool::Buf x = PinnedPool::Take(tight, 2 << 20);
-    tight->WaitAhead();
-    EXPECT_EQ(tight->made_ahead(), 0u);
-  }
   // The pool lives as long as its buffers do.
   pool.reset();
   b.reset();

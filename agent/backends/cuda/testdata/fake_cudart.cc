@@ -136,11 +136,6 @@ cudaError_t cudaSetDevice(int device) {
   return cudaSuccess;
 }
 
-cudaError_t cudaGetDevice(int* device) {
-  *device = fake_cudart::t_device;
-  return cudaSuccess;
-}
-
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 
 const char* cudaGetErrorString(cudaError_t error) {
