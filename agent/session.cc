@@ -808,13 +808,7 @@ bool Session::SnapshotDue() {
   const SessionOptions::Chaos& c = options_.chaos;
   const bool every_step = options_.snapshot_every == 1 || validator_ != nullptr ||
                           c.minibatch != 0;
-  const bool first = snapshot_totals_.count + snapshot_totals_.failures == 0;
-  if (first && !every_step && DeferFirstSnapshot()) {
-    ++steps_since_snapshot_;
-    ++steps_skipped_;
-    return false;
-  }
-  bool due = every_step || first;
+  bool due = every_step || snapshot_totals_.count + snapshot_totals_.failures == 0;
   if (!due && options_.snapshot_every > 1) {
     due = steps_since_snapshot_ + 1 >= options_.snapshot_every;
   } else if (!due) {
@@ -834,42 +828,6 @@ bool Session::SnapshotDue() {
     ++steps_skipped_;
   }
   return due;
-}
-
-// The first snapshot has no spare file to go into, and making one (sizing,
-// allocating and registering the live bytes: ~90 ms per 256 MiB on the
-// H200) would be on the executor's critical path. With --snapshot_every=auto
-// its file is begun on the snapshot store's thread at the first step
-// boundary, and the snapshot is taken at the first step boundary that finds
-// it ready (of the live bytes' size then); the boundaries in between stay
-// steps inside the journal's minibatch 0 (a replacement replays from the
-// start, as before any snapshot). Bounded: past 64 boundaries or 2 s, or
-// when no file can be made ahead, the snapshot makes its file as before.
-bool Session::DeferFirstSnapshot() {
-  // One rank only: with peers every rank's journal boundaries must agree.
-  if (options_.world_size != 1 || options_.snapshot_every != 0 ||
-      !options_.snapshot_spare_ahead || !options_.snapshot_keep_spare) {
-    return false;
-  }
-  const int64_t now = MonotonicNanos();
-  if (first_deferrals_ == 0) first_deferral_ns_ = now;
-  SnapshotStore::SpareState state = SnapshotStore::SpareState::kNone;
-  if (first_deferrals_ < kMaxFirstDeferrals && now - first_deferral_ns_ < 2'000'000'000) {
-    state = snapshots_->PrepareSpare(SnapshotStore::FileSizeFor(backend_->DeviceAllocations()));
-  }
-  if (state == SnapshotStore::SpareState::kMaking) {
-    ++first_deferrals_;
-    return true;
-  }
-  if (first_deferrals_ > 0) {
-    REVENANT_LOG(INFO, "agent") << absl::StrFormat(
-        "first snapshot after %d step boundaries, %.1f ms: its file %s", first_deferrals_,
-        (now - first_deferral_ns_) / 1e6,
-        state == SnapshotStore::SpareState::kReady
-            ? "was made ahead"
-            : "could not be made ahead in time (made on the critical path)");
-  }
-  return false;
 }
 
 Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {

@@ -510,14 +510,8 @@ class Session : private JournalingHost {
   // Whether the step boundary before the request being journaled takes a
   // snapshot (SessionOptions::snapshot_every); false: it stays a step inside
   // the journal's minibatch.
-  bool DeferFirstSnapshot();
   bool SnapshotDue();
   uint64_t steps_since_snapshot_ = 0;
-  // DeferFirstSnapshot: step boundaries the first snapshot waited for its
-  // file, and since when.
-  static constexpr int kMaxFirstDeferrals = 64;
-  int first_deferrals_ = 0;
-  int64_t first_deferral_ns_ = 0;
   uint64_t steps_skipped_ = 0;
   int64_t last_snapshot_end_ns_ = 0;
   int64_t last_snapshot_ns_ = 0;

@@ -242,32 +242,6 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::MakeFile(
   return f;
 }
 
-size_t SnapshotStore::FileSizeFor(const AllocationTable& table) {
-  size_t n = kHeaderSize + table.size() * kEntrySize + 4;
-  for (const auto& [addr, size] : table) n += size;
-  return n;
-}
-
-SnapshotStore::SpareState SnapshotStore::PrepareSpare(size_t size) {
-  if (!options_.keep_spare || !options_.spare_ahead) return SpareState::kNone;
-  if (ahead_thread_.joinable()) {
-    if (!ahead_done_.load(std::memory_order_acquire)) return SpareState::kMaking;
-    const uint64_t failed = spares_ahead_failed_;
-    TakeSpareAhead();
-    if (spares_ahead_failed_ != failed) return SpareState::kNone;
-  }
-  if (spare_ != nullptr && spare_->size == size && spare_->map != nullptr &&
-      (spare_->registered || !copier_.register_host)) {
-    return SpareState::kReady;
-  }
-  // Of another size (the allocations changed since it was begun): the
-  // memory goes back and one of this size is begun.
-  Delete(std::move(spare_));
-  if (!EnsureDir().ok()) return SpareState::kNone;
-  MakeSpareAhead(size);
-  return ahead_thread_.joinable() ? SpareState::kMaking : SpareState::kNone;
-}
-
 std::string SnapshotStore::AheadPath() const { return dir_ + "/.spare-snap-ahead"; }
 
 void SnapshotStore::MakeSpareAhead(size_t size) {
@@ -277,7 +251,6 @@ void SnapshotStore::MakeSpareAhead(size_t size) {
   }
   ahead_file_.reset();
   ahead_status_ = absl::OkStatus();
-  ahead_done_.store(false, std::memory_order_relaxed);
   const SnapshotCopier copier = copier_;
   ahead_thread_ = std::thread([this, size, copier] {
     const absl::Time start = absl::Now();
@@ -288,7 +261,6 @@ void SnapshotStore::MakeSpareAhead(size_t size) {
     } else {
       ahead_status_ = f.status();
     }
-    ahead_done_.store(true, std::memory_order_release);
   });
 }
 
@@ -343,34 +315,30 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::Begin(
   return BeginWith(minibatch, boundary_seq, table, copier_);
 }
 
-absl::Status SnapshotStore::EnsureDir() {
-  if (dir_ready_) return absl::OkStatus();
-  if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
-    return absl::UnavailableError(absl::StrCat("cannot create the snapshot directory ", dir_,
-                                               ": ", std::strerror(errno)));
-  }
-  dir_ready_ = true;
-  // A dead agent's spare and temporary files hold memory and are never
-  // used: gone before this store writes its first file.
-  if (DIR* d = opendir(dir_.c_str())) {
-    std::vector<std::string> doomed;
-    while (dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
-      uint64_t m = 0;
-      if (ParseName(name, ".tmp-snap-", &m) || name.rfind(".spare-snap", 0) == 0) {
-        doomed.push_back(dir_ + "/" + name);
-      }
-    }
-    closedir(d);
-    for (const std::string& path : doomed) unlink(path.c_str());
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::BeginWith(
     uint64_t minibatch, uint64_t boundary_seq, const AllocationTable& table,
     const SnapshotCopier& copier) {
-  if (absl::Status s = EnsureDir(); !s.ok()) return s;
+  if (!dir_ready_) {
+    if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
+      return absl::UnavailableError(absl::StrCat("cannot create the snapshot directory ", dir_,
+                                                 ": ", std::strerror(errno)));
+    }
+    dir_ready_ = true;
+    // A dead agent's spare and temporary files hold memory and are never
+    // used: gone before this store writes its first file.
+    if (DIR* d = opendir(dir_.c_str())) {
+      std::vector<std::string> doomed;
+      while (dirent* e = readdir(d)) {
+        const std::string name = e->d_name;
+        uint64_t m = 0;
+        if (ParseName(name, ".tmp-snap-", &m) || name.rfind(".spare-snap", 0) == 0) {
+          doomed.push_back(dir_ + "/" + name);
+        }
+      }
+      closedir(d);
+      for (const std::string& path : doomed) unlink(path.c_str());
+    }
+  }
   auto p = std::make_unique<Pending>();
   p->minibatch_ = minibatch;
   p->boundary_seq_ = boundary_seq;

@@ -45,7 +45,6 @@
 #ifndef REVENANT_AGENT_SNAPSHOT_H_
 #define REVENANT_AGENT_SNAPSHOT_H_
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -225,16 +224,6 @@ class SnapshotStore {
   // Waits for a spare being made ahead (Options::spare_ahead) and makes it
   // the spare (renamed .spare-snap); the store's writes call it first.
   void TakeSpareAhead();
-  // The size of the file a snapshot of `table` takes.
-  static size_t FileSizeFor(const AllocationTable& table);
-  // A spare of `size` bytes for the next snapshot, without waiting: kReady
-  // (there is one), kMaking (being made on the store's thread: ask again
-  // later), kNone (spares off, or making one failed: the snapshot makes its
-  // file itself). A spare of another size is dropped and one of this size
-  // begun. For the first snapshot, whose file would otherwise be made on the
-  // executor's critical path.
-  enum class SpareState { kReady, kMaking, kNone };
-  SpareState PrepareSpare(size_t size);
   // Spares made ahead and taken, and those whose making failed (the next
   // snapshot then made its own file; the last failure says why).
   uint64_t spares_made_ahead() const { return spares_made_ahead_; }
@@ -261,9 +250,6 @@ class SnapshotStore {
   std::string PathOf(uint64_t minibatch) const;
   // The file a spare is made in ahead (renamed .spare-snap when taken).
   std::string AheadPath() const;
-  // Creates the directory and removes a dead agent's temporary and spare
-  // files, once.
-  absl::Status EnsureDir();
 
  private:
   using File = SnapshotFile;
@@ -311,7 +297,6 @@ class SnapshotStore {
   double ahead_ms_ = 0;
   uint64_t spares_made_ahead_ = 0;
   uint64_t spares_ahead_failed_ = 0;
-  std::atomic<bool> ahead_done_{true};
 };
 
 }  // namespace agent
