@@ -267,8 +267,8 @@ void Session::ReportAtExit() {
     snapshots_->TakeSpareAhead();
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "snapshot memory at exit: live bytes %.3f MiB, snapshot files %.3f MiB (%.2fx live), "
-        "registered %.3f MiB, %d files mapped for %d snapshots (%d written into the spare, %d "
-        "spares made ahead off the critical path, last in %.1f ms, %d failed)",
+        "registered %.3f MiB, %d files mapped for %d snapshots (%d written into the spare); %d "
+        "spares made ahead on the store's thread (the last in %.1f ms), %d failed",
         live / 1048576.0, snapshots_->file_bytes() / 1048576.0,
         live > 0 ? snapshots_->file_bytes() / live : 0.0,
         snapshots_->registered_bytes() / 1048576.0, snapshots_->files_mapped(), t.count, t.reused,

@@ -149,8 +149,8 @@ class SnapshotStore {
     int crc_threads = 1;
     // With keep_spare: after a snapshot that left no spare (the first ones),
     // a spare of its size is made on a thread of the store's own
-    // (MakeSpareAhead), so that the next snapshot maps and registers
-    // nothing on its critical path.
+    // (MakeSpareAhead), so that the next snapshot maps nothing on its
+    // critical path (the registration still holds the CUDA driver briefly).
     bool spare_ahead = true;
   };
   SnapshotStore(std::string dir, int rank);

@@ -126,10 +126,13 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
     [ "$MODE" = torch4 ] && th_one="" || th_one="${TORCH_ONE:-mlp_ddp conv_bf16 pinned_events}"
     # TORCH_STEPS: steps of every 1-rank run (default: each script's own).
     th_steps=(); [ -n "${TORCH_STEPS:-}" ] && th_steps=(--steps "$TORCH_STEPS")
+    # TORCH_RUN_ARGS: further revenant-run options of the first run under the
+    # shim (e.g. --snapshot_spare_ahead=false, to compare in one call).
+    th_run_args=(); [ -n "${TORCH_RUN_ARGS:-}" ] && read -r -a th_run_args <<<"$TORCH_RUN_ARGS"
     for s in $th_one; do
       nlog="$LOGS/torch.$s.native.log"; clog="$LOGS/torch.$s.cuda.log"
       th_native1 "$nlog" "$TS/$s.py" "${th_steps[@]}"; nrc=$?
-      timeout 400 $RUN -n 1 --backend=cuda --timeout=360 -- "$PY" "$TS/$s.py" "${th_steps[@]}" >"$clog" 2>&1; crc=$?
+      timeout 400 $RUN -n 1 --backend=cuda "${th_run_args[@]}" --timeout=360 -- "$PY" "$TS/$s.py" "${th_steps[@]}" >"$clog" 2>&1; crc=$?
       ref=$(th_hash "$nlog"); got=$(th_hash "$clog")
       nst=$(th_step "$nlog"); cst=$(th_step "$clog")
       ratio=none; [ -n "$nst" ] && [ -n "$cst" ] && ratio=$(calc "$cst / $nst")
