@@ -7,6 +7,7 @@
 #                                   # .gpu.tar.gz: tar -xzf .gpu.tar.gz first)
 #   bash .gpu/run_gpu.sh nccl       # only the NCCL section (below)
 #   bash .gpu/run_gpu.sh bench      # only the shim_bench rounds
+#   bash .gpu/run_gpu.sh hostmem    # only bench/host_memory_bench (native facts)
 #   bash .gpu/run_gpu.sh MODE       # only the sections of scripts/gpu/ that run for MODE
 #   bash .gpu/run_gpu.sh cublas     # e.g. only cuBLAS (scripts/gpu/cublas.sh)
 #   bash .gpu/run_gpu.sh cudnn      # only cuDNN (scripts/gpu/cudnn.sh)
@@ -38,7 +39,7 @@ targets=(
   //tests/integration:replay_unsafe //tests/integration:symbol_loop
   //agent/backends/cuda:cuda_backend_gpu_test //agent/backends/cuda:gpu_test_kernels
   //agent/backends/cuda:cuda_backend_test
-  //bench:shim_bench //bench:nccl_bench //bench:cpu_pairs
+  //bench:shim_bench //bench:nccl_bench //bench:cpu_pairs //bench:host_memory_bench
   //tests/apps:train_mlp //tests/apps:collectives_all //tests/apps:collectives_bad
   //tests/apps:cublas_ops //tests/apps:driver_api //tools:librevenant_probe.so
   //tests/apps:cublaslt_ops //tests/apps:nccl_group_sim //tests/apps:cudnn_conv
@@ -60,7 +61,8 @@ for p in $PROGRAMS; do cp "$bin/tests/integration/$p.bin" "$out/apps/"; done
 cp "$root/tests/integration/agent_death_test.sh" "$root/tests/integration/recovery_train_test.sh" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_gpu_test" "$bin/agent/backends/cuda/gpu_test_kernels.fatbin" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_test" "$out/"
-cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$bin/bench/cpu_pairs" "$root/bench/compare.sh" \
+cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$bin/bench/cpu_pairs" \
+  "$bin/bench/host_memory_bench.bin" "$root/bench/compare.sh" \
   "$root/bench/journal_step.sh" "$out/bench/"
 cp "$bin/tests/apps/train_mlp.bin" "$bin/tests/apps/collectives_all.bin" \
   "$bin/tests/apps/collectives_bad.bin" "$bin/tests/apps/cublas_ops.bin" \
@@ -216,6 +218,16 @@ paste <(grep -o "h2d iteration [0-9]*: [0-9.]*" "$nlog") <(grep -o "h2d iteratio
 bash "$G/bench/compare.sh" "$nlog" "$slog" | grep -E "^metric|h2d_256" | tee "$LOGS/bench_table.5.txt"
 grep -h "captured uploads at exit\|capture file" "$LOGS"/bench.cuda.*.log | sed 's/^/   /'
 fi  # MODE = all or bench
+
+# Native facts about pinned host memory the capture and snapshot files depend
+# on (bench/host_memory_bench.cu; also alone: bash .gpu/run_gpu.sh hostmem).
+if [ "$MODE" = all ] || [ "$MODE" = hostmem ]; then
+  log="$LOGS/host_memory_bench.log"
+  timeout 200 "$G/bench/host_memory_bench.bin" >"$log" 2>&1; rc=$?
+  if [ $rc -eq 0 ] && grep -q "^PASS host_memory_bench" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+  record "host_memory_bench (native)" "$s" "$log"
+  sed 's/^/   /' "$log"
+fi  # MODE = all or hostmem
 
 # ---- NCCL: real NCCL through the cuda backend ----------------------------------------
 export NCCL_NVLS_ENABLE=0

@@ -1,0 +1,330 @@
+// Native facts about pinned host memory on the GPU machine, which the agent's
+// capture files, snapshot files and shared host memory depend on
+// (docs/performance.md, "Capture and snapshot files"). Runs natively only.
+//
+//   ./host_memory_bench.bin [--mib N] [--dir /dev/shm]
+//
+// 1. Making a registered tmpfs file of N MiB (default 256): sized and
+//    faulted in by cudaHostRegister, posix_fallocate, MAP_POPULATE, pages
+//    faulted by 1 or 8 threads (MADV_POPULATE_WRITE), then cudaHostRegister.
+// 2. Whether that stalls another thread's CUDA calls: a thread launches an
+//    empty kernel and synchronizes in a loop while this one faults pages in
+//    or registers them; the share of the loop's time lost per phase.
+// 3. What the link allows an upload next to a copy back: a 256 MiB pinned
+//    host-to-device copy alone, beside an unrelated device-to-host copy, in
+//    the capture's pattern (chunks copied back behind the upload on a
+//    second stream), and with a device-to-device copy behind it instead.
+// 4. The CPU copying the pinned source into a registered file: 1-16
+//    threads, alone and while the upload runs.
+#include <cuda_runtime.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+double Us(Clock::time_point a, Clock::time_point b) { return Ms(a, b) * 1000; }
+
+#define CHECK(call)                                                                      \
+  do {                                                                                   \
+    cudaError_t e_ = (call);                                                             \
+    if (e_ != cudaSuccess) {                                                             \
+      std::printf("FAIL %s:%d: %s returned %s\n", __FILE__, __LINE__, #call,             \
+                  cudaGetErrorName(e_));                                                 \
+      std::exit(1);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+__global__ void Empty() {}
+
+std::string g_dir = "/dev/shm";
+
+// A fresh tmpfs file of n bytes, mapped shared (unlinked at once: the
+// mapping keeps it).
+char* MapFresh(const std::string& tag, size_t n, bool fallocate_it) {
+  const std::string path = g_dir + "/host_memory_bench." + tag + "." + std::to_string(getpid());
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) {
+    std::printf("FAIL cannot create %s\n", path.c_str());
+    std::exit(1);
+  }
+  if (fallocate_it ? posix_fallocate(fd, 0, n) != 0 : ftruncate(fd, n) != 0) {
+    std::printf("FAIL cannot size %s\n", path.c_str());
+    std::exit(1);
+  }
+  void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  unlink(path.c_str());
+  if (p == MAP_FAILED) {
+    std::printf("FAIL mmap\n");
+    std::exit(1);
+  }
+  return static_cast<char*>(p);
+}
+
+void Populate(char* p, size_t n, int threads) {
+  std::vector<std::thread> ts;
+  const size_t per = (n / threads + 4095) & ~size_t{4095};
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([=] {
+      const size_t b = t * per, e = std::min(n, b + per);
+      if (b < e) madvise(p + b, e - b, MADV_POPULATE_WRITE);
+    });
+  }
+  for (auto& t : ts) t.join();
+}
+
+void Register(char* p, size_t n) {
+  CHECK(cudaHostRegister(p, n, cudaHostRegisterMapped | cudaHostRegisterPortable));
+}
+
+void Release(char* p, size_t n) {
+  (void)cudaHostUnregister(p);
+  munmap(p, n);
+}
+
+void MakingFiles(size_t n) {
+  std::printf("== making a registered tmpfs file of %zu MiB (ms)\n", n >> 20);
+  struct Way {
+    const char* name;
+    int threads;  // 0: no faulting before registering
+    bool fallocate_it, populate_flag;
+  };
+  const Way ways[] = {{"ftruncate, faulted by the registration", 0, false, false},
+                      {"posix_fallocate, then register", 0, true, false},
+                      {"MAP_POPULATE-like (1 thread), then register", 1, false, true},
+                      {"8 threads MADV_POPULATE_WRITE, then register", 8, false, true}};
+  for (const Way& w : ways) {
+    for (int round = 0; round < 2; ++round) {
+      const auto t0 = Clock::now();
+      char* p = MapFresh("make", n, w.fallocate_it);
+      if (w.populate_flag) Populate(p, n, w.threads);
+      const auto t1 = Clock::now();
+      Register(p, n);
+      const auto t2 = Clock::now();
+      std::printf("   %-48s allocating %7.1f  registering %7.1f  total %7.1f\n", w.name,
+                  Ms(t0, t1), Ms(t1, t2), Ms(t0, t2));
+      Release(p, n);
+    }
+  }
+}
+
+void Stalls(size_t n) {
+  std::printf("== another thread's launch + synchronize loop while this one works on %zu MiB\n",
+              n >> 20);
+  std::atomic<int> phase{-1};
+  std::atomic<bool> stop{false};
+  std::vector<std::pair<int, double>> samples;
+  std::mutex mu;
+  std::thread loop([&] {
+    CHECK(cudaSetDevice(0));
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    std::vector<std::pair<int, double>> local;
+    while (!stop.load()) {
+      const int ph = phase.load();
+      const auto t0 = Clock::now();
+      Empty<<<1, 1, 0, s>>>();
+      CHECK(cudaStreamSynchronize(s));
+      local.push_back({ph, Us(t0, Clock::now())});
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    samples = std::move(local);
+  });
+  const char* names[] = {"idle", "8 threads fault the pages in", "2 threads fault the pages in",
+                         "cudaHostRegister, pages resident",
+                         "cudaHostRegister, pages not resident", "idle"};
+  double ms[6] = {0};
+  std::vector<char*> maps;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int ph = 0; ph < 6; ++ph) {
+    phase = ph;
+    const auto t0 = Clock::now();
+    switch (ph) {
+      case 0:
+      case 5:
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        break;
+      case 1:
+      case 2: {
+        char* p = MapFresh("stall", n, false);
+        Populate(p, n, ph == 1 ? 8 : 2);
+        maps.push_back(p);
+        break;
+      }
+      case 3:
+        Register(maps[0], n);
+        break;
+      case 4: {
+        char* p = MapFresh("stall", n, false);
+        Register(p, n);
+        maps.push_back(p);
+        break;
+      }
+    }
+    ms[ph] = Ms(t0, Clock::now());
+  }
+  stop = true;
+  loop.join();
+  for (int ph = 0; ph < 6; ++ph) {
+    std::vector<double> v;
+    for (const auto& [p, u] : samples) {
+      if (p == ph) v.push_back(u);
+    }
+    std::sort(v.begin(), v.end());
+    double busy = 0;
+    for (double u : v) busy += u;
+    const double typical = v.empty() ? 0 : v[v.size() / 2];
+    // The loop's time lost: the phase's time not spent on iterations of the
+    // typical length.
+    const double lost = ms[ph] > 0 ? 1.0 - std::min(1.0, v.size() * typical / (ms[ph] * 1000)) : 0;
+    std::printf("   %-40s %7.1f ms: %6zu iterations, median %6.1f us, max %9.1f us, time lost %.2f\n",
+                names[ph], ms[ph], v.size(), typical, v.empty() ? 0.0 : v.back(), lost);
+  }
+  for (char* p : maps) Release(p, n);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void CopyOut(char* dst, const char* src, size_t n, int threads) {
+  std::vector<std::thread> ts;
+  const size_t per = (n / threads + 4095) & ~size_t{4095};
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([=] {
+      const size_t o = t * per;
+      if (o < n) std::memcpy(dst + o, src + o, std::min(per, n - o));
+    });
+  }
+  for (auto& t : ts) t.join();
+}
+
+void Link() {
+  const size_t n = 256ull << 20;
+  std::printf("== a 256 MiB pinned upload next to a copy back (GB/s, median of 8; ratio to alone)\n");
+  char* src = nullptr;
+  CHECK(cudaMallocHost(&src, n));
+  std::memset(src, 1, n);
+  char* cap = MapFresh("cap", n, false);
+  Populate(cap, n, 8);
+  Register(cap, n);
+  char* plain = MapFresh("plain", n, false);
+  Populate(plain, n, 8);
+  char *d = nullptr, *d2 = nullptr;
+  CHECK(cudaMalloc(&d, n));
+  CHECK(cudaMalloc(&d2, n));
+  cudaStream_t s, c;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+  cudaEvent_t ev, end;
+  CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  CHECK(cudaEventCreateWithFlags(&end, cudaEventDisableTiming));
+  auto gb = [&](double ms) { return n / (ms * 1e-3) / 1e9; };
+  CHECK(cudaMemcpy(d, src, n, cudaMemcpyHostToDevice));
+  for (int round = 0; round < 2; ++round) {
+    std::vector<double> alone, beside, chunk8, chunk32, d2d;
+    for (int i = 0; i < 8; ++i) {
+      auto t0 = Clock::now();
+      CHECK(cudaMemcpy(d, src, n, cudaMemcpyHostToDevice));
+      alone.push_back(gb(Ms(t0, Clock::now())));
+      t0 = Clock::now();
+      CHECK(cudaMemcpyAsync(cap, d2, n, cudaMemcpyDeviceToHost, c));
+      CHECK(cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, s));
+      CHECK(cudaStreamSynchronize(s));
+      beside.push_back(gb(Ms(t0, Clock::now())));
+      CHECK(cudaStreamSynchronize(c));
+      for (size_t chunk : {size_t{8} << 20, size_t{32} << 20}) {
+        t0 = Clock::now();
+        for (size_t off = 0; off < n; off += chunk) {
+          CHECK(cudaMemcpyAsync(d + off, src + off, chunk, cudaMemcpyHostToDevice, s));
+          CHECK(cudaEventRecord(ev, s));
+          CHECK(cudaStreamWaitEvent(c, ev, 0));
+          CHECK(cudaMemcpyAsync(cap + off, d + off, chunk, cudaMemcpyDeviceToHost, c));
+        }
+        CHECK(cudaEventRecord(end, c));
+        CHECK(cudaStreamWaitEvent(s, end, 0));
+        CHECK(cudaStreamSynchronize(s));
+        (chunk == (size_t{8} << 20) ? chunk8 : chunk32).push_back(gb(Ms(t0, Clock::now())));
+      }
+      t0 = Clock::now();
+      CHECK(cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, s));
+      CHECK(cudaMemcpyAsync(d2, d, n, cudaMemcpyDeviceToDevice, s));
+      CHECK(cudaStreamSynchronize(s));
+      d2d.push_back(gb(Ms(t0, Clock::now())));
+    }
+    const double a = Median(alone);
+    std::printf("   round %d: alone %.1f; beside a D2H %.1f (%.3f); capture pattern, 8 MiB chunks %.1f "
+                "(%.3f), 32 MiB %.1f (%.3f); a D2D copy behind it %.1f (%.3f)\n",
+                round, a, Median(beside), Median(beside) / a, Median(chunk8), Median(chunk8) / a,
+                Median(chunk32), Median(chunk32) / a, Median(d2d), Median(d2d) / a);
+    std::printf("   round %d, the CPU copying the source into a file (GB/s; with the upload: both done, ratio to the upload alone):\n", round);
+    for (int threads : {1, 4, 8, 16}) {
+      for (char* dst : {cap, plain}) {
+        std::vector<double> cpu, both;
+        for (int i = 0; i < 4; ++i) {
+          auto t0 = Clock::now();
+          CopyOut(dst, src, n, threads);
+          cpu.push_back(gb(Ms(t0, Clock::now())));
+          t0 = Clock::now();
+          CHECK(cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, s));
+          CopyOut(dst, src, n, threads);
+          CHECK(cudaStreamSynchronize(s));
+          both.push_back(gb(Ms(t0, Clock::now())));
+        }
+        std::printf("     %2d threads into a %s file: alone %.1f, with the upload %.1f (%.3f)\n",
+                    threads, dst == cap ? "registered" : "plain     ", Median(cpu), Median(both),
+                    Median(both) / a);
+      }
+    }
+  }
+  Release(cap, n);
+  munmap(plain, n);
+  CHECK(cudaFree(d));
+  CHECK(cudaFree(d2));
+  CHECK(cudaFreeHost(src));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t mib = 256;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--mib") == 0 && i + 1 < argc) mib = std::strtoull(argv[++i], nullptr, 10);
+    if (std::strcmp(argv[i], "--dir") == 0 && i + 1 < argc) g_dir = argv[++i];
+  }
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaFree(nullptr));
+  std::printf("host_memory_bench: %zu MiB files in %s, %u CPUs\n", mib, g_dir.c_str(),
+              std::thread::hardware_concurrency());
+  if (FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r")) {
+    char line[256] = {0};
+    if (std::fgets(line, sizeof(line), f) != nullptr) std::printf("shmem THP: %s", line);
+    std::fclose(f);
+  }
+  MakingFiles(mib << 20);
+  Stalls(mib << 20);
+  Link();
+  std::printf("PASS host_memory_bench\n");
+  return 0;
+}
