@@ -32,6 +32,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench/cuda_check.h"
+
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -44,15 +46,6 @@ double Ms(Clock::time_point a, Clock::time_point b) {
 }
 double Us(Clock::time_point a, Clock::time_point b) { return Ms(a, b) * 1000; }
 
-#define CHECK(call)                                                                      \
-  do {                                                                                   \
-    cudaError_t e_ = (call);                                                             \
-    if (e_ != cudaSuccess) {                                                             \
-      std::printf("FAIL %s:%d: %s returned %s\n", __FILE__, __LINE__, #call,             \
-                  cudaGetErrorName(e_));                                                 \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 __global__ void Empty() {}
 

@@ -45,15 +45,7 @@
 #include <thread>
 #include <vector>
 
-#define CHECK(call)                                                                       \
-  do {                                                                                    \
-    cudaError_t e_ = (call);                                                              \
-    if (e_ != cudaSuccess) {                                                              \
-      std::printf("FAIL %s:%d: %s returned %s\n", __FILE__, __LINE__, #call,              \
-                  cudaGetErrorName(e_));                                                  \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
+#include "bench/cuda_check.h"
 #define CHECK_NCCL(call)                                                                  \
   do {                                                                                    \
     ncclResult_t r_ = (call);                                                             \

@@ -20,15 +20,7 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    cudaError_t e_ = (call);                                                          \
-    if (e_ != cudaSuccess) {                                                          \
-      std::printf("FAIL %s:%d: %s returned %s\n", __FILE__, __LINE__, #call,          \
-                  cudaGetErrorName(e_));                                              \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
+#include "bench/cuda_check.h"
 
 #include "bench/bench_kernels.cuh"
 
