@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstdio>
 #include <set>
 #include <thread>
@@ -85,6 +86,10 @@ int main() {
     ncclResult_t async = ncclInProgress;
     CHECK_NCCL(ncclCommGetAsyncError(comm, &async));
     EXPECT_APP(async == ncclSuccess, "poll %d: async error %d", i, static_cast<int>(async));
+    // Halfway, a pause longer than the shim's 100 ms (a host-side stall, as
+    // of a data loader): the next poll finds the shim's answer stale and is
+    // sent on without waiting, however fast the rest runs.
+    if (i == kPolls / 2) std::this_thread::sleep_for(std::chrono::milliseconds(150));
     // Every 8 all-reduces the values are scaled back, as an optimizer
     // step would use them.
     if (i % 8 == 7) {

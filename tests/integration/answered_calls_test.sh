@@ -44,12 +44,12 @@ if [ "$on_async_ev" -ne 128 ] || [ "$on_sync_ev" -ne 4 ] || [ "$off_sync_ev" -ne
   exit 1
 fi
 # With the answers on, only each rank's first poll waits; a poll more than
-# 100 ms after the last one the agent ran goes without waiting.
-# (The loop runs for more than 100 ms on any machine: its 25 stream
-# synchronizations and 200 all-reduces of 2 ranks.)
-if [ "$off_polls" -ne 400 ] || [ "$on_polls" -ne 2 ] || [ "$on_polls_behind" -lt 1 ] ||
+# 100 ms after the last one the agent ran goes without waiting: at least the
+# one after the program's 150 ms pause on each rank (the loop alone may take
+# less than 100 ms), at most one per 100 ms of a run.
+if [ "$off_polls" -ne 400 ] || [ "$on_polls" -ne 2 ] || [ "$on_polls_behind" -lt 2 ] ||
    [ "$on_polls_behind" -gt 100 ]; then
-  echo "FAIL: polls: expected 400 waiting with answers off; 2 waiting and 1..100 without waiting with them on"
+  echo "FAIL: polls: expected 400 waiting with answers off; 2 waiting and 2..100 without waiting with them on"
   exit 1
 fi
 # Per rank: 32 guard exchanges, 2 more and one on another thread.
