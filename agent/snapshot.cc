@@ -244,6 +244,8 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::MakeFile(
 
 std::string SnapshotStore::AheadPath() const { return dir_ + "/.spare-snap-ahead"; }
 
+std::string SnapshotStore::SparePath() const { return dir_ + "/.spare-snap"; }
+
 void SnapshotStore::MakeSpareAhead(size_t size) {
   if (!options_.keep_spare || !options_.spare_ahead || spare_ != nullptr ||
       ahead_thread_.joinable()) {
@@ -276,7 +278,7 @@ void SnapshotStore::TakeSpareAhead() {
   ++files_mapped_;
   ++spares_made_ahead_;
   std::unique_ptr<File> f = std::move(ahead_file_);
-  const std::string spare_path = dir_ + "/.spare-snap";
+  const std::string spare_path = SparePath();
   if (spare_ == nullptr && rename(f->path.c_str(), spare_path.c_str()) == 0) {
     f->path = spare_path;
     spare_ = std::move(f);
@@ -399,7 +401,7 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::Finish(std::unique_ptr<Pending
       break;
     }
   }
-  const std::string spare_path = dir_ + "/.spare-snap";
+  const std::string spare_path = SparePath();
   bool linked = false;
   if (replaced != nullptr && replaced->map != nullptr && options_.keep_spare) {
     Delete(std::move(spare_));
@@ -521,7 +523,7 @@ void SnapshotStore::DropBefore(uint64_t minibatch) {
       }
     }
     if (f != nullptr && options_.keep_spare && m == newest && f->map != nullptr) {
-      const std::string spare_path = dir_ + "/.spare-snap";
+      const std::string spare_path = SparePath();
       Delete(std::move(spare_));
       if (rename(f->path.c_str(), spare_path.c_str()) == 0) {
         f->path = spare_path;

@@ -250,6 +250,8 @@ class SnapshotStore {
   std::string PathOf(uint64_t minibatch) const;
   // The file a spare is made in ahead (renamed .spare-snap when taken).
   std::string AheadPath() const;
+  // The spare's name (the next snapshot of its size is written into it).
+  std::string SparePath() const;
 
  private:
   using File = SnapshotFile;
