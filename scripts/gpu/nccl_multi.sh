@@ -181,14 +181,16 @@ fi
 # NB_STEP=K: nccl_bench marks a step every K all-reduces (default 1: every
 # one is a step of its own); NB_TRAIN_ARGS: more train_mlp arguments for the
 # step time (e.g. --out_of_place); NB_SIZES: the rank counts of nccl_bench
-# (default "2 4"); NB_STEPTIME=0: without the train_mlp step time. NM_BENCH=0:
+# (default "2 4"); NB_STEPTIME=0: without the train_mlp step time; NB_RUN_ARGS:
+# more revenant-run arguments of the shim's runs (e.g. --journal=false). NM_BENCH=0:
 # MODE nccl_multi without these benchmarks.
 if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; } ||
    [ "$MODE" = nccl_multi_bench ]; then
   echo
   echo "=== real NCCL, several ranks on one GPU: benchmarks (ratio = revenant / native, same run)"
   export NCCL_NVLS_ENABLE=0
-  NB_RUN="$RUN --backend=cuda --collectives=nccl --gpus=1"
+  NB_RUN="$RUN --backend=cuda --collectives=nccl --gpus=1 ${NB_RUN_ARGS:-}"
+  [ -n "${NB_RUN_ARGS:-}" ] && echo "   revenant-run arguments of the shim's runs: $NB_RUN_ARGS (NB_RUN_ARGS)"
   for n in ${NB_SIZES:-2 4}; do
     nlog="$LOGS/nccl_multi.bench.n$n.native.log"; rlog="$LOGS/nccl_multi.bench.n$n.cuda.log"
     # A step every NB_STEP all-reduces of the bursts (revenantMarkStep; a no-op
