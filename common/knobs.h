@@ -75,11 +75,6 @@ enum class Type { kBool, kInt, kDouble, kString };
     "collective's result is copied to the host memory kept for a replacement (a device copy on " \
     "the collective's stream, the copy to the host on a stream of the agent's, so the next "   \
     "collective need not wait for it); 0: the copy to the host runs on the collective's stream.") \
-  X(kResultDrainKib, "REVENANT_RESULT_DRAIN_KIB", kInt, kProduct, "0",                         \
-    "With the result staging ring: the copy of a kept result to the host goes in pieces of "    \
-    "this many KiB with a host function between them, so that NCCL's own traffic over the "    \
-    "link (the socket transport's) is not held up for a whole slot's copy; 0: one copy per "   \
-    "slot.")                                                                                     \
   X(kRecoveryTimeoutS, "REVENANT_RECOVERY_TIMEOUT_S", kDouble, kProduct, "0 (set by revenant-run)", \
     "Seconds an application waits for a replacement agent after its agent died; 0: no "         \
     "recovery, calls fail at once.")                                                             \

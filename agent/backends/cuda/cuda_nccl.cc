@@ -117,8 +117,6 @@ CudaNcclOptions CudaNcclOptions::From(const BackendOptions& options) {
   o.overlap = knobs::Bool(knobs::Id::kCollectiveOverlap).value_or(true);
   o.stage_bytes =
       static_cast<size_t>(knobs::Int(knobs::Id::kResultStagingMib, 0, 1 << 20).value_or(256)) << 20;
-  o.drain_piece_bytes =
-      static_cast<size_t>(knobs::Int(knobs::Id::kResultDrainKib, 0, 1 << 20).value_or(0)) << 10;
   return o;
 }
 
@@ -924,29 +922,6 @@ bool CudaNccl::EnsureStaging() {
   return true;
 }
 
-namespace {
-void DrainGap(void*) {}
-}  // namespace
-
-bool CudaNccl::DrainSlot(char* dst, const char* slot, size_t n) {
-  // In pieces with a host function between them: the staging stream then
-  // pauses for the driver's callback round trip after each piece, and the
-  // link carries NCCL's own traffic (its socket transport moves every byte
-  // through host memory) instead of stalling it for a whole slot's copy.
-  const size_t piece = options_.drain_piece_bytes == 0 ? n : options_.drain_piece_bytes;
-  for (size_t off = 0; off < n; off += piece) {
-    const size_t len = std::min(piece, n - off);
-    if (off > 0 && ::cudaLaunchHostFunc(stage_stream_, DrainGap, nullptr) != cudaSuccess) {
-      return false;
-    }
-    if (::cudaMemcpyAsync(dst + off, slot + off, len, cudaMemcpyDeviceToHost, stage_stream_) !=
-        cudaSuccess) {
-      return false;
-    }
-  }
-  return true;
-}
-
 bool CudaNccl::StageThroughRing(char* dst, const void* src, size_t n, cudaStream_t stream) {
   const size_t chunk = StageChunk();
   for (size_t off = 0; off < n; off += chunk) {
@@ -960,7 +935,8 @@ bool CudaNccl::StageThroughRing(char* dst, const void* src, size_t n, cudaStream
                           cudaMemcpyDeviceToDevice, stream) != cudaSuccess ||
         ::cudaEventRecord(s.filled, stream) != cudaSuccess ||
         ::cudaStreamWaitEvent(stage_stream_, s.filled, 0) != cudaSuccess ||
-        !DrainSlot(dst + off, static_cast<const char*>(s.dev), len) ||
+        ::cudaMemcpyAsync(dst + off, s.dev, len, cudaMemcpyDeviceToHost, stage_stream_) !=
+            cudaSuccess ||
         ::cudaEventRecord(s.free, stage_stream_) != cudaSuccess) {
       (void)::cudaGetLastError();
       return false;

@@ -161,10 +161,6 @@ struct CudaNcclOptions {
   size_t stage_bytes = size_t{256} << 20;
   size_t stage_chunk_bytes = size_t{32} << 20;
   size_t stage_min_bytes = size_t{1} << 20;
-  // The copy of a slot to the host in pieces of this many bytes with a
-  // host function (a gap on the staging stream) between them
-  // (REVENANT_RESULT_DRAIN_KIB); 0: one copy per slot.
-  size_t drain_piece_bytes = 0;
   // Free pinned result buffers kept for reuse before the first boundary
   // says how many a minibatch needs (PinnedPool).
   size_t pinned_keep_bytes = size_t{1} << 30;
@@ -450,8 +446,6 @@ class CudaNccl {
   // One result through the ring: device-to-device pieces on `stream`,
   // device-to-host on stage_stream_. False when CUDA refused.
   bool StageThroughRing(char* dst, const void* src, size_t n, cudaStream_t stream);
-  // Copies a filled slot to `dst` on the staging stream (drain_piece_bytes).
-  bool DrainSlot(char* dst, const char* slot, size_t n);
   void CacheResults(Comm& c, UnitOrdinal ordinal, std::vector<ResultBuf> staged);
   // Puts a unit's results in c.cache, keeping c.cache_bytes.
   static void KeepResults(Comm& c, UnitOrdinal ordinal, std::vector<ResultBuf> bufs);

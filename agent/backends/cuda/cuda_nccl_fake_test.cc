@@ -389,16 +389,13 @@ TEST(CudaNcclFakeTest, TwoReplacementsAtOnceWhenTheSurvivorsAreAMinibatchAhead) 
 // bucket all-reduces).
 // stage_chunk > 0: results go through a staging ring of 3 slots of that
 // many bytes (every result of kCount floats, several pieces).
-// drain_piece > 0: each slot goes to the host in pieces of that many bytes.
-void RecoverUnitsInFlight(bool late_issue, bool beside = false, size_t stage_chunk = 0,
-                          size_t drain_piece = 0) {
+void RecoverUnitsInFlight(bool late_issue, bool beside = false, size_t stage_chunk = 0) {
   const std::string root = JobRoot(kRanks);
-  auto tweak = [stage_chunk, drain_piece](CudaNcclOptions* o) {
+  auto tweak = [stage_chunk](CudaNcclOptions* o) {
     if (stage_chunk == 0) return;
     o->stage_bytes = 3 * stage_chunk;
     o->stage_chunk_bytes = stage_chunk;
     o->stage_min_bytes = 0;
-    o->drain_piece_bytes = drain_piece;
   };
   std::vector<std::unique_ptr<Rank>> ranks;
   for (int r = 0; r < kRanks; ++r) {
@@ -526,17 +523,6 @@ TEST(CudaNcclFakeTest, OtherStreamsRunBesideUnitsInFlightThatRecover) {
 // unit): the replacement takes units 0-2 from them, with the right sums.
 TEST(CudaNcclFakeTest, ResultsKeptThroughTheStagingRingReachTheReplacement) {
   RecoverUnitsInFlight(false, /*beside=*/false, /*stage_chunk=*/1600);
-}
-
-// The same with every slot copied to the host in pieces of 512 bytes, a host
-// function between two pieces (REVENANT_RESULT_DRAIN_KIB): the pieces land
-// where they belong (the replacement's sums are right) and the gaps ran.
-TEST(CudaNcclFakeTest, ResultsDrainedInPiecesReachTheReplacement) {
-  const long gaps_before = fake_cudart::HostFunctionsRun();
-  RecoverUnitsInFlight(false, /*beside=*/false, /*stage_chunk=*/1600, /*drain_piece=*/512);
-  // Every unit's 4000 bytes: slots of 1600 (4 pieces, 3 gaps), 1600, 800
-  // (2 pieces, 1 gap): 7 gaps a unit on each of the survivors' units.
-  EXPECT_GE(fake_cudart::HostFunctionsRun() - gaps_before, 7 * 3);
 }
 
 // Every unit of a minibatch writes the same result buffer while the one
