@@ -181,11 +181,11 @@ fi
 # NB_STEP=K: nccl_bench marks a step every K all-reduces (default 1: every
 # one is a step of its own); NB_TRAIN_ARGS: more train_mlp arguments for the
 # step time (e.g. --out_of_place); NB_SIZES: the rank counts of nccl_bench
-# (default "2 4"; 0: none); NB_STEPTIME=0: without the train_mlp step time; NB_PAIRS,
-# NB_ITERS: pairs of step-time runs (default 1) of NB_ITERS iterations
-# (default 2020); NB_RUN_ARGS:
-# more revenant-run arguments of the shim's runs (e.g. --journal=false). NM_BENCH=0:
-# MODE nccl_multi without these benchmarks.
+# (default "2 4"; 0: none); NB_STEPTIME=0: without the train_mlp step time;
+# NB_PAIRS, NB_ITERS: how many pairs of step-time runs (default 1) of how
+# many iterations (default 2020); NB_RUN_ARGS: more revenant-run arguments of
+# the shim's runs (e.g. --journal=false). NM_BENCH=0: MODE nccl_multi without
+# these benchmarks.
 if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; } ||
    [ "$MODE" = nccl_multi_bench ]; then
   echo
