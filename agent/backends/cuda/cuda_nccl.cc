@@ -200,6 +200,11 @@ CudaNccl::CudaNccl(int device, const std::string& job_dir, const CudaNcclOptions
 CudaNccl::~CudaNccl() {
   stop_.store(true);
   if (watchdog_.joinable()) watchdog_.join();
+  if (const uint64_t made = pinned_pool_->made(); made > 0) {
+    // Each one was a cudaMallocHost on the executor's path: after the first
+    // minibatches of each result size there should be none.
+    REVENANT_LOG(INFO, kLog) << "kept results: " << made << " pinned buffers made in all";
+  }
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [raw, c] : comms_) {
     if (!c->aborted.load() && c->comm != nullptr) {
@@ -217,10 +222,10 @@ PinnedPool::Buf PinnedPool::Take(const std::shared_ptr<PinnedPool>& pool,
                                                      size_t n) {
   {
     std::lock_guard<std::mutex> lock(pool->mu_);
-    auto it = pool->free_.find(n);
-    if (it != pool->free_.end()) {
+    for (auto it = pool->free_.rbegin(); it != pool->free_.rend(); ++it) {
+      if (it->first != n) continue;
       char* p = it->second;
-      pool->free_.erase(it);
+      pool->free_.erase(std::next(it).base());
       pool->free_bytes_ -= n;
       return Buf(p, Giver{pool, n});
     }
@@ -242,17 +247,21 @@ void PinnedPool::KeepAtLeast(size_t bytes) {
 void PinnedPool::Give(char* p, size_t n) {
   if (p == nullptr) return;
   // Kept for reuse up to keep_bytes_ of free buffers (at least what one
-  // boundary dropped); beyond that handed back (cudaFreeHost waits for the
-  // device: not where a training step should pay it).
+  // boundary dropped); beyond that the buffers given back longest ago are
+  // handed back (cudaFreeHost waits for the device: not where a training
+  // step should pay it, hence the bound).
+  std::vector<char*> evicted;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (free_bytes_ + n <= keep_bytes_) {
-      free_.emplace(n, p);
-      free_bytes_ += n;
-      return;
+    free_.emplace_back(n, p);
+    free_bytes_ += n;
+    while (free_bytes_ > keep_bytes_ && !free_.empty()) {
+      free_bytes_ -= free_.front().first;
+      evicted.push_back(free_.front().second);
+      free_.pop_front();
     }
   }
-  ::cudaFreeHost(p);
+  for (char* q : evicted) ::cudaFreeHost(q);
 }
 
 PinnedPool::~PinnedPool() {

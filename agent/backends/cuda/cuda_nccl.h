@@ -189,6 +189,12 @@ class PinnedPool {
   static Buf Take(const std::shared_ptr<PinnedPool>& pool, size_t n);
   // Keeps at least `bytes` of free buffers for reuse (the results a
   // boundary drops at once are taken again by the next minibatch's units).
+  // Beyond the bound the buffers given back longest ago go first, whatever
+  // their size: when a job's result sizes change (a benchmark's next size, a
+  // model's next phase), buffers of the old sizes must not hold the bound
+  // while each minibatch makes and frees buffers of the new one (a 256 MiB
+  // cudaMallocHost holds the driver for tens of milliseconds, cudaFreeHost
+  // waits for the device).
   void KeepAtLeast(size_t bytes);
   // Buffers made with cudaMallocHost so far (a test's view of reuse).
   uint64_t made() const { return made_.load(); }
@@ -197,7 +203,8 @@ class PinnedPool {
  private:
   void Give(char* p, size_t n);
   std::mutex mu_;
-  std::multimap<size_t, char*> free_;      // guarded by mu_
+  // Oldest given back first; Take scans from the newest.
+  std::deque<std::pair<size_t, char*>> free_;  // guarded by mu_
   size_t free_bytes_ = 0;                  // guarded by mu_
   size_t keep_bytes_;                      // guarded by mu_
   std::atomic<uint64_t> made_{0};

@@ -593,6 +593,68 @@ TEST(CudaNcclFakeTest, KeptResultsReuseTheirPinnedBuffersEveryMinibatch) {
   for (auto& r : ranks) EXPECT_EQ(r->nccl->CommDestroy(r->comm), ncclSuccess);
 }
 
+// A job whose results change size (nccl_bench's next size, a model's next
+// phase): minibatches 1-4 keep results of kCount floats, 5-12 of twice that.
+// The old size's free buffers go first once the pool is over its bound, so
+// after the new size's second minibatch no buffer is made (before, the old
+// size held part of the bound and every minibatch made and freed two).
+TEST(CudaNcclFakeTest, KeptResultBuffersFollowANewResultSize) {
+  const std::string root = JobRoot(2);
+  constexpr int kUnits = 4;
+  auto tweak = [](CudaNcclOptions* o) {
+    o->stage_bytes = 3 * 1600;
+    o->stage_chunk_bytes = 1600;
+    o->stage_min_bytes = 0;
+    o->pinned_keep_bytes = kCount * sizeof(float);  // one small result
+  };
+  std::vector<std::unique_ptr<Rank>> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30, 8, 0, true, tweak));
+  ncclUniqueId id;
+  ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
+  std::vector<std::string> errors(2);
+  std::vector<std::vector<uint64_t>> made(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      Rank& me = *ranks[r];
+      if (me.nccl->CommInitRankConfig(&me.comm, 2, id, r, nullptr) != ncclSuccess) {
+        errors[r] = "init failed";
+        return;
+      }
+      for (uint64_t mb = 1; mb <= 12; ++mb) {
+        const size_t count = mb <= 4 ? kCount : 2 * kCount;
+        me.nccl->MarkBoundary(mb);
+        me.outs.assign(kUnits, std::vector<float>(count, 0.0f));
+        me.sends.assign(kUnits, std::vector<float>(count, static_cast<float>(mb + r)));
+        for (int k = 0; k < kUnits; ++k) {
+          if (me.nccl->AllReduce(me.sends[k].data(), me.outs[k].data(), count, ncclFloat,
+                                 ncclSum, me.comm, me.stream) != ncclSuccess) {
+            errors[r] = "all-reduce failed";
+            return;
+          }
+        }
+        if (me.nccl->SettleAll() != ncclSuccess) errors[r] = "settle failed";
+        const std::string kept = me.nccl->KeptResult(me.comm, mb, kUnits - 1, 0);
+        const std::vector<float> want(count, static_cast<float>(2 * mb + 1));
+        if (kept.size() != count * sizeof(float) ||
+            std::memcmp(kept.data(), want.data(), kept.size()) != 0) {
+          errors[r] += "; kept result of minibatch " + std::to_string(mb) + " is not its sum";
+        }
+        made[r].push_back(me.nccl->PinnedBuffersMade());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
+    // Small: 8 made in minibatches 1-2; large: 8 more in minibatches 5-6.
+    EXPECT_EQ(made[r][5], 4u * kUnits) << "rank " << r;
+    EXPECT_EQ(made[r].back(), 4u * kUnits)
+        << "rank " << r << ": buffers made after the new size's second minibatch";
+  }
+  for (auto& r : ranks) EXPECT_EQ(r->nccl->CommDestroy(r->comm), ncclSuccess);
+}
+
 // Which work waits for units in flight (CudaNccl::BeforeStreamWork,
 // NoteEventRecord, BeforeEventUse): work of the units' own stream, of the
 // legacy stream when theirs is blocking, and a use of an event recorded
