@@ -5,7 +5,13 @@
 // lines for bench/compare.sh (ratio = revenant / native).
 //
 //   RANK=r WORLD_SIZE=n LOCAL_RANK=r MASTER_PORT=p ./nccl_bench.bin [--quick]
-//       [--mark_steps[=K]]
+//       [--mark_steps[=K]] [--only=1mib,16mib,256mib] [--scale=PCT]
+//
+// --only: just the bandwidth of these sizes (no 4 KiB latency, no issue
+// cost); --scale: every size's warm-up and burst at PCT percent of its
+// iterations (at least one). Short runs for many alternating pairs
+// (scripts/gpu/nccl_multi.sh, NB_BW_PAIRS): ranks time-sharing one GPU
+// land on multiples of a time slice, run by run, so one pair says little.
 //
 // --mark_steps=K: every K all-reduces of the bandwidth bursts are a training
 // step (revenantMarkStep() after the K-th, found with dlsym; natively there
@@ -111,9 +117,18 @@ ncclUniqueId ExchangeId(int rank, const std::string& port) {
 
 int main(int argc, char** argv) {
   bool quick = false, mark_steps = false;
-  int step_every = 1;
+  int step_every = 1, scale = 100;
+  std::string only;  // empty: every size, the latency and the issue cost
   for (int i = 1; i < argc; ++i) {
     quick = quick || std::strcmp(argv[i], "--quick") == 0;
+    if (std::strncmp(argv[i], "--only=", 7) == 0) only = std::string(",") + (argv[i] + 7) + ",";
+    if (std::strncmp(argv[i], "--scale=", 8) == 0) {
+      scale = std::atoi(argv[i] + 8);
+      if (scale < 1 || scale > 100) {
+        std::fprintf(stderr, "--scale=PCT needs 1 <= PCT <= 100\n");
+        return 2;
+      }
+    }
     if (std::strcmp(argv[i], "--mark_steps") == 0) mark_steps = true;
     if (std::strncmp(argv[i], "--mark_steps=", 13) == 0) {
       mark_steps = true;
@@ -176,8 +191,10 @@ int main(int argc, char** argv) {
   const int reps = quick ? 3 : 5;
   const double bus = world > 1 ? 2.0 * (world - 1) / world : 0.0;
   for (const Size& z : sizes) {
+    if (!only.empty() && only.find(std::string(",") + z.name + ",") == std::string::npos) continue;
     const size_t n = z.bytes / sizeof(float);
-    for (int w = 0; w < 5; ++w) {
+    const int warm = std::max(1, 5 * scale / 100), iters = std::max(1, z.iters * scale / 100);
+    for (int w = 0; w < warm; ++w) {
       CHECK_NCCL(ncclAllReduce(buf, out, n, ncclFloat, ncclSum, comm, s));
       if (mark_step != nullptr && (w + 1) % step_every == 0) mark_step();
     }
@@ -185,12 +202,12 @@ int main(int argc, char** argv) {
     std::vector<double> sec;
     for (int r = 0; r < reps; ++r) {
       const auto t0 = Clock::now();
-      for (int i = 0; i < z.iters; ++i) {
+      for (int i = 0; i < iters; ++i) {
         CHECK_NCCL(ncclAllReduce(buf, out, n, ncclFloat, ncclSum, comm, s));
         if (mark_step != nullptr && (i + 1) % step_every == 0) mark_step();
       }
       CHECK(cudaStreamSynchronize(s));
-      sec.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / z.iters);
+      sec.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / iters);
     }
     const double algbw = z.bytes / Median(sec) / 1e9;
     if (rank == 0) {
@@ -198,7 +215,7 @@ int main(int argc, char** argv) {
       if (world > 1) std::printf("RESULT allreduce_%s_busbw %.4f GB/s\n", z.name, algbw * bus);
     }
   }
-  {
+  if (only.empty()) {
     const size_t n = 1024;  // 4 KiB
     std::vector<double> us;
     for (int i = 0; i < (quick ? 200 : 1000); ++i) {
@@ -209,7 +226,7 @@ int main(int argc, char** argv) {
     }
     if (rank == 0) std::printf("RESULT allreduce_4k_latency %.4f us\n", Median(us));
   }
-  {
+  if (only.empty()) {
     const int calls = 500;
     std::vector<double> us;
     for (int r = 0; r < reps; ++r) {

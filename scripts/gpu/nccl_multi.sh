@@ -185,7 +185,13 @@ fi
 # NB_PAIRS, NB_ITERS: how many pairs of step-time runs (default 1) of how
 # many iterations (default 2020); NB_RUN_ARGS: more revenant-run arguments of
 # the shim's runs (e.g. --journal=false). NM_BENCH=0: MODE nccl_multi without
-# these benchmarks.
+# these benchmarks. NB_BW_PAIRS=P: P pairs of short nccl_bench runs (native
+# and shim, the order alternating; --only=NB_BW_ONLY, default all three
+# sizes, --scale=NB_BW_SCALE, default 10 percent of the iterations) at
+# NB_BW_N ranks (default 4), each pair's busbw printed, then the means and
+# their ratio per size: ranks time-sharing the GPU land run by run on
+# multiples of a time slice (at 4 ranks a 1 MiB all-reduce took 13.5, 27
+# or 40.5 ms natively in successive runs), so single pairs say little.
 if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; } ||
    [ "$MODE" = nccl_multi_bench ]; then
   echo
@@ -214,6 +220,39 @@ if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; 
     echo "   --- nccl_bench, $n ranks on one GPU (rank 0's figures; a step every ${NB_STEP:-1} all-reduce(s))"
     bash "$G/bench/compare.sh" "$nlog.r0" "$rlog.r0" | tee "$LOGS/nccl_multi.bench.n$n.table.txt" | sed 's/^/   /'
   done
+  if [ "${NB_BW_PAIRS:-0}" -gt 0 ]; then
+    n=${NB_BW_N:-4}; bw_only=${NB_BW_ONLY:-1mib,16mib,256mib}
+    bw_args="--mark_steps=${NB_STEP:-1} --only=$bw_only --scale=${NB_BW_SCALE:-10}"
+    echo "   --- busbw, $n ranks, ${NB_BW_PAIRS} pair(s) of short runs (nccl_bench $bw_args), rank 0's figures"
+    bw_ok=1; : >"$LOGS/nccl_multi.bw.pairs"
+    bw_run() {  # native|shim LOG -> appends "kind size busbw" lines
+      local log=$2 rc
+      if [ "$1" = native ]; then
+        NATIVE_HOSTIDS=1 native "$n" "$log" "$G/bench/nccl_bench.bin" $bw_args; rc=$?
+      else
+        timeout 200 $NB_RUN -n "$n" --timeout=180 -- "$G/bench/nccl_bench.bin" $bw_args >"$log" 2>&1; rc=$?
+      fi
+      [ $rc -eq 0 ] && [ "$(grep -c 'PASS nccl_bench' "$log")" -eq "$n" ] || { bw_ok=0; tail -3 "$log" | sed 's/^/   | /'; }
+      sed -n "s/^\[r0\] RESULT allreduce_\([0-9a-z]*\)_busbw \([0-9.]*\) .*/$1 \1 \2/p" "$log" >>"$LOGS/nccl_multi.bw.pairs"
+    }
+    bw_get() { sed -n "s/^\[r0\] RESULT allreduce_$2_busbw \([0-9.]*\) .*/\1/p" "$1"; }
+    for p in $(seq 1 "$NB_BW_PAIRS"); do
+      if [ $((p % 2)) = 1 ]; then bw_run native "$LOGS/nccl_multi.bw.native.log"; bw_run shim "$LOGS/nccl_multi.bw.cuda.log"
+      else bw_run shim "$LOGS/nccl_multi.bw.cuda.log"; bw_run native "$LOGS/nccl_multi.bw.native.log"; fi
+      bw_line=""
+      for z in $(echo "$bw_only" | tr ',' ' '); do
+        bw_line="$bw_line $z $(bw_get "$LOGS/nccl_multi.bw.native.log" "$z")/$(bw_get "$LOGS/nccl_multi.bw.cuda.log" "$z")"
+      done
+      echo "   pair $p:$bw_line (native/revenant GB/s)"
+    done
+    for z in $(echo "$bw_only" | tr ',' ' '); do
+      awk -v z="$z" '$2 == z && $1 == "native" { n += $3; nn++ } $2 == z && $1 == "shim" { r += $3; rn++ }
+        END { if (nn && rn) printf "   busbw %s, %d ranks: mean native %.4f GB/s (%d runs), mean revenant %.4f GB/s (%d runs), ratio of the means %.3f\n", z, '"$n"', n / nn, nn, r / rn, rn, (r / rn) / (n / nn) }' \
+        "$LOGS/nccl_multi.bw.pairs"
+    done
+    if [ "$bw_ok" = 1 ]; then s=PASS; else s=FAIL; fi
+    record "nccl_multi busbw pairs, $n ranks" "$s" "$LOGS/nccl_multi.bw.cuda.log"
+  fi
   n=4
   if [ "${NB_STEPTIME:-1}" = 1 ]; then
   nb_wall() {  # LOG CMD...: seconds of one run
