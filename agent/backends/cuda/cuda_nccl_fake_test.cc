@@ -525,15 +525,15 @@ TEST(CudaNcclFakeTest, ResultsKeptThroughTheStagingRingReachTheReplacement) {
   RecoverUnitsInFlight(false, /*beside=*/false, /*stage_chunk=*/1600);
 }
 
-// Every unit of a minibatch writes the same result buffer while the one
-// before it may still be on its way to the host: the ring's device copy ran
-// first on the stream, so each kept result is its own unit's sum. The pinned
-// buffers a boundary drops go back to the pool and the next minibatch takes
-// them again: none is made after the second minibatch, however small the
-// pool's first bound (one result here).
-TEST(CudaNcclFakeTest, KeptResultsReuseTheirPinnedBuffersEveryMinibatch) {
+// Two ranks whose staging ring wraps inside every unit (3 slots of 1600
+// bytes) and whose pinned pool keeps one result of kCount floats at first
+// (KeepAtLeast raises it): `body` runs on each rank's thread once its
+// communicator is up and returns an error, or ""; `made` gets the number of
+// pinned buffers the rank made so far whenever `body` records it.
+void RunKeptResultRanks(
+    const std::function<std::string(Rank& me, int r, std::vector<uint64_t>* made)>& body,
+    std::vector<std::vector<uint64_t>>* made) {
   const std::string root = JobRoot(2);
-  constexpr int kUnits = 4;
   auto tweak = [](CudaNcclOptions* o) {
     o->stage_bytes = 3 * 1600;
     o->stage_chunk_bytes = 1600;
@@ -545,7 +545,7 @@ TEST(CudaNcclFakeTest, KeptResultsReuseTheirPinnedBuffersEveryMinibatch) {
   ncclUniqueId id;
   ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
   std::vector<std::string> errors(2);
-  std::vector<std::vector<uint64_t>> made(2);
+  made->assign(2, {});
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
@@ -554,43 +554,61 @@ TEST(CudaNcclFakeTest, KeptResultsReuseTheirPinnedBuffersEveryMinibatch) {
         errors[r] = "init failed";
         return;
       }
-      me.outs.assign(1, std::vector<float>(kCount, 0.0f));
-      me.sends.assign(kUnits, std::vector<float>());
-      for (uint64_t mb = 1; mb <= 8; ++mb) {
-        me.nccl->MarkBoundary(mb);
-        for (int k = 0; k < kUnits; ++k) {
-          me.sends[k].assign(kCount, static_cast<float>(mb * 10 + k + r));
-          // Every unit of the minibatch into the same result buffer.
-          if (me.nccl->AllReduce(me.sends[k].data(), me.outs[0].data(), kCount, ncclFloat,
-                                 ncclSum, me.comm, me.stream) != ncclSuccess) {
-            errors[r] = "all-reduce failed";
-            return;
-          }
-        }
-        if (me.nccl->SettleAll() != ncclSuccess) errors[r] = "settle failed";
-        const float last = static_cast<float>(2 * (mb * 10 + kUnits - 1) + 1);
-        if (me.outs[0][0] != last) errors[r] = "wrong sum " + std::to_string(me.outs[0][0]);
-        for (int k = 0; k < kUnits; ++k) {
-          const std::string kept = me.nccl->KeptResult(me.comm, mb, k, 0);
-          const std::vector<float> want(kCount, static_cast<float>(2 * (mb * 10 + k) + 1));
-          if (kept.size() != kCount * sizeof(float) ||
-              std::memcmp(kept.data(), want.data(), kept.size()) != 0) {
-            errors[r] += "; kept result of unit (" + std::to_string(mb) + ", " +
-                         std::to_string(k) + ") is not its sum";
-          }
-        }
-        made[r].push_back(me.nccl->PinnedBuffersMade());
-      }
+      errors[r] = body(me, r, &(*made)[r]);
     });
   }
   for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
+  for (auto& r : ranks) EXPECT_EQ(r->nccl->CommDestroy(r->comm), ncclSuccess);
+}
+
+// Every unit of a minibatch writes the same result buffer while the one
+// before it may still be on its way to the host: the ring's device copy ran
+// first on the stream, so each kept result is its own unit's sum. The pinned
+// buffers a boundary drops go back to the pool and the next minibatch takes
+// them again: none is made after the second minibatch, however small the
+// pool's first bound (one result here).
+TEST(CudaNcclFakeTest, KeptResultsReuseTheirPinnedBuffersEveryMinibatch) {
+  constexpr int kUnits = 4;
+  std::vector<std::vector<uint64_t>> made;
+  RunKeptResultRanks(
+      [](Rank& me, int r, std::vector<uint64_t>* made) -> std::string {
+        std::string err;
+        me.outs.assign(1, std::vector<float>(kCount, 0.0f));
+        me.sends.assign(kUnits, std::vector<float>());
+        for (uint64_t mb = 1; mb <= 8; ++mb) {
+          me.nccl->MarkBoundary(mb);
+          for (int k = 0; k < kUnits; ++k) {
+            me.sends[k].assign(kCount, static_cast<float>(mb * 10 + k + r));
+            // Every unit of the minibatch into the same result buffer.
+            if (me.nccl->AllReduce(me.sends[k].data(), me.outs[0].data(), kCount, ncclFloat,
+                                   ncclSum, me.comm, me.stream) != ncclSuccess) {
+              return "all-reduce failed";
+            }
+          }
+          if (me.nccl->SettleAll() != ncclSuccess) err = "settle failed";
+          const float last = static_cast<float>(2 * (mb * 10 + kUnits - 1) + 1);
+          if (me.outs[0][0] != last) err = "wrong sum " + std::to_string(me.outs[0][0]);
+          for (int k = 0; k < kUnits; ++k) {
+            const std::string kept = me.nccl->KeptResult(me.comm, mb, k, 0);
+            const std::vector<float> want(kCount, static_cast<float>(2 * (mb * 10 + k) + 1));
+            if (kept.size() != kCount * sizeof(float) ||
+                std::memcmp(kept.data(), want.data(), kept.size()) != 0) {
+              err += "; kept result of unit (" + std::to_string(mb) + ", " + std::to_string(k) +
+                     ") is not its sum";
+            }
+          }
+          made->push_back(me.nccl->PinnedBuffersMade());
+        }
+        return err;
+      },
+      &made);
+  if (HasFatalFailure()) return;
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
     // Two minibatches kept at once: 8 buffers, all made in the first two.
     EXPECT_EQ(made[r][1], 2u * kUnits) << "rank " << r;
     EXPECT_EQ(made[r].back(), 2u * kUnits) << "rank " << r << ": buffers made after minibatch 2";
   }
-  for (auto& r : ranks) EXPECT_EQ(r->nccl->CommDestroy(r->comm), ncclSuccess);
 }
 
 // A job whose results change size (nccl_bench's next size, a model's next
@@ -599,60 +617,41 @@ TEST(CudaNcclFakeTest, KeptResultsReuseTheirPinnedBuffersEveryMinibatch) {
 // after the new size's second minibatch no buffer is made (before, the old
 // size held part of the bound and every minibatch made and freed two).
 TEST(CudaNcclFakeTest, KeptResultBuffersFollowANewResultSize) {
-  const std::string root = JobRoot(2);
   constexpr int kUnits = 4;
-  auto tweak = [](CudaNcclOptions* o) {
-    o->stage_bytes = 3 * 1600;
-    o->stage_chunk_bytes = 1600;
-    o->stage_min_bytes = 0;
-    o->pinned_keep_bytes = kCount * sizeof(float);  // one small result
-  };
-  std::vector<std::unique_ptr<Rank>> ranks;
-  for (int r = 0; r < 2; ++r) ranks.push_back(std::make_unique<Rank>(root, r, 30, 8, 0, true, tweak));
-  ncclUniqueId id;
-  ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
-  std::vector<std::string> errors(2);
-  std::vector<std::vector<uint64_t>> made(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      Rank& me = *ranks[r];
-      if (me.nccl->CommInitRankConfig(&me.comm, 2, id, r, nullptr) != ncclSuccess) {
-        errors[r] = "init failed";
-        return;
-      }
-      for (uint64_t mb = 1; mb <= 12; ++mb) {
-        const size_t count = mb <= 4 ? kCount : 2 * kCount;
-        me.nccl->MarkBoundary(mb);
-        me.outs.assign(kUnits, std::vector<float>(count, 0.0f));
-        me.sends.assign(kUnits, std::vector<float>(count, static_cast<float>(mb + r)));
-        for (int k = 0; k < kUnits; ++k) {
-          if (me.nccl->AllReduce(me.sends[k].data(), me.outs[k].data(), count, ncclFloat,
-                                 ncclSum, me.comm, me.stream) != ncclSuccess) {
-            errors[r] = "all-reduce failed";
-            return;
+  std::vector<std::vector<uint64_t>> made;
+  RunKeptResultRanks(
+      [](Rank& me, int r, std::vector<uint64_t>* made) -> std::string {
+        std::string err;
+        for (uint64_t mb = 1; mb <= 12; ++mb) {
+          const size_t count = mb <= 4 ? kCount : 2 * kCount;
+          me.nccl->MarkBoundary(mb);
+          me.outs.assign(kUnits, std::vector<float>(count, 0.0f));
+          me.sends.assign(kUnits, std::vector<float>(count, static_cast<float>(mb + r)));
+          for (int k = 0; k < kUnits; ++k) {
+            if (me.nccl->AllReduce(me.sends[k].data(), me.outs[k].data(), count, ncclFloat,
+                                   ncclSum, me.comm, me.stream) != ncclSuccess) {
+              return "all-reduce failed";
+            }
           }
+          if (me.nccl->SettleAll() != ncclSuccess) err = "settle failed";
+          const std::string kept = me.nccl->KeptResult(me.comm, mb, kUnits - 1, 0);
+          const std::vector<float> want(count, static_cast<float>(2 * mb + 1));
+          if (kept.size() != count * sizeof(float) ||
+              std::memcmp(kept.data(), want.data(), kept.size()) != 0) {
+            err += "; kept result of minibatch " + std::to_string(mb) + " is not its sum";
+          }
+          made->push_back(me.nccl->PinnedBuffersMade());
         }
-        if (me.nccl->SettleAll() != ncclSuccess) errors[r] = "settle failed";
-        const std::string kept = me.nccl->KeptResult(me.comm, mb, kUnits - 1, 0);
-        const std::vector<float> want(count, static_cast<float>(2 * mb + 1));
-        if (kept.size() != count * sizeof(float) ||
-            std::memcmp(kept.data(), want.data(), kept.size()) != 0) {
-          errors[r] += "; kept result of minibatch " + std::to_string(mb) + " is not its sum";
-        }
-        made[r].push_back(me.nccl->PinnedBuffersMade());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+        return err;
+      },
+      &made);
+  if (HasFatalFailure()) return;
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
     // Small: 8 made in minibatches 1-2; large: 8 more in minibatches 5-6.
     EXPECT_EQ(made[r][5], 4u * kUnits) << "rank " << r;
     EXPECT_EQ(made[r].back(), 4u * kUnits)
         << "rank " << r << ": buffers made after the new size's second minibatch";
   }
-  for (auto& r : ranks) EXPECT_EQ(r->nccl->CommDestroy(r->comm), ncclSuccess);
 }
 
 // Which work waits for units in flight (CudaNccl::BeforeStreamWork,
