@@ -191,7 +191,8 @@ fi
 # NB_BW_N ranks (default 4), each pair's busbw printed, then the means and
 # their ratio per size: ranks time-sharing the GPU land run by run on
 # multiples of a time slice (at 4 ranks a 1 MiB all-reduce took 13.5, 27
-# or 40.5 ms natively in successive runs), so single pairs say little.
+# or 40.5 ms natively in successive runs), so single pairs say little; the
+# pairs whose two runs landed on the same level are compared on their own.
 if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; } ||
    [ "$MODE" = nccl_multi_bench ]; then
   echo
@@ -241,13 +242,18 @@ if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; 
       else bw_run shim "$LOGS/nccl_multi.bw.cuda.log"; bw_run native "$LOGS/nccl_multi.bw.native.log"; fi
       bw_line=""
       for z in $(echo "$bw_only" | tr ',' ' '); do
-        bw_line="$bw_line $z $(bw_get "$LOGS/nccl_multi.bw.native.log" "$z")/$(bw_get "$LOGS/nccl_multi.bw.cuda.log" "$z")"
+        a=$(bw_get "$LOGS/nccl_multi.bw.native.log" "$z"); b=$(bw_get "$LOGS/nccl_multi.bw.cuda.log" "$z")
+        bw_line="$bw_line $z $a/$b"
+        # Both runs on the same level (levels are 1.5x or more apart): their ratio.
+        [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v z="$z" \
+          'BEGIN { r = b / a; if (r > 0.8 && r < 1.25) print "same", z, r }' >>"$LOGS/nccl_multi.bw.pairs"
       done
       echo "   pair $p:$bw_line (native/revenant GB/s)"
     done
     for z in $(echo "$bw_only" | tr ',' ' '); do
       awk -v z="$z" '$2 == z && $1 == "native" { n += $3; nn++ } $2 == z && $1 == "shim" { r += $3; rn++ }
-        END { if (nn && rn) printf "   busbw %s, %d ranks: mean native %.4f GB/s (%d runs), mean revenant %.4f GB/s (%d runs), ratio of the means %.3f\n", z, '"$n"', n / nn, nn, r / rn, rn, (r / rn) / (n / nn) }' \
+        $1 == "same" && $2 == z { q += $3; qn++ }
+        END { if (nn && rn) printf "   busbw %s, %d ranks: mean native %.4f GB/s (%d runs), mean revenant %.4f GB/s (%d runs), ratio of the means %.3f; pairs on the same level: %d, mean of their ratios %s\n", z, '"$n"', n / nn, nn, r / rn, rn, (r / rn) / (n / nn), qn, qn ? sprintf("%.3f", q / qn) : "-" }' \
         "$LOGS/nccl_multi.bw.pairs"
     done
     if [ "$bw_ok" = 1 ]; then s=PASS; else s=FAIL; fi
