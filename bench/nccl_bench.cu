@@ -113,6 +113,15 @@ ncclUniqueId ExchangeId(int rank, const std::string& port) {
   }
 }
 
+// The bandwidth bursts: message size, all-reduces per burst.
+struct Size {
+  const char* name;
+  size_t bytes;
+  int iters;
+};
+const Size kSizes[] = {{"1mib", 1ull << 20, 200}, {"16mib", 16ull << 20, 60},
+                       {"256mib", 256ull << 20, 12}};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,6 +146,16 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--mark_steps=K needs K >= 1\n");
         return 2;
       }
+    }
+  }
+  // --only names sizes of kSizes, nothing else (a typo would measure nothing).
+  for (size_t b = 1; b < only.size(); b = only.find(',', b) + 1) {
+    const std::string name = only.substr(b, only.find(',', b) - b);
+    bool known = false;
+    for (const Size& z : kSizes) known = known || name == z.name;
+    if (!known) {
+      std::fprintf(stderr, "--only: no size %s (1mib, 16mib, 256mib)\n", name.c_str());
+      return 2;
     }
   }
   using MarkStepFn = void (*)();
@@ -181,16 +200,9 @@ int main(int argc, char** argv) {
     if (rank == 0) std::printf("RESULT allreduce_first_call %.4f us\n", us);
   }
 
-  struct Size {
-    const char* name;
-    size_t bytes;
-    int iters;
-  };
-  const Size sizes[] = {{"1mib", 1ull << 20, 200}, {"16mib", 16ull << 20, 60},
-                        {"256mib", 256ull << 20, 12}};
   const int reps = quick ? 3 : 5;
   const double bus = world > 1 ? 2.0 * (world - 1) / world : 0.0;
-  for (const Size& z : sizes) {
+  for (const Size& z : kSizes) {
     if (!only.empty() && only.find(std::string(",") + z.name + ",") == std::string::npos) continue;
     const size_t n = z.bytes / sizeof(float);
     const int warm = std::max(1, 5 * scale / 100), iters = std::max(1, z.iters * scale / 100);
