@@ -287,7 +287,9 @@ TEST(CudaNcclFakeTest, FourRanksRecoverAMemberKilledMidAllReduce) {
 
   // The re-formed communicator goes on: unit (1, 4) on all four.
   ranks[1] = std::move(repl);
-  std::vector<bool> ok(kRanks, false);
+  // One char per rank: the ranks' threads write their own (std::vector<bool>
+  // packs them into shared words, a data race).
+  std::vector<char> ok(kRanks, 0);
   for (int r = 0; r < kRanks; ++r) {
     threads.emplace_back([&, r] {
       ok[r] = ranks[r]->AllReduce(static_cast<float>((r + 1) * 5)) == ncclSuccess &&
@@ -309,7 +311,9 @@ TEST(CudaNcclFakeTest, TwoReplacementsAtOnceWhenTheSurvivorsAreAMinibatchAhead) 
   ncclUniqueId id;
   ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
   std::vector<std::thread> threads;
-  std::vector<bool> ok(kRanks, false);
+  // One char per rank: the ranks' threads write their own (std::vector<bool>
+  // packs them into shared words, a data race).
+  std::vector<char> ok(kRanks, 0);
   // Minibatch 1 completes everywhere (two units), then its optimizer step
   // changes the state: the survivors are at minibatch 2's boundary.
   for (int r = 0; r < kRanks; ++r) {
@@ -761,7 +765,7 @@ TEST(CudaNcclFakeTest, ABoundarySettlesTheUnitsInFlight) {
   ncclUniqueId id;
   ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
   std::vector<std::thread> threads;
-  std::vector<bool> ok(2, false);
+  std::vector<char> ok(2, 0);  // not vector<bool>: written by both threads
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       Rank& me = *ranks[r];
