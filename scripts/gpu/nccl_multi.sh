@@ -226,7 +226,7 @@ if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; 
     bw_args="--mark_steps=${NB_STEP:-1} --only=$bw_only --scale=${NB_BW_SCALE:-10}"
     echo "   --- busbw, $n ranks, ${NB_BW_PAIRS} pair(s) of short runs (nccl_bench $bw_args), rank 0's figures"
     bw_ok=1; : >"$LOGS/nccl_multi.bw.pairs"
-    bw_run() {  # native|shim LOG -> appends "kind size busbw" lines
+    bw_run() {  # native|shim LOG
       local log=$2 rc
       if [ "$1" = native ]; then
         NATIVE_HOSTIDS=1 native "$n" "$log" "$G/bench/nccl_bench.bin" $bw_args; rc=$?
@@ -234,7 +234,6 @@ if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; 
         timeout 200 $NB_RUN -n "$n" --timeout=180 -- "$G/bench/nccl_bench.bin" $bw_args >"$log" 2>&1; rc=$?
       fi
       [ $rc -eq 0 ] && [ "$(grep -c 'PASS nccl_bench' "$log")" -eq "$n" ] || { bw_ok=0; tail -3 "$log" | sed 's/^/   | /'; }
-      sed -n "s/^\[r0\] RESULT allreduce_\([0-9a-z]*\)_busbw \([0-9.]*\) .*/$1 \1 \2/p" "$log" >>"$LOGS/nccl_multi.bw.pairs"
     }
     bw_get() { sed -n "s/^\[r0\] RESULT allreduce_$2_busbw \([0-9.]*\) .*/\1/p" "$1"; }
     for p in $(seq 1 "$NB_BW_PAIRS"); do
@@ -244,6 +243,8 @@ if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; 
       for z in $(echo "$bw_only" | tr ',' ' '); do
         a=$(bw_get "$LOGS/nccl_multi.bw.native.log" "$z"); b=$(bw_get "$LOGS/nccl_multi.bw.cuda.log" "$z")
         bw_line="$bw_line $z $a/$b"
+        [ -n "$a" ] && echo "native $z $a" >>"$LOGS/nccl_multi.bw.pairs"
+        [ -n "$b" ] && echo "shim $z $b" >>"$LOGS/nccl_multi.bw.pairs"
         # Both runs on the same level (levels are 1.5x or more apart): their ratio.
         [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v z="$z" \
           'BEGIN { r = b / a; if (r > 0.8 && r < 1.25) print "same", z, r }' >>"$LOGS/nccl_multi.bw.pairs"

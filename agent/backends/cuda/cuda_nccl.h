@@ -196,7 +196,8 @@ class PinnedPool {
   // cudaMallocHost holds the driver for tens of milliseconds, cudaFreeHost
   // waits for the device).
   void KeepAtLeast(size_t bytes);
-  // Buffers made with cudaMallocHost so far (a test's view of reuse).
+  // Buffers made with cudaMallocHost so far (a test's view of reuse; the
+  // agent logs it at exit).
   uint64_t made() const { return made_.load(); }
   ~PinnedPool();
 
