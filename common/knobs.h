@@ -75,6 +75,11 @@ enum class Type { kBool, kInt, kDouble, kString };
     "collective's result is copied to the host memory kept for a replacement (a device copy on " \
     "the collective's stream, the copy to the host on a stream of the agent's, so the next "   \
     "collective need not wait for it); 0: the copy to the host runs on the collective's stream.") \
+  X(kResultPinRegister, "REVENANT_RESULT_PIN_REGISTER", kBool, kProduct, "1",                   \
+    "Real NCCL with several ranks and recovery: host memory for kept results of 1 MiB and more "  \
+    "is anonymous memory whose pages several threads fault in before it is registered for the " \
+    "device (the driver is held ~10 ms per 256 MiB); 0: cudaMallocHost, which faults and pins "  \
+    "them while it holds the driver.")                                                          \
   X(kRecoveryTimeoutS, "REVENANT_RECOVERY_TIMEOUT_S", kDouble, kProduct, "0 (set by revenant-run)", \
     "Seconds an application waits for a replacement agent after its agent died; 0: no "         \
     "recovery, calls fail at once.")                                                             \

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,11 +10,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "agent/backends/cuda/cuda_nccl_recovery.h"
@@ -21,6 +24,7 @@
 #include "common/events.h"
 #include "common/knobs.h"
 #include "common/logging.h"
+#include "common/populate.h"
 
 extern char** environ;
 
@@ -117,6 +121,9 @@ CudaNcclOptions CudaNcclOptions::From(const BackendOptions& options) {
   o.overlap = knobs::Bool(knobs::Id::kCollectiveOverlap).value_or(true);
   o.stage_bytes =
       static_cast<size_t>(knobs::Int(knobs::Id::kResultStagingMib, 0, 1 << 20).value_or(256)) << 20;
+  if (!knobs::Bool(knobs::Id::kResultPinRegister).value_or(true)) {
+    o.pin_register_min_bytes = std::numeric_limits<size_t>::max();
+  }
   return o;
 }
 
@@ -190,7 +197,8 @@ CudaNccl::CudaNccl(int device, const std::string& job_dir, const CudaNcclOptions
       job_root_(job_dir.empty() ? "" : job_dir.substr(0, job_dir.find_last_of('/'))),
       timeout_(TimeoutFromEnv()),
       options_(options),
-      pinned_pool_(std::make_shared<PinnedPool>(options.pinned_keep_bytes)) {
+      pinned_pool_(std::make_shared<PinnedPool>(options.pinned_keep_bytes,
+                                                options.pin_register_min_bytes)) {
   if (options_.gpu_shared) ConfigureSharedGpu(options_.rank);
   if (!job_dir.empty()) LogOptionalSymbols();
   epoch_at_start_.store(ReadEpoch());
@@ -201,9 +209,12 @@ CudaNccl::~CudaNccl() {
   stop_.store(true);
   if (watchdog_.joinable()) watchdog_.join();
   if (const uint64_t made = pinned_pool_->made(); made > 0) {
-    // Each one was a cudaMallocHost on the executor's path: after the first
-    // minibatches of each result size there should be none.
-    REVENANT_LOG(INFO, kLog) << "kept results: " << made << " pinned buffers made in all";
+    // Each one was made on the executor's path: after the first minibatches
+    // of each result size there should be none.
+    REVENANT_LOG(INFO, kLog) << "kept results: " << made << " pinned buffers made in all ("
+                             << pinned_pool_->registered() << " of them registered mappings), "
+                             << absl::StrFormat("%.1f", pinned_pool_->made_ms())
+                             << " ms making them";
   }
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [raw, c] : comms_) {
@@ -230,13 +241,60 @@ PinnedPool::Buf PinnedPool::Take(const std::shared_ptr<PinnedPool>& pool,
       return Buf(p, Giver{pool, n});
     }
   }
-  void* p = nullptr;
-  if (::cudaMallocHost(&p, n) != cudaSuccess) {
-    (void)::cudaGetLastError();
-    return Buf(nullptr, Giver{pool, 0});
+  char* p = pool->Make(n);
+  return Buf(p, Giver{pool, p != nullptr ? n : 0});
+}
+
+char* PinnedPool::Make(size_t n) {
+  const absl::Time start = absl::Now();
+  char* made = nullptr;
+  if (n >= register_min_bytes_) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t len = (n + page - 1) / page * page;
+    void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m != MAP_FAILED) {
+      // Unimplemented (no MADV_POPULATE_WRITE): cudaHostRegister faults them.
+      const absl::Status populated = PopulateWritable(m, len);
+      if ((populated.ok() || absl::IsUnimplemented(populated)) &&
+          ::cudaHostRegister(m, len, cudaHostRegisterDefault) == cudaSuccess) {
+        made = static_cast<char*>(m);
+        std::lock_guard<std::mutex> lock(registered_mu_);
+        mapped_[made] = len;
+      } else {
+        (void)::cudaGetLastError();
+        munmap(m, len);
+      }
+    }
+    if (made != nullptr) registered_made_.fetch_add(1);
   }
-  pool->made_.fetch_add(1);
-  return Buf(static_cast<char*>(p), Giver{pool, n});
+  if (made == nullptr) {
+    void* p = nullptr;
+    if (::cudaMallocHost(&p, n) != cudaSuccess) {
+      (void)::cudaGetLastError();
+      return nullptr;
+    }
+    made = static_cast<char*>(p);
+  }
+  made_.fetch_add(1);
+  made_ns_.fetch_add(static_cast<uint64_t>(absl::ToInt64Nanoseconds(absl::Now() - start)));
+  return made;
+}
+
+void PinnedPool::Release(char* p) {
+  size_t len = 0;
+  {
+    std::lock_guard<std::mutex> lock(registered_mu_);
+    if (auto it = mapped_.find(p); it != mapped_.end()) {
+      len = it->second;
+      mapped_.erase(it);
+    }
+  }
+  if (len == 0) {
+    ::cudaFreeHost(p);
+    return;
+  }
+  ::cudaHostUnregister(p);
+  munmap(p, len);
 }
 
 void PinnedPool::KeepAtLeast(size_t bytes) {
@@ -248,8 +306,8 @@ void PinnedPool::Give(char* p, size_t n) {
   if (p == nullptr) return;
   // Kept for reuse up to keep_bytes_ of free buffers (at least what one
   // boundary dropped); beyond that the buffers given back longest ago are
-  // handed back (cudaFreeHost waits for the device: not where a training
-  // step should pay it, hence the bound).
+  // handed back (cudaFreeHost and cudaHostUnregister wait for the device: not
+  // where a training step should pay it, hence the bound).
   std::vector<char*> evicted;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -261,11 +319,11 @@ void PinnedPool::Give(char* p, size_t n) {
       free_.pop_front();
     }
   }
-  for (char* q : evicted) ::cudaFreeHost(q);
+  for (char* q : evicted) Release(q);
 }
 
 PinnedPool::~PinnedPool() {
-  for (auto& [n, p] : free_) ::cudaFreeHost(p);
+  for (auto& [n, p] : free_) Release(p);
 }
 
 bool CudaNccl::Recoverable(const Comm& c) const {

@@ -164,6 +164,10 @@ struct CudaNcclOptions {
   // Free pinned result buffers kept for reuse before the first boundary
   // says how many a minibatch needs (PinnedPool).
   size_t pinned_keep_bytes = size_t{1} << 30;
+  // Result buffers of at least this size are anonymous memory whose pages
+  // several threads fault in before it is registered, smaller ones come
+  // from cudaMallocHost (REVENANT_RESULT_PIN_REGISTER; SIZE_MAX: all of them).
+  size_t pin_register_min_bytes = size_t{1} << 20;
 
   static CudaNcclOptions From(const BackendOptions& options);
 };
@@ -183,7 +187,16 @@ class PinnedPool {
   };
   using Buf = std::unique_ptr<char, Giver>;
   // `keep_bytes`: free buffers kept for reuse at first (KeepAtLeast raises it).
-  explicit PinnedPool(size_t keep_bytes = size_t{1} << 30) : keep_bytes_(keep_bytes) {}
+  // Buffers of at least `register_min_bytes` are made as anonymous memory
+  // whose pages up to 8 threads fault in (PopulateWritable), then registered
+  // (cudaHostRegister): a 256 MiB cudaMallocHost faults and pins its pages on
+  // the calling thread while it holds the driver (tens of milliseconds that
+  // the collectives in flight and the next launch wait out); registering
+  // resident pages holds it ~10 ms (docs/performance.md). Smaller ones, and
+  // any whose registration fails, come from cudaMallocHost.
+  explicit PinnedPool(size_t keep_bytes = size_t{1} << 30,
+                      size_t register_min_bytes = size_t{1} << 20)
+      : keep_bytes_(keep_bytes), register_min_bytes_(register_min_bytes) {}
   // A buffer of exactly n bytes (a free one of that size, else a new
   // one); null when no pinned memory could be had.
   static Buf Take(const std::shared_ptr<PinnedPool>& pool, size_t n);
@@ -196,19 +209,28 @@ class PinnedPool {
   // cudaMallocHost holds the driver for tens of milliseconds, cudaFreeHost
   // waits for the device).
   void KeepAtLeast(size_t bytes);
-  // Buffers made with cudaMallocHost so far (a test's view of reuse; the
-  // agent logs it at exit).
+  // Buffers made so far, those of them registered, and the time making them
+  // took (a test's view of reuse; the agent logs them at exit).
   uint64_t made() const { return made_.load(); }
+  uint64_t registered() const { return registered_made_.load(); }
+  double made_ms() const { return made_ns_.load() / 1e6; }
   ~PinnedPool();
 
  private:
   void Give(char* p, size_t n);
+  // A new buffer of n bytes (null when none could be had), and its end.
+  char* Make(size_t n);
+  void Release(char* p);
   std::mutex mu_;
   // Oldest given back first; Take scans from the newest.
   std::deque<std::pair<size_t, char*>> free_;  // guarded by mu_
   size_t free_bytes_ = 0;                  // guarded by mu_
   size_t keep_bytes_;                      // guarded by mu_
-  std::atomic<uint64_t> made_{0};
+  const size_t register_min_bytes_;
+  std::mutex registered_mu_;
+  // Buffers that are registered mappings (by address), and their lengths.
+  absl::flat_hash_map<char*, size_t> mapped_;  // guarded by registered_mu_
+  std::atomic<uint64_t> made_{0}, registered_made_{0}, made_ns_{0};
 };
 // A completed unit's result for one operation: staged into a pinned
 // buffer, or received from the survivors during a recovery.

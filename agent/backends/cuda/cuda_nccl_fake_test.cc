@@ -22,6 +22,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -203,6 +204,51 @@ TEST(PinnedPoolTest, ReusesBuffersOfTheSameSize) {
   b.reset();
   c.reset();
   d.reset();
+}
+
+// Buffers of at least the pool's registration size are anonymous mappings
+// registered for the device, unregistered when the pool lets them go;
+// smaller ones come from cudaMallocHost. SIZE_MAX: none is registered
+// (REVENANT_RESULT_PIN_REGISTER=0).
+TEST(PinnedPoolTest, LargeBuffersAreRegisteredMappings) {
+  const long before = fake_cudart::RegisteredHostRanges();
+  const size_t mib = size_t{1} << 20;
+  {
+    auto pool = std::make_shared<PinnedPool>(3 * mib, mib);
+    PinnedPool::Buf big = PinnedPool::Take(pool, 2 * mib + 100);
+    ASSERT_NE(big.get(), nullptr);
+    std::memset(big.get(), 0x33, 2 * mib + 100);
+    PinnedPool::Buf small = PinnedPool::Take(pool, 4096);
+    ASSERT_NE(small.get(), nullptr);
+    EXPECT_EQ(pool->made(), 2u);
+    EXPECT_EQ(pool->registered(), 1u);
+    EXPECT_EQ(fake_cudart::RegisteredHostRanges(), before + 1);
+    char* first = big.get();
+    big.reset();  // kept for reuse (under the bound)
+    EXPECT_EQ(fake_cudart::RegisteredHostRanges(), before + 1);
+    big = PinnedPool::Take(pool, 2 * mib + 100);
+    EXPECT_EQ(big.get(), first);
+    EXPECT_EQ(big.get()[2 * mib + 99], 0x33);
+    EXPECT_EQ(pool->made(), 2u);
+    // Two of them given back pass the bound: the older one is unregistered.
+    PinnedPool::Buf other = PinnedPool::Take(pool, 2 * mib + 100);
+    EXPECT_EQ(pool->registered(), 2u);
+    EXPECT_EQ(fake_cudart::RegisteredHostRanges(), before + 2);
+    big.reset();
+    other.reset();
+    EXPECT_EQ(fake_cudart::RegisteredHostRanges(), before + 1);
+    small.reset();
+  }
+  // The pool (held by its buffers' deleters too) unregisters what it still
+  // holds when it goes.
+  EXPECT_EQ(fake_cudart::RegisteredHostRanges(), before);
+
+  auto unregistered = std::make_shared<PinnedPool>(3 * mib, std::numeric_limits<size_t>::max());
+  PinnedPool::Buf b = PinnedPool::Take(unregistered, 2 * mib);
+  ASSERT_NE(b.get(), nullptr);
+  EXPECT_EQ(unregistered->made(), 1u);
+  EXPECT_EQ(unregistered->registered(), 0u);
+  EXPECT_EQ(fake_cudart::RegisteredHostRanges(), before);
 }
 
 // With the fence at the call (REVENANT_COLLECTIVE_PIPELINE=1).

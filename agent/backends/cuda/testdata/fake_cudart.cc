@@ -93,6 +93,14 @@ std::map<int, std::unique_ptr<Device>>& Devices() {
 }
 thread_local int t_device = 0;
 std::atomic<long> g_host_functions{0};
+std::mutex& RegisteredMu() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::map<void*, size_t>& Registered() {  // guarded by RegisteredMu()
+  static auto* r = new std::map<void*, size_t>;
+  return *r;
+}
 
 Device& DeviceOf(int ordinal) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -122,6 +130,11 @@ bool Synchronize(cudaStream_t stream, double seconds) {
 }
 
 long HostFunctionsRun() { return g_host_functions.load(); }
+
+long RegisteredHostRanges() {
+  std::lock_guard<std::mutex> lock(RegisteredMu());
+  return static_cast<long>(Registered().size());
+}
 
 }  // namespace fake_cudart
 
@@ -185,6 +198,18 @@ cudaError_t cudaHostAlloc(void** p, size_t size, unsigned int) {
 cudaError_t cudaFreeHost(void* p) {
   std::free(p);
   return cudaSuccess;
+}
+
+cudaError_t cudaHostRegister(void* p, size_t size, unsigned int) {
+  std::lock_guard<std::mutex> lock(fake_cudart::RegisteredMu());
+  if (p == nullptr || size == 0) return cudaErrorInvalidValue;
+  if (!fake_cudart::Registered().emplace(p, size).second) return cudaErrorHostMemoryAlreadyRegistered;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostUnregister(void* p) {
+  std::lock_guard<std::mutex> lock(fake_cudart::RegisteredMu());
+  return fake_cudart::Registered().erase(p) == 1 ? cudaSuccess : cudaErrorHostMemoryNotRegistered;
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind,

@@ -8,7 +8,8 @@
 // (context) all run on one callback thread, so a host function that waits
 // holds the host functions of every other stream of that device. Events order
 // streams (cudaEventRecord / cudaStreamWaitEvent, cudaEventQuery). Memory
-// (cudaMalloc, cudaMallocHost) is malloc; the device has no identity (no
+// (cudaMalloc, cudaMallocHost) is malloc; cudaHostRegister records the range
+// (cudaHostUnregister of a range not registered fails); the device has no identity (no
 // properties, no PCI bus id). Nothing else of CUDA is modelled. Also linked
 // into cuda_nccl_fake_test, with testdata/fake_nccl.h.
 #ifndef REVENANT_AGENT_BACKENDS_CUDA_TESTDATA_FAKE_CUDART_H_
@@ -26,6 +27,8 @@ void Enqueue(cudaStream_t stream, std::function<void()> op);
 bool Synchronize(cudaStream_t stream, double seconds);
 // Host functions run so far (all devices).
 long HostFunctionsRun();
+// Host ranges registered (cudaHostRegister) and not unregistered yet.
+long RegisteredHostRanges();
 
 }  // namespace fake_cudart
 
