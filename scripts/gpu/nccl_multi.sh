@@ -176,8 +176,8 @@ fi
 # Several ranks on one GPU, benchmarks (MODE nccl_multi_bench, or with
 # nccl_multi): bench/nccl_bench (all-reduce algbw/busbw, 4 KiB latency, issue
 # cost) at 2 and 4 ranks natively (an NCCL_HOSTID each) and under the shim,
-# ratios in the same run; and the 4-rank train_mlp step time (whole-job wall
-# clock of --iters 2020 minus --iters 20, over 2000 steps), native vs shim.
+# ratios in the same run; and the 4-rank train_mlp step time (rank 0's mean
+# step of iterations 20.. by its own clock, --time_after 20), native vs shim.
 # NB_STEP=K: nccl_bench marks a step every K all-reduces (default 1: every
 # one is a step of its own); NB_TRAIN_ARGS: more train_mlp arguments for the
 # step time (e.g. --out_of_place); NB_SIZES: the rank counts of nccl_bench
@@ -262,39 +262,47 @@ if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; 
   fi
   n=4
   if [ "${NB_STEPTIME:-1}" = 1 ]; then
-  nb_wall() {  # LOG CMD...: seconds of one run
-    local log=$1 t0; shift; t0=$(now); "$@" >"$log" 2>&1; calc "$(now) - $t0"
-  }
   # NB_PAIRS=P pairs of runs (native and shim, the order alternating), each
-  # pair's step from --iters NB_ITERS minus --iters 20: several ranks
-  # time-sharing one GPU land on multiples of a time slice, so one pair says
-  # little and the means over the pairs are the figure.
-  iters=${NB_ITERS:-2020}; pairs=${NB_PAIRS:-1}; nats=(); revs=()
+  # run's step the mean of its iterations 20.. (train_mlp --time_after 20,
+  # rank 0's clock): several ranks time-sharing one GPU land run by run on
+  # multiples of a time slice, so one pair says little; the means over the
+  # pairs, and the pairs whose two runs landed on the same level, are the
+  # figures.
+  iters=${NB_ITERS:-2020}; pairs=${NB_PAIRS:-1}; nats=(); revs=(); sames=()
+  nb_step() { sed -n 's/^\[r0\] RESULT train_step_us \([0-9.]*\) .*/\1/p' "$1"; }
   nb_native() {
-    local a b
-    a=$(NATIVE_HOSTIDS=1 nb_wall "$LOGS/nccl_multi.step.native.20.log" native $n "$LOGS/nccl_multi.step.native.20" "$G/apps/train_mlp.bin" --iters 20 ${NB_TRAIN_ARGS:-})
-    b=$(NATIVE_HOSTIDS=1 nb_wall "$LOGS/nccl_multi.step.native.N.log" native $n "$LOGS/nccl_multi.step.native.N" "$G/apps/train_mlp.bin" --iters "$iters" ${NB_TRAIN_ARGS:-})
-    calc "($b - $a) * 1e6 / ($iters - 20)"
+    NATIVE_HOSTIDS=1 native $n "$LOGS/nccl_multi.step.native.N" "$G/apps/train_mlp.bin" \
+      --iters "$iters" --time_after 20 ${NB_TRAIN_ARGS:-} >/dev/null 2>&1
+    nb_step "$LOGS/nccl_multi.step.native.N"
   }
   nb_shim() {
-    local c d
-    c=$(nb_wall "$LOGS/nccl_multi.step.cuda.20.log" timeout 300 $NB_RUN -n $n --timeout=280 -- "$G/apps/train_mlp.bin" --iters 20 ${NB_TRAIN_ARGS:-})
-    d=$(nb_wall "$LOGS/nccl_multi.step.cuda.N.log" timeout 300 $NB_RUN -n $n --timeout=280 -- "$G/apps/train_mlp.bin" --iters "$iters" ${NB_TRAIN_ARGS:-})
-    calc "($d - $c) * 1e6 / ($iters - 20)"
+    timeout 300 $NB_RUN -n $n --timeout=280 -- "$G/apps/train_mlp.bin" --iters "$iters" \
+      --time_after 20 ${NB_TRAIN_ARGS:-} >"$LOGS/nccl_multi.step.cuda.N.log" 2>&1
+    nb_step "$LOGS/nccl_multi.step.cuda.N.log"
   }
   step_ok=1
   for p in $(seq 1 "$pairs"); do
     if [ $((p % 2)) = 1 ]; then nat=$(nb_native); rev=$(nb_shim); else rev=$(nb_shim); nat=$(nb_native); fi
-    nats+=("$nat"); revs+=("$rev")
-    printf '   train_mlp step (%s), 4 ranks on one GPU, pair %d of %d: native %.1f us, revenant %.1f us, ratio %.3f\n' \
-      "${NB_TRAIN_ARGS:-in place}" "$p" "$pairs" "$nat" "$rev" "$(calc "$rev / $nat")"
     [ "$(grep -c "PASS train_mlp" "$LOGS/nccl_multi.step.native.N")" -eq $n ] || step_ok=0
     [ "$(grep -c "PASS train_mlp" "$LOGS/nccl_multi.step.cuda.N.log")" -eq $n ] || step_ok=0
+    if [ -z "$nat" ] || [ -z "$rev" ]; then
+      step_ok=0; echo "   train_mlp step, pair $p of $pairs: no step time (native '${nat}', revenant '${rev}')"
+      continue
+    fi
+    nats+=("$nat"); revs+=("$rev")
+    r=$(calc "$rev / $nat")
+    # Both runs on the same level (levels are 1.5x or more apart): their ratio.
+    awk -v r="$r" 'BEGIN { exit !(r > 0.8 && r < 1.25) }' && sames+=("$r")
+    printf '   train_mlp step (%s), 4 ranks on one GPU, pair %d of %d: native %.1f us, revenant %.1f us, ratio %.3f\n' \
+      "${NB_TRAIN_ARGS:-in place}" "$p" "$pairs" "$nat" "$rev" "$r"
   done
-  mn=$(printf '%s\n' "${nats[@]}" | awk '{ s += $1 } END { print s / NR }')
-  mr=$(printf '%s\n' "${revs[@]}" | awk '{ s += $1 } END { print s / NR }')
-  printf '   train_mlp step, 4 ranks, %d pair(s) of %d iterations: mean native %.1f us, mean revenant %.1f us, ratio of the means %.3f\n' \
-    "$pairs" "$iters" "$mn" "$mr" "$(calc "$mr / $mn")"
+  if [ "${#nats[@]}" -gt 0 ]; then
+    mn=$(printf '%s\n' "${nats[@]}" | awk '{ s += $1 } END { print s / NR }')
+    mr=$(printf '%s\n' "${revs[@]}" | awk '{ s += $1 } END { print s / NR }')
+    ms=$(printf '%s\n' "${sames[@]}" | awk 'NF { s += $1; k++ } END { print k ? sprintf("%.3f", s / k) : "-" }')
+    printf '   train_mlp step, 4 ranks, %d pair(s) of %d iterations: mean native %.1f us, mean revenant %.1f us, ratio of the means %.3f; pairs on the same level: %d, mean of their ratios %s\n' \
+      "${#nats[@]}" "$iters" "$mn" "$mr" "$(calc "$mr / $mn")" "${#sames[@]}" "$ms"
+  fi
   if [ "$step_ok" = 1 ]; then s=PASS; else s=FAIL; fi
   record "nccl_multi train_mlp step time, 4 ranks" "$s" "$LOGS/nccl_multi.step.cuda.N.log"
   fi  # NB_STEPTIME
