@@ -229,6 +229,33 @@ CudaNccl::~CudaNccl() {
   for (StageSlot& s : stage_slots_) DestroySlotEvents(s);
 }
 
+HostCopy::~HostCopy() { ::cudaEventDestroy(event_); }
+
+bool HostCopy::Wait() {
+  if (landed_.load(std::memory_order_acquire)) return true;
+  const absl::Time deadline = absl::Now() + timeout_;
+  for (int polls = 0;; ++polls) {
+    const cudaError_t q = ::cudaEventQuery(event_);
+    if (q == cudaSuccess) {
+      landed_.store(true, std::memory_order_release);
+      return true;
+    }
+    if (q != cudaErrorNotReady) {
+      (void)::cudaGetLastError();
+      REVENANT_LOG(ERROR, kLog) << "a kept result's copy to the host failed: "
+                                << ::cudaGetErrorString(q);
+      return false;
+    }
+    if (absl::Now() >= deadline) {
+      REVENANT_LOG(ERROR, kLog) << "a kept result's copy to the host did not land in "
+                                << absl::FormatDuration(timeout_)
+                                << " (REVENANT_COLLECTIVE_TIMEOUT_S)";
+      return false;
+    }
+    absl::SleepFor(polls < 20 ? kFirstPolls : kPoll);
+  }
+}
+
 PinnedPool::Buf PinnedPool::Take(const std::shared_ptr<PinnedPool>& pool,
                                                      size_t n) {
   {
@@ -873,10 +900,11 @@ bool CudaNccl::RecordUnitEvents(const std::vector<Op>& ops, std::vector<cudaEven
 }
 
 ncclResult_t CudaNccl::Fence(Comm& c, const char* what, UnitOrdinal ordinal,
-                             const std::vector<Op>& ops, std::vector<cudaEvent_t> events) {
+                             const std::vector<Op>& ops) {
   // The collective fence: the executor does not go on (nothing behind the
   // unit is enqueued: the optimizer step cannot run on half-reduced data)
   // until every stream of the unit passed it.
+  std::vector<cudaEvent_t> events;
   if (!RecordUnitEvents(ops, &events)) return ncclUnhandledCudaError;
   return WaitUnit(c, what, ordinal, &events);
 }
@@ -1012,11 +1040,10 @@ bool CudaNccl::StageThroughRing(char* dst, const void* src, size_t n, cudaStream
   return true;
 }
 
-bool CudaNccl::StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* staged,
-                            std::vector<cudaEvent_t>* events) {
+bool CudaNccl::StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* staged) {
   if (!options_.cache_results) return false;
   staged->resize(ops.size());
-  bool through_ring = false;
+  std::vector<size_t> through_ring;
   for (size_t k = 0; k < ops.size(); ++k) {
     const Op& op = ops[k];
     ResultBuf& b = (*staged)[k];
@@ -1035,7 +1062,7 @@ bool CudaNccl::StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* 
     // (~0.1 ms for 256 MiB) instead of the copy to the host (~5 ms).
     if (op.recv_bytes >= options_.stage_min_bytes && EnsureStaging()) {
       if (!StageThroughRing(b.pinned.get(), op.recv, op.recv_bytes, op.stream)) return false;
-      through_ring = true;
+      through_ring.push_back(k);
       continue;
     }
     if (::cudaMemcpyAsync(b.pinned.get(), op.recv, op.recv_bytes, cudaMemcpyDeviceToHost,
@@ -1044,9 +1071,9 @@ bool CudaNccl::StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* 
       return false;
     }
   }
-  if (through_ring) {
-    // The unit is done once its last piece reached the host (the staging
-    // stream runs its copies in order).
+  if (!through_ring.empty()) {
+    // Its results are on the host once their last piece is (the staging
+    // stream runs its copies in order); nothing of the unit waits for that.
     cudaEvent_t ev = nullptr;
     if (::cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess ||
         ::cudaEventRecord(ev, stage_stream_) != cudaSuccess) {
@@ -1054,7 +1081,9 @@ bool CudaNccl::StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* 
       if (ev != nullptr) ::cudaEventDestroy(ev);
       return false;
     }
-    events->push_back(ev);
+    // A retry's copy replaces the failed attempt's (later on the same stream).
+    auto copy = std::make_shared<HostCopy>(ev, timeout_);
+    for (size_t k : through_ring) (*staged)[k].pinned.get_deleter().copy = copy;
   }
   return true;
 }
@@ -1066,6 +1095,7 @@ std::string CudaNccl::KeptResult(ncclComm_t comm, uint64_t minibatch, uint64_t i
   auto it = c->cache.find(UnitOrdinal{minibatch, index});
   if (it == c->cache.end() || op >= it->second.size()) return "";
   const ResultBuf& b = it->second[op];
+  if (!b.Landed()) return "";
   return std::string(b.data(), b.bytes);
 }
 
@@ -1179,9 +1209,8 @@ ncclResult_t CudaNccl::Attempt(Comm& c, const char* what, UnitOrdinal ordinal,
                                std::vector<ResultBuf>* staged_bufs) {
   ncclResult_t a = Issue(c, what, ops);
   if (a != ncclSuccess) return a;
-  std::vector<cudaEvent_t> copies;
-  *staged = StageResults(ops, staged_bufs, &copies);
-  return Fence(c, what, ordinal, ops, std::move(copies));
+  *staged = StageResults(ops, staged_bufs);
+  return Fence(c, what, ordinal, ops);
 }
 
 ncclResult_t CudaNccl::RunUnit(Comm& c, const char* what, std::vector<Op>& ops, bool may_defer) {
@@ -1233,7 +1262,7 @@ ncclResult_t CudaNccl::RunUnit(Comm& c, const char* what, std::vector<Op>& ops, 
     r = SaveInputs(c, ops);
     if (r == ncclSuccess) r = Issue(c, what, ops);
     if (r == ncclSuccess) {
-      p.staged_ok = StageResults(ops, &p.staged, &p.events);
+      p.staged_ok = StageResults(ops, &p.staged);
       if (!RecordUnitEvents(ops, &p.events)) r = ncclUnhandledCudaError;
     }
     p.ops = ops;
@@ -1617,7 +1646,13 @@ absl::Status CudaNccl::ShareUnitResults(Comm& c, const RecoveryPlan& plan,
     for (const auto& [ord, bufs] : c.cache) {
       if (ord < plan.units_from || !(ord < plan.units_to)) continue;
       std::vector<std::string>& out = send[ord];
-      for (const ResultBuf& b : bufs) out.emplace_back(b.data(), b.bytes);
+      for (const ResultBuf& b : bufs) {
+        if (!b.Landed()) {
+          return absl::InternalError(absl::StrCat("the kept result of unit (", ord.first, ", ",
+                                                  ord.second, ") never reached the host"));
+        }
+        out.emplace_back(b.data(), b.bytes);
+      }
     }
     *nunits = send.size();
     return WriteRecoveryBlob(at.dir, "units", EncodeUnits(send));

@@ -176,14 +176,42 @@ struct CudaNcclOptions {
 // minibatch to minibatch (a step's gradient all-reduces have the same sizes
 // every step): a result is copied from the device straight into one, never
 // again on the CPU. The pool outlives every buffer it handed out.
+// The copy of kept results to the host on the staging stream, landed once
+// `event` (recorded behind it) completes; shared by the buffers of one unit.
+// The unit's fence does not wait for it (the application's stream passed
+// the device-to-device copy into the ring already): whoever reads or gives
+// back a buffer it writes waits, bounded.
+class HostCopy {
+ public:
+  HostCopy(cudaEvent_t event, absl::Duration timeout) : event_(event), timeout_(timeout) {}
+  ~HostCopy();
+  HostCopy(const HostCopy&) = delete;
+  HostCopy& operator=(const HostCopy&) = delete;
+  // Whether the copy landed, waiting for it at most the timeout given at
+  // construction (false, logged, when it did not or CUDA reported an error).
+  bool Wait();
+
+ private:
+  cudaEvent_t event_;
+  const absl::Duration timeout_;
+  std::atomic<bool> landed_{false};
+};
+
 class PinnedPool {
  public:
   struct Giver {
     Giver() : bytes(0) {}
     Giver(std::shared_ptr<PinnedPool> p, size_t n) : pool(std::move(p)), bytes(n) {}
-    void operator()(char* p) const { pool->Give(p, bytes); }
+    // A buffer a copy may still write goes back once the copy landed; one
+    // whose copy never lands is never reused (a late write would land in
+    // another result).
+    void operator()(char* p) const {
+      if (copy != nullptr && !copy->Wait()) return;
+      pool->Give(p, bytes);
+    }
     std::shared_ptr<PinnedPool> pool;
     size_t bytes;
+    std::shared_ptr<HostCopy> copy;  // the copy to the host writing it, if any
   };
   using Buf = std::unique_ptr<char, Giver>;
   // `keep_bytes`: free buffers kept for reuse at first (KeepAtLeast raises it).
@@ -240,6 +268,11 @@ struct ResultBuf {
   std::string owned;
   size_t bytes;
   const char* data() const { return pinned ? pinned.get() : owned.data(); }
+  // Whether data() holds the result: its copy to the host landed (waited
+  // for, bounded by the collective timeout).
+  bool Landed() const {
+    return !pinned || pinned.get_deleter().copy == nullptr || pinned.get_deleter().copy->Wait();
+  }
 };
 
 class CudaNccl {
@@ -372,8 +405,8 @@ class CudaNccl {
     void* scratch = nullptr;  // a device buffer of the communicator's pool
   };
   // A unit issued and not waited for yet (the deferred fence): its events,
-  // recorded behind its result copies on each of its streams, and the
-  // pinned buffers its results are being copied into.
+  // recorded on each of its streams behind it and its results' copies
+  // there, and the pinned buffers its results are being copied into.
   struct PendingUnit {
     UnitOrdinal ordinal;
     const char* what = "";
@@ -455,21 +488,19 @@ class CudaNccl {
   ncclResult_t WaitUnit(Comm& c, const char* what, UnitOrdinal ordinal,
                         std::vector<cudaEvent_t>* events);
   // RecordUnitEvents + WaitUnit: the unit's streams passed it.
-  // `events`: more to wait for (the unit's staged copies).
-  ncclResult_t Fence(Comm& c, const char* what, UnitOrdinal ordinal, const std::vector<Op>& ops,
-                     std::vector<cudaEvent_t> events);
+  ncclResult_t Fence(Comm& c, const char* what, UnitOrdinal ordinal, const std::vector<Op>& ops);
   // In-place inputs: copied to device buffers of c's pool before the unit,
   // copied back before a retry, given back once the unit completed.
   ncclResult_t SaveInputs(Comm& c, std::vector<Op>& ops);
   static ncclResult_t RestoreInputs(const std::vector<Op>& ops);
   static void ReleaseInputs(Comm& c, std::vector<Op>& ops);
-  // Copies the unit's receive buffers into pinned buffers in stream order
-  // (the fence waits for them too): `staged` keeps a retry's buffers (same
-  // operations, same stream). Copies through the staging ring end with an
-  // event added to `events`, which the unit's wait waits for too. False
-  // when they cannot be kept.
-  bool StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* staged,
-                    std::vector<cudaEvent_t>* events);
+  // Copies the unit's receive buffers into pinned buffers in stream order:
+  // `staged` keeps a retry's buffers (same operations, same stream). A copy
+  // on the unit's stream is behind the unit's fence; the copies through the
+  // staging ring end with one HostCopy that the buffers carry (ResultBuf::
+  // Landed): the fence, and the application's synchronization, do not wait
+  // for the bytes to reach the host. False when they cannot be kept.
+  bool StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* staged);
   // The staging ring and stream, made at the first result that uses them;
   // false when they cannot be had (the copies then stay on the stream).
   bool EnsureStaging();

@@ -575,17 +575,18 @@ TEST(CudaNcclFakeTest, ResultsKeptThroughTheStagingRingReachTheReplacement) {
   RecoverUnitsInFlight(false, /*beside=*/false, /*stage_chunk=*/1600);
 }
 
-// Two ranks whose staging ring wraps inside every unit (3 slots of 1600
-// bytes) and whose pinned pool keeps one result of kCount floats at first
-// (KeepAtLeast raises it): `body` runs on each rank's thread once its
-// communicator is up and returns an error, or ""; `made` gets the number of
-// pinned buffers the rank made so far whenever `body` records it.
+// Two ranks whose staging ring wraps inside every unit (`slots` slots of
+// 1600 bytes, a result is 3 pieces) and whose pinned pool keeps one result
+// of kCount floats at first (KeepAtLeast raises it): `body` runs on each
+// rank's thread once its communicator is up and returns an error, or "";
+// `made` gets the number of pinned buffers the rank made so far whenever
+// `body` records it.
 void RunKeptResultRanks(
     const std::function<std::string(Rank& me, int r, std::vector<uint64_t>* made)>& body,
-    std::vector<std::vector<uint64_t>>* made) {
+    std::vector<std::vector<uint64_t>>* made, size_t slots = 3) {
   const std::string root = JobRoot(2);
-  auto tweak = [](CudaNcclOptions* o) {
-    o->stage_bytes = 3 * 1600;
+  auto tweak = [slots](CudaNcclOptions* o) {
+    o->stage_bytes = slots * 1600;
     o->stage_chunk_bytes = 1600;
     o->stage_min_bytes = 0;
     o->pinned_keep_bytes = kCount * sizeof(float);  // one result
@@ -701,6 +702,69 @@ TEST(CudaNcclFakeTest, KeptResultBuffersFollowANewResultSize) {
     EXPECT_EQ(made[r][5], 4u * kUnits) << "rank " << r;
     EXPECT_EQ(made[r].back(), 4u * kUnits)
         << "rank " << r << ": buffers made after the new size's second minibatch";
+  }
+}
+
+// The kept results' copies to the host are held (a slow link): the units
+// still complete, the application's synchronization returns with the sums
+// in place and the copies still waiting; a kept result read meanwhile waits
+// for its copy (its bytes are the unit's sum, not what the buffer held), and
+// the buffers go back to the pool and are taken again once the copies land.
+TEST(CudaNcclFakeTest, SynchronizationDoesNotWaitForKeptResultsToReachTheHost) {
+  constexpr int kUnits = 2;
+  fake_cudart::HoldHostCopies(true);
+  const long landed_before = fake_cudart::HostCopiesLanded();
+  std::vector<std::vector<uint64_t>> made;
+  std::vector<long> held_after_settle(2, -1), landed_at_settle(2, -1);
+  std::atomic<int> settled{0};
+  RunKeptResultRanks(
+      [&](Rank& me, int r, std::vector<uint64_t>* made) -> std::string {
+        std::string err;
+        for (uint64_t mb = 1; mb <= 4; ++mb) {
+          me.nccl->MarkBoundary(mb);
+          me.outs.assign(kUnits, std::vector<float>(kCount, 0.0f));
+          me.sends.assign(kUnits, std::vector<float>(kCount, static_cast<float>(mb + r)));
+          for (int k = 0; k < kUnits; ++k) {
+            if (me.nccl->AllReduce(me.sends[k].data(), me.outs[k].data(), kCount, ncclFloat,
+                                   ncclSum, me.comm, me.stream) != ncclSuccess) {
+              return "all-reduce failed";
+            }
+          }
+          if (me.nccl->SettleAll() != ncclSuccess) err += "; settle failed";
+          if (!fake_cudart::Synchronize(me.stream, 10)) err += "; the stream did not drain";
+          for (int k = 0; k < kUnits; ++k) {
+            if (me.outs[k][0] != static_cast<float>(2 * mb + 1)) err += "; wrong sum";
+          }
+          if (mb == 1) {
+            held_after_settle[r] = fake_cudart::HeldHostCopies();
+            landed_at_settle[r] = fake_cudart::HostCopiesLanded() - landed_before;
+            // Both ranks saw their copies held; then one reads a kept
+            // result while the other lets the copies go after 200 ms.
+            settled.fetch_add(1);
+            while (settled.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            if (r == 1) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(200));
+              fake_cudart::HoldHostCopies(false);
+            }
+          }
+          const std::string kept = me.nccl->KeptResult(me.comm, mb, kUnits - 1, 0);
+          const std::vector<float> want(kCount, static_cast<float>(2 * mb + 1));
+          if (kept.size() != kCount * sizeof(float) ||
+              std::memcmp(kept.data(), want.data(), kept.size()) != 0) {
+            err += "; kept result of minibatch " + std::to_string(mb) + " is not its sum";
+          }
+          made->push_back(me.nccl->PinnedBuffersMade());
+        }
+        return err;
+      },
+      // A slot for every piece of minibatch 1 (none is freed while held).
+      &made, /*slots=*/3 * kUnits);
+  fake_cudart::HoldHostCopies(false);
+  if (HasFatalFailure()) return;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_GT(held_after_settle[r], 0) << "rank " << r;
+    EXPECT_EQ(landed_at_settle[r], 0) << "rank " << r << ": the units waited for their copies";
+    EXPECT_EQ(made[r].back(), 2u * kUnits) << "rank " << r << ": buffers made after minibatch 2";
   }
 }
 

@@ -101,6 +101,18 @@ std::map<void*, size_t>& Registered() {  // guarded by RegisteredMu()
   static auto* r = new std::map<void*, size_t>;
   return *r;
 }
+// HoldHostCopies: device-to-host copies wait while held.
+struct Hold {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool held = false;  // guarded by mu
+  long waiting = 0;   // guarded by mu
+  std::atomic<long> landed{0};
+};
+Hold& HostCopyHold() {
+  static auto* h = new Hold;
+  return *h;
+}
 
 Device& DeviceOf(int ordinal) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -130,6 +142,21 @@ bool Synchronize(cudaStream_t stream, double seconds) {
 }
 
 long HostFunctionsRun() { return g_host_functions.load(); }
+
+void HoldHostCopies(bool hold) {
+  Hold& h = HostCopyHold();
+  std::lock_guard<std::mutex> lock(h.mu);
+  h.held = hold;
+  h.cv.notify_all();
+}
+
+long HeldHostCopies() {
+  Hold& h = HostCopyHold();
+  std::lock_guard<std::mutex> lock(h.mu);
+  return h.waiting;
+}
+
+long HostCopiesLanded() { return HostCopyHold().landed.load(); }
 
 long RegisteredHostRanges() {
   std::lock_guard<std::mutex> lock(RegisteredMu());
@@ -212,9 +239,20 @@ cudaError_t cudaHostUnregister(void* p) {
   return fake_cudart::Registered().erase(p) == 1 ? cudaSuccess : cudaErrorHostMemoryNotRegistered;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind,
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t stream) {
-  QueueOf(stream).Push([=] { std::memcpy(dst, src, count); });
+  QueueOf(stream).Push([=] {
+    if (kind == cudaMemcpyDeviceToHost) {
+      // Held (a test's slow link), at most 30 s.
+      fake_cudart::Hold& h = fake_cudart::HostCopyHold();
+      std::unique_lock<std::mutex> lock(h.mu);
+      ++h.waiting;
+      h.cv.wait_for(lock, std::chrono::seconds(30), [&] { return !h.held; });
+      --h.waiting;
+    }
+    std::memcpy(dst, src, count);
+    if (kind == cudaMemcpyDeviceToHost) fake_cudart::HostCopyHold().landed.fetch_add(1);
+  });
   return cudaSuccess;
 }
 

@@ -27,6 +27,13 @@ void Enqueue(cudaStream_t stream, std::function<void()> op);
 bool Synchronize(cudaStream_t stream, double seconds);
 // Host functions run so far (all devices).
 long HostFunctionsRun();
+// While held, device-to-host copies (cudaMemcpyAsync of that kind) wait on
+// their stream until released (at most 30 s each): a slow link.
+void HoldHostCopies(bool hold);
+// Device-to-host copies waiting for HoldHostCopies(false) now, and those
+// done so far (all devices).
+long HeldHostCopies();
+long HostCopiesLanded();
 // Host ranges registered (cudaHostRegister) and not unregistered yet.
 long RegisteredHostRanges();
 
