@@ -23,10 +23,16 @@
 #   TORCH_PROF_STEPS: steps per run, default 30;
 #   TORCH_PROF_ARMS: the arms' revenant-run options, ';' between them).
 # MODE torch4: steps 2 and 3 only (4 ranks, kills).
+# MODE torch4_pairs: the 4-rank real-NCCL step of mlp_ddp.py only, in
+#   TORCH4_PAIRS pairs (default 4) of a native run and a run under the shim,
+#   the order alternating (--steps TORCH_STEPS, default 30): four processes
+#   time-share the GPU and a run lands on one level of its time slice (as
+#   nccl_multi_bench's pairs), so each pair's ratio of rank 0's median step,
+#   and the mean of the pairs within 10 %, are printed.
 # TORCH_ONE: the scripts of step 1 (default: all three); TORCH_STEPS: their
 #   steps (default: each script's own).
 if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE" = torch_probe ] ||
-   [ "$MODE" = torch_prof ] || [ "$MODE" = torch4 ]; then
+   [ "$MODE" = torch_prof ] || [ "$MODE" = torch4 ] || [ "$MODE" = torch4_pairs ]; then
   echo
   echo "=== PyTorch (tests/torch) natively and under the shim"
   PY="${TORCH_PYTHON:-python3}"
@@ -90,6 +96,34 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       grep -E "shim|refus|not supported|Error|error" "$log" | grep -v "submission" | head -30 | sed 's/^/   | /'
       tail -n 15 "$log" | sed 's/^/   | tail: /'
     done
+  elif [ "$MODE" = torch4_pairs ]; then
+    tp_n=${TORCH4_PAIRS:-4}; tp_steps=${TORCH_STEPS:-30}; tp_ok=1; tp_ratios=()
+    tp_native() { NATIVE_HOSTIDS=1 native 4 "$1" "$PY" "$TS/mlp_ddp.py" --steps "$tp_steps"; }
+    tp_shim() {
+      timeout 500 $RUN -n 4 --backend=cuda --collectives=nccl --gpus=1 --timeout=450 -- \
+        "$PY" "$TS/mlp_ddp.py" --steps "$tp_steps" >"$1" 2>&1
+    }
+    for p in $(seq 1 "$tp_n"); do
+      nlog="$LOGS/torch.mlp_ddp.n4pair.native.log"; clog="$LOGS/torch.mlp_ddp.n4pair.cuda.log"
+      if [ $((p % 2)) = 1 ]; then tp_native "$nlog"; nrc=$?; tp_shim "$clog"; crc=$?
+      else tp_shim "$clog"; crc=$?; tp_native "$nlog"; nrc=$?; fi
+      a=$(th_step "$nlog"); b=$(th_step "$clog")
+      if [ $nrc -ne 0 ] || [ $crc -ne 0 ] || [ -z "$a" ] || [ -z "$b" ] ||
+         [ "$(th_hash "$nlog")" != "$(th_hash "$clog")" ]; then
+        tp_ok=0; echo "   pair $p: rc native $nrc, revenant $crc; hashes differ or no step time"
+        th_diag "$clog" 10
+        continue
+      fi
+      r=$(calc "$b / $a")
+      awk -v r="$r" 'BEGIN { exit !(r > 0.9 && r < 1.1) }' && tp_ratios+=("$r")
+      printf '   mlp_ddp 4 ranks nccl, pair %d of %d: native %.3f ms, revenant %.3f ms (median step), ratio %.3f, parameters equal\n' \
+        "$p" "$tp_n" "$a" "$b" "$r"
+    done
+    printf '   mlp_ddp 4 ranks nccl step: pairs on the same level (within 10 %%): %d of %d, mean of their ratios %s\n' \
+      "${#tp_ratios[@]}" "$tp_n" "$(printf '%s\n' "${tp_ratios[@]}" | awk 'NF { s += $1; if (!k || $1 < lo) lo = $1; if (!k || $1 > hi) hi = $1; k++ }
+        END { print k ? sprintf("%.3f (%.3f-%.3f)", s / k, lo, hi) : "-" }')"
+    [ "$tp_ok" = 1 ] && st=PASS || st=FAIL
+    record "torch mlp_ddp 4 ranks nccl step pairs" "$st" "$clog"
   elif [ "$MODE" = torch_prof ]; then
     for s in ${TORCH_PROF_SCRIPTS:-mlp_ddp conv_bf16}; do
       nlog="$LOGS/torch.$s.prof.native.log"
