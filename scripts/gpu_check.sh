@@ -259,6 +259,26 @@ native() {
 checksum() { grep -m1 "^\[r0\] final checksum" "$1" | awk '{print $4}'; }
 now() { date +%s.%N; }
 calc() { awk "BEGIN { print $1 }"; }
+# Runs of native/shim pairs grouped by time-slice level (ranks sharing the
+# GPU land run by run on one of a few levels, 1.2x-2x apart): reads lines
+# "native V" and "shim V" (one run each) on stdin, sorts the values, starts
+# a level wherever a value is more than 10 % above the level's smallest, and
+# prints each level's runs and, where both sides reached a level, the ratio
+# of their means (shim / native); then the mean of those ratios.
+levels() {
+  sort -k2,2g | awk '
+    { v = $2; if (!k || v > lo[k] * 1.1) { k++; lo[k] = v }
+      if ($1 == "native") { ns[k] += v; nn[k]++ } else { rs[k] += v; rn[k]++ } }
+    END {
+      for (i = 1; i <= k; i++) {
+        line = sprintf("level %d: native %d run(s)", i, nn[i]) (nn[i] ? sprintf(" mean %.6g", ns[i] / nn[i]) : "") \
+               sprintf(", revenant %d run(s)", rn[i]) (rn[i] ? sprintf(" mean %.6g", rs[i] / rn[i]) : "")
+        if (nn[i] && rn[i]) { r = (rs[i] / rn[i]) / (ns[i] / nn[i]); line = line sprintf(": ratio %.3f", r); q += r; qn++ }
+        print "     " line
+      }
+      printf "     levels both sides reached: %d, mean of their ratios %s\n", qn, qn ? sprintf("%.3f", q / qn) : "-"
+    }'
+}
 # train_mlp step time: (time of --iters 20020 - time of --iters 20) / 20000,
 # whole-job wall clock (start-up cancels out), the fastest of 3 runs each,
 # native then revenant.

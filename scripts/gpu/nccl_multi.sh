@@ -192,7 +192,8 @@ fi
 # their ratio per size: ranks time-sharing the GPU land run by run on
 # multiples of a time slice (at 4 ranks a 1 MiB all-reduce took 13.5, 27
 # or 40.5 ms natively in successive runs), so single pairs say little; the
-# pairs whose two runs landed on the same level are compared on their own.
+# pairs whose two runs landed on the same level are compared on their own,
+# and all runs grouped by level (`levels`, .gpu/run_gpu.sh).
 if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; } ||
    [ "$MODE" = nccl_multi_bench ]; then
   echo
@@ -257,6 +258,8 @@ if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; 
         $1 == "same" && $2 == z { q += $3; if (!qn || $3 < lo) lo = $3; if (!qn || $3 > hi) hi = $3; qn++ }
         END { if (nn && rn) printf "   busbw %s, %d ranks: mean native %.4f GB/s (%d runs), mean revenant %.4f GB/s (%d runs), ratio of the means %.3f; pairs on the same level: %d, mean of their ratios %s\n", z, '"$n"', n / nn, nn, r / rn, rn, (r / rn) / (n / nn), qn, qn ? sprintf("%.3f (%.3f-%.3f)", q / qn, lo, hi) : "-" }' \
         "$LOGS/nccl_multi.bw.pairs"
+      awk -v z="$z" '$2 == z && ($1 == "native" || $1 == "shim") { print $1, $3 }' \
+        "$LOGS/nccl_multi.bw.pairs" | levels
     done
     if [ "$bw_ok" = 1 ]; then s=PASS; else s=FAIL; fi
     record "nccl_multi busbw pairs, $n ranks" "$s" "$LOGS/nccl_multi.bw.cuda.log"
@@ -305,6 +308,7 @@ if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; 
       END { print k ? sprintf("%.3f (%.3f-%.3f)", s / k, lo, hi) : "-" }')
     printf '   train_mlp step, 4 ranks, %d pair(s) of %d iterations: mean native %.1f us, mean revenant %.1f us, ratio of the means %.3f; pairs on the same level: %d, mean of their ratios %s\n' \
       "${#nats[@]}" "$iters" "$mn" "$mr" "$(calc "$mr / $mn")" "${#sames[@]}" "$ms"
+    { printf 'native %s\n' "${nats[@]}"; printf 'shim %s\n' "${revs[@]}"; } | levels
   fi
   if [ "$step_ok" = 1 ]; then s=PASS; else s=FAIL; fi
   record "nccl_multi train_mlp step time, 4 ranks" "$s" "$LOGS/nccl_multi.step.cuda.N.log"

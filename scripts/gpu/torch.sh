@@ -28,7 +28,8 @@
 #   the order alternating (--steps TORCH_STEPS, default 30): four processes
 #   time-share the GPU and a run lands on one level of its time slice (as
 #   nccl_multi_bench's pairs), so each pair's ratio of rank 0's median step,
-#   and the mean of the pairs within 10 %, are printed.
+#   the mean of the pairs within 10 %, and all runs grouped by level (the
+#   runner's `levels`) are printed.
 # TORCH_ONE: the scripts of step 1 (default: all three); TORCH_STEPS: their
 #   steps (default: each script's own).
 if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE" = torch_probe ] ||
@@ -97,7 +98,7 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       tail -n 15 "$log" | sed 's/^/   | tail: /'
     done
   elif [ "$MODE" = torch4_pairs ]; then
-    tp_n=${TORCH4_PAIRS:-4}; tp_steps=${TORCH_STEPS:-30}; tp_ok=1; tp_ratios=()
+    tp_n=${TORCH4_PAIRS:-4}; tp_steps=${TORCH_STEPS:-30}; tp_ok=1; tp_ratios=(); tp_runs=()
     tp_native() { NATIVE_HOSTIDS=1 native 4 "$1" "$PY" "$TS/mlp_ddp.py" --steps "$tp_steps"; }
     tp_shim() {
       timeout 500 $RUN -n 4 --backend=cuda --collectives=nccl --gpus=1 --timeout=450 -- \
@@ -116,12 +117,15 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       fi
       r=$(calc "$b / $a")
       awk -v r="$r" 'BEGIN { exit !(r > 0.9 && r < 1.1) }' && tp_ratios+=("$r")
+      tp_runs+=("native $a" "shim $b")
       printf '   mlp_ddp 4 ranks nccl, pair %d of %d: native %.3f ms, revenant %.3f ms (median step), ratio %.3f, parameters equal\n' \
         "$p" "$tp_n" "$a" "$b" "$r"
     done
     printf '   mlp_ddp 4 ranks nccl step: pairs on the same level (within 10 %%): %d of %d, mean of their ratios %s\n' \
       "${#tp_ratios[@]}" "$tp_n" "$(printf '%s\n' "${tp_ratios[@]}" | awk 'NF { s += $1; if (!k || $1 < lo) lo = $1; if (!k || $1 > hi) hi = $1; k++ }
         END { print k ? sprintf("%.3f (%.3f-%.3f)", s / k, lo, hi) : "-" }')"
+    echo "   the runs of all pairs by level (median step, ms):"
+    [ ${#tp_runs[@]} -gt 0 ] && printf '%s\n' "${tp_runs[@]}" | levels
     [ "$tp_ok" = 1 ] && st=PASS || st=FAIL
     record "torch mlp_ddp 4 ranks nccl step pairs" "$st" "$clog"
   elif [ "$MODE" = torch_prof ]; then
