@@ -17,9 +17,11 @@ awk '
   { sub(/^\[r[0-9]+\] /, "") }
   $1 == "RESULT" { val[file, $2] = $3; unit[$2] = $4; if (file == 1) order[++n] = $2 }
   END {
-    goal["launch_cost"] = "<= 0.50"; goal["launch_throughput"] = ">= 0.90"
-    goal["d2h_4b_latency"] = "<= 1.15"; goal["h2d_256mib_bandwidth"] = ">= 0.95"
+    # The goals of docs/performance.md "Where each goal stands".
+    goal["launch_cost"] = "<= 0.10"; goal["launch_throughput"] = ">= 0.95"
+    goal["d2h_4b_latency"] = "<= 1.05"; goal["h2d_256mib_bandwidth"] = ">= 0.95"
     goal["d2h_256mib_bandwidth"] = ">= 0.95"; goal["train_step_2000_launches"] = "<= 1.02"
+    goal["empty_stream_sync"] = "<= 1.5"; goal["event_record_query"] = "<= 1.5"
     printf "%-26s %14s %14s %-11s %8s %8s %s\n", "metric", "native", "revenant", "unit", "ratio", "goal", "met"
     for (i = 1; i <= n; i++) {
       m = order[i]

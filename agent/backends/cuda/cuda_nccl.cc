@@ -1043,8 +1043,9 @@ bool CudaNccl::StageThroughRing(char* dst, const void* src, size_t n, cudaStream
 bool CudaNccl::StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* staged) {
   if (!options_.cache_results) return false;
   staged->resize(ops.size());
-  std::vector<size_t> through_ring;
-  for (size_t k = 0; k < ops.size(); ++k) {
+  std::vector<size_t> through_ring;  // buffers a copy on the staging stream writes
+  bool ok = true;
+  for (size_t k = 0; ok && k < ops.size(); ++k) {
     const Op& op = ops[k];
     ResultBuf& b = (*staged)[k];
     if (op.recv_bytes == 0) continue;
@@ -1055,25 +1056,29 @@ bool CudaNccl::StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* 
         REVENANT_LOG(WARNING, kLog) << "no pinned memory (" << op.recv_bytes
                                     << " bytes) to keep a collective's result for a replay";
         b.bytes = 0;
-        return false;
+        ok = false;
+        break;
       }
     }
     // Through the ring when it is there: the stream pays a device copy
     // (~0.1 ms for 256 MiB) instead of the copy to the host (~5 ms).
     if (op.recv_bytes >= options_.stage_min_bytes && EnsureStaging()) {
-      if (!StageThroughRing(b.pinned.get(), op.recv, op.recv_bytes, op.stream)) return false;
+      // Some of its pieces may be queued even when it fails.
       through_ring.push_back(k);
+      ok = StageThroughRing(b.pinned.get(), op.recv, op.recv_bytes, op.stream);
       continue;
     }
     if (::cudaMemcpyAsync(b.pinned.get(), op.recv, op.recv_bytes, cudaMemcpyDeviceToHost,
                           op.stream) != cudaSuccess) {
       (void)::cudaGetLastError();
-      return false;
+      ok = false;
     }
   }
   if (!through_ring.empty()) {
     // Its results are on the host once their last piece is (the staging
     // stream runs its copies in order); nothing of the unit waits for that.
+    // Also after a failure: a buffer is given back only once what was
+    // queued into it landed.
     cudaEvent_t ev = nullptr;
     if (::cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess ||
         ::cudaEventRecord(ev, stage_stream_) != cudaSuccess) {
@@ -1085,7 +1090,7 @@ bool CudaNccl::StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* 
     auto copy = std::make_shared<HostCopy>(ev, timeout_);
     for (size_t k : through_ring) (*staged)[k].pinned.get_deleter().copy = copy;
   }
-  return true;
+  return ok;
 }
 
 std::string CudaNccl::KeptResult(ncclComm_t comm, uint64_t minibatch, uint64_t index, size_t op) {
