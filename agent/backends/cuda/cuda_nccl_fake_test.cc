@@ -439,11 +439,16 @@ TEST(CudaNcclFakeTest, TwoReplacementsAtOnceWhenTheSurvivorsAreAMinibatchAhead) 
 // bucket all-reduces).
 // stage_chunk > 0: results go through a staging ring of 3 slots of that
 // many bytes (every result of kCount floats, several pieces).
-void RecoverUnitsInFlight(bool late_issue, bool beside = false, size_t stage_chunk = 0) {
+// hold: the copies to the host wait from the start until 1 s after the
+// epoch is declared (the ring has 16 slots: minibatch 1's units and the
+// first attempts fit), so a survivor that hands over its kept results must
+// wait for them to land.
+void RecoverUnitsInFlight(bool late_issue, bool beside = false, size_t stage_chunk = 0,
+                          bool hold = false) {
   const std::string root = JobRoot(kRanks);
-  auto tweak = [stage_chunk](CudaNcclOptions* o) {
+  auto tweak = [stage_chunk, hold](CudaNcclOptions* o) {
     if (stage_chunk == 0) return;
-    o->stage_bytes = 3 * stage_chunk;
+    o->stage_bytes = (hold ? 16 : 3) * stage_chunk;
     o->stage_chunk_bytes = stage_chunk;
     o->stage_min_bytes = 0;
   };
@@ -455,6 +460,7 @@ void RecoverUnitsInFlight(bool late_issue, bool beside = false, size_t stage_chu
   ASSERT_EQ(ranks[0]->nccl->GetUniqueId(&id), ncclSuccess);
   std::vector<std::thread> threads;
   std::vector<std::string> errors(kRanks);
+  if (hold) fake_cudart::HoldHostCopies(true);
   // Minibatch 1: three units in flight on every rank, then settled.
   for (int r = 0; r < kRanks; ++r) {
     threads.emplace_back([&, r] {
@@ -522,9 +528,18 @@ void RecoverUnitsInFlight(bool late_issue, bool beside = false, size_t stage_chu
   broken.store(true);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   DeclareEpoch(root, 1);
+  std::thread release;
+  if (hold) {
+    EXPECT_GT(fake_cudart::HeldHostCopies(), 0);
+    release = std::thread([] {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      fake_cudart::HoldHostCopies(false);
+    });
+  }
 
   auto repl = std::make_unique<Rank>(root, 1, 30, 8, 0, true, tweak);
   absl::Status joined = repl->ReplaceAtMinibatch1(id, 1);
+  if (release.joinable()) release.join();
   ASSERT_TRUE(joined.ok()) << joined;
   EXPECT_EQ(repl->range, std::vector<char>(kState, 0x42));
   // The replay: units the survivors completed come from them, the two they
@@ -573,6 +588,13 @@ TEST(CudaNcclFakeTest, OtherStreamsRunBesideUnitsInFlightThatRecover) {
 // unit): the replacement takes units 0-2 from them, with the right sums.
 TEST(CudaNcclFakeTest, ResultsKeptThroughTheStagingRingReachTheReplacement) {
   RecoverUnitsInFlight(false, /*beside=*/false, /*stage_chunk=*/1600);
+}
+
+// The same while the survivors' copies to the host are still on their way:
+// the provider hands over its kept results only once they landed (not the
+// bytes the buffers held before).
+TEST(CudaNcclFakeTest, ASurvivorHandsOverKeptResultsOnlyOnceTheyLanded) {
+  RecoverUnitsInFlight(false, /*beside=*/false, /*stage_chunk=*/1600, /*hold=*/true);
 }
 
 // Two ranks whose staging ring wraps inside every unit (`slots` slots of
