@@ -246,10 +246,13 @@ bool HostCopy::Wait() {
                                 << ::cudaGetErrorString(q);
       return false;
     }
+    if (stuck_->load(std::memory_order_relaxed)) return false;  // logged once, below
     if (absl::Now() >= deadline) {
       REVENANT_LOG(ERROR, kLog) << "a kept result's copy to the host did not land in "
                                 << absl::FormatDuration(timeout_)
-                                << " (REVENANT_COLLECTIVE_TIMEOUT_S)";
+                                << " (REVENANT_COLLECTIVE_TIMEOUT_S); the staging stream's later "
+                                   "copies are not waited for";
+      stuck_->store(true, std::memory_order_relaxed);
       return false;
     }
     absl::SleepFor(polls < 20 ? kFirstPolls : kPoll);
@@ -1087,7 +1090,7 @@ bool CudaNccl::StageResults(const std::vector<Op>& ops, std::vector<ResultBuf>* 
       return false;
     }
     // A retry's copy replaces the failed attempt's (later on the same stream).
-    auto copy = std::make_shared<HostCopy>(ev, timeout_);
+    auto copy = std::make_shared<HostCopy>(ev, timeout_, host_copies_stuck_);
     for (size_t k : through_ring) (*staged)[k].pinned.get_deleter().copy = copy;
   }
   return ok;

@@ -183,7 +183,11 @@ struct CudaNcclOptions {
 // back a buffer it writes waits, bounded.
 class HostCopy {
  public:
-  HostCopy(cudaEvent_t event, absl::Duration timeout) : event_(event), timeout_(timeout) {}
+  // `stuck`: shared by the copies of one staging stream; set once one of
+  // them did not land in time, after which the others are not waited for
+  // either (a hung device costs one timeout, not one per buffer).
+  HostCopy(cudaEvent_t event, absl::Duration timeout, std::shared_ptr<std::atomic<bool>> stuck)
+      : event_(event), timeout_(timeout), stuck_(std::move(stuck)) {}
   ~HostCopy();
   HostCopy(const HostCopy&) = delete;
   HostCopy& operator=(const HostCopy&) = delete;
@@ -194,6 +198,7 @@ class HostCopy {
  private:
   cudaEvent_t event_;
   const absl::Duration timeout_;
+  const std::shared_ptr<std::atomic<bool>> stuck_;
   std::atomic<bool> landed_{false};
 };
 
@@ -606,6 +611,8 @@ class CudaNccl {
   void* bounce_ = nullptr;
   size_t bounce_bytes_ = 0;
   std::shared_ptr<PinnedPool> pinned_pool_;
+  // Set once a kept result's copy to the host did not land in time (HostCopy).
+  std::shared_ptr<std::atomic<bool>> host_copies_stuck_ = std::make_shared<std::atomic<bool>>(false);
   // The staging ring (options_.stage_bytes): a slot is filled on a
   // collective's stream after the stream waited for `free` (its last copy to
   // the host), and emptied on stage_stream_ after that waited for `filled`.

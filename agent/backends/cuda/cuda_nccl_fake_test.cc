@@ -790,6 +790,48 @@ TEST(CudaNcclFakeTest, SynchronizationDoesNotWaitForKeptResultsToReachTheHost) {
   }
 }
 
+// A copy to the host that never lands (a hung link, held here past the
+// collective timeout of 1 s): the first kept result read waits the bound and
+// reports none; a result of another unit is then not waited for again.
+TEST(CudaNcclFakeTest, AHungCopyToTheHostCostsOneTimeoutNotOnePerResult) {
+  constexpr int kUnits = 2;
+  ASSERT_EQ(setenv("REVENANT_COLLECTIVE_TIMEOUT_S", "1", 1), 0);
+  fake_cudart::HoldHostCopies(true);
+  std::vector<std::vector<uint64_t>> made;
+  std::vector<double> first_s(2, -1), second_s(2, -1);
+  RunKeptResultRanks(
+      [&](Rank& me, int r, std::vector<uint64_t>* made) -> std::string {
+        std::string err;
+        me.nccl->MarkBoundary(1);
+        me.outs.assign(kUnits, std::vector<float>(kCount, 0.0f));
+        me.sends.assign(kUnits, std::vector<float>(kCount, 1.0f));
+        for (int k = 0; k < kUnits; ++k) {
+          if (me.nccl->AllReduce(me.sends[k].data(), me.outs[k].data(), kCount, ncclFloat,
+                                 ncclSum, me.comm, me.stream) != ncclSuccess) {
+            return "all-reduce failed";
+          }
+        }
+        if (me.nccl->SettleAll() != ncclSuccess) err += "; settle failed";
+        const auto t0 = std::chrono::steady_clock::now();
+        if (!me.nccl->KeptResult(me.comm, 1, 0, 0).empty()) err += "; unit 0 kept before it landed";
+        const auto t1 = std::chrono::steady_clock::now();
+        if (!me.nccl->KeptResult(me.comm, 1, 1, 0).empty()) err += "; unit 1 kept before it landed";
+        const auto t2 = std::chrono::steady_clock::now();
+        first_s[r] = std::chrono::duration<double>(t1 - t0).count();
+        second_s[r] = std::chrono::duration<double>(t2 - t1).count();
+        return err;
+      },
+      &made, /*slots=*/3 * kUnits);
+  fake_cudart::HoldHostCopies(false);
+  unsetenv("REVENANT_COLLECTIVE_TIMEOUT_S");
+  if (HasFatalFailure()) return;
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_GE(first_s[r], 0.9) << "rank " << r << ": the first read did not wait for its copy";
+    // Far below the bound: not waited for again (a second timeout would be 1 s).
+    EXPECT_LT(second_s[r], 0.5) << "rank " << r << ": waited the bound again";
+  }
+}
+
 // Which work waits for units in flight (CudaNccl::BeforeStreamWork,
 // NoteEventRecord, BeforeEventUse): work of the units' own stream, of the
 // legacy stream when theirs is blocking, and a use of an event recorded
