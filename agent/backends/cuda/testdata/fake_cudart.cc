@@ -106,7 +106,6 @@ struct Hold {
   std::mutex mu;
   std::condition_variable cv;
   bool held = false;  // guarded by mu
-  long waiting = 0;   // guarded by mu
   std::atomic<long> landed{0};
 };
 Hold& HostCopyHold() {
@@ -148,12 +147,6 @@ void HoldHostCopies(bool hold) {
   std::lock_guard<std::mutex> lock(h.mu);
   h.held = hold;
   h.cv.notify_all();
-}
-
-long HeldHostCopies() {
-  Hold& h = HostCopyHold();
-  std::lock_guard<std::mutex> lock(h.mu);
-  return h.waiting;
 }
 
 long HostCopiesLanded() { return HostCopyHold().landed.load(); }
@@ -246,9 +239,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
       // Held (a test's slow link), at most 30 s.
       fake_cudart::Hold& h = fake_cudart::HostCopyHold();
       std::unique_lock<std::mutex> lock(h.mu);
-      ++h.waiting;
       h.cv.wait_for(lock, std::chrono::seconds(30), [&] { return !h.held; });
-      --h.waiting;
     }
     std::memcpy(dst, src, count);
     if (kind == cudaMemcpyDeviceToHost) fake_cudart::HostCopyHold().landed.fetch_add(1);

@@ -30,9 +30,7 @@ long HostFunctionsRun();
 // While held, device-to-host copies (cudaMemcpyAsync of that kind) wait on
 // their stream until released (at most 30 s each): a slow link.
 void HoldHostCopies(bool hold);
-// Device-to-host copies waiting for HoldHostCopies(false) now, and those
-// done so far (all devices).
-long HeldHostCopies();
+// Device-to-host copies done so far (all devices).
 long HostCopiesLanded();
 // Host ranges registered (cudaHostRegister) and not unregistered yet.
 long RegisteredHostRanges();
