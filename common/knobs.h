@@ -61,7 +61,7 @@ enum class Type { kBool, kInt, kDouble, kString };
   X(kCollectiveTimeoutS, "REVENANT_COLLECTIVE_TIMEOUT_S", kDouble, kProduct, "60",               \
     "Seconds a collective (NCCL or Gloo) may wait for its peers before it fails and its "       \
     "communicator is aborted; also the bound of a host-backend stream wait on a value "         \
-    "(cuStreamWaitValue32).")                                                                    \
+    "(cuStreamWaitValue32) and of the wait for a kept collective result's copy to the host.")   \
   X(kCollectivePipeline, "REVENANT_COLLECTIVE_PIPELINE", kInt, kProduct, "8",                   \
     "Real NCCL with several ranks and recovery: how many collectives of a communicator may be " \
     "in flight at once (the deferred fence: the agent waits for them before any other "       \

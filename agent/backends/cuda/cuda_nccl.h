@@ -172,10 +172,6 @@ struct CudaNcclOptions {
   static CudaNcclOptions From(const BackendOptions& options);
 };
 
-// Pinned host buffers for the results of completed units, reused from
-// minibatch to minibatch (a step's gradient all-reduces have the same sizes
-// every step): a result is copied from the device straight into one, never
-// again on the CPU. The pool outlives every buffer it handed out.
 // The copy of kept results to the host on the staging stream, landed once
 // `event` (recorded behind it) completes; shared by the buffers of one unit.
 // The unit's fence does not wait for it (the application's stream passed
@@ -202,6 +198,10 @@ class HostCopy {
   std::atomic<bool> landed_{false};
 };
 
+// Pinned host buffers for the results of completed units, reused from
+// minibatch to minibatch (a step's gradient all-reduces have the same sizes
+// every step): a result is copied from the device straight into one, never
+// again on the CPU. The pool outlives every buffer it handed out.
 class PinnedPool {
  public:
   struct Giver {
