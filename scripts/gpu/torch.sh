@@ -109,9 +109,11 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       if [ $((p % 2)) = 1 ]; then tp_native "$nlog"; nrc=$?; tp_shim "$clog"; crc=$?
       else tp_shim "$clog"; crc=$?; tp_native "$nlog"; nrc=$?; fi
       a=$(th_step "$nlog"); b=$(th_step "$clog")
-      if [ $nrc -ne 0 ] || [ $crc -ne 0 ] || [ -z "$a" ] || [ -z "$b" ] ||
-         [ "$(th_hash "$nlog")" != "$(th_hash "$clog")" ]; then
-        tp_ok=0; echo "   pair $p: rc native $nrc, revenant $crc; hashes differ or no step time"
+      hn=$(th_hash "$nlog"); hc=$(th_hash "$clog")
+      if [ $nrc -ne 0 ] || [ $crc -ne 0 ] || [ -z "$a" ] || [ -z "$b" ] || [ -z "$hn" ] ||
+         [ "$hn" != "$hc" ] || [ "$(echo "$hn" | wc -l)" -ne 1 ] ||
+         [ "$(th_nhash "$nlog")" -ne 4 ] || [ "$(th_nhash "$clog")" -ne 4 ]; then
+        tp_ok=0; echo "   pair $p: rc native $nrc, revenant $crc; not one hash on all 4 ranks of both, or no step time"
         th_diag "$clog" 10
         continue
       fi
