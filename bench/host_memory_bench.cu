@@ -16,12 +16,20 @@
 //    second stream), and with a device-to-device copy behind it instead.
 // 4. The CPU copying the pinned source into a registered file: 1-16
 //    threads, alone and while the upload runs.
+// 5. Write-protecting an upload's source (a registered shared tmpfs mapping,
+//    pages resident): mprotect to read-only and back, alone and issued right
+//    after the upload from it, whose bandwidth is printed against the upload
+//    alone; the first write after the protection was lifted (the pages'
+//    write faults); and what the kernel offers instead (its version, whether
+//    userfaultfd is open to unprivileged processes).
 #include <cuda_runtime.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -298,6 +306,76 @@ void Link() {
   CHECK(cudaFreeHost(src));
 }
 
+void WriteProtect(size_t n) {
+  std::printf("== write-protecting a %zu MiB registered shared mapping (ms; GB/s)\n", n >> 20);
+  struct utsname u;
+  if (uname(&u) == 0) std::printf("   kernel %s\n", u.release);
+  if (FILE* f = std::fopen("/proc/sys/vm/unprivileged_userfaultfd", "r")) {
+    int v = -1;
+    if (std::fscanf(f, "%d", &v) == 1) std::printf("   vm.unprivileged_userfaultfd %d\n", v);
+    std::fclose(f);
+  }
+  char* src = MapFresh("wp", n, false);
+  Populate(src, n, 8);
+  std::memset(src, 3, n);
+  Register(src, n);
+  char* d = nullptr;
+  CHECK(cudaMalloc(&d, n));
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto gb = [n](double ms) { return n / (ms * 1e-3) / 1e9; };
+  auto protect = [&](int prot) {
+    if (mprotect(src, n, prot) != 0) {
+      std::printf("FAIL mprotect: %s\n", std::strerror(errno));
+      std::exit(1);
+    }
+  };
+  CHECK(cudaMemcpy(d, src, n, cudaMemcpyHostToDevice));  // warm-up
+  for (int round = 0; round < 2; ++round) {
+    std::vector<double> ro, rw, touch, alone, with, with_ro_ms, lifted;
+    for (int i = 0; i < 6; ++i) {
+      auto t0 = Clock::now();
+      CHECK(cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, s));
+      CHECK(cudaStreamSynchronize(s));
+      alone.push_back(gb(Ms(t0, Clock::now())));
+      t0 = Clock::now();
+      protect(PROT_READ);
+      const auto t1 = Clock::now();
+      protect(PROT_READ | PROT_WRITE);
+      const auto t2 = Clock::now();
+      for (size_t o = 0; o < n; o += 4096) src[o] = static_cast<char>(i);
+      const auto t3 = Clock::now();
+      ro.push_back(Ms(t0, t1));
+      rw.push_back(Ms(t1, t2));
+      touch.push_back(Ms(t2, t3));
+      // The upload from the source, protected right after it was issued.
+      t0 = Clock::now();
+      CHECK(cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, s));
+      protect(PROT_READ);
+      const auto tp = Clock::now();
+      CHECK(cudaStreamSynchronize(s));
+      with.push_back(gb(Ms(t0, Clock::now())));
+      with_ro_ms.push_back(Ms(t0, tp));
+      // Lifting it while the next upload runs (the journal done with the
+      // previous one).
+      t0 = Clock::now();
+      CHECK(cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, s));
+      protect(PROT_READ | PROT_WRITE);
+      CHECK(cudaStreamSynchronize(s));
+      lifted.push_back(gb(Ms(t0, Clock::now())));
+    }
+    const double a = Median(alone);
+    std::printf("   round %d: read-only %.2f, writable again %.2f, then a write to every page %.2f; "
+                "upload alone %.1f, protected right after it was issued %.1f (%.3f; issue + "
+                "protect %.2f ms), the protection lifted during it %.1f (%.3f)\n",
+                round, Median(ro), Median(rw), Median(touch), a, Median(with), Median(with) / a,
+                Median(with_ro_ms), Median(lifted), Median(lifted) / a);
+  }
+  CHECK(cudaStreamDestroy(s));
+  CHECK(cudaFree(d));
+  Release(src, n);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -318,6 +396,7 @@ int main(int argc, char** argv) {
   MakingFiles(mib << 20);
   Stalls(mib << 20);
   Link();
+  WriteProtect(mib << 20);
   std::printf("PASS host_memory_bench\n");
   return 0;
 }

@@ -11,7 +11,8 @@
 # REVENANT_RUN and FLAGS: the revenant-run command without --journal (this
 # script adds --journal=true / --journal=false); boundary snapshots should be
 # off in FLAGS (--snapshots=off) so that the ratio is the journal's alone.
-# NATIVE=1: a third arm runs APP without Revenant (ratio to native printed).
+# NATIVE=1: a third arm runs APP without Revenant (ratio to native printed;
+# with ALTERNATE, every other arm's bursts are also compared with native's).
 # EXTRA_ARM="NAME WORD...": further arms, separated by ';' (revenant-run with
 # the journal on plus these words: --flags go to revenant-run, VAR=VALUE to its
 # environment; a later --journal=false wins), e.g.
@@ -117,8 +118,10 @@ for p in $(seq "$pairs"); do
     done
     rm -f "/dev/shm/$name"
     for arm in $arms; do
-      [ "$arm" = off ] && continue
-      join "$tmp/bursts.$arm" "$tmp/bursts.off" | awk '{ print $2 / $3 }' >>"$tmp/bratio.$arm"
+      [ "$arm" = off ] || join "$tmp/bursts.$arm" "$tmp/bursts.off" | awk '{ print $2 / $3 }' >>"$tmp/bratio.$arm"
+      # With the native arm: every other arm's bursts against native's too.
+      [ "${NATIVE:-0}" = 1 ] && [ "$arm" != native ] &&
+        join "$tmp/bursts.$arm" "$tmp/bursts.native" | awk '{ print $2 / $3 }' >>"$tmp/nratio.$arm"
     done
   else
     for arm in $order; do
@@ -148,14 +151,18 @@ awk '{ l = log($1); s += l; q += l * l; n++ } END {
   printf "geometric mean of per-pair ratios %.4f, standard error %.1f %% (95 %% interval %.4f-%.4f)\n",
     exp(m), 100 * se, exp(m - 1.96 * se), exp(m + 1.96 * se) }' "$tmp/ratio"
 if [ -n "${ALTERNATE:-}" ]; then
-  # Burst pairs: arm burst J / off burst J of the same round.
-  for arm in $arms; do
-    [ "$arm" = off ] && continue
-    awk -v arm="$arm" '{ l = log($1); s += l; q += l * l; n++ } END {
+  # Burst pairs: arm burst J / off burst J of the same round (with the native
+  # arm, also arm burst J / native burst J).
+  burst_ratios() {  # ARM BASE FILE
+    awk -v arm="$1" -v base="$2" '{ l = log($1); s += l; q += l * l; n++ } END {
       if (n < 2) exit; m = s / n; sd = sqrt((q - n * m * m) / (n - 1)); se = sd / sqrt(n);
-      printf "bursts %s/off: geometric mean of %d burst ratios %.4f, standard error %.2f %% (95 %% interval %.4f-%.4f)\n",
-        arm, n, exp(m), 100 * se, exp(m - 1.96 * se), exp(m + 1.96 * se)
-      printf "RESULT journal_step_burst_ratio_%s_off %.4f\n", arm, exp(m) }' "$tmp/bratio.$arm"
+      printf "bursts %s/%s: geometric mean of %d burst ratios %.4f, standard error %.2f %% (95 %% interval %.4f-%.4f)\n",
+        arm, base, n, exp(m), 100 * se, exp(m - 1.96 * se), exp(m + 1.96 * se)
+      printf "RESULT journal_step_burst_ratio_%s_%s %.4f\n", arm, base, exp(m) }' "$3"
+  }
+  for arm in $arms; do
+    [ "$arm" = off ] || burst_ratios "$arm" off "$tmp/bratio.$arm"
+    [ "${NATIVE:-0}" = 1 ] && [ "$arm" != native ] && burst_ratios "$arm" native "$tmp/nratio.$arm"
   done
 fi
 echo "RESULT journal_step_ratio $m_r"

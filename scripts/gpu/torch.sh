@@ -30,10 +30,18 @@
 #   nccl_multi_bench's pairs), so each pair's ratio of rank 0's median step,
 #   the mean of the pairs within 10 %, and all runs grouped by level (the
 #   runner's `levels`) are printed.
+# MODE torch1_pairs: the 1-rank step of TORCH_ONE (default mlp_ddp) only,
+#   TORCH1_PAIRS pairs (default 3) of a native run and a run under the shim
+#   with the default snapshots, the order alternating, TORCH_STEPS steps
+#   (default 300, so that the snapshots of a longer job enter the mean):
+#   each pair's ratio of the median step and of the mean step (every
+#   snapshot in it), the median of the pairs' ratios, and the parameters
+#   equal in every pair.
 # TORCH_ONE: the scripts of step 1 (default: all three); TORCH_STEPS: their
 #   steps (default: each script's own).
 if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE" = torch_probe ] ||
-   [ "$MODE" = torch_prof ] || [ "$MODE" = torch4 ] || [ "$MODE" = torch4_pairs ]; then
+   [ "$MODE" = torch_prof ] || [ "$MODE" = torch4 ] || [ "$MODE" = torch4_pairs ] ||
+   [ "$MODE" = torch1_pairs ]; then
   echo
   echo "=== PyTorch (tests/torch) natively and under the shim"
   PY="${TORCH_PYTHON:-python3}"
@@ -130,6 +138,36 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
     [ ${#tp_runs[@]} -gt 0 ] && printf '%s\n' "${tp_runs[@]}" | levels
     [ "$tp_ok" = 1 ] && st=PASS || st=FAIL
     record "torch mlp_ddp 4 ranks nccl step pairs" "$st" "$clog"
+  elif [ "$MODE" = torch1_pairs ]; then
+    t1_n=${TORCH1_PAIRS:-3}; t1_steps=${TORCH_STEPS:-300}
+    med() { sort -g | awk '{ v[NR] = $1 } END { print NR ? ((NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) : "-" }'; }
+    for s in ${TORCH_ONE:-mlp_ddp}; do
+      t1_ok=1; t1_med=(); t1_mean=()
+      for p in $(seq 1 "$t1_n"); do
+        nlog="$LOGS/torch.$s.pair.native.log"; clog="$LOGS/torch.$s.pair.cuda.log"
+        t1_shim() {
+          timeout 400 $RUN -n 1 --backend=cuda --timeout=360 -- "$PY" "$TS/$s.py" --steps "$t1_steps" >"$clog" 2>&1
+        }
+        if [ $((p % 2)) = 1 ]; then th_native1 "$nlog" "$TS/$s.py" --steps "$t1_steps"; nrc=$?; t1_shim; crc=$?
+        else t1_shim; crc=$?; th_native1 "$nlog" "$TS/$s.py" --steps "$t1_steps"; nrc=$?; fi
+        a=$(th_step "$nlog"); b=$(th_step "$clog"); am=$(th_mean "$nlog"); bm=$(th_mean "$clog")
+        hn=$(th_hash "$nlog"); hc=$(th_hash "$clog")
+        if [ $nrc -ne 0 ] || [ $crc -ne 0 ] || [ -z "$a" ] || [ -z "$b" ] || [ -z "$am" ] || [ -z "$bm" ] ||
+           [ -z "$hn" ] || [ "$hn" != "$hc" ]; then
+          t1_ok=0; echo "   $s pair $p: rc native $nrc, revenant $crc; parameters not equal, or no step time"
+          th_diag "$clog" 10
+          continue
+        fi
+        t1_med+=("$(calc "$b / $a")"); t1_mean+=("$(calc "$bm / $am")")
+        printf '   %s 1 rank, pair %d of %d (%d steps): median step native %.3f, revenant %.3f ms (%.3f); mean step (snapshots in it) native %.3f, revenant %.3f ms (%.3f); parameters equal\n' \
+          "$s" "$p" "$t1_n" "$t1_steps" "$a" "$b" "$(calc "$b / $a")" "$am" "$bm" "$(calc "$bm / $am")"
+        grep -hoE "snapshots at exit.*" "$clog" | head -1 | sed 's/^/   | agent /'
+      done
+      printf '   %s 1 rank, %d pair(s): median of the pairs ratios: median step %s, mean step %s (goal <= 1.10)\n' \
+        "$s" "${#t1_med[@]}" "$(printf '%s\n' "${t1_med[@]}" | med)" "$(printf '%s\n' "${t1_mean[@]}" | med)"
+      [ "$t1_ok" = 1 ] && st=PASS || st=FAIL
+      record "torch $s 1 rank step pairs" "$st" "$clog"
+    done
   elif [ "$MODE" = torch_prof ]; then
     for s in ${TORCH_PROF_SCRIPTS:-mlp_ddp conv_bf16}; do
       nlog="$LOGS/torch.$s.prof.native.log"

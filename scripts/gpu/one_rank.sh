@@ -1,0 +1,65 @@
+# GPU section: the one-rank rows of docs/performance.md's goal table measured
+# in interleaved pairs (sourced by .gpu/run_gpu.sh with MODE, G, RUN, LOGS and
+# the helpers record, calc; runs for MODE "one_pairs" only). This VM moves a
+# whole run's figures by up to a third between runs of one binary, so a row is
+# shown only by pairs run next to each other in time.
+#
+#   1. train_mlp, 1 rank, real NCCL: bench/journal_step.sh with the native
+#      arm, ONE_STEP_ROUNDS rounds (default 6) in which the arms run at once
+#      taking turns in bursts of 1000 steps: "on" (journal on,
+#      --snapshots=off: a journal boundary per step), "off" (journal off) and
+#      "snap" (journal on, the one-rank default snapshots). Printed: each
+#      round, and each arm's bursts against native's (goals: on <= 1.05,
+#      snap <= 1.10).
+#   2. shim_bench, ONE_BENCH_PAIRS pairs (default 4) of a native run and a
+#      run under the shim (journal on, default snapshots, --h2d_iters
+#      ONE_H2D_ITERS, default 24), the order alternating: each metric's ratio
+#      per pair, the median of the pairs' ratios and the goal.
+if [ "$MODE" = one_pairs ]; then
+  echo
+  echo "=== one rank, interleaved pairs"
+  export NCCL_NVLS_ENABLE=0
+  log="$LOGS/one_step.log"
+  ALTERNATE=1000 NATIVE=1 EXTRA_ARM="snap --snapshots=auto" bash "$G/bench/journal_step.sh" \
+    "${ONE_STEP_ROUNDS:-6}" 20000 2000 \
+    $RUN -n 1 --backend=cuda --snapshots=off --timeout=180 -- "$G/apps/train_mlp.bin" \
+    >"$log" 2>&1; rc=$?
+  if [ $rc -eq 0 ] && grep -q "RESULT journal_step_burst_ratio_snap_native" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+  record "one rank: train_mlp step, native / journal on / off / default snapshots" "$s" "$log"
+  grep -E "^  round|^step time|^bursts|^ratio|^geometric" "$log" | sed 's/^/   | /'
+  [ "$s" = PASS ] || tail -20 "$log" | sed 's/^/   | /'
+
+  pairs=${ONE_BENCH_PAIRS:-4}; iters=${ONE_H2D_ITERS:-24}
+  : >"$LOGS/one_bench.ratios"
+  ok=1
+  for p in $(seq 1 "$pairs"); do
+    nlog="$LOGS/one_bench.native.$p.log"; slog="$LOGS/one_bench.cuda.$p.log"
+    bn() { timeout 200 "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$nlog" 2>&1; }
+    bs() { timeout 260 $RUN -n 1 --backend=cuda --timeout=240 -- "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$slog" 2>&1; }
+    if [ $((p % 2)) = 1 ]; then bn; nrc=$?; bs; src=$?; else bs; src=$?; bn; nrc=$?; fi
+    if [ $nrc -ne 0 ] || [ $src -ne 0 ] || ! grep -q "^PASS shim_bench" "$nlog" || ! grep -q "PASS shim_bench" "$slog"; then
+      ok=0; echo "   shim_bench pair $p: rc native $nrc, revenant $src"; tail -5 "$slog" | sed 's/^/   | /'
+      continue
+    fi
+    # compare.sh: metric native revenant unit ratio goal ("<= 0.10" or "-") met
+    bash "$G/bench/compare.sh" "$nlog" "$slog" |
+      awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
+      >>"$LOGS/one_bench.ratios"
+    echo "   shim_bench pair $p: $(awk -v p="$p" '$1 == p { printf "%s %.3f  ", $2, $3 }' "$LOGS/one_bench.ratios")"
+  done
+  echo "   shim_bench, $pairs pair(s): per metric the pairs' ratios (revenant / native), their median, the goal"
+  awk '{ r[$2] = r[$2] " " $3; g[$2] = $4 " " $5; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
+    END { for (i = 1; i <= n; i++) print order[i], g[order[i]], r[order[i]] }' "$LOGS/one_bench.ratios" |
+    while read -r m op goal rest; do
+      med=$(echo "$rest" | tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+      met=-
+      case $op in
+        "<=") met=$(awk -v a="$med" -v b="$goal" 'BEGIN { print (a <= b) ? "met" : "not met" }') ;;
+        ">=") met=$(awk -v a="$med" -v b="$goal" 'BEGIN { print (a >= b) ? "met" : "not met" }') ;;
+      esac
+      printf '   | %-26s pairs %-40s median %.3f  goal %s %s: %s\n' "$m" "$rest" "$med" "$op" "$goal" "$met"
+    done
+  grep -h "captured uploads at exit\|snapshots at exit" "$LOGS"/one_bench.cuda.*.log 2>/dev/null | head -4 | sed 's/^/   | agent /'
+  [ "$ok" = 1 ] && s=PASS || s=FAIL
+  record "one rank: shim_bench pairs" "$s" "$LOGS/one_bench.cuda.$pairs.log"
+fi
