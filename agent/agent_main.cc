@@ -305,6 +305,10 @@ RequestJournal::Options JournalOptionsFromFlags() {
     // refuses a size that is not whole 32 KiB blocks.
     jopts.journal.minibatch_first_chunk = static_cast<size_t>(*kib) << 10;
   }
+  if (const std::optional<int64_t> mib =
+          knobs::Int(knobs::Id::kJournalPayloadAheadMib, 0, int64_t{1} << 10)) {
+    jopts.journal.payload_ahead_bytes = static_cast<uint64_t>(*mib) << 20;
+  }
   // Journal size bounds (journal/journal.h): a warning from 1 GiB on (and at
   // each doubling) by default; the agent stops, as on a full disk, at
   // REVENANT_JOURNAL_MAX_KIB (default: none).

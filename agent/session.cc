@@ -230,7 +230,9 @@ void Session::ReportAtExit() {
                                 << " bytes (" << st.setup_live_entries << " live entries), minibatch "
                                 << st.minibatch_file_bytes << " bytes, " << st.compactions
                                 << " compactions, minibatch " << options_.journal->minibatch()
-                                << ", payload files reused " << st.payload_files_reused;
+                                << ", payload files reused " << st.payload_files_reused
+                                << ", payload pages made ahead " << (st.payload_bytes_ahead >> 20)
+                                << " MiB";
     if (options_.journal->timing()) {
       const RequestJournal& j = *options_.journal;
       REVENANT_LOG(INFO, "agent") << absl::StrFormat(

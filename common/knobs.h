@@ -171,6 +171,9 @@ enum class Type { kBool, kInt, kDouble, kString };
     "0: the executor places every minibatch boundary itself (write-behind).")                   \
   X(kJournalMinibatchChunkKib, "REVENANT_JOURNAL_MINIBATCH_CHUNK_KIB", kInt, kMeasurement,       \
     "4096", "The minibatch log's first chunk, in KiB (whole 32 KiB blocks, at most 64 MiB).")    \
+  X(kJournalPayloadAheadMib, "REVENANT_JOURNAL_PAYLOAD_AHEAD_MIB", kInt, kMeasurement, "16",     \
+    "A minibatch payload file's pages are allocated this many MiB ahead of its writes, on a "   \
+    "helper thread; 0: the writes allocate them.")                                               \
   X(kCrc32c, "REVENANT_CRC32C", kString, kMeasurement, "sse4.2 where available",                 \
     "isal-auto: the journal's checksums through ISA-L's dispatcher (to compare).")               \
   X(kProbeOut, "REVENANT_PROBE_OUT", kString, kMeasurement, "",                                  \

@@ -56,6 +56,8 @@ class PosixWritableFile : public WritableFile {
     return absl::OkStatus();
   }
 
+  int fd() const override { return fd_; }
+
  private:
   const std::string path_;
   int fd_;

@@ -33,6 +33,8 @@ class WritableFile {
   // Makes appended data durable (fdatasync for POSIX files).
   virtual absl::Status Sync() = 0;
   virtual absl::Status Close() = 0;
+  // The open file descriptor (POSIX files), -1 if none or closed.
+  virtual int fd() const { return -1; }
 };
 
 // A new log file written through a shared memory mapping (docs/journal_format.md,

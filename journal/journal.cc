@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <thread>
 #include <cerrno>
 #include <cstdio>
@@ -499,6 +500,7 @@ class SegmentWriter {
       }
       payload_length_ += payload.size();
       payload_bytes = payload.size();
+      AllocateAhead();
     }
     // An inline payload given by reference is encoded last (field 5 after
     // the others: protobuf accepts fields in any order) and copied once,
@@ -528,6 +530,14 @@ class SegmentWriter {
   // A minibatch segment: where the journal keeps a superseded segment's
   // payload file for the next one's (Journal::spare_payload_).
   void set_spare_payload(SparePayload* spare) { spare_payload_ = spare; }
+  // A minibatch segment: `allocate(fd, offset, length)` has the payload
+  // file's next `bytes` allocated on another thread once the payload comes
+  // within half of them of what it allocated before
+  // (JournalOptions::payload_ahead_bytes); it owns `fd`, a duplicate.
+  void set_allocate_ahead(std::function<void(int, uint64_t, uint64_t)> allocate, uint64_t bytes) {
+    allocate_ahead_ = std::move(allocate);
+    ahead_bytes_ = bytes;
+  }
 
   absl::Status Close() {
     // A mapped log is truncated to the log's length: no zero tail remains.
@@ -586,6 +596,18 @@ class SegmentWriter {
     return NewAppendableFile(path);
   }
 
+  void AllocateAhead() {
+    if (!allocate_ahead_ || ahead_bytes_ == 0 || payload_file_ == nullptr ||
+        payload_length_ + ahead_bytes_ / 2 < ahead_end_) {
+      return;
+    }
+    const int fd = payload_file_->fd() >= 0 ? ::dup(payload_file_->fd()) : -1;
+    if (fd < 0) return;  // not a POSIX file, or out of descriptors: writes allocate
+    const uint64_t from = std::max(ahead_end_, payload_length_);
+    allocate_ahead_(fd, from, ahead_bytes_);
+    ahead_end_ = from + ahead_bytes_;
+  }
+
   // A superseded segment (closed) hands its payload file to the journal as
   // the spare, up to kMaxSparePayload bytes (an older spare not taken is
   // removed); the file is no longer this segment's.
@@ -622,6 +644,9 @@ class SegmentWriter {
   SparePayload* spare_payload_ = nullptr;
   std::unique_ptr<log::Writer> writer_;
   uint64_t payload_length_ = 0;
+  std::function<void(int, uint64_t, uint64_t)> allocate_ahead_;
+  uint64_t ahead_bytes_ = 0;
+  uint64_t ahead_end_ = 0;  // the payload file's bytes asked to be allocated
   uint64_t header_bytes_ = 0;
   uint64_t minibatch_start_ = 0;  // log length where the current minibatch began
   uint64_t last_seq_ = 0;
@@ -649,6 +674,8 @@ Journal::~Journal() {
   {
     absl::MutexLock lock(&spare_mu_);
     spare = std::move(spare_log_);
+    for (const AheadRequest& r : ahead_) ::close(r.fd);
+    ahead_.clear();
   }
   absl::MutexLock lock(&mu_);
   if (setup_) setup_->Close().IgnoreError();
@@ -674,6 +701,18 @@ void Journal::ZeroSpareLater(std::unique_ptr<MappedLogFile> log, uint64_t dirty)
   }
 }
 
+void Journal::AllocateAheadLater(int fd, uint64_t offset, uint64_t length) {
+  absl::MutexLock lock(&spare_mu_);
+  if (spare_stop_) {
+    ::close(fd);
+    return;
+  }
+  ahead_.push_back(AheadRequest{fd, offset, length});
+  if (!spare_thread_.joinable()) {
+    spare_thread_ = std::thread([this] { SpareLoop(); });
+  }
+}
+
 void Journal::CreateSpareLater() {
   absl::MutexLock lock(&spare_mu_);
   spare_create_ = true;
@@ -691,18 +730,37 @@ std::unique_ptr<MappedLogFile> Journal::TakeZeroedSpare() {
 }
 
 void Journal::SpareLoop() {
+  std::vector<AheadRequest> ahead;
   while (true) {
     MappedLogFile* log = nullptr;
     uint64_t dirty = 0;
     bool create = false;
     {
       absl::MutexLock lock(&spare_mu_);
-      auto work = [this] { return spare_stop_ || spare_dirty_ != 0 || spare_create_; };
+      auto work = [this] {
+        return spare_stop_ || spare_dirty_ != 0 || spare_create_ || !ahead_.empty();
+      };
       spare_mu_.Await(absl::Condition(&work));
       if (spare_stop_) return;
+      ahead.swap(ahead_);
       create = spare_create_;
       log = spare_log_.get();
       dirty = spare_dirty_;
+    }
+    if (!ahead.empty()) {
+      // Payload pages ahead of the writes (not fatal if refused: the write
+      // then allocates them itself, as without this).
+      for (const AheadRequest& r : ahead) {
+        int rc;
+        do {
+          rc = ::fallocate(r.fd, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(r.offset),
+                           static_cast<off_t>(r.length));
+        } while (rc != 0 && errno == EINTR);
+        if (rc == 0) payload_bytes_ahead_.fetch_add(r.length, std::memory_order_relaxed);
+        ::close(r.fd);
+      }
+      ahead.clear();
+      continue;
     }
     if (create) {
       // A fresh file under a name readers ignore (a *.tmp of the minibatch
@@ -779,7 +837,16 @@ absl::StatusOr<std::unique_ptr<SegmentWriter>> Journal::NewSegment(
   header.set_minibatch(minibatch);
   absl::StatusOr<std::unique_ptr<SegmentWriter>> w =
       SegmentWriter::Create(dir_, header, options_, tmp, std::move(spare));
-  if (w.ok() && kind == MINIBATCH) (*w)->set_spare_payload(&spare_payload_);
+  if (w.ok() && kind == MINIBATCH) {
+    (*w)->set_spare_payload(&spare_payload_);
+    if (options_.payload_ahead_bytes > 0 && options_.sync == SyncPolicy::kNone) {
+      (*w)->set_allocate_ahead(
+          [this](int fd, uint64_t offset, uint64_t length) {
+            AllocateAheadLater(fd, offset, length);
+          },
+          options_.payload_ahead_bytes);
+    }
+  }
   return w;
 }
 
@@ -1127,6 +1194,7 @@ JournalStats Journal::stats() const {
   stats.compactions = compactions_;
   stats.last_seq = last_seq_;
   stats.payload_files_reused = spare_payload_.reused;
+  stats.payload_bytes_ahead = payload_bytes_ahead_.load(std::memory_order_relaxed);
   return stats;
 }
 

@@ -1284,6 +1284,61 @@ TEST(JournalTest, PayloadFilesAreReusedAcrossMinibatchSegments) {
   EXPECT_NE(0, ::stat((dir + "/" + kSparePayloadName).c_str(), &st)) << "the spare outlived the journal";
 }
 
+// Bytes of tmpfs (or disk) pages a file holds, whatever its size says.
+uint64_t AllocatedBytes(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+// A minibatch that grows by a 1 MiB payload per step (a one-rank job's steps
+// between snapshots) gets its payload file's pages from the helper thread
+// ahead of the writes (JournalOptions::payload_ahead_bytes): the file holds
+// pages past its size, without changing the size or any entry read back;
+// with the option 0, the writes allocate their own pages.
+TEST(JournalTest, PayloadPagesAreAllocatedAheadOfTheWrites) {
+  for (const uint64_t ahead : {uint64_t{0}, uint64_t{4} << 20}) {
+    SCOPED_TRACE(ahead);
+    const std::string dir = TestDir("payload_ahead");
+    JournalOptions options;
+    options.payload_ahead_bytes = ahead;
+    auto j = OpenJournal(dir, options);
+    ASSERT_NE(j, nullptr);
+    ASSERT_TRUE(j->MarkBoundary(1).ok());
+    std::vector<std::string> want;
+    uint64_t written = 0;
+    for (uint64_t seq = 1; seq <= 10; ++seq) {
+      std::string payload(1 << 20, '\0');
+      for (size_t k = 0; k < payload.size(); k += 4096) payload[k] = static_cast<char>(k / 4096 + seq);
+      ASSERT_TRUE(j->AppendMinibatch(Entry(seq), payload).ok());
+      written += payload.size();
+      want.push_back(std::move(payload));
+      const std::string path = OnlyFile(dir, "minibatch-", ".payload");
+      ASSERT_EQ(written, *FileSize(path)) << "the size counts the written bytes only";
+      if (ahead == 0) {
+        EXPECT_EQ(0u, j->stats().payload_bytes_ahead);
+        EXPECT_LE(AllocatedBytes(path), written + (64 << 10)) << "pages past the writes without the option";
+        continue;
+      }
+      // The helper thread's pages cover more than half the option past the
+      // writes (bounded wait: it runs behind the append).
+      absl::Time deadline = absl::Now() + absl::Seconds(10);
+      while (AllocatedBytes(path) < written + ahead / 2 && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(1));
+      }
+      EXPECT_GE(AllocatedBytes(path), written + ahead / 2) << "after payload " << seq;
+      EXPECT_LE(AllocatedBytes(path), written + 2 * ahead) << "after payload " << seq;
+    }
+    if (ahead != 0) {
+      EXPECT_GE(j->stats().payload_bytes_ahead, written);
+    }
+    Read r = ReadLog(dir, MINIBATCH);
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    ASSERT_EQ(want.size(), r.entries.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(r.entries[i].inline_payload() == want[i]) << i;
+  }
+}
+
 TEST(JournalTest, BoundaryMarkers) {
   const std::string dir = TestDir("markers");
   ASSERT_TRUE(CreateDirs(dir).ok());

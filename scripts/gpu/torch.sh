@@ -36,7 +36,10 @@
 #   (default 300, so that the snapshots of a longer job enter the mean):
 #   each pair's ratio of the median step and of the mean step (every
 #   snapshot in it), the median of the pairs' ratios, and the parameters
-#   equal in every pair.
+#   equal in every pair. TORCH1_ARM="NAME=VALUE ... --flag ...": a third run
+#   in every pair under the shim with these settings (environment words,
+#   revenant-run flags), its ratios printed beside (the same change off and
+#   on in one call).
 # TORCH_ONE: the scripts of step 1 (default: all three); TORCH_STEPS: their
 #   steps (default: each script's own).
 if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE" = torch_probe ] ||
@@ -142,7 +145,7 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
     t1_n=${TORCH1_PAIRS:-3}; t1_steps=${TORCH_STEPS:-300}
     med() { sort -g | awk '{ v[NR] = $1 } END { print NR ? ((NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) : "-" }'; }
     for s in ${TORCH_ONE:-mlp_ddp}; do
-      t1_ok=1; t1_med=(); t1_mean=()
+      t1_ok=1; t1_med=(); t1_mean=(); t1_xmed=(); t1_xmean=()
       for p in $(seq 1 "$t1_n"); do
         nlog="$LOGS/torch.$s.pair.native.log"; clog="$LOGS/torch.$s.pair.cuda.log"
         t1_shim() {
@@ -150,6 +153,20 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
         }
         if [ $((p % 2)) = 1 ]; then th_native1 "$nlog" "$TS/$s.py" --steps "$t1_steps"; nrc=$?; t1_shim; crc=$?
         else t1_shim; crc=$?; th_native1 "$nlog" "$TS/$s.py" --steps "$t1_steps"; nrc=$?; fi
+        if [ -n "${TORCH1_ARM:-}" ]; then
+          xlog="$LOGS/torch.$s.pair.arm.log"; x_env=(); x_opts=()
+          for w in $TORCH1_ARM; do case "$w" in [A-Z]*=*) x_env+=("$w") ;; *) x_opts+=("$w") ;; esac; done
+          env "${x_env[@]}" timeout 400 $RUN -n 1 --backend=cuda "${x_opts[@]}" --timeout=360 -- "$PY" "$TS/$s.py" \
+            --steps "$t1_steps" >"$xlog" 2>&1; xrc=$?
+          a=$(th_step "$nlog"); am=$(th_mean "$nlog"); xb=$(th_step "$xlog"); xbm=$(th_mean "$xlog")
+          if [ $xrc -eq 0 ] && [ -n "$a" ] && [ -n "$xb" ] && [ "$(th_hash "$xlog")" = "$(th_hash "$nlog")" ]; then
+            t1_xmed+=("$(calc "$xb / $a")"); t1_xmean+=("$(calc "$xbm / $am")")
+            printf '   %s 1 rank, pair %d, [%s]: median step %.3f ms (%.3f), mean %.3f ms (%.3f); parameters equal\n' \
+              "$s" "$p" "$TORCH1_ARM" "$xb" "$(calc "$xb / $a")" "$xbm" "$(calc "$xbm / $am")"
+          else
+            t1_ok=0; echo "   $s pair $p [$TORCH1_ARM]: rc $xrc, parameters not equal to native, or no step time"
+          fi
+        fi
         a=$(th_step "$nlog"); b=$(th_step "$clog"); am=$(th_mean "$nlog"); bm=$(th_mean "$clog")
         hn=$(th_hash "$nlog"); hc=$(th_hash "$clog")
         if [ $nrc -ne 0 ] || [ $crc -ne 0 ] || [ -z "$a" ] || [ -z "$b" ] || [ -z "$am" ] || [ -z "$bm" ] ||
@@ -165,6 +182,9 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
       done
       printf '   %s 1 rank, %d pair(s): median of the pairs ratios: median step %s, mean step %s (goal <= 1.10)\n' \
         "$s" "${#t1_med[@]}" "$(printf '%s\n' "${t1_med[@]}" | med)" "$(printf '%s\n' "${t1_mean[@]}" | med)"
+      [ -n "${TORCH1_ARM:-}" ] &&
+        printf '   %s 1 rank, [%s]: median of the pairs ratios: median step %s, mean step %s\n' \
+          "$s" "$TORCH1_ARM" "$(printf '%s\n' "${t1_xmed[@]}" | med)" "$(printf '%s\n' "${t1_xmean[@]}" | med)"
       [ "$t1_ok" = 1 ] && st=PASS || st=FAIL
       record "torch $s 1 rank step pairs" "$st" "$clog"
     done
