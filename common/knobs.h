@@ -170,7 +170,7 @@ enum class Type { kBool, kInt, kDouble, kString };
   X(kJournalBoundaryHandoff, "REVENANT_JOURNAL_BOUNDARY_HANDOFF", kBool, kMeasurement, "1",      \
     "0: the executor places every minibatch boundary itself (write-behind).")                   \
   X(kJournalMinibatchChunkKib, "REVENANT_JOURNAL_MINIBATCH_CHUNK_KIB", kInt, kMeasurement,       \
-    "4096", "The minibatch log's first chunk, in KiB (whole 32 KiB blocks, at most 64 MiB).")    \
+    "16384", "The minibatch log's first chunk, in KiB (whole 32 KiB blocks, at most 64 MiB).")    \
   X(kJournalPayloadAheadMib, "REVENANT_JOURNAL_PAYLOAD_AHEAD_MIB", kInt, kMeasurement, "16",     \
     "A minibatch payload file's pages are allocated this many MiB ahead of its writes, on a "   \
     "helper thread; 0: the writes allocate them.")                                               \

@@ -114,12 +114,18 @@ struct JournalOptions {
   // block, at most 64 MiB). The boundary markers of the training steps it
   // holds cost no system call; when it is full, the next boundary starts a
   // new segment (renames, a header, the old log handed to the zeroing
-  // thread), on the thread that journals the boundary. 4 MiB: ~460 steps of
-  // train_mlp (~9 KiB each with its input batch) per segment; on the H200 a
-  // new segment (docs/performance.md has the measurements). The segment and
-  // its zeroed spare take this much tmpfs memory each per rank.
+  // thread), on the thread that journals the boundary. 16 MiB: ~1800 steps
+  // of train_mlp (~9 KiB each with its input batch) per segment, and a
+  // one-rank job's journal minibatch between two synchronous snapshots
+  // (eight asynchronous ones apart, ~400 such steps) stays in the first
+  // chunk: with 4 MiB it outgrew it, so each of those boundaries grew the
+  // log (a chunk allocated, mapped and populated on the executor) and
+  // started a segment that could not be reused, 0.85-2.3 ms each on the
+  // H200, and the default-snapshot step was 1.39 of native against 1.22
+  // with 16 MiB (docs/performance.md). The segment and its zeroed spare
+  // take this much tmpfs memory each per rank.
   // REVENANT_JOURNAL_MINIBATCH_CHUNK_KIB sets it in the agent.
-  size_t minibatch_first_chunk = 4 << 20;
+  size_t minibatch_first_chunk = 16 << 20;
   // Bounds on what the logs and payload files hold (setup log and payloads,
   // the live minibatch segment), 0: none. A job whose calls never reach a
   // minibatch boundary keeps every call in the setup log, so its journal

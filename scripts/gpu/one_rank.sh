@@ -10,7 +10,8 @@
 #      --snapshots=off: a journal boundary per step), "off" (journal off) and
 #      "snap" (journal on, the one-rank default snapshots). Printed: each
 #      round, and each arm's bursts against native's (goals: on <= 1.05,
-#      snap <= 1.10).
+#      snap <= 1.10). ONE_STEP_ARMS: the arms beside on, off and native
+#      (bench/journal_step.sh's EXTRA_ARM; default "snap --snapshots=auto").
 #   2. shim_bench, ONE_BENCH_PAIRS pairs (default 4) of a native run and a
 #      run under the shim (journal on, default snapshots, --h2d_iters
 #      ONE_H2D_ITERS, default 24), the order alternating: each metric's ratio
@@ -20,7 +21,7 @@ if [ "$MODE" = one_pairs ]; then
   echo "=== one rank, interleaved pairs"
   export NCCL_NVLS_ENABLE=0
   log="$LOGS/one_step.log"
-  ALTERNATE=1000 NATIVE=1 EXTRA_ARM="snap --snapshots=auto" bash "$G/bench/journal_step.sh" \
+  ALTERNATE=1000 NATIVE=1 EXTRA_ARM="${ONE_STEP_ARMS:-snap --snapshots=auto}" bash "$G/bench/journal_step.sh" \
     "${ONE_STEP_ROUNDS:-6}" 20000 2000 \
     $RUN -n 1 --backend=cuda --snapshots=off --timeout=180 -- "$G/apps/train_mlp.bin" \
     >"$log" 2>&1; rc=$?
@@ -32,6 +33,7 @@ if [ "$MODE" = one_pairs ]; then
   pairs=${ONE_BENCH_PAIRS:-4}; iters=${ONE_H2D_ITERS:-24}
   : >"$LOGS/one_bench.ratios"
   ok=1
+  [ "$pairs" -gt 0 ] || echo "   shim_bench pairs: none asked for (ONE_BENCH_PAIRS=0)"
   for p in $(seq 1 "$pairs"); do
     nlog="$LOGS/one_bench.native.$p.log"; slog="$LOGS/one_bench.cuda.$p.log"
     bn() { timeout 200 "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$nlog" 2>&1; }

@@ -72,7 +72,7 @@ done
 # The journal in steady state: no growth beyond one large minibatch between the
 # samples (a journal that keeps every call grows by tens of MiB in those
 # 6 s), and never more than the absolute bound (du counts the mapped logs'
-# preallocated chunks: a minibatch log spills into 4 MiB chunks when one
+# preallocated chunks: a minibatch log and its spare take 16 MiB each, and it spills into 16 MiB chunks when one
 # minibatch is large).
 [ -n "$journal_kb" ] && [ -n "$journal_early_kb" ] ||
   { echo "FAIL: no journal size samples"; exit 1; }
