@@ -12,6 +12,9 @@
 #      round, and each arm's bursts against native's (goals: on <= 1.05,
 #      snap <= 1.10). ONE_STEP_ARMS: the arms beside on, off and native
 #      (bench/journal_step.sh's EXTRA_ARM; default "snap --snapshots=auto").
+#      An arm with a measurement knob runs the agent's testing variant
+#      (revenant-run picks it when one is set): compare such arms with each
+#      other, each knob given explicitly.
 #   2. shim_bench, ONE_BENCH_PAIRS pairs (default 4) of a native run and a
 #      run under the shim (journal on, default snapshots, --h2d_iters
 #      ONE_H2D_ITERS, default 24), the order alternating: each metric's ratio

@@ -39,7 +39,10 @@
 #   equal in every pair. TORCH1_ARM="NAME=VALUE ... --flag ...": a third run
 #   in every pair under the shim with these settings (environment words,
 #   revenant-run flags), its ratios printed beside (the same change off and
-#   on in one call).
+#   on in one call). A measurement knob in TORCH1_ARM makes revenant-run
+#   start the agent's testing variant: set the knob for the main run too
+#   (in the environment, e.g. its default value) so that both shim runs use
+#   the same agent.
 # TORCH_ONE: the scripts of step 1 (default: all three); TORCH_STEPS: their
 #   steps (default: each script's own).
 if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE" = torch_probe ] ||
@@ -151,13 +154,22 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
         t1_shim() {
           timeout 400 $RUN -n 1 --backend=cuda --timeout=360 -- "$PY" "$TS/$s.py" --steps "$t1_steps" >"$clog" 2>&1
         }
-        if [ $((p % 2)) = 1 ]; then th_native1 "$nlog" "$TS/$s.py" --steps "$t1_steps"; nrc=$?; t1_shim; crc=$?
-        else t1_shim; crc=$?; th_native1 "$nlog" "$TS/$s.py" --steps "$t1_steps"; nrc=$?; fi
-        if [ -n "${TORCH1_ARM:-}" ]; then
-          xlog="$LOGS/torch.$s.pair.arm.log"; x_env=(); x_opts=()
+        xlog="$LOGS/torch.$s.pair.arm.log"; xrc=0
+        t1_arm() {
+          local x_env=() x_opts=() w
           for w in $TORCH1_ARM; do case "$w" in [A-Z]*=*) x_env+=("$w") ;; *) x_opts+=("$w") ;; esac; done
           env "${x_env[@]}" timeout 400 $RUN -n 1 --backend=cuda "${x_opts[@]}" --timeout=360 -- "$PY" "$TS/$s.py" \
-            --steps "$t1_steps" >"$xlog" 2>&1; xrc=$?
+            --steps "$t1_steps" >"$xlog" 2>&1
+        }
+        # The order alternates per pair: native, shim[, arm] / [arm, ]shim, native.
+        if [ $((p % 2)) = 1 ]; then
+          th_native1 "$nlog" "$TS/$s.py" --steps "$t1_steps"; nrc=$?; t1_shim; crc=$?
+          [ -n "${TORCH1_ARM:-}" ] && { t1_arm; xrc=$?; }
+        else
+          [ -n "${TORCH1_ARM:-}" ] && { t1_arm; xrc=$?; }
+          t1_shim; crc=$?; th_native1 "$nlog" "$TS/$s.py" --steps "$t1_steps"; nrc=$?
+        fi
+        if [ -n "${TORCH1_ARM:-}" ]; then
           a=$(th_step "$nlog"); am=$(th_mean "$nlog"); xb=$(th_step "$xlog"); xbm=$(th_mean "$xlog")
           if [ $xrc -eq 0 ] && [ -n "$a" ] && [ -n "$xb" ] && [ "$(th_hash "$xlog")" = "$(th_hash "$nlog")" ]; then
             t1_xmed+=("$(calc "$xb / $a")"); t1_xmean+=("$(calc "$xbm / $am")")
