@@ -141,6 +141,13 @@ MappedLogFile::~MappedLogFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+int Fallocate(int fd, int mode, uint64_t offset, uint64_t length) {
+  while (::fallocate(fd, mode, static_cast<off_t>(offset), static_cast<off_t>(length)) != 0) {
+    if (errno != EINTR) return errno;
+  }
+  return 0;
+}
+
 absl::StatusOr<char*> MappedLogFile::SpanSlow(uint64_t offset, size_t n) {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, " is closed"));
   if (offset < chunk_end_ || n > max_chunk_) {
@@ -158,12 +165,8 @@ absl::StatusOr<char*> MappedLogFile::SpanSlow(uint64_t offset, size_t n) {
     const size_t size = next_chunk_;
     // fallocate gives the chunk real (zeroed) pages on tmpfs: later stores do
     // not fail for want of memory with SIGBUS, and nothing faults twice.
-    int rc;
-    do {
-      rc = ::fallocate(fd_, 0, static_cast<off_t>(begin), static_cast<off_t>(size));
-    } while (rc != 0 && errno == EINTR);
-    if (rc != 0) {
-      if (errno != EOPNOTSUPP) return PosixError(absl::StrCat("fallocate ", path_), errno);
+    if (const int err = Fallocate(fd_, 0, begin, size); err != 0) {
+      if (err != EOPNOTSUPP) return PosixError(absl::StrCat("fallocate ", path_), err);
       if (::ftruncate(fd_, static_cast<off_t>(begin + size)) != 0) {
         return PosixError(absl::StrCat("ftruncate ", path_), errno);
       }

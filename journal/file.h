@@ -37,6 +37,10 @@ class WritableFile {
   virtual int fd() const { return -1; }
 };
 
+// fallocate(2) of [offset, offset + length), retried on EINTR: 0, or the
+// errno it failed with.
+int Fallocate(int fd, int mode, uint64_t offset, uint64_t length);
+
 // A new log file written through a shared memory mapping (docs/journal_format.md,
 // "Mapped log files"): stores into it land in the page cache like write(2)'d
 // bytes, without a system call. The file grows in chunks of whole log blocks,

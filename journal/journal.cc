@@ -531,12 +531,11 @@ class SegmentWriter {
   // payload file for the next one's (Journal::spare_payload_).
   void set_spare_payload(SparePayload* spare) { spare_payload_ = spare; }
   // A minibatch segment: `allocate(fd, offset, length)` has the payload
-  // file's next `bytes` allocated on another thread once the payload comes
-  // within half of them of what it allocated before
-  // (JournalOptions::payload_ahead_bytes); it owns `fd`, a duplicate.
-  void set_allocate_ahead(std::function<void(int, uint64_t, uint64_t)> allocate, uint64_t bytes) {
+  // file's next JournalOptions::payload_ahead_bytes allocated on another
+  // thread once the payload comes within half of them of what it asked for
+  // before; it owns `fd`, a duplicate.
+  void set_allocate_ahead(std::function<void(int, uint64_t, uint64_t)> allocate) {
     allocate_ahead_ = std::move(allocate);
-    ahead_bytes_ = bytes;
   }
 
   absl::Status Close() {
@@ -596,16 +595,19 @@ class SegmentWriter {
     return NewAppendableFile(path);
   }
 
+  // Off with 0 bytes, and for journals synced to disk (tmpfs is the case
+  // it is for).
   void AllocateAhead() {
-    if (!allocate_ahead_ || ahead_bytes_ == 0 || payload_file_ == nullptr ||
-        payload_length_ + ahead_bytes_ / 2 < ahead_end_) {
+    const uint64_t ahead = options_.payload_ahead_bytes;
+    if (!allocate_ahead_ || ahead == 0 || options_.sync != SyncPolicy::kNone ||
+        payload_file_ == nullptr || payload_length_ + ahead / 2 < ahead_end_) {
       return;
     }
     const int fd = payload_file_->fd() >= 0 ? ::dup(payload_file_->fd()) : -1;
     if (fd < 0) return;  // not a POSIX file, or out of descriptors: writes allocate
     const uint64_t from = std::max(ahead_end_, payload_length_);
-    allocate_ahead_(fd, from, ahead_bytes_);
-    ahead_end_ = from + ahead_bytes_;
+    allocate_ahead_(fd, from, ahead);
+    ahead_end_ = from + ahead;
   }
 
   // A superseded segment (closed) hands its payload file to the journal as
@@ -645,7 +647,6 @@ class SegmentWriter {
   std::unique_ptr<log::Writer> writer_;
   uint64_t payload_length_ = 0;
   std::function<void(int, uint64_t, uint64_t)> allocate_ahead_;
-  uint64_t ahead_bytes_ = 0;
   uint64_t ahead_end_ = 0;  // the payload file's bytes asked to be allocated
   uint64_t header_bytes_ = 0;
   uint64_t minibatch_start_ = 0;  // log length where the current minibatch began
@@ -751,12 +752,9 @@ void Journal::SpareLoop() {
       // Payload pages ahead of the writes (not fatal if refused: the write
       // then allocates them itself, as without this).
       for (const AheadRequest& r : ahead) {
-        int rc;
-        do {
-          rc = ::fallocate(r.fd, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(r.offset),
-                           static_cast<off_t>(r.length));
-        } while (rc != 0 && errno == EINTR);
-        if (rc == 0) payload_bytes_ahead_.fetch_add(r.length, std::memory_order_relaxed);
+        if (Fallocate(r.fd, FALLOC_FL_KEEP_SIZE, r.offset, r.length) == 0) {
+          payload_bytes_ahead_.fetch_add(r.length, std::memory_order_relaxed);
+        }
         ::close(r.fd);
       }
       ahead.clear();
@@ -839,13 +837,9 @@ absl::StatusOr<std::unique_ptr<SegmentWriter>> Journal::NewSegment(
       SegmentWriter::Create(dir_, header, options_, tmp, std::move(spare));
   if (w.ok() && kind == MINIBATCH) {
     (*w)->set_spare_payload(&spare_payload_);
-    if (options_.payload_ahead_bytes > 0 && options_.sync == SyncPolicy::kNone) {
-      (*w)->set_allocate_ahead(
-          [this](int fd, uint64_t offset, uint64_t length) {
-            AllocateAheadLater(fd, offset, length);
-          },
-          options_.payload_ahead_bytes);
-    }
+    (*w)->set_allocate_ahead([this](int fd, uint64_t offset, uint64_t length) {
+      AllocateAheadLater(fd, offset, length);
+    });
   }
   return w;
 }
