@@ -257,6 +257,10 @@ native() {
   return $rc
 }
 checksum() { grep -m1 "^\[r0\] final checksum" "$1" | awk '{print $4}'; }
+# The median of the numbers on stdin (blank lines ignored), "-" if none.
+median() {
+  grep . | sort -g | awk '{ v[NR] = $1 } END { print NR ? ((NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) : "-" }'
+}
 now() { date +%s.%N; }
 calc() { awk "BEGIN { print $1 }"; }
 # Runs of native/shim pairs grouped by time-slice level (ranks sharing the
@@ -378,7 +382,8 @@ if [ "$NGPU" -ge 2 ]; then chaos_bounded 2; fi
 fi  # MODE = all or nccl
 # Sections of their own (scripts/gpu/*.sh, packed into sections/): each is
 # sourced here with MODE, G, RUN, LOGS and the helpers above (record, native,
-# revrun, checksum, walltime, now, calc) and decides from MODE whether it runs.
+# revrun, checksum, median, levels, walltime, now, calc) and decides from MODE
+# whether it runs.
 for section in "$G"/sections/*.sh; do
   [ -e "$section" ] || continue
   # shellcheck disable=SC1090

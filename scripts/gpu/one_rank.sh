@@ -1,6 +1,6 @@
 # GPU section: the one-rank rows of docs/performance.md's goal table measured
 # in interleaved pairs (sourced by .gpu/run_gpu.sh with MODE, G, RUN, LOGS and
-# the helpers record, calc; runs for MODE "one_pairs" only). This VM moves a
+# the helpers record, calc, median; runs for MODE "one_pairs" only). This VM moves a
 # whole run's figures by up to a third between runs of one binary, so a row is
 # shown only by pairs run next to each other in time.
 #
@@ -37,10 +37,10 @@ if [ "$MODE" = one_pairs ]; then
   : >"$LOGS/one_bench.ratios"
   ok=1
   [ "$pairs" -gt 0 ] || echo "   shim_bench pairs: none asked for (ONE_BENCH_PAIRS=0)"
+  bn() { timeout 200 "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$nlog" 2>&1; }
+  bs() { timeout 260 $RUN -n 1 --backend=cuda --timeout=240 -- "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$slog" 2>&1; }
   for p in $(seq 1 "$pairs"); do
     nlog="$LOGS/one_bench.native.$p.log"; slog="$LOGS/one_bench.cuda.$p.log"
-    bn() { timeout 200 "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$nlog" 2>&1; }
-    bs() { timeout 260 $RUN -n 1 --backend=cuda --timeout=240 -- "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$slog" 2>&1; }
     if [ $((p % 2)) = 1 ]; then bn; nrc=$?; bs; src=$?; else bs; src=$?; bn; nrc=$?; fi
     if [ $nrc -ne 0 ] || [ $src -ne 0 ] || ! grep -q "^PASS shim_bench" "$nlog" || ! grep -q "PASS shim_bench" "$slog"; then
       ok=0; echo "   shim_bench pair $p: rc native $nrc, revenant $src"; tail -5 "$slog" | sed 's/^/   | /'
@@ -56,7 +56,7 @@ if [ "$MODE" = one_pairs ]; then
   awk '{ r[$2] = r[$2] " " $3; g[$2] = $4 " " $5; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
     END { for (i = 1; i <= n; i++) print order[i], g[order[i]], r[order[i]] }' "$LOGS/one_bench.ratios" |
     while read -r m op goal rest; do
-      med=$(echo "$rest" | tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+      med=$(echo "$rest" | tr ' ' '\n' | median)
       met=-
       case $op in
         "<=") met=$(awk -v a="$med" -v b="$goal" 'BEGIN { print (a <= b) ? "met" : "not met" }') ;;

@@ -146,21 +146,20 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
     record "torch mlp_ddp 4 ranks nccl step pairs" "$st" "$clog"
   elif [ "$MODE" = torch1_pairs ]; then
     t1_n=${TORCH1_PAIRS:-3}; t1_steps=${TORCH_STEPS:-300}
-    med() { sort -g | awk '{ v[NR] = $1 } END { print NR ? ((NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) : "-" }'; }
+    t1_shim() {
+      timeout 400 $RUN -n 1 --backend=cuda --timeout=360 -- "$PY" "$TS/$s.py" --steps "$t1_steps" >"$clog" 2>&1
+    }
+    t1_arm() {  # TORCH1_ARM's words: environment and revenant-run flags
+      local x_env=() x_opts=() w
+      for w in $TORCH1_ARM; do case "$w" in [A-Z]*=*) x_env+=("$w") ;; *) x_opts+=("$w") ;; esac; done
+      env "${x_env[@]}" timeout 400 $RUN -n 1 --backend=cuda "${x_opts[@]}" --timeout=360 -- "$PY" "$TS/$s.py" \
+        --steps "$t1_steps" >"$xlog" 2>&1
+    }
     for s in ${TORCH_ONE:-mlp_ddp}; do
       t1_ok=1; t1_med=(); t1_mean=(); t1_xmed=(); t1_xmean=()
       for p in $(seq 1 "$t1_n"); do
         nlog="$LOGS/torch.$s.pair.native.log"; clog="$LOGS/torch.$s.pair.cuda.log"
-        t1_shim() {
-          timeout 400 $RUN -n 1 --backend=cuda --timeout=360 -- "$PY" "$TS/$s.py" --steps "$t1_steps" >"$clog" 2>&1
-        }
         xlog="$LOGS/torch.$s.pair.arm.log"; xrc=0
-        t1_arm() {
-          local x_env=() x_opts=() w
-          for w in $TORCH1_ARM; do case "$w" in [A-Z]*=*) x_env+=("$w") ;; *) x_opts+=("$w") ;; esac; done
-          env "${x_env[@]}" timeout 400 $RUN -n 1 --backend=cuda "${x_opts[@]}" --timeout=360 -- "$PY" "$TS/$s.py" \
-            --steps "$t1_steps" >"$xlog" 2>&1
-        }
         # The order alternates per pair: native, shim[, arm] / [arm, ]shim, native.
         if [ $((p % 2)) = 1 ]; then
           th_native1 "$nlog" "$TS/$s.py" --steps "$t1_steps"; nrc=$?; t1_shim; crc=$?
@@ -193,10 +192,10 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
         grep -hoE "snapshots at exit.*" "$clog" | head -1 | sed 's/^/   | agent /'
       done
       printf '   %s 1 rank, %d pair(s): median of the pairs ratios: median step %s, mean step %s (goal <= 1.10)\n' \
-        "$s" "${#t1_med[@]}" "$(printf '%s\n' "${t1_med[@]}" | med)" "$(printf '%s\n' "${t1_mean[@]}" | med)"
+        "$s" "${#t1_med[@]}" "$(printf '%s\n' "${t1_med[@]}" | median)" "$(printf '%s\n' "${t1_mean[@]}" | median)"
       [ -n "${TORCH1_ARM:-}" ] &&
         printf '   %s 1 rank, [%s]: median of the pairs ratios: median step %s, mean step %s\n' \
-          "$s" "$TORCH1_ARM" "$(printf '%s\n' "${t1_xmed[@]}" | med)" "$(printf '%s\n' "${t1_xmean[@]}" | med)"
+          "$s" "$TORCH1_ARM" "$(printf '%s\n' "${t1_xmed[@]}" | median)" "$(printf '%s\n' "${t1_xmean[@]}" | median)"
       [ "$t1_ok" = 1 ] && st=PASS || st=FAIL
       record "torch $s 1 rank step pairs" "$st" "$clog"
     done
