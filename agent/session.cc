@@ -1266,6 +1266,23 @@ void Session::PostDeferredReplies() {
     channel_->PostReply(d.slot, d.seq, d.status, d.size);
   }
   deferred_replies_.clear();
+  // Nor may a reply to the application's next request: a callback the replay
+  // posted (a replayed host function or graph host node that ran while the
+  // replay was still going, so nothing waited for it) must have run before,
+  // e.g., the stream synchronize that follows it returns. Callbacks that run
+  // from here on wait for themselves (RunClientCallback).
+  uint64_t posted = 0;
+  {
+    std::lock_guard<std::mutex> lock(callback_mu_);
+    posted = callbacks_sent_;
+  }
+  if (posted > channel_->callbacks_done()) {
+    absl::Status s = channel_->WaitCallbacksDone(posted, absl::Now() + options_.callback_timeout);
+    if (!s.ok()) {
+      REVENANT_LOG(ERROR, "agent") << "host callbacks the replay posted did not complete: " << s
+                                   << "; serving the application anyway";
+    }
+  }
 }
 
 void Session::RunClientCallback(const hooks::CallbackRecord& record, CallbackOrigin origin) {
@@ -1464,6 +1481,11 @@ absl::Status Session::ReplayJournal(recovery::ReplayPlan& plan, const Snapshot* 
   // Replayed callbacks may still be on their way through the streams: the
   // suppression count drains as they arrive (their origin was taken when they
   // were enqueued).
+  if (const int ms = static_cast<int>(
+          knobs::Int(knobs::Id::kReplayEndDelayMs, 0, 60000).value_or(0));
+      ms > 0) {
+    absl::SleepFor(absl::Milliseconds(ms));
+  }
   replaying_ = false;
   replay_setup_ = false;
   if (plan.TakesBoundaryAtEnd()) {

@@ -183,6 +183,9 @@ enum class Type { kBool, kInt, kDouble, kString };
   X(kJournalThreadDelayUs, "REVENANT_JOURNAL_THREAD_DELAY_US", kInt, kTest, "0",                 \
     "Slows the journal thread down by this many microseconds per request, so that requests "    \
     "run ahead of their journal.")                                                               \
+  X(kReplayEndDelayMs, "REVENANT_REPLAY_END_DELAY_MS", kInt, kTest, "0",                        \
+    "A replacement waits this many ms after dispatching its replay before ending it, so that "  \
+    "replayed host callbacks run while the replay is still going.")                              \
   X(kInlineImageKib, "REVENANT_INLINE_IMAGE_KIB", kInt, kTest, "1024",                           \
     "Module images larger than this many KiB reach the agent as a reference to the file the "   \
     "application mapped them from, smaller ones inside the request.")

@@ -1,8 +1,13 @@
 // graphs: stream capture (into a new and into an existing graph), explicit
 // graphs with memset/kernel/memcpy/host/alloc/free nodes, instantiate, repeated
 // launches, exec updates, clones and node queries.
+// GRAPHS_HOST_NODE_SLEEP_MS=N: the host node sleeps N ms before it counts its
+// run (a slow host function: a synchronize must still return after it).
 #include <cuda_runtime.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "tests/apps/app_check.h"
@@ -23,6 +28,11 @@ struct HostCheck {
 
 void CUDART_CB CheckPinned(void* user) {
   HostCheck* c = static_cast<HostCheck*>(user);
+  static const int sleep_ms = [] {
+    const char* v = std::getenv("GRAPHS_HOST_NODE_SLEEP_MS");
+    return v != nullptr ? std::atoi(v) : 0;
+  }();
+  if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
   ++c->runs;
   for (int i = 0; i < kN; ++i) {
     if (c->pinned[i] != c->expected) {
