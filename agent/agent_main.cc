@@ -20,6 +20,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/personality.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sched.h>
@@ -29,6 +31,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <optional>
@@ -513,6 +516,59 @@ std::optional<Admitted> Serve(Backend* backend, Admitted conn, const std::string
   return next;
 }
 
+// The application's host memory that the device touches (registered
+// pages, cudaHostAlloc's files) is mapped in the agent at the application's
+// own addresses, and a replacement maps every such range at once. Left to
+// the default layout, both processes place their mappings top-down from
+// bases that address-space randomization draws from the same terabyte (and
+// without randomization, a job started under a debugger or `setarch -R`,
+// from the same address), so an application's buffer could land where the
+// agent already holds something and its registration fail. The agent
+// therefore re-executes itself once with the bottom-up layout
+// (ADDR_COMPAT_LAYOUT: its mappings grow upwards from a third of the address
+// space, far below where the application's grow down) and with
+// randomization on (a job run without it would otherwise load the agent's
+// executable where the application's executable and heap are), and keeps
+// its heap with its mappings: a page reserved at the program break makes
+// malloc grow by mapping instead of by brk next to the executable. Returns
+// only when the layout is in place or cannot be; `*why_not` then says why.
+void PlaceMappingsAwayFromTheApplication(char** argv, std::string* why_not) {
+  const int current = personality(0xffffffff);
+  if (current == -1) {
+    *why_not = absl::StrCat("personality: ", std::strerror(errno));
+    return;
+  }
+  const unsigned long wanted =
+      (static_cast<unsigned long>(current) | ADDR_COMPAT_LAYOUT) & ~ADDR_NO_RANDOMIZE;
+  if (static_cast<unsigned long>(current) != wanted) {
+    if (personality(wanted) == -1) {
+      *why_not = absl::StrCat("personality(ADDR_COMPAT_LAYOUT): ", std::strerror(errno));
+      return;
+    }
+    // By its own path, so that the process keeps its name (an exec of
+    // /proc/self/exe would name it "exe").
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    const char* path = "/proc/self/exe";
+    if (n > 0) {
+      self[n] = '\0';
+      path = self;
+    }
+    execv(path, argv);
+    *why_not = absl::StrCat("re-executing ", path, ": ", std::strerror(errno));
+    personality(static_cast<unsigned long>(current));
+    return;
+  }
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t brk_end = (reinterpret_cast<uintptr_t>(sbrk(0)) + page - 1) / page * page;
+  void* guard = mmap(reinterpret_cast<void*>(brk_end), page, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  if (guard != reinterpret_cast<void*>(brk_end)) {
+    if (guard != MAP_FAILED) munmap(guard, page);
+    *why_not = "the heap stays next to the executable (no page could be reserved at its end)";
+  }
+}
+
 // The flags' values Serve reads (logged when wrong).
 bool FlagsValid() {
   const std::string minibatch = absl::GetFlag(FLAGS_minibatch);
@@ -623,6 +679,8 @@ void ServeUntilStopped(Backend* backend, int listen_fd, const std::string& job_d
 }
 
 int Main(int argc, char** argv) {
+  std::string layout_why_not;
+  PlaceMappingsAwayFromTheApplication(argv, &layout_why_not);
   // Debian's abseil is built with absl::Mutex's lock-order (deadlock) graph
   // on: every Lock and Unlock updates it, which showed in the executor's
   // profile on every request. The tests keep it (they run the agent's code
@@ -651,6 +709,12 @@ int Main(int argc, char** argv) {
   // of a communicator's rendezvous.
   umask(077);
   if (!FlagsValid()) return 2;
+  if (!layout_why_not.empty()) {
+    REVENANT_LOG(WARNING, "agent")
+        << "the agent keeps the default address layout (" << layout_why_not
+        << "): the application's host memory may meet the agent's own mappings, and registering "
+           "it then fails with cudaErrorMemoryAllocation";
+  }
   if (absl::GetFlag(FLAGS_die_with_parent)) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() == 1) return 0;  // the launcher is already gone

@@ -282,6 +282,19 @@ void Session::ReportAtExit() {
 // One request: journal (log before apply, by this thread or the journal
 // thread), run, reply. Each step's rules are in the function that does it.
 namespace {
+// The agent's own mappings that overlap [addr, addr + size), as
+// /proc/self/maps shows them (for the log when the range cannot be mapped).
+std::string MappingsInTheWay(uint64_t addr, uint64_t size) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line, found;
+  while (std::getline(maps, line)) {
+    uint64_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2) continue;
+    if (lo < addr + size && addr < hi) found += absl::StrCat(found.empty() ? "" : "; ", line);
+  }
+  return found.empty() ? "none found" : found;
+}
+
 bool ExecStatsOn() {
   static const bool on = knobs::Bool(knobs::Id::kCallStats).value_or(false);
   return on;
@@ -1188,8 +1201,12 @@ int Session::MapSharedHost(uint64_t addr, uint64_t size, unsigned int flags,
   }
   if (got != want) {
     if (got != MAP_FAILED) munmap(got, size);
-    REVENANT_LOG(ERROR, "agent") << "cannot map shared host memory at " << want << ": "
-                                 << std::strerror(errno);
+    const int err = errno;
+    REVENANT_LOG(ERROR, "agent") << "cannot map shared host memory at " << want << " (" << size
+                                 << " bytes): " << std::strerror(err)
+                                 << (err == EEXIST ? absl::StrCat("; the agent's own mappings there: ",
+                                                                  MappingsInTheWay(addr, size))
+                                                   : std::string());
     return cudaErrorMemoryAllocation;
   }
   int e = backend_->RegisterSharedHost(want, size, flags);

@@ -7,7 +7,10 @@
 # SPECS: revenant-run --chaos specs separated by ';'
 # ("rank=0,calls=20;rank=0,minibatch=6,calls=3"), or "none": the fault-free
 # run alone.
+# TEST_RUN_PREFIX: a command every revenant-run runs under ("setarch -R").
 set -u
+prefix=()
+[ -n "${TEST_RUN_PREFIX:-}" ] && read -r -a prefix <<<"$TEST_RUN_PREFIX"
 run="$1"; app="$2"; kernels="$3"; name="$4"; ranks="$5"; specs="$6"; shift 6
 common=(-n "$ranks" --backend=host --timeout=120 --host_kernels="$kernels")
 tmp="$(mktemp -d)"
@@ -16,7 +19,7 @@ passed() {  # log
   local r
   for ((r = 0; r < ranks; r++)); do grep -q "^\[r$r\] PASS $name\$" "$1" || return 1; done
 }
-REVENANT_COLLECTIVE_TIMEOUT_S=30 timeout 150 "$run" "${common[@]}" -- "$app" "$@" >"$tmp/ref.log" 2>&1
+REVENANT_COLLECTIVE_TIMEOUT_S=30 timeout 150 "${prefix[@]}" "$run" "${common[@]}" -- "$app" "$@" >"$tmp/ref.log" 2>&1
 rc=$?
 if [ "$rc" -ne 0 ] || ! passed "$tmp/ref.log"; then
   echo "FAIL: the fault-free run failed (rc=$rc)"; grep -v hostkernel "$tmp/ref.log" | tail -30; exit 1
@@ -28,7 +31,7 @@ fails=0
 IFS=';' read -r -a spec_list <<<"$specs"
 for spec in "${spec_list[@]}"; do
   log="$tmp/trial.log"
-  REVENANT_COLLECTIVE_TIMEOUT_S=30 timeout 150 "$run" "${common[@]}" --chaos="$spec" -- "$app" "$@" \
+  REVENANT_COLLECTIVE_TIMEOUT_S=30 timeout 150 "${prefix[@]}" "$run" "${common[@]}" --chaos="$spec" -- "$app" "$@" \
     >"$log" 2>&1
   rc=$?
   why=""

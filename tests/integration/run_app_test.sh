@@ -8,10 +8,13 @@ out="$(mktemp)"
 # an extended regular expression the output must also match.
 extra=()
 [ -n "${RUN_APP_TEST_EXTRA_ARGS:-}" ] && read -r -a extra <<<"$RUN_APP_TEST_EXTRA_ARGS"
+# TEST_RUN_PREFIX: a command revenant-run runs under ("setarch -R").
+prefix=()
+[ -n "${TEST_RUN_PREFIX:-}" ] && read -r -a prefix <<<"$TEST_RUN_PREFIX"
 # KERNELS "none": a program without kernels of its own.
 kernel_args=(--host_kernels="$kernels")
 [ "$kernels" = none ] && kernel_args=()
-"$run" -n 1 --backend=host --timeout=120 "${kernel_args[@]}" "${extra[@]}" -- "$app" >"$out" 2>&1
+"${prefix[@]}" "$run" -n 1 --backend=host --timeout=120 "${kernel_args[@]}" "${extra[@]}" -- "$app" >"$out" 2>&1
 rc=$?
 grep -v "revenant hostkernel" "$out" | tail -200
 if [ "$rc" -ne 0 ]; then echo "FAIL: $name exited with $rc under revenant-run"; exit 1; fi
