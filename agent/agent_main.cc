@@ -52,6 +52,7 @@
 #include "agent/backends/cuda/cuda_backend.h"
 #include "agent/backends/host/host_collectives.h"
 #include "agent/session.h"
+#include "common/agent_layout.h"
 #include "common/daemon_paths.h"
 #include "common/events.h"
 #include "common/knobs.h"
@@ -524,22 +525,23 @@ std::optional<Admitted> Serve(Backend* backend, Admitted conn, const std::string
 // without randomization, a job started under a debugger or `setarch -R`,
 // from the same address), so an application's buffer could land where the
 // agent already holds something and its registration fail. The agent
-// therefore re-executes itself once with the bottom-up layout
-// (ADDR_COMPAT_LAYOUT: its mappings grow upwards from a third of the address
-// space, far below where the application's grow down) and with
-// randomization on (a job run without it would otherwise load the agent's
-// executable where the application's executable and heap are), and keeps
-// its heap with its mappings: a page reserved at the program break makes
-// malloc grow by mapping instead of by brk next to the executable. Returns
-// only when the layout is in place or cannot be; `*why_not` then says why.
+// therefore runs with the bottom-up layout (ADDR_COMPAT_LAYOUT: its mappings
+// grow upwards from a third of the address space, far below where the
+// application's grow down) and with randomization on (a job run without it
+// would otherwise load the agent's executable where the application's
+// executable and heap are): revenant-run starts it so, anything else makes
+// it re-execute itself once (common/agent_layout.h; the exec costs ~20 ms
+// of start-up on the CPU machine). It also keeps its heap with its mappings:
+// a page reserved at the program break makes malloc grow by mapping instead
+// of by brk next to the executable. Returns only when the layout is in
+// place or cannot be; `*why_not` then says why.
 void PlaceMappingsAwayFromTheApplication(char** argv, std::string* why_not) {
   const int current = personality(0xffffffff);
   if (current == -1) {
     *why_not = absl::StrCat("personality: ", std::strerror(errno));
     return;
   }
-  const unsigned long wanted =
-      (static_cast<unsigned long>(current) | ADDR_COMPAT_LAYOUT) & ~ADDR_NO_RANDOMIZE;
+  const unsigned long wanted = AgentPersonality(static_cast<unsigned long>(current));
   if (static_cast<unsigned long>(current) != wanted) {
     if (personality(wanted) == -1) {
       *why_not = absl::StrCat("personality(ADDR_COMPAT_LAYOUT): ", std::strerror(errno));

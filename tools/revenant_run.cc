@@ -57,6 +57,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/agent_layout.h"
 #include "common/events.h"
 #include "common/knobs.h"
 #include "common/kv.h"
@@ -236,9 +237,11 @@ struct Pipe {
 // fork + exec with stdout/stderr into pipes, a process group of its own and
 // a parent-death signal so nothing outlives revenant-run.
 // `stdin_write`: when not null, the child's stdin is a pipe whose write end
-// is returned there (a spare's assignment channel).
+// is returned there (a spare's assignment channel). `agent`: the child is an
+// agent and starts with the agent's address layout (common/agent_layout.h).
 pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-            const std::string& label, std::vector<Pipe>* pipes, int* stdin_write = nullptr) {
+            const std::string& label, std::vector<Pipe>* pipes, int* stdin_write = nullptr,
+            bool agent = false) {
   int out[2], err[2], in[2] = {-1, -1};
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return -1;
   if (stdin_write != nullptr && pipe2(in, O_CLOEXEC) != 0) return -1;
@@ -260,6 +263,7 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (agent) SetAgentPersonality();
     execvpe(args[0], args.data(), envp.data());
     const char* why = strerror(errno);
     ssize_t ignored = write(STDERR_FILENO, "revenant-run: cannot execute ", 29);
@@ -789,7 +793,7 @@ int Main(int argc, char** argv) {
       if (chaos.count("point")) args.push_back("--chaos_point=" + chaos["point"]);
       if (chaos.count("corrupt_snapshot")) args.push_back("--chaos_corrupt_snapshot");
     }
-    pid_t pid = Spawn(args, agent_env, absl::StrCat("a", r), &pipes);
+    pid_t pid = Spawn(args, agent_env, absl::StrCat("a", r), &pipes, nullptr, /*agent=*/true);
     if (pid < 0) {
       std::fprintf(stderr, "revenant-run: cannot start the agent of rank %d\n", r);
       cleanup_dir();
@@ -907,7 +911,7 @@ int Main(int argc, char** argv) {
     args.push_back(absl::StrCat("--spare_wait_s=", timeout_s_flag > 0 ? timeout_s_flag + 10 : 3600));
     int assign_fd = -1;
     const std::string label = absl::StrCat("s", index);
-    pid_t pid = Spawn(args, agent_env, label, &pipes, &assign_fd);
+    pid_t pid = Spawn(args, agent_env, label, &pipes, &assign_fd, /*agent=*/true);
     if (pid < 0) {
       Say("cannot start a spare agent");
       return;
@@ -1088,7 +1092,8 @@ int Main(int argc, char** argv) {
         Say(absl::StrCat("spare agent pid ", spare->pid, " did not take the assignment"));
         kill(-spare->pid, SIGKILL);
       }
-      pid_t pid = Spawn(agent_args[rank], agent_env, absl::StrCat("a", rank), &pipes);
+      pid_t pid = Spawn(agent_args[rank], agent_env, absl::StrCat("a", rank), &pipes, nullptr,
+                        /*agent=*/true);
       if (pid > 0) {
         coordinator.ReplacementStarted(rank, absl::StrCat("new process, pid ", pid), absl::Now());
         replacements.push_back({pid, absl::StrCat("a", rank), true, rank});
