@@ -11,7 +11,8 @@
 // that sends a malformed request is dropped with the reason, and one that
 // dies mid-request ends its session; either way the agent then serves the
 // next process. revenant-run starts one agent per rank; jobs
-// started by other launchers start agents themselves (see docs/running.md).
+// started by other launchers start agents themselves (README.md, "Jobs
+// started by another launcher").
 //
 // Compiled twice (agent/BUILD): as revenant-agent, the product, and with
 // REVENANT_TESTING as revenant-agent-testing, which adds the named crash
