@@ -24,37 +24,31 @@ if [ "${4:-}" = random ]; then
 else
   specs=(40 41 42 43 44 45 46 47 48 66)
 fi
-for calls in "${specs[@]}"; do
+# trial CALLS WHAT [NAME=VALUE...]: one job killed at request CALLS (the
+# environment words for revenant-run in front); it must recover and pass.
+trial() {
+  local calls=$1 what=$2 out rc
+  shift 2
   out="$(mktemp)"
-  timeout 150 "$run" --recover --chaos="rank=0,calls=$calls" -n 1 --backend=host --timeout=120 \
-    --host_kernels="$kernels" -- "$app" >"$out" 2>&1
+  env "$@" timeout 150 "$run" --recover --chaos="rank=0,calls=$calls" -n 1 --backend=host \
+    --timeout=120 --host_kernels="$kernels" -- "$app" >"$out" 2>&1
   rc=$?
   if [ $rc -eq 0 ] && grep -q "^\[r0\] PASS graphs" "$out" && grep -q "recovered: replayed" "$out"; then
-    echo "ok: killed at request $calls, recovered, PASS"
+    echo "ok: killed at request $calls$what, recovered, PASS"
   else
-    echo "FAIL: killed at request $calls (rc=$rc)"
+    echo "FAIL: killed at request $calls$what (rc=$rc)"
     grep -E "FAIL|ERROR|chaos|recovered" "$out" | head -8 | sed 's/^/  | /'
     fail=1
   fi
   rm -f "$out"
-done
+}
+for calls in "${specs[@]}"; do trial "$calls" ""; done
 # A host node the replay ran while it was still going (the replacement ends
 # its replay 200 ms late), slow in the application (300 ms): the stream
 # synchronize after the launch must still return only once it ran.
 if [ "${4:-}" != random ]; then
-  out="$(mktemp)"
-  REVENANT_REPLAY_END_DELAY_MS=200 GRAPHS_HOST_NODE_SLEEP_MS=300 timeout 150 "$run" --recover \
-    --chaos="rank=0,calls=46" -n 1 --backend=host --timeout=120 --host_kernels="$kernels" -- "$app" \
-    >"$out" 2>&1
-  rc=$?
-  if [ $rc -eq 0 ] && grep -q "^\[r0\] PASS graphs" "$out" && grep -q "recovered: replayed" "$out"; then
-    echo "ok: killed at request 46, a replayed host node slow to run, recovered, PASS"
-  else
-    echo "FAIL: killed at request 46, a replayed host node slow to run (rc=$rc)"
-    grep -E "FAIL|ERROR|chaos|recovered" "$out" | head -8 | sed 's/^/  | /'
-    fail=1
-  fi
-  rm -f "$out"
+  trial 46 ", a replayed host node slow to run" REVENANT_REPLAY_END_DELAY_MS=200 \
+    GRAPHS_HOST_NODE_SLEEP_MS=300
 fi
 [ $fail -eq 0 ] && echo "PASS graphs_recovery_test"
 exit $fail
