@@ -8,6 +8,8 @@
 #   bash .gpu/run_gpu.sh nccl       # only the NCCL section (below)
 #   bash .gpu/run_gpu.sh bench      # only the shim_bench rounds
 #   bash .gpu/run_gpu.sh hostmem    # only bench/host_memory_bench (native facts)
+#   bash .gpu/run_gpu.sh launchpath # only bench/launch_path_bench, then train_mlp's
+#                                   # time per call natively and under the shim
 #   bash .gpu/run_gpu.sh MODE       # only the sections of scripts/gpu/ that run for MODE
 #   bash .gpu/run_gpu.sh cublas     # e.g. only cuBLAS (scripts/gpu/cublas.sh)
 #   bash .gpu/run_gpu.sh cudnn      # only cuDNN (scripts/gpu/cudnn.sh)
@@ -39,7 +41,7 @@ targets=(
   //tests/integration:replay_unsafe //tests/integration:symbol_loop
   //agent/backends/cuda:cuda_backend_gpu_test //agent/backends/cuda:gpu_test_kernels
   //agent/backends/cuda:cuda_backend_test
-  //bench:shim_bench //bench:nccl_bench //bench:cpu_pairs //bench:host_memory_bench
+  //bench:shim_bench //bench:nccl_bench //bench:cpu_pairs //bench:host_memory_bench //bench:launch_path_bench
   //tests/apps:train_mlp //tests/apps:collectives_all //tests/apps:collectives_bad
   //tests/apps:cublas_ops //tests/apps:driver_api //tools:librevenant_probe.so
   //tests/apps:cublaslt_ops //tests/apps:nccl_group_sim //tests/apps:cudnn_conv
@@ -62,7 +64,7 @@ cp "$root/tests/integration/agent_death_test.sh" "$root/tests/integration/recove
 cp "$bin/agent/backends/cuda/cuda_backend_gpu_test" "$bin/agent/backends/cuda/gpu_test_kernels.fatbin" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_test" "$out/"
 cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$bin/bench/cpu_pairs" \
-  "$bin/bench/host_memory_bench.bin" "$root/bench/compare.sh" \
+  "$bin/bench/host_memory_bench.bin" "$bin/bench/launch_path_bench.bin" "$root/bench/compare.sh" \
   "$root/bench/journal_step.sh" "$out/bench/"
 cp "$bin/tests/apps/train_mlp.bin" "$bin/tests/apps/collectives_all.bin" \
   "$bin/tests/apps/collectives_bad.bin" "$bin/tests/apps/cublas_ops.bin" \
@@ -228,6 +230,33 @@ if [ "$MODE" = all ] || [ "$MODE" = hostmem ]; then
   record "host_memory_bench (native)" "$s" "$log"
   sed 's/^/   /' "$log"
 fi  # MODE = all or hostmem
+
+# What a small step's calls cost natively on each path (bench/launch_path_bench.cu),
+# then train_mlp's time per call natively and under the shim (journal off and
+# on, --snapshots=off) with the agent's time per request (REVENANT_CALL_STATS).
+if [ "$MODE" = launchpath ]; then
+  log="$LOGS/launch_path_bench.log"
+  timeout 300 "$G/bench/launch_path_bench.bin" --steps 20000 --rounds 5 >"$log" 2>&1; rc=$?
+  if [ $rc -eq 0 ] && grep -q "^PASS launch_path_bench" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+  record "launch_path_bench (native)" "$s" "$log"
+  grep RESULT "$log" | sed 's/^/   /'
+  export NCCL_NVLS_ENABLE=0
+  for r in $(seq 1 "${LAUNCHPATH_ROUNDS:-2}"); do
+    log="$LOGS/call_times.native.$r.log"
+    RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$((20000 + RANDOM % 20000)) timeout 200 "$G/apps/train_mlp.bin" \
+      --iters 20000 --time_after 2000 --call_times >"$log" 2>&1
+    echo "   round $r native: $(grep RESULT "$log" | tr '\n' ' ')"
+    for j in false true; do
+      log="$LOGS/call_times.journal_$j.$r.log"
+      REVENANT_CALL_STATS=1 timeout 260 $RUN -n 1 --backend=cuda --journal=$j --snapshots=off \
+        --timeout=240 -- "$G/apps/train_mlp.bin" --iters 20000 --time_after 2000 --call_times \
+        >"$log" 2>&1
+      echo "   round $r journal $j: $(grep RESULT "$log" | tr '\n' ' ')"
+      grep -A8 "requests at exit" "$log" | grep -E "Launch|Memcpy|AllReduce|Synchronize" | sed 's/^/   | /'
+    done
+  done
+fi  # MODE = launchpath
 
 # ---- NCCL: real NCCL through the cuda backend ----------------------------------------
 export NCCL_NVLS_ENABLE=0

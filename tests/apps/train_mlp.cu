@@ -2,7 +2,7 @@
 //
 //   RANK=r WORLD_SIZE=n MASTER_PORT=p train_mlp [--iters 20] [--hidden 128] [--batch 32]
 //       [--time_after W] [--host_fn] [--out_of_place]
-//       [--alternate NAME --arm K --arms N --burst B]
+//       [--alternate NAME --arm K --arms N --burst B] [--call_times]
 // With --time_after W (0 < W < iters), rank 0 prints the mean step time of
 // iterations W .. iters-1 (steady clock, the last step's work synchronized)
 // as "RESULT train_step_us <us>": start-up, warm-up and teardown excluded.
@@ -14,6 +14,12 @@
 // last one synchronized) is printed as "RESULT train_step_burst_us J <us>";
 // bursts J of different arms ran next to each other in time
 // (bench/journal_step.sh pairs them).
+// With --call_times (and --time_after W), rank 0 also prints the mean time
+// the application spent in each kind of call of iterations W .. iters-1 as
+// "RESULT train_call_us sync <us> copy <us> launch <us> allreduce <us>
+// issue <us>" (issue: a whole step less its first synchronize): natively
+// the libraries' own cost per call, under the shim what posting a call
+// costs and, at the synchronize, the wait for the agent's backlog.
 // With --out_of_place, the gradient buckets are all-reduced into a second
 // buffer that the SGD step reads (the same sums: the same checksum).
 // With --host_fn, each iteration ends with a cudaLaunchHostFunc that counts
@@ -125,6 +131,27 @@ bool WaitTurn(F done) {
   return true;
 }
 
+// --call_times: the time spent in each kind of call (steady clock).
+enum CallKind { kSyncCall, kCopyCall, kLaunchCall, kAllReduceCall, kIssue, kCallKinds };
+struct CallTimes {
+  bool on = false;
+  double us[kCallKinds] = {};
+  long n[kCallKinds] = {};
+  void Add(CallKind k, std::chrono::steady_clock::time_point since) {
+    us[k] += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - since)
+                 .count();
+    ++n[k];
+  }
+  double Mean(CallKind k) const { return n[k] > 0 ? us[k] / static_cast<double>(n[k]) : 0.0; }
+};
+// Runs `stmt`, adding its time to `kind` when `timing`.
+#define TIMED_CALL(times, timing, kind, stmt)                        \
+  do {                                                               \
+    const auto call_start_ = std::chrono::steady_clock::now();      \
+    stmt;                                                            \
+    if (timing) (times).Add(kind, call_start_);                      \
+  } while (0)
+
 std::atomic<int> host_fn_runs{0};
 void CUDART_CB CountIteration(void* runs) { ++*static_cast<std::atomic<int>*>(runs); }
 
@@ -141,6 +168,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     out_of_place = out_of_place || std::string(argv[i]) == "--out_of_place";
   }
+  CallTimes calls;
+  for (int i = 1; i < argc; ++i) calls.on = calls.on || std::string(argv[i]) == "--call_times";
   EXPECT_APP(iters > 0 && hidden > 0 && batch > 0, "bad arguments");
   EXPECT_APP(time_after >= 0 && time_after < iters, "--time_after must be in [0, iters)");
   const char* alternate = StringFlag(argc, argv, "--alternate");
@@ -256,44 +285,61 @@ int main(int argc, char** argv) {
     if (turns == nullptr && time_after > 0 && it == time_after) {
       timed_start = std::chrono::steady_clock::now();
     }
+    const bool timing = calls.on && it >= time_after;
     // The previous iteration's copies are done once the stream is idle.
-    CHECK_CUDA(cudaStreamSynchronize(stream));
+    TIMED_CALL(calls, timing, kSyncCall, CHECK_CUDA(cudaStreamSynchronize(stream)));
+    const auto issue_start = std::chrono::steady_clock::now();
     for (int j = 0; j < batch; ++j) {
       const int sample = shard[(static_cast<size_t>(it) * batch + j) % shard.size()];
       std::memcpy(pinned_x + static_cast<size_t>(j) * kIn, &data[sample * kIn],
                   kIn * sizeof(float));
       pinned_y[j] = labels[sample];
     }
-    CHECK_CUDA(cudaMemcpyAsync(x, pinned_x, static_cast<size_t>(batch) * kIn * sizeof(float),
-                               cudaMemcpyHostToDevice, stream));
-    CHECK_CUDA(cudaMemcpyAsync(y, pinned_y, batch * sizeof(int), cudaMemcpyHostToDevice, stream));
+    TIMED_CALL(calls, timing, kCopyCall,
+               CHECK_CUDA(cudaMemcpyAsync(x, pinned_x,
+                                          static_cast<size_t>(batch) * kIn * sizeof(float),
+                                          cudaMemcpyHostToDevice, stream)));
+    TIMED_CALL(calls, timing, kCopyCall,
+               CHECK_CUDA(cudaMemcpyAsync(y, pinned_y, batch * sizeof(int),
+                                          cudaMemcpyHostToDevice, stream)));
 
-    mlp_fc1_forward<<<Blocks(batch * hidden), kThreads, 0, stream>>>(x, w1, b1, hpre, hact, batch,
-                                                                      kIn, hidden);
-    mlp_fc2_forward<<<Blocks(batch * kOut), kThreads, 0, stream>>>(hact, w2, b2, logits, batch,
-                                                                    hidden, kOut);
-    mlp_softmax_xent<<<Blocks(batch), kThreads, 0, stream>>>(logits, y, dlogits, loss, batch,
-                                                              kOut);
-    mlp_loss_sum<<<1, 1, 0, stream>>>(loss, batch, loss_total);
-    mlp_fc2_backward<<<Blocks(kOut * hidden + kOut), kThreads, 0, stream>>>(
-        dlogits, hact, dw2, db2, batch, hidden, kOut);
-    mlp_hidden_backward<<<Blocks(batch * hidden), kThreads, 0, stream>>>(dlogits, w2, hpre, dh,
-                                                                          batch, hidden, kOut);
-    mlp_fc1_backward<<<Blocks(hidden * kIn + hidden), kThreads, 0, stream>>>(dh, x, dw1, db1,
-                                                                              batch, kIn, hidden);
+    TIMED_CALL(calls, timing, kLaunchCall,
+               (mlp_fc1_forward<<<Blocks(batch * hidden), kThreads, 0, stream>>>(
+                   x, w1, b1, hpre, hact, batch, kIn, hidden)));
+    TIMED_CALL(calls, timing, kLaunchCall,
+               (mlp_fc2_forward<<<Blocks(batch * kOut), kThreads, 0, stream>>>(
+                   hact, w2, b2, logits, batch, hidden, kOut)));
+    TIMED_CALL(calls, timing, kLaunchCall,
+               (mlp_softmax_xent<<<Blocks(batch), kThreads, 0, stream>>>(logits, y, dlogits, loss,
+                                                                          batch, kOut)));
+    TIMED_CALL(calls, timing, kLaunchCall,
+               (mlp_loss_sum<<<1, 1, 0, stream>>>(loss, batch, loss_total)));
+    TIMED_CALL(calls, timing, kLaunchCall,
+               (mlp_fc2_backward<<<Blocks(kOut * hidden + kOut), kThreads, 0, stream>>>(
+                   dlogits, hact, dw2, db2, batch, hidden, kOut)));
+    TIMED_CALL(calls, timing, kLaunchCall,
+               (mlp_hidden_backward<<<Blocks(batch * hidden), kThreads, 0, stream>>>(
+                   dlogits, w2, hpre, dh, batch, hidden, kOut)));
+    TIMED_CALL(calls, timing, kLaunchCall,
+               (mlp_fc1_backward<<<Blocks(hidden * kIn + hidden), kThreads, 0, stream>>>(
+                   dh, x, dw1, db1, batch, kIn, hidden)));
     CHECK_CUDA(cudaGetLastError());
 
     // Gradient all-reduce in buckets (in place unless --out_of_place).
     const size_t per = (n_params + kBuckets - 1) / kBuckets;
     for (size_t off = 0; off < n_params; off += per) {
       const size_t n = off + per <= n_params ? per : n_params - off;
-      CHECK_NCCL(ncclAllReduce(grads + off, reduced + off, n, ncclFloat, ncclSum, comm, stream));
+      TIMED_CALL(calls, timing, kAllReduceCall,
+                 CHECK_NCCL(ncclAllReduce(grads + off, reduced + off, n, ncclFloat, ncclSum, comm,
+                                          stream)));
     }
-    mlp_sgd<<<Blocks(static_cast<int>(n_params)), kThreads, 0, stream>>>(
-        params, reduced, static_cast<int>(n_params), kLearningRate, scale);
+    TIMED_CALL(calls, timing, kLaunchCall,
+               (mlp_sgd<<<Blocks(static_cast<int>(n_params)), kThreads, 0, stream>>>(
+                   params, reduced, static_cast<int>(n_params), kLearningRate, scale)));
     CHECK_CUDA(cudaGetLastError());
     if (host_fn) CHECK_CUDA(cudaLaunchHostFunc(stream, CountIteration, &host_fn_runs));
 
+    if (timing) calls.Add(kIssue, issue_start);
     if (it % kLossEvery == 0 || it == iters - 1) {
       CHECK_CUDA(cudaMemcpyAsync(pinned_loss, loss_total, sizeof(float), cudaMemcpyDeviceToHost,
                                  stream));
@@ -332,6 +378,11 @@ int main(int argc, char** argv) {
                           .count();
     std::printf("RESULT train_step_us %.3f (iterations %d..%d)\n", us / (iters - time_after),
                 time_after, iters - 1);
+  }
+  if (calls.on && l.rank == 0) {
+    std::printf("RESULT train_call_us sync %.3f copy %.3f launch %.3f allreduce %.3f issue %.3f\n",
+                calls.Mean(kSyncCall), calls.Mean(kCopyCall), calls.Mean(kLaunchCall),
+                calls.Mean(kAllReduceCall), calls.Mean(kIssue));
   }
   ncclResult_t async = ncclSuccess;
   CHECK_NCCL(ncclCommGetAsyncError(comm, &async));

@@ -497,6 +497,11 @@ ncclResult_t CudaNccl::OnComm(ncclComm_t comm, const char* what, F call) {
   std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<Comm> c = Find(comm);
   if (c == nullptr) return ncclInvalidArgument;
+  return OnCommLocked(c, what, call);
+}
+
+template <typename F>
+ncclResult_t CudaNccl::OnCommLocked(const std::shared_ptr<Comm>& c, const char* what, F& call) {
   if (c->aborted.load()) return static_cast<ncclResult_t>(c->error.load());
   if (c->comm == nullptr) {
     REVENANT_LOG(WARNING, kLog) << what << ": the communicator joins its peers at the recovery "
@@ -2063,20 +2068,25 @@ ncclResult_t CudaNccl::Collective(ncclComm_t comm, const char* what, Op op) {
   return RunUnit(*c, what, ops, /*may_defer=*/true);
 }
 
+// A collective of a communicator that is not recoverable (one rank, a
+// split, no recovery) runs at once, as OnComm would run it, without making
+// a unit: the per-call cost of a small step's all-reduces.
 #define REVENANT_COLL(what, kind, count, type, root, sendp, recvp, stream, expr)            \
   do {                                                                                    \
+    auto call_ = [=](ncclComm_t c) { return expr; };                                        \
     Op unit;                                                                              \
-    unit.call = [=](ncclComm_t c) { return expr; };                                         \
+    {                                                                                     \
+      std::lock_guard<std::mutex> lock(mu_);                                              \
+      std::shared_ptr<Comm> found = Find(comm);                                           \
+      if (found == nullptr) return ncclInvalidArgument;                                   \
+      if (!Recoverable(*found)) return OnCommLocked(found, what, call_);                  \
+      Extents(kind, count, type, root, found->rank, found->nranks, &unit.send_bytes,        \
+              &unit.recv_bytes);                                                            \
+    }                                                                                     \
+    unit.call = call_;                                                                      \
     unit.stream = stream;                                                                   \
     unit.send = sendp;                                                                      \
     unit.recv = recvp;                                                                      \
-    {                                                                                     \
-      std::lock_guard<std::mutex> lock(mu_);                                              \
-      if (std::shared_ptr<Comm> found = Find(comm)) {                                     \
-        Extents(kind, count, type, root, found->rank, found->nranks, &unit.send_bytes,      \
-                &unit.recv_bytes);                                                          \
-      }                                                                                   \
-    }                                                                                     \
     return Collective(comm, what, std::move(unit));                                         \
   } while (0)
 

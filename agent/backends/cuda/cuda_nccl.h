@@ -462,6 +462,9 @@ class CudaNccl {
   // Runs `call` on a known, live communicator and settles it.
   template <typename F>
   ncclResult_t OnComm(ncclComm_t comm, const char* what, F call);
+  // The same for a communicator found with mu_ held.
+  template <typename F>
+  ncclResult_t OnCommLocked(const std::shared_ptr<Comm>& c, const char* what, F& call);
   // A collective: fenced and recovered when its communicator is recoverable.
   ncclResult_t Collective(ncclComm_t comm, const char* what, Op op);
   // A recoverable unit (mu_ held): ordinal, in-place copies, issue, fence,
