@@ -114,10 +114,11 @@ ABSL_FLAG(bool, snapshot_keep_spare, true,
           "mapped, registered file (no mapping or registration per snapshot; the files hold 2x "
           "the live bytes); false: 1x, a fresh file mapped and registered per snapshot");
 ABSL_FLAG(bool, snapshot_spare_ahead, true,
-          "with --snapshot_keep_spare: after a snapshot that left no spare (the first), make "
-          "one of its size on a thread of its own, so that the second snapshot maps nothing on "
-          "the executor's critical path (registering it there still holds the driver against "
-          "the executor's CUDA calls, ~22 ms per 554 MiB on the H200)");
+          "with --snapshot_keep_spare: make the snapshot files ahead on a thread of their own "
+          "(the first one while the allocations grow, its pages resident; after a snapshot "
+          "that left no spare, one of its size), so that the first two snapshots make no pages "
+          "on the executor's critical path (registering still holds the driver against the "
+          "executor's CUDA calls, ~22 ms per 554 MiB on the H200)");
 ABSL_FLAG(bool, snapshot_async, true,
           "with boundary snapshots in a one-rank job: step boundaries inside the journal's "
           "minibatch take asynchronous snapshots (device copies on a stream of their own, "

@@ -276,6 +276,10 @@ void Session::ReportAtExit() {
         snapshots_->registered_bytes() / 1048576.0, snapshots_->files_mapped(), t.count, t.reused,
         snapshots_->spares_made_ahead(), snapshots_->spare_ahead_ms(),
         snapshots_->spares_ahead_failed());
+    REVENANT_LOG(INFO, "agent") << absl::StrFormat(
+        "the first snapshot's file: %s (%.1f ms making and growing it off the critical path)",
+        snapshots_->first_file_used() ? "made ahead" : "made by the snapshot",
+        snapshots_->first_file_ms());
   }
 }
 
@@ -409,9 +413,21 @@ void Session::ExecuteRequest(const transport::RecordHeader& rec) {
     const int64_t t0 = MonotonicNanos();
     RunAndReply(rec, traits, has_reply);
     exec_stats_[rec.api_id].run_ns += static_cast<uint64_t>(MonotonicNanos() - t0);
+  } else {
+    RunAndReply(rec, traits, has_reply);
+  }
+  if (traits.journal == api::JournalClass::kState) PrepareFirstSnapshotFile();
+}
+
+void Session::PrepareFirstSnapshotFile() {
+  if (snapshots_ == nullptr || first_snapshot_file_settled_) return;
+  if (snapshot_totals_.count > 0 || inside_snapshots_ > 0) {
+    first_snapshot_file_settled_ = true;
     return;
   }
-  RunAndReply(rec, traits, has_reply);
+  // The allocations so far (state requests make them): the file grows with
+  // them on the store's thread (SnapshotStore::PrepareFirstFile).
+  snapshots_->PrepareFirstFile(SnapshotStore::FileSizeFor(backend_->DeviceAllocations()));
 }
 
 // An explicit minibatch marker (revenantMarkStep), journaled here.
@@ -1134,7 +1150,10 @@ void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
         "snapshot of minibatch %d: %d allocations, %d bytes, critical path %.2f ms (device "
         "drained in %.2f ms, copies %.2f ms, checksums %.2f ms), total %.2f ms, %s",
         minibatch, st->allocations, st->bytes, critical_ms, drained_ms, st->copy_ms,
-        st->crc_ms, critical_ms, st->reused ? "into the spare file" : "into a new file");
+        st->crc_ms, critical_ms,
+        st->reused                                            ? "into the spare file"
+        : t.count == 1 && snapshots_->first_file_used() ? "into the file made ahead"
+                                                        : "into a new file");
   }
   MaybeSnapshotChaos(SessionOptions::Chaos::Point::kAfterSnapshot, minibatch);
 }

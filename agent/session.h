@@ -475,6 +475,10 @@ class Session : private JournalingHost {
   // once its copies completed (a page of its own).
   uint64_t* snapshot_done_word_ = nullptr;
   uint64_t inside_snapshots_ = 0;
+  // Before the first snapshot, its file is made ahead and grows with the
+  // allocations (after each state request); settled once one was taken.
+  void PrepareFirstSnapshotFile();
+  bool first_snapshot_file_settled_ = false;
   uint64_t trim_checks_ = 0;
   // Captured uploads between snapshots (one rank): a snapshot is due once
   // the bytes captured since the last one began pass CaptureBound(); with

@@ -135,7 +135,9 @@ SnapshotStore::SnapshotStore(std::string dir, int rank)
 SnapshotStore::SnapshotStore(std::string dir, int rank, Options options)
     : dir_(std::move(dir)), rank_(rank), options_(options) {}
 
-SnapshotStore::~SnapshotStore() { ReleaseMappings(); }
+SnapshotStore::~SnapshotStore() {
+  ReleaseMappings();
+}
 
 std::string SnapshotStore::PathOf(uint64_t minibatch) const {
   return absl::StrCat(dir_, "/snap-", minibatch);
@@ -157,6 +159,8 @@ void SnapshotStore::Delete(std::unique_ptr<File> f) {
 
 void SnapshotStore::ReleaseMappings() {
   TakeSpareAhead();
+  JoinFirstFile();
+  Delete(std::move(first_file_));
   for (auto& [m, f] : files_) Unmap(f.get());
   files_.clear();
   Delete(std::move(spare_));
@@ -190,6 +194,27 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
   }
   // A spare of another size would stay unused: the memory goes back now.
   Delete(std::move(spare_));
+  // The first snapshot: the file made ahead, if one was.
+  first_begun_ = true;
+  JoinFirstFile();
+  if (std::unique_ptr<File> ahead = std::move(first_file_)) {
+    if (ResizeFile(ahead.get(), size).ok() && rename(ahead->path.c_str(), path.c_str()) == 0) {
+      ahead->path = path;
+      bool registered = true;
+      if (copier.register_host) {
+        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+        registered = copier.register_host(ahead->map, (size + page - 1) / page * page).ok();
+        ahead->registered = registered;
+        ahead->unregister = copier.unregister_host;
+      }
+      if (registered) {
+        ++files_mapped_;
+        first_file_used_ = true;
+        return ahead;
+      }
+    }
+    Delete(std::move(ahead));  // the snapshot makes its own, as without
+  }
   absl::StatusOr<std::unique_ptr<File>> f = MakeFile(size, path, copier);
   if (f.ok()) ++files_mapped_;
   return f;
@@ -243,6 +268,94 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::MakeFile(
 }
 
 std::string SnapshotStore::AheadPath() const { return dir_ + "/.spare-snap-ahead"; }
+
+std::string SnapshotStore::FirstAheadPath() const { return dir_ + "/.first-snap-ahead"; }
+
+size_t SnapshotStore::FileSizeFor(const AllocationTable& table) {
+  size_t n = kHeaderSize + table.size() * kEntrySize + 4;
+  for (const auto& [addr, size] : table) n += size;
+  return n;
+}
+
+absl::Status SnapshotStore::ResizeFile(File* f, size_t size) {
+  if (f->map == nullptr || f->registered) return absl::FailedPreconditionError("mapped, unregistered");
+  if (size == f->size) return absl::OkStatus();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t old_len = (f->size + page - 1) / page * page;
+  const size_t new_len = (size + page - 1) / page * page;
+  if (size < f->size) {
+    if (new_len < old_len) munmap(f->map + new_len, old_len - new_len);
+    f->size = size;  // the mapping is now new_len long
+    if (truncate(f->path.c_str(), static_cast<off_t>(size)) != 0) {
+      return absl::UnavailableError(absl::StrCat("truncate ", f->path, ": ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+  if (truncate(f->path.c_str(), static_cast<off_t>(size)) != 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot size ", f->path, " to ", size, " bytes: ", std::strerror(errno)));
+  }
+  if (new_len > old_len) {
+    void* m = mremap(f->map, old_len, new_len, MREMAP_MAYMOVE);
+    if (m == MAP_FAILED) {
+      const int err = errno;
+      (void)truncate(f->path.c_str(), static_cast<off_t>(f->size));
+      return absl::UnavailableError(absl::StrCat("mremap ", f->path, ": ", std::strerror(err)));
+    }
+    f->map = static_cast<char*>(m);
+  }
+  const size_t from = f->size / page * page;
+  f->size = size;
+  if (absl::Status s = PopulateWritable(f->map + from, size - from);
+      !s.ok() && !absl::IsUnimplemented(s)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot grow ", f->path, " to ", size, " bytes: ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+void SnapshotStore::JoinFirstFile() {
+  if (first_thread_.joinable()) first_thread_.join();
+}
+
+void SnapshotStore::PrepareFirstFile(size_t size) {
+  if (first_begun_ || !options_.keep_spare || !options_.spare_ahead || size <= first_target_) {
+    return;
+  }
+  if (first_thread_.joinable()) {
+    if (first_busy_.load(std::memory_order_acquire)) return;  // still at it: later
+    first_thread_.join();
+  }
+  if (!first_status_.ok()) return;  // failed once: the first snapshot makes its own
+  if (!PrepareDir().ok()) return;
+  // Room to grow: a job's allocations grow in steps until its first
+  // snapshot, and every growth remaps the file.
+  constexpr size_t kGranule = size_t{2} << 20;
+  const size_t target = (size + size / 8 + kGranule - 1) / kGranule * kGranule;
+  first_target_ = target;
+  first_busy_.store(true, std::memory_order_release);
+  first_thread_ = std::thread([this, target] {
+    const absl::Time start = absl::Now();
+    absl::Status s;
+    if (first_file_ == nullptr) {
+      // Not registered: the first snapshot registers it at its exact size.
+      absl::StatusOr<std::unique_ptr<File>> f = MakeFile(target, FirstAheadPath(), SnapshotCopier{});
+      if (f.ok()) {
+        first_file_ = std::move(*f);
+      } else {
+        s = f.status();
+      }
+    } else {
+      s = ResizeFile(first_file_.get(), target);
+    }
+    if (!s.ok()) {
+      Delete(std::move(first_file_));
+      first_status_ = s;
+    }
+    first_ms_ += absl::ToDoubleMilliseconds(absl::Now() - start);
+    first_busy_.store(false, std::memory_order_release);
+  });
+}
 
 std::string SnapshotStore::SparePath() const { return dir_ + "/.spare-snap"; }
 
@@ -317,9 +430,7 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::Begin(
   return BeginWith(minibatch, boundary_seq, table, copier_);
 }
 
-absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::BeginWith(
-    uint64_t minibatch, uint64_t boundary_seq, const AllocationTable& table,
-    const SnapshotCopier& copier) {
+absl::Status SnapshotStore::PrepareDir() {
   if (!dir_ready_) {
     if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
       return absl::UnavailableError(absl::StrCat("cannot create the snapshot directory ", dir_,
@@ -333,7 +444,8 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::BeginWith
       while (dirent* e = readdir(d)) {
         const std::string name = e->d_name;
         uint64_t m = 0;
-        if (ParseName(name, ".tmp-snap-", &m) || name.rfind(".spare-snap", 0) == 0) {
+        if (ParseName(name, ".tmp-snap-", &m) || name.rfind(".spare-snap", 0) == 0 ||
+            name == ".first-snap-ahead") {
           doomed.push_back(dir_ + "/" + name);
         }
       }
@@ -341,6 +453,13 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::BeginWith
       for (const std::string& path : doomed) unlink(path.c_str());
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::BeginWith(
+    uint64_t minibatch, uint64_t boundary_seq, const AllocationTable& table,
+    const SnapshotCopier& copier) {
+  if (absl::Status s = PrepareDir(); !s.ok()) return s;
   auto p = std::make_unique<Pending>();
   p->minibatch_ = minibatch;
   p->boundary_seq_ = boundary_seq;
@@ -489,14 +608,16 @@ void SnapshotStore::DropBefore(uint64_t minibatch) {
         uint64_t m = 0;
         if ((ParseName(name, "snap-", &m) && m < minibatch &&
              std::find(written_.begin(), written_.end(), m) == written_.end()) ||
-            ParseName(name, ".tmp-snap-", &m) || name.rfind(".spare-snap", 0) == 0) {
+            ParseName(name, ".tmp-snap-", &m) || name.rfind(".spare-snap", 0) == 0 ||
+            name == ".first-snap-ahead") {
           doomed.push_back(dir_ + "/" + name);
         }
       }
       closedir(d);
       for (const std::string& p : doomed) {
         if ((spare_ == nullptr || p != spare_->path) &&
-            !(ahead_thread_.joinable() && p == AheadPath())) {
+            !(ahead_thread_.joinable() && p == AheadPath()) &&
+            !((first_thread_.joinable() || first_file_ != nullptr) && p == FirstAheadPath())) {
           unlink(p.c_str());
         }
       }

@@ -353,6 +353,57 @@ TEST_F(SnapshotTest, TheFirstSnapshotsSpareIsMadeAheadOnAThreadOfItsOwn) {
   }
 }
 
+TEST_F(SnapshotTest, TheFirstSnapshotTakesTheFileMadeAheadCutOrGrownToItsSize) {
+  // "cut": the file made ahead (2 MiB at least) is larger than the
+  // snapshot; "grown": allocations grew past it after it was made.
+  for (const bool grown : {false, true}) {
+    SCOPED_TRACE(grown ? "grown" : "cut");
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    FakeDevice d = MakeDevice(21);
+    if (grown) {
+      std::string big((size_t{5} << 20) + 7, '\0');
+      std::mt19937 rng(22);
+      for (char& c : big) c = static_cast<char>(rng());
+      d.mem[0x300000000000ull] = big;
+    }
+    CountingCopier cc{&d};
+    SnapshotStore store(dir_, 0);
+    store.SetCopier(cc.Make());
+    store.PrepareFirstFile(grown ? size_t{1} << 20 : SnapshotStore::FileSizeFor(d.Table()));
+    // Nothing is registered ahead: the snapshot registers its exact size.
+    EXPECT_EQ(cc.registrations, 0);
+    absl::StatusOr<SnapshotWriteStats> st = store.Write(1, 1, d.Table());
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_TRUE(store.first_file_used());
+    EXPECT_EQ(cc.registrations, 1);
+    EXPECT_FALSE(std::filesystem::exists(store.FirstAheadPath()));
+    EXPECT_EQ(std::filesystem::file_size(store.PathOf(1)), SnapshotStore::FileSizeFor(d.Table()));
+    ExpectLoadsTo(store, 1, d);
+    // Later snapshots as before; no more files made ahead of a first one.
+    store.PrepareFirstFile(size_t{64} << 20);
+    store.DropBefore(1);
+    for (auto& [a, b] : d.mem) b[0] = static_cast<char>(b[0] + 1);
+    ASSERT_TRUE(store.Write(2, 2, d.Table()).ok());
+    ExpectLoadsTo(store, 2, d);
+    EXPECT_FALSE(std::filesystem::exists(store.FirstAheadPath()));
+  }
+}
+
+TEST_F(SnapshotTest, NoFileIsMadeAheadWithoutTheSpare) {
+  FakeDevice d = MakeDevice(23);
+  CountingCopier cc{&d};
+  SnapshotStore::Options o;
+  o.spare_ahead = false;
+  SnapshotStore store(dir_, 0, o);
+  store.SetCopier(cc.Make());
+  store.PrepareFirstFile(SnapshotStore::FileSizeFor(d.Table()));
+  EXPECT_FALSE(std::filesystem::exists(store.FirstAheadPath()));
+  ASSERT_TRUE(store.Write(1, 1, d.Table()).ok());
+  EXPECT_FALSE(store.first_file_used());
+  ExpectLoadsTo(store, 1, d);
+}
+
 TEST_F(SnapshotTest, WithoutTheSpareTheFilesHoldOneSnapshot) {
   FakeDevice d = MakeDevice(12);
   CountingCopier cc{&d};

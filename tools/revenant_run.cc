@@ -155,10 +155,10 @@ ABSL_FLAG(bool, snapshot_keep_spare, true,
           "keep the snapshot file given up at a journal boundary for the next snapshot (no new "
           "registered memory per snapshot; 2x the live bytes in snapshot files); false: 1x");
 ABSL_FLAG(bool, snapshot_spare_ahead, true,
-          "with --snapshot_keep_spare: after the first snapshot, a spare of its size is made on a "
-          "thread of the agent's own, so that the second snapshot maps nothing on the critical "
-          "path (its pages made resident there; registering it still holds the driver ~20 ms "
-          "per 512 MiB)");
+          "with --snapshot_keep_spare: the agent makes the snapshot files ahead on a thread of "
+          "its own (the first one while the allocations grow; after the first snapshot, a "
+          "spare of its size), so that the first two snapshots make no pages on the critical "
+          "path (registering still holds the driver ~20 ms per 512 MiB)");
 ABSL_FLAG(std::string, journal_thread, "auto",
           "agents journal plain asynchronous requests on a second thread: behind "
           "(write-behind), ahead, off, or auto (behind with at least 4 CPUs and 3 per rank; "
