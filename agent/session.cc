@@ -276,10 +276,14 @@ void Session::ReportAtExit() {
         snapshots_->registered_bytes() / 1048576.0, snapshots_->files_mapped(), t.count, t.reused,
         snapshots_->spares_made_ahead(), snapshots_->spare_ahead_ms(),
         snapshots_->spares_ahead_failed());
+    const SnapshotStore::FirstFileTake& take = snapshots_->first_file_take();
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
-        "the first snapshot's file: %s (%.1f ms making and growing it off the critical path)",
+        "the first snapshot's file: %s (%.1f ms making and growing it off the critical path; "
+        "the snapshot waited %.1f ms for it, cut or grew it from %.3f MiB in %.1f ms, "
+        "registered it in %.1f ms)",
         snapshots_->first_file_used() ? "made ahead" : "made by the snapshot",
-        snapshots_->first_file_ms());
+        snapshots_->first_file_ms(), take.wait_ms, take.made_bytes / 1048576.0, take.resize_ms,
+        take.register_ms);
   }
 }
 

@@ -196,9 +196,16 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
   Delete(std::move(spare_));
   // The first snapshot: the file made ahead, if one was.
   first_begun_ = true;
+  const absl::Time wait_start = absl::Now();
   JoinFirstFile();
   if (std::unique_ptr<File> ahead = std::move(first_file_)) {
-    if (ResizeFile(ahead.get(), size).ok() && rename(ahead->path.c_str(), path.c_str()) == 0) {
+    const absl::Time resize_start = absl::Now();
+    first_take_.wait_ms = absl::ToDoubleMilliseconds(resize_start - wait_start);
+    first_take_.made_bytes = ahead->size;
+    const bool resized = ResizeFile(ahead.get(), size).ok();
+    const absl::Time register_start = absl::Now();
+    first_take_.resize_ms = absl::ToDoubleMilliseconds(register_start - resize_start);
+    if (resized && rename(ahead->path.c_str(), path.c_str()) == 0) {
       ahead->path = path;
       bool registered = true;
       if (copier.register_host) {
@@ -207,6 +214,7 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
         ahead->registered = registered;
         ahead->unregister = copier.unregister_host;
       }
+      first_take_.register_ms = absl::ToDoubleMilliseconds(absl::Now() - register_start);
       if (registered) {
         ++files_mapped_;
         first_file_used_ = true;
@@ -331,7 +339,7 @@ void SnapshotStore::PrepareFirstFile(size_t size) {
   // Room to grow: a job's allocations grow in steps until its first
   // snapshot, and every growth remaps the file.
   constexpr size_t kGranule = size_t{2} << 20;
-  const size_t target = (size + size / 8 + kGranule - 1) / kGranule * kGranule;
+  const size_t target = (size + size / 2 + kGranule - 1) / kGranule * kGranule;
   first_target_ = target;
   first_busy_.store(true, std::memory_order_release);
   first_thread_ = std::thread([this, target] {

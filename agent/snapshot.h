@@ -239,7 +239,7 @@ class SnapshotStore {
   // Before the first snapshot (with keep_spare and spare_ahead): a file of
   // `size` bytes (FileSizeFor of the allocations so far, with room to grow)
   // is made on a thread of the store's own, its pages resident but not
-  // registered; a later call with a larger size grows it once that thread is
+  // registered (half as large again: allocations grow until then); a later call with a larger size grows it once that thread is
   // idle (a call never waits for it). The first snapshot takes the file: cut
   // or grown to its exact size, then registered, so that its critical path
   // makes few or no pages (a 554 MiB first snapshot made its file in ~150 ms).
@@ -250,6 +250,13 @@ class SnapshotStore {
   // took it, and the time spent making and growing it (off the critical path).
   bool first_file_used() const { return first_file_used_; }
   double first_file_ms() const { return first_ms_; }
+  // What taking it cost the first snapshot: waiting for the thread, cutting
+  // or growing it from the size it had, registering it.
+  struct FirstFileTake {
+    double wait_ms = 0, resize_ms = 0, register_ms = 0;
+    uint64_t made_bytes = 0;
+  };
+  const FirstFileTake& first_file_take() const { return first_take_; }
   std::string FirstAheadPath() const;
 
   // Gives up the snapshots of minibatches before `minibatch`: the newest of
@@ -336,6 +343,7 @@ class SnapshotStore {
   bool first_begun_ = false;  // the first snapshot began: no more making ahead
   bool first_file_used_ = false;
   double first_ms_ = 0;
+  FirstFileTake first_take_;
   uint64_t spares_ahead_failed_ = 0;
 };
 
