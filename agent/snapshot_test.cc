@@ -73,6 +73,11 @@ class SnapshotTest : public ::testing::Test {
     }
     return d;
   }
+  // The store's directory emptied, for a test's next case.
+  void EmptyDir() {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
   void FlipByte(const std::string& path, off_t offset) {
     int fd = open(path.c_str(), O_RDWR);
     ASSERT_GE(fd, 0);
@@ -325,8 +330,7 @@ TEST_F(SnapshotTest, SteadyStateReusesTheSpareAndRegistersNothingNew) {
 TEST_F(SnapshotTest, TheFirstSnapshotsSpareIsMadeAheadOnAThreadOfItsOwn) {
   for (const bool ahead : {true, false}) {
     SCOPED_TRACE(ahead ? "spare made ahead" : "no spare made ahead");
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    EmptyDir();
     FakeDevice d = MakeDevice(16);
     CountingCopier cc{&d};
     SnapshotStore::Options o;
@@ -358,8 +362,7 @@ TEST_F(SnapshotTest, TheFirstSnapshotTakesTheFileMadeAheadCutOrGrownToItsSize) {
   // snapshot; "grown": allocations grew past it after it was made.
   for (const bool grown : {false, true}) {
     SCOPED_TRACE(grown ? "grown" : "cut");
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    EmptyDir();
     FakeDevice d = MakeDevice(21);
     if (grown) {
       std::string big((size_t{5} << 20) + 7, '\0');
