@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -341,6 +342,15 @@ void SnapshotStore::PrepareFirstFile(size_t size) {
   constexpr size_t kGranule = size_t{2} << 20;
   const size_t target = (size + size / 2 + kGranule - 1) / kGranule * kGranule;
   first_target_ = target;
+  // Never crowd the file system the journal and the captures share: the
+  // file made ahead only where twice its size is free (the snapshot and its
+  // spare will need that much anyway); else the first snapshot makes its own.
+  struct statvfs fs {};
+  const size_t have = first_file_ != nullptr ? first_file_->size : 0;
+  if (statvfs(dir_.c_str(), &fs) != 0 ||
+      static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize + have < 2 * uint64_t{target}) {
+    return;
+  }
   first_busy_.store(true, std::memory_order_release);
   first_thread_ = std::thread([this, target] {
     const absl::Time start = absl::Now();
