@@ -424,11 +424,7 @@ void Session::ExecuteRequest(const transport::RecordHeader& rec) {
 }
 
 void Session::PrepareFirstSnapshotFile() {
-  if (snapshots_ == nullptr || first_snapshot_file_settled_) return;
-  if (snapshot_totals_.count > 0 || inside_snapshots_ > 0) {
-    first_snapshot_file_settled_ = true;
-    return;
-  }
+  if (snapshots_ == nullptr || !snapshots_->wants_first_file()) return;
   // The allocations so far (state requests make them): the file grows with
   // them on the store's thread (SnapshotStore::PrepareFirstFile).
   snapshots_->PrepareFirstFile(SnapshotStore::FileSizeFor(backend_->DeviceAllocations()));

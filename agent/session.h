@@ -476,9 +476,8 @@ class Session : private JournalingHost {
   uint64_t* snapshot_done_word_ = nullptr;
   uint64_t inside_snapshots_ = 0;
   // Before the first snapshot, its file is made ahead and grows with the
-  // allocations (after each state request); settled once one was taken.
+  // allocations (after each state request).
   void PrepareFirstSnapshotFile();
-  bool first_snapshot_file_settled_ = false;
   uint64_t trim_checks_ = 0;
   // Captured uploads between snapshots (one rank): a snapshot is due once
   // the bytes captured since the last one began pass CaptureBound(); with

@@ -208,13 +208,7 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
     first_take_.resize_ms = absl::ToDoubleMilliseconds(register_start - resize_start);
     if (resized && rename(ahead->path.c_str(), path.c_str()) == 0) {
       ahead->path = path;
-      bool registered = true;
-      if (copier.register_host) {
-        const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-        registered = copier.register_host(ahead->map, (size + page - 1) / page * page).ok();
-        ahead->registered = registered;
-        ahead->unregister = copier.unregister_host;
-      }
+      const bool registered = Register(ahead.get(), copier).ok();
       first_take_.register_ms = absl::ToDoubleMilliseconds(absl::Now() - register_start);
       if (registered) {
         ++files_mapped_;
@@ -262,18 +256,24 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::MakeFile(
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate the snapshot ", path, " (", size, " bytes): ", s.message()));
   }
-  if (copier.register_host) {
-    // Whole pages (the mapping's last one reaches past the end of the file).
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    if (absl::Status s = copier.register_host(f->map, (size + page - 1) / page * page); !s.ok()) {
-      Delete(std::move(f));
-      return absl::Status(s.code(), absl::StrCat("registering the snapshot ", path,
-                                                 " for device copies: ", s.message()));
-    }
-    f->registered = true;
-    f->unregister = copier.unregister_host;
+  if (absl::Status s = Register(f.get(), copier); !s.ok()) {
+    Delete(std::move(f));
+    return absl::Status(s.code(), absl::StrCat("registering the snapshot ", path,
+                                               " for device copies: ", s.message()));
   }
   return f;
+}
+
+absl::Status SnapshotStore::Register(File* f, const SnapshotCopier& copier) {
+  if (!copier.register_host) return absl::OkStatus();
+  // Whole pages (the mapping's last one reaches past the end of the file).
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  if (absl::Status s = copier.register_host(f->map, (f->size + page - 1) / page * page); !s.ok()) {
+    return s;
+  }
+  f->registered = true;
+  f->unregister = copier.unregister_host;
+  return absl::OkStatus();
 }
 
 std::string SnapshotStore::AheadPath() const { return dir_ + "/.spare-snap-ahead"; }

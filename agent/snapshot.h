@@ -248,6 +248,11 @@ class SnapshotStore {
   void PrepareFirstFile(size_t size);
   // The file made ahead of the first snapshot: whether the first snapshot
   // took it, and the time spent making and growing it (off the critical path).
+  // Whether PrepareFirstFile would still make or grow the file: before the
+  // first snapshot began, with keep_spare and spare_ahead.
+  bool wants_first_file() const {
+    return !first_begun_ && options_.keep_spare && options_.spare_ahead;
+  }
   bool first_file_used() const { return first_file_used_; }
   double first_file_ms() const { return first_ms_; }
   // What taking it cost the first snapshot: waiting for the thread, cutting
@@ -306,6 +311,9 @@ class SnapshotStore {
   absl::Status PrepareDir();
   // Waits for the thread making the file ahead of the first snapshot.
   void JoinFirstFile();
+  // Registers the whole mapping of `f` through the copier (nothing to do
+  // without register_host).
+  static absl::Status Register(File* f, const SnapshotCopier& copier);
   // Cuts or grows an unregistered mapped file to `size` bytes (its new
   // pages made resident).
   static absl::Status ResizeFile(File* f, size_t size);

@@ -71,6 +71,16 @@ int IntFlag(int argc, char** argv, const char* name, int def) {
   return def;
 }
 
+// The driver's entry point `name`, typed as `T` (the program ends on failure).
+template <typename T>
+T DriverEntry(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  CHECK(cudaGetDriverEntryPointByVersion(name, &fn, CUDA_VERSION, cudaEnableDefault, &q));
+  return reinterpret_cast<T>(fn);
+}
+#define DRIVER_ENTRY(fn) DriverEntry<decltype(&fn)>(#fn)
+
 using Clock = std::chrono::steady_clock;
 double Us(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
@@ -105,15 +115,8 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamCreate(&stream));
   CHECK(cudaStreamCreate(&other));
 
-  void* launch_fn = nullptr;
-  void* query_fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  CHECK(cudaGetDriverEntryPointByVersion("cuLaunchKernel", &launch_fn, CUDA_VERSION,
-                                         cudaEnableDefault, &q));
-  CHECK(cudaGetDriverEntryPointByVersion("cuStreamQuery", &query_fn, CUDA_VERSION,
-                                         cudaEnableDefault, &q));
-  auto cu_launch = reinterpret_cast<decltype(&cuLaunchKernel)>(launch_fn);
-  auto cu_query = reinterpret_cast<decltype(&cuStreamQuery)>(query_fn);
+  auto cu_launch = DRIVER_ENTRY(cuLaunchKernel);
+  auto cu_query = DRIVER_ENTRY(cuStreamQuery);
   cudaFunction_t func = nullptr;
   CHECK(cudaGetFuncBySymbol(&func, reinterpret_cast<const void*>(&step_kernel)));
 
@@ -125,10 +128,7 @@ int main(int argc, char** argv) {
   const int blocks = (kN + kThreads - 1) / kThreads;
 
   // The packed block: every parameter at its offset (cuFuncGetParamInfo).
-  void* param_info_fn = nullptr;
-  CHECK(cudaGetDriverEntryPointByVersion("cuFuncGetParamInfo", &param_info_fn, CUDA_VERSION,
-                                         cudaEnableDefault, &q));
-  auto cu_param_info = reinterpret_cast<decltype(&cuFuncGetParamInfo)>(param_info_fn);
+  auto cu_param_info = DRIVER_ENTRY(cuFuncGetParamInfo);
   constexpr int kParams = 9;
   const size_t sizes[kParams] = {sizeof(a), sizeof(b), sizeof(c), sizeof(d), sizeof(n),
                                  sizeof(m), sizeof(k), sizeof(alpha), sizeof(beta)};
@@ -259,18 +259,12 @@ int main(int argc, char** argv) {
   std::memset(malloc_host, 1, kBig + kSmall);
   CHECK(cudaHostRegister(shared, map_size, cudaHostRegisterDefault));
   // Device memory as the agent maps it: a reserved range, one mapping.
-  void* fn = nullptr;
-  auto entry = [&](const char* name) {
-    CHECK(cudaGetDriverEntryPointByVersion(name, &fn, CUDA_VERSION, cudaEnableDefault, &q));
-    return fn;
-  };
-  auto cu_reserve = reinterpret_cast<decltype(&cuMemAddressReserve)>(entry("cuMemAddressReserve"));
-  auto cu_create = reinterpret_cast<decltype(&cuMemCreate)>(entry("cuMemCreate"));
-  auto cu_map = reinterpret_cast<decltype(&cuMemMap)>(entry("cuMemMap"));
-  auto cu_access = reinterpret_cast<decltype(&cuMemSetAccess)>(entry("cuMemSetAccess"));
-  auto cu_granularity = reinterpret_cast<decltype(&cuMemGetAllocationGranularity)>(
-      entry("cuMemGetAllocationGranularity"));
-  auto cu_htod = reinterpret_cast<decltype(&cuMemcpyHtoDAsync)>(entry("cuMemcpyHtoDAsync"));
+  auto cu_reserve = DRIVER_ENTRY(cuMemAddressReserve);
+  auto cu_create = DRIVER_ENTRY(cuMemCreate);
+  auto cu_map = DRIVER_ENTRY(cuMemMap);
+  auto cu_access = DRIVER_ENTRY(cuMemSetAccess);
+  auto cu_granularity = DRIVER_ENTRY(cuMemGetAllocationGranularity);
+  auto cu_htod = DRIVER_ENTRY(cuMemcpyHtoDAsync);
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
