@@ -123,6 +123,11 @@ ABSL_FLAG(bool, snapshot_async, true,
           "with boundary snapshots in a one-rank job: step boundaries inside the journal's "
           "minibatch take asynchronous snapshots (device copies on a stream of their own, "
           "finished behind the executor); false: every snapshot synchronous");
+ABSL_FLAG(int, launch_graph_max, 64,
+          "cuda backend: while the executor has further requests in hand, it holds back "
+          "plain kernel launches of one stream and issues up to this many as one CUDA graph "
+          "(a fraction of a launch's CPU cost per kernel; nothing is held while it waits for "
+          "the application); below 2: every launch on its own");
 ABSL_FLAG(int, world_size, 0, "ranks in the job (0: unknown); --snapshots=auto uses it");
 ABSL_FLAG(std::string, minibatch, "auto",
           "minibatch boundaries: auto (detected from the call stream) or manual "
@@ -762,6 +767,7 @@ int Main(int argc, char** argv) {
   options.gpu_shared = absl::GetFlag(FLAGS_gpu_shared);
   options.recovery_timeout_s = absl::GetFlag(FLAGS_recovery_timeout_s);
   options.journal = absl::GetFlag(FLAGS_journal);
+  options.launch_graph_max = absl::GetFlag(FLAGS_launch_graph_max);
 #if REVENANT_TESTING
   options.crash_in_recovery = RecoveryCrashPointFromFlags();
 #endif

@@ -72,6 +72,9 @@ struct BackendOptions {
   // Whether the agent journals (--journal). Without a journal nothing is
   // replayed, so collective results are not kept for a replay.
   bool journal = true;
+  // The most launches the cuda backend holds back and issues as one graph
+  // (--launch_graph_max; Backend::LaunchKernelMayHold); below 2: none held.
+  int launch_graph_max = 64;
 };
 
 // Where a replayed request comes from (Backend::SetReplayPhase).
@@ -110,6 +113,32 @@ class Backend : public api::BackendApi {
   virtual cudaError_t LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 block,
                                    size_t shared_bytes, cudaStream_t stream,
                                    const void* packed_args, bool cooperative) = 0;
+
+  // A plain launch (no attributes, not cooperative) that the backend may
+  // hold back and issue later together with the launches after it on the
+  // same stream (the cuda backend: as one CUDA graph, which costs the CPU a
+  // fraction of a launch per kernel), when `more_requests`: the executor has
+  // further requests in hand, so that the next one either joins the held
+  // launches or issues them (FlushLaunches) before it runs. Held launches
+  // are issued before any other call of the backend that launches, and
+  // FlushLaunches issues them; the executor calls it before every request
+  // that is not such a launch and before a boundary. Returns the launch's
+  // immediate error, or the first error of held launches this call issued.
+  // The default launches at once.
+  virtual cudaError_t LaunchKernelMayHold(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                          size_t shared_bytes, cudaStream_t stream,
+                                          const void* packed_args, bool more_requests) {
+    (void)more_requests;
+    return LaunchKernel(kernel, grid, block, shared_bytes, stream, packed_args, false);
+  }
+  // Issues the launches LaunchKernelMayHold held back, in their order.
+  // Returns the first launch error among them (0: none): the executor keeps
+  // it as the application's next deferred error, as it keeps an
+  // asynchronous launch's own.
+  virtual int32_t FlushLaunches() { return 0; }
+  // What the backend did that the agent's exit report shows (one line; empty:
+  // nothing to say).
+  virtual std::string StatsAtExit() const { return std::string(); }
 
   // cudaLaunchKernelExC: a launch with launch attributes (event handles in
   // them already translated to the backend's). The default serves a launch

@@ -34,6 +34,10 @@ struct DispatchContext {
   Session* session = nullptr;
   // The sequence number of the request being executed.
   uint64_t seq = 0;
+  // The executor has further requests in hand after this one (set for an
+  // asynchronous request from the application's ring, never in a replay):
+  // a plain launch may be held back (Backend::LaunchKernelMayHold).
+  bool more_requests = false;
 };
 
 // Returned by Dispatch for ids without an agent side (local or refused rows,

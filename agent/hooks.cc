@@ -195,8 +195,13 @@ int32_t LaunchHook(DispatchContext& ctx, wire::Decoder& in, bool cooperative_api
     return B(ctx)->LaunchKernelEx(*kernel, grid, block, shared,
                                   reinterpret_cast<cudaStream_t>(stream), args, attrs);
   }
-  return B(ctx)->LaunchKernel(*kernel, grid, block, shared, reinterpret_cast<cudaStream_t>(stream),
-                              args, l.cooperative != 0 || cooperative_api);
+  if (l.cooperative != 0 || cooperative_api) {
+    return B(ctx)->LaunchKernel(*kernel, grid, block, shared,
+                                reinterpret_cast<cudaStream_t>(stream), args, true);
+  }
+  return B(ctx)->LaunchKernelMayHold(*kernel, grid, block, shared,
+                                     reinterpret_cast<cudaStream_t>(stream), args,
+                                     ctx.more_requests);
 }
 
 int32_t CallbackHook(DispatchContext& ctx, wire::Decoder& in) {

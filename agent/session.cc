@@ -130,6 +130,22 @@ void Session::ForgetDeviceState() {
   }
 }
 
+namespace {
+// The requests whose launch the backend may hold back (LaunchHook without
+// attributes; a cooperative one is launched at once by the backend).
+bool IsPlainLaunch(uint32_t api_id) {
+  switch (static_cast<api::ApiId>(api_id)) {
+    case api::ApiId::cudaLaunchKernel:
+    case api::ApiId::__cudaLaunchKernel:
+    case api::ApiId::__cudaLaunchKernel_ptsz:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 void Session::Run() {
   transport::ShmServerChannel* ch = channel_.get();
   absl::StatusOr<std::unique_ptr<transport::PeerMonitor>> monitor =
@@ -172,13 +188,20 @@ void Session::Run() {
     const transport::RecordHeader* r = *rec;
     const bool synchronous = r->reply_slot >= 0;
     last_api = r->api_id;
+    // A plain asynchronous launch may wait in the backend for the next
+    // request when one is already in the ring (Backend::LaunchKernelMayHold).
+    ctx_.more_requests = !synchronous && IsPlainLaunch(r->api_id) &&
+                         ch->requests().head_position() >
+                             ch->requests().read_position() + r->stride();
     Execute(*r);
+    ctx_.more_requests = false;
     const uint64_t seq = r->seq;
     ch->Advance();
     executed_seq_ = seq;
     journaling_->AfterRun(seq, synchronous);
     ++executed;
   }
+  FlushLaunches();
   stopped_serving_.store(true);
   journaling_->Stop();
   journaling_ = std::make_unique<InlineJournaling>(AsJournalingHost(), ch, options_.journal.get());
@@ -203,6 +226,7 @@ void Session::Run() {
 // host memory, waits, the journal, captured uploads and snapshots.
 void Session::ReportAtExit() {
   if (!exec_stats_.empty()) REVENANT_LOG(INFO, "agent") << "requests at exit: " << ExecStatsReport();
+  if (const std::string b = backend_->StatsAtExit(); !b.empty()) REVENANT_LOG(INFO, "agent") << b;
   if (profiler::Running()) {
     REVENANT_LOG(INFO, "agent") << profiler::Report([](uint32_t id) {
       return id < api::kApiCount ? std::string(api::Traits(id).name) : absl::StrCat("api ", id);
@@ -387,6 +411,9 @@ void Session::ExecuteRequest(const transport::RecordHeader& rec) {
                                    << rec.reply_slot << " which does not exist; ignored";
     journaling_->BeforeReply(rec);  // as every synchronous request (the loop relies on it)
   }
+  // Held launches are issued before any other request runs (or is
+  // journaled: a boundary's snapshot must see their work).
+  if (!IsPlainLaunch(rec.api_id)) FlushLaunches();
   JournalingMode::Turn turn = journaling_->BeforeRun(rec);
   if (rec.api_id == hooks::kMarkStepApiId) {
     if (turn.here) MarkStepHere(rec);
@@ -432,6 +459,7 @@ void Session::PrepareFirstSnapshotFile() {
 
 // An explicit minibatch marker (revenantMarkStep), journaled here.
 void Session::MarkStepHere(const transport::RecordHeader& rec, bool forced) {
+  FlushLaunches();  // the boundary's snapshot copies what they write
   if (snapshots_ != nullptr && PlanSnapshot(rec.seq, forced) != SnapshotStep::kBoundary) {
     return;  // a step inside the journal's minibatch
   }
@@ -523,6 +551,7 @@ void Session::NoteSubmission(const transport::RecordHeader& rec) {
 // backend, the snapshots and the validator too.
 void Session::JournalBeforeRun(const transport::RecordHeader& rec) {
   const uint64_t minibatch = options_.journal->minibatch();
+  if (options_.journal->BoundaryBefore(rec)) FlushLaunches();
   if (validator_ != nullptr && options_.journal->BoundaryBefore(rec)) {
     validator_->MinibatchEnding(minibatch, options_.journal->dir());
   }

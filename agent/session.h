@@ -259,6 +259,7 @@ class Session : private JournalingHost {
   // application's work: it is kept for its next reply, as an asynchronous
   // request's error is, and returned.
   int32_t SynchronizeKeepingErrors() {
+    FlushLaunches();
     if (const int32_t n = backend_->BeforeRequest(api::ApiId::cudaDeviceSynchronize); n != 0) {
       KeepNcclError(n);
     }
@@ -286,6 +287,13 @@ class Session : private JournalingHost {
   // reply.
   void Execute(const transport::RecordHeader& rec);
   void ExecuteRequest(const transport::RecordHeader& rec);
+  // Issues the launches the backend holds back (Backend::FlushLaunches); an
+  // error of theirs is kept for the application's next reply.
+  void FlushLaunches() {
+    if (const int32_t e = backend_->FlushLaunches(); e != 0 && deferred_error_ == 0) {
+      deferred_error_ = e;
+    }
+  }
   // `forced`: a boundary the agent places itself (a journal size bound):
   // always a snapshot, whatever --snapshot_every says.
   void MarkStepHere(const transport::RecordHeader& rec, bool forced = false);

@@ -94,7 +94,7 @@ struct Figures {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int steps = IntFlag(argc, argv, "--steps", 20000);
+  int steps = IntFlag(argc, argv, "--steps", 20000);
   const int rounds = IntFlag(argc, argv, "--rounds", 5);
   if (steps < 100 || rounds < 1) {
     std::printf("FAIL launch_path_bench: --steps >= 100 and --rounds >= 1\n");
@@ -237,6 +237,111 @@ int main(int argc, char** argv) {
     const double ml = median(launch[p]), ms = median(step[p]);
     std::printf("RESULT launch_path_%s_us %.3f (step %.3f us; to runtime: launch %.3f, step %.3f)\n",
                 names[p], ml, ms, ml / base_launch, ms / base_step);
+  }
+
+  // The same step's launches issued as a CUDA graph, as an executor could
+  // replay a recurring sequence of launch requests:
+  //   graph_relaunch  one instantiated graph of the step's launches, launched
+  //                   as it is (the lower bound)
+  //   graph_setparams the same graph, each node's parameters set again
+  //                   (cudaGraphExecKernelNodeSetParams) before the launch, as
+  //                   requests with new arguments would need
+  //   graph_capture   the launches captured from the stream each step and the
+  //                   instantiated graph updated with cudaGraphExecUpdate
+  // each for a step of 8 launches (train_mlp's) and of 2000 launches in
+  // graphs of 64 nodes (shim_bench's 2000-launch step); against the driver path.
+  enum GraphPath { kDirect, kRelaunch, kSetParams, kCapture, kGraphPaths };
+  const char* graph_names[kGraphPaths] = {"direct", "graph_relaunch", "graph_setparams",
+                                          "graph_capture"};
+  auto capture_graph = [&](int nodes) {
+    cudaGraph_t graph = nullptr;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int l = 0; l < nodes; ++l) {
+      if (cu_launch(reinterpret_cast<CUfunction>(func), blocks, 1, 1, kThreads, 1, 1, 0,
+                    reinterpret_cast<CUstream>(stream), params, nullptr) != CUDA_SUCCESS) {
+        std::printf("FAIL launch_path_bench: cuLaunchKernel in a capture\n");
+        std::exit(1);
+      }
+    }
+    CHECK(cudaStreamEndCapture(stream, &graph));
+    return graph;
+  };
+  auto graph_run = [&](GraphPath path, int launches, int per_graph) {
+    cudaGraph_t graph = capture_graph(per_graph);
+    cudaGraphExec_t exec = nullptr;
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    size_t count = 0;
+    CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+    std::vector<cudaGraphNode_t> nodes(count);
+    CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+    std::vector<cudaKernelNodeParams> node_params(count);
+    for (size_t i = 0; i < count; ++i) CHECK(cudaGraphKernelNodeGetParams(nodes[i], &node_params[i]));
+    double issue_total = 0;
+    const int graphs = launches / per_graph;
+    const auto start = Clock::now();
+    for (int s = 0; s < steps; ++s) {
+      const auto t0 = Clock::now();
+      if (path == kDirect) {
+        for (int l = 0; l < launches; ++l) {
+          if (cu_launch(reinterpret_cast<CUfunction>(func), blocks, 1, 1, kThreads, 1, 1, 0,
+                        reinterpret_cast<CUstream>(stream), params, nullptr) != CUDA_SUCCESS) {
+            std::printf("FAIL launch_path_bench: cuLaunchKernel\n");
+            std::exit(1);
+          }
+        }
+      } else {
+        for (int g = 0; g < graphs; ++g) {
+          if (path == kSetParams) {
+            for (size_t i = 0; i < count; ++i) {
+              CHECK(cudaGraphExecKernelNodeSetParams(exec, nodes[i], &node_params[i]));
+            }
+          } else if (path == kCapture) {
+            cudaGraph_t next = capture_graph(per_graph);
+            cudaGraphExecUpdateResultInfo info{};
+            CHECK(cudaGraphExecUpdate(exec, next, &info));
+            CHECK(cudaGraphDestroy(next));
+          }
+          CHECK(cudaGraphLaunch(exec, stream));
+        }
+      }
+      issue_total += Us(t0, Clock::now());
+      CHECK(cudaStreamSynchronize(stream));
+    }
+    Figures f;
+    f.launch_us = issue_total / (static_cast<double>(steps) * launches);
+    f.step_us = Us(start, Clock::now()) / steps;
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(graph));
+    return f;
+  };
+  struct Shape {
+    const char* name;
+    int launches, per_graph, steps_div;
+  };
+  const Shape shapes[] = {{"step8", kLaunches, kLaunches, 1}, {"step2000", 2000, 64, 100}};
+  for (const Shape& shape : shapes) {
+    const int saved_steps = steps;
+    std::vector<double> issue[kGraphPaths], wall[kGraphPaths];
+    for (int r = -1; r < rounds; ++r) {  // round -1: warm-up
+      for (int i = 0; i < kGraphPaths; ++i) {
+        const auto p = static_cast<GraphPath>((i + std::max(r, 0)) % kGraphPaths);
+        steps = std::max(100, saved_steps / shape.steps_div);
+        const Figures f = graph_run(p, shape.launches, shape.per_graph);
+        steps = saved_steps;
+        if (r < 0) continue;
+        issue[p].push_back(f.launch_us);
+        wall[p].push_back(f.step_us);
+        std::printf("round %d %s %-16s issue %.3f us per launch  step %.3f us\n", r, shape.name,
+                    graph_names[p], f.launch_us, f.step_us);
+      }
+    }
+    const double base_issue = median(issue[kDirect]), base_wall = median(wall[kDirect]);
+    for (int p = 0; p < kGraphPaths; ++p) {
+      std::printf("RESULT graph_%s_%s_us %.3f per launch (step %.3f us; to direct: issue %.3f, "
+                  "step %.3f)\n",
+                  shape.name, graph_names[p], median(issue[p]), median(wall[p]),
+                  median(issue[p]) / base_issue, median(wall[p]) / base_wall);
+    }
   }
 
   // Uploads: cudaMallocHost memory against a registered shared mapping.

@@ -159,6 +159,10 @@ ABSL_FLAG(bool, snapshot_spare_ahead, true,
           "its own (the first one while the allocations grow; after the first snapshot, a "
           "spare of its size), so that the first two snapshots make no pages on the critical "
           "path (registering still holds the driver ~20 ms per 512 MiB)");
+ABSL_FLAG(int, launch_graph_max, 64,
+          "cuda backend: the agent holds back plain kernel launches of one stream while it "
+          "has further requests in hand and issues up to this many as one CUDA graph "
+          "(docs/design.md, \"Launches issued as graphs\"); below 2: every launch on its own");
 ABSL_FLAG(std::string, journal_thread, "auto",
           "agents journal plain asynchronous requests on a second thread: behind "
           "(write-behind), ahead, off, or auto (behind with at least 4 CPUs and 3 per rank; "
@@ -761,6 +765,7 @@ int Main(int argc, char** argv) {
                                      std::string("--snapshot_keep_spare=") + (absl::GetFlag(FLAGS_snapshot_keep_spare) ? "true" : "false"),
                                      std::string("--snapshot_spare_ahead=") + (absl::GetFlag(FLAGS_snapshot_spare_ahead) ? "true" : "false"),
                                      "--journal_thread=" + absl::GetFlag(FLAGS_journal_thread),
+                                     absl::StrCat("--launch_graph_max=", absl::GetFlag(FLAGS_launch_graph_max)),
                                      absl::StrCat("--world_size=", world),
                                      "--die_with_parent"};
     // The agent uses the GPU of its local rank.

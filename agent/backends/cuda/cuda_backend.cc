@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/allocator.h"
 #include "agent/backends/cuda/cuda_blas.h"
@@ -70,6 +71,12 @@ uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
   X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) \
   X(cuGraphAddKernelNode)                                 \
   X(cuGraphExecKernelNodeSetParams)                       \
+  X(cuGraphCreate)                                        \
+  X(cuGraphDestroy)                                       \
+  X(cuGraphInstantiateWithFlags)                          \
+  X(cuGraphExecDestroy)                                   \
+  X(cuGraphLaunch)                                        \
+  X(cuStreamIsCapturing)                                  \
   X(cuStreamWriteValue64)
 
 struct Driver {
@@ -155,6 +162,24 @@ class CudaBackend : public Backend {
   cudaError_t LaunchKernelEx(const KernelInfo& kernel, dim3 grid, dim3 block,
                              size_t shared_bytes, cudaStream_t stream, const void* packed_args,
                              const std::vector<cudaLaunchAttribute>& attrs) override;
+  cudaError_t LaunchKernelMayHold(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                  size_t shared_bytes, cudaStream_t stream,
+                                  const void* packed_args, bool more_requests) override;
+  int32_t FlushLaunches() override;
+  std::string StatsAtExit() const override {
+    if (held_batches_ == 0 && held_fallbacks_ == 0) return std::string();
+    return absl::StrFormat(
+        "launches at exit: %d issued as %d graphs (%.1f launches each, at most %d), %d batches "
+        "launched one by one (a graph could not take them)",
+        held_launches_, held_batches_,
+        held_batches_ ? static_cast<double>(held_launches_) / held_batches_ : 0.0,
+        launch_batch_max_, held_fallbacks_);
+  }
+  cudaError_t LaunchNow(const KernelInfo& kernel, dim3 grid, dim3 block, size_t shared_bytes,
+                        cudaStream_t stream, const void* packed_args, bool cooperative);
+  cudaError_t LaunchExNow(const KernelInfo& kernel, dim3 grid, dim3 block, size_t shared_bytes,
+                          cudaStream_t stream, const void* packed_args,
+                          const std::vector<cudaLaunchAttribute>& attrs);
   absl::StatusOr<Symbol> GetSymbol(uint64_t module_key, const std::string& name) override;
   cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                      cudaStream_t stream, bool async) override;
@@ -915,8 +940,9 @@ class CudaBackend : public Backend {
   };
 
   CudaBackend(const Driver& drv, int device, CUcontext ctx, DeviceRange range, uint64_t gran,
-              const std::string& job_dir, const CudaNcclOptions& nccl_options)
-      : drv_(drv), device_(device), ctx_(ctx), range_(range), granularity_(gran),
+              const std::string& job_dir, const CudaNcclOptions& nccl_options,
+              int launch_graph_max)
+      : launch_batch_max_(launch_graph_max), drv_(drv), device_(device), ctx_(ctx), range_(range), granularity_(gran),
         nccl_(std::make_unique<CudaNccl>(device, job_dir, nccl_options)),
         allocator_(range.base, range.size), mapped_end_(range.base) {}
 
@@ -1201,6 +1227,32 @@ class CudaBackend : public Backend {
     if (snapshot_end_event_ != nullptr) (void)::cudaStreamWaitEvent(stream, snapshot_end_event_, 0);
   }
 
+  // Launches held back (LaunchKernelMayHold), all on held_stream_, their
+  // packed arguments copied into held_args_; issued by FlushLaunches as one
+  // graph of a chain of kernel nodes. The executor's thread only.
+  struct HeldLaunch {
+    const KernelInfo* kernel = nullptr;
+    dim3 grid, block;
+    unsigned int shared_bytes = 0;
+    size_t args = 0;  // offset into held_args_
+  };
+  // The executable graph that issues a batch of `n` launches: a chain of n
+  // kernel nodes, instantiated once per n and given each batch's kernels and
+  // arguments with cuGraphExecKernelNodeSetParams.
+  struct LaunchGraph {
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    std::vector<CUgraphNode> nodes;
+  };
+  cudaError_t IssueHeldAsGraph(const std::vector<CUDA_KERNEL_NODE_PARAMS>& kps);
+  void DestroyLaunchGraph(LaunchGraph* g);
+  const int launch_batch_max_;  // BackendOptions::launch_graph_max
+  std::vector<HeldLaunch> held_;
+  std::vector<char> held_args_;
+  CUstream held_stream_ = nullptr;
+  std::vector<LaunchGraph> launch_graphs_;  // [n - 2]
+  uint64_t held_batches_ = 0, held_launches_ = 0, held_fallbacks_ = 0;
+
   const Driver drv_;
   const int device_;
   const CUcontext ctx_;
@@ -1315,7 +1367,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOp
   CudaNcclOptions nccl_options = CudaNcclOptions::From(options);
   nccl_options.gpu_shared = false;  // configured above
   auto backend = std::unique_ptr<CudaBackend>(new CudaBackend(
-      drv, options.device, ctx, range, granularity, options.job_dir, nccl_options));
+      drv, options.device, ctx, range, granularity, options.job_dir, nccl_options,
+      options.launch_graph_max));
   {
     CudaBackend* b = backend.get();
     b->nccl_->SetStateAccess(
@@ -1888,6 +1941,16 @@ cudaError_t CudaBackend::LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 
                                       size_t shared_bytes, cudaStream_t stream,
                                       const void* packed_args, bool cooperative) {
   Bind();
+  // Held launches go first; their error is this call's unless it has its own.
+  const int32_t held_error = FlushLaunches();
+  const cudaError_t e =
+      LaunchNow(kernel, grid, block, shared_bytes, stream, packed_args, cooperative);
+  return e != cudaSuccess ? e : static_cast<cudaError_t>(held_error);
+}
+
+cudaError_t CudaBackend::LaunchNow(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                   size_t shared_bytes, cudaStream_t stream,
+                                   const void* packed_args, bool cooperative) {
   GateStream(stream);
   {
     absl::MutexLock lock(&mu_);
@@ -1928,6 +1991,16 @@ cudaError_t CudaBackend::LaunchKernelEx(const KernelInfo& kernel, dim3 grid, dim
                                         size_t shared_bytes, cudaStream_t stream,
                                         const void* packed_args,
                                         const std::vector<cudaLaunchAttribute>& attrs) {
+  Bind();
+  const int32_t held_error = FlushLaunches();
+  const cudaError_t e = LaunchExNow(kernel, grid, block, shared_bytes, stream, packed_args, attrs);
+  return e != cudaSuccess ? e : static_cast<cudaError_t>(held_error);
+}
+
+cudaError_t CudaBackend::LaunchExNow(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                     size_t shared_bytes, cudaStream_t stream,
+                                     const void* packed_args,
+                                     const std::vector<cudaLaunchAttribute>& attrs) {
   static_assert(sizeof(cudaLaunchAttribute) == sizeof(CUlaunchAttribute),
                 "the runtime's and the driver's launch attributes share their layout");
   Bind();
@@ -1986,6 +2059,166 @@ absl::StatusOr<Backend::Symbol> CudaBackend::GetSymbol(uint64_t module_key,
 }
 
 // --- Graphs built node by node --------------------------------------------------------------
+
+// Held launches (LaunchKernelMayHold). A launch is held only while the
+// executor has further requests in hand, so nothing stays held while it
+// waits for the application: the next request either joins the batch (a
+// plain launch on the same stream) or the executor flushes it first.
+cudaError_t CudaBackend::LaunchKernelMayHold(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                             size_t shared_bytes, cudaStream_t stream,
+                                             const void* packed_args, bool more_requests) {
+  Bind();
+  const auto s = reinterpret_cast<CUstream>(stream);
+  if (launch_batch_max_ < 2 || shared_bytes > 0xffffffffull ||
+      (!more_requests && held_.empty())) {
+    return LaunchKernel(kernel, grid, block, shared_bytes, stream, packed_args, false);
+  }
+  int32_t held_error = 0;
+  if (!held_.empty() && s != held_stream_) held_error = FlushLaunches();
+  if (held_.empty()) {
+    // A capturing stream records launches into the application's graph: a
+    // graph launch there would not be what it asked for.
+    CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (!more_requests || drv_.cuStreamIsCapturing(s, &capturing) != CUDA_SUCCESS ||
+        capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
+      const cudaError_t e =
+          LaunchNow(kernel, grid, block, shared_bytes, stream, packed_args, false);
+      return e != cudaSuccess ? e : static_cast<cudaError_t>(held_error);
+    }
+  }
+  GateStream(stream);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!KnownKernel(kernel.handle)) {
+      if (held_error == 0) held_error = FlushLaunches();
+      return cudaErrorInvalidDeviceFunction;
+    }
+  }
+  if (!kernel.params.empty() && packed_args == nullptr) {
+    if (held_error == 0) held_error = FlushLaunches();
+    return cudaErrorInvalidValue;
+  }
+  HeldLaunch h;
+  h.kernel = &kernel;
+  h.grid = grid;
+  h.block = block;
+  h.shared_bytes = static_cast<unsigned int>(shared_bytes);
+  h.args = held_args_.size();
+  if (kernel.args_size > 0) {
+    const char* a = static_cast<const char*>(packed_args);
+    held_args_.insert(held_args_.end(), a, a + kernel.args_size);
+  }
+  held_.push_back(h);
+  held_stream_ = s;
+  if (!more_requests || static_cast<int>(held_.size()) >= launch_batch_max_) {
+    const int32_t e = FlushLaunches();
+    if (held_error == 0) held_error = e;
+  }
+  return static_cast<cudaError_t>(held_error);
+}
+
+int32_t CudaBackend::FlushLaunches() {
+  if (held_.empty()) return 0;
+  Bind();
+  const size_t n = held_.size();
+  // The driver copies the parameters when a node is added or updated and a
+  // launch when it is made: pointers into held_args_ are enough.
+  size_t params = 0;
+  for (const HeldLaunch& h : held_) params += h.kernel->params.size();
+  std::vector<void*> pointers(params);
+  std::vector<CUDA_KERNEL_NODE_PARAMS> kps(n);
+  size_t next = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const HeldLaunch& h = held_[i];
+    const KernelInfo& k = *h.kernel;
+    for (size_t j = 0; j < k.params.size(); ++j) {
+      pointers[next + j] = held_args_.data() + h.args + k.params[j].offset;
+    }
+    CUDA_KERNEL_NODE_PARAMS& kp = kps[i];
+    kp = {};
+    kp.func = static_cast<CUfunction>(const_cast<void*>(k.handle));
+    kp.gridDimX = h.grid.x;
+    kp.gridDimY = h.grid.y;
+    kp.gridDimZ = h.grid.z;
+    kp.blockDimX = h.block.x;
+    kp.blockDimY = h.block.y;
+    kp.blockDimZ = h.block.z;
+    kp.sharedMemBytes = h.shared_bytes;
+    kp.kernelParams = k.params.empty() ? nullptr : pointers.data() + next;
+    next += k.params.size();
+  }
+  cudaError_t e = n >= 2 ? IssueHeldAsGraph(kps) : cudaErrorNotSupported;
+  if (n >= 2 && e == cudaSuccess) {
+    ++held_batches_;
+    held_launches_ += n;
+  } else {
+    // One launch, or a batch the graph could not take (a launch the driver
+    // refuses, a kernel a node cannot update to): each launch on its own,
+    // which gives each its own error, as natively.
+    if (n >= 2) ++held_fallbacks_;
+    e = cudaSuccess;
+    for (size_t i = 0; i < n; ++i) {
+      const CUDA_KERNEL_NODE_PARAMS& kp = kps[i];
+      const CUresult r = drv_.cuLaunchKernel(kp.func, kp.gridDimX, kp.gridDimY, kp.gridDimZ,
+                                             kp.blockDimX, kp.blockDimY, kp.blockDimZ,
+                                             kp.sharedMemBytes, held_stream_, kp.kernelParams,
+                                             nullptr);
+      if (r != CUDA_SUCCESS && e == cudaSuccess) e = FromCu(r);
+    }
+  }
+  if (e != cudaSuccess) {
+    (void)::cudaGetLastError();
+    REVENANT_LOG(DEBUG, kLog) << "a held launch failed with " << static_cast<int>(e);
+  }
+  held_.clear();
+  held_args_.clear();
+  held_stream_ = nullptr;
+  return e;
+}
+
+cudaError_t CudaBackend::IssueHeldAsGraph(const std::vector<CUDA_KERNEL_NODE_PARAMS>& kps) {
+  const size_t n = kps.size();
+  if (launch_graphs_.size() < n - 1) launch_graphs_.resize(n - 1);
+  LaunchGraph& g = launch_graphs_[n - 2];
+  bool ready = g.exec != nullptr;
+  for (size_t i = 0; ready && i < n; ++i) {
+    ready = drv_.cuGraphExecKernelNodeSetParams(g.exec, g.nodes[i], &kps[i]) == CUDA_SUCCESS;
+  }
+  if (!ready) {
+    // First use of this size, or an update the executable cannot take: a
+    // new chain from this batch.
+    DestroyLaunchGraph(&g);
+    if (drv_.cuGraphCreate(&g.graph, 0) != CUDA_SUCCESS) {
+      g.graph = nullptr;
+      return cudaErrorNotSupported;
+    }
+    g.nodes.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (drv_.cuGraphAddKernelNode(&g.nodes[i], g.graph, i == 0 ? nullptr : &g.nodes[i - 1],
+                                    i == 0 ? 0 : 1, &kps[i]) != CUDA_SUCCESS) {
+        DestroyLaunchGraph(&g);
+        return cudaErrorNotSupported;
+      }
+    }
+    if (drv_.cuGraphInstantiateWithFlags(&g.exec, g.graph, 0) != CUDA_SUCCESS) {
+      g.exec = nullptr;
+      DestroyLaunchGraph(&g);
+      return cudaErrorNotSupported;
+    }
+  }
+  if (drv_.cuGraphLaunch(g.exec, held_stream_) != CUDA_SUCCESS) {
+    DestroyLaunchGraph(&g);
+    return cudaErrorNotSupported;
+  }
+  return cudaSuccess;
+}
+
+void CudaBackend::DestroyLaunchGraph(LaunchGraph* g) {
+  if (g->exec != nullptr) (void)drv_.cuGraphExecDestroy(g->exec);
+  if (g->graph != nullptr) (void)drv_.cuGraphDestroy(g->graph);
+  (void)::cudaGetLastError();
+  *g = LaunchGraph{};
+}
 
 namespace {
 // The driver's view of a kernel node (pointers into `packed_args`, which the
@@ -2305,7 +2538,10 @@ cudaError_t CudaBackend::cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
 
 cudaError_t CudaBackend::Reset() {
   Bind();
+  (void)FlushLaunches();
   ::cudaDeviceSynchronize();
+  for (LaunchGraph& g : launch_graphs_) DestroyLaunchGraph(&g);
+  launch_graphs_.clear();
   absl::MutexLock lock(&mu_);
   for (cudaGraphExec_t x : execs_) ::cudaGraphExecDestroy(x);
   execs_.clear();

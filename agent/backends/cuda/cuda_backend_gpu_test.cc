@@ -149,6 +149,113 @@ void GraphMemory(Backend* b, const KernelInfo& fill, void* out, const DeviceRang
 }
 
 // One agent's life: a fixed call sequence.
+// Launches held back and issued as graphs (LaunchKernelMayHold): a seeded
+// sequence of order-sensitive launches of two kernels, with varying grids,
+// batch ends and streams, must leave what the same launches one by one
+// leave (computed here on the host); a refused launch inside a batch fails
+// alone (the others run, its error comes back); a direct launch issues the
+// held ones first. Module 42 holds the kernels.
+void HeldLaunches(Backend* b) {
+  absl::StatusOr<KernelInfo> affine = b->GetKernel(42, "affine_u32");
+  absl::StatusOr<KernelInfo> xadd = b->GetKernel(42, "xor_add_u32");
+  EXPECT(affine.ok() && xadd.ok());
+  if (!affine.ok() || !xadd.ok()) return;
+  constexpr uint32_t kCount = 1024;
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  EXPECT_ERR(b->cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+  EXPECT_ERR(b->cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
+  void* x = nullptr;
+  EXPECT_ERR(b->cudaMalloc(&x, kCount * 4), cudaSuccess);
+  std::vector<uint32_t> want(kCount);
+  for (uint32_t i = 0; i < kCount; ++i) want[i] = i;
+  EXPECT_ERR(b->Memcpy(x, want.data(), kCount * 4, cudaMemcpyHostToDevice, s1, false),
+             cudaSuccess);
+  auto args = [&](const KernelInfo& k, uint32_t a, uint32_t c) {
+    std::vector<char> v(k.args_size, 0);
+    std::memcpy(v.data() + k.params[0].offset, &x, 8);
+    std::memcpy(v.data() + k.params[1].offset, &kCount, 4);
+    std::memcpy(v.data() + k.params[2].offset, &a, 4);
+    std::memcpy(v.data() + k.params[3].offset, &c, 4);
+    return v;
+  };
+  // What a launch does, on the host: the first `grid` blocks of 128.
+  auto apply = [&](bool is_affine, uint32_t grid, uint32_t a, uint32_t c) {
+    for (uint32_t i = 0; i < std::min(kCount, grid * 128); ++i) {
+      want[i] = is_affine ? want[i] * a + c : (want[i] ^ a) + c;
+    }
+  };
+  const uint32_t seed = 20261204;
+  std::printf("held launches: seed %u\n", seed);
+  uint32_t rng = seed;
+  auto next = [&rng] {
+    rng = rng * 1664525u + 1013904223u;
+    return rng >> 8;
+  };
+  cudaStream_t on = s1;
+  for (int i = 0; i < 600; ++i) {
+    const bool is_affine = next() % 3 != 0;
+    const uint32_t grid = next() % 4 == 0 ? 4 : 8;
+    const uint32_t a = next() % 7 + 1, c = next() % 1000;
+    const bool more = next() % 9 != 0;  // batches of ~9 and the 64 cap
+    if (next() % 97 == 0) {
+      // A stream change: the work on the other stream waits for this one's
+      // (an event, as an application orders two streams), which flushes.
+      cudaEvent_t ev = nullptr;
+      EXPECT_ERR(static_cast<cudaError_t>(b->FlushLaunches()), cudaSuccess);
+      EXPECT_ERR(b->cudaEventCreate(&ev), cudaSuccess);
+      EXPECT_ERR(b->cudaEventRecord(ev, on), cudaSuccess);
+      on = on == s1 ? s2 : s1;
+      EXPECT_ERR(b->cudaStreamWaitEvent(on, ev, 0), cudaSuccess);
+      EXPECT_ERR(b->cudaEventDestroy(ev), cudaSuccess);
+    }
+    const KernelInfo& k = is_affine ? *affine : *xadd;
+    std::vector<char> v = args(k, a, c);
+    EXPECT_ERR(b->LaunchKernelMayHold(k, dim3(grid), dim3(128), 0, on, v.data(), more),
+               cudaSuccess);
+    std::fill(v.begin(), v.end(), 0);  // the backend copied the arguments
+    apply(is_affine, grid, a, c);
+  }
+  EXPECT_ERR(static_cast<cudaError_t>(b->FlushLaunches()), cudaSuccess);
+  EXPECT_ERR(b->cudaStreamSynchronize(on), cudaSuccess);
+  std::vector<uint32_t> got(kCount);
+  EXPECT_ERR(b->Memcpy(got.data(), x, kCount * 4, cudaMemcpyDeviceToHost, on, false),
+             cudaSuccess);
+  EXPECT(got == want);
+  const std::string stats = b->StatsAtExit();
+  std::printf("held launches: %s\n", stats.c_str());
+  EXPECT(stats.find("issued as") != std::string::npos &&
+         stats.find(" 0 graphs") == std::string::npos);
+
+  // A refused launch (2048 threads) between two good ones: those run.
+  std::vector<char> v1 = args(*affine, 3, 1), v2 = args(*affine, 5, 0), v3 = args(*xadd, 6, 2);
+  EXPECT_ERR(b->LaunchKernelMayHold(*affine, dim3(8), dim3(128), 0, on, v1.data(), true),
+             cudaSuccess);
+  EXPECT_ERR(b->LaunchKernelMayHold(*affine, dim3(1), dim3(2048), 0, on, v2.data(), true),
+             cudaSuccess);
+  EXPECT_ERR(b->LaunchKernelMayHold(*xadd, dim3(8), dim3(128), 0, on, v3.data(), true),
+             cudaSuccess);
+  EXPECT_ERR(static_cast<cudaError_t>(b->FlushLaunches()), cudaErrorInvalidValue);
+  apply(true, 8, 3, 1);
+  apply(false, 8, 6, 2);
+  // Held launches, then a direct one: issued in their order.
+  EXPECT_ERR(b->LaunchKernelMayHold(*affine, dim3(8), dim3(128), 0, on, v1.data(), true),
+             cudaSuccess);
+  EXPECT_ERR(b->LaunchKernelMayHold(*xadd, dim3(4), dim3(128), 0, on, v3.data(), true),
+             cudaSuccess);
+  EXPECT_ERR(b->LaunchKernel(*affine, dim3(8), dim3(128), 0, on, v2.data(), false), cudaSuccess);
+  apply(true, 8, 3, 1);
+  apply(false, 4, 6, 2);
+  apply(true, 8, 5, 0);
+  EXPECT_ERR(static_cast<cudaError_t>(b->FlushLaunches()), cudaSuccess);
+  EXPECT_ERR(b->cudaStreamSynchronize(on), cudaSuccess);
+  EXPECT_ERR(b->Memcpy(got.data(), x, kCount * 4, cudaMemcpyDeviceToHost, on, false),
+             cudaSuccess);
+  EXPECT(got == want);
+  EXPECT_ERR(b->cudaFree(x), cudaSuccess);
+  EXPECT_ERR(b->cudaStreamDestroy(s1), cudaSuccess);
+  EXPECT_ERR(b->cudaStreamDestroy(s2), cudaSuccess);
+}
+
 int Child(int rank, const std::string& fatbin, int hold_ms, bool block_range) {
   if (block_range) {
     // Something of this process already sits in the range: the backend must
@@ -282,6 +389,7 @@ int Child(int rank, const std::string& fatbin, int hold_ms, bool block_range) {
     EXPECT_ERR(b->cudaFuncGetAttributes(&fa, reinterpret_cast<const void*>(0x1234)),
                cudaErrorInvalidDeviceFunction);
     GraphMemory(b, *k, f, range);
+    HeldLaunches(b);
   }
 
   if (hold_ms > 0) {
