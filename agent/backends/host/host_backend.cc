@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "api/launch_attributes.h"
 #include "common/logging.h"
@@ -146,14 +147,17 @@ absl::StatusOr<std::unique_ptr<HostBackend>> HostBackend::Create(const BackendOp
   DeviceRange range;
   std::unique_ptr<hostkernel::HostKernelRegistry> registry;
   if (absl::Status s = PrepareDevice(options, &range, &registry); !s.ok()) return s;
-  return std::unique_ptr<HostBackend>(new HostBackend(range, std::move(registry)));
+  return std::unique_ptr<HostBackend>(
+      new HostBackend(range, std::move(registry), options.launch_graph_max));
 }
 
 HostBackend::HostBackend(DeviceRange range,
-                         std::unique_ptr<hostkernel::HostKernelRegistry> registry)
+                         std::unique_ptr<hostkernel::HostKernelRegistry> registry,
+                         int launch_graph_max)
     : range_(range),
       registry_(std::move(registry)),
       num_cpus_(std::max(1u, std::thread::hardware_concurrency())),
+      launch_batch_max_(launch_graph_max),
       allocator_(range.base, range.size),
       limits_(DefaultLimits()) {
   legacy_ = std::make_unique<HostStream>(
@@ -162,6 +166,7 @@ HostBackend::HostBackend(DeviceRange range,
 }
 
 HostBackend::~HostBackend() {
+  (void)FlushLaunches();
   WaitAll();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -440,6 +445,7 @@ cudaError_t HostBackend::LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 
                                       size_t shared_bytes, cudaStream_t stream,
                                       const void* packed_args, bool cooperative) {
   std::lock_guard<std::mutex> lock(mu_);
+  FlushHeldLocked();  // held launches go first
   if (!KnownKernel(kernel.handle)) return cudaErrorInvalidDeviceFunction;
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
@@ -449,6 +455,53 @@ cudaError_t HostBackend::LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 
   if (err != cudaSuccess) return err;
   EnqueueLocked(s, {}, std::move(op));
   return cudaSuccess;
+}
+
+cudaError_t HostBackend::LaunchKernelMayHold(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                             size_t shared_bytes, cudaStream_t stream,
+                                             const void* packed_args, bool more_requests) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (launch_batch_max_ < 2 || (!more_requests && held_.empty())) {
+    FlushHeldLocked();
+  }
+  if (!KnownKernel(kernel.handle)) return cudaErrorInvalidDeviceFunction;
+  HostStream* s = ResolveStream(stream);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  HostStream::Op op;
+  const cudaError_t err =
+      KernelOpLocked(kernel, grid, block, shared_bytes, packed_args, false, &op);
+  if (err != cudaSuccess) return err;
+  if (launch_batch_max_ < 2 || (!more_requests && held_.empty())) {
+    EnqueueLocked(s, {}, std::move(op));
+    return cudaSuccess;
+  }
+  if (!held_.empty() && held_.front().first != s) FlushHeldLocked();
+  held_.emplace_back(s, std::move(op));
+  if (!more_requests || static_cast<int>(held_.size()) >= launch_batch_max_) FlushHeldLocked();
+  return cudaSuccess;
+}
+
+void HostBackend::FlushHeldLocked() {
+  if (held_.empty()) return;
+  if (held_.size() >= 2) {
+    ++held_batches_;
+    held_launches_ += held_.size();
+  }
+  for (auto& [stream, op] : held_) EnqueueLocked(stream, {}, std::move(op));
+  held_.clear();
+}
+
+int32_t HostBackend::FlushLaunches() {
+  std::lock_guard<std::mutex> lock(mu_);
+  FlushHeldLocked();
+  return 0;  // configuration errors came back from the launches themselves
+}
+
+std::string HostBackend::StatsAtExit() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (held_batches_ == 0) return std::string();
+  return absl::StrFormat("launches at exit: %d queued in %d batches held back (at most %d)",
+                         held_launches_, held_batches_, launch_batch_max_);
 }
 
 cudaError_t HostBackend::LaunchKernelEx(const KernelInfo& kernel, dim3 grid, dim3 block,
@@ -2147,6 +2200,7 @@ cudaError_t HostBackend::cudaDeviceGetLimit(size_t* value, cudaLimit limit) {
 }
 
 cudaError_t HostBackend::Reset() {
+  (void)FlushLaunches();
   WaitAll();
   std::vector<std::unique_ptr<HostStream>> gone;
   {

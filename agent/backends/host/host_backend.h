@@ -132,6 +132,16 @@ class HostBackend : public Backend {
   cudaError_t LaunchKernel(const KernelInfo& kernel, dim3 grid, dim3 block, size_t shared_bytes,
                            cudaStream_t stream, const void* packed_args,
                            bool cooperative) override;
+  // Held launches, as the cuda backend's (Backend::LaunchKernelMayHold):
+  // their operations (configuration checked, arguments copied) wait here
+  // and are queued on their stream, in order, by FlushLaunches. Nothing
+  // runs faster for it on the CPU; the host backend holds them so that the
+  // executor's flush rules run under every host-backend test.
+  cudaError_t LaunchKernelMayHold(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                  size_t shared_bytes, cudaStream_t stream,
+                                  const void* packed_args, bool more_requests) override;
+  int32_t FlushLaunches() override;
+  std::string StatsAtExit() const override;
   // Attributes as api/launch_attributes.h says (the rest refused, logged).
   cudaError_t LaunchKernelEx(const KernelInfo& kernel, dim3 grid, dim3 block,
                              size_t shared_bytes, cudaStream_t stream, const void* packed_args,
@@ -423,7 +433,8 @@ class HostBackend : public Backend {
                                     std::unique_ptr<hostkernel::HostKernelRegistry>* registry);
   // For subclasses (host_collectives.h): `range` is already mapped, as
   // Create maps it; the destructor unmaps it.
-  HostBackend(DeviceRange range, std::unique_ptr<hostkernel::HostKernelRegistry> registry);
+  HostBackend(DeviceRange range, std::unique_ptr<hostkernel::HostKernelRegistry> registry,
+              int launch_graph_max);
   // Queues `op` on `stream` in stream order; an error it returns becomes a
   // deferred error of that stream, as a failing kernel's does.
   cudaError_t EnqueueFallible(cudaStream_t stream, HostStream::Op op) {
@@ -701,7 +712,14 @@ class HostBackend : public Backend {
   const std::unique_ptr<hostkernel::HostKernelRegistry> registry_;  // null: no libraries
   const int num_cpus_;
 
+  // Queues the held launches on their stream (LaunchKernelMayHold).
+  void FlushHeldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable std::mutex mu_;
+  const int launch_batch_max_;  // BackendOptions::launch_graph_max
+  std::vector<std::pair<HostStream*, HostStream::Op>> held_ ABSL_GUARDED_BY(mu_);
+  uint64_t held_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t held_launches_ ABSL_GUARDED_BY(mu_) = 0;
   FixedRangeAllocator allocator_ ABSL_GUARDED_BY(mu_);
   std::vector<PendingFree> pending_frees_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, uint64_t> shared_host_ ABSL_GUARDED_BY(mu_);  // start -> size

@@ -622,6 +622,76 @@ TEST_F(HostBackendTest, KernelLaunchRunsSaxpy) {
   EXPECT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
 }
 
+// Launches held back (LaunchKernelMayHold) wait for FlushLaunches, a direct
+// launch, another stream's launch or the batch limit, and then run in their
+// order. Two saxpy forms that do not commute: y = 2y (x is y) and y += a.
+TEST_F(HostBackendTest, HeldLaunchesWaitForTheFlushAndRunInOrder) {
+  KernelInfo k = Kernel("_Z5saxpyifPKfPf");
+  ASSERT_EQ(k.params.size(), 4u);
+  constexpr int kN = 64;
+  std::vector<float> ones(kN, 1.0f), y(kN), want(kN);
+  for (int i = 0; i < kN; ++i) want[i] = y[i] = i;
+  float* dx = static_cast<float*>(Malloc(kN * sizeof(float)));
+  float* dy = static_cast<float*>(Malloc(kN * sizeof(float)));
+  cudaStream_t s = Stream(), s2 = Stream();
+  ASSERT_EQ(b_->Memcpy(dx, ones.data(), kN * 4, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+  ASSERT_EQ(b_->Memcpy(dy, y.data(), kN * 4, cudaMemcpyHostToDevice, s, false), cudaSuccess);
+  auto args = [&](bool twice, float a) {
+    std::vector<char> v(k.args_size);
+    int n = kN;
+    const float* x = twice ? dy : dx;
+    std::memcpy(v.data() + k.params[0].offset, &n, sizeof(n));
+    std::memcpy(v.data() + k.params[1].offset, &a, sizeof(a));
+    std::memcpy(v.data() + k.params[2].offset, &x, sizeof(x));
+    std::memcpy(v.data() + k.params[3].offset, &dy, sizeof(dy));
+    return v;
+  };
+  auto hold = [&](bool twice, float a, bool more, cudaStream_t on) {
+    std::vector<char> v = args(twice, twice ? 1.0f : a);
+    EXPECT_EQ(b_->LaunchKernelMayHold(k, dim3(1), dim3(kN), 0, on, v.data(), more), cudaSuccess);
+    for (float& w : want) w = twice ? 2 * w : w + a;
+  };
+  auto read = [&](cudaStream_t on) {
+    std::vector<float> got(kN);
+    EXPECT_EQ(b_->Memcpy(got.data(), dy, kN * 4, cudaMemcpyDeviceToHost, on, false), cudaSuccess);
+    return got;
+  };
+  for (int i = 0; i < 10; ++i) hold(i % 3 == 0, i + 1, /*more=*/true, s);
+  EXPECT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(read(s), y);  // held: nothing ran (the executor flushes before any other request)
+  EXPECT_EQ(b_->FlushLaunches(), 0);
+  EXPECT_EQ(read(s), want);
+
+  // The last launch of a run (no request behind it) issues the batch with it.
+  hold(true, 0, true, s);
+  hold(false, 5, false, s);
+  EXPECT_EQ(read(s), want);
+  // A launch on another stream issues the first stream's held launches.
+  hold(false, 3, true, s);
+  hold(true, 0, true, s);
+  std::vector<float> after_s = want;
+  hold(false, 7, true, s2);
+  EXPECT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(read(s), after_s);
+  // A direct launch issues the held ones first.
+  std::vector<char> direct = args(true, 1.0f);
+  ASSERT_EQ(b_->LaunchKernel(k, dim3(1), dim3(kN), 0, s2, direct.data(), false), cudaSuccess);
+  for (float& w : want) w = 2 * w;
+  EXPECT_EQ(b_->cudaStreamSynchronize(s2), cudaSuccess);
+  EXPECT_EQ(read(s2), want);
+  // At the limit (64 by default) the batch goes without a flush.
+  for (int i = 0; i < 64; ++i) hold(false, 1, true, s);
+  EXPECT_EQ(b_->cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(read(s), want);
+  // A refused launch is refused at once and holds nothing back.
+  std::vector<char> v = args(false, 1.0f);
+  EXPECT_EQ(b_->LaunchKernelMayHold(k, dim3(1), dim3(2048), 0, s, v.data(), true),
+            cudaErrorInvalidConfiguration);
+  EXPECT_EQ(b_->FlushLaunches(), 0);
+  EXPECT_EQ(read(s), want);
+  EXPECT_THAT(b_->StatsAtExit(), HasSubstr("in 4 batches held back"));
+}
+
 TEST_F(HostBackendTest, FunctionAttributesAndOccupancy) {
   KernelInfo k = Kernel("_Z7add_onePii");
   cudaFuncAttributes attr;

@@ -13,7 +13,7 @@ absl::StatusOr<std::unique_ptr<HostCollectiveBackend>> HostCollectiveBackend::Cr
   std::unique_ptr<hostkernel::HostKernelRegistry> registry;
   if (absl::Status s = PrepareDevice(options, &range, &registry); !s.ok()) return s;
   auto backend = std::unique_ptr<HostCollectiveBackend>(
-      new HostCollectiveBackend(range, std::move(registry)));
+      new HostCollectiveBackend(range, std::move(registry), options.launch_graph_max));
   CollectiveDevice* device = backend.get();
   backend->nccl_ =
       std::make_unique<GlooCollectives>(device, GlooCollectivesOptions::From(options, "host"));
@@ -21,8 +21,9 @@ absl::StatusOr<std::unique_ptr<HostCollectiveBackend>> HostCollectiveBackend::Cr
 }
 
 HostCollectiveBackend::HostCollectiveBackend(
-    DeviceRange range, std::unique_ptr<hostkernel::HostKernelRegistry> registry)
-    : HostBackend(range, std::move(registry)) {}
+    DeviceRange range, std::unique_ptr<hostkernel::HostKernelRegistry> registry,
+    int launch_graph_max)
+    : HostBackend(range, std::move(registry), launch_graph_max) {}
 
 HostCollectiveBackend::~HostCollectiveBackend() {
   nccl_->StopWatcher();

@@ -152,7 +152,7 @@ class HostCollectiveBackend : public HostBackend, private CollectiveDevice {
 
  private:
   HostCollectiveBackend(DeviceRange range,
-                        std::unique_ptr<hostkernel::HostKernelRegistry> registry);
+                        std::unique_ptr<hostkernel::HostKernelRegistry> registry, int launch_graph_max);
 
   // CollectiveDevice: device memory is plain memory the engine reads and
   // writes in place; a unit is a fallible operation of the stream's worker.
