@@ -50,6 +50,15 @@ fi
 ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/ref.log")
 [ -n "$ref" ] || { echo "FAIL: no checksum in the fault-free run"; cat "$tmp/ref.log"; exit 1; }
 echo "fault-free: $ranks ranks, $iters iterations, final checksum $ref"
+if [ -z "${RECOVERY_TEST_BACKEND_ARGS:-}" ]; then
+  # The host backend holds launches back as the cuda backend does (docs/design.md,
+  # "Calls"): the kills below must find launches held, else the executor's
+  # flush rules are not what this job ran.
+  held=$(sed -n 's/.*launches at exit: [0-9]* queued in \([0-9]*\) batches held back.*/\1/p' "$tmp/ref.log" |
+    awk '{ s += $1 } END { print s + 0 }')
+  echo "batches of launches held back in the fault-free run: $held"
+  [ "$held" -gt 0 ] || { echo "FAIL: no launch was held back"; cat "$tmp/ref.log"; exit 1; }
+fi
 if [ -n "${RECOVERY_TEST_EXPECT_CAPTURES:-}" ]; then
   # The uploads must have been journaled by the device, else this variant
   # tests nothing new.
