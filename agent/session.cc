@@ -60,7 +60,9 @@ Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> 
     SnapshotStore::Options so;
     so.keep_spare = options_.snapshot_keep_spare;
     so.spare_ahead = options_.snapshot_spare_ahead;
-    so.crc_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 4u));
+    // Half the CPUs, up to 8: a synchronous snapshot stops the executor, and
+    // the checksums of its allocations share the threads (Crc32cMany).
+    so.crc_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u));
     snapshots_ = std::make_unique<SnapshotStore>(job_dir_ + "/snapshots", options_.rank, so);
     // The device copies every allocation straight into the snapshot's
     // mapped, registered file; the copies are queued, then waited for.

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -108,26 +109,48 @@ uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
 }
 
 uint32_t Crc32cParallel(const char* data, uint64_t n, int threads) {
-  constexpr uint64_t kMinPiece = 8u << 20;
-  const uint64_t pieces = std::min<uint64_t>(std::max(threads, 1), n / kMinPiece);
-  if (pieces <= 1) return crc32c::Value(data, n);
-  const uint64_t piece = (n + pieces - 1) / pieces;
-  std::vector<uint32_t> crcs(pieces, 0);
+  return Crc32cMany({{data, n}}, threads)[0];
+}
+
+std::vector<uint32_t> Crc32cMany(const std::vector<std::pair<const char*, uint64_t>>& ranges,
+                                 int threads) {
+  // Pieces of at most kPiece bytes over all ranges, taken by the threads in
+  // turn; each range's CRC is its pieces' combined in order.
+  constexpr uint64_t kPiece = 4u << 20;
+  struct Piece {
+    size_t range;
+    uint64_t offset, size;
+    uint32_t crc;
+  };
+  std::vector<Piece> pieces;
+  uint64_t total = 0;
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    const uint64_t n = ranges[r].second;
+    total += n;
+    if (n == 0) pieces.push_back({r, 0, 0, 0});
+    for (uint64_t off = 0; off < n; off += kPiece) {
+      pieces.push_back({r, off, std::min(kPiece, n - off), 0});
+    }
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next.fetch_add(1); i < pieces.size(); i = next.fetch_add(1)) {
+      Piece& p = pieces[i];
+      p.crc = crc32c::Value(ranges[p.range].first + p.offset, p.size);
+    }
+  };
+  // A thread per 8 MiB at most: starting one costs more than a small CRC.
+  const uint64_t helpers =
+      std::min<uint64_t>(std::max(threads, 1) - 1, total / (8u << 20));
   std::vector<std::thread> workers;
-  for (uint64_t i = 1; i < pieces; ++i) {
-    workers.emplace_back([&, i] {
-      const uint64_t off = i * piece;
-      crcs[i] = crc32c::Value(data + off, std::min(piece, n - off));
-    });
-  }
-  crcs[0] = crc32c::Value(data, piece);
+  for (uint64_t t = 0; t < helpers; ++t) workers.emplace_back(work);
+  work();
   for (std::thread& t : workers) t.join();
-  uint32_t crc = crcs[0];
-  for (uint64_t i = 1; i < pieces; ++i) {
-    const uint64_t off = i * piece;
-    crc = Crc32cCombine(crc, crcs[i], std::min(piece, n - off));
+  std::vector<uint32_t> crcs(ranges.size(), 0);
+  for (const Piece& p : pieces) {
+    crcs[p.range] = p.offset == 0 ? p.crc : Crc32cCombine(crcs[p.range], p.crc, p.size);
   }
-  return crc;
+  return crcs;
 }
 
 SnapshotStore::SnapshotStore(std::string dir, int rank)
@@ -517,10 +540,13 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::Finish(std::unique_ptr<Pending
   PutU64(&meta, p.minibatch_);
   PutU64(&meta, p.boundary_seq_);
   PutU64(&meta, table.size());
+  std::vector<std::pair<const char*, uint64_t>> ranges(table.size());
+  for (size_t i = 0; i < table.size(); ++i) ranges[i] = {p.destination(i), table[i].second};
+  const std::vector<uint32_t> crcs = Crc32cMany(ranges, options_.crc_threads);
   for (size_t i = 0; i < table.size(); ++i) {
     PutU64(&meta, table[i].first);
     PutU64(&meta, table[i].second);
-    PutU32(&meta, Crc32cParallel(p.destination(i), table[i].second, options_.crc_threads));
+    PutU32(&meta, crcs[i]);
     PutU32(&meta, 0);
   }
   PutU32(&meta, crc32c::Value(meta.data(), meta.size()));

@@ -92,6 +92,11 @@ struct SnapshotWriteStats {
 uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 // CRC32C of n bytes, computed by up to `threads` threads.
 uint32_t Crc32cParallel(const char* data, uint64_t n, int threads);
+// The CRC32C of each range, computed by up to `threads` threads that share
+// the ranges' pieces (a snapshot's allocations are many, most too small to
+// be split alone).
+std::vector<uint32_t> Crc32cMany(const std::vector<std::pair<const char*, uint64_t>>& ranges,
+                                 int threads);
 
 // Crash points inside Write, for fault injection (revenant-run --chaos
 // point=snapshot_partial): called after the temporary file is complete and

@@ -235,6 +235,26 @@ TEST(Crc32cTest, CombineAndParallelMatchTheSerialValue) {
         << threads << " threads";
   }
   EXPECT_EQ(Crc32cParallel(data.data(), 0, 4), 0u);
+  // Many ranges (a snapshot's allocations) sharing the threads: empty ones,
+  // ones below, at and past a piece (4 MiB), one spanning several.
+  std::vector<std::pair<const char*, uint64_t>> ranges;
+  uint64_t off = 0;
+  for (uint64_t size : {uint64_t{0}, uint64_t{1}, uint64_t{4095}, uint64_t{4} << 20,
+                        (uint64_t{4} << 20) + 1, uint64_t{3} << 20, uint64_t{0},
+                        (uint64_t{13} << 20) + 7, uint64_t{64}}) {
+    ranges.emplace_back(data.data() + off, size);
+    off += size;
+  }
+  ASSERT_LE(off, data.size());
+  for (int threads : {1, 2, 3, 8}) {
+    const std::vector<uint32_t> crcs = Crc32cMany(ranges, threads);
+    ASSERT_EQ(crcs.size(), ranges.size());
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      EXPECT_EQ(crcs[i], crc32c::Value(ranges[i].first, ranges[i].second))
+          << "range " << i << ", " << threads << " threads";
+    }
+  }
+  EXPECT_TRUE(Crc32cMany({}, 4).empty());
 }
 
 // A copier over a FakeDevice that counts registrations, as the session's
