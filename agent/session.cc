@@ -553,11 +553,12 @@ void Session::NoteSubmission(const transport::RecordHeader& rec) {
 // backend, the snapshots and the validator too.
 void Session::JournalBeforeRun(const transport::RecordHeader& rec) {
   const uint64_t minibatch = options_.journal->minibatch();
-  if (options_.journal->BoundaryBefore(rec)) FlushLaunches();
-  if (validator_ != nullptr && options_.journal->BoundaryBefore(rec)) {
+  const bool boundary = options_.journal->BoundaryBefore(rec);
+  if (boundary) FlushLaunches();
+  if (validator_ != nullptr && boundary) {
     validator_->MinibatchEnding(minibatch, options_.journal->dir());
   }
-  if (snapshots_ != nullptr && options_.journal->BoundaryBefore(rec)) {
+  if (snapshots_ != nullptr && boundary) {
     if (PlanSnapshot(rec.seq, /*forced=*/false) == SnapshotStep::kBoundary) {
       SnapshotBoundary(minibatch + 1, rec.seq);
     } else {

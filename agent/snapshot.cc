@@ -108,10 +108,6 @@ uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
   return mul(factor, crc_a) ^ crc_b;
 }
 
-uint32_t Crc32cParallel(const char* data, uint64_t n, int threads) {
-  return Crc32cMany({{data, n}}, threads)[0];
-}
-
 std::vector<uint32_t> Crc32cMany(const std::vector<std::pair<const char*, uint64_t>>& ranges,
                                  int threads) {
   // Pieces of at most kPiece bytes over all ranges, taken by the threads in

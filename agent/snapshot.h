@@ -90,8 +90,6 @@ struct SnapshotWriteStats {
 
 // CRC32C of A+B from crc32c(A), crc32c(B) and B's length.
 uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
-// CRC32C of n bytes, computed by up to `threads` threads.
-uint32_t Crc32cParallel(const char* data, uint64_t n, int threads);
 // The CRC32C of each range, computed by up to `threads` threads that share
 // the ranges' pieces (a snapshot's allocations are many, most too small to
 // be split alone).

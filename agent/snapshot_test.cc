@@ -230,11 +230,11 @@ TEST(Crc32cTest, CombineAndParallelMatchTheSerialValue) {
         << "split at " << split;
   }
   for (int threads : {1, 2, 3, 4, 8}) {
-    EXPECT_EQ(Crc32cParallel(data.data(), data.size(), threads),
+    EXPECT_EQ(Crc32cMany({{data.data(), data.size()}}, threads)[0],
               crc32c::Value(data.data(), data.size()))
         << threads << " threads";
   }
-  EXPECT_EQ(Crc32cParallel(data.data(), 0, 4), 0u);
+  EXPECT_EQ(Crc32cMany({{data.data(), 0}}, 4)[0], 0u);
   // Many ranges (a snapshot's allocations) sharing the threads: empty ones,
   // ones below, at and past a piece (4 MiB), one spanning several.
   std::vector<std::pair<const char*, uint64_t>> ranges;

@@ -94,7 +94,7 @@ struct Figures {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = IntFlag(argc, argv, "--steps", 20000);
+  const int steps = IntFlag(argc, argv, "--steps", 20000);
   const int rounds = IntFlag(argc, argv, "--rounds", 5);
   if (steps < 100 || rounds < 1) {
     std::printf("FAIL launch_path_bench: --steps >= 100 and --rounds >= 1\n");
@@ -266,7 +266,7 @@ int main(int argc, char** argv) {
     CHECK(cudaStreamEndCapture(stream, &graph));
     return graph;
   };
-  auto graph_run = [&](GraphPath path, int launches, int per_graph) {
+  auto graph_run = [&](GraphPath path, int launches, int per_graph, int graph_steps) {
     cudaGraph_t graph = capture_graph(per_graph);
     cudaGraphExec_t exec = nullptr;
     CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
     double issue_total = 0;
     const int graphs = launches / per_graph;
     const auto start = Clock::now();
-    for (int s = 0; s < steps; ++s) {
+    for (int s = 0; s < graph_steps; ++s) {
       const auto t0 = Clock::now();
       if (path == kDirect) {
         for (int l = 0; l < launches; ++l) {
@@ -308,8 +308,8 @@ int main(int argc, char** argv) {
       CHECK(cudaStreamSynchronize(stream));
     }
     Figures f;
-    f.launch_us = issue_total / (static_cast<double>(steps) * launches);
-    f.step_us = Us(start, Clock::now()) / steps;
+    f.launch_us = issue_total / (static_cast<double>(graph_steps) * launches);
+    f.step_us = Us(start, Clock::now()) / graph_steps;
     CHECK(cudaGraphExecDestroy(exec));
     CHECK(cudaGraphDestroy(graph));
     return f;
@@ -320,14 +320,12 @@ int main(int argc, char** argv) {
   };
   const Shape shapes[] = {{"step8", kLaunches, kLaunches, 1}, {"step2000", 2000, 64, 100}};
   for (const Shape& shape : shapes) {
-    const int saved_steps = steps;
+    const int shape_steps = std::max(100, steps / shape.steps_div);
     std::vector<double> issue[kGraphPaths], wall[kGraphPaths];
     for (int r = -1; r < rounds; ++r) {  // round -1: warm-up
       for (int i = 0; i < kGraphPaths; ++i) {
         const auto p = static_cast<GraphPath>((i + std::max(r, 0)) % kGraphPaths);
-        steps = std::max(100, saved_steps / shape.steps_div);
-        const Figures f = graph_run(p, shape.launches, shape.per_graph);
-        steps = saved_steps;
+        const Figures f = graph_run(p, shape.launches, shape.per_graph, shape_steps);
         if (r < 0) continue;
         issue[p].push_back(f.launch_us);
         wall[p].push_back(f.step_us);

@@ -137,6 +137,29 @@ struct DriverRows {
 // launch failures, cooperative launch too large...).
 cudaError_t FromCu(CUresult r) { return static_cast<cudaError_t>(r); }
 
+// The driver's view of a kernel node or launch: `params` (room for a
+// pointer per parameter) receives pointers into `packed_args`, which the
+// driver copies when the node is created or updated, or the launch made.
+CUDA_KERNEL_NODE_PARAMS DriverKernelParams(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                           size_t shared_bytes, const void* packed_args,
+                                           void** params) {
+  const char* base = static_cast<const char*>(packed_args);
+  for (size_t i = 0; i < kernel.params.size(); ++i) {
+    params[i] = const_cast<char*>(base + kernel.params[i].offset);
+  }
+  CUDA_KERNEL_NODE_PARAMS kp = {};
+  kp.func = static_cast<CUfunction>(const_cast<void*>(kernel.handle));
+  kp.gridDimX = grid.x;
+  kp.gridDimY = grid.y;
+  kp.gridDimZ = grid.z;
+  kp.blockDimX = block.x;
+  kp.blockDimY = block.y;
+  kp.blockDimZ = block.z;
+  kp.sharedMemBytes = static_cast<unsigned int>(shared_bytes);
+  kp.kernelParams = kernel.params.empty() ? nullptr : params;
+  return kp;
+}
+
 // Host nodes: the function lives as long as the backend's graphs (until Reset).
 void HostNodeTrampoline(void* data) { (*static_cast<std::function<void()>*>(data))(); }
 
@@ -2130,22 +2153,9 @@ int32_t CudaBackend::FlushLaunches() {
   size_t next = 0;
   for (size_t i = 0; i < n; ++i) {
     const HeldLaunch& h = held_[i];
-    const KernelInfo& k = *h.kernel;
-    for (size_t j = 0; j < k.params.size(); ++j) {
-      pointers[next + j] = held_args_.data() + h.args + k.params[j].offset;
-    }
-    CUDA_KERNEL_NODE_PARAMS& kp = kps[i];
-    kp = {};
-    kp.func = static_cast<CUfunction>(const_cast<void*>(k.handle));
-    kp.gridDimX = h.grid.x;
-    kp.gridDimY = h.grid.y;
-    kp.gridDimZ = h.grid.z;
-    kp.blockDimX = h.block.x;
-    kp.blockDimY = h.block.y;
-    kp.blockDimZ = h.block.z;
-    kp.sharedMemBytes = h.shared_bytes;
-    kp.kernelParams = k.params.empty() ? nullptr : pointers.data() + next;
-    next += k.params.size();
+    kps[i] = DriverKernelParams(*h.kernel, h.grid, h.block, h.shared_bytes,
+                                held_args_.data() + h.args, pointers.data() + next);
+    next += h.kernel->params.size();
   }
   cudaError_t e = n >= 2 ? IssueHeldAsGraph(kps) : cudaErrorNotSupported;
   if (n >= 2 && e == cudaSuccess) {
@@ -2220,31 +2230,6 @@ void CudaBackend::DestroyLaunchGraph(LaunchGraph* g) {
   *g = LaunchGraph{};
 }
 
-namespace {
-// The driver's view of a kernel node (pointers into `packed_args`, which the
-// driver copies when the node is created or updated).
-CUDA_KERNEL_NODE_PARAMS DriverKernelParams(const KernelInfo& kernel, dim3 grid, dim3 block,
-                                           size_t shared_bytes, const void* packed_args,
-                                           std::vector<void*>* params) {
-  params->clear();
-  const char* base = static_cast<const char*>(packed_args);
-  for (const KernelInfo::Param& p : kernel.params) {
-    params->push_back(const_cast<char*>(base + p.offset));
-  }
-  CUDA_KERNEL_NODE_PARAMS kp = {};
-  kp.func = static_cast<CUfunction>(const_cast<void*>(kernel.handle));
-  kp.gridDimX = grid.x;
-  kp.gridDimY = grid.y;
-  kp.gridDimZ = grid.z;
-  kp.blockDimX = block.x;
-  kp.blockDimY = block.y;
-  kp.blockDimZ = block.z;
-  kp.sharedMemBytes = static_cast<unsigned int>(shared_bytes);
-  kp.kernelParams = params->empty() ? nullptr : params->data();
-  return kp;
-}
-}  // namespace
-
 cudaError_t CudaBackend::KernelNodeParams(const KernelInfo& kernel, dim3 grid, dim3 block,
                                           size_t shared_bytes, const void* packed_args,
                                           std::vector<void*>* params,
@@ -2256,7 +2241,8 @@ cudaError_t CudaBackend::KernelNodeParams(const KernelInfo& kernel, dim3 grid, d
   }
   if (!kernel.params.empty() && packed_args == nullptr) return cudaErrorInvalidValue;
   if (shared_bytes > 0xffffffffull) return cudaErrorInvalidValue;
-  *kp = DriverKernelParams(kernel, grid, block, shared_bytes, packed_args, params);
+  params->resize(kernel.params.size());
+  *kp = DriverKernelParams(kernel, grid, block, shared_bytes, packed_args, params->data());
   return cudaSuccess;
 }
 

@@ -461,9 +461,6 @@ cudaError_t HostBackend::LaunchKernelMayHold(const KernelInfo& kernel, dim3 grid
                                              size_t shared_bytes, cudaStream_t stream,
                                              const void* packed_args, bool more_requests) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (launch_batch_max_ < 2 || (!more_requests && held_.empty())) {
-    FlushHeldLocked();
-  }
   if (!KnownKernel(kernel.handle)) return cudaErrorInvalidDeviceFunction;
   HostStream* s = ResolveStream(stream);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
