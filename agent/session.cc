@@ -60,6 +60,7 @@ Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> 
     SnapshotStore::Options so;
     so.keep_spare = options_.snapshot_keep_spare;
     so.spare_ahead = options_.snapshot_spare_ahead;
+    so.staged = options_.snapshot_staged;
     // Half the CPUs, up to 8: a synchronous snapshot stops the executor, and
     // the checksums of its allocations share the threads (Crc32cMany).
     so.crc_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u));
@@ -296,20 +297,22 @@ void Session::ReportAtExit() {
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "snapshot memory at exit: live bytes %.3f MiB, snapshot files %.3f MiB (%.2fx live), "
         "registered %.3f MiB, %d files mapped for %d snapshots (%d written into the spare); %d "
-        "spares made ahead on the store's thread (the last in %.1f ms), %d failed",
+        "spares made ahead on the store's thread (the last in %.1f ms), %d failed; %d "
+        "synchronous snapshots copied through the staging buffers into files not registered",
         live / 1048576.0, snapshots_->file_bytes() / 1048576.0,
         live > 0 ? snapshots_->file_bytes() / live : 0.0,
         snapshots_->registered_bytes() / 1048576.0, snapshots_->files_mapped(), t.count, t.reused,
         snapshots_->spares_made_ahead(), snapshots_->spare_ahead_ms(),
-        snapshots_->spares_ahead_failed());
+        snapshots_->spares_ahead_failed(), snapshots_->staged_writes());
     const SnapshotStore::FirstFileTake& take = snapshots_->first_file_take();
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "the first snapshot's file: %s (%.1f ms making and growing it off the critical path; "
         "the snapshot waited %.1f ms for it, cut or grew it from %.3f MiB in %.1f ms, "
-        "registered it in %.1f ms)",
+        "registered it in %.1f ms%s)",
         snapshots_->first_file_used() ? "made ahead" : "made by the snapshot",
         snapshots_->first_file_ms(), take.wait_ms, take.made_bytes / 1048576.0, take.resize_ms,
-        take.register_ms);
+        take.register_ms,
+        snapshots_->staged_writes() > 0 ? "; copied through the staging buffers" : "");
   }
 }
 
@@ -1180,12 +1183,15 @@ void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
   if (options_.snapshot_every != 1 || t.count <= 2 || t.count % 100 == 0) {
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "snapshot of minibatch %d: %d allocations, %d bytes, critical path %.2f ms (device "
-        "drained in %.2f ms, copies %.2f ms, checksums %.2f ms), total %.2f ms, %s",
+        "drained in %.2f ms, copies %.2f ms, checksums %.2f ms), total %.2f ms, %s%s",
         minibatch, st->allocations, st->bytes, critical_ms, drained_ms, st->copy_ms,
         st->crc_ms, critical_ms,
         st->reused                                            ? "into the spare file"
         : t.count == 1 && snapshots_->first_file_used() ? "into the file made ahead"
-                                                        : "into a new file");
+                                                        : "into a new file",
+        st->staged ? " (not registered: copied through the staging buffers, checksummed by the "
+                     "copying threads)"
+                   : "");
   }
   MaybeSnapshotChaos(SessionOptions::Chaos::Point::kAfterSnapshot, minibatch);
 }

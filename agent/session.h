@@ -109,6 +109,10 @@ struct SessionOptions {
   bool snapshot_keep_spare = true;
   // With it: the first snapshot's spare is made on a thread (SnapshotStore).
   bool snapshot_spare_ahead = true;
+  // A synchronous snapshot into a file not registered yet (the first one's)
+  // copies through staging buffers instead of registering it
+  // (SnapshotStore::Options::staged).
+  bool snapshot_staged = true;
   // Step boundaries inside the journal's minibatch take asynchronous
   // snapshots (one rank; not while every step is a journal boundary): the
   // device copies the allocations on a stream of its own, the later work

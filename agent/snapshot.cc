@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -184,6 +185,18 @@ void SnapshotStore::ReleaseMappings() {
   for (auto& [m, f] : files_) Unmap(f.get());
   files_.clear();
   Delete(std::move(spare_));
+  if (staging_ahead_ != nullptr) {
+    munmap(staging_ahead_, staging_ahead_size_);
+    staging_ahead_ = nullptr;
+    staging_ahead_size_ = 0;
+  }
+  if (staging_ != nullptr) {
+    if (staging_unregister_) staging_unregister_(staging_);
+    munmap(staging_, staging_size_);
+    staging_ = nullptr;
+    staging_size_ = 0;
+    staging_unregister_ = nullptr;
+  }
 }
 
 uint64_t SnapshotStore::file_bytes() const {
@@ -199,13 +212,16 @@ uint64_t SnapshotStore::registered_bytes() const {
 }
 
 absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
-    size_t size, const std::string& path, const SnapshotCopier& copier, bool* reused) {
+    size_t size, const std::string& path, const SnapshotCopier& copier, bool unregistered_ok,
+    bool* reused) {
   *reused = false;
   TakeSpareAhead();
-  if (spare_ != nullptr && spare_->size == size && spare_->map != nullptr &&
-      (spare_->registered || !copier.register_host)) {
+  if (spare_ != nullptr && spare_->size == size && spare_->map != nullptr) {
     std::unique_ptr<File> f = std::move(spare_);
-    if (rename(f->path.c_str(), path.c_str()) == 0) {
+    // A staged snapshot's file never was registered: registered now for
+    // copies straight into it, unless this write stages again.
+    const bool usable = f->registered || unregistered_ok || Register(f.get(), copier).ok();
+    if (usable && rename(f->path.c_str(), path.c_str()) == 0) {
       f->path = path;
       *reused = true;
       return f;
@@ -227,8 +243,9 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
     first_take_.resize_ms = absl::ToDoubleMilliseconds(register_start - resize_start);
     if (resized && rename(ahead->path.c_str(), path.c_str()) == 0) {
       ahead->path = path;
-      const bool registered = Register(ahead.get(), copier).ok();
-      first_take_.register_ms = absl::ToDoubleMilliseconds(absl::Now() - register_start);
+      const bool registered = unregistered_ok || Register(ahead.get(), copier).ok();
+      first_take_.register_ms =
+          unregistered_ok ? 0 : absl::ToDoubleMilliseconds(absl::Now() - register_start);
       if (registered) {
         ++files_mapped_;
         first_file_used_ = true;
@@ -237,7 +254,8 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
     }
     Delete(std::move(ahead));  // the snapshot makes its own, as without
   }
-  absl::StatusOr<std::unique_ptr<File>> f = MakeFile(size, path, copier);
+  absl::StatusOr<std::unique_ptr<File>> f =
+      MakeFile(size, path, unregistered_ok ? SnapshotCopier{} : copier);
   if (f.ok()) ++files_mapped_;
   return f;
 }
@@ -389,6 +407,24 @@ void SnapshotStore::PrepareFirstFile(size_t size) {
       Delete(std::move(first_file_));
       first_status_ = s;
     }
+    // The staging buffers a staged first snapshot copies through, their
+    // pages resident (registered when it takes them); nothing lost without.
+    const size_t staging = options_.staged ? StagingFor(target) : 0;
+    if (s.ok() && staging > staging_ahead_size_) {
+      if (staging_ahead_ != nullptr) munmap(staging_ahead_, staging_ahead_size_);
+      staging_ahead_ = nullptr;
+      staging_ahead_size_ = 0;
+      void* m = mmap(nullptr, staging, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m != MAP_FAILED) {
+        if (absl::Status p = PopulateWritable(static_cast<char*>(m), staging);
+            p.ok() || absl::IsUnimplemented(p)) {
+          staging_ahead_ = static_cast<char*>(m);
+          staging_ahead_size_ = staging;
+        } else {
+          munmap(m, staging);
+        }
+      }
+    }
     first_ms_ += absl::ToDoubleMilliseconds(absl::Now() - start);
     first_busy_.store(false, std::memory_order_release);
   });
@@ -464,7 +500,7 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::Write(uint64_t minibatch, uint
 
 absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::Begin(
     uint64_t minibatch, uint64_t boundary_seq, const AllocationTable& table) {
-  return BeginWith(minibatch, boundary_seq, table, copier_);
+  return BeginWith(minibatch, boundary_seq, table, copier_, /*unregistered_ok=*/false);
 }
 
 absl::Status SnapshotStore::PrepareDir() {
@@ -495,7 +531,7 @@ absl::Status SnapshotStore::PrepareDir() {
 
 absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::BeginWith(
     uint64_t minibatch, uint64_t boundary_seq, const AllocationTable& table,
-    const SnapshotCopier& copier) {
+    const SnapshotCopier& copier, bool unregistered_ok) {
   if (absl::Status s = PrepareDir(); !s.ok()) return s;
   auto p = std::make_unique<Pending>();
   p->minibatch_ = minibatch;
@@ -509,7 +545,8 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::BeginWith
     offset += size;
     p->bytes_ += size;
   }
-  absl::StatusOr<std::unique_ptr<File>> made = FileOfSize(offset, p->tmp_, copier, &p->reused_);
+  absl::StatusOr<std::unique_ptr<File>> made =
+      FileOfSize(offset, p->tmp_, copier, unregistered_ok, &p->reused_);
   if (!made.ok()) return made.status();
   p->file_ = std::move(*made);
   // A reused file still holds the header of the snapshot it was: damaged
@@ -536,9 +573,12 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::Finish(std::unique_ptr<Pending
   PutU64(&meta, p.minibatch_);
   PutU64(&meta, p.boundary_seq_);
   PutU64(&meta, table.size());
-  std::vector<std::pair<const char*, uint64_t>> ranges(table.size());
-  for (size_t i = 0; i < table.size(); ++i) ranges[i] = {p.destination(i), table[i].second};
-  const std::vector<uint32_t> crcs = Crc32cMany(ranges, options_.crc_threads);
+  std::vector<uint32_t> crcs = std::move(p.crcs_);
+  if (crcs.size() != table.size()) {
+    std::vector<std::pair<const char*, uint64_t>> ranges(table.size());
+    for (size_t i = 0; i < table.size(); ++i) ranges[i] = {p.destination(i), table[i].second};
+    crcs = Crc32cMany(ranges, options_.crc_threads);
+  }
   for (size_t i = 0; i < table.size(); ++i) {
     PutU64(&meta, table[i].first);
     PutU64(&meta, table[i].second);
@@ -605,15 +645,208 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::Finish(std::unique_ptr<Pending
   return stats;
 }
 
+size_t SnapshotStore::StagingFor(uint64_t bytes) const {
+  constexpr size_t kGranule = size_t{64} << 10;
+  const uint64_t rounded = std::max<uint64_t>((bytes + kGranule - 1) / kGranule * kGranule, kGranule);
+  return 2 * static_cast<size_t>(std::min<uint64_t>(options_.staging_bytes, rounded));
+}
+
+absl::Status SnapshotStore::CopyStaged(Pending* p, const SnapshotCopier& copier) {
+  // No larger than the snapshot needs (a small job pins little), grown
+  // when a later snapshot is larger.
+  const size_t half = StagingFor(p->bytes_) / 2;
+  if (staging_ != nullptr && staging_size_ < 2 * half) {
+    if (staging_unregister_) staging_unregister_(staging_);
+    munmap(staging_, staging_size_);
+    staging_ = nullptr;
+  }
+  if (staging_ == nullptr && staging_ahead_ != nullptr) {
+    // Made with the first snapshot's file: only registered here.
+    char* m = staging_ahead_;
+    const size_t n = staging_ahead_size_;
+    staging_ahead_ = nullptr;
+    staging_ahead_size_ = 0;
+    if (n >= 2 * half && copier.register_host(m, n).ok()) {
+      staging_ = m;
+      staging_size_ = n;
+      staging_unregister_ = copier.unregister_host;
+    } else {
+      munmap(m, n);
+    }
+  }
+  if (staging_ == nullptr) {
+    // Two buffers in one mapping, resident before they are registered (as
+    // the snapshot files are), kept for the store's life.
+    void* m = mmap(nullptr, 2 * half, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot map ", 2 * half, " bytes of staging: ", std::strerror(errno)));
+    }
+    if (absl::Status s = PopulateWritable(static_cast<char*>(m), 2 * half);
+        !s.ok() && !absl::IsUnimplemented(s)) {
+      munmap(m, 2 * half);
+      return absl::ResourceExhaustedError(absl::StrCat("staging: ", s.message()));
+    }
+    if (absl::Status s = copier.register_host(m, 2 * half); !s.ok()) {
+      munmap(m, 2 * half);
+      return absl::Status(s.code(), absl::StrCat("registering the staging: ", s.message()));
+    }
+    staging_ = static_cast<char*>(m);
+    staging_size_ = 2 * half;
+    staging_unregister_ = copier.unregister_host;
+  }
+  // The allocations cut into turns of at most `half` bytes (small ones
+  // share a turn), each turn into chunks for the threads: a chunk is copied
+  // from the staging buffer into the file and checksummed while it is
+  // still in the cache.
+  constexpr uint64_t kChunkBytes = uint64_t{1} << 20;
+  struct Chunk {
+    size_t alloc;
+    uint64_t offset, size;  // within the allocation
+    size_t staged_at;       // within the turn's buffer
+    uint32_t crc;
+  };
+  struct Turn {
+    size_t first_chunk = 0, chunks = 0;
+  };
+  const AllocationTable& table = p->table_;
+  std::vector<Chunk> chunks;
+  std::vector<Turn> turns(1);
+  size_t fill = 0;
+  for (size_t i = 0; i < table.size(); ++i) {
+    for (uint64_t off = 0; off < table[i].second;) {
+      if (fill == half) {
+        turns.push_back(Turn{chunks.size(), 0});
+        fill = 0;
+      }
+      const uint64_t n = std::min<uint64_t>({kChunkBytes, table[i].second - off, half - fill});
+      chunks.push_back(Chunk{i, off, n, fill, 0});
+      ++turns.back().chunks;
+      fill += n;
+      off += n;
+    }
+  }
+  if (chunks.empty()) turns.clear();
+  auto fetch = [&](size_t t) -> absl::Status {
+    char* buf = staging_ + (t % 2) * half;
+    const Turn& turn = turns[t];
+    for (size_t c = turn.first_chunk; c < turn.first_chunk + turn.chunks; ++c) {
+      const Chunk& k = chunks[c];
+      if (absl::Status s = copier.copy(table[k.alloc].first + k.offset, buf + k.staged_at, k.size);
+          !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("allocation 0x", absl::Hex(table[k.alloc].first),
+                                                   ": ", s.message()));
+      }
+    }
+    return absl::OkStatus();
+  };
+  // The threads take a turn's chunks in turn; the caller is one of them.
+  struct Drain {
+    absl::Mutex mu;
+    uint64_t turn_seq = 0;  // the turn being drained, counted from 1
+    int finished = 0;       // helpers done with turn_seq
+    bool stop = false;
+    const char* buf = nullptr;
+    size_t first = 0, end = 0;
+    std::atomic<size_t> next{0};
+  } drain;
+  auto work = [&] {
+    for (size_t c = drain.next.fetch_add(1); c < drain.end; c = drain.next.fetch_add(1)) {
+      Chunk& k = chunks[c];
+      char* dst = p->destination(k.alloc) + k.offset;
+      std::memcpy(dst, drain.buf + k.staged_at, k.size);
+      k.crc = crc32c::Value(dst, k.size);
+    }
+  };
+  const int helpers = static_cast<int>(
+      std::min<uint64_t>(std::max(options_.crc_threads, 1) - 1, half / kChunkBytes));
+  std::vector<std::thread> workers;
+  for (int h = 0; h < helpers; ++h) {
+    workers.emplace_back([&drain, &work] {
+      uint64_t seen = 0;
+      while (true) {
+        {
+          absl::MutexLock lock(&drain.mu);
+          auto ready = [&drain, &seen] { return drain.stop || drain.turn_seq != seen; };
+          drain.mu.Await(absl::Condition(&ready));
+          if (drain.stop) return;
+          seen = drain.turn_seq;
+        }
+        work();
+        absl::MutexLock lock(&drain.mu);
+        ++drain.finished;
+      }
+    });
+  }
+  // Device copies of turn t+1 run while the threads drain turn t; `wait`
+  // returns once every queued copy is done, so a buffer is filled again
+  // only after its turn was drained.
+  absl::Status status;
+  if (!turns.empty()) {
+    status = fetch(0);
+    const absl::Status waited = copier.wait();
+    if (status.ok()) status = waited;
+  }
+  for (size_t t = 0; status.ok() && t < turns.size(); ++t) {
+    const bool more = t + 1 < turns.size();
+    if (more) status = fetch(t + 1);
+    {
+      absl::MutexLock lock(&drain.mu);
+      drain.buf = staging_ + (t % 2) * half;
+      drain.first = turns[t].first_chunk;
+      drain.end = turns[t].first_chunk + turns[t].chunks;
+      drain.next.store(drain.first);
+      drain.finished = 0;
+      ++drain.turn_seq;
+    }
+    work();
+    {
+      absl::MutexLock lock(&drain.mu);
+      auto all_done = [&drain, helpers] { return drain.finished == helpers; };
+      drain.mu.Await(absl::Condition(&all_done));
+    }
+    // Copies queued before a failed one still write into the other buffer:
+    // they are waited for before the function returns.
+    if (more) {
+      const absl::Status waited = copier.wait();
+      if (status.ok()) status = waited;
+    }
+  }
+  {
+    absl::MutexLock lock(&drain.mu);
+    drain.stop = true;
+  }
+  for (std::thread& w : workers) w.join();
+  if (!status.ok()) return status;
+  p->crcs_.assign(table.size(), 0);
+  std::vector<bool> started(table.size(), false);
+  for (const Chunk& k : chunks) {
+    uint32_t& crc = p->crcs_[k.alloc];
+    crc = started[k.alloc] ? Crc32cCombine(crc, k.crc, k.size) : k.crc;
+    started[k.alloc] = true;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<SnapshotWriteStats> SnapshotStore::WriteWith(uint64_t minibatch,
                                                             uint64_t boundary_seq,
                                                             const AllocationTable& table,
                                                             const SnapshotCopier& copier,
                                                             const SnapshotCrashHook& before_rename) {
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::unique_ptr<Pending>> p = BeginWith(minibatch, boundary_seq, table, copier);
+  const bool can_stage = CanStage(copier);
+  absl::StatusOr<std::unique_ptr<Pending>> p =
+      BeginWith(minibatch, boundary_seq, table, copier, can_stage);
   if (!p.ok()) return p.status();
-  for (size_t i = 0; i < table.size(); ++i) {
+  const bool staged = can_stage && !(*p)->file_->registered;
+  if (staged) {
+    if (absl::Status s = CopyStaged(p->get(), copier); !s.ok()) {
+      Abandon(std::move(*p));
+      return absl::Status(s.code(), absl::StrCat("the snapshot's staged copies: ", s.message()));
+    }
+    ++staged_writes_;
+  }
+  for (size_t i = 0; i < table.size() && !staged; ++i) {
     const auto& [addr, size] = table[i];
     if (size == 0) continue;
     if (absl::Status s = copier.copy(addr, (*p)->destination(i), size); !s.ok()) {
@@ -622,7 +855,7 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::WriteWith(uint64_t minibatch,
                                                  " for the snapshot: ", s.message()));
     }
   }
-  if (copier.wait) {
+  if (copier.wait && !staged) {
     if (absl::Status s = copier.wait(); !s.ok()) {
       Abandon(std::move(*p));
       return absl::Status(s.code(), absl::StrCat("the snapshot's device copies: ", s.message()));
@@ -632,6 +865,7 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::WriteWith(uint64_t minibatch,
   absl::StatusOr<SnapshotWriteStats> st = Finish(std::move(*p), before_rename);
   if (!st.ok()) return st;
   st->copy_ms = absl::ToDoubleMilliseconds(copied - start);
+  st->staged = staged;
   st->ms = absl::ToDoubleMilliseconds(absl::Now() - start);
   return st;
 }

@@ -159,6 +159,10 @@ ABSL_FLAG(bool, snapshot_spare_ahead, true,
           "its own (the first one while the allocations grow; after the first snapshot, a "
           "spare of its size), so that the first two snapshots make no pages on the critical "
           "path (registering still holds the driver ~20 ms per 512 MiB)");
+ABSL_FLAG(bool, snapshot_staged, true,
+          "a synchronous snapshot into a snapshot file not registered yet (the first one's) "
+          "copies through the agent's registered staging buffers instead of registering the "
+          "file (docs/recovery.md, \"Files\"); false: the file is registered first");
 ABSL_FLAG(int, launch_graph_max, 64,
           "cuda backend: the agent holds back plain kernel launches of one stream while it "
           "has further requests in hand and issues up to this many as one CUDA graph "
@@ -764,6 +768,7 @@ int Main(int argc, char** argv) {
                                      std::string("--snapshot_async=") + (absl::GetFlag(FLAGS_snapshot_async) ? "true" : "false"),
                                      std::string("--snapshot_keep_spare=") + (absl::GetFlag(FLAGS_snapshot_keep_spare) ? "true" : "false"),
                                      std::string("--snapshot_spare_ahead=") + (absl::GetFlag(FLAGS_snapshot_spare_ahead) ? "true" : "false"),
+                                     std::string("--snapshot_staged=") + (absl::GetFlag(FLAGS_snapshot_staged) ? "true" : "false"),
                                      "--journal_thread=" + absl::GetFlag(FLAGS_journal_thread),
                                      absl::StrCat("--launch_graph_max=", absl::GetFlag(FLAGS_launch_graph_max)),
                                      absl::StrCat("--world_size=", world),
