@@ -2,7 +2,7 @@
 // capture files, snapshot files and shared host memory depend on
 // (docs/performance.md, "Capture and snapshot files"). Runs natively only.
 //
-//   ./host_memory_bench.bin [--mib N] [--dir /dev/shm]
+//   ./host_memory_bench.bin [--mib N] [--dir /dev/shm] [--snap_mib N] [--only_snapshot]
 //
 // 1. Making a registered tmpfs file of N MiB (default 256): sized and
 //    faulted in by cudaHostRegister, posix_fallocate, MAP_POPULATE, pages
@@ -22,6 +22,17 @@
 //    alone; the first write after the protection was lifted (the pages'
 //    write faults); and what the kernel offers instead (its version, whether
 //    userfaultfd is open to unprivileged processes).
+// 6. A synchronous snapshot's copies of --snap_mib MiB (default 554, the
+//    first PyTorch snapshot's size) from device memory into a fresh tmpfs
+//    file whose pages are resident (as the file made ahead is), checksummed
+//    (ISA-L's CRC32C, the agent's), three ways: the file registered, the
+//    device copying straight into it, then the checksums on 8 threads (the
+//    agent without --snapshot_staged); through two registered 32 MiB
+//    staging buffers taking turns, 8 threads copying 1 MiB chunks into the
+//    file and checksumming them as they go (the agent's staged copies); and
+//    cudaMemcpy straight into the unregistered file (the driver's own
+//    staging), then the checksums. Each way's total and parts, the staged
+//    and pageable totals against the registered one.
 #include <cuda_runtime.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -32,6 +43,7 @@
 #include <cerrno>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +53,9 @@
 #include <vector>
 
 #include "bench/cuda_check.h"
+
+// ISA-L's SSE4.2 CRC32C, as common/crc32c.cc calls it.
+extern "C" unsigned int crc32_iscsi_01(unsigned char* buffer, int len, unsigned int init_crc);
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -376,11 +391,197 @@ void WriteProtect(size_t n) {
   Release(src, n);
 }
 
+uint32_t Crc(const char* p, size_t n) {
+  uint32_t crc = 0xffffffffu;
+  for (size_t done = 0; done < n;) {
+    const int k = static_cast<int>(std::min<size_t>(n - done, size_t{1} << 30));
+    crc = crc32_iscsi_01(reinterpret_cast<unsigned char*>(const_cast<char*>(p + done)), k, crc);
+    done += k;
+  }
+  return crc;
+}
+
+// The checksums of n bytes in 4 MiB pieces on `threads` threads.
+void CrcThreads(const char* p, size_t n, int threads, std::vector<uint32_t>* crcs) {
+  const size_t piece = size_t{4} << 20;
+  crcs->assign((n + piece - 1) / piece, 0);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next.fetch_add(1); i < crcs->size(); i = next.fetch_add(1)) {
+      (*crcs)[i] = Crc(p + i * piece, std::min(piece, n - i * piece));
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int t = 1; t < threads; ++t) ts.emplace_back(work);
+  work();
+  for (auto& t : ts) t.join();
+}
+
+// Staged: turns of `half` bytes into two registered buffers; per turn the
+// caller and threads-1 helpers copy 1 MiB chunks into `dst` and checksum
+// them. Returns the chunks' checksums (unused but computed).
+void StagedCopy(char* dst, const char* dev, size_t n, char* staging, size_t half, int threads,
+                cudaStream_t s, std::vector<uint32_t>* crcs) {
+  const size_t chunk = size_t{1} << 20;
+  const size_t turns = (n + half - 1) / half;
+  crcs->assign((n + chunk - 1) / chunk, 0);
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t turn_seq = 0;
+  int finished = 0;
+  bool stop = false;
+  size_t first = 0, end = 0;
+  const char* buf = nullptr;
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t c = next.fetch_add(1); c < end; c = next.fetch_add(1)) {
+      const size_t off = c * chunk, len = std::min(chunk, n - off);
+      std::memcpy(dst + off, buf + (off - first * chunk), len);
+      (*crcs)[c] = Crc(dst + off, len);
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int t = 1; t < threads; ++t) {
+    ts.emplace_back([&] {
+      size_t seen = 0;
+      while (true) {
+        {
+          std::unique_lock<std::mutex> l(mu);
+          cv.wait(l, [&] { return stop || turn_seq != seen; });
+          if (stop) return;
+          seen = turn_seq;
+        }
+        work();
+        std::lock_guard<std::mutex> l(mu);
+        ++finished;
+        cv.notify_all();
+      }
+    });
+  }
+  auto fetch = [&](size_t t) {
+    const size_t off = t * half, len = std::min(half, n - off);
+    CHECK(cudaMemcpyAsync(staging + (t % 2) * half, dev + off, len, cudaMemcpyDeviceToHost, s));
+  };
+  fetch(0);
+  CHECK(cudaStreamSynchronize(s));
+  for (size_t t = 0; t < turns; ++t) {
+    if (t + 1 < turns) fetch(t + 1);
+    {
+      std::lock_guard<std::mutex> l(mu);
+      buf = staging + (t % 2) * half;
+      first = t * half / chunk;
+      end = std::min((t + 1) * half, n);
+      end = (end + chunk - 1) / chunk;
+      next.store(first);
+      finished = 0;
+      ++turn_seq;
+      cv.notify_all();
+    }
+    work();
+    {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait(l, [&] { return finished == threads - 1; });
+    }
+    if (t + 1 < turns) CHECK(cudaStreamSynchronize(s));
+  }
+  {
+    std::lock_guard<std::mutex> l(mu);
+    stop = true;
+    cv.notify_all();
+  }
+  for (auto& t : ts) t.join();
+}
+
+void SnapshotCopies(size_t n) {
+  std::printf("== a synchronous snapshot's copies of %zu MiB into a resident tmpfs file (ms)\n",
+              n >> 20);
+  const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u));
+  char* dev = nullptr;
+  CHECK(cudaMalloc(&dev, n));
+  CHECK(cudaMemset(dev, 0x5a, n));
+  const size_t half = size_t{32} << 20;
+  char* staging = static_cast<char*>(
+      mmap(nullptr, 2 * half, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  if (staging == MAP_FAILED) {
+    std::printf("FAIL mmap staging\n");
+    std::exit(1);
+  }
+  Populate(staging, 2 * half, 8);
+  auto t0 = Clock::now();
+  Register(staging, 2 * half);
+  const double staging_register_ms = Ms(t0, Clock::now());
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::vector<double> reg_total, reg_register, reg_copy, reg_crc, staged_total, page_total,
+      page_copy, page_crc;
+  std::vector<uint32_t> crcs;
+  for (int round = 0; round < 3; ++round) {
+    // Registered, straight copies, checksums after.
+    char* f = MapFresh("snap", n, false);
+    Populate(f, n, 8);
+    t0 = Clock::now();
+    Register(f, n);
+    const auto t1 = Clock::now();
+    CHECK(cudaMemcpyAsync(f, dev, n, cudaMemcpyDeviceToHost, s));
+    CHECK(cudaStreamSynchronize(s));
+    const auto t2 = Clock::now();
+    CrcThreads(f, n, threads, &crcs);
+    const auto t3 = Clock::now();
+    reg_register.push_back(Ms(t0, t1));
+    reg_copy.push_back(Ms(t1, t2));
+    reg_crc.push_back(Ms(t2, t3));
+    reg_total.push_back(Ms(t0, t3));
+    Release(f, n);
+    // Staged.
+    f = MapFresh("snap", n, false);
+    Populate(f, n, 8);
+    t0 = Clock::now();
+    StagedCopy(f, dev, n, staging, half, threads, s, &crcs);
+    staged_total.push_back(Ms(t0, Clock::now()));
+    if (f[n - 1] != 0x5a || f[0] != 0x5a) {
+      std::printf("FAIL staged copy\n");
+      std::exit(1);
+    }
+    munmap(f, n);
+    // Pageable: the driver stages.
+    f = MapFresh("snap", n, false);
+    Populate(f, n, 8);
+    t0 = Clock::now();
+    CHECK(cudaMemcpy(f, dev, n, cudaMemcpyDeviceToHost));
+    const auto p1 = Clock::now();
+    CrcThreads(f, n, threads, &crcs);
+    const auto p2 = Clock::now();
+    page_copy.push_back(Ms(t0, p1));
+    page_crc.push_back(Ms(p1, p2));
+    page_total.push_back(Ms(t0, p2));
+    munmap(f, n);
+  }
+  const double reg = Median(reg_total);
+  std::printf("   registered file: total %.1f (registering %.1f, copies %.1f, checksums %.1f on %d "
+              "threads)\n",
+              reg, Median(reg_register), Median(reg_copy), Median(reg_crc), threads);
+  std::printf("   staged (2 x 32 MiB registered once in %.1f ms, %d threads copying and "
+              "checksumming): total %.1f (%.3f of the registered file's)\n",
+              staging_register_ms, threads, Median(staged_total), Median(staged_total) / reg);
+  std::printf("   pageable cudaMemcpy into the unregistered file: total %.1f (copies %.1f, checksums "
+              "%.1f) (%.3f of the registered file's)\n",
+              Median(page_total), Median(page_copy), Median(page_crc), Median(page_total) / reg);
+  std::printf("RESULT snapshot_copies mib=%zu registered_ms=%.1f staged_ms=%.1f pageable_ms=%.1f "
+              "staged_ratio=%.3f\n",
+              n >> 20, reg, Median(staged_total), Median(page_total), Median(staged_total) / reg);
+  CHECK(cudaStreamDestroy(s));
+  Release(staging, 2 * half);
+  CHECK(cudaFree(dev));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  size_t mib = 256;
+  size_t mib = 256, snap_mib = 554;
+  bool only_snapshot = false;
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--snap_mib") == 0 && i + 1 < argc) snap_mib = std::strtoull(argv[++i], nullptr, 10);
+    if (std::strcmp(argv[i], "--only_snapshot") == 0) only_snapshot = true;
     if (std::strcmp(argv[i], "--mib") == 0 && i + 1 < argc) mib = std::strtoull(argv[++i], nullptr, 10);
     if (std::strcmp(argv[i], "--dir") == 0 && i + 1 < argc) g_dir = argv[++i];
   }
@@ -393,10 +594,13 @@ int main(int argc, char** argv) {
     if (std::fgets(line, sizeof(line), f) != nullptr) std::printf("shmem THP: %s", line);
     std::fclose(f);
   }
-  MakingFiles(mib << 20);
-  Stalls(mib << 20);
-  Link();
-  WriteProtect(mib << 20);
+  if (!only_snapshot) {
+    MakingFiles(mib << 20);
+    Stalls(mib << 20);
+    Link();
+    WriteProtect(mib << 20);
+  }
+  SnapshotCopies(snap_mib << 20);
   std::printf("PASS host_memory_bench\n");
   return 0;
 }
