@@ -298,12 +298,17 @@ void Session::ReportAtExit() {
         "snapshot memory at exit: live bytes %.3f MiB, snapshot files %.3f MiB (%.2fx live), "
         "registered %.3f MiB, %d files mapped for %d snapshots (%d written into the spare); %d "
         "spares made ahead on the store's thread (the last in %.1f ms), %d failed; %d "
-        "synchronous snapshots copied through the staging buffers into files not registered",
+        "synchronous snapshots copied through the staging buffers into files not registered%s",
         live / 1048576.0, snapshots_->file_bytes() / 1048576.0,
         live > 0 ? snapshots_->file_bytes() / live : 0.0,
         snapshots_->registered_bytes() / 1048576.0, snapshots_->files_mapped(), t.count, t.reused,
         snapshots_->spares_made_ahead(), snapshots_->spare_ahead_ms(),
-        snapshots_->spares_ahead_failed(), snapshots_->staged_writes());
+        snapshots_->spares_ahead_failed(), snapshots_->staged_writes(),
+        snapshots_->staging_failures() == 0
+            ? std::string()
+            : absl::StrCat(" (", snapshots_->staging_failures(),
+                           " found no staging and registered their file: ",
+                           snapshots_->staging_failure().ToString(), ")"));
     const SnapshotStore::FirstFileTake& take = snapshots_->first_file_take();
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "the first snapshot's file: %s (%.1f ms making and growing it off the critical path; "

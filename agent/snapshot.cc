@@ -651,10 +651,7 @@ size_t SnapshotStore::StagingFor(uint64_t bytes) const {
   return 2 * static_cast<size_t>(std::min<uint64_t>(options_.staging_bytes, rounded));
 }
 
-absl::Status SnapshotStore::CopyStaged(Pending* p, const SnapshotCopier& copier) {
-  // No larger than the snapshot needs (a small job pins little), grown
-  // when a later snapshot is larger.
-  const size_t half = StagingFor(p->bytes_) / 2;
+absl::Status SnapshotStore::PrepareStaging(size_t half, const SnapshotCopier& copier) {
   if (staging_ != nullptr && staging_size_ < 2 * half) {
     if (staging_unregister_) staging_unregister_(staging_);
     munmap(staging_, staging_size_);
@@ -694,6 +691,16 @@ absl::Status SnapshotStore::CopyStaged(Pending* p, const SnapshotCopier& copier)
     staging_ = static_cast<char*>(m);
     staging_size_ = 2 * half;
     staging_unregister_ = copier.unregister_host;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SnapshotStore::CopyStaged(Pending* p, const SnapshotCopier& copier) {
+  // No larger than the snapshot needs (a small job pins little), grown
+  // when a later snapshot is larger (WriteWith prepared them).
+  const size_t half = StagingFor(p->bytes_) / 2;
+  if (staging_ == nullptr || staging_size_ < 2 * half) {
+    return absl::FailedPreconditionError("no staging buffers");
   }
   // The allocations cut into turns of at most `half` bytes (small ones
   // share a turn), each turn into chunks for the threads: a chunk is copied
@@ -838,7 +845,21 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::WriteWith(uint64_t minibatch,
   absl::StatusOr<std::unique_ptr<Pending>> p =
       BeginWith(minibatch, boundary_seq, table, copier, can_stage);
   if (!p.ok()) return p.status();
-  const bool staged = can_stage && !(*p)->file_->registered;
+  bool staged = can_stage && !(*p)->file_->registered;
+  if (staged) {
+    // Staging that cannot be had (host memory, registration): the file is
+    // registered instead and the device copies straight into it.
+    if (absl::Status s = PrepareStaging(StagingFor((*p)->bytes_) / 2, copier); !s.ok()) {
+      ++staging_failures_;
+      staging_failure_ = s;
+      staged = false;
+      if (absl::Status r = Register((*p)->file_.get(), copier); !r.ok()) {
+        Abandon(std::move(*p));
+        return absl::Status(r.code(), absl::StrCat("the snapshot's staging (", s.message(),
+                                                   ") and registering its file: ", r.message()));
+      }
+    }
+  }
   if (staged) {
     if (absl::Status s = CopyStaged(p->get(), copier); !s.ok()) {
       Abandon(std::move(*p));

@@ -244,6 +244,10 @@ class SnapshotStore {
   uint64_t files_mapped() const { return files_mapped_; }
   // Synchronous snapshots copied through the staging buffers (Options::staged).
   uint64_t staged_writes() const { return staged_writes_; }
+  // Staged writes that found no staging (registered their file instead),
+  // and the last reason.
+  uint64_t staging_failures() const { return staging_failures_; }
+  const absl::Status& staging_failure() const { return staging_failure_; }
   // Waits for a spare being made ahead (Options::spare_ahead) and makes it
   // the spare (renamed .spare-snap); the store's writes call it first.
   void TakeSpareAhead();
@@ -329,8 +333,11 @@ class SnapshotStore {
     return options_.staged && options_.staging_bytes > 0 && copier.copy && copier.wait &&
            copier.register_host;
   }
+  // The staging buffers, two of `half` bytes at least: the ones made ahead
+  // or new ones, registered through the copier.
+  absl::Status PrepareStaging(size_t half, const SnapshotCopier& copier);
   // Copies `p`'s allocations into its unregistered file through the staging
-  // buffers (made and registered at the first call), filling p->crcs_.
+  // buffers (PrepareStaging first), filling p->crcs_.
   absl::Status CopyStaged(Pending* p, const SnapshotCopier& copier);
   // A new file of `size` bytes at `path`: sized, mapped, its pages made
   // resident and registered through the copier. Touches no member (the
@@ -368,6 +375,8 @@ class SnapshotStore {
   std::unique_ptr<File> spare_;
   uint64_t files_mapped_ = 0;
   uint64_t staged_writes_ = 0;
+  uint64_t staging_failures_ = 0;
+  absl::Status staging_failure_;
   // The staging buffers (two of options_.staging_bytes, one mapping),
   // registered through the copier at the first staged write.
   char* staging_ = nullptr;

@@ -600,6 +600,34 @@ TEST_F(SnapshotTest, TheStagedFirstSnapshotTakesTheFileAndStagingMadeAhead) {
             store.file_bytes() - std::filesystem::file_size(store.PathOf(1)));
 }
 
+// Staging that cannot be registered (host memory short, the driver
+// refusing): the snapshot registers its file and copies straight into it,
+// as without staging; nothing is lost.
+TEST_F(SnapshotTest, WithoutStagingTheSnapshotRegistersItsFileInstead) {
+  FakeDevice d = MakeDevice(35);
+  CountingCopier cc{&d};
+  SnapshotStore::Options o;
+  o.staged = true;
+  o.staging_bytes = 64 << 10;
+  o.spare_ahead = false;
+  SnapshotStore store(dir_, 0, o);
+  SnapshotCopier c = cc.Make();
+  auto inner = c.register_host;
+  c.register_host = [inner](void* p, size_t n) -> absl::Status {
+    if (n == size_t{128} << 10) return absl::ResourceExhaustedError("out of pinnable memory");
+    return inner(p, n);
+  };
+  store.SetCopier(c);
+  absl::StatusOr<SnapshotWriteStats> st = store.Write(1, 1, d.Table());
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_FALSE(st->staged);
+  EXPECT_EQ(store.staging_failures(), 1u);
+  EXPECT_NE(store.staging_failure().message().find("out of pinnable memory"), std::string::npos);
+  EXPECT_EQ(cc.registrations, 1);  // the file
+  EXPECT_EQ(store.registered_bytes(), store.file_bytes());
+  ExpectLoadsTo(store, 1, d);
+}
+
 // Staged copies of random allocation tables (sizes from 0 bytes to several
 // turns, staging buffers of odd sizes, 1 to 4 threads) load back equal.
 TEST_F(SnapshotTest, StagedCopiesOfRandomTablesLoadBackEqual) {
