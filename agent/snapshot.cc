@@ -706,7 +706,7 @@ absl::Status SnapshotStore::CopyStaged(Pending* p, const SnapshotCopier& copier)
   // share a turn), each turn into chunks for the threads: a chunk is copied
   // from the staging buffer into the file and checksummed while it is
   // still in the cache.
-  constexpr uint64_t kChunkBytes = uint64_t{1} << 20;
+  const uint64_t kChunkBytes = std::max<uint64_t>(options_.staging_chunk_bytes, 4096);
   struct Chunk {
     size_t alloc;
     uint64_t offset, size;  // within the allocation
@@ -760,13 +760,15 @@ absl::Status SnapshotStore::CopyStaged(Pending* p, const SnapshotCopier& copier)
   auto work = [&] {
     for (size_t c = drain.next.fetch_add(1); c < drain.end; c = drain.next.fetch_add(1)) {
       Chunk& k = chunks[c];
+      if (options_.before_staged_chunk) options_.before_staged_chunk();
       char* dst = p->destination(k.alloc) + k.offset;
       std::memcpy(dst, drain.buf + k.staged_at, k.size);
       k.crc = crc32c::Value(dst, k.size);
     }
   };
-  const int helpers = static_cast<int>(
-      std::min<uint64_t>(std::max(options_.crc_threads, 1) - 1, half / kChunkBytes));
+  // No more threads than a turn has chunks.
+  const int helpers = static_cast<int>(std::min<uint64_t>(
+      std::max(options_.crc_threads, 1) - 1, (half + kChunkBytes - 1) / kChunkBytes - 1));
   std::vector<std::thread> workers;
   for (int h = 0; h < helpers; ++h) {
     workers.emplace_back([&drain, &work] {

@@ -170,6 +170,11 @@ class SnapshotStore {
     // file when it takes it.
     bool staged = false;
     size_t staging_bytes = size_t{32} << 20;
+    // The piece a thread copies and checksums at a time (in its cache).
+    size_t staging_chunk_bytes = size_t{1} << 20;
+    // Called by a copying thread before each chunk (tests slow them down to
+    // show that a buffer is filled again only after its turn was drained).
+    std::function<void()> before_staged_chunk;
   };
   SnapshotStore(std::string dir, int rank);
   SnapshotStore(std::string dir, int rank, Options options);

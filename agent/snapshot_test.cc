@@ -4,6 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -527,6 +530,7 @@ TEST_F(SnapshotTest, StagedSnapshotsRegisterOnlyTheStagingAndLoadBack) {
   SnapshotStore::Options o;
   o.staged = true;
   o.staging_bytes = 64 << 10;
+  o.staging_chunk_bytes = 8 << 10;  // 8 chunks a turn for 3 threads
   o.crc_threads = 3;
   o.spare_ahead = false;  // no registration on a thread: the counts are exact
   SnapshotStore store(dir_, 0, o);
@@ -628,6 +632,37 @@ TEST_F(SnapshotTest, WithoutStagingTheSnapshotRegistersItsFileInstead) {
   ExpectLoadsTo(store, 1, d);
 }
 
+// Slow copying threads: the device fills a staging buffer again only after
+// every thread finished draining it (the snapshot loads back equal).
+TEST_F(SnapshotTest, StagedCopiesWaitForTheSlowestThreadBeforeRefillingABuffer) {
+  FakeDevice d;
+  std::mt19937 rng(36);
+  for (int i = 0; i < 3; ++i) {
+    std::string b((256 << 10) + 17 * i, '\0');
+    for (char& c : b) c = static_cast<char>(rng());
+    d.mem[0x200000000000ull + (uint64_t{1} << 20) * i] = b;
+  }
+  CountingCopier cc{&d};
+  SnapshotStore::Options o;
+  o.staged = true;
+  o.staging_bytes = 64 << 10;
+  o.staging_chunk_bytes = 16 << 10;
+  o.crc_threads = 4;
+  o.spare_ahead = false;
+  std::atomic<int> calls{0};
+  o.before_staged_chunk = [&calls] {
+    // Every third chunk waits 2 ms, whichever thread takes it.
+    if (calls.fetch_add(1) % 3 == 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  };
+  SnapshotStore store(dir_, 0, o);
+  store.SetCopier(cc.Make());
+  absl::StatusOr<SnapshotWriteStats> st = store.Write(1, 1, d.Table());
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_TRUE(st->staged);
+  EXPECT_GT(calls.load(), 40);
+  ExpectLoadsTo(store, 1, d);
+}
+
 // Staged copies of random allocation tables (sizes from 0 bytes to several
 // turns, staging buffers of odd sizes, 1 to 4 threads) load back equal.
 TEST_F(SnapshotTest, StagedCopiesOfRandomTablesLoadBackEqual) {
@@ -652,6 +687,7 @@ TEST_F(SnapshotTest, StagedCopiesOfRandomTablesLoadBackEqual) {
     SnapshotStore::Options o;
     o.staged = true;
     o.staging_bytes = 4096 + rng() % (2 << 20);
+    o.staging_chunk_bytes = 4096 + rng() % (256 << 10);
     o.crc_threads = 1 + static_cast<int>(rng() % 4);
     SnapshotStore store(dir_, 0, o);
     store.SetCopier(cc.Make());
