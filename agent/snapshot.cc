@@ -1039,8 +1039,13 @@ absl::StatusOr<std::unique_ptr<Snapshot>> SnapshotStore::Open(uint64_t minibatch
   if (offset != size) {
     return corrupt(absl::StrCat(size - offset, " bytes after the last allocation"));
   }
+  // Every allocation's checksum, on the store's threads (a replacement
+  // waits for them before it loads anything).
+  std::vector<std::pair<const char*, uint64_t>> ranges(count);
+  for (uint64_t i = 0; i < count; ++i) ranges[i] = {p + snap->offsets_[i], snap->table_[i].second};
+  const std::vector<uint32_t> got = Crc32cMany(ranges, options_.crc_threads);
   for (uint64_t i = 0; i < count; ++i) {
-    if (crc32c::Value(p + snap->offsets_[i], snap->table_[i].second) != crcs[i]) {
+    if (got[i] != crcs[i]) {
       return corrupt(absl::StrCat("checksum mismatch in the bytes of allocation 0x",
                                   absl::Hex(snap->table_[i].first), " (",
                                   snap->table_[i].second, " bytes at file offset ",
