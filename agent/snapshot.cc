@@ -737,13 +737,20 @@ absl::Status SnapshotStore::CopyStaged(Pending* p, const SnapshotCopier& copier)
   auto fetch = [&](size_t t) -> absl::Status {
     char* buf = staging_ + (t % 2) * half;
     const Turn& turn = turns[t];
-    for (size_t c = turn.first_chunk; c < turn.first_chunk + turn.chunks; ++c) {
+    const size_t end = turn.first_chunk + turn.chunks;
+    for (size_t c = turn.first_chunk; c < end;) {
+      // One device copy per allocation's run of chunks in this turn (they
+      // are contiguous on both sides).
       const Chunk& k = chunks[c];
-      if (absl::Status s = copier.copy(table[k.alloc].first + k.offset, buf + k.staged_at, k.size);
+      uint64_t n = 0;
+      size_t run = c;
+      for (; run < end && chunks[run].alloc == k.alloc; ++run) n += chunks[run].size;
+      if (absl::Status s = copier.copy(table[k.alloc].first + k.offset, buf + k.staged_at, n);
           !s.ok()) {
         return absl::Status(s.code(), absl::StrCat("allocation 0x", absl::Hex(table[k.alloc].first),
                                                    ": ", s.message()));
       }
+      c = run;
     }
     return absl::OkStatus();
   };
