@@ -9,7 +9,8 @@
 // rank whose range is taken fails with a clear error. Each child also checks
 // copies, memsets, pointer validation, streams, events, host callbacks, a
 // kernel from a fat binary, function attributes, occupancy, graph memory
-// (alloc/free nodes) and Reset.
+// (alloc/free nodes), launches held back as graphs, boundary snapshots
+// copied through the staging and straight into a registered file, and Reset.
 // Prints "PASS cuda_backend_gpu_test" as its last line on success.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -23,12 +24,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "agent/backend.h"
+#include "agent/snapshot.h"
 #include "agent/backends/cuda/cuda_backend.h"
 
 namespace revenant {
@@ -146,6 +150,100 @@ void GraphMemory(Backend* b, const KernelInfo& fill, void* out, const DeviceRang
              cudaSuccess);
   EXPECT_ERR(b->cudaFree(reused), cudaSuccess);
   EXPECT_ERR(b->cudaStreamDestroy(s), cudaSuccess);
+}
+
+// Boundary snapshots through this backend, as the session copies them: a
+// staged synchronous snapshot (the file not registered, the device copying
+// into registered staging buffers, threads draining them) and one copied
+// straight into a registered file load back the device's bytes (seeded
+// random contents, seed 20261204), and the staged one registered nothing
+// but its staging.
+void StagedSnapshot(Backend* b) {
+  char tmpl[] = "/dev/shm/cuda_backend_gpu_test.XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) {
+    EXPECT(false);
+    return;
+  }
+  const std::string dir = tmpl;
+  std::mt19937 rng(20261204);
+  std::vector<std::pair<void*, std::string>> allocs;
+  for (size_t size : {size_t{1} << 20, size_t{3} << 20 | 77, size_t{4096}, size_t{5} << 20}) {
+    void* p = nullptr;
+    EXPECT_ERR(b->cudaMalloc(&p, size), cudaSuccess);
+    std::string bytes(size, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng());
+    EXPECT_ERR(b->Memcpy(p, bytes.data(), size, cudaMemcpyHostToDevice, nullptr, false),
+               cudaSuccess);
+    allocs.emplace_back(p, bytes);
+  }
+  AllocationTable table;
+  for (const auto& [p, bytes] : allocs) table.emplace_back(reinterpret_cast<uint64_t>(p), bytes.size());
+  std::sort(table.begin(), table.end());
+  int registrations = 0;
+  SnapshotCopier copier;
+  copier.copy = [b](uint64_t addr, void* dst, size_t n) -> absl::Status {
+    const cudaError_t e = b->Memcpy(dst, reinterpret_cast<const void*>(addr), n,
+                                    cudaMemcpyDeviceToHost, nullptr, /*async=*/true);
+    return e == cudaSuccess ? absl::OkStatus() : absl::InternalError("device copy error");
+  };
+  copier.wait = [b]() -> absl::Status {
+    return b->cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus()
+                                                     : absl::InternalError("synchronize error");
+  };
+  copier.register_host = [b, &registrations](void* p, size_t n) -> absl::Status {
+    ++registrations;
+    return b->RegisterSharedHost(p, n, 0) == cudaSuccess ? absl::OkStatus()
+                                                         : absl::InternalError("register error");
+  };
+  copier.unregister_host = [b](void* p) { b->UnregisterSharedHost(p); };
+  for (const bool staged : {true, false}) {
+    SnapshotStore::Options o;
+    o.staged = staged;
+    o.staging_bytes = 2 << 20;  // several turns
+    o.staging_chunk_bytes = 256 << 10;
+    o.crc_threads = 4;
+    o.spare_ahead = false;
+    registrations = 0;
+    const std::string sub_dir = dir + (staged ? "/staged" : "/direct");
+    {
+      SnapshotStore store(sub_dir, 0, o);
+      store.SetCopier(copier);
+      absl::StatusOr<SnapshotWriteStats> st = store.Write(1, 1, table);
+      EXPECT(st.ok());
+      if (!st.ok()) {
+        std::printf("snapshot write: %s\n", st.status().ToString().c_str());
+        continue;
+      }
+      EXPECT(st->staged == staged);
+      EXPECT(registrations == 1);  // the staging, or the file
+      absl::StatusOr<std::unique_ptr<Snapshot>> snap = store.Open(1);
+      EXPECT(snap.ok());
+      if (!snap.ok()) continue;
+      std::map<uint64_t, std::string> loaded;
+      for (const auto& [addr, size] : table) loaded[addr] = std::string(size, '\0');
+      uint64_t skipped = 0;
+      const absl::Status s = (*snap)->Load(
+          [&loaded](uint64_t addr, const void* src, size_t n) -> absl::Status {
+            for (auto& [a, bytes] : loaded) {
+              if (addr >= a && addr + n <= a + bytes.size()) {
+                std::memcpy(bytes.data() + (addr - a), src, n);
+                return absl::OkStatus();
+              }
+            }
+            return absl::InvalidArgumentError("not an allocation");
+          },
+          table, &skipped);
+      EXPECT(s.ok() && skipped == 0);
+      for (const auto& [p, bytes] : allocs) {
+        EXPECT(loaded[reinterpret_cast<uint64_t>(p)] == bytes);
+      }
+    }
+    std::printf("snapshot of %zu allocations %s: loaded back equal\n", table.size(),
+                staged ? "through the staging" : "into a registered file");
+  }
+  for (const auto& [p, bytes] : allocs) EXPECT_ERR(b->cudaFree(p), cudaSuccess);
+  std::string cmd = "rm -rf " + dir;
+  (void)std::system(cmd.c_str());
 }
 
 // One agent's life: a fixed call sequence.
@@ -390,6 +488,7 @@ int Child(int rank, const std::string& fatbin, int hold_ms, bool block_range) {
                cudaErrorInvalidDeviceFunction);
     GraphMemory(b, *k, f, range);
     HeldLaunches(b);
+    StagedSnapshot(b);
   }
 
   if (hold_ms > 0) {
