@@ -452,6 +452,33 @@ TEST_F(SnapshotTest, WithoutTheSpareTheFilesHoldOneSnapshot) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/.spare-snap"));
 }
 
+// Without the spare and with staged snapshots, every synchronous snapshot
+// makes a new file and registers nothing but the staging (once).
+TEST_F(SnapshotTest, WithoutTheSpareStagedSnapshotsRegisterOnlyTheStaging) {
+  FakeDevice d = MakeDevice(17);
+  CountingCopier cc{&d};
+  SnapshotStore::Options o;
+  o.keep_spare = false;
+  o.staged = true;
+  o.staging_bytes = 64 << 10;
+  SnapshotStore store(dir_, 0, o);
+  store.SetCopier(cc.Make());
+  uint64_t live = 0;
+  for (const auto& [a, b] : d.mem) live += b.size();
+  for (uint64_t m = 1; m <= 4; ++m) {
+    for (auto& [a, b] : d.mem) b[0] = static_cast<char>(b[0] + 1);
+    absl::StatusOr<SnapshotWriteStats> st = store.Write(m, m, d.Table());
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_TRUE(st->staged);
+    ExpectLoadsTo(store, m, d);
+    store.DropBefore(m);
+    EXPECT_LT(store.file_bytes(), live + 4096);
+  }
+  EXPECT_EQ(store.files_mapped(), 4u);
+  EXPECT_EQ(cc.registrations, 1);
+  EXPECT_EQ(store.registered_bytes(), 0u);
+}
+
 TEST_F(SnapshotTest, ASpareOfAnotherSizeIsDroppedAndTheSnapshotIsExact) {
   FakeDevice d = MakeDevice(13);
   CountingCopier cc{&d};
