@@ -272,7 +272,8 @@ class SnapshotStore {
   // is made on a thread of the store's own, its pages resident but not
   // registered (half as large again: allocations grow until then); a later call with a larger size grows it once that thread is
   // idle (a call never waits for it). The first snapshot takes the file: cut
-  // or grown to its exact size, then registered, so that its critical path
+  // (behind its copies, CutBehind) or grown to its exact size, then registered
+  // (unless staged), so that its critical path
   // makes few or no pages (a 554 MiB first snapshot made its file in ~150 ms).
   // Does nothing once the first snapshot began; on a failure the first
   // snapshot makes its own file, as without.
@@ -357,6 +358,11 @@ class SnapshotStore {
   absl::Status PrepareDir();
   // Waits for the thread making the file ahead of the first snapshot.
   void JoinFirstFile();
+  // Cuts the mapped, unregistered file `f` to `size` bytes on a thread
+  // (cut_thread_): f->size is `size` at once, the pages past it are
+  // unmapped and freed behind. JoinCut waits for it.
+  void CutBehind(File* f, size_t size);
+  void JoinCut();
   // Registers the whole mapping of `f` through the copier (nothing to do
   // without register_host).
   static absl::Status Register(File* f, const SnapshotCopier& copier);
@@ -405,6 +411,8 @@ class SnapshotStore {
   // The file made ahead of the first snapshot: first_file_ belongs to
   // first_thread_ while first_busy_ is set.
   std::thread first_thread_;
+  std::thread cut_thread_;
+  bool cut_ok_ = true;  // cut_thread_'s truncate succeeded (read after JoinCut)
   std::atomic<bool> first_busy_{false};
   std::unique_ptr<File> first_file_;
   absl::Status first_status_;
