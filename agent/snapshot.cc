@@ -733,11 +733,13 @@ absl::Status SnapshotStore::PrepareStaging(size_t half, const SnapshotCopier& co
   return absl::OkStatus();
 }
 
-absl::Status SnapshotStore::CopyStaged(Pending* p, const SnapshotCopier& copier) {
+absl::Status SnapshotStore::CopyInTurns(Pending* p, const SnapshotCopier& copier, bool staged) {
   // No larger than the snapshot needs (a small job pins little), grown
-  // when a later snapshot is larger (WriteWith prepared them).
+  // when a later snapshot is larger (WriteWith prepared them). Straight
+  // into a registered file the turns are as large: the threads checksum
+  // turn t while the device copies turn t+1.
   const size_t half = StagingFor(p->bytes_) / 2;
-  if (staging_ == nullptr || staging_size_ < 2 * half) {
+  if (staged && (staging_ == nullptr || staging_size_ < 2 * half)) {
     return absl::FailedPreconditionError("no staging buffers");
   }
   // The allocations cut into turns of at most `half` bytes (small ones
@@ -773,7 +775,7 @@ absl::Status SnapshotStore::CopyStaged(Pending* p, const SnapshotCopier& copier)
   }
   if (chunks.empty()) turns.clear();
   auto fetch = [&](size_t t) -> absl::Status {
-    char* buf = staging_ + (t % 2) * half;
+    char* buf = staged ? staging_ + (t % 2) * half : nullptr;
     const Turn& turn = turns[t];
     const size_t end = turn.first_chunk + turn.chunks;
     for (size_t c = turn.first_chunk; c < end;) {
@@ -783,8 +785,8 @@ absl::Status SnapshotStore::CopyStaged(Pending* p, const SnapshotCopier& copier)
       uint64_t n = 0;
       size_t run = c;
       for (; run < end && chunks[run].alloc == k.alloc; ++run) n += chunks[run].size;
-      if (absl::Status s = copier.copy(table[k.alloc].first + k.offset, buf + k.staged_at, n);
-          !s.ok()) {
+      char* dst = staged ? buf + k.staged_at : p->destination(k.alloc) + k.offset;
+      if (absl::Status s = copier.copy(table[k.alloc].first + k.offset, dst, n); !s.ok()) {
         return absl::Status(s.code(), absl::StrCat("allocation 0x", absl::Hex(table[k.alloc].first),
                                                    ": ", s.message()));
       }
@@ -807,7 +809,7 @@ absl::Status SnapshotStore::CopyStaged(Pending* p, const SnapshotCopier& copier)
       Chunk& k = chunks[c];
       if (options_.before_staged_chunk) options_.before_staged_chunk();
       char* dst = p->destination(k.alloc) + k.offset;
-      std::memcpy(dst, drain.buf + k.staged_at, k.size);
+      if (drain.buf != nullptr) std::memcpy(dst, drain.buf + k.staged_at, k.size);
       k.crc = crc32c::Value(dst, k.size);
     }
   };
@@ -846,7 +848,7 @@ absl::Status SnapshotStore::CopyStaged(Pending* p, const SnapshotCopier& copier)
     if (more) status = fetch(t + 1);
     {
       absl::MutexLock lock(&drain.mu);
-      drain.buf = staging_ + (t % 2) * half;
+      drain.buf = staged ? staging_ + (t % 2) * half : nullptr;
       drain.first = turns[t].first_chunk;
       drain.end = turns[t].first_chunk + turns[t].chunks;
       drain.next.store(drain.first);
@@ -907,14 +909,19 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::WriteWith(uint64_t minibatch,
       }
     }
   }
-  if (staged) {
-    if (absl::Status s = CopyStaged(p->get(), copier); !s.ok()) {
+  // Copies waited for turn by turn, the threads checksumming (and, staged,
+  // copying into the file) one turn while the device copies the next: a
+  // copier that queues and waits. A reader (Write with a DeviceRead) copies
+  // as it is called: all at once, then the checksums.
+  const bool in_turns = staged || (copier.wait && options_.turns);
+  if (in_turns) {
+    if (absl::Status s = CopyInTurns(p->get(), copier, staged); !s.ok()) {
       Abandon(std::move(*p));
-      return absl::Status(s.code(), absl::StrCat("the snapshot's staged copies: ", s.message()));
+      return absl::Status(s.code(), absl::StrCat("the snapshot's device copies: ", s.message()));
     }
-    ++staged_writes_;
+    if (staged) ++staged_writes_;
   }
-  for (size_t i = 0; i < table.size() && !staged; ++i) {
+  for (size_t i = 0; i < table.size() && !in_turns; ++i) {
     const auto& [addr, size] = table[i];
     if (size == 0) continue;
     if (absl::Status s = copier.copy(addr, (*p)->destination(i), size); !s.ok()) {
@@ -923,7 +930,7 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::WriteWith(uint64_t minibatch,
                                                  " for the snapshot: ", s.message()));
     }
   }
-  if (copier.wait && !staged) {
+  if (copier.wait && !in_turns) {
     if (absl::Status s = copier.wait(); !s.ok()) {
       Abandon(std::move(*p));
       return absl::Status(s.code(), absl::StrCat("the snapshot's device copies: ", s.message()));

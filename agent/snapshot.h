@@ -27,7 +27,7 @@
 // boundaries; without (keep_spare false), 1x, and each snapshot maps and
 // registers a fresh file. With Options::staged, a synchronous snapshot
 // into a file not registered yet (the first one's) leaves it so and
-// copies through two registered staging buffers instead (CopyStaged).
+// copies through two registered staging buffers instead (CopyInTurns).
 //
 // File layout (little endian):
 //   header   magic "RVSNAP01", u32 version, u32 rank, u64 minibatch,
@@ -175,6 +175,10 @@ class SnapshotStore {
     // Called by a copying thread before each chunk (tests slow them down to
     // show that a buffer is filled again only after its turn was drained).
     std::function<void()> before_staged_chunk;
+    // A synchronous snapshot copied straight into a registered file waits
+    // for its copies in turns of staging_bytes and checksums each turn
+    // while the next is copied (false: all copies, then the checksums).
+    bool turns = true;
   };
   SnapshotStore(std::string dir, int rank);
   SnapshotStore(std::string dir, int rank, Options options);
@@ -342,9 +346,12 @@ class SnapshotStore {
   // The staging buffers, two of `half` bytes at least: the ones made ahead
   // or new ones, registered through the copier.
   absl::Status PrepareStaging(size_t half, const SnapshotCopier& copier);
-  // Copies `p`'s allocations into its unregistered file through the staging
-  // buffers (PrepareStaging first), filling p->crcs_.
-  absl::Status CopyStaged(Pending* p, const SnapshotCopier& copier);
+  // Copies `p`'s allocations into its file in turns of up to
+  // Options::staging_bytes, filling p->crcs_: staged, through the staging
+  // buffers (PrepareStaging first) into the unregistered file, the threads
+  // copying and checksumming; else straight into the registered file, the
+  // threads checksumming turn t while the device copies turn t+1.
+  absl::Status CopyInTurns(Pending* p, const SnapshotCopier& copier, bool staged);
   // A new file of `size` bytes at `path`: sized, mapped, its pages made
   // resident and registered through the copier. Touches no member (the
   // spare maker's thread calls it).

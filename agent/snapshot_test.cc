@@ -690,6 +690,44 @@ TEST_F(SnapshotTest, StagedCopiesWaitForTheSlowestThreadBeforeRefillingABuffer) 
   ExpectLoadsTo(store, 1, d);
 }
 
+// A synchronous snapshot straight into a registered file waits for its
+// copies turn by turn (the threads checksum a turn while the next is
+// copied): one wait per turn, the copies only into the registered file,
+// the checksums right; with Options::turns off, one wait for all.
+TEST_F(SnapshotTest, StraightCopiesAreWaitedForAndChecksummedTurnByTurn) {
+  for (const bool turns : {true, false}) {
+    SCOPED_TRACE(turns ? "in turns" : "all at once");
+    EmptyDir();
+    FakeDevice d = MakeDevice(37);
+    std::string big(300007, '\0');
+    std::mt19937 rng(38);
+    for (char& c : big) c = static_cast<char>(rng());
+    d.mem[0x300000000000ull] = big;
+    CountingCopier cc{&d};
+    SnapshotStore::Options o;
+    o.turns = turns;
+    o.staging_bytes = 64 << 10;
+    o.staging_chunk_bytes = 8 << 10;
+    o.crc_threads = 3;
+    o.spare_ahead = false;
+    SnapshotStore store(dir_, 0, o);
+    store.SetCopier(cc.Make());
+    absl::StatusOr<SnapshotWriteStats> st = store.Write(1, 1, d.Table());
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_FALSE(st->staged);
+    EXPECT_EQ(cc.registrations, 1);  // the file
+    uint64_t live = 0;
+    for (const auto& [a, b] : d.mem) live += b.size();
+    const int want_turns = static_cast<int>((live + (64 << 10) - 1) / (64 << 10));
+    if (turns) {
+      EXPECT_EQ(cc.waits, want_turns);
+    } else {
+      EXPECT_EQ(cc.waits, 1);
+    }
+    ExpectLoadsTo(store, 1, d);
+  }
+}
+
 // Staged copies of random allocation tables (sizes from 0 bytes to several
 // turns, staging buffers of odd sizes, 1 to 4 threads) load back equal.
 TEST_F(SnapshotTest, StagedCopiesOfRandomTablesLoadBackEqual) {
