@@ -57,6 +57,22 @@ bool ParseName(const std::string& name, const std::string& prefix, uint64_t* min
   return true;
 }
 
+// An anonymous private mapping of `n` bytes, its pages resident (by several
+// threads, common/populate.h); the staging buffers' memory.
+absl::StatusOr<char*> MapResident(size_t n) {
+  void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map ", n, " bytes of staging: ", std::strerror(errno)));
+  }
+  if (absl::Status s = PopulateWritable(static_cast<char*>(m), n);
+      !s.ok() && !absl::IsUnimplemented(s)) {
+    munmap(m, n);
+    return absl::ResourceExhaustedError(absl::StrCat("staging: ", s.message()));
+  }
+  return static_cast<char*>(m);
+}
+
 }  // namespace
 
 Snapshot::~Snapshot() {
@@ -186,18 +202,7 @@ void SnapshotStore::ReleaseMappings() {
   for (auto& [m, f] : files_) Unmap(f.get());
   files_.clear();
   Delete(std::move(spare_));
-  if (staging_ahead_ != nullptr) {
-    munmap(staging_ahead_, staging_ahead_size_);
-    staging_ahead_ = nullptr;
-    staging_ahead_size_ = 0;
-  }
-  if (staging_ != nullptr) {
-    if (staging_unregister_) staging_unregister_(staging_);
-    munmap(staging_, staging_size_);
-    staging_ = nullptr;
-    staging_size_ = 0;
-    staging_unregister_ = nullptr;
-  }
+  ReleaseStaging();
 }
 
 uint64_t SnapshotStore::file_bytes() const {
@@ -438,18 +443,9 @@ void SnapshotStore::PrepareFirstFile(size_t size) {
     const size_t staging = options_.staged ? StagingFor(target) : 0;
     if (s.ok() && staging > staging_ahead_size_) {
       if (staging_ahead_ != nullptr) munmap(staging_ahead_, staging_ahead_size_);
-      staging_ahead_ = nullptr;
-      staging_ahead_size_ = 0;
-      void* m = mmap(nullptr, staging, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (m != MAP_FAILED) {
-        if (absl::Status p = PopulateWritable(static_cast<char*>(m), staging);
-            p.ok() || absl::IsUnimplemented(p)) {
-          staging_ahead_ = static_cast<char*>(m);
-          staging_ahead_size_ = staging;
-        } else {
-          munmap(m, staging);
-        }
-      }
+      absl::StatusOr<char*> m = MapResident(staging);
+      staging_ahead_ = m.ok() ? *m : nullptr;
+      staging_ahead_size_ = m.ok() ? staging : 0;
     }
     first_ms_ += absl::ToDoubleMilliseconds(absl::Now() - start);
     first_busy_.store(false, std::memory_order_release);
@@ -689,6 +685,19 @@ size_t SnapshotStore::StagingFor(uint64_t bytes) const {
   return 2 * static_cast<size_t>(std::min<uint64_t>(options_.staging_bytes, rounded));
 }
 
+void SnapshotStore::ReleaseStaging() {
+  if (staging_ahead_ != nullptr) munmap(staging_ahead_, staging_ahead_size_);
+  staging_ahead_ = nullptr;
+  staging_ahead_size_ = 0;
+  if (staging_ != nullptr) {
+    if (staging_unregister_) staging_unregister_(staging_);
+    munmap(staging_, staging_size_);
+  }
+  staging_ = nullptr;
+  staging_size_ = 0;
+  staging_unregister_ = nullptr;
+}
+
 absl::Status SnapshotStore::PrepareStaging(size_t half, const SnapshotCopier& copier) {
   if (staging_ != nullptr && staging_size_ < 2 * half) {
     if (staging_unregister_) staging_unregister_(staging_);
@@ -712,21 +721,13 @@ absl::Status SnapshotStore::PrepareStaging(size_t half, const SnapshotCopier& co
   if (staging_ == nullptr) {
     // Two buffers in one mapping, resident before they are registered (as
     // the snapshot files are), kept for the store's life.
-    void* m = mmap(nullptr, 2 * half, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot map ", 2 * half, " bytes of staging: ", std::strerror(errno)));
-    }
-    if (absl::Status s = PopulateWritable(static_cast<char*>(m), 2 * half);
-        !s.ok() && !absl::IsUnimplemented(s)) {
-      munmap(m, 2 * half);
-      return absl::ResourceExhaustedError(absl::StrCat("staging: ", s.message()));
-    }
-    if (absl::Status s = copier.register_host(m, 2 * half); !s.ok()) {
-      munmap(m, 2 * half);
+    absl::StatusOr<char*> m = MapResident(2 * half);
+    if (!m.ok()) return m.status();
+    if (absl::Status s = copier.register_host(*m, 2 * half); !s.ok()) {
+      munmap(*m, 2 * half);
       return absl::Status(s.code(), absl::StrCat("registering the staging: ", s.message()));
     }
-    staging_ = static_cast<char*>(m);
+    staging_ = *m;
     staging_size_ = 2 * half;
     staging_unregister_ = copier.unregister_host;
   }
@@ -801,7 +802,7 @@ absl::Status SnapshotStore::CopyInTurns(Pending* p, const SnapshotCopier& copier
     int finished = 0;       // helpers done with turn_seq
     bool stop = false;
     const char* buf = nullptr;
-    size_t first = 0, end = 0;
+    size_t end = 0;
     std::atomic<size_t> next{0};
   } drain;
   auto work = [&] {
@@ -849,9 +850,8 @@ absl::Status SnapshotStore::CopyInTurns(Pending* p, const SnapshotCopier& copier
     {
       absl::MutexLock lock(&drain.mu);
       drain.buf = staged ? staging_ + (t % 2) * half : nullptr;
-      drain.first = turns[t].first_chunk;
       drain.end = turns[t].first_chunk + turns[t].chunks;
-      drain.next.store(drain.first);
+      drain.next.store(turns[t].first_chunk);
       drain.finished = 0;
       ++drain.turn_seq;
     }

@@ -346,6 +346,8 @@ class SnapshotStore {
   // The staging buffers, two of `half` bytes at least: the ones made ahead
   // or new ones, registered through the copier.
   absl::Status PrepareStaging(size_t half, const SnapshotCopier& copier);
+  // Unregisters and unmaps the staging buffers and those made ahead.
+  void ReleaseStaging();
   // Copies `p`'s allocations into its file in turns of up to
   // Options::staging_bytes, filling p->crcs_: staged, through the staging
   // buffers (PrepareStaging first) into the unregistered file, the threads

@@ -55,6 +55,14 @@ struct FakeDevice {
   }
 };
 
+// A new allocation of `size` seeded random bytes at `addr` of `d`.
+void AddRandom(FakeDevice& d, uint64_t addr, size_t size, uint32_t seed) {
+  std::string b(size, '\0');
+  std::mt19937 rng(seed);
+  for (char& c : b) c = static_cast<char>(rng());
+  d.mem[addr] = b;
+}
+
 class SnapshotTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -388,10 +396,7 @@ TEST_F(SnapshotTest, TheFirstSnapshotTakesTheFileMadeAheadCutOrGrownToItsSize) {
     EmptyDir();
     FakeDevice d = MakeDevice(21);
     if (grown) {
-      std::string big((size_t{5} << 20) + 7, '\0');
-      std::mt19937 rng(22);
-      for (char& c : big) c = static_cast<char>(rng());
-      d.mem[0x300000000000ull] = big;
+      AddRandom(d, 0x300000000000ull, (size_t{5} << 20) + 7, 22);
     }
     CountingCopier cc{&d};
     SnapshotStore store(dir_, 0);
@@ -549,10 +554,7 @@ TEST_F(SnapshotTest, ADeadAgentsSpareAndTemporaryFilesGoAtTheFirstWrite) {
 TEST_F(SnapshotTest, StagedSnapshotsRegisterOnlyTheStagingAndLoadBack) {
   FakeDevice d = MakeDevice(31);
   // An allocation over several turns of the small staging below.
-  std::string big(300007, '\0');
-  std::mt19937 rng(32);
-  for (char& c : big) c = static_cast<char>(rng());
-  d.mem[0x300000000000ull] = big;
+  AddRandom(d, 0x300000000000ull, 300007, 32);
   CountingCopier cc{&d};
   SnapshotStore::Options o;
   o.staged = true;
@@ -699,10 +701,7 @@ TEST_F(SnapshotTest, StraightCopiesAreWaitedForAndChecksummedTurnByTurn) {
     SCOPED_TRACE(turns ? "in turns" : "all at once");
     EmptyDir();
     FakeDevice d = MakeDevice(37);
-    std::string big(300007, '\0');
-    std::mt19937 rng(38);
-    for (char& c : big) c = static_cast<char>(rng());
-    d.mem[0x300000000000ull] = big;
+    AddRandom(d, 0x300000000000ull, 300007, 38);
     CountingCopier cc{&d};
     SnapshotStore::Options o;
     o.turns = turns;

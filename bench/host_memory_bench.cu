@@ -516,6 +516,14 @@ void TurnsCopy(char* f, const char* dev, size_t n, size_t half, int threads, cud
   }
 }
 
+// A fresh tmpfs file of n bytes, its pages resident (as the file made
+// ahead of the first snapshot).
+char* ResidentFile(size_t n) {
+  char* f = MapFresh("snap", n, false);
+  Populate(f, n, 8);
+  return f;
+}
+
 void SnapshotCopies(size_t n) {
   std::printf("== a synchronous snapshot's copies of %zu MiB into a resident tmpfs file (ms)\n",
               n >> 20);
@@ -541,8 +549,7 @@ void SnapshotCopies(size_t n) {
   std::vector<uint32_t> crcs;
   for (int round = 0; round < 3; ++round) {
     // Registered, straight copies, checksums after.
-    char* f = MapFresh("snap", n, false);
-    Populate(f, n, 8);
+    char* f = ResidentFile(n);
     t0 = Clock::now();
     Register(f, n);
     const auto t1 = Clock::now();
@@ -562,8 +569,7 @@ void SnapshotCopies(size_t n) {
     reg_turns.push_back(Ms(t4, Clock::now()));
     Release(f, n);
     // Staged.
-    f = MapFresh("snap", n, false);
-    Populate(f, n, 8);
+    f = ResidentFile(n);
     t0 = Clock::now();
     StagedCopy(f, dev, n, staging, half, threads, s, &crcs);
     staged_total.push_back(Ms(t0, Clock::now()));
@@ -573,8 +579,7 @@ void SnapshotCopies(size_t n) {
     }
     munmap(f, n);
     // Pageable: the driver stages.
-    f = MapFresh("snap", n, false);
-    Populate(f, n, 8);
+    f = ResidentFile(n);
     t0 = Clock::now();
     CHECK(cudaMemcpy(f, dev, n, cudaMemcpyDeviceToHost));
     const auto p1 = Clock::now();

@@ -137,16 +137,22 @@ struct DriverRows {
 // launch failures, cooperative launch too large...).
 cudaError_t FromCu(CUresult r) { return static_cast<cudaError_t>(r); }
 
-// The driver's view of a kernel node or launch: `params` (room for a
-// pointer per parameter) receives pointers into `packed_args`, which the
-// driver copies when the node is created or updated, or the launch made.
-CUDA_KERNEL_NODE_PARAMS DriverKernelParams(const KernelInfo& kernel, dim3 grid, dim3 block,
-                                           size_t shared_bytes, const void* packed_args,
-                                           void** params) {
+// The driver's kernelParams: a pointer per parameter into `packed_args`
+// (`params` has room for them), which the driver copies when a node is
+// created or updated, or a launch made.
+void KernelParamPointers(const KernelInfo& kernel, const void* packed_args, void** params) {
   const char* base = static_cast<const char*>(packed_args);
   for (size_t i = 0; i < kernel.params.size(); ++i) {
     params[i] = const_cast<char*>(base + kernel.params[i].offset);
   }
+}
+
+// The driver's view of a kernel node or launch (KernelParamPointers into
+// `params`).
+CUDA_KERNEL_NODE_PARAMS DriverKernelParams(const KernelInfo& kernel, dim3 grid, dim3 block,
+                                           size_t shared_bytes, const void* packed_args,
+                                           void** params) {
+  KernelParamPointers(kernel, packed_args, params);
   CUDA_KERNEL_NODE_PARAMS kp = {};
   kp.func = static_cast<CUfunction>(const_cast<void*>(kernel.handle));
   kp.gridDimX = grid.x;
@@ -1990,10 +1996,7 @@ cudaError_t CudaBackend::LaunchNow(const KernelInfo& kernel, dim3 grid, dim3 blo
     heap_params.resize(kernel.params.size());
     params = heap_params.data();
   }
-  const char* base = static_cast<const char*>(packed_args);
-  for (size_t i = 0; i < kernel.params.size(); ++i) {
-    params[i] = const_cast<char*>(base + kernel.params[i].offset);
-  }
+  KernelParamPointers(kernel, packed_args, params);
   auto f = static_cast<CUfunction>(const_cast<void*>(kernel.handle));
   auto s = reinterpret_cast<CUstream>(stream);
   const auto smem = static_cast<unsigned int>(shared_bytes);
@@ -2034,9 +2037,8 @@ cudaError_t CudaBackend::LaunchExNow(const KernelInfo& kernel, dim3 grid, dim3 b
   }
   if (!kernel.params.empty() && packed_args == nullptr) return cudaErrorInvalidValue;
   if (shared_bytes > 0xffffffffull) return cudaErrorInvalidValue;
-  std::vector<void*> params;
-  const char* base = static_cast<const char*>(packed_args);
-  for (const KernelInfo::Param& p : kernel.params) params.push_back(const_cast<char*>(base + p.offset));
+  std::vector<void*> params(kernel.params.size());
+  KernelParamPointers(kernel, packed_args, params.data());
   // Attribute ids and values are the driver's (cudaLaunchAttributeID mirrors
   // CUlaunchAttributeID; cudaEvent_t is a CUevent).
   std::vector<CUlaunchAttribute> cu(attrs.size());
