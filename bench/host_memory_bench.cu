@@ -2,7 +2,7 @@
 // capture files, snapshot files and shared host memory depend on
 // (docs/performance.md, "Capture and snapshot files"). Runs natively only.
 //
-//   ./host_memory_bench.bin [--mib N] [--dir /dev/shm] [--snap_mib N] [--only_snapshot]
+//   ./host_memory_bench.bin [--mib N] [--dir /dev/shm] [--snap_mib N] [--only_snapshot] [--only_split]
 //
 // 1. Making a registered tmpfs file of N MiB (default 256): sized and
 //    faulted in by cudaHostRegister, posix_fallocate, MAP_POPULATE, pages
@@ -35,6 +35,13 @@
 //    and pageable totals against the registered one; and the registered
 //    file's copies and checksums in 32 MiB turns, overlapped (the agent's
 //    synchronous snapshot into its registered spare).
+// 7. A captured upload whose capture is split between the link and the CPU
+//    (the agent's REVENANT_CAPTURE_CPU_SHARE): a 256 MiB pinned upload in
+//    8 MiB chunks, the first part of each chunk run copied back to a
+//    registered capture file behind it on a second stream, the rest copied
+//    from the source into the file by 8 or 16 CPU threads meanwhile; the
+//    time until all three are done, against the upload alone, for CPU
+//    shares of 0-75 %. --only_split runs only this section.
 #include <cuda_runtime.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -611,14 +618,87 @@ void SnapshotCopies(size_t n) {
   CHECK(cudaFree(dev));
 }
 
+// Section 7: the capture split between the device (the first part, copied
+// back chunk by chunk behind the upload) and CPU threads (the rest, from the
+// source into the capture file while the upload runs).
+bool SplitCapture() {
+  bool ok = true;
+  const size_t n = 256ull << 20;
+  const size_t chunk = 8ull << 20;
+  std::printf("== a 256 MiB captured upload, the capture split between the link and the CPU "
+              "(GB/s of the upload until its capture is complete, median of 8; ratio to the "
+              "upload alone)\n");
+  char* src = nullptr;
+  CHECK(cudaMallocHost(&src, n));
+  std::memset(src, 3, n);
+  char* cap = MapFresh("split", n, false);
+  Populate(cap, n, 8);
+  Register(cap, n);
+  char* d = nullptr;
+  CHECK(cudaMalloc(&d, n));
+  cudaStream_t s, c;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+  cudaEvent_t ev;
+  CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  auto gb = [&](double ms) { return n / (ms * 1e-3) / 1e9; };
+  CHECK(cudaMemcpy(d, src, n, cudaMemcpyHostToDevice));
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  for (int round = 0; round < 2; ++round) {
+    std::vector<double> alone;
+    for (int i = 0; i < 8; ++i) {
+      auto t0 = Clock::now();
+      CHECK(cudaMemcpy(d, src, n, cudaMemcpyHostToDevice));
+      alone.push_back(gb(Ms(t0, Clock::now())));
+    }
+    const double a = Median(alone);
+    std::printf("   round %d: alone %.1f\n", round, a);
+    for (int threads : {8, 16}) {
+      if (threads > cpus) continue;
+      for (int share : {0, 25, 40, 50, 60, 75}) {
+        const size_t cpu_bytes = (n * share / 100) & ~size_t{65535};
+        const size_t dev_bytes = n - cpu_bytes;
+        std::vector<double> both;
+        for (int i = 0; i < 8; ++i) {
+          auto t0 = Clock::now();
+          for (size_t off = 0; off < n; off += chunk) {
+            CHECK(cudaMemcpyAsync(d + off, src + off, chunk, cudaMemcpyHostToDevice, s));
+            if (off < dev_bytes) {
+              CHECK(cudaEventRecord(ev, s));
+              CHECK(cudaStreamWaitEvent(c, ev, 0));
+              CHECK(cudaMemcpyAsync(cap + off, d + off, std::min(chunk, dev_bytes - off),
+                                    cudaMemcpyDeviceToHost, c));
+            }
+          }
+          if (cpu_bytes > 0) CopyOut(cap + dev_bytes, src + dev_bytes, cpu_bytes, threads);
+          CHECK(cudaStreamSynchronize(s));
+          CHECK(cudaStreamSynchronize(c));
+          both.push_back(gb(Ms(t0, Clock::now())));
+        }
+        const bool same = std::memcmp(cap, src, n) == 0;
+        ok = ok && same;
+        std::printf("     %2d threads, CPU share %2d %%: %.1f (%.3f)%s\n", threads, share,
+                    Median(both), Median(both) / a, same ? "" : "  FAIL capture differs");
+        std::printf("RESULT split_capture round=%d threads=%d cpu_share=%d ratio=%.3f\n", round,
+                    threads, share, Median(both) / a);
+      }
+    }
+  }
+  Release(cap, n);
+  CHECK(cudaFree(d));
+  CHECK(cudaFreeHost(src));
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   size_t mib = 256, snap_mib = 554;
-  bool only_snapshot = false;
+  bool only_snapshot = false, only_split = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--snap_mib") == 0 && i + 1 < argc) snap_mib = std::strtoull(argv[++i], nullptr, 10);
     if (std::strcmp(argv[i], "--only_snapshot") == 0) only_snapshot = true;
+    if (std::strcmp(argv[i], "--only_split") == 0) only_split = true;
     if (std::strcmp(argv[i], "--mib") == 0 && i + 1 < argc) mib = std::strtoull(argv[++i], nullptr, 10);
     if (std::strcmp(argv[i], "--dir") == 0 && i + 1 < argc) g_dir = argv[++i];
   }
@@ -631,13 +711,17 @@ int main(int argc, char** argv) {
     if (std::fgets(line, sizeof(line), f) != nullptr) std::printf("shmem THP: %s", line);
     std::fclose(f);
   }
-  if (!only_snapshot) {
+  if (!only_snapshot && !only_split) {
     MakingFiles(mib << 20);
     Stalls(mib << 20);
     Link();
     WriteProtect(mib << 20);
   }
-  SnapshotCopies(snap_mib << 20);
+  if (!only_split) SnapshotCopies(snap_mib << 20);
+  if (!only_snapshot && !SplitCapture()) {
+    std::printf("FAIL host_memory_bench: a split capture's bytes differ from the source\n");
+    return 1;
+  }
   std::printf("PASS host_memory_bench\n");
   return 0;
 }
