@@ -460,6 +460,8 @@ absl::StatusOr<SessionOptions> SessionOptionsFromFlags(const std::string& job_di
   options.capture_max_bytes =
       static_cast<uint64_t>(knobs::Int(knobs::Id::kCaptureMaxMib, 0, 1 << 30).value_or(4096))
       << 20;
+  options.capture_cpu_share =
+      static_cast<int>(knobs::Int(knobs::Id::kCaptureCpuShare, 0, 90).value_or(0));
   if (options.validate_every > 0 && !absl::GetFlag(FLAGS_journal)) {
     REVENANT_LOG(WARNING, "agent") << "--validate_every needs the journal: validator off";
     options.validate_every = 0;

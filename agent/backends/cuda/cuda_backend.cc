@@ -77,7 +77,8 @@ uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
   X(cuGraphExecDestroy)                                   \
   X(cuGraphLaunch)                                        \
   X(cuStreamIsCapturing)                                  \
-  X(cuStreamWriteValue64)
+  X(cuStreamWriteValue64)                                 \
+  X(cuStreamWaitValue64)
 
 struct Driver {
 #define REVENANT_DECLARE(name) decltype(&::name) name = nullptr;
@@ -213,8 +214,7 @@ class CudaBackend : public Backend {
   cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                      cudaStream_t stream, bool async) override;
   cudaError_t MemcpyCaptured(void* dst, const void* src, size_t count, cudaStream_t stream,
-                             bool async, void* capture, uint64_t* done, uint64_t tag,
-                             bool* captured) override;
+                             bool async, const CaptureInto& into, bool* captured) override;
   cudaError_t QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies, uint64_t* done,
                                   uint64_t tag) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
@@ -1720,8 +1720,8 @@ cudaError_t CudaBackend::Memcpy(void* dst, const void* src, size_t count, cudaMe
 }
 
 cudaError_t CudaBackend::MemcpyCaptured(void* dst, const void* src, size_t count,
-                                        cudaStream_t stream, bool async, void* capture,
-                                        uint64_t* done, uint64_t tag, bool* captured) {
+                                        cudaStream_t stream, bool async, const CaptureInto& into,
+                                        bool* captured) {
   *captured = false;
   Bind();
   if (count == 0) return cudaSuccess;
@@ -1734,12 +1734,14 @@ cudaError_t CudaBackend::MemcpyCaptured(void* dst, const void* src, size_t count
     // reads its source when the graph runs; nothing to capture now.
     return Memcpy(dst, src, count, cudaMemcpyHostToDevice, stream, async);
   }
-  if (dst == nullptr || src == nullptr || capture == nullptr || done == nullptr)
+  if (dst == nullptr || src == nullptr || !CaptureSplitValid(into, count))
     return cudaErrorInvalidValue;
+  const bool split = into.device_bytes < count;
   {
     absl::MutexLock lock(&mu_);
     if (!DeviceAccessible(dst, count) || !IsSharedHost(src, count) ||
-        !IsSharedHost(capture, count) || !IsSharedHost(done, sizeof(*done))) {
+        !IsSharedHost(into.data, count) || !IsSharedHost(into.done, sizeof(*into.done)) ||
+        (split && !IsSharedHost(into.cpu_done, sizeof(*into.cpu_done)))) {
       return cudaErrorInvalidValue;
     }
   }
@@ -1754,26 +1756,51 @@ cudaError_t CudaBackend::MemcpyCaptured(void* dst, const void* src, size_t count
     }
   }
   void* done_device = nullptr;
-  if (cudaError_t e = ::cudaHostGetDevicePointer(&done_device, done, 0); e != cudaSuccess) return e;
+  if (cudaError_t e = ::cudaHostGetDevicePointer(&done_device, into.done, 0); e != cudaSuccess) {
+    return e;
+  }
+  void* cpu_device = nullptr;
+  if (split) {
+    if (cudaError_t e = ::cudaHostGetDevicePointer(
+            &cpu_device, const_cast<uint64_t*>(into.cpu_done), 0);
+        e != cudaSuccess) {
+      return e;
+    }
+  }
   // Chunks of 1-8 MiB (about 16 per upload): the capture of the last one is
   // what the critical path gains. An event may be recorded again once a
-  // stream waits for it (the wait takes its state at the call).
+  // stream waits for it (the wait takes its state at the call). A split
+  // capture copies back only the chunks' first device_bytes; the upload
+  // still goes in the same chunks.
   const size_t chunk =
       std::min<size_t>(8ull << 20, std::max<size_t>(1ull << 20, (count / 16 + 65535) & ~size_t{65535}));
   char* d = static_cast<char*>(dst);
   const char* h = static_cast<const char*>(src);
-  char* c = static_cast<char*>(capture);
+  char* c = static_cast<char*>(into.data);
   for (size_t off = 0; off < count; off += chunk) {
     const size_t n = std::min(chunk, count - off);
     cudaError_t e = ::cudaMemcpyAsync(d + off, h + off, n, cudaMemcpyHostToDevice, stream);
-    if (e == cudaSuccess) e = ::cudaEventRecord(capture_chunk_event_, stream);
-    if (e == cudaSuccess) e = ::cudaStreamWaitEvent(capture_stream_, capture_chunk_event_, 0);
-    if (e == cudaSuccess)
-      e = ::cudaMemcpyAsync(c + off, d + off, n, cudaMemcpyDeviceToHost, capture_stream_);
+    if (off < into.device_bytes) {
+      const size_t back = std::min<size_t>(n, into.device_bytes - off);
+      if (e == cudaSuccess) e = ::cudaEventRecord(capture_chunk_event_, stream);
+      if (e == cudaSuccess) e = ::cudaStreamWaitEvent(capture_stream_, capture_chunk_event_, 0);
+      if (e == cudaSuccess)
+        e = ::cudaMemcpyAsync(c + off, d + off, back, cudaMemcpyDeviceToHost, capture_stream_);
+    }
     if (e != cudaSuccess) return e;
   }
-  if (drv_.cuStreamWriteValue64(capture_stream_, reinterpret_cast<CUdeviceptr>(done_device), tag,
-                                0) != CUDA_SUCCESS) {
+  if (split) {
+    // The upload's end, then the CPU's part (its word reaches the tag).
+    cudaError_t e = ::cudaEventRecord(capture_chunk_event_, stream);
+    if (e == cudaSuccess) e = ::cudaStreamWaitEvent(capture_stream_, capture_chunk_event_, 0);
+    if (e != cudaSuccess) return e;
+    if (drv_.cuStreamWaitValue64(capture_stream_, reinterpret_cast<CUdeviceptr>(cpu_device),
+                                 into.tag, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
+      return cudaErrorUnknown;
+    }
+  }
+  if (drv_.cuStreamWriteValue64(capture_stream_, reinterpret_cast<CUdeviceptr>(done_device),
+                                into.tag, 0) != CUDA_SUCCESS) {
     return cudaErrorUnknown;
   }
   cudaError_t e = ::cudaEventRecord(capture_end_event_, capture_stream_);
