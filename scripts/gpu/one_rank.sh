@@ -18,7 +18,10 @@
 #   2. shim_bench, ONE_BENCH_PAIRS pairs (default 4) of a native run and a
 #      run under the shim (journal on, default snapshots, --h2d_iters
 #      ONE_H2D_ITERS, default 24), the order alternating: each metric's ratio
-#      per pair, the median of the pairs' ratios and the goal.
+#      per pair, the median of the pairs' ratios and the goal. ONE_BENCH_ARM
+#      (environment assignments, e.g. "REVENANT_CAPTURE_CPU_SHARE=40"): a
+#      third run in every pair under the shim with them set, its ratios
+#      against the same pair's native run summarized apart.
 if [ "$MODE" = one_pairs ]; then
   echo
   echo "=== one rank, interleaved pairs"
@@ -35,10 +38,27 @@ if [ "$MODE" = one_pairs ]; then
 
   pairs=${ONE_BENCH_PAIRS:-4}; iters=${ONE_H2D_ITERS:-24}
   : >"$LOGS/one_bench.ratios"
+  : >"$LOGS/one_bench_arm.ratios"
+  arm="${ONE_BENCH_ARM:-}"
   ok=1
   [ "$pairs" -gt 0 ] || echo "   shim_bench pairs: none asked for (ONE_BENCH_PAIRS=0)"
   bn() { timeout 200 "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$nlog" 2>&1; }
   bs() { timeout 260 $RUN -n 1 --backend=cuda --timeout=240 -- "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$slog" 2>&1; }
+  ba() { timeout 260 env $arm $RUN -n 1 --backend=cuda --timeout=240 -- "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$alog" 2>&1; }
+  # summarize RATIOS: per metric the pairs' ratios, their median, the goal.
+  summarize() {
+    awk '{ r[$2] = r[$2] " " $3; g[$2] = $4 " " $5; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
+      END { for (i = 1; i <= n; i++) print order[i], g[order[i]], r[order[i]] }' "$1" |
+      while read -r m op goal rest; do
+        med=$(echo "$rest" | tr ' ' '\n' | median)
+        met=-
+        case $op in
+          "<=") met=$(awk -v a="$med" -v b="$goal" 'BEGIN { print (a <= b) ? "met" : "not met" }') ;;
+          ">=") met=$(awk -v a="$med" -v b="$goal" 'BEGIN { print (a >= b) ? "met" : "not met" }') ;;
+        esac
+        printf '   | %-26s pairs %-40s median %.3f  goal %s %s: %s\n' "$m" "$rest" "$med" "$op" "$goal" "$met"
+      done
+  }
   for p in $(seq 1 "$pairs"); do
     nlog="$LOGS/one_bench.native.$p.log"; slog="$LOGS/one_bench.cuda.$p.log"
     if [ $((p % 2)) = 1 ]; then bn; nrc=$?; bs; src=$?; else bs; src=$?; bn; nrc=$?; fi
@@ -51,19 +71,26 @@ if [ "$MODE" = one_pairs ]; then
       awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
       >>"$LOGS/one_bench.ratios"
     echo "   shim_bench pair $p: $(awk -v p="$p" '$1 == p { printf "%s %.3f  ", $2, $3 }' "$LOGS/one_bench.ratios")"
+    if [ -n "$arm" ]; then
+      alog="$LOGS/one_bench.arm.$p.log"
+      ba; arc=$?
+      if [ $arc -ne 0 ] || ! grep -q "PASS shim_bench" "$alog"; then
+        ok=0; echo "   shim_bench pair $p, arm $arm: rc $arc"; tail -5 "$alog" | sed 's/^/   | /'
+        continue
+      fi
+      bash "$G/bench/compare.sh" "$nlog" "$alog" |
+        awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
+        >>"$LOGS/one_bench_arm.ratios"
+      echo "   shim_bench pair $p, arm $arm: $(awk -v p="$p" '$1 == p { printf "%s %.3f  ", $2, $3 }' "$LOGS/one_bench_arm.ratios")"
+    fi
   done
   echo "   shim_bench, $pairs pair(s): per metric the pairs' ratios (revenant / native), their median, the goal"
-  awk '{ r[$2] = r[$2] " " $3; g[$2] = $4 " " $5; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
-    END { for (i = 1; i <= n; i++) print order[i], g[order[i]], r[order[i]] }' "$LOGS/one_bench.ratios" |
-    while read -r m op goal rest; do
-      med=$(echo "$rest" | tr ' ' '\n' | median)
-      met=-
-      case $op in
-        "<=") met=$(awk -v a="$med" -v b="$goal" 'BEGIN { print (a <= b) ? "met" : "not met" }') ;;
-        ">=") met=$(awk -v a="$med" -v b="$goal" 'BEGIN { print (a >= b) ? "met" : "not met" }') ;;
-      esac
-      printf '   | %-26s pairs %-40s median %.3f  goal %s %s: %s\n' "$m" "$rest" "$med" "$op" "$goal" "$met"
-    done
+  summarize "$LOGS/one_bench.ratios"
+  if [ -n "$arm" ]; then
+    echo "   shim_bench with $arm, the same pairs' native runs:"
+    summarize "$LOGS/one_bench_arm.ratios"
+    grep -h "captured uploads at exit" "$LOGS"/one_bench.arm.*.log 2>/dev/null | head -2 | sed 's/^/   | arm agent /'
+  fi
   grep -h "captured uploads at exit\|snapshots at exit" "$LOGS"/one_bench.cuda.*.log 2>/dev/null | head -4 | sed 's/^/   | agent /'
   [ "$ok" = 1 ] && s=PASS || s=FAIL
   record "one rank: shim_bench pairs" "$s" "$LOGS/one_bench.cuda.$pairs.log"
