@@ -462,6 +462,8 @@ absl::StatusOr<SessionOptions> SessionOptionsFromFlags(const std::string& job_di
       << 20;
   options.capture_cpu_share =
       static_cast<int>(knobs::Int(knobs::Id::kCaptureCpuShare, 0, 90).value_or(0));
+  options.capture_cpu_threads =
+      static_cast<int>(knobs::Int(knobs::Id::kCaptureCpuThreads, 1, 256).value_or(8));
   if (options.validate_every > 0 && !absl::GetFlag(FLAGS_journal)) {
     REVENANT_LOG(WARNING, "agent") << "--validate_every needs the journal: validator off";
     options.validate_every = 0;

@@ -806,6 +806,7 @@ UploadCaptureSink* Session::UploadCaptureFor(const transport::RecordHeader& rec)
     UploadCapturePool::Options o;
     o.max_bytes = options_.capture_max_bytes;
     o.cpu_share_percent = options_.capture_cpu_share;
+    o.cpu_threads = options_.capture_cpu_threads;
     absl::StatusOr<std::unique_ptr<UploadCapturePool>> pool =
         UploadCapturePool::Create(options_.journal->dir(), backend_, o, continued_journal_,
                                   options_.journal->minibatch(), rec.seq);

@@ -153,6 +153,7 @@ struct SessionOptions {
   // (UploadCapturePool::Options::cpu_share_percent).
   // REVENANT_CAPTURE_CPU_SHARE.
   int capture_cpu_share = 0;
+  int capture_cpu_threads = 8;  // REVENANT_CAPTURE_CPU_THREADS
 
   // The journal thread (docs/design.md, "The journal thread"): a second
   // thread journals the plain asynchronous requests of the ring, so that
