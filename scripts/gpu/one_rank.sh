@@ -12,6 +12,7 @@
 #      round, and each arm's bursts against native's (goals: on <= 1.05,
 #      snap <= 1.10). ONE_STEP_ARMS: the arms beside on, off and native
 #      (bench/journal_step.sh's EXTRA_ARM; default "snap --snapshots=auto").
+#      ONE_STEP_ROUNDS=0 skips this part.
 #      An arm with a measurement knob runs the agent's testing variant
 #      (revenant-run picks it when one is set): compare such arms with each
 #      other, each knob given explicitly.
@@ -27,6 +28,9 @@ if [ "$MODE" = one_pairs ]; then
   echo "=== one rank, interleaved pairs"
   export NCCL_NVLS_ENABLE=0
   log="$LOGS/one_step.log"
+  if [ "${ONE_STEP_ROUNDS:-6}" = 0 ]; then
+    echo "   train_mlp bursts: none asked for (ONE_STEP_ROUNDS=0)"
+  else
   ALTERNATE=1000 NATIVE=1 EXTRA_ARM="${ONE_STEP_ARMS:-snap --snapshots=auto}" bash "$G/bench/journal_step.sh" \
     "${ONE_STEP_ROUNDS:-6}" 20000 2000 \
     $RUN -n 1 --backend=cuda --snapshots=off --timeout=180 -- "$G/apps/train_mlp.bin" \
@@ -35,6 +39,7 @@ if [ "$MODE" = one_pairs ]; then
   record "one rank: train_mlp step, native / journal on / off / default snapshots" "$s" "$log"
   grep -E "^  round|^step time|^bursts|^ratio|^geometric" "$log" | sed 's/^/   | /'
   [ "$s" = PASS ] || tail -20 "$log" | sed 's/^/   | /'
+  fi  # ONE_STEP_ROUNDS
 
   pairs=${ONE_BENCH_PAIRS:-4}; iters=${ONE_H2D_ITERS:-24}
   : >"$LOGS/one_bench.ratios"
