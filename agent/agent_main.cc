@@ -102,8 +102,10 @@ ABSL_FLAG(std::string, snapshot_every, "auto",
           "the job) or the minibatch log passed --snapshot_max_log_mib; the steps in between "
           "are replayed from the last snapshot after a failure");
 ABSL_FLAG(uint64_t, snapshot_max_log_mib, 256,
-          "with --snapshot_every=auto: a snapshot at the next step once the minibatch log "
-          "holds this many MiB");
+          "with --snapshot_every=auto: a journal boundary with a synchronous snapshot at the "
+          "next step once the minibatch log holds this many MiB a replay may still read (its "
+          "records and the payloads not released behind finished snapshots); from half of it "
+          "a one-rank job's next step takes an asynchronous snapshot, which releases them");
 ABSL_FLAG(std::string, journal_thread, "auto",
           "a second thread journals the plain asynchronous requests (docs/design.md, \"The "
           "journal thread\"): behind (write-behind: the executor runs them at once), ahead "

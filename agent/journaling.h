@@ -207,6 +207,18 @@ class RequestJournal {
   // journal thread journals a boundary).
   uint64_t minibatch() const { return minibatch_.load(std::memory_order_acquire); }
   journal::JournalStats stats() const { return journal_->stats(); }
+  // The minibatch log's bytes a replay may still read: its records and the
+  // payloads not released (journal::Journal::ReleasePayloadsBefore).
+  uint64_t live_minibatch_bytes() const {
+    const journal::JournalStats st = journal_->stats();
+    return st.minibatch_file_bytes - std::min(st.minibatch_file_bytes, st.minibatch_released_bytes);
+  }
+  // A one-rank job's finished snapshot at request `request_seq` (its replay
+  // starts there): the payloads of the minibatch log's entries before it
+  // are released. Any thread. Returns the bytes of pages freed.
+  absl::StatusOr<uint64_t> ReleasePayloadsBefore(uint64_t request_seq) {
+    return journal_->ReleasePayloadsBefore(request_seq * 2);
+  }
   const std::string& dir() const { return journal_->dir(); }
 
  private:

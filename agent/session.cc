@@ -259,7 +259,9 @@ void Session::ReportAtExit() {
                                 << " compactions, minibatch " << options_.journal->minibatch()
                                 << ", payload files reused " << st.payload_files_reused
                                 << ", payload pages made ahead " << (st.payload_bytes_ahead >> 20)
-                                << " MiB";
+                                << " MiB, release markers " << st.release_markers
+                                << " (payload pages freed behind snapshots "
+                                << (snapshot_totals_.payload_freed >> 20) << " MiB)";
     if (options_.journal->timing()) {
       const RequestJournal& j = *options_.journal;
       REVENANT_LOG(INFO, "agent") << absl::StrFormat(
@@ -892,8 +894,13 @@ bool Session::SnapshotDue() {
   } else if (!due) {
     const int64_t since = MonotonicNanos() - last_snapshot_end_ns_;
     due = since >= 19 * last_snapshot_ns_ ||
-          options_.journal->stats().minibatch_file_bytes >= options_.snapshot_max_log_bytes;
+          options_.journal->live_minibatch_bytes() >= options_.snapshot_max_log_bytes;
   }
+  // A one-rank job's finished snapshots release the payloads before them
+  // (ReapSnapshot): past half the bound, one is due before the bound forces
+  // a journal boundary (synchronous).
+  due = due || (options_.world_size == 1 && options_.snapshot_every != 1 &&
+                options_.journal->live_minibatch_bytes() >= options_.snapshot_max_log_bytes / 2);
   // A one-rank job keeps its captured uploads until a snapshot after them
   // (CaptureBound; with peers, boundaries must not depend on one rank's
   // bytes).
@@ -945,7 +952,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
     // drops what came before it, so its snapshot must be complete first).
     // The captured uploads need none: a finished snapshot releases them.
     if ((timed && inflight_ == nullptr && inside_since_boundary_ + 1 >= kInsidePerBoundary) ||
-        options_.journal->stats().minibatch_file_bytes >= options_.snapshot_max_log_bytes) {
+        options_.journal->live_minibatch_bytes() >= options_.snapshot_max_log_bytes) {
       steps_since_snapshot_ = 0;
       return SnapshotStep::kBoundary;
     }
@@ -1131,8 +1138,18 @@ void Session::ReapSnapshot(bool wait) {
   // request, so the uploads captured before it are never replayed again.
   capture_mark_released_ = f.captured_at_start;
   if (capture_ != nullptr) capture_->Release(f.seq);
-  const double total_ms = last_snapshot_ns_ / 1e6;
   SnapshotTotals& t = snapshot_totals_;
+  // So are the payloads journaled before it (input batches from pageable
+  // memory): released, their pages freed, so that the minibatch log's bound
+  // counts only what a replay may still read.
+  if (absl::StatusOr<uint64_t> freed = options_.journal->ReleasePayloadsBefore(f.seq);
+      freed.ok()) {
+    t.payload_freed += *freed;
+  } else {
+    REVENANT_LOG(ERROR, "agent") << "releasing the journal's payloads before request " << f.seq
+                                 << ": " << freed.status();
+  }
+  const double total_ms = last_snapshot_ns_ / 1e6;
   ++t.count;
   ++t.inside;
   t.bytes += f.stats.bytes;
@@ -1490,6 +1507,17 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
       !s.ok()) {
     return s;
   }
+  // Payloads released behind a finished snapshot (their entries precede it
+  // and are skipped; ExecuteJournaled refuses one that is not).
+  if (const auto released =
+          std::count_if(log->entries.begin(), log->entries.end(),
+                        [](const journal::JournalEntry& e) { return e.payload_released(); });
+      released > 0) {
+    REVENANT_LOG(INFO, "agent") << "journal entries with payloads released behind the snapshot: "
+                                << released << " (before request "
+                                << (*snapshot != nullptr ? (*snapshot)->boundary_seq() : 0)
+                                << ", not replayed)";
+  }
   backend_->SetReplayPhase(minibatch == 0 ? ReplayPhase::kMinibatchLog : ReplayPhase::kSetupLog);
 
   CountPostedCallbacks(minibatch);
@@ -1815,6 +1843,13 @@ absl::Status Session::ReplaySilently(const journal::JournalEntry& e,
 
 absl::Status Session::ExecuteJournaled(const journal::JournalEntry& e,
                                        const journal::JournalEntry* outcome) {
+  if (e.payload_released()) {
+    // Released behind a snapshot past it: a replay never starts before that
+    // snapshot, so reaching it means the plan or the journal is wrong.
+    return absl::DataLossError(absl::StrCat(
+        "journal entry ", e.seq(), " (request ", e.seq() / 2,
+        ") would be replayed, but its payload was released behind a later snapshot"));
+  }
   const std::string body = ReplayBody(e);
   std::vector<char> record(sizeof(transport::RecordHeader) + body.size());
   auto* h = reinterpret_cast<transport::RecordHeader*>(record.data());

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <thread>
 #include <cerrno>
@@ -171,7 +172,14 @@ absl::Status ReadSegment(const std::string& log_path, const std::string& payload
   JournalEntry entry;
   std::string payload;
   // Loads an entry's out-of-line payload (checking it) and hands it over.
+  // Release markers seen since the segment's last boundary marker: the
+  // payloads of entries below it are not read (their pages may be gone).
+  uint64_t released_before = 0;
   auto deliver = [&](JournalEntry& e, uint64_t offset) -> absl::Status {
+    if (e.has_payload_ref() && e.seq() < released_before) {
+      e.set_payload_released(true);
+      return callback(e);
+    }
     if (load_payloads && e.has_payload_ref()) {
       const PayloadRef ref = e.payload_ref();
       if (payload_fd < 0) {
@@ -239,6 +247,23 @@ absl::Status ReadSegment(const std::string& log_path, const std::string& payload
       }
       header->set_minibatch(entry.minibatch());
       pending.clear();
+      released_before = 0;
+      continue;
+    }
+    if (entry.api_id() == kReleaseApiId) {
+      if (kind != MINIBATCH || entry.seq() != 0) {
+        return flush(DataLoss(log_path, absl::StrCat("release marker ",
+                                                     kind != MINIBATCH ? "in a setup log"
+                                                                       : "with a seq",
+                                                     " at offset ", offset)));
+      }
+      if (entry.prev_seq() != prev_seq) {
+        return flush(DataLoss(
+            log_path, absl::StrCat("sequence gap at offset ", offset,
+                                   ": release marker follows seq ", entry.prev_seq(),
+                                   " but the previous entry read is seq ", prev_seq)));
+      }
+      released_before = std::max(released_before, entry.released_before());
       continue;
     }
     if (entry.seq() == 0 || entry.seq() <= prev_seq || entry.seq() < header->first_seq()) {
@@ -339,6 +364,7 @@ void EncodeEntry(const JournalEntry& e, std::string* out) {
   // int32: a negative value is encoded as its 64-bit sign extension.
   PutVarintField(14, static_cast<uint64_t>(static_cast<int64_t>(e.status())), out);
   PutBytesField(15, e.outputs(), false, out);
+  PutVarintField(18, e.payload_released() ? 1 : 0, out);
   if (e.has_capture()) {
     const DeviceCapture& c = e.capture();
     const size_t bytes = (c.file().empty() ? 0 : 1 + VarintSize(c.file().size()) + c.file().size()) +
@@ -427,6 +453,48 @@ class SegmentWriter {
     return s;
   }
 
+  // Releases the out-of-line payloads of entries with seq below `seq`
+  // (Journal::ReleasePayloadsBefore): the release marker is committed first,
+  // then the payload file's whole pages below the last such payload's end
+  // are freed. Returns the bytes of pages freed.
+  absl::StatusOr<uint64_t> ReleasePayloadsBefore(uint64_t seq) {
+    if (!status_.ok()) return status_;
+    uint64_t upto = released_upto_;
+    while (!payload_marks_.empty() && payload_marks_.front().first < seq) {
+      upto = payload_marks_.front().second;
+      payload_marks_.pop_front();
+    }
+    if (upto <= released_upto_) return uint64_t{0};
+    // The JournalEntry {api_id, prev_seq, released_before} encoded directly.
+    record_.clear();
+    PutVarintField(2, kReleaseApiId, &record_);
+    PutVarintField(12, last_seq_, &record_);
+    PutVarintField(17, seq, &record_);
+    if (absl::Status s = writer_->AddRecord(record_, options_.sync == SyncPolicy::kEveryRecord);
+        !s.ok()) {
+      status_ = s;
+      return s;
+    }
+    released_bytes_ += upto - released_upto_;
+    released_upto_ = upto;
+    // Whole pages only: the page holding `upto` may hold a later payload.
+    constexpr uint64_t kPage = 4096;
+    const uint64_t to = upto / kPage * kPage;
+    if (payload_file_ == nullptr || payload_file_->fd() < 0 || to <= punched_upto_) {
+      return uint64_t{0};
+    }
+    const uint64_t from = punched_upto_;
+    const int err = Fallocate(payload_file_->fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                              from, to - from);
+    if (err != 0) {
+      // The marker stands; the bytes stay (only memory is not given back).
+      return uint64_t{0};
+    }
+    punched_upto_ = to;
+    return to - from;
+  }
+  uint64_t released_bytes() const { return released_bytes_; }
+
   // Gives the mapped log file up for reuse as a spare, keeping its name, or
   // returns null if it cannot be reused (not mapped, or grown past its first
   // chunk: then its files are removed). Its first *dirty bytes are not zeroed
@@ -500,6 +568,7 @@ class SegmentWriter {
       }
       payload_length_ += payload.size();
       payload_bytes = payload.size();
+      if (header_.kind() == MINIBATCH) payload_marks_.emplace_back(entry->seq(), payload_length_);
       AllocateAhead();
     }
     // An inline payload given by reference is encoded last (field 5 after
@@ -648,6 +717,13 @@ class SegmentWriter {
   uint64_t payload_length_ = 0;
   std::function<void(int, uint64_t, uint64_t)> allocate_ahead_;
   uint64_t ahead_end_ = 0;  // the payload file's bytes asked to be allocated
+  // A minibatch segment's out-of-line payloads not yet released: (seq, the
+  // payload file's length after it), in order; payload bytes below
+  // released_upto_ are released, pages below punched_upto_ freed.
+  std::deque<std::pair<uint64_t, uint64_t>> payload_marks_;
+  uint64_t released_upto_ = 0;
+  uint64_t released_bytes_ = 0;
+  uint64_t punched_upto_ = 0;
   uint64_t header_bytes_ = 0;
   uint64_t minibatch_start_ = 0;  // log length where the current minibatch began
   uint64_t last_seq_ = 0;
@@ -880,6 +956,9 @@ absl::Status Journal::Init() {
           log_path, payload_path, old.kind, /*load_payloads=*/true, &old_header,
           [&](JournalEntry& entry) {
             last = entry.seq();
+            // A released payload stays released: the entry is carried over
+            // without it, marked (a replay of it is data loss).
+            if (entry.payload_released()) entry.clear_payload_ref();
             return AppendLocked(old.kind, &entry, {}, /*check_seq=*/false);
           });
       if (!s.ok()) return s;
@@ -956,8 +1035,9 @@ absl::Status Journal::AppendLocked(LogKind kind, JournalEntry* entry, absl::stri
   // carries over from a reopened journal, which were admitted before (and
   // during which the minibatch log does not exist yet).
   if (check_seq && (options_.max_bytes != 0 || options_.warn_bytes != 0)) {
-    const uint64_t held = (setup_ != nullptr ? setup_->file_bytes() : 0) +
-                          (minibatch_ != nullptr ? minibatch_->file_bytes() : 0);
+    const uint64_t held =
+        (setup_ != nullptr ? setup_->file_bytes() : 0) +
+        (minibatch_ != nullptr ? minibatch_->file_bytes() - minibatch_->released_bytes() : 0);
     // The record's size bounded from above: the entry, its payload and the
     // framing of every 32 KiB block it may span (computed only with a limit:
     // it costs a pass over the entry).
@@ -1136,6 +1216,20 @@ absl::Status Journal::CompactLocked() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> Journal::ReleasePayloadsBefore(uint64_t seq) {
+  absl::MutexLock lock(&mu_);
+  if (!status_.ok()) return status_;
+  if (minibatch_ == nullptr) return uint64_t{0};
+  const uint64_t before = minibatch_->released_bytes();
+  absl::StatusOr<uint64_t> freed = minibatch_->ReleasePayloadsBefore(seq);
+  if (!freed.ok()) {
+    status_ = freed.status();
+    return status_;
+  }
+  if (minibatch_->released_bytes() != before) ++release_markers_;
+  return freed;
+}
+
 absl::Status Journal::MarkBoundary(uint64_t minibatch) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
@@ -1185,6 +1279,8 @@ JournalStats Journal::stats() const {
   stats.minibatch_file_bytes =
       minibatch_ ? minibatch_->file_bytes() - minibatch_->finished_bytes() : 0;
   stats.minibatch_entries = minibatch_entries_;
+  stats.minibatch_released_bytes = minibatch_ ? minibatch_->released_bytes() : 0;
+  stats.release_markers = release_markers_;
   stats.compactions = compactions_;
   stats.last_seq = last_seq_;
   stats.payload_files_reused = spare_payload_.reused;

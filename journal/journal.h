@@ -52,8 +52,9 @@ namespace revenant {
 namespace journal {
 
 // 2: log files may be written through a mapping (a zero-filled tail after an
-// uncommitted record); readers accept every version from kMinFormatVersion.
-inline constexpr uint32_t kFormatVersion = 2;
+// uncommitted record); 3: minibatch segments may hold release markers;
+// readers accept every version from kMinFormatVersion.
+inline constexpr uint32_t kFormatVersion = 3;
 inline constexpr uint32_t kMinFormatVersion = 1;
 
 // api_id of an outcome entry (see JournalEntry.completes); no API has id 0.
@@ -61,6 +62,9 @@ inline constexpr uint32_t kOutcomeApiId = 0;
 // api_id of a boundary marker in a minibatch segment (docs/journal_format.md,
 // "Boundary markers"); never delivered to readers' callbacks.
 inline constexpr uint32_t kBoundaryApiId = 0xFFFFFFFFu;
+// api_id of a release marker in a minibatch segment (docs/journal_format.md,
+// "Released payloads"); never delivered to readers' callbacks.
+inline constexpr uint32_t kReleaseApiId = 0xFFFFFFFEu;
 
 // A request entry's flags: the record's own flags in the low 16 bits, the
 // reply slot it named plus one (0: none) in the high 16 bits.
@@ -162,6 +166,10 @@ struct JournalStats {
   // its last marker (at most a first chunk of them, docs/journal_format.md).
   uint64_t minibatch_segment_bytes = 0;
   uint64_t minibatch_entries = 0;
+  // Of minibatch_file_bytes: payload bytes released (ReleasePayloadsBefore)
+  // in the current segment, and the release markers written since Open.
+  uint64_t minibatch_released_bytes = 0;
+  uint64_t release_markers = 0;
   uint64_t compactions = 0;
   uint64_t last_seq = 0;
   // Minibatch segments whose payload file was the previous one's, written
@@ -235,6 +243,14 @@ class Journal {
   // one.
   absl::Status MarkBoundary(uint64_t minibatch);
 
+  // Releases the out-of-line payloads of the current minibatch segment's
+  // entries with seq below `seq` (appended so far): a release marker goes
+  // into the minibatch log first, then their whole pages of the payload file
+  // are freed (FALLOC_FL_PUNCH_HOLE). For a one-rank job whose replay starts
+  // at a finished snapshot at `seq` or later: those payloads are never read
+  // again. Returns the bytes freed (0: nothing new to release).
+  absl::StatusOr<uint64_t> ReleasePayloadsBefore(uint64_t seq);
+
   // Compacts the setup log now, regardless of the thresholds.
   absl::Status Compact();
 
@@ -286,6 +302,7 @@ class Journal {
   uint64_t boundaries_ ABSL_GUARDED_BY(mu_) = 0;       // MarkBoundary calls since Open
   uint64_t next_warn_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // options_.warn_bytes, doubling
   std::atomic<uint64_t> minibatch_segments_started_{0};
+  uint64_t release_markers_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<journal_internal::SegmentWriter> setup_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<journal_internal::SegmentWriter> minibatch_ ABSL_GUARDED_BY(mu_);
   journal_internal::SparePayload spare_payload_ ABSL_GUARDED_BY(mu_);

@@ -1394,6 +1394,107 @@ TEST(JournalTest, BoundaryMarkers) {
   EXPECT_THAT(std::string(r.status.message()), HasSubstr("boundary marker in a setup log"));
 }
 
+// Released payloads (docs/journal_format.md): the payloads of the entries
+// before a seq are given up after a release marker, their whole pages freed
+// (the file keeps its size); a reader delivers those entries marked, without
+// loading them, and the later ones with their bytes; a reopened journal
+// carries them over still marked; a release marker out of place is data loss.
+JournalEntry ReleaseMarker(uint64_t before, uint64_t prev_seq) {
+  JournalEntry m;
+  m.set_api_id(kReleaseApiId);
+  m.set_released_before(before);
+  m.set_prev_seq(prev_seq);
+  return m;
+}
+
+TEST(JournalTest, ReleasedPayloadsAreFreedAndReadBackMarked) {
+  const std::string dir = TestDir("release");
+  std::vector<std::string> payloads;
+  {
+    auto j = OpenJournal(dir);
+    ASSERT_NE(j, nullptr);
+    ASSERT_TRUE(j->MarkBoundary(1).ok());
+    for (uint64_t seq = 2; seq <= 10; seq += 2) {
+      std::string p((1 << 20) + 1000 * seq + 7, '\0');
+      for (size_t k = 0; k < p.size(); ++k) p[k] = static_cast<char>(k * 13 + seq);
+      ASSERT_TRUE(j->AppendMinibatch(Entry(seq), p).ok());
+      payloads.push_back(std::move(p));
+    }
+    const std::string payload_file = OnlyFile(dir, "minibatch-", ".payload");
+    const uint64_t size = *FileSize(payload_file);
+    const uint64_t allocated = AllocatedBytes(payload_file);
+    // Nothing before the first entry: nothing to release, no marker.
+    absl::StatusOr<uint64_t> none = j->ReleasePayloadsBefore(2);
+    ASSERT_TRUE(none.ok()) << none.status();
+    EXPECT_EQ(0u, *none);
+    EXPECT_EQ(0u, j->stats().release_markers);
+    absl::StatusOr<uint64_t> freed = j->ReleasePayloadsBefore(7);  // entries 2, 4, 6
+    ASSERT_TRUE(freed.ok()) << freed.status();
+    const uint64_t released = payloads[0].size() + payloads[1].size() + payloads[2].size();
+    EXPECT_EQ(released / 4096 * 4096, *freed);
+    EXPECT_EQ(released, j->stats().minibatch_released_bytes);
+    EXPECT_EQ(1u, j->stats().release_markers);
+    EXPECT_EQ(size, *FileSize(payload_file));
+    EXPECT_LE(AllocatedBytes(payload_file), allocated - *freed);
+    // Again, nothing new; then past entry 8: only the pages after the
+    // first release's last (shared) page.
+    absl::StatusOr<uint64_t> again = j->ReleasePayloadsBefore(7);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(0u, *again);
+    ASSERT_TRUE(j->AppendMinibatch(Entry(12), "small").ok());
+    absl::StatusOr<uint64_t> more = j->ReleasePayloadsBefore(9);
+    ASSERT_TRUE(more.ok());
+    EXPECT_EQ((released + payloads[3].size()) / 4096 * 4096 - released / 4096 * 4096, *more);
+    EXPECT_EQ(2u, j->stats().release_markers);
+  }
+  auto check = [&](const Read& r) {
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    ASSERT_THAT(r.seqs(), ElementsAreArray({2, 4, 6, 8, 10, 12}));
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_TRUE(r.entries[i].payload_released()) << i;
+      EXPECT_TRUE(r.entries[i].inline_payload().empty()) << i;
+    }
+    EXPECT_FALSE(r.entries[4].payload_released());
+    EXPECT_TRUE(r.entries[4].inline_payload() == payloads[4]);
+    EXPECT_FALSE(r.entries[5].payload_released());
+    EXPECT_EQ("small", r.entries[5].inline_payload());
+  };
+  check(ReadLog(dir, MINIBATCH));
+  // A journal reopened over it (a replacement) carries the entries over,
+  // the released ones still marked, without their payloads.
+  {
+    auto j = OpenJournal(dir);
+    ASSERT_NE(j, nullptr);
+    EXPECT_EQ(6u, j->stats().minibatch_entries);
+  }
+  check(ReadLog(dir, MINIBATCH));
+  // A boundary marker ends what a release marker covered.
+  TestDir("release");
+  ASSERT_TRUE(CreateDirs(dir).ok());
+  WriteSegment(dir + "/setup-000001.log", SETUP, {Linked(1, 0)});
+  const std::string mb = dir + "/minibatch-000002.log";
+  WriteSegment(mb, MINIBATCH,
+               {Linked(2, 0), ReleaseMarker(3, 2), Marker(5, 2), Linked(3, 2), Linked(4, 3)});
+  Read r = ReadLog(dir, MINIBATCH);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_THAT(r.seqs(), ElementsAreArray({3, 4}));
+  // Out of place: a broken prev_seq chain, a seq, a setup log.
+  WriteSegment(mb, MINIBATCH, {Linked(2, 0), Linked(3, 2), ReleaseMarker(3, 2), Linked(4, 3)});
+  r = ReadLog(dir, MINIBATCH);
+  EXPECT_TRUE(absl::IsDataLoss(r.status)) << r.status;
+  EXPECT_THAT(std::string(r.status.message()), HasSubstr("release marker follows seq 2"));
+  JournalEntry with_seq = ReleaseMarker(3, 2);
+  with_seq.set_seq(3);
+  WriteSegment(mb, MINIBATCH, {Linked(2, 0), with_seq});
+  r = ReadLog(dir, MINIBATCH);
+  EXPECT_TRUE(absl::IsDataLoss(r.status)) << r.status;
+  EXPECT_THAT(std::string(r.status.message()), HasSubstr("release marker with a seq"));
+  WriteSegment(dir + "/setup-000001.log", SETUP, {Linked(1, 0), ReleaseMarker(2, 1)});
+  r = ReadLog(dir, SETUP);
+  EXPECT_TRUE(absl::IsDataLoss(r.status)) << r.status;
+  EXPECT_THAT(std::string(r.status.message()), HasSubstr("release marker in a setup log"));
+}
+
 // In a mapped log a training step's input batch (here 8 KiB, over the
 // write(2) threshold of 4 KiB) stays inline: no payload file, so boundaries
 // stay markers in one segment instead of a new segment per step. Written

@@ -147,6 +147,11 @@ ABSL_FLAG(std::string, snapshot_every, "auto",
           "with boundary snapshots: every N-th step boundary takes one, or auto (the first, then "
           "as often as keeps snapshots under 5 % of the job's time; the steps in between are "
           "replayed from the last snapshot after a failure)");
+ABSL_FLAG(uint64_t, snapshot_max_log_mib, 256,
+          "with --snapshot_every=auto: the minibatch log's bytes a replay may still read "
+          "(its records, and the payloads not released behind a one-rank job's finished "
+          "snapshots) that force a journal boundary with a synchronous snapshot; from half of "
+          "it a one-rank job's next step takes an asynchronous one");
 ABSL_FLAG(bool, snapshot_async, true,
           "with boundary snapshots in a one-rank job: the snapshots between journal boundaries "
           "are asynchronous (the device copies on a stream of its own, a thread finishes the "
@@ -765,6 +770,7 @@ int Main(int argc, char** argv) {
                                      absl::StrCat("--journal=", absl::GetFlag(FLAGS_journal)),
                                      "--snapshots=" + snapshots,
                                      "--snapshot_every=" + absl::GetFlag(FLAGS_snapshot_every),
+                                     absl::StrCat("--snapshot_max_log_mib=", absl::GetFlag(FLAGS_snapshot_max_log_mib)),
                                      std::string("--snapshot_async=") + (absl::GetFlag(FLAGS_snapshot_async) ? "true" : "false"),
                                      std::string("--snapshot_keep_spare=") + (absl::GetFlag(FLAGS_snapshot_keep_spare) ? "true" : "false"),
                                      std::string("--snapshot_spare_ahead=") + (absl::GetFlag(FLAGS_snapshot_spare_ahead) ? "true" : "false"),
