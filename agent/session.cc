@@ -896,11 +896,6 @@ bool Session::SnapshotDue() {
     due = since >= 19 * last_snapshot_ns_ ||
           options_.journal->live_minibatch_bytes() >= options_.snapshot_max_log_bytes;
   }
-  // A one-rank job's finished snapshots release the payloads before them
-  // (ReapSnapshot): past half the bound, one is due before the bound forces
-  // a journal boundary (synchronous).
-  due = due || (options_.world_size == 1 && options_.snapshot_every != 1 &&
-                options_.journal->live_minibatch_bytes() >= options_.snapshot_max_log_bytes / 2);
   // A one-rank job keeps its captured uploads until a snapshot after them
   // (CaptureBound; with peers, boundaries must not depend on one rank's
   // bytes).
@@ -937,25 +932,30 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
                          : MonotonicNanos() - last_snapshot_end_ns_ >= 19 * last_snapshot_ns_;
   // Captured uploads since the last snapshot make one due too (checked at
   // every step: a counter of the executor's own).
-  const bool due = CapturePressure() || timed;
+  bool due = CapturePressure() || timed;
   // Under a snapshot chaos point the M-th asynchronous snapshot must come at
   // the same step in every run, however slowly the one before finished: a
   // due step waits for it instead of skipping.
   if (due && inside_chaos && inflight_ != nullptr) ReapSnapshot(/*wait=*/true);
-  // The journal's size costs its lock: looked at when a snapshot is due
-  // and every few steps.
-  if (due || ++trim_checks_ % 16 == 0) {
+  // The journal's size costs its lock (once per step: a step boundary, not
+  // a call; a large input batch per step reaches the bound in a few steps).
+  {
     // The journal keeps every step since its boundary, and the setup log
     // the handles created and destroyed since (compacted at boundaries):
     // every few timed snapshots, and whenever the minibatch log grew past
     // the bound, a journal boundary bounds them (synchronous: the journal
     // drops what came before it, so its snapshot must be complete first).
     // The captured uploads need none: a finished snapshot releases them.
+    const uint64_t live = options_.journal->live_minibatch_bytes();
     if ((timed && inflight_ == nullptr && inside_since_boundary_ + 1 >= kInsidePerBoundary) ||
-        options_.journal->live_minibatch_bytes() >= options_.snapshot_max_log_bytes) {
+        live >= options_.snapshot_max_log_bytes) {
       steps_since_snapshot_ = 0;
       return SnapshotStep::kBoundary;
     }
+    // A finished snapshot releases the payloads journaled before it
+    // (ReapSnapshot): from half the bound, one is due before the bound
+    // forces a journal boundary.
+    if (live >= options_.snapshot_max_log_bytes / 2) due = true;
   }
   if (!due || inflight_ != nullptr) {
     // A step journaled inside the minibatch (one snapshot in flight at a

@@ -499,7 +499,6 @@ class Session : private JournalingHost {
   // Before the first snapshot, its file is made ahead and grows with the
   // allocations (after each state request).
   void PrepareFirstSnapshotFile();
-  uint64_t trim_checks_ = 0;
   // Captured uploads between snapshots (one rank): a snapshot is due once
   // the bytes captured since the last one began pass CaptureBound(); with
   // one in flight and twice as many held since the last finished one began,
