@@ -261,7 +261,7 @@ void Session::ReportAtExit() {
                                 << ", payload pages made ahead " << (st.payload_bytes_ahead >> 20)
                                 << " MiB, release markers " << st.release_markers
                                 << " (payload pages freed behind snapshots "
-                                << (snapshot_totals_.payload_freed >> 20) << " MiB)";
+                                << (st.payload_bytes_freed >> 20) << " MiB)";
     if (options_.journal->timing()) {
       const RequestJournal& j = *options_.journal;
       REVENANT_LOG(INFO, "agent") << absl::StrFormat(
@@ -1143,9 +1143,7 @@ void Session::ReapSnapshot(bool wait) {
   // memory): released, their pages freed, so that the minibatch log's bound
   // counts only what a replay may still read.
   if (absl::StatusOr<uint64_t> freed = options_.journal->ReleasePayloadsBefore(f.seq);
-      freed.ok()) {
-    t.payload_freed += *freed;
-  } else {
+      !freed.ok()) {
     REVENANT_LOG(ERROR, "agent") << "releasing the journal's payloads before request " << f.seq
                                  << ": " << freed.status();
   }

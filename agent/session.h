@@ -540,7 +540,6 @@ class Session : private JournalingHost {
   int64_t last_snapshot_ns_ = 0;
   struct SnapshotTotals {
     uint64_t count = 0, bytes = 0, failures = 0, last_bytes = 0, reused = 0, inside = 0;
-    uint64_t payload_freed = 0;  // journal payload pages freed behind snapshots
     double ms = 0, max_ms = 0;  // on the executor's critical path
     double total_ms = 0;        // to the finished file
   } snapshot_totals_;

@@ -153,6 +153,9 @@ struct JournalOptions {
   // file's end. 0: off. REVENANT_JOURNAL_PAYLOAD_AHEAD_MIB sets it in the
   // agent.
   uint64_t payload_ahead_bytes = uint64_t{16} << 20;
+  // Tests: called by the helper thread before it frees released payload
+  // pages (to hold it back).
+  std::function<void()> before_punch;
 };
 
 struct JournalStats {
@@ -170,6 +173,9 @@ struct JournalStats {
   // in the current segment, and the release markers written since Open.
   uint64_t minibatch_released_bytes = 0;
   uint64_t release_markers = 0;
+  // Payload file bytes the helper thread freed after release markers, since
+  // Open.
+  uint64_t payload_bytes_freed = 0;
   uint64_t compactions = 0;
   uint64_t last_seq = 0;
   // Minibatch segments whose payload file was the previous one's, written
@@ -246,9 +252,10 @@ class Journal {
   // Releases the out-of-line payloads of the current minibatch segment's
   // entries with seq below `seq` (appended so far): a release marker goes
   // into the minibatch log first, then their whole pages of the payload file
-  // are freed (FALLOC_FL_PUNCH_HOLE). For a one-rank job whose replay starts
-  // at a finished snapshot at `seq` or later: those payloads are never read
-  // again. Returns the bytes freed (0: nothing new to release).
+  // are freed (FALLOC_FL_PUNCH_HOLE) on the journal's helper thread. For a
+  // one-rank job whose replay starts at a finished snapshot at `seq` or
+  // later: those payloads are never read again. Returns the bytes of pages
+  // handed to be freed (0: nothing new to release).
   absl::StatusOr<uint64_t> ReleasePayloadsBefore(uint64_t seq);
 
   // Compacts the setup log now, regardless of the thresholds.
@@ -325,7 +332,15 @@ class Journal {
   struct AheadRequest {
     int fd;
     uint64_t offset, length;
+    bool punch;  // free released pages (FALLOC_FL_PUNCH_HOLE) instead
   };
+  // spare_thread_ frees [offset, offset + length) of the file open as `fd`
+  // (released payloads); WaitForPunches returns once every such request
+  // queued so far is done (before the file can be written over again).
+  void PunchLater(int fd, uint64_t offset, uint64_t length);
+  void WaitForPunches();
+  int punches_pending_ ABSL_GUARDED_BY(spare_mu_) = 0;
+  std::atomic<uint64_t> payload_bytes_punched_{0};
   // The zeroed spare (waiting for the zeroing if it is still running), or
   // null if there is none.
   std::unique_ptr<MappedLogFile> TakeZeroedSpare();

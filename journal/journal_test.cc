@@ -1435,6 +1435,10 @@ TEST(JournalTest, ReleasedPayloadsAreFreedAndReadBackMarked) {
     EXPECT_EQ(released, j->stats().minibatch_released_bytes);
     EXPECT_EQ(1u, j->stats().release_markers);
     EXPECT_EQ(size, *FileSize(payload_file));
+    // Freed on the journal's helper thread.
+    for (int i = 0; i < 500 && AllocatedBytes(payload_file) > allocated - *freed; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
     EXPECT_LE(AllocatedBytes(payload_file), allocated - *freed);
     // Again, nothing new; then past entry 8: only the pages after the
     // first release's last (shared) page.
@@ -1446,6 +1450,10 @@ TEST(JournalTest, ReleasedPayloadsAreFreedAndReadBackMarked) {
     ASSERT_TRUE(more.ok());
     EXPECT_EQ((released + payloads[3].size()) / 4096 * 4096 - released / 4096 * 4096, *more);
     EXPECT_EQ(2u, j->stats().release_markers);
+    for (int i = 0; i < 500 && j->stats().payload_bytes_freed < *freed + *more; ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_EQ(*freed + *more, j->stats().payload_bytes_freed);
   }
   auto check = [&](const Read& r) {
     ASSERT_TRUE(r.status.ok()) << r.status;
@@ -1493,6 +1501,43 @@ TEST(JournalTest, ReleasedPayloadsAreFreedAndReadBackMarked) {
   r = ReadLog(dir, SETUP);
   EXPECT_TRUE(absl::IsDataLoss(r.status)) << r.status;
   EXPECT_THAT(std::string(r.status.message()), HasSubstr("release marker in a setup log"));
+}
+
+// A boundary hands the payload file on to the next segment, which writes
+// over it from its start: the pages released just before are freed first,
+// never over the new payloads (seeded random sizes, seed 20261205).
+TEST(JournalTest, ReleasedPagesAreFreedBeforeThePayloadFileIsWrittenOver) {
+  const std::string dir = TestDir("release_reuse");
+  JournalOptions o;
+  // The helper thread slowed: a free still queued at the boundary would land
+  // on the next segment's payloads while they are read below.
+  o.before_punch = [] { absl::SleepFor(absl::Milliseconds(20)); };
+  auto j = OpenJournal(dir, o);
+  ASSERT_NE(j, nullptr);
+  std::mt19937 rng(20261205);
+  std::printf("seed 20261205\n");
+  uint64_t seq = 0;
+  for (uint64_t b = 1; b <= 6; ++b) {
+    ASSERT_TRUE(j->MarkBoundary(b).ok());
+    std::vector<std::string> want;
+    for (int i = 0; i < 4; ++i) {
+      std::string p(std::uniform_int_distribution<size_t>(300000, 3000000)(rng), '\0');
+      for (size_t k = 0; k < p.size(); k += 64) p[k] = static_cast<char>(rng() | 1);
+      ASSERT_TRUE(j->AppendMinibatch(Entry(++seq), p).ok());
+      want.push_back(std::move(p));
+    }
+    absl::SleepFor(absl::Milliseconds(60));
+    Read r = ReadLog(dir, MINIBATCH);
+    ASSERT_TRUE(r.status.ok()) << "minibatch " << b << ": " << r.status;
+    ASSERT_EQ(4u, r.entries.size());
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_TRUE(r.entries[i].inline_payload() == want[i]) << "minibatch " << b << " entry " << i;
+    }
+    // All but the last released right before the next boundary.
+    ASSERT_TRUE(j->ReleasePayloadsBefore(seq).ok());
+  }
+  EXPECT_GE(j->stats().payload_files_reused, 4u);
+  EXPECT_EQ(6u, j->stats().release_markers);
 }
 
 // In a mapped log a training step's input batch (here 8 KiB, over the
