@@ -104,7 +104,7 @@ ABSL_FLAG(std::string, snapshot_every, "auto",
 ABSL_FLAG(uint64_t, snapshot_max_log_mib, 256,
           "with --snapshot_every=auto: a journal boundary with a synchronous snapshot at the "
           "next step once the minibatch log holds this many MiB a replay may still read (its "
-          "records and the payloads not released behind finished snapshots); from half of it "
+          "records and the payloads not released behind finished snapshots); from three quarters of it "
           "a one-rank job's next step takes an asynchronous snapshot, which releases them");
 ABSL_FLAG(std::string, journal_thread, "auto",
           "a second thread journals the plain asynchronous requests (docs/design.md, \"The "

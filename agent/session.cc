@@ -953,9 +953,9 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
       return SnapshotStep::kBoundary;
     }
     // A finished snapshot releases the payloads journaled before it
-    // (ReapSnapshot): from half the bound, one is due before the bound
-    // forces a journal boundary.
-    if (live >= options_.snapshot_max_log_bytes / 2) due = true;
+    // (ReapSnapshot): from three quarters of the bound, one is due before
+    // the bound forces a journal boundary (below, the timed ones release).
+    if (live >= options_.snapshot_max_log_bytes / 4 * 3) due = true;
   }
   if (!due || inflight_ != nullptr) {
     // A step journaled inside the minibatch (one snapshot in flight at a

@@ -150,7 +150,7 @@ ABSL_FLAG(std::string, snapshot_every, "auto",
 ABSL_FLAG(uint64_t, snapshot_max_log_mib, 256,
           "with --snapshot_every=auto: the minibatch log's bytes a replay may still read "
           "(its records, and the payloads not released behind a one-rank job's finished "
-          "snapshots) that force a journal boundary with a synchronous snapshot; from half of "
+          "snapshots) that force a journal boundary with a synchronous snapshot; from three quarters of "
           "it a one-rank job's next step takes an asynchronous one");
 ABSL_FLAG(bool, snapshot_async, true,
           "with boundary snapshots in a one-rank job: the snapshots between journal boundaries "

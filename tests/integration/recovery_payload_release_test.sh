@@ -8,7 +8,7 @@
 #   behind its asynchronous snapshots, and the result is bitwise equal to a
 #   run whose snapshots are all synchronous (no releases there);
 # - with --snapshot_every=1000 (no timed snapshots), the payloads alone make
-#   asynchronous snapshots due from half the bound, and the bound forces no
+#   asynchronous snapshots due from three quarters of the bound, and the bound forces no
 #   journal boundary;
 # - kills at seeded request counts past the first releases: the replacement
 #   reads a minibatch log with release markers, skips the released entries
@@ -49,8 +49,8 @@ grep -q "^\[r0\] final checksum $ref\$" "$tmp/sync.log" || {
 [ "${sync_markers:-1}" -eq 0 ] || {
   echo "FAIL: synchronous snapshots released payloads"; fails=$((fails + 1)); }
 
-# Only the payloads make snapshots due: asynchronous ones from half the
-# bound (8 MiB of 3 MiB batches: about every third step), each releasing.
+# Only the payloads make snapshots due: asynchronous ones from three quarters of the
+# bound (12 MiB of 3 MiB batches: about every fourth step), each releasing.
 "$run" "${common[@]}" --snapshot_every=1000 -- "$app" "$steps" "$mib" pageable \
   >"$tmp/every.log" 2>&1 || { echo "FAIL: the run with --snapshot_every=1000 failed"; tail -30 "$tmp/every.log"; exit 1; }
 line=$(grep -o "snapshots at exit.*" "$tmp/every.log")
@@ -60,7 +60,7 @@ every_markers=$(grep -o "journal at exit.*" "$tmp/every.log" | sed -n 's/.*relea
 echo "--snapshot_every=1000: $line; release markers ${every_markers:-?}"
 grep -q "^\[r0\] final checksum $ref\$" "$tmp/every.log" || {
   echo "FAIL: --snapshot_every=1000 changed the checksum"; fails=$((fails + 1)); }
-# 192 MiB of payloads, one asynchronous snapshot per ~8 MiB: at least 12;
+# 192 MiB of payloads, one asynchronous snapshot per ~12 MiB: at least 12;
 # every snapshot but the first asynchronous (no journal boundary forced).
 if [ "${inside:-0}" -lt 12 ] || [ "${count:-0}" -ne $(( ${inside:-0} + 1 )) ] ||
    [ "${every_markers:-0}" -lt 12 ]; then
