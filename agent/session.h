@@ -97,7 +97,9 @@ struct SessionOptions {
   // Which detected step boundaries become journal boundaries with a
   // snapshot: every `snapshot_every`-th; 0 (auto): the first, then one once
   // the time since the last snapshot is 19 times what that snapshot took (at
-  // most 5 % of the job in snapshots) or the minibatch log passed
+  // most 5 % of the job in snapshots) or the minibatch log's bytes a replay
+  // may still read (RequestJournal::live_minibatch_bytes: a one-rank job's
+  // finished snapshots release the payloads before them) passed
   // `snapshot_max_log_bytes`. The steps in between stay in one journal
   // minibatch: a replacement restores the last snapshot and replays them all.
   // Chaos plans that count minibatches and the validator see every step.
@@ -118,10 +120,11 @@ struct SessionOptions {
   // device copies the allocations on a stream of its own, the later work
   // waits for them on the device, a thread finishes the file behind; the
   // finished snapshot replaces the one of the journal's minibatch, whose
-  // replay then starts at its boundary. Journal boundaries (the first,
-  // every 8th snapshot, one whenever the minibatch log passed
-  // snapshot_max_log_bytes) stay synchronous. false: every snapshot is
-  // synchronous.
+  // replay then starts at its boundary, and the journal's payloads before
+  // it are released. From three quarters of snapshot_max_log_bytes the next
+  // step takes one. Journal boundaries (the first, every 8th timed snapshot,
+  // one whenever the log's live bytes passed snapshot_max_log_bytes) stay
+  // synchronous. false: every snapshot is synchronous.
   bool snapshot_async = true;
 
   // Journal validator (agent/validator.h): every `validate_every`-th
