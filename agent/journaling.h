@@ -209,10 +209,7 @@ class RequestJournal {
   journal::JournalStats stats() const { return journal_->stats(); }
   // The minibatch log's bytes a replay may still read: its records and the
   // payloads not released (journal::Journal::ReleasePayloadsBefore).
-  uint64_t live_minibatch_bytes() const {
-    const journal::JournalStats st = journal_->stats();
-    return st.minibatch_file_bytes - std::min(st.minibatch_file_bytes, st.minibatch_released_bytes);
-  }
+  uint64_t live_minibatch_bytes() const { return journal_->live_minibatch_bytes(); }
   // A one-rank job's finished snapshot at request `request_seq` (its replay
   // starts there): the payloads of the minibatch log's entries before it
   // are released. Any thread. Returns the bytes of pages freed.

@@ -1127,8 +1127,18 @@ absl::Status Journal::AppendLocked(LogKind kind, JournalEntry* entry, absl::stri
     TrackSetupEntry(*entry, bytes);
   } else {
     ++minibatch_entries_;
+    UpdateLiveLocked();
   }
   return absl::OkStatus();
+}
+
+void Journal::UpdateLiveLocked() {
+  uint64_t live = 0;
+  if (minibatch_ != nullptr) {
+    const uint64_t held = minibatch_->file_bytes() - minibatch_->finished_bytes();
+    live = held - std::min(held, minibatch_->released_bytes());
+  }
+  live_minibatch_.store(live, std::memory_order_relaxed);
 }
 
 void Journal::TrackSetupEntry(const JournalEntry& entry, uint64_t bytes) {
@@ -1275,6 +1285,7 @@ absl::StatusOr<uint64_t> Journal::ReleasePayloadsBefore(uint64_t seq) {
     return status_;
   }
   if (minibatch_->released_bytes() != before) ++release_markers_;
+  UpdateLiveLocked();
   return freed;
 }
 
@@ -1290,6 +1301,7 @@ absl::Status Journal::MarkBoundary(uint64_t minibatch) {
     }
     current_minibatch_ = minibatch;
     minibatch_entries_ = 0;
+    UpdateLiveLocked();
     return absl::OkStatus();
   }
   // The new segment's log is the spare the previous new segment left (the
@@ -1317,6 +1329,7 @@ absl::Status Journal::MarkBoundary(uint64_t minibatch) {
   current_minibatch_ = minibatch;
   minibatch_entries_ = 0;
   minibatch_segments_started_.fetch_add(1, std::memory_order_relaxed);
+  UpdateLiveLocked();
   return absl::OkStatus();
 }
 

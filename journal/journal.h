@@ -266,6 +266,9 @@ class Journal {
     return minibatch_segments_started_.load(std::memory_order_relaxed);
   }
   JournalStats stats() const;
+  // stats().minibatch_file_bytes less minibatch_released_bytes, without the
+  // journal's lock (as of the last append, boundary or release).
+  uint64_t live_minibatch_bytes() const { return live_minibatch_.load(std::memory_order_relaxed); }
   const std::string& dir() const { return dir_; }
 
  private:
@@ -310,6 +313,8 @@ class Journal {
   uint64_t next_warn_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // options_.warn_bytes, doubling
   std::atomic<uint64_t> minibatch_segments_started_{0};
   uint64_t release_markers_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> live_minibatch_{0};
+  void UpdateLiveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::unique_ptr<journal_internal::SegmentWriter> setup_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<journal_internal::SegmentWriter> minibatch_ ABSL_GUARDED_BY(mu_);
   journal_internal::SparePayload spare_payload_ ABSL_GUARDED_BY(mu_);
