@@ -272,6 +272,10 @@ class Backend : public api::BackendApi {
     uint64_t tag = 0;
     uint64_t device_bytes = 0;
     const uint64_t* cpu_done = nullptr;
+    // Optional, split captures: the device stores the tag here once its own
+    // part is copied back (before it waits for the CPU's), so that the CPU
+    // can tell which part finished first (UploadCapturePool's auto share).
+    uint64_t* device_done = nullptr;
   };
   virtual cudaError_t MemcpyCaptured(void* dst, const void* src, size_t count,
                                      cudaStream_t stream, bool async, const CaptureInto& into,

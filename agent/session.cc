@@ -280,8 +280,15 @@ void Session::ReportAtExit() {
         capture_->bytes() / 1048576.0, capture_->files_made(), capture_->reuses(),
         capture_->split_captures() == 0
             ? std::string()
-            : absl::StrFormat("; %d split with the CPU, which copied %.1f MiB of them",
-                              capture_->split_captures(), capture_->cpu_bytes() / 1048576.0),
+            : absl::StrFormat(
+                  "; %d split with the CPU, which copied %.1f MiB of them%s",
+                  capture_->split_captures(), capture_->cpu_bytes() / 1048576.0,
+                  options_.capture_cpu_share != UploadCapturePool::Options::kAutoShare
+                      ? std::string()
+                      : absl::StrFormat(" (auto share now %d %%; the CPU's part finished last "
+                                        "%d times, the device's %d)",
+                                        capture_->cpu_share(), capture_->cpu_finished_last(),
+                                        capture_->device_finished_last())),
         snapshots_ == nullptr || options_.world_size != 1
             ? std::string()
             : absl::StrFormat("; a snapshot once %.1f MiB were captured since the last, %d "

@@ -153,7 +153,7 @@ struct SessionOptions {
   uint64_t capture_max_bytes = 4ull << 30;
   // The share (percent) of a large captured upload that the agent's CPU
   // copies into its capture while the device copies the rest back
-  // (UploadCapturePool::Options::cpu_share_percent).
+  // (UploadCapturePool::Options::cpu_share_percent; kAutoShare: auto).
   // REVENANT_CAPTURE_CPU_SHARE.
   int capture_cpu_share = 0;
   int capture_cpu_threads = 8;  // REVENANT_CAPTURE_CPU_THREADS

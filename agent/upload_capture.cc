@@ -246,14 +246,19 @@ bool UploadCapturePool::Reserve(const transport::RecordHeader& rec, uint64_t min
   pending_.done = reinterpret_cast<uint64_t*>(f->base + offset - sizeof(uint64_t));
   pending_.size = size;
   pending_.device_bytes = size;
-  if (options_.cpu_share_percent > 0 && size >= options_.cpu_min_bytes) {
+  const int share = share_.load(std::memory_order_relaxed);
+  if (share > 0 && size >= options_.cpu_min_bytes) {
     // The tail, in whole 64 KiB pieces, is the CPU's.
     const uint64_t cpu =
-        std::min<uint64_t>(size * std::min(options_.cpu_share_percent, 100) / 100, size) &
-        ~uint64_t{65535};
+        std::min<uint64_t>(size * std::min(share, 100) / 100, size) & ~uint64_t{65535};
     if (cpu > 0) {
       pending_.device_bytes = size - cpu;
       pending_.cpu_done = pending_.done - 1;
+      if (options_.cpu_share_percent == Options::kAutoShare) {
+        pending_.device_done = pending_.done - 2;
+        // A reused place may hold an older capture's seq (smaller).
+        __atomic_store_n(pending_.device_done, 0, __ATOMIC_RELAXED);
+      }
     }
   }
   pending_file_ = f;
@@ -270,6 +275,7 @@ void UploadCapturePool::StartCpuPart(uint64_t seq, const void* src) {
   job.dst = pending_.data + pending_.device_bytes;
   job.size = pending_.size - pending_.device_bytes;
   job.word = pending_.cpu_done;
+  job.device_done = pending_.device_done;
   job.seq = seq;
   if (cpu_threads_.empty()) {
     const int n = std::max(1, std::min<int>(options_.cpu_threads,
@@ -318,12 +324,25 @@ void UploadCapturePool::CpuWorker() {
       if (it->seq != seq) continue;
       it->copied += n;
       if (it->copied == it->size) {
+        if (it->device_done != nullptr) {
+          AdjustShare(__atomic_load_n(it->device_done, __ATOMIC_ACQUIRE) == it->seq);
+        }
         __atomic_store_n(it->word, it->seq, __ATOMIC_RELEASE);
         cpu_jobs_.erase(it);
       }
       break;
     }
   }
+}
+
+void UploadCapturePool::AdjustShare(bool device_done_first) {
+  // The CPU finished last: it had too much; the device's part was still
+  // running: the CPU can take more.
+  (device_done_first ? cpu_last_ : device_last_).fetch_add(1, std::memory_order_relaxed);
+  const int step = device_done_first ? -options_.auto_step_percent : options_.auto_step_percent;
+  const int next = std::clamp(share_.load(std::memory_order_relaxed) + step,
+                              options_.auto_min_percent, options_.auto_max_percent);
+  share_.store(next, std::memory_order_relaxed);
 }
 
 void UploadCapturePool::WaitCpuJob(uint64_t seq) {

@@ -39,6 +39,7 @@
 #define REVENANT_AGENT_UPLOAD_CAPTURE_H_
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -86,7 +87,17 @@ class UploadCapturePool : public UploadCaptureSink {
     // own while the upload runs, the rest by the device over the link (a
     // copy back beside an upload slows it: docs/performance.md). 0: the
     // device captures everything.
+    // kAutoShare: the share moves by auto_step_percent after each split
+    // capture (within auto_min/max), towards both parts finishing together
+    // (the device stores a word when its part is done; the CPU looks at it
+    // when it finishes: up if the device's part was still running, down if
+    // it was done), starting at auto_start_percent.
+    static constexpr int kAutoShare = -1;
     int cpu_share_percent = 0;
+    int auto_start_percent = 40;
+    int auto_min_percent = 5;
+    int auto_max_percent = 90;
+    int auto_step_percent = 2;
     uint64_t cpu_min_bytes = 8 << 20;
     int cpu_threads = 8;
     // Called by a CPU thread before each piece it copies (tests hold them
@@ -124,6 +135,9 @@ class UploadCapturePool : public UploadCaptureSink {
     // the completion word) once it copied it.
     uint64_t device_bytes = 0;
     uint64_t* cpu_done = nullptr;
+    // With the auto share: where the device stores seq once its part is
+    // done (the 8 bytes before the CPU word).
+    uint64_t* device_done = nullptr;
     // The backend's view of it.
     Backend::CaptureInto Into() const {
       Backend::CaptureInto c;
@@ -132,6 +146,7 @@ class UploadCapturePool : public UploadCaptureSink {
       c.tag = seq;
       c.device_bytes = device_bytes;
       c.cpu_done = cpu_done;
+      c.device_done = device_done;
       return c;
     }
   };
@@ -150,6 +165,12 @@ class UploadCapturePool : public UploadCaptureSink {
   // Split captures made, and their bytes copied by the CPU.
   uint64_t split_captures() const { return split_captures_; }
   uint64_t cpu_bytes() const { return cpu_bytes_; }
+  // The CPU's share of the next split capture (percent), and, with the auto
+  // share, how often the CPU's part finished last and how often the
+  // device's did.
+  int cpu_share() const { return share_.load(std::memory_order_relaxed); }
+  uint64_t cpu_finished_last() const { return cpu_last_.load(std::memory_order_relaxed); }
+  uint64_t device_finished_last() const { return device_last_.load(std::memory_order_relaxed); }
 
   // Captures of requests before `before_seq` are never replayed again: a
   // boundary snapshot of the state before that request finished (renamed in
@@ -181,7 +202,11 @@ class UploadCapturePool : public UploadCaptureSink {
     std::vector<std::pair<const uint64_t*, uint64_t>> open;
   };
   UploadCapturePool(std::string dir, Backend* backend, Options options)
-      : dir_(std::move(dir)), backend_(backend), options_(options) {}
+      : dir_(std::move(dir)),
+        backend_(backend),
+        options_(options),
+        share_(options.cpu_share_percent == Options::kAutoShare ? options.auto_start_percent
+                                                                 : options.cpu_share_percent) {}
   // The CPU parts: a queue of copies the pool's threads share in pieces,
   // each finished by storing its seq into its word.
   struct CpuJob {
@@ -189,12 +214,15 @@ class UploadCapturePool : public UploadCaptureSink {
     char* dst = nullptr;
     uint64_t size = 0;
     uint64_t* word = nullptr;
+    const uint64_t* device_done = nullptr;  // auto share: the device's word
     uint64_t seq = 0;
     uint64_t next = 0;       // next piece's offset to take
     uint64_t copied = 0;     // bytes of finished pieces
   };
   void CpuWorker();
   void WaitCpuJob(uint64_t seq);
+  // The auto share after a split capture whose CPU part just finished.
+  void AdjustShare(bool device_done_first);
   absl::Status MapFile(const std::string& name, uint64_t size, bool create, File* f);
   // A file with room for `need` bytes for `minibatch`, or null.
   File* FileFor(uint64_t need, uint64_t minibatch);
@@ -216,6 +244,8 @@ class UploadCapturePool : public UploadCaptureSink {
   bool warned_full_ = false;
   uint64_t split_captures_ = 0;
   uint64_t cpu_bytes_ = 0;
+  std::atomic<int> share_;
+  std::atomic<uint64_t> cpu_last_{0}, device_last_{0};
   absl::Mutex cpu_mu_;
   std::deque<CpuJob> cpu_jobs_ ABSL_GUARDED_BY(cpu_mu_);  // front: being copied
   bool cpu_stop_ ABSL_GUARDED_BY(cpu_mu_) = false;

@@ -485,6 +485,69 @@ TEST_F(UploadCaptureTest, ACaptureThatFailedWaitsForItsCpuPart) {
   EXPECT_EQ(pool_->captures(), 0u);
 }
 
+// The auto share (REVENANT_CAPTURE_CPU_SHARE=auto) moves towards the part
+// that finished first: down while the CPU's part finishes last (its threads
+// held back here), up while the device's does (its stream held back by a
+// callback queued before the upload); each capture still replays its bytes.
+TEST_F(UploadCaptureTest, TheAutoShareMovesTowardsBothPartsFinishingTogether) {
+  for (const bool slow_cpu : {true, false}) {
+    SCOPED_TRACE(slow_cpu ? "CPU held back" : "device held back");
+    pool_.reset();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    UploadCapturePool::Options o;
+    o.file_bytes = 4 << 20;
+    o.cpu_share_percent = UploadCapturePool::Options::kAutoShare;
+    o.auto_start_percent = 40;
+    o.auto_step_percent = 2;
+    o.cpu_min_bytes = 1 << 20;
+    o.cpu_threads = 2;
+    if (slow_cpu) o.before_cpu_piece = [] { absl::SleepFor(absl::Milliseconds(30)); };
+    absl::StatusOr<std::unique_ptr<UploadCapturePool>> p =
+        UploadCapturePool::Create(dir_, backend_.get(), o, false, 0);
+    ASSERT_TRUE(p.ok()) << p.status();
+    pool_ = std::move(*p);
+    EXPECT_EQ(40, pool_->cpu_share());
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(backend_->cudaStreamCreate(&stream), cudaSuccess);
+    std::vector<journal::JournalEntry> entries;
+    for (uint64_t k = 0; k < 5; ++k) {
+      const uint64_t seq = 200 + k;
+      const std::vector<char> rec = Upload(seq, kBytes);
+      journal::JournalEntry e;
+      e.set_seq(seq * 2);
+      e.set_api_id(static_cast<uint32_t>(api::ApiId::cudaMemcpyAsync));
+      e.set_args(Header(rec).body(), Header(rec).body_size());
+      ASSERT_TRUE(pool_->Reserve(Header(rec), 1, kBytes, e.mutable_capture()));
+      const UploadCapturePool::Capture* cap = pool_->Pending(seq);
+      ASSERT_NE(cap, nullptr);
+      ASSERT_NE(cap->device_done, nullptr);
+      if (!slow_cpu) {
+        ASSERT_EQ(backend_->EnqueueHostCallback(
+                      stream, [] { absl::SleepFor(absl::Milliseconds(50)); }),
+                  cudaSuccess);
+      }
+      pool_->StartCpuPart(seq, src_);
+      bool captured = false;
+      ASSERT_EQ(backend_->MemcpyCaptured(dev_, src_, kBytes, stream, /*async=*/true, cap->Into(),
+                                         &captured),
+                cudaSuccess);
+      pool_->Ran(seq, captured);
+      ASSERT_EQ(backend_->cudaStreamSynchronize(stream), cudaSuccess);
+      entries.push_back(e);
+    }
+    EXPECT_EQ(slow_cpu ? 30 : 50, pool_->cpu_share());
+    EXPECT_EQ(slow_cpu ? 5u : 0u, pool_->cpu_finished_last());
+    EXPECT_EQ(slow_cpu ? 0u : 5u, pool_->device_finished_last());
+    const std::string original(src_, kBytes);
+    ASSERT_TRUE(LoadCapturedUploads(dir_, &entries).ok());
+    for (const journal::JournalEntry& e : entries) {
+      EXPECT_TRUE(e.inline_payload() == original) << e.seq();
+    }
+    ASSERT_EQ(backend_->cudaStreamDestroy(stream), cudaSuccess);
+  }
+}
+
 // Random upload sizes and shares (seed printed), several captures in flight
 // on one stream, each replayed with its own bytes.
 TEST_F(UploadCaptureTest, RandomSplitCapturesReplayTheirBytes) {

@@ -1741,7 +1741,9 @@ cudaError_t CudaBackend::MemcpyCaptured(void* dst, const void* src, size_t count
     absl::MutexLock lock(&mu_);
     if (!DeviceAccessible(dst, count) || !IsSharedHost(src, count) ||
         !IsSharedHost(into.data, count) || !IsSharedHost(into.done, sizeof(*into.done)) ||
-        (split && !IsSharedHost(into.cpu_done, sizeof(*into.cpu_done)))) {
+        (split && !IsSharedHost(into.cpu_done, sizeof(*into.cpu_done))) ||
+        (split && into.device_done != nullptr &&
+         !IsSharedHost(into.device_done, sizeof(*into.device_done)))) {
       return cudaErrorInvalidValue;
     }
   }
@@ -1760,11 +1762,18 @@ cudaError_t CudaBackend::MemcpyCaptured(void* dst, const void* src, size_t count
     return e;
   }
   void* cpu_device = nullptr;
+  void* device_done_device = nullptr;
   if (split) {
     if (cudaError_t e = ::cudaHostGetDevicePointer(
             &cpu_device, const_cast<uint64_t*>(into.cpu_done), 0);
         e != cudaSuccess) {
       return e;
+    }
+    if (into.device_done != nullptr) {
+      if (cudaError_t e = ::cudaHostGetDevicePointer(&device_done_device, into.device_done, 0);
+          e != cudaSuccess) {
+        return e;
+      }
     }
   }
   // Chunks of 1-8 MiB (about 16 per upload): the capture of the last one is
@@ -1794,6 +1803,12 @@ cudaError_t CudaBackend::MemcpyCaptured(void* dst, const void* src, size_t count
     cudaError_t e = ::cudaEventRecord(capture_chunk_event_, stream);
     if (e == cudaSuccess) e = ::cudaStreamWaitEvent(capture_stream_, capture_chunk_event_, 0);
     if (e != cudaSuccess) return e;
+    if (device_done_device != nullptr &&
+        drv_.cuStreamWriteValue64(capture_stream_,
+                                  reinterpret_cast<CUdeviceptr>(device_done_device), into.tag,
+                                  0) != CUDA_SUCCESS) {
+      return cudaErrorUnknown;
+    }
     if (drv_.cuStreamWaitValue64(capture_stream_, reinterpret_cast<CUdeviceptr>(cpu_device),
                                  into.tag, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
       return cudaErrorUnknown;

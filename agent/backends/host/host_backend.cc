@@ -613,7 +613,9 @@ cudaError_t HostBackend::MemcpyCaptured(void* dst, const void* src, size_t count
       const bool split = into.device_bytes < count;
       if (!DeviceAccessible(dst, count) || !IsSharedHost(src, count) ||
           !IsSharedHost(into.data, count) || !IsSharedHost(into.done, sizeof(*into.done)) ||
-          (split && !IsSharedHost(into.cpu_done, sizeof(*into.cpu_done))))
+          (split && !IsSharedHost(into.cpu_done, sizeof(*into.cpu_done))) ||
+          (split && into.device_done != nullptr &&
+           !IsSharedHost(into.device_done, sizeof(*into.device_done))))
         return cudaErrorInvalidValue;
       // The upload, then its first device_bytes read back from the device
       // into the capture, then (split) the wait for the CPU's part, then
@@ -625,6 +627,9 @@ cudaError_t HostBackend::MemcpyCaptured(void* dst, const void* src, size_t count
       finished = EnqueueLocked(s, {}, [dst, src, count, c, split]() {
         std::memmove(dst, src, count);
         std::memcpy(c.data, dst, c.device_bytes);
+        if (split && c.device_done != nullptr) {
+          __atomic_store_n(c.device_done, c.tag, __ATOMIC_RELEASE);
+        }
         if (split) {
           const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
           while (__atomic_load_n(c.cpu_done, __ATOMIC_ACQUIRE) < c.tag) {
