@@ -177,10 +177,14 @@ void SplitCapture(Backend* b) {
   EXPECT_ERR(b->cudaMalloc(&dev, n), cudaSuccess);
   cudaStream_t s = nullptr;
   EXPECT_ERR(b->cudaStreamCreate(&s), cudaSuccess);
-  auto* words = reinterpret_cast<uint64_t*>(static_cast<char*>(cap) + 4096 - 16);
+  // The device's word (auto share), the CPU word, the completion word.
+  auto* all = reinterpret_cast<uint64_t*>(static_cast<char*>(cap) + 4096 - 24);
+  uint64_t* device_word = &all[0];
+  uint64_t* words = &all[1];
   char* data = static_cast<char*>(cap) + 4096;
   for (const size_t device_bytes : {n, size_t{10} << 20, size_t{0}}) {
     std::memset(data, 0, n);
+    __atomic_store_n(device_word, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&words[0], 0, __ATOMIC_RELEASE);  // the CPU word
     __atomic_store_n(&words[1], 0, __ATOMIC_RELEASE);  // the completion word
     const uint64_t tag = 100 + device_bytes;
@@ -190,6 +194,7 @@ void SplitCapture(Backend* b) {
     into.tag = tag;
     into.device_bytes = device_bytes;
     into.cpu_done = &words[0];
+    into.device_done = device_word;
     std::thread cpu;
     if (device_bytes < n) {
       cpu = std::thread([&] {
@@ -209,6 +214,8 @@ void SplitCapture(Backend* b) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       EXPECT(__atomic_load_n(&words[1], __ATOMIC_ACQUIRE) != tag);  // waits for the CPU
       EXPECT(seen.load() == 1);
+      // The device's own part is in, and it said so.
+      EXPECT(__atomic_load_n(device_word, __ATOMIC_ACQUIRE) == tag);
     }
     EXPECT_ERR(b->cudaStreamSynchronize(s), cudaSuccess);
     if (cpu.joinable()) cpu.join();
