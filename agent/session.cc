@@ -506,8 +506,10 @@ void Session::MaybePlaceOwnBoundary(const transport::RecordHeader& rec, bool jou
     constexpr uint64_t kCheckEvery = 64;
     if (++own_boundary_checks_ % kCheckEvery != 0) return;
     const uint64_t minibatch = options_.journal->minibatch();
+    // What a replay may still read: payloads released behind a snapshot
+    // (journal::Journal::ReleasePayloadsBefore) do not count.
     const journal::JournalStats st = options_.journal->stats();
-    const uint64_t bytes = st.setup_file_bytes + st.minibatch_file_bytes;
+    const uint64_t bytes = st.setup_file_bytes + options_.journal->live_minibatch_bytes();
     if (minibatch != own_boundary_minibatch_ || bytes < own_boundary_base_bytes_) {
       // A boundary since the last look (or a compaction): count from here.
       own_boundary_minibatch_ = minibatch;
@@ -537,13 +539,13 @@ void Session::MaybePlaceOwnBoundary(const transport::RecordHeader& rec, bool jou
   if (!journaled_here) return;  // the journal thread has requests in hand: a later one
   own_boundary_due_ = false;
   const journal::JournalStats before = options_.journal->stats();
-  const uint64_t grown =
-      before.setup_file_bytes + before.minibatch_file_bytes - own_boundary_base_bytes_;
+  const uint64_t before_bytes = before.setup_file_bytes + options_.journal->live_minibatch_bytes();
+  const uint64_t grown = before_bytes - std::min(before_bytes, own_boundary_base_bytes_);
   MarkStepHere(rec, /*forced=*/true);
   ++own_boundaries_;
   const journal::JournalStats after = options_.journal->stats();
   own_boundary_minibatch_ = options_.journal->minibatch();
-  own_boundary_base_bytes_ = after.setup_file_bytes + after.minibatch_file_bytes;
+  own_boundary_base_bytes_ = after.setup_file_bytes + options_.journal->live_minibatch_bytes();
   if (own_boundaries_ <= 3 || own_boundaries_ % 100 == 0) {
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "rank %d: the journal grew by %.2f MiB without a minibatch boundary (none detected or "
@@ -552,7 +554,7 @@ void Session::MaybePlaceOwnBoundary(const transport::RecordHeader& rec, bool jou
         "%.2f MiB -> %.2f MiB",
         options_.rank, grown / 1048576.0, own_boundary_minibatch_, rec.seq, own_boundaries_,
         options_.journal_boundary_bytes >> 10,
-        (before.setup_file_bytes + before.minibatch_file_bytes) / 1048576.0,
+        before_bytes / 1048576.0,
         own_boundary_base_bytes_ / 1048576.0);
   }
 }

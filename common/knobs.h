@@ -98,8 +98,9 @@ enum class Type { kBool, kInt, kDouble, kString };
     "doubling (a job that never reaches a minibatch boundary keeps every call).")                \
   X(kJournalBoundaryKib, "REVENANT_JOURNAL_BOUNDARY_KIB", kInt, kProduct, "262144 (256 MiB)",    \
     "A one-rank job with boundary snapshots whose journal grew by this many KiB without a "     \
-    "minibatch boundary (none detected or marked): the agent places one itself, with its "      \
-    "snapshot, so that the journal stays bounded; 0: never.")                                   \
+    "minibatch boundary (none detected or marked; payloads released behind its snapshots do "  \
+    "not count): the agent places one itself, with its snapshot, so that the journal stays "    \
+    "bounded; 0: never.")                                                                        \
   X(kJournalMaxKib, "REVENANT_JOURNAL_MAX_KIB", kInt, kProduct, "no limit",                      \
     "A rank's journal may not grow past this many KiB: there, as on a full disk, the agent "    \
     "stops taking requests and the application's calls fail with the reason.")                  \

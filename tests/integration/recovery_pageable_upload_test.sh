@@ -1,5 +1,5 @@
 #!/bin/bash
-# Uploads from pageable host memory under the one-rank default snapshots
+# Uploads from pageable host memory under one-rank synchronous snapshots
 # (tests/integration/upload_loop.cu `pageable`, host backend): a 1 MiB
 # batch travels inside the request, and its bytes are journaled as the
 # entry's payload, not inside its args (agent/journaling.h,
@@ -15,7 +15,11 @@
 set -u
 run="$1"; app="$2"; kernels="$3"; trials="${4:-5}"; seed="${5:-20261209}"
 steps=48
-common=(-n 1 --backend=host --timeout=120 --recovery_timeout=20 --host_kernels="$kernels")
+# Synchronous snapshots only: asynchronous ones would release the payloads
+# behind them (recovery_payload_release_test.sh covers that), and the
+# journal would then rarely grow by REVENANT_JOURNAL_BOUNDARY_KIB.
+common=(-n 1 --backend=host --timeout=120 --recovery_timeout=20 --host_kernels="$kernels"
+        --snapshot_async=false)
 export REVENANT_JOURNAL_BOUNDARY_KIB=1024
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
