@@ -462,18 +462,6 @@ absl::StatusOr<SessionOptions> SessionOptionsFromFlags(const std::string& job_di
   options.capture_max_bytes =
       static_cast<uint64_t>(knobs::Int(knobs::Id::kCaptureMaxMib, 0, 1 << 30).value_or(4096))
       << 20;
-  if (const std::string share = knobs::String(knobs::Id::kCaptureCpuShare).value_or("0");
-      share == "auto") {
-    options.capture_cpu_share = UploadCapturePool::Options::kAutoShare;
-  } else if (int v = 0; absl::SimpleAtoi(share, &v) && v >= 0 && v <= 90) {
-    options.capture_cpu_share = v;
-  } else {
-    REVENANT_LOG(WARNING, "agent") << "REVENANT_CAPTURE_CPU_SHARE=" << share
-                                   << " is neither auto nor a percent from 0 to 90: 0 (the "
-                                      "device captures every upload)";
-  }
-  options.capture_cpu_threads =
-      static_cast<int>(knobs::Int(knobs::Id::kCaptureCpuThreads, 1, 256).value_or(8));
   if (options.validate_every > 0 && !absl::GetFlag(FLAGS_journal)) {
     REVENANT_LOG(WARNING, "agent") << "--validate_every needs the journal: validator off";
     options.validate_every = 0;

@@ -252,40 +252,18 @@ class Backend : public api::BackendApi {
   virtual cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                              cudaStream_t stream, bool async) = 0;
   // An upload from shared host memory (`src`) to device memory (`dst`), as
-  // Memcpy, whose bytes the device also copies back into `into.data`
-  // (journal memory registered with RegisterSharedHost) behind the upload;
-  // once all of them are there it stores `into.tag` into *into.done (8
-  // bytes of registered memory). A split capture (into.device_bytes <
-  // count): the device copies back only the first device_bytes, the agent's
-  // CPU copies the rest from `src` meanwhile and then stores the tag into
-  // *into.cpu_done (registered); the device waits for that word to reach
-  // the tag before it stores *into.done. Work the application queues on
-  // `stream` later runs after the capture (it cannot overwrite `dst` before
-  // it was read back, nor `src` before the CPU copied it). On a stream being
-  // captured into a graph the upload becomes a node as with Memcpy, and
-  // nothing is captured (the node reads `src` at its launch). *captured:
-  // whether the capture was queued. docs/journal_format.md, "Captured
-  // uploads".
-  struct CaptureInto {
-    void* data = nullptr;
-    uint64_t* done = nullptr;
-    uint64_t tag = 0;
-    uint64_t device_bytes = 0;
-    const uint64_t* cpu_done = nullptr;
-    // Optional, split captures: the device stores the tag here once its own
-    // part is copied back (before it waits for the CPU's), so that the CPU
-    // can tell which part finished first (UploadCapturePool's auto share).
-    uint64_t* device_done = nullptr;
-  };
+  // Memcpy, whose bytes the device also copies back into `capture` (journal
+  // memory registered with RegisterSharedHost) behind the upload; once all
+  // of them are there it stores `tag` into *done (8 bytes of registered
+  // memory). Work the application queues on `stream` later runs after the
+  // capture (it cannot overwrite `dst` before it was read back). On a
+  // stream being captured into a graph the upload becomes a node as with
+  // Memcpy, and nothing is captured (the node reads `src` at its launch).
+  // *captured: whether the capture was queued. docs/journal_format.md,
+  // "Captured uploads".
   virtual cudaError_t MemcpyCaptured(void* dst, const void* src, size_t count,
-                                     cudaStream_t stream, bool async, const CaptureInto& into,
-                                     bool* captured) = 0;
-  // Whether `into` is well formed for a capture of `count` bytes (the
-  // memory checks are the backend's).
-  static bool CaptureSplitValid(const CaptureInto& into, size_t count) {
-    return into.data != nullptr && into.done != nullptr && into.device_bytes <= count &&
-           (into.device_bytes == count || into.cpu_done != nullptr);
-  }
+                                     cudaStream_t stream, bool async, void* capture,
+                                     uint64_t* done, uint64_t tag, bool* captured) = 0;
 
   // Asynchronous boundary snapshot copies (agent/snapshot.h). Queues the
   // device-to-host copies `copies` (destinations in memory registered with

@@ -80,11 +80,8 @@ int32_t CopyBody(DispatchContext& ctx, const Request& r, wire::Encoder& out, boo
       const UploadCapturePool::Capture* cap = session->PendingCapture(ctx.seq);
       if (cap == nullptr || cap->size != count) return B(ctx)->Memcpy(d, sp, count, k, s, async_api);
       bool captured = false;
-      // A split capture's CPU part runs beside the device's (it must, for
-      // a synchronous copy: the device waits for it).
-      if (cap->device_bytes < count) session->StartCaptureCpuPart(ctx.seq, sp);
-      const cudaError_t e =
-          B(ctx)->MemcpyCaptured(d, sp, count, s, async_api, cap->Into(), &captured);
+      const cudaError_t e = B(ctx)->MemcpyCaptured(d, sp, count, s, async_api, cap->data,
+                                                   cap->done, cap->seq, &captured);
       session->CaptureRan(ctx.seq, e == cudaSuccess && captured);
       return e;
     }

@@ -32,9 +32,8 @@ class FakeDnnBackend : public Backend {
   }
   cudaError_t Memcpy(void*, const void*, size_t, cudaMemcpyKind, cudaStream_t, bool) override {
     return cudaErrorNotSupported;
-  }
-  cudaError_t MemcpyCaptured(void*, const void*, size_t, cudaStream_t, bool, const CaptureInto&,
-                             bool*) override {
+  }  cudaError_t MemcpyCaptured(void*, const void*, size_t, cudaStream_t, bool, void*, uint64_t*,
+                             uint64_t, bool*) override {
     return cudaErrorNotSupported;
   }
 

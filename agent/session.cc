@@ -275,20 +275,9 @@ void Session::ReportAtExit() {
     // captures held.
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "captured uploads at exit: %d uploads journaled by the device (%.1f MiB), %.1f MiB of "
-        "capture files, %d capture files made, %d times one was filled again%s%s",
+        "capture files, %d capture files made, %d times one was filled again%s",
         capture_->captures(), capture_->captured_bytes() / 1048576.0,
         capture_->bytes() / 1048576.0, capture_->files_made(), capture_->reuses(),
-        capture_->split_captures() == 0
-            ? std::string()
-            : absl::StrFormat(
-                  "; %d split with the CPU, which copied %.1f MiB of them%s",
-                  capture_->split_captures(), capture_->cpu_bytes() / 1048576.0,
-                  options_.capture_cpu_share != UploadCapturePool::Options::kAutoShare
-                      ? std::string()
-                      : absl::StrFormat(" (auto share now %d %%; the CPU's part finished last "
-                                        "%d times, the device's %d)",
-                                        capture_->cpu_share(), capture_->cpu_finished_last(),
-                                        capture_->device_finished_last())),
         snapshots_ == nullptr || options_.world_size != 1
             ? std::string()
             : absl::StrFormat("; a snapshot once %.1f MiB were captured since the last, %d "
@@ -816,8 +805,6 @@ UploadCaptureSink* Session::UploadCaptureFor(const transport::RecordHeader& rec)
   if (capture_ == nullptr) {
     UploadCapturePool::Options o;
     o.max_bytes = options_.capture_max_bytes;
-    o.cpu_share_percent = options_.capture_cpu_share;
-    o.cpu_threads = options_.capture_cpu_threads;
     absl::StatusOr<std::unique_ptr<UploadCapturePool>> pool =
         UploadCapturePool::Create(options_.journal->dir(), backend_, o, continued_journal_,
                                   options_.journal->minibatch(), rec.seq);

@@ -151,12 +151,6 @@ struct SessionOptions {
   // journal directory stay under this many bytes; 0: every upload's bytes
   // are journaled by the CPU. REVENANT_CAPTURE_MAX_MIB.
   uint64_t capture_max_bytes = 4ull << 30;
-  // The share (percent) of a large captured upload that the agent's CPU
-  // copies into its capture while the device copies the rest back
-  // (UploadCapturePool::Options::cpu_share_percent; kAutoShare: auto).
-  // REVENANT_CAPTURE_CPU_SHARE.
-  int capture_cpu_share = 0;
-  int capture_cpu_threads = 8;  // REVENANT_CAPTURE_CPU_THREADS
 
   // The journal thread (docs/design.md, "The journal thread"): a second
   // thread journals the plain asynchronous requests of the ring, so that
@@ -218,9 +212,6 @@ class Session : private JournalingHost {
   // copy's hook ran it (`captured`: the backend captured its bytes).
   const UploadCapturePool::Capture* PendingCapture(uint64_t seq) const {
     return capture_ != nullptr ? capture_->Pending(seq) : nullptr;
-  }
-  void StartCaptureCpuPart(uint64_t seq, const void* src) {
-    if (capture_ != nullptr) capture_->StartCpuPart(seq, src);
   }
   void CaptureRan(uint64_t seq, bool captured) {
     if (capture_ != nullptr) capture_->Ran(seq, captured);

@@ -95,13 +95,6 @@ absl::StatusOr<std::unique_ptr<UploadCapturePool>> UploadCapturePool::Create(
 }
 
 UploadCapturePool::~UploadCapturePool() {
-  // The CPU parts queued finish first: the device may wait for them, and
-  // they write into the files.
-  {
-    absl::MutexLock lock(&cpu_mu_);
-    cpu_stop_ = true;
-  }
-  for (std::thread& t : cpu_threads_) t.join();
   for (const auto& f : files_) {
     backend_->UnregisterSharedHost(f->base);
     munmap(f->base, f->size);
@@ -245,22 +238,6 @@ bool UploadCapturePool::Reserve(const transport::RecordHeader& rec, uint64_t min
   pending_.data = f->base + offset;
   pending_.done = reinterpret_cast<uint64_t*>(f->base + offset - sizeof(uint64_t));
   pending_.size = size;
-  pending_.device_bytes = size;
-  const int share = share_.load(std::memory_order_relaxed);
-  if (share > 0 && size >= options_.cpu_min_bytes) {
-    // The tail, in whole 64 KiB pieces, is the CPU's.
-    const uint64_t cpu =
-        std::min<uint64_t>(size * std::min(share, 100) / 100, size) & ~uint64_t{65535};
-    if (cpu > 0) {
-      pending_.device_bytes = size - cpu;
-      pending_.cpu_done = pending_.done - 1;
-      if (options_.cpu_share_percent == Options::kAutoShare) {
-        pending_.device_done = pending_.done - 2;
-        // A reused place may hold an older capture's seq (smaller).
-        __atomic_store_n(pending_.device_done, 0, __ATOMIC_RELAXED);
-      }
-    }
-  }
   pending_file_ = f;
   ref->set_file(f->name);
   ref->set_offset(offset);
@@ -268,99 +245,8 @@ bool UploadCapturePool::Reserve(const transport::RecordHeader& rec, uint64_t min
   return true;
 }
 
-void UploadCapturePool::StartCpuPart(uint64_t seq, const void* src) {
-  if (pending_.seq != seq || pending_file_ == nullptr || pending_.cpu_done == nullptr) return;
-  CpuJob job;
-  job.src = static_cast<const char*>(src) + pending_.device_bytes;
-  job.dst = pending_.data + pending_.device_bytes;
-  job.size = pending_.size - pending_.device_bytes;
-  job.word = pending_.cpu_done;
-  job.device_done = pending_.device_done;
-  job.seq = seq;
-  if (cpu_threads_.empty()) {
-    const int n = std::max(1, std::min<int>(options_.cpu_threads,
-                                            static_cast<int>(std::thread::hardware_concurrency())));
-    for (int i = 0; i < n; ++i) cpu_threads_.emplace_back([this] { CpuWorker(); });
-  }
-  absl::MutexLock lock(&cpu_mu_);
-  cpu_jobs_.push_back(job);
-  ++split_captures_;
-  cpu_bytes_ += job.size;
-}
-
-void UploadCapturePool::CpuWorker() {
-  // Pieces of the front job, in the cache of the thread that copies them;
-  // the thread that finishes a job's last piece stores its word.
-  constexpr uint64_t kPiece = 4 << 20;
-  absl::MutexLock lock(&cpu_mu_);
-  for (;;) {
-    auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cpu_mu_) {
-      for (const CpuJob& j : cpu_jobs_) {
-        if (j.next < j.size) return true;
-      }
-      return cpu_stop_;
-    };
-    cpu_mu_.Await(absl::Condition(&work));
-    CpuJob* job = nullptr;
-    for (CpuJob& j : cpu_jobs_) {
-      if (j.next < j.size) {
-        job = &j;
-        break;
-      }
-    }
-    if (job == nullptr) return;  // stopping, nothing left to take
-    const uint64_t off = job->next;
-    const uint64_t n = std::min(kPiece, job->size - off);
-    job->next += n;
-    const char* from = job->src + off;
-    char* to = job->dst + off;
-    const uint64_t seq = job->seq;
-    cpu_mu_.Unlock();
-    if (options_.before_cpu_piece) options_.before_cpu_piece();
-    std::memcpy(to, from, n);
-    cpu_mu_.Lock();
-    // Jobs leave the queue only once copied: the pointer found again by seq.
-    for (auto it = cpu_jobs_.begin(); it != cpu_jobs_.end(); ++it) {
-      if (it->seq != seq) continue;
-      it->copied += n;
-      if (it->copied == it->size) {
-        if (it->device_done != nullptr) {
-          AdjustShare(__atomic_load_n(it->device_done, __ATOMIC_ACQUIRE) == it->seq);
-        }
-        __atomic_store_n(it->word, it->seq, __ATOMIC_RELEASE);
-        cpu_jobs_.erase(it);
-      }
-      break;
-    }
-  }
-}
-
-void UploadCapturePool::AdjustShare(bool device_done_first) {
-  // The CPU finished last: it had too much; the device's part was still
-  // running: the CPU can take more.
-  (device_done_first ? cpu_last_ : device_last_).fetch_add(1, std::memory_order_relaxed);
-  const int step = device_done_first ? -options_.auto_step_percent : options_.auto_step_percent;
-  const int next = std::clamp(share_.load(std::memory_order_relaxed) + step,
-                              options_.auto_min_percent, options_.auto_max_percent);
-  share_.store(next, std::memory_order_relaxed);
-}
-
-void UploadCapturePool::WaitCpuJob(uint64_t seq) {
-  absl::MutexLock lock(&cpu_mu_);
-  auto gone = [this, seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(cpu_mu_) {
-    for (const CpuJob& j : cpu_jobs_) {
-      if (j.seq == seq) return false;
-    }
-    return true;
-  };
-  cpu_mu_.Await(absl::Condition(&gone));
-}
-
 void UploadCapturePool::Ran(uint64_t seq, bool captured) {
   if (pending_.seq != seq || pending_file_ == nullptr) return;
-  // Nothing captured: a CPU part still copying would write into bytes the
-  // file gives to a later capture.
-  if (!captured && pending_.cpu_done != nullptr) WaitCpuJob(seq);
   if (captured) {
     pending_file_->open.emplace_back(pending_.done, seq);
     ++captures_;

@@ -39,18 +39,13 @@
 #define REVENANT_AGENT_UPLOAD_CAPTURE_H_
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "agent/backend.h"
 #include "agent/journaling.h"
@@ -81,28 +76,6 @@ class UploadCapturePool : public UploadCaptureSink {
     uint64_t max_bytes = 4ull << 30;
     // Size of a capture file (larger for a larger upload).
     uint64_t file_bytes = 64 << 20;
-    // A split capture (REVENANT_CAPTURE_CPU_SHARE): of an upload of at
-    // least cpu_min_bytes, this percentage of the bytes (the tail) is
-    // copied into the capture by up to cpu_threads threads of the pool's
-    // own while the upload runs, the rest by the device over the link (a
-    // copy back beside an upload slows it: docs/performance.md). 0: the
-    // device captures everything.
-    // kAutoShare: the share moves by auto_step_percent after each split
-    // capture (within auto_min/max), towards both parts finishing together
-    // (the device stores a word when its part is done; the CPU looks at it
-    // when it finishes: up if the device's part was still running, down if
-    // it was done), starting at auto_start_percent.
-    static constexpr int kAutoShare = -1;
-    int cpu_share_percent = 0;
-    int auto_start_percent = 40;
-    int auto_min_percent = 5;
-    int auto_max_percent = 90;
-    int auto_step_percent = 2;
-    uint64_t cpu_min_bytes = 8 << 20;
-    int cpu_threads = 8;
-    // Called by a CPU thread before each piece it copies (tests hold them
-    // back to show that the capture completes only after its CPU part).
-    std::function<void()> before_cpu_piece;
   };
 
   // Capture files in `dir` (the journal directory). A fresh journal removes
@@ -130,47 +103,13 @@ class UploadCapturePool : public UploadCaptureSink {
     char* data = nullptr;
     uint64_t* done = nullptr;
     uint64_t size = 0;
-    // The device's part [0, device_bytes); a split capture's CPU part is
-    // the rest, and the CPU stores seq into *cpu_done (the 8 bytes before
-    // the completion word) once it copied it.
-    uint64_t device_bytes = 0;
-    uint64_t* cpu_done = nullptr;
-    // With the auto share: where the device stores seq once its part is
-    // done (the 8 bytes before the CPU word).
-    uint64_t* device_done = nullptr;
-    // The backend's view of it.
-    Backend::CaptureInto Into() const {
-      Backend::CaptureInto c;
-      c.data = data;
-      c.done = done;
-      c.tag = seq;
-      c.device_bytes = device_bytes;
-      c.cpu_done = cpu_done;
-      c.device_done = device_done;
-      return c;
-    }
   };
   const Capture* Pending(uint64_t seq) const {
     return pending_.seq == seq && pending_.data != nullptr ? &pending_ : nullptr;
   }
-  // A split capture's CPU part (Capture::device_bytes < size): starts
-  // copying the rest of `src` (the upload's source) into the capture on
-  // the pool's threads. Called by the hook right before the backend's
-  // captured copy (a synchronous one waits on the device for this part).
-  void StartCpuPart(uint64_t seq, const void* src);
   // The hook ran the copy: `captured` false when the backend captured
-  // nothing (the copy failed, or became a graph node); a CPU part started
-  // for it is then waited for (it writes into the file).
+  // nothing (the copy failed, or became a graph node).
   void Ran(uint64_t seq, bool captured);
-  // Split captures made, and their bytes copied by the CPU.
-  uint64_t split_captures() const { return split_captures_; }
-  uint64_t cpu_bytes() const { return cpu_bytes_; }
-  // The CPU's share of the next split capture (percent), and, with the auto
-  // share, how often the CPU's part finished last and how often the
-  // device's did.
-  int cpu_share() const { return share_.load(std::memory_order_relaxed); }
-  uint64_t cpu_finished_last() const { return cpu_last_.load(std::memory_order_relaxed); }
-  uint64_t device_finished_last() const { return device_last_.load(std::memory_order_relaxed); }
 
   // Captures of requests before `before_seq` are never replayed again: a
   // boundary snapshot of the state before that request finished (renamed in
@@ -202,27 +141,7 @@ class UploadCapturePool : public UploadCaptureSink {
     std::vector<std::pair<const uint64_t*, uint64_t>> open;
   };
   UploadCapturePool(std::string dir, Backend* backend, Options options)
-      : dir_(std::move(dir)),
-        backend_(backend),
-        options_(options),
-        share_(options.cpu_share_percent == Options::kAutoShare ? options.auto_start_percent
-                                                                 : options.cpu_share_percent) {}
-  // The CPU parts: a queue of copies the pool's threads share in pieces,
-  // each finished by storing its seq into its word.
-  struct CpuJob {
-    const char* src = nullptr;
-    char* dst = nullptr;
-    uint64_t size = 0;
-    uint64_t* word = nullptr;
-    const uint64_t* device_done = nullptr;  // auto share: the device's word
-    uint64_t seq = 0;
-    uint64_t next = 0;       // next piece's offset to take
-    uint64_t copied = 0;     // bytes of finished pieces
-  };
-  void CpuWorker();
-  void WaitCpuJob(uint64_t seq);
-  // The auto share after a split capture whose CPU part just finished.
-  void AdjustShare(bool device_done_first);
+      : dir_(std::move(dir)), backend_(backend), options_(options) {}
   absl::Status MapFile(const std::string& name, uint64_t size, bool create, File* f);
   // A file with room for `need` bytes for `minibatch`, or null.
   File* FileFor(uint64_t need, uint64_t minibatch);
@@ -242,14 +161,6 @@ class UploadCapturePool : public UploadCaptureSink {
   Capture pending_;
   File* pending_file_ = nullptr;
   bool warned_full_ = false;
-  uint64_t split_captures_ = 0;
-  uint64_t cpu_bytes_ = 0;
-  std::atomic<int> share_;
-  std::atomic<uint64_t> cpu_last_{0}, device_last_{0};
-  absl::Mutex cpu_mu_;
-  std::deque<CpuJob> cpu_jobs_ ABSL_GUARDED_BY(cpu_mu_);  // front: being copied
-  bool cpu_stop_ ABSL_GUARDED_BY(cpu_mu_) = false;
-  std::vector<std::thread> cpu_threads_;
 };
 
 // For a replay: each entry of `entries` with a DeviceCapture gets the

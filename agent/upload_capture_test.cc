@@ -4,11 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <cstdio>
 #include <cstdlib>
-#include <functional>
-#include <random>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,8 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
-#include "absl/time/clock.h"
 #include "agent/backends/host/host_backend.h"
 #include "api/hook_protocol.h"
 #include "api/traits.h"
@@ -113,9 +107,8 @@ class UploadCaptureTest : public ::testing::Test {
     const UploadCapturePool::Capture* cap = pool->Pending(seq);
     EXPECT_NE(cap, nullptr);
     bool captured = false;
-    if (cap->device_bytes < count) pool->StartCpuPart(seq, src_);
-    EXPECT_EQ(backend_->MemcpyCaptured(dev_, src_, count, nullptr, /*async=*/false, cap->Into(),
-                                       &captured),
+    EXPECT_EQ(backend_->MemcpyCaptured(dev_, src_, count, nullptr, /*async=*/false, cap->data,
+                                       cap->done, seq, &captured),
               cudaSuccess);
     EXPECT_TRUE(captured);
     pool->Ran(seq, captured);
@@ -341,7 +334,8 @@ TEST_F(UploadCaptureTest, TheJournalRecordsTheReference) {
   const UploadCapturePool::Capture* cap = pool_->Pending(5);
   ASSERT_NE(cap, nullptr);
   bool captured = false;
-  ASSERT_EQ(backend_->MemcpyCaptured(dev_, src_, kBytes, nullptr, false, cap->Into(), &captured),
+  ASSERT_EQ(backend_->MemcpyCaptured(dev_, src_, kBytes, nullptr, false, cap->data, cap->done, 5,
+                                     &captured),
             cudaSuccess);
   pool_->Ran(5, captured);
   const std::string original(src_, kBytes);
@@ -368,236 +362,6 @@ TEST_F(UploadCaptureTest, TheJournalRecordsTheReference) {
   EXPECT_EQ(minibatch[0].capture().length(), kBytes);
   ASSERT_TRUE(LoadCapturedUploads(dir_ + "/journal", &minibatch).ok());
   EXPECT_EQ(minibatch[0].inline_payload(), original);
-}
-
-// Split captures (REVENANT_CAPTURE_CPU_SHARE): the CPU copies the tail.
-std::unique_ptr<UploadCapturePool> SplitPool(const std::string& dir, Backend* backend, int share,
-                                             int threads,
-                                             std::function<void()> before_piece = nullptr) {
-  UploadCapturePool::Options o;
-  o.file_bytes = 4 << 20;
-  o.cpu_share_percent = share;
-  o.cpu_min_bytes = 1 << 20;
-  o.cpu_threads = threads;
-  o.before_cpu_piece = std::move(before_piece);
-  absl::StatusOr<std::unique_ptr<UploadCapturePool>> p =
-      UploadCapturePool::Create(dir, backend, o, false, 0);
-  EXPECT_TRUE(p.ok()) << p.status();
-  return p.ok() ? std::move(*p) : nullptr;
-}
-
-TEST_F(UploadCaptureTest, ASplitCaptureHoldsEveryByteOnceBothPartsAreDone) {
-  pool_ = SplitPool(dir_, backend_.get(), 40, 3);
-  bool reserved = false;
-  std::vector<journal::JournalEntry> entries = {RunUpload(pool_.get(), 7, 1, kBytes, &reserved)};
-  ASSERT_TRUE(reserved);
-  EXPECT_EQ(pool_->split_captures(), 1u);
-  // 40 % of 3 MiB in whole 64 KiB pieces: the CPU's tail.
-  EXPECT_EQ(pool_->cpu_bytes(), (kBytes * 40 / 100) & ~uint64_t{65535});
-  EXPECT_EQ(std::memcmp(dev_, src_, kBytes), 0);
-  const std::string original(src_, kBytes);
-  std::memset(src_, 0x55, kBytes);
-  ASSERT_TRUE(LoadCapturedUploads(dir_, &entries).ok());
-  EXPECT_FALSE(entries[0].has_capture());
-  EXPECT_TRUE(entries[0].inline_payload() == original);
-}
-
-// The device stores the completion word (and the stream's later work runs)
-// only after the CPU's part: held back here, the capture stays incomplete
-// and a replay would copy from the source.
-TEST_F(UploadCaptureTest, ASplitCaptureCompletesOnlyAfterItsCpuPart) {
-  absl::Mutex mu;
-  bool open = false;
-  pool_ = SplitPool(dir_, backend_.get(), 50, 2, [&] {
-    absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(&open));
-  });
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(backend_->cudaStreamCreate(&stream), cudaSuccess);
-  const std::vector<char> rec = Upload(11, kBytes);
-  journal::JournalEntry e;
-  e.set_seq(22);
-  e.set_api_id(static_cast<uint32_t>(api::ApiId::cudaMemcpyAsync));
-  e.set_args(Header(rec).body(), Header(rec).body_size());
-  ASSERT_TRUE(pool_->Reserve(Header(rec), 1, kBytes, e.mutable_capture()));
-  const UploadCapturePool::Capture* cap = pool_->Pending(11);
-  ASSERT_NE(cap, nullptr);
-  ASSERT_LT(cap->device_bytes, kBytes);
-  pool_->StartCpuPart(11, src_);
-  bool captured = false;
-  ASSERT_EQ(backend_->MemcpyCaptured(dev_, src_, kBytes, stream, /*async=*/true, cap->Into(),
-                                     &captured),
-            cudaSuccess);
-  ASSERT_TRUE(captured);
-  const uint64_t* done = cap->done;
-  pool_->Ran(11, true);
-  // Later work on the stream: a host callback that records the word.
-  std::atomic<uint64_t> seen{1};
-  ASSERT_EQ(backend_->EnqueueHostCallback(
-                stream, [&] { seen.store(__atomic_load_n(done, __ATOMIC_ACQUIRE)); }),
-            cudaSuccess);
-  absl::SleepFor(absl::Milliseconds(50));
-  EXPECT_NE(__atomic_load_n(done, __ATOMIC_ACQUIRE), 11u);
-  EXPECT_EQ(seen.load(), 1u);  // not run yet
-  std::vector<journal::JournalEntry> entries = {e};
-  ASSERT_TRUE(LoadCapturedUploads(dir_, &entries).ok());
-  EXPECT_TRUE(entries[0].has_capture());  // incomplete: the replay copies from the source
-  {
-    absl::MutexLock lock(&mu);
-    open = true;
-  }
-  ASSERT_EQ(backend_->cudaStreamSynchronize(stream), cudaSuccess);
-  EXPECT_EQ(__atomic_load_n(done, __ATOMIC_ACQUIRE), 11u);
-  EXPECT_EQ(seen.load(), 11u);
-  const std::string original(src_, kBytes);
-  std::memset(src_, 0x66, kBytes);
-  entries = {e};
-  ASSERT_TRUE(LoadCapturedUploads(dir_, &entries).ok());
-  EXPECT_TRUE(entries[0].inline_payload() == original);
-  ASSERT_EQ(backend_->cudaStreamDestroy(stream), cudaSuccess);
-}
-
-// A copy that captured nothing (refused here: a stream that does not
-// exist) leaves no CPU part running behind it: Ran waits for it, since its
-// bytes of the file go to a later capture.
-TEST_F(UploadCaptureTest, ACaptureThatFailedWaitsForItsCpuPart) {
-  std::atomic<int> pieces{0};
-  pool_ = SplitPool(dir_, backend_.get(), 75, 1, [&] {
-    absl::SleepFor(absl::Milliseconds(20));
-    pieces.fetch_add(1);
-  });
-  const std::vector<char> rec = Upload(13, kBytes);
-  journal::JournalEntry e;
-  ASSERT_TRUE(pool_->Reserve(Header(rec), 1, kBytes, e.mutable_capture()));
-  const UploadCapturePool::Capture* cap = pool_->Pending(13);
-  ASSERT_NE(cap, nullptr);
-  const uint64_t* cpu_done = cap->cpu_done;
-  pool_->StartCpuPart(13, src_);
-  bool captured = false;
-  EXPECT_EQ(backend_->MemcpyCaptured(dev_, src_, kBytes, reinterpret_cast<cudaStream_t>(0x1234),
-                                     false, cap->Into(), &captured),
-            cudaErrorInvalidResourceHandle);
-  EXPECT_FALSE(captured);
-  pool_->Ran(13, false);
-  // 75 % of 3 MiB in 4 MiB pieces: one piece, copied before Ran returned.
-  EXPECT_EQ(pieces.load(), 1);
-  EXPECT_EQ(__atomic_load_n(cpu_done, __ATOMIC_ACQUIRE), 13u);
-  EXPECT_EQ(pool_->captures(), 0u);
-}
-
-// The auto share (REVENANT_CAPTURE_CPU_SHARE=auto) moves towards the part
-// that finished first: down while the CPU's part finishes last (its threads
-// held back here), up while the device's does (its stream held back by a
-// callback queued before the upload); each capture still replays its bytes.
-TEST_F(UploadCaptureTest, TheAutoShareMovesTowardsBothPartsFinishingTogether) {
-  for (const bool slow_cpu : {true, false}) {
-    SCOPED_TRACE(slow_cpu ? "CPU held back" : "device held back");
-    pool_.reset();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    UploadCapturePool::Options o;
-    o.file_bytes = 4 << 20;
-    o.cpu_share_percent = UploadCapturePool::Options::kAutoShare;
-    o.auto_start_percent = 40;
-    o.auto_step_percent = 2;
-    o.cpu_min_bytes = 1 << 20;
-    o.cpu_threads = 2;
-    if (slow_cpu) o.before_cpu_piece = [] { absl::SleepFor(absl::Milliseconds(30)); };
-    absl::StatusOr<std::unique_ptr<UploadCapturePool>> p =
-        UploadCapturePool::Create(dir_, backend_.get(), o, false, 0);
-    ASSERT_TRUE(p.ok()) << p.status();
-    pool_ = std::move(*p);
-    EXPECT_EQ(40, pool_->cpu_share());
-    cudaStream_t stream = nullptr;
-    ASSERT_EQ(backend_->cudaStreamCreate(&stream), cudaSuccess);
-    std::vector<journal::JournalEntry> entries;
-    for (uint64_t k = 0; k < 5; ++k) {
-      const uint64_t seq = 200 + k;
-      const std::vector<char> rec = Upload(seq, kBytes);
-      journal::JournalEntry e;
-      e.set_seq(seq * 2);
-      e.set_api_id(static_cast<uint32_t>(api::ApiId::cudaMemcpyAsync));
-      e.set_args(Header(rec).body(), Header(rec).body_size());
-      ASSERT_TRUE(pool_->Reserve(Header(rec), 1, kBytes, e.mutable_capture()));
-      const UploadCapturePool::Capture* cap = pool_->Pending(seq);
-      ASSERT_NE(cap, nullptr);
-      ASSERT_NE(cap->device_done, nullptr);
-      if (!slow_cpu) {
-        ASSERT_EQ(backend_->EnqueueHostCallback(
-                      stream, [] { absl::SleepFor(absl::Milliseconds(50)); }),
-                  cudaSuccess);
-      }
-      pool_->StartCpuPart(seq, src_);
-      bool captured = false;
-      ASSERT_EQ(backend_->MemcpyCaptured(dev_, src_, kBytes, stream, /*async=*/true, cap->Into(),
-                                         &captured),
-                cudaSuccess);
-      pool_->Ran(seq, captured);
-      ASSERT_EQ(backend_->cudaStreamSynchronize(stream), cudaSuccess);
-      entries.push_back(e);
-    }
-    EXPECT_EQ(slow_cpu ? 30 : 50, pool_->cpu_share());
-    EXPECT_EQ(slow_cpu ? 5u : 0u, pool_->cpu_finished_last());
-    EXPECT_EQ(slow_cpu ? 0u : 5u, pool_->device_finished_last());
-    const std::string original(src_, kBytes);
-    ASSERT_TRUE(LoadCapturedUploads(dir_, &entries).ok());
-    for (const journal::JournalEntry& e : entries) {
-      EXPECT_TRUE(e.inline_payload() == original) << e.seq();
-    }
-    ASSERT_EQ(backend_->cudaStreamDestroy(stream), cudaSuccess);
-  }
-}
-
-// Random upload sizes and shares (seed printed), several captures in flight
-// on one stream, each replayed with its own bytes.
-TEST_F(UploadCaptureTest, RandomSplitCapturesReplayTheirBytes) {
-  const uint32_t seed = 20261205;
-  std::printf("seed %u\n", seed);
-  std::mt19937 rng(seed);
-  for (int round = 0; round < 6; ++round) {
-    const int share = std::uniform_int_distribution<int>(0, 90)(rng);
-    const int threads = std::uniform_int_distribution<int>(1, 4)(rng);
-    SCOPED_TRACE(::testing::Message() << "round " << round << ", share " << share << " %, "
-                                      << threads << " threads");
-    pool_.reset();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    pool_ = SplitPool(dir_, backend_.get(), share, threads);
-    cudaStream_t stream = nullptr;
-    ASSERT_EQ(backend_->cudaStreamCreate(&stream), cudaSuccess);
-    std::vector<journal::JournalEntry> entries;
-    std::vector<std::string> originals;
-    for (uint64_t k = 0; k < 3; ++k) {
-      const uint64_t seq = 100 + k;
-      const uint64_t count = std::uniform_int_distribution<uint64_t>(1 << 20, kBytes)(rng);
-      for (uint64_t i = 0; i < count; ++i) src_[i] = static_cast<char>(rng());
-      const std::vector<char> rec = Upload(seq, count);
-      journal::JournalEntry e;
-      e.set_seq(seq * 2);
-      e.set_api_id(static_cast<uint32_t>(api::ApiId::cudaMemcpyAsync));
-      e.set_args(Header(rec).body(), Header(rec).body_size());
-      ASSERT_TRUE(pool_->Reserve(Header(rec), 1, count, e.mutable_capture()));
-      const UploadCapturePool::Capture* cap = pool_->Pending(seq);
-      ASSERT_NE(cap, nullptr);
-      if (cap->device_bytes < count) pool_->StartCpuPart(seq, src_);
-      bool captured = false;
-      ASSERT_EQ(backend_->MemcpyCaptured(dev_, src_, count, stream, /*async=*/true, cap->Into(),
-                                         &captured),
-                cudaSuccess);
-      pool_->Ran(seq, captured);
-      // The application may reuse its source once the stream is past the copy.
-      ASSERT_EQ(backend_->cudaStreamSynchronize(stream), cudaSuccess);
-      originals.emplace_back(src_, count);
-      entries.push_back(e);
-    }
-    std::memset(src_, 0x77, kBytes);
-    ASSERT_TRUE(LoadCapturedUploads(dir_, &entries).ok());
-    for (size_t k = 0; k < entries.size(); ++k) {
-      EXPECT_FALSE(entries[k].has_capture()) << k;
-      EXPECT_TRUE(entries[k].inline_payload() == originals[k]) << k;
-    }
-    ASSERT_EQ(backend_->cudaStreamDestroy(stream), cudaSuccess);
-  }
 }
 
 TEST_F(UploadCaptureTest, AMissingOrShortCaptureFileIsDataLoss) {

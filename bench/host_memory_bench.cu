@@ -36,11 +36,12 @@
 //    file's copies and checksums in 32 MiB turns, overlapped (the agent's
 //    synchronous snapshot into its registered spare).
 // 7. A captured upload whose capture is split between the link and the CPU
-//    (the agent's REVENANT_CAPTURE_CPU_SHARE): a 256 MiB pinned upload in
+//    (docs/performance.md, "A capture split between the link and the CPU"):
+//    a 256 MiB pinned upload in
 //    8 MiB chunks, the first part of each chunk run copied back to a
 //    registered capture file behind it on a second stream, the rest copied
 //    from the source into the file by 8 or 16 CPU threads meanwhile (4 MiB
-//    pieces taken in turn, as the agent's threads do); the
+//    pieces taken in turn); the
 //    time until all three are done, against the upload alone, for CPU
 //    shares of 0-75 %. --only_split runs only this section.
 #include <cuda_runtime.h>
@@ -619,8 +620,7 @@ void SnapshotCopies(size_t n) {
   CHECK(cudaFree(dev));
 }
 
-// The agent's CPU part of a split capture: threads take 4 MiB pieces in
-// turn (agent/upload_capture.cc, CpuWorker).
+// The CPU's part of a split capture: threads take 4 MiB pieces in turn.
 void CopyPieces(char* dst, const char* src, size_t n, int threads) {
   constexpr size_t kPiece = 4 << 20;
   std::atomic<size_t> next{0};

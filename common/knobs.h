@@ -108,15 +108,6 @@ enum class Type { kBool, kInt, kDouble, kString };
     "Large uploads of a training step are journaled by the device into capture files of the "   \
     "journal directory (tmpfs): at most this many MiB of them per rank; 0 journals every "      \
     "upload's bytes with the CPU (slower).")                                                     \
-  X(kCaptureCpuShare, "REVENANT_CAPTURE_CPU_SHARE", kString, kProduct, "0",                    \
-    "Percent (0-90) of a captured upload of 8 MiB or more that the agent's CPU threads "       \
-    "(REVENANT_CAPTURE_CPU_THREADS) copy into its capture while the upload runs; the device "  \
-    "copies the rest back over the link, which slows the upload beside it. auto: starts at "   \
-    "40 and moves by 2 after each such upload towards both parts finishing together. 0: the " \
-    "device captures all of it.")                                                                \
-  X(kCaptureCpuThreads, "REVENANT_CAPTURE_CPU_THREADS", kInt, kProduct, "8",                     \
-    "Threads of the agent that copy split captures' CPU parts (REVENANT_CAPTURE_CPU_SHARE); at " \
-    "most the machine's CPUs.")                                                                    \
   X(kShimAnswers, "REVENANT_SHIM_ANSWERS", kBool, kProduct, "1",                                \
     "cuBLASLt and cuDNN backend descriptors of known types are created without waiting for "    \
     "the agent (the shim assigns their handles); a cuDNN descriptor's destroy, a variant "      \

@@ -20,7 +20,7 @@
 #      run under the shim (journal on, default snapshots, --h2d_iters
 #      ONE_H2D_ITERS, default 24), the order alternating: each metric's ratio
 #      per pair, the median of the pairs' ratios and the goal. ONE_BENCH_ARM
-#      (environment assignments, e.g. "REVENANT_CAPTURE_CPU_SHARE=40"): a
+#      (environment assignments, e.g. "REVENANT_CAPTURE_MAX_MIB=0"): a
 #      third run in every pair under the shim with them set, its ratios
 #      against the same pair's native run summarized apart.
 if [ "$MODE" = one_pairs ]; then

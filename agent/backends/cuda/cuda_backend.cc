@@ -77,8 +77,7 @@ uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
   X(cuGraphExecDestroy)                                   \
   X(cuGraphLaunch)                                        \
   X(cuStreamIsCapturing)                                  \
-  X(cuStreamWriteValue64)                                 \
-  X(cuStreamWaitValue64)
+  X(cuStreamWriteValue64)
 
 struct Driver {
 #define REVENANT_DECLARE(name) decltype(&::name) name = nullptr;
@@ -214,7 +213,8 @@ class CudaBackend : public Backend {
   cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                      cudaStream_t stream, bool async) override;
   cudaError_t MemcpyCaptured(void* dst, const void* src, size_t count, cudaStream_t stream,
-                             bool async, const CaptureInto& into, bool* captured) override;
+                             bool async, void* capture, uint64_t* done, uint64_t tag,
+                             bool* captured) override;
   cudaError_t QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies, uint64_t* done,
                                   uint64_t tag) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
@@ -1720,8 +1720,8 @@ cudaError_t CudaBackend::Memcpy(void* dst, const void* src, size_t count, cudaMe
 }
 
 cudaError_t CudaBackend::MemcpyCaptured(void* dst, const void* src, size_t count,
-                                        cudaStream_t stream, bool async, const CaptureInto& into,
-                                        bool* captured) {
+                                        cudaStream_t stream, bool async, void* capture,
+                                        uint64_t* done, uint64_t tag, bool* captured) {
   *captured = false;
   Bind();
   if (count == 0) return cudaSuccess;
@@ -1734,16 +1734,12 @@ cudaError_t CudaBackend::MemcpyCaptured(void* dst, const void* src, size_t count
     // reads its source when the graph runs; nothing to capture now.
     return Memcpy(dst, src, count, cudaMemcpyHostToDevice, stream, async);
   }
-  if (dst == nullptr || src == nullptr || !CaptureSplitValid(into, count))
+  if (dst == nullptr || src == nullptr || capture == nullptr || done == nullptr)
     return cudaErrorInvalidValue;
-  const bool split = into.device_bytes < count;
   {
     absl::MutexLock lock(&mu_);
     if (!DeviceAccessible(dst, count) || !IsSharedHost(src, count) ||
-        !IsSharedHost(into.data, count) || !IsSharedHost(into.done, sizeof(*into.done)) ||
-        (split && !IsSharedHost(into.cpu_done, sizeof(*into.cpu_done))) ||
-        (split && into.device_done != nullptr &&
-         !IsSharedHost(into.device_done, sizeof(*into.device_done)))) {
+        !IsSharedHost(capture, count) || !IsSharedHost(done, sizeof(*done))) {
       return cudaErrorInvalidValue;
     }
   }
@@ -1758,64 +1754,26 @@ cudaError_t CudaBackend::MemcpyCaptured(void* dst, const void* src, size_t count
     }
   }
   void* done_device = nullptr;
-  if (cudaError_t e = ::cudaHostGetDevicePointer(&done_device, into.done, 0); e != cudaSuccess) {
-    return e;
-  }
-  void* cpu_device = nullptr;
-  void* device_done_device = nullptr;
-  if (split) {
-    if (cudaError_t e = ::cudaHostGetDevicePointer(
-            &cpu_device, const_cast<uint64_t*>(into.cpu_done), 0);
-        e != cudaSuccess) {
-      return e;
-    }
-    if (into.device_done != nullptr) {
-      if (cudaError_t e = ::cudaHostGetDevicePointer(&device_done_device, into.device_done, 0);
-          e != cudaSuccess) {
-        return e;
-      }
-    }
-  }
+  if (cudaError_t e = ::cudaHostGetDevicePointer(&done_device, done, 0); e != cudaSuccess) return e;
   // Chunks of 1-8 MiB (about 16 per upload): the capture of the last one is
   // what the critical path gains. An event may be recorded again once a
-  // stream waits for it (the wait takes its state at the call). A split
-  // capture copies back only the chunks' first device_bytes; the upload
-  // still goes in the same chunks.
+  // stream waits for it (the wait takes its state at the call).
   const size_t chunk =
       std::min<size_t>(8ull << 20, std::max<size_t>(1ull << 20, (count / 16 + 65535) & ~size_t{65535}));
   char* d = static_cast<char*>(dst);
   const char* h = static_cast<const char*>(src);
-  char* c = static_cast<char*>(into.data);
+  char* c = static_cast<char*>(capture);
   for (size_t off = 0; off < count; off += chunk) {
     const size_t n = std::min(chunk, count - off);
     cudaError_t e = ::cudaMemcpyAsync(d + off, h + off, n, cudaMemcpyHostToDevice, stream);
-    if (off < into.device_bytes) {
-      const size_t back = std::min<size_t>(n, into.device_bytes - off);
-      if (e == cudaSuccess) e = ::cudaEventRecord(capture_chunk_event_, stream);
-      if (e == cudaSuccess) e = ::cudaStreamWaitEvent(capture_stream_, capture_chunk_event_, 0);
-      if (e == cudaSuccess)
-        e = ::cudaMemcpyAsync(c + off, d + off, back, cudaMemcpyDeviceToHost, capture_stream_);
-    }
-    if (e != cudaSuccess) return e;
-  }
-  if (split) {
-    // The upload's end, then the CPU's part (its word reaches the tag).
-    cudaError_t e = ::cudaEventRecord(capture_chunk_event_, stream);
+    if (e == cudaSuccess) e = ::cudaEventRecord(capture_chunk_event_, stream);
     if (e == cudaSuccess) e = ::cudaStreamWaitEvent(capture_stream_, capture_chunk_event_, 0);
+    if (e == cudaSuccess)
+      e = ::cudaMemcpyAsync(c + off, d + off, n, cudaMemcpyDeviceToHost, capture_stream_);
     if (e != cudaSuccess) return e;
-    if (device_done_device != nullptr &&
-        drv_.cuStreamWriteValue64(capture_stream_,
-                                  reinterpret_cast<CUdeviceptr>(device_done_device), into.tag,
-                                  0) != CUDA_SUCCESS) {
-      return cudaErrorUnknown;
-    }
-    if (drv_.cuStreamWaitValue64(capture_stream_, reinterpret_cast<CUdeviceptr>(cpu_device),
-                                 into.tag, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
-      return cudaErrorUnknown;
-    }
   }
-  if (drv_.cuStreamWriteValue64(capture_stream_, reinterpret_cast<CUdeviceptr>(done_device),
-                                into.tag, 0) != CUDA_SUCCESS) {
+  if (drv_.cuStreamWriteValue64(capture_stream_, reinterpret_cast<CUdeviceptr>(done_device), tag,
+                                0) != CUDA_SUCCESS) {
     return cudaErrorUnknown;
   }
   cudaError_t e = ::cudaEventRecord(capture_end_event_, capture_stream_);

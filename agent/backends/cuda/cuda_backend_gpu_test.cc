@@ -10,8 +10,7 @@
 // copies, memsets, pointer validation, streams, events, host callbacks, a
 // kernel from a fat binary, function attributes, occupancy, graph memory
 // (alloc/free nodes), launches held back as graphs, boundary snapshots
-// copied through the staging and straight into a registered file, captured
-// uploads (whole and split with a CPU thread), and Reset.
+// copied through the staging and straight into a registered file, and Reset.
 // Prints "PASS cuda_backend_gpu_test" as its last line on success.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -151,96 +150,6 @@ void GraphMemory(Backend* b, const KernelInfo& fill, void* out, const DeviceRang
              cudaSuccess);
   EXPECT_ERR(b->cudaFree(reused), cudaSuccess);
   EXPECT_ERR(b->cudaStreamDestroy(s), cudaSuccess);
-}
-
-// Captured uploads through this backend: a whole capture, and a split one
-// whose tail a thread here copies while the device captures the head; the
-// device stores the completion word only after the thread's word (held back
-// 50 ms here), the application's later work on the stream runs after it,
-// and the capture holds every byte (seeded random source, seed 20261205).
-void SplitCapture(Backend* b) {
-  const size_t n = (24 << 20) + 4096;
-  void* src = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  void* cap = mmap(nullptr, n + 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (src == MAP_FAILED || cap == MAP_FAILED) {
-    EXPECT(false);
-    return;
-  }
-  EXPECT_ERR(b->RegisterSharedHost(src, n, 0), cudaSuccess);
-  EXPECT_ERR(b->RegisterSharedHost(cap, n + 4096, 0), cudaSuccess);
-  std::mt19937 rng(20261205);
-  for (size_t i = 0; i < n; i += 4) {
-    const uint32_t v = rng();
-    std::memcpy(static_cast<char*>(src) + i, &v, std::min<size_t>(4, n - i));
-  }
-  void* dev = nullptr;
-  EXPECT_ERR(b->cudaMalloc(&dev, n), cudaSuccess);
-  cudaStream_t s = nullptr;
-  EXPECT_ERR(b->cudaStreamCreate(&s), cudaSuccess);
-  // The device's word (auto share), the CPU word, the completion word.
-  auto* all = reinterpret_cast<uint64_t*>(static_cast<char*>(cap) + 4096 - 24);
-  uint64_t* device_word = &all[0];
-  uint64_t* words = &all[1];
-  char* data = static_cast<char*>(cap) + 4096;
-  for (const size_t device_bytes : {n, size_t{10} << 20, size_t{0}}) {
-    std::memset(data, 0, n);
-    __atomic_store_n(device_word, 0, __ATOMIC_RELEASE);
-    __atomic_store_n(&words[0], 0, __ATOMIC_RELEASE);  // the CPU word
-    __atomic_store_n(&words[1], 0, __ATOMIC_RELEASE);  // the completion word
-    const uint64_t tag = 100 + device_bytes;
-    Backend::CaptureInto into;
-    into.data = data;
-    into.done = &words[1];
-    into.tag = tag;
-    into.device_bytes = device_bytes;
-    into.cpu_done = &words[0];
-    into.device_done = device_word;
-    std::thread cpu;
-    if (device_bytes < n) {
-      cpu = std::thread([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        std::memcpy(data + device_bytes, static_cast<char*>(src) + device_bytes, n - device_bytes);
-        __atomic_store_n(&words[0], tag, __ATOMIC_RELEASE);
-      });
-    }
-    bool captured = false;
-    EXPECT_ERR(b->MemcpyCaptured(dev, src, n, s, /*async=*/true, into, &captured), cudaSuccess);
-    EXPECT(captured);
-    std::atomic<uint64_t> seen{1};
-    EXPECT_ERR(b->EnqueueHostCallback(
-                   s, [&] { seen.store(__atomic_load_n(&words[1], __ATOMIC_ACQUIRE)); }),
-               cudaSuccess);
-    if (device_bytes < n) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      EXPECT(__atomic_load_n(&words[1], __ATOMIC_ACQUIRE) != tag);  // waits for the CPU
-      EXPECT(seen.load() == 1);
-      // The device's own part is in, and it said so.
-      EXPECT(__atomic_load_n(device_word, __ATOMIC_ACQUIRE) == tag);
-    }
-    EXPECT_ERR(b->cudaStreamSynchronize(s), cudaSuccess);
-    if (cpu.joinable()) cpu.join();
-    EXPECT(__atomic_load_n(&words[1], __ATOMIC_ACQUIRE) == tag);
-    EXPECT(seen.load() == tag);
-    EXPECT(std::memcmp(data, src, n) == 0);
-    std::string back(n, '\0');
-    EXPECT_ERR(b->Memcpy(back.data(), dev, n, cudaMemcpyDeviceToHost, s, false), cudaSuccess);
-    EXPECT(std::memcmp(back.data(), src, n) == 0);
-  }
-  // Malformed: a split without a CPU word.
-  Backend::CaptureInto bad;
-  bad.data = data;
-  bad.done = &words[1];
-  bad.tag = 7;
-  bad.device_bytes = 1 << 20;
-  bool captured = true;
-  EXPECT_ERR(b->MemcpyCaptured(dev, src, n, s, false, bad, &captured), cudaErrorInvalidValue);
-  EXPECT(!captured);
-  EXPECT_ERR(b->cudaStreamDestroy(s), cudaSuccess);
-  EXPECT_ERR(b->cudaFree(dev), cudaSuccess);
-  EXPECT_ERR(b->UnregisterSharedHost(src), cudaSuccess);
-  EXPECT_ERR(b->UnregisterSharedHost(cap), cudaSuccess);
-  munmap(src, n);
-  munmap(cap, n + 4096);
 }
 
 // Boundary snapshots through this backend, as the session copies them: a
@@ -580,7 +489,6 @@ int Child(int rank, const std::string& fatbin, int hold_ms, bool block_range) {
     GraphMemory(b, *k, f, range);
     HeldLaunches(b);
     StagedSnapshot(b);
-    SplitCapture(b);
   }
 
   if (hold_ms > 0) {

@@ -597,8 +597,8 @@ cudaError_t HostBackend::Memcpy(void* dst, const void* src, size_t count, cudaMe
 }
 
 cudaError_t HostBackend::MemcpyCaptured(void* dst, const void* src, size_t count,
-                                        cudaStream_t stream, bool async, const CaptureInto& into,
-                                        bool* captured) {
+                                        cudaStream_t stream, bool async, void* capture,
+                                        uint64_t* done, uint64_t tag, bool* captured) {
   *captured = false;
   std::shared_ptr<Marker> finished;
   {
@@ -608,36 +608,17 @@ cudaError_t HostBackend::MemcpyCaptured(void* dst, const void* src, size_t count
     if (count == 0 || Capturing(s)) {
       // A graph node reads its source when the graph runs: nothing to capture.
     } else {
-      if (dst == nullptr || src == nullptr || !CaptureSplitValid(into, count))
+      if (dst == nullptr || src == nullptr || capture == nullptr || done == nullptr)
         return cudaErrorInvalidValue;
-      const bool split = into.device_bytes < count;
       if (!DeviceAccessible(dst, count) || !IsSharedHost(src, count) ||
-          !IsSharedHost(into.data, count) || !IsSharedHost(into.done, sizeof(*into.done)) ||
-          (split && !IsSharedHost(into.cpu_done, sizeof(*into.cpu_done))) ||
-          (split && into.device_done != nullptr &&
-           !IsSharedHost(into.device_done, sizeof(*into.device_done))))
+          !IsSharedHost(capture, count) || !IsSharedHost(done, sizeof(*done)))
         return cudaErrorInvalidValue;
-      // The upload, then its first device_bytes read back from the device
-      // into the capture, then (split) the wait for the CPU's part, then
-      // the tag: in stream order, as the device does it. The wait is the
-      // device's (cuStreamWaitValue64, unbounded there); here a stream
-      // thread polls, and gives up after a minute (the agent's CPU copy is a
-      // memcpy: it never takes that long).
-      const CaptureInto c = into;
-      finished = EnqueueLocked(s, {}, [dst, src, count, c, split]() {
+      // The upload, then its bytes read back from the device into the
+      // capture, then the tag: in stream order, as the device does it.
+      finished = EnqueueLocked(s, {}, [dst, src, count, capture, done, tag]() {
         std::memmove(dst, src, count);
-        std::memcpy(c.data, dst, c.device_bytes);
-        if (split && c.device_done != nullptr) {
-          __atomic_store_n(c.device_done, c.tag, __ATOMIC_RELEASE);
-        }
-        if (split) {
-          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-          while (__atomic_load_n(c.cpu_done, __ATOMIC_ACQUIRE) < c.tag) {
-            if (std::chrono::steady_clock::now() > deadline) return cudaErrorLaunchTimeout;
-            std::this_thread::sleep_for(std::chrono::microseconds(50));
-          }
-        }
-        __atomic_store_n(c.done, c.tag, __ATOMIC_RELEASE);
+        std::memcpy(capture, dst, count);
+        __atomic_store_n(done, tag, __ATOMIC_RELEASE);
         return cudaSuccess;
       });
     }

@@ -151,7 +151,8 @@ class HostBackend : public Backend {
   cudaError_t Memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                      cudaStream_t stream, bool async) override;
   cudaError_t MemcpyCaptured(void* dst, const void* src, size_t count, cudaStream_t stream,
-                             bool async, const CaptureInto& into, bool* captured) override;
+                             bool async, void* capture, uint64_t* done, uint64_t tag,
+                             bool* captured) override;
   cudaError_t QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies, uint64_t* done,
                                   uint64_t tag) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
