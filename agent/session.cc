@@ -933,8 +933,8 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
   // the same step in every run, however slowly the one before finished: a
   // due step waits for it instead of skipping.
   if (due && inside_chaos && inflight_ != nullptr) ReapSnapshot(/*wait=*/true);
-  // The journal's size costs its lock (once per step: a step boundary, not
-  // a call; a large input batch per step reaches the bound in a few steps).
+  // The journal's live bytes (an atomic of the journal's, no lock), at every
+  // step: a large input batch per step reaches the bound in a few steps.
   {
     // The journal keeps every step since its boundary, and the setup log
     // the handles created and destroyed since (compacted at boundaries):
