@@ -8,8 +8,8 @@
 #   behind its asynchronous snapshots, and the result is bitwise equal to a
 #   run whose snapshots are all synchronous (no releases there);
 # - with --snapshot_every=1000 (no timed snapshots), the payloads alone make
-#   asynchronous snapshots due from three quarters of the bound, and the bound forces no
-#   journal boundary;
+#   asynchronous snapshots due from three quarters of the bound, and the bound
+#   forces few journal boundaries;
 # - kills at seeded request counts past the first releases: the replacement
 #   reads a minibatch log with release markers, skips the released entries
 #   (they precede the snapshot it loads), replays the rest, bitwise equal.
@@ -60,11 +60,15 @@ every_markers=$(grep -o "journal at exit.*" "$tmp/every.log" | sed -n 's/.*relea
 echo "--snapshot_every=1000: $line; release markers ${every_markers:-?}"
 grep -q "^\[r0\] final checksum $ref\$" "$tmp/every.log" || {
   echo "FAIL: --snapshot_every=1000 changed the checksum"; fails=$((fails + 1)); }
-# 192 MiB of payloads, one asynchronous snapshot per ~12 MiB: at least 12;
-# every snapshot but the first asynchronous (no journal boundary forced).
-if [ "${inside:-0}" -lt 12 ] || [ "${count:-0}" -ne $(( ${inside:-0} + 1 )) ] ||
+# 192 MiB of payloads, one asynchronous snapshot per ~12 MiB: at least 12,
+# and at most a third of all synchronous (without releases the bound forces
+# a journal boundary every ~5 steps, ~12 of ~13; the bound still forces one
+# when a slow snapshot is still in flight as the bound is reached, as on a
+# loaded machine).
+sync=$(( ${count:-0} - ${inside:-0} ))
+if [ "${inside:-0}" -lt 12 ] || [ $(( 3 * sync )) -gt "${count:-0}" ] ||
    [ "${every_markers:-0}" -lt 12 ]; then
-  echo "FAIL: expected the payloads to make at least 12 asynchronous snapshots due and no journal boundary but the first (snapshots: ${count:-?}, asynchronous: ${inside:-?}, release markers: ${every_markers:-?})"
+  echo "FAIL: expected the payloads to make at least 12 asynchronous snapshots due and at most a third of the snapshots synchronous (snapshots: ${count:-?}, asynchronous: ${inside:-?}, release markers: ${every_markers:-?})"
   fails=$((fails + 1))
 fi
 
