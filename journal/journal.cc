@@ -232,38 +232,30 @@ absl::Status ReadSegment(const std::string& log_path, const std::string& payload
     if (!entry.ParseFromString(record)) {
       return flush(DataLoss(log_path, absl::StrCat("unparseable entry at offset ", offset)));
     }
-    if (entry.api_id() == kBoundaryApiId) {
+    if (entry.api_id() == kBoundaryApiId || entry.api_id() == kReleaseApiId) {
+      // Markers (boundary, release): minibatch logs only, no seq of their
+      // own, linked to the entry before them.
+      const char* what =
+          entry.api_id() == kBoundaryApiId ? "boundary marker" : "release marker";
       if (kind != MINIBATCH || entry.seq() != 0) {
-        return flush(DataLoss(log_path, absl::StrCat("boundary marker ",
+        return flush(DataLoss(log_path, absl::StrCat(what, " ",
                                                      kind != MINIBATCH ? "in a setup log"
                                                                        : "with a seq",
                                                      " at offset ", offset)));
       }
       if (entry.prev_seq() != prev_seq) {
         return flush(DataLoss(
-            log_path, absl::StrCat("sequence gap at offset ", offset,
-                                   ": boundary marker follows seq ", entry.prev_seq(),
+            log_path, absl::StrCat("sequence gap at offset ", offset, ": ", what,
+                                   " follows seq ", entry.prev_seq(),
                                    " but the previous entry read is seq ", prev_seq)));
       }
-      header->set_minibatch(entry.minibatch());
-      pending.clear();
-      released_before = 0;
-      continue;
-    }
-    if (entry.api_id() == kReleaseApiId) {
-      if (kind != MINIBATCH || entry.seq() != 0) {
-        return flush(DataLoss(log_path, absl::StrCat("release marker ",
-                                                     kind != MINIBATCH ? "in a setup log"
-                                                                       : "with a seq",
-                                                     " at offset ", offset)));
+      if (entry.api_id() == kBoundaryApiId) {
+        header->set_minibatch(entry.minibatch());
+        pending.clear();
+        released_before = 0;
+      } else {
+        released_before = std::max(released_before, entry.released_before());
       }
-      if (entry.prev_seq() != prev_seq) {
-        return flush(DataLoss(
-            log_path, absl::StrCat("sequence gap at offset ", offset,
-                                   ": release marker follows seq ", entry.prev_seq(),
-                                   " but the previous entry read is seq ", prev_seq)));
-      }
-      released_before = std::max(released_before, entry.released_before());
       continue;
     }
     if (entry.seq() == 0 || entry.seq() <= prev_seq || entry.seq() < header->first_seq()) {

@@ -50,6 +50,15 @@ if [ "$MODE" = one_pairs ]; then
   bn() { timeout 200 "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$nlog" 2>&1; }
   bs() { timeout 260 $RUN -n 1 --backend=cuda --timeout=240 -- "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$slog" 2>&1; }
   ba() { timeout 260 env $arm $RUN -n 1 --backend=cuda --timeout=240 -- "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$alog" 2>&1; }
+  # ratios LOG FILE TITLE: pair $p's ratios of LOG to $nlog appended to FILE
+  # (compare.sh: metric native revenant unit ratio goal ("<= 0.10" or "-")
+  # met) and printed.
+  ratios() {
+    bash "$G/bench/compare.sh" "$nlog" "$1" |
+      awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
+      >>"$2"
+    echo "   $3: $(awk -v p="$p" '$1 == p { printf "%s %.3f  ", $2, $3 }' "$2")"
+  }
   # summarize RATIOS: per metric the pairs' ratios, their median, the goal.
   summarize() {
     awk '{ r[$2] = r[$2] " " $3; g[$2] = $4 " " $5; if (!($2 in seen)) { seen[$2] = 1; order[++n] = $2 } }
@@ -71,11 +80,7 @@ if [ "$MODE" = one_pairs ]; then
       ok=0; echo "   shim_bench pair $p: rc native $nrc, revenant $src"; tail -5 "$slog" | sed 's/^/   | /'
       continue
     fi
-    # compare.sh: metric native revenant unit ratio goal ("<= 0.10" or "-") met
-    bash "$G/bench/compare.sh" "$nlog" "$slog" |
-      awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
-      >>"$LOGS/one_bench.ratios"
-    echo "   shim_bench pair $p: $(awk -v p="$p" '$1 == p { printf "%s %.3f  ", $2, $3 }' "$LOGS/one_bench.ratios")"
+    ratios "$slog" "$LOGS/one_bench.ratios" "shim_bench pair $p"
     if [ -n "$arm" ]; then
       alog="$LOGS/one_bench.arm.$p.log"
       ba; arc=$?
@@ -83,10 +88,7 @@ if [ "$MODE" = one_pairs ]; then
         ok=0; echo "   shim_bench pair $p, arm $arm: rc $arc"; tail -5 "$alog" | sed 's/^/   | /'
         continue
       fi
-      bash "$G/bench/compare.sh" "$nlog" "$alog" |
-        awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
-        >>"$LOGS/one_bench_arm.ratios"
-      echo "   shim_bench pair $p, arm $arm: $(awk -v p="$p" '$1 == p { printf "%s %.3f  ", $2, $3 }' "$LOGS/one_bench_arm.ratios")"
+      ratios "$alog" "$LOGS/one_bench_arm.ratios" "shim_bench pair $p, arm $arm"
     fi
   done
   echo "   shim_bench, $pairs pair(s): per metric the pairs' ratios (revenant / native), their median, the goal"
