@@ -274,14 +274,30 @@ class Backend : public api::BackendApi {
   // every free waits for the copies on the device; the caller does not
   // block. kNotSupported: the caller copies synchronously instead (also
   // while a stream is being captured into a graph).
+  //
+  // With `turns` (staged snapshots, agent/snapshot.h): the copies go in
+  // turns into two staging buffers that the caller's threads drain into the
+  // snapshot file. Turn t is copies [ends[t-1], ends[t]) (ends[-1] = 0, the
+  // last end copies.size()); once its copies completed the device stores
+  // t + 1 into *filled; turn t >= 2 (the buffer of turn t - 2 again) starts
+  // only once *drained >= t - 1 (the caller stores t + 1 there after
+  // draining turn t). All three words are registered shared host memory.
+  // The caller must store a value past every turn into *drained if it stops
+  // draining (the device would wait forever, and with it every stream).
   struct SnapshotCopy {
     const void* src = nullptr;
     void* dst = nullptr;
     size_t count = 0;
   };
+  struct SnapshotTurns {
+    std::vector<size_t> ends;
+    uint64_t* filled = nullptr;
+    const uint64_t* drained = nullptr;
+  };
   virtual cudaError_t QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies,
-                                          uint64_t* done, uint64_t tag) {
-    (void)copies, (void)done, (void)tag;
+                                          uint64_t* done, uint64_t tag,
+                                          const SnapshotTurns* turns = nullptr) {
+    (void)copies, (void)done, (void)tag, (void)turns;
     return cudaErrorNotSupported;
   }
 
@@ -530,10 +546,24 @@ class Backend : public api::BackendApi {
   // word of shared host memory and every copy (empty ones aside) reads device
   // memory the backend holds into shared host memory. `device_accessible`
   // and `shared_host` are the backend's own tests, (pointer, bytes) -> bool.
+  // With `turns`: their words shared host memory, their ends ascending up
+  // to copies.size().
   template <typename DeviceAccessible, typename SharedHost>
   static bool SnapshotCopiesValid(const std::vector<SnapshotCopy>& copies, const uint64_t* done,
-                                  DeviceAccessible&& device_accessible, SharedHost&& shared_host) {
+                                  const SnapshotTurns* turns, DeviceAccessible&& device_accessible,
+                                  SharedHost&& shared_host) {
     if (done == nullptr || !shared_host(done, sizeof(*done))) return false;
+    if (turns != nullptr) {
+      if (turns->filled == nullptr || turns->drained == nullptr ||
+          !shared_host(turns->filled, sizeof(uint64_t)) ||
+          !shared_host(turns->drained, sizeof(uint64_t)) || turns->ends.empty() ||
+          turns->ends.back() != copies.size()) {
+        return false;
+      }
+      for (size_t t = 1; t < turns->ends.size(); ++t) {
+        if (turns->ends[t] < turns->ends[t - 1]) return false;
+      }
+    }
     for (const SnapshotCopy& c : copies) {
       if (c.count == 0) continue;
       if (c.src == nullptr || c.dst == nullptr || !device_accessible(c.src, c.count) ||

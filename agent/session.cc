@@ -300,13 +300,14 @@ void Session::ReportAtExit() {
         "snapshot memory at exit: live bytes %.3f MiB, snapshot files %.3f MiB (%.2fx live), "
         "registered %.3f MiB, %d files mapped for %d snapshots (%d written into the spare); %d "
         "spares made ahead on the store's thread (the last in %.1f ms), %d failed; %d "
-        "synchronous snapshots copied through the staging buffers into files not registered%s",
+        "synchronous and %d asynchronous snapshots copied through the staging buffers into "
+        "files not registered%s",
         live / 1048576.0, snapshots_->file_bytes() / 1048576.0,
         live > 0 ? snapshots_->file_bytes() / live : 0.0,
         snapshots_->registered_bytes() / 1048576.0, snapshots_->files_mapped(), t.count, t.reused,
         snapshots_->spares_made_ahead(), snapshots_->spare_ahead_ms(),
         snapshots_->spares_ahead_failed(), snapshots_->staged_writes(),
-        snapshots_->staging_failures() == 0
+        snapshots_->staged_drains(), snapshots_->staging_failures() == 0
             ? std::string()
             : absl::StrCat(" (", snapshots_->staging_failures(),
                            " found no staging and registered their file: ",
@@ -1023,18 +1024,42 @@ bool Session::SnapshotInside(uint64_t minibatch, uint64_t seq) {
     return true;
   }
   std::vector<Backend::SnapshotCopy> copies;
-  copies.reserve(table.size());
-  for (size_t i = 0; i < table.size(); ++i) {
-    Backend::SnapshotCopy c;
-    c.src = reinterpret_cast<const void*>(table[i].first);
-    c.dst = (*pending)->destination(i);
-    c.count = table[i].second;
-    copies.push_back(c);
+  // Staged (the file is not registered): the device copies into the
+  // staging buffers in turns, each buffer filled again once the finisher
+  // drained it into the file (the words of the page below the done word).
+  const bool staged = (*pending)->staged();
+  Backend::SnapshotTurns turns;
+  if (staged) {
+    for (const SnapshotStore::Pending::StagedCopy& sc : (*pending)->staged_copies()) {
+      Backend::SnapshotCopy c;
+      c.src = reinterpret_cast<const void*>(sc.addr);
+      c.dst = sc.dst;
+      c.count = sc.size;
+      copies.push_back(c);
+    }
+    turns.ends = (*pending)->staged_turn_ends();
+    turns.filled = SnapshotFilledWord();
+    turns.drained = SnapshotDrainedWord();
+    __atomic_store_n(SnapshotFilledWord(), 0, __ATOMIC_RELEASE);
+    __atomic_store_n(SnapshotDrainedWord(), 0, __ATOMIC_RELEASE);
+  } else {
+    copies.reserve(table.size());
+    for (size_t i = 0; i < table.size(); ++i) {
+      Backend::SnapshotCopy c;
+      c.src = reinterpret_cast<const void*>(table[i].first);
+      c.dst = (*pending)->destination(i);
+      c.count = table[i].second;
+      copies.push_back(c);
+    }
   }
   const uint64_t tag = inside_snapshots_ + 1;
   __atomic_store_n(snapshot_done_word_, 0, __ATOMIC_RELEASE);
-  const cudaError_t e = backend_->QueueSnapshotCopies(copies, snapshot_done_word_, tag);
+  const cudaError_t e = backend_->QueueSnapshotCopies(
+      copies, snapshot_done_word_, tag, staged && !turns.ends.empty() ? &turns : nullptr);
   if (e != cudaSuccess) {
+    // Turns queued before the failure must not wait for a drain that never
+    // comes.
+    if (staged) ReleaseSnapshotTurns();
     // Some copies may be queued: they must be done before the file goes.
     if (e != cudaErrorNotSupported) (void)backend_->cudaDeviceSynchronize();
     snapshots_->Abandon(std::move(*pending));
@@ -1069,10 +1094,39 @@ bool Session::SnapshotInside(uint64_t minibatch, uint64_t seq) {
   }
   MaybeSnapshotChaos(SessionOptions::Chaos::Point::kSnapshotInflight, tag);
   InflightSnapshot* f = in.get();
+  f->staged = staged;
   const uint64_t* word = snapshot_done_word_;
   // Behind the executor: the snapshot counts once the device stored the
   // tag (every copy completed) and the file is checksummed and renamed.
   f->finisher = std::thread([this, f, word, tag] {
+    if (f->staged) {
+      // Each turn drained into the file as soon as the device filled it:
+      // the device waits for this before it fills the buffer again.
+      const uint64_t* filled = SnapshotFilledWord();
+      uint64_t* drained = SnapshotDrainedWord();
+      absl::Status s = snapshots_->DrainStaged(
+          f->pending.get(),
+          [f, filled](size_t t) -> absl::Status {
+            for (int spins = 0; __atomic_load_n(filled, __ATOMIC_ACQUIRE) < t + 1; ++spins) {
+              if (f->stop.load(std::memory_order_acquire)) {
+                return absl::AbortedError("the device did not complete the snapshot's copies");
+              }
+              if (spins < 64) {
+                std::this_thread::yield();
+              } else {
+                std::this_thread::sleep_for(std::chrono::microseconds(50));
+              }
+            }
+            return absl::OkStatus();
+          },
+          [drained](size_t t) { __atomic_store_n(drained, t + 1, __ATOMIC_RELEASE); });
+      if (!s.ok()) {
+        // The device finishes its turns (into the staging, the file is left
+        // alone) instead of waiting for a drain that no longer comes.
+        ReleaseSnapshotTurns();
+        f->drain_status = s;
+      }
+    }
     for (int spins = 0; __atomic_load_n(word, __ATOMIC_ACQUIRE) != tag; ++spins) {
       if (f->stop.load(std::memory_order_acquire)) {
         snapshots_->Abandon(std::move(f->pending));
@@ -1088,6 +1142,13 @@ bool Session::SnapshotInside(uint64_t minibatch, uint64_t seq) {
       }
     }
     f->copied_ns = MonotonicNanos();
+    if (!f->drain_status.ok()) {
+      snapshots_->Abandon(std::move(f->pending));
+      f->status = f->drain_status;
+      f->end_ns = MonotonicNanos();
+      f->finished.store(true, std::memory_order_release);
+      return;
+    }
     absl::StatusOr<SnapshotWriteStats> st = snapshots_->Finish(std::move(f->pending), [this, tag] {
       MaybeSnapshotChaos(SessionOptions::Chaos::Point::kSnapshotFinish, tag);
     });
@@ -1155,10 +1216,13 @@ void Session::ReapSnapshot(bool wait) {
   REVENANT_LOG(INFO, "agent") << absl::StrFormat(
       "asynchronous snapshot %d (journal minibatch %d, from request %d): %d allocations, %d "
       "bytes, critical path %.3f ms, device copies done after %.2f ms, total %.2f ms "
-      "(checksums and rename %.2f ms), %s",
+      "(checksums and rename %.2f ms), %s%s",
       f.ordinal, f.minibatch, f.seq, f.stats.allocations, f.stats.bytes, f.critical_ms,
       (f.copied_ns - f.start_ns) / 1e6, total_ms, f.stats.crc_ms,
-      f.stats.reused ? "into the spare file" : "into a new file");
+      f.stats.reused ? "into the spare file" : "into a new file",
+      f.stats.staged ? " (not registered: copied through the staging buffers, drained and "
+                       "checksummed by the finisher's threads)"
+                     : "");
   inflight_.reset();
 }
 

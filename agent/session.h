@@ -477,6 +477,8 @@ class Session : private JournalingHost {
     int64_t start_ns = 0;
     double critical_ms = 0;
     std::unique_ptr<SnapshotStore::Pending> pending;
+    bool staged = false;         // through the staging buffers (Pending::staged)
+    absl::Status drain_status;   // the finisher's, draining them
     std::thread finisher;
     std::atomic<bool> finished{false};
     std::atomic<bool> stop{false};
@@ -489,6 +491,16 @@ class Session : private JournalingHost {
   // 8 bytes of registered memory the device stores a snapshot's tag into
   // once its copies completed (a page of its own).
   uint64_t* snapshot_done_word_ = nullptr;
+  // A staged asynchronous snapshot's turn words on the same page, each on
+  // a cache line of its own: the turns the device filled, and those the
+  // finisher drained (Backend::SnapshotTurns).
+  uint64_t* SnapshotFilledWord() const { return snapshot_done_word_ + 8; }
+  uint64_t* SnapshotDrainedWord() const { return snapshot_done_word_ + 16; }
+  // Lets the device run through every turn left (the snapshot is given up:
+  // its copies land in the staging buffers only).
+  void ReleaseSnapshotTurns() {
+    __atomic_store_n(SnapshotDrainedWord(), ~uint64_t{0}, __ATOMIC_RELEASE);
+  }
   uint64_t inside_snapshots_ = 0;
   // Before the first snapshot, its file is made ahead and grows with the
   // allocations (after each state request).

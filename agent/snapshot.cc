@@ -522,7 +522,42 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::Write(uint64_t minibatch, uint
 
 absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::Begin(
     uint64_t minibatch, uint64_t boundary_seq, const AllocationTable& table) {
-  return BeginWith(minibatch, boundary_seq, table, copier_, /*unregistered_ok=*/false);
+  const bool can_stage = CanStage(copier_);
+  absl::StatusOr<std::unique_ptr<Pending>> p =
+      BeginWith(minibatch, boundary_seq, table, copier_, can_stage);
+  if (!p.ok() || !can_stage || (*p)->file_->registered) return p;
+  Pending& pending = **p;
+  // A file not registered (the first snapshot's, a new one): the device
+  // copies into the staging buffers, DrainStaged empties them into it.
+  TurnPlan plan = PlanTurns(pending);
+  if (absl::Status s = PrepareStaging(plan.half, copier_); !s.ok()) {
+    ++staging_failures_;
+    staging_failure_ = s;
+    if (absl::Status r = Register(pending.file_.get(), copier_); !r.ok()) {
+      Abandon(std::move(*p));
+      return absl::Status(r.code(), absl::StrCat("the snapshot's staging (", s.message(),
+                                                 ") and registering its file: ", r.message()));
+    }
+    return p;
+  }
+  pending.staged_ = true;
+  const AllocationTable& t = pending.table_;
+  for (size_t turn = 0; turn < plan.turns.size(); ++turn) {
+    char* buf = staging_ + (turn % 2) * plan.half;
+    const TurnPlan::Turn& tp = plan.turns[turn];
+    const size_t end = tp.first_chunk + tp.chunks;
+    for (size_t c = tp.first_chunk; c < end;) {
+      // One device copy per allocation's run of chunks in the turn.
+      const TurnPlan::Chunk& k = plan.chunks[c];
+      uint64_t n = 0;
+      size_t run = c;
+      for (; run < end && plan.chunks[run].alloc == k.alloc; ++run) n += plan.chunks[run].size;
+      pending.staged_copies_.push_back({t[k.alloc].first + k.offset, buf + k.staged_at, n});
+      c = run;
+    }
+    pending.staged_turn_ends_.push_back(pending.staged_copies_.size());
+  }
+  return p;
 }
 
 absl::Status SnapshotStore::PrepareDir() {
@@ -674,6 +709,7 @@ absl::StatusOr<SnapshotWriteStats> SnapshotStore::Finish(std::unique_ptr<Pending
   stats.allocations = table.size();
   stats.bytes = p.bytes_;
   stats.reused = p.reused_;
+  stats.staged = p.staged_;
   stats.crc_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
   stats.ms = stats.crc_ms;
   return stats;
@@ -734,58 +770,56 @@ absl::Status SnapshotStore::PrepareStaging(size_t half, const SnapshotCopier& co
   return absl::OkStatus();
 }
 
-absl::Status SnapshotStore::CopyInTurns(Pending* p, const SnapshotCopier& copier, bool staged) {
+SnapshotStore::TurnPlan SnapshotStore::PlanTurns(const Pending& p) const {
   // No larger than the snapshot needs (a small job pins little), grown
-  // when a later snapshot is larger (WriteWith prepared them). Straight
-  // into a registered file the turns are as large: the threads checksum
-  // turn t while the device copies turn t+1.
-  const size_t half = StagingFor(p->bytes_) / 2;
-  if (staged && (staging_ == nullptr || staging_size_ < 2 * half)) {
-    return absl::FailedPreconditionError("no staging buffers");
-  }
-  // The allocations cut into turns of at most `half` bytes (small ones
-  // share a turn), each turn into chunks for the threads: a chunk is copied
-  // from the staging buffer into the file and checksummed while it is
-  // still in the cache.
+  // when a later snapshot is larger. Straight into a registered file the
+  // turns are as large: the threads checksum turn t while the device
+  // copies turn t+1.
+  TurnPlan plan;
+  plan.half = StagingFor(p.bytes_) / 2;
+  const size_t half = plan.half;
+  // A chunk is copied from the staging buffer into the file and checksummed
+  // while it is still in the cache.
   const uint64_t kChunkBytes = std::max<uint64_t>(options_.staging_chunk_bytes, 4096);
-  struct Chunk {
-    size_t alloc;
-    uint64_t offset, size;  // within the allocation
-    size_t staged_at;       // within the turn's buffer
-    uint32_t crc;
-  };
-  struct Turn {
-    size_t first_chunk = 0, chunks = 0;
-  };
-  const AllocationTable& table = p->table_;
-  std::vector<Chunk> chunks;
-  std::vector<Turn> turns(1);
+  const AllocationTable& table = p.table_;
+  plan.turns.resize(1);
   size_t fill = 0;
   for (size_t i = 0; i < table.size(); ++i) {
     for (uint64_t off = 0; off < table[i].second;) {
       if (fill == half) {
-        turns.push_back(Turn{chunks.size(), 0});
+        plan.turns.push_back(TurnPlan::Turn{plan.chunks.size(), 0});
         fill = 0;
       }
       const uint64_t n = std::min<uint64_t>({kChunkBytes, table[i].second - off, half - fill});
-      chunks.push_back(Chunk{i, off, n, fill, 0});
-      ++turns.back().chunks;
+      plan.chunks.push_back(TurnPlan::Chunk{i, off, n, fill, 0});
+      ++plan.turns.back().chunks;
       fill += n;
       off += n;
     }
   }
-  if (chunks.empty()) turns.clear();
-  auto fetch = [&](size_t t) -> absl::Status {
+  if (plan.chunks.empty()) plan.turns.clear();
+  return plan;
+}
+
+absl::Status SnapshotStore::CopyInTurns(Pending* p, const SnapshotCopier& copier, bool staged) {
+  TurnPlan plan = PlanTurns(*p);
+  const size_t half = plan.half;
+  if (staged && (staging_ == nullptr || staging_size_ < 2 * half)) {
+    return absl::FailedPreconditionError("no staging buffers");
+  }
+  const AllocationTable& table = p->table_;
+  TurnIo io;
+  io.queue = [&](size_t t) -> absl::Status {
     char* buf = staged ? staging_ + (t % 2) * half : nullptr;
-    const Turn& turn = turns[t];
+    const TurnPlan::Turn& turn = plan.turns[t];
     const size_t end = turn.first_chunk + turn.chunks;
     for (size_t c = turn.first_chunk; c < end;) {
       // One device copy per allocation's run of chunks in this turn (they
       // are contiguous on both sides).
-      const Chunk& k = chunks[c];
+      const TurnPlan::Chunk& k = plan.chunks[c];
       uint64_t n = 0;
       size_t run = c;
-      for (; run < end && chunks[run].alloc == k.alloc; ++run) n += chunks[run].size;
+      for (; run < end && plan.chunks[run].alloc == k.alloc; ++run) n += plan.chunks[run].size;
       char* dst = staged ? buf + k.staged_at : p->destination(k.alloc) + k.offset;
       if (absl::Status s = copier.copy(table[k.alloc].first + k.offset, dst, n); !s.ok()) {
         return absl::Status(s.code(), absl::StrCat("allocation 0x", absl::Hex(table[k.alloc].first),
@@ -795,6 +829,17 @@ absl::Status SnapshotStore::CopyInTurns(Pending* p, const SnapshotCopier& copier
     }
     return absl::OkStatus();
   };
+  // `wait` returns once every queued copy is done, so a buffer is filled
+  // again only after its turn was drained.
+  io.wait = [&copier](size_t) { return copier.wait(); };
+  return RunTurns(p, plan, staged, io);
+}
+
+absl::Status SnapshotStore::RunTurns(Pending* p, TurnPlan& plan, bool staged, const TurnIo& io) {
+  const size_t half = plan.half;
+  std::vector<TurnPlan::Chunk>& chunks = plan.chunks;
+  const std::vector<TurnPlan::Turn>& turns = plan.turns;
+  const uint64_t kChunkBytes = std::max<uint64_t>(options_.staging_chunk_bytes, 4096);
   // The threads take a turn's chunks in turn; the caller is one of them.
   struct Drain {
     absl::Mutex mu;
@@ -807,7 +852,7 @@ absl::Status SnapshotStore::CopyInTurns(Pending* p, const SnapshotCopier& copier
   } drain;
   auto work = [&] {
     for (size_t c = drain.next.fetch_add(1); c < drain.end; c = drain.next.fetch_add(1)) {
-      Chunk& k = chunks[c];
+      TurnPlan::Chunk& k = chunks[c];
       if (options_.before_staged_chunk) options_.before_staged_chunk();
       char* dst = p->destination(k.alloc) + k.offset;
       if (drain.buf != nullptr) std::memcpy(dst, drain.buf + k.staged_at, k.size);
@@ -835,18 +880,16 @@ absl::Status SnapshotStore::CopyInTurns(Pending* p, const SnapshotCopier& copier
       }
     });
   }
-  // Device copies of turn t+1 run while the threads drain turn t; `wait`
-  // returns once every queued copy is done, so a buffer is filled again
-  // only after its turn was drained.
+  // Device copies of turn t+1 run while the threads drain turn t.
   absl::Status status;
   if (!turns.empty()) {
-    status = fetch(0);
-    const absl::Status waited = copier.wait();
+    if (io.queue) status = io.queue(0);
+    const absl::Status waited = io.wait(0);
     if (status.ok()) status = waited;
   }
   for (size_t t = 0; status.ok() && t < turns.size(); ++t) {
     const bool more = t + 1 < turns.size();
-    if (more) status = fetch(t + 1);
+    if (more && io.queue) status = io.queue(t + 1);
     {
       absl::MutexLock lock(&drain.mu);
       drain.buf = staged ? staging_ + (t % 2) * half : nullptr;
@@ -861,10 +904,11 @@ absl::Status SnapshotStore::CopyInTurns(Pending* p, const SnapshotCopier& copier
       auto all_done = [&drain, helpers] { return drain.finished == helpers; };
       drain.mu.Await(absl::Condition(&all_done));
     }
+    if (io.drained) io.drained(t);
     // Copies queued before a failed one still write into the other buffer:
     // they are waited for before the function returns.
     if (more) {
-      const absl::Status waited = copier.wait();
+      const absl::Status waited = io.wait(t + 1);
       if (status.ok()) status = waited;
     }
   }
@@ -874,14 +918,31 @@ absl::Status SnapshotStore::CopyInTurns(Pending* p, const SnapshotCopier& copier
   }
   for (std::thread& w : workers) w.join();
   if (!status.ok()) return status;
+  const AllocationTable& table = p->table_;
   p->crcs_.assign(table.size(), 0);
   std::vector<bool> started(table.size(), false);
-  for (const Chunk& k : chunks) {
+  for (const TurnPlan::Chunk& k : chunks) {
     uint32_t& crc = p->crcs_[k.alloc];
     crc = started[k.alloc] ? Crc32cCombine(crc, k.crc, k.size) : k.crc;
     started[k.alloc] = true;
   }
   return absl::OkStatus();
+}
+
+absl::Status SnapshotStore::DrainStaged(Pending* p,
+                                        const std::function<absl::Status(size_t)>& wait_turn,
+                                        const std::function<void(size_t)>& drained) {
+  if (!p->staged_) return absl::FailedPreconditionError("the snapshot is not staged");
+  TurnPlan plan = PlanTurns(*p);
+  if (staging_ == nullptr || staging_size_ < 2 * plan.half) {
+    return absl::FailedPreconditionError("no staging buffers");
+  }
+  TurnIo io;
+  io.wait = wait_turn;
+  io.drained = drained;
+  absl::Status s = RunTurns(p, plan, /*staged=*/true, io);
+  if (s.ok()) ++staged_drains_;
+  return s;
 }
 
 absl::StatusOr<SnapshotWriteStats> SnapshotStore::WriteWith(uint64_t minibatch,

@@ -212,11 +212,27 @@ class SnapshotStore {
     char* destination(size_t i) const { return file_->map + offsets_[i]; }
     uint64_t bytes() const { return bytes_; }
     bool reused() const { return reused_; }
+    // Staged (Begin into a file not registered, Options::staged): the device
+    // copies into the staging buffers instead of the destinations, in turns
+    // that DrainStaged empties into the file. The copies (device address,
+    // staging destination, bytes) and where each turn's end: turn t is
+    // staged_copies()[staged_turn_ends()[t-1] .. staged_turn_ends()[t]).
+    bool staged() const { return staged_; }
+    struct StagedCopy {
+      uint64_t addr = 0;
+      char* dst = nullptr;
+      uint64_t size = 0;
+    };
+    const std::vector<StagedCopy>& staged_copies() const { return staged_copies_; }
+    const std::vector<size_t>& staged_turn_ends() const { return staged_turn_ends_; }
 
    private:
     friend class SnapshotStore;
     uint64_t minibatch_ = 0, boundary_seq_ = 0, bytes_ = 0;
     bool reused_ = false;
+    bool staged_ = false;
+    std::vector<StagedCopy> staged_copies_;
+    std::vector<size_t> staged_turn_ends_;
     // The CRC32C of each allocation's bytes when the copies computed them
     // (staged): Finish does not read the file again.
     std::vector<uint32_t> crcs_;
@@ -235,8 +251,19 @@ class SnapshotStore {
   // says where the journal's replay starts); the replaced file becomes the
   // spare. Abandon deletes it. Begin..Finish/Abandon may run on another
   // thread than Begin's caller; nothing else may use the store meanwhile.
+  //
+  // With Options::staged, a file that is not registered (the first
+  // snapshot's, a new one) stays so: the Pending is staged(), the device
+  // copies its staged_copies() into the staging buffers turn by turn, and
+  // DrainStaged, on the thread that will call Finish, copies each turn into
+  // the file and checksums it: `wait_turn(t)` returns once the device
+  // completed turn t (an error stops the drain), `drained(t)` tells the
+  // device that turn t's buffer may be filled again (turn t + 2). Staging
+  // that cannot be had registers the file instead (not staged).
   absl::StatusOr<std::unique_ptr<Pending>> Begin(uint64_t minibatch, uint64_t boundary_seq,
                                                  const AllocationTable& table);
+  absl::Status DrainStaged(Pending* pending, const std::function<absl::Status(size_t)>& wait_turn,
+                           const std::function<void(size_t)>& drained);
   absl::StatusOr<SnapshotWriteStats> Finish(std::unique_ptr<Pending> pending,
                                             const SnapshotCrashHook& before_rename = nullptr);
   void Abandon(std::unique_ptr<Pending> pending);
@@ -251,8 +278,10 @@ class SnapshotStore {
   uint64_t file_bytes() const;
   uint64_t registered_bytes() const;
   uint64_t files_mapped() const { return files_mapped_; }
-  // Synchronous snapshots copied through the staging buffers (Options::staged).
+  // Synchronous snapshots copied through the staging buffers (Options::staged),
+  // and asynchronous ones drained from them (DrainStaged).
   uint64_t staged_writes() const { return staged_writes_; }
+  uint64_t staged_drains() const { return staged_drains_; }
   // Staged writes that found no staging (registered their file instead),
   // and the last reason.
   uint64_t staging_failures() const { return staging_failures_; }
@@ -354,6 +383,36 @@ class SnapshotStore {
   // copying and checksumming; else straight into the registered file, the
   // threads checksumming turn t while the device copies turn t+1.
   absl::Status CopyInTurns(Pending* p, const SnapshotCopier& copier, bool staged);
+  // The allocations of `p` cut into turns of up to `half` bytes (small ones
+  // share a turn), each turn into chunks of Options::staging_chunk_bytes
+  // for the threads.
+  struct TurnPlan {
+    struct Chunk {
+      size_t alloc;
+      uint64_t offset, size;  // within the allocation
+      size_t staged_at;       // within the turn's buffer
+      uint32_t crc;
+    };
+    struct Turn {
+      size_t first_chunk = 0, chunks = 0;
+    };
+    size_t half = 0;
+    std::vector<Chunk> chunks;
+    std::vector<Turn> turns;
+  };
+  TurnPlan PlanTurns(const Pending& p) const;
+  // How RunTurns has turn t's device copies queued (may be null: already
+  // queued), waits for them, and tells that its buffer was drained (may be
+  // null).
+  struct TurnIo {
+    std::function<absl::Status(size_t t)> queue;
+    std::function<absl::Status(size_t t)> wait;
+    std::function<void(size_t t)> drained;
+  };
+  // Drains `plan`'s turns into p's file (from the staging buffers when
+  // `staged`, else checksumming the file in place) on up to crc_threads
+  // threads, the device copying turn t + 1 meanwhile; fills p->crcs_.
+  absl::Status RunTurns(Pending* p, TurnPlan& plan, bool staged, const TurnIo& io);
   // A new file of `size` bytes at `path`: sized, mapped, its pages made
   // resident and registered through the copier. Touches no member (the
   // spare maker's thread calls it).
@@ -395,6 +454,7 @@ class SnapshotStore {
   std::unique_ptr<File> spare_;
   uint64_t files_mapped_ = 0;
   uint64_t staged_writes_ = 0;
+  uint64_t staged_drains_ = 0;
   uint64_t staging_failures_ = 0;
   absl::Status staging_failure_;
   // The staging buffers (two of options_.staging_bytes, one mapping),

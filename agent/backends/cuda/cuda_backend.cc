@@ -77,7 +77,8 @@ uint64_t Addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
   X(cuGraphExecDestroy)                                   \
   X(cuGraphLaunch)                                        \
   X(cuStreamIsCapturing)                                  \
-  X(cuStreamWriteValue64)
+  X(cuStreamWriteValue64)                                 \
+  X(cuStreamWaitValue64)
 
 struct Driver {
 #define REVENANT_DECLARE(name) decltype(&::name) name = nullptr;
@@ -216,7 +217,7 @@ class CudaBackend : public Backend {
                              bool async, void* capture, uint64_t* done, uint64_t tag,
                              bool* captured) override;
   cudaError_t QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies, uint64_t* done,
-                                  uint64_t tag) override;
+                                  uint64_t tag, const SnapshotTurns* turns = nullptr) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
   cudaError_t UnregisterSharedHost(void* addr) override;
   cudaError_t EnqueueHostCallback(cudaStream_t stream, std::function<void()> fn) override;
@@ -1786,13 +1787,14 @@ cudaError_t CudaBackend::MemcpyCaptured(void* dst, const void* src, size_t count
 }
 
 cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies,
-                                             uint64_t* done, uint64_t tag) {
+                                             uint64_t* done, uint64_t tag,
+                                             const SnapshotTurns* turns) {
   Bind();
   std::vector<cudaStream_t> live;
   {
     absl::MutexLock lock(&mu_);
     if (!SnapshotCopiesValid(
-            copies, done, [this](const void* p, size_t n) { return DeviceAccessible(p, n); },
+            copies, done, turns, [this](const void* p, size_t n) { return DeviceAccessible(p, n); },
             [this](const void* p, size_t n) { return IsSharedHost(p, n); })) {
       return cudaErrorInvalidValue;
     }
@@ -1824,11 +1826,36 @@ cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
     if (e == cudaSuccess) e = ::cudaStreamWaitEvent(snapshot_stream_, snapshot_fence_event_, 0);
     if (e != cudaSuccess) return e;
   }
-  for (const SnapshotCopy& c : copies) {
-    if (c.count == 0) continue;
-    cudaError_t e =
-        ::cudaMemcpyAsync(c.dst, c.src, c.count, cudaMemcpyDeviceToHost, snapshot_stream_);
+  void* filled_device = nullptr;
+  void* drained_device = nullptr;
+  if (turns != nullptr) {
+    cudaError_t e = ::cudaHostGetDevicePointer(&filled_device, turns->filled, 0);
+    if (e == cudaSuccess) {
+      e = ::cudaHostGetDevicePointer(&drained_device, const_cast<uint64_t*>(turns->drained), 0);
+    }
     if (e != cudaSuccess) return e;
+  }
+  // Staged: turn t's copies after the caller drained turn t - 2 (the same
+  // staging buffer), then t + 1 stored for the caller's threads.
+  const size_t n_turns = turns != nullptr ? turns->ends.size() : 1;
+  for (size_t t = 0, c = 0; t < n_turns; ++t) {
+    if (turns != nullptr && t >= 2 &&
+        drv_.cuStreamWaitValue64(snapshot_stream_, reinterpret_cast<CUdeviceptr>(drained_device),
+                                 t - 1, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
+      return cudaErrorUnknown;
+    }
+    const size_t end = turns != nullptr ? turns->ends[t] : copies.size();
+    for (; c < end; ++c) {
+      if (copies[c].count == 0) continue;
+      cudaError_t e = ::cudaMemcpyAsync(copies[c].dst, copies[c].src, copies[c].count,
+                                        cudaMemcpyDeviceToHost, snapshot_stream_);
+      if (e != cudaSuccess) return e;
+    }
+    if (turns != nullptr &&
+        drv_.cuStreamWriteValue64(snapshot_stream_, reinterpret_cast<CUdeviceptr>(filled_device),
+                                  t + 1, 0) != CUDA_SUCCESS) {
+      return cudaErrorUnknown;
+    }
   }
   if (drv_.cuStreamWriteValue64(snapshot_stream_, reinterpret_cast<CUdeviceptr>(done_device), tag,
                                 0) != CUDA_SUCCESS) {

@@ -246,6 +246,146 @@ void StagedSnapshot(Backend* b) {
   (void)std::system(cmd.c_str());
 }
 
+// An asynchronous staged snapshot through this backend, as the session
+// takes one: the store leaves its file unregistered, the device copies the
+// turns into the staging buffers on the backend's snapshot stream (each
+// turn gated by cuStreamWaitValue64 on the drained word), this thread
+// drains them; work queued after the copies (a memset of every allocation)
+// runs only after them. The snapshot loads back the bytes before the memset
+// (seed 20261206), the memset lands, only the staging was registered.
+void StagedAsyncSnapshot(Backend* b) {
+  char tmpl[] = "/dev/shm/cuda_backend_gpu_test.XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) {
+    EXPECT(false);
+    return;
+  }
+  const std::string dir = tmpl;
+  std::mt19937 rng(20261206);
+  std::vector<std::pair<void*, std::string>> allocs;
+  for (size_t size : {size_t{6} << 20 | 333, size_t{4096}, size_t{9} << 20}) {
+    void* p = nullptr;
+    EXPECT_ERR(b->cudaMalloc(&p, size), cudaSuccess);
+    std::string bytes(size, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng());
+    EXPECT_ERR(b->Memcpy(p, bytes.data(), size, cudaMemcpyHostToDevice, nullptr, false),
+               cudaSuccess);
+    allocs.emplace_back(p, bytes);
+  }
+  AllocationTable table;
+  for (const auto& [p, bytes] : allocs) table.emplace_back(reinterpret_cast<uint64_t>(p), bytes.size());
+  std::sort(table.begin(), table.end());
+  void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  EXPECT(page != MAP_FAILED);
+  if (page == MAP_FAILED) return;
+  EXPECT_ERR(b->RegisterSharedHost(page, 4096, 0), cudaSuccess);
+  uint64_t* done = static_cast<uint64_t*>(page);
+  uint64_t* filled = done + 8;
+  uint64_t* drained = done + 16;
+  int registrations = 0;
+  SnapshotCopier copier;
+  copier.copy = [b](uint64_t addr, void* dst, size_t n) -> absl::Status {
+    const cudaError_t e = b->Memcpy(dst, reinterpret_cast<const void*>(addr), n,
+                                    cudaMemcpyDeviceToHost, nullptr, /*async=*/true);
+    return e == cudaSuccess ? absl::OkStatus() : absl::InternalError("device copy error");
+  };
+  copier.wait = [b]() -> absl::Status {
+    return b->cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus()
+                                                     : absl::InternalError("synchronize error");
+  };
+  copier.register_host = [b, &registrations](void* p, size_t n) -> absl::Status {
+    ++registrations;
+    return b->RegisterSharedHost(p, n, 0) == cudaSuccess ? absl::OkStatus()
+                                                         : absl::InternalError("register error");
+  };
+  copier.unregister_host = [b](void* p) { b->UnregisterSharedHost(p); };
+  SnapshotStore::Options o;
+  o.staged = true;
+  o.staging_bytes = 2 << 20;  // several turns
+  o.staging_chunk_bytes = 256 << 10;
+  o.crc_threads = 4;
+  o.spare_ahead = false;
+  {
+    SnapshotStore store(dir, 0, o);
+    store.SetCopier(copier);
+    absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> pending = store.Begin(1, 1, table);
+    EXPECT(pending.ok() && (*pending)->staged());
+    if (pending.ok() && (*pending)->staged()) {
+      std::vector<Backend::SnapshotCopy> copies;
+      for (const auto& c : (*pending)->staged_copies()) {
+        copies.push_back({reinterpret_cast<const void*>(c.addr), c.dst, c.size});
+      }
+      Backend::SnapshotTurns turns;
+      turns.ends = (*pending)->staged_turn_ends();
+      turns.filled = filled;
+      turns.drained = drained;
+      EXPECT(turns.ends.size() > 4);
+      *done = *filled = *drained = 0;
+      EXPECT_ERR(b->QueueSnapshotCopies(copies, done, 11, &turns), cudaSuccess);
+      // The application's next work: after the copies, whatever stream.
+      for (const auto& [p, bytes] : allocs) {
+        EXPECT_ERR(b->cudaMemsetAsync(p, 0x5a, bytes.size(), nullptr), cudaSuccess);
+      }
+      const absl::Status drained_all = store.DrainStaged(
+          pending->get(),
+          [filled](size_t t) -> absl::Status {
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+            while (__atomic_load_n(filled, __ATOMIC_ACQUIRE) < t + 1) {
+              if (std::chrono::steady_clock::now() > deadline) {
+                return absl::DeadlineExceededError("turn never filled");
+              }
+              std::this_thread::yield();
+            }
+            return absl::OkStatus();
+          },
+          [drained](size_t t) { __atomic_store_n(drained, t + 1, __ATOMIC_RELEASE); });
+      EXPECT(drained_all.ok());
+      if (!drained_all.ok()) {
+        std::printf("drain: %s\n", drained_all.ToString().c_str());
+        __atomic_store_n(drained, ~uint64_t{0}, __ATOMIC_RELEASE);
+      }
+      EXPECT_ERR(b->cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT(__atomic_load_n(done, __ATOMIC_ACQUIRE) == 11);
+      absl::StatusOr<SnapshotWriteStats> st = store.Finish(std::move(*pending));
+      EXPECT(st.ok() && st->staged);
+      EXPECT(registrations == 1);  // the staging only
+      absl::StatusOr<std::unique_ptr<Snapshot>> snap = store.Open(1);
+      EXPECT(snap.ok());
+      if (snap.ok()) {
+        std::map<uint64_t, std::string> loaded;
+        for (const auto& [addr, size] : table) loaded[addr] = std::string(size, '\0');
+        uint64_t skipped = 0;
+        const absl::Status s = (*snap)->Load(
+            [&loaded](uint64_t addr, const void* src, size_t n) -> absl::Status {
+              for (auto& [a, bytes] : loaded) {
+                if (addr >= a && addr + n <= a + bytes.size()) {
+                  std::memcpy(bytes.data() + (addr - a), src, n);
+                  return absl::OkStatus();
+                }
+              }
+              return absl::InvalidArgumentError("not an allocation");
+            },
+            table, &skipped);
+        EXPECT(s.ok() && skipped == 0);
+        for (const auto& [p, bytes] : allocs) {
+          EXPECT(loaded[reinterpret_cast<uint64_t>(p)] == bytes);
+          std::string now(bytes.size(), '\0');
+          EXPECT_ERR(b->Memcpy(now.data(), p, now.size(), cudaMemcpyDeviceToHost, nullptr, false),
+                     cudaSuccess);
+          EXPECT(now == std::string(bytes.size(), '\x5a'));
+        }
+        std::printf("asynchronous staged snapshot of %zu allocations in %zu turns: loaded back "
+                    "equal, later work after it\n",
+                    table.size(), turns.ends.size());
+      }
+    }
+  }
+  EXPECT_ERR(b->UnregisterSharedHost(page), cudaSuccess);
+  munmap(page, 4096);
+  for (const auto& [p, bytes] : allocs) EXPECT_ERR(b->cudaFree(p), cudaSuccess);
+  std::string cmd = "rm -rf " + dir;
+  (void)std::system(cmd.c_str());
+}
+
 // One agent's life: a fixed call sequence.
 // Launches held back and issued as graphs (LaunchKernelMayHold): a seeded
 // sequence of order-sensitive launches of two kernels, with varying grids,
@@ -489,6 +629,7 @@ int Child(int rank, const std::string& fatbin, int hold_ms, bool block_range) {
     GraphMemory(b, *k, f, range);
     HeldLaunches(b);
     StagedSnapshot(b);
+    StagedAsyncSnapshot(b);
   }
 
   if (hold_ms > 0) {

@@ -630,11 +630,12 @@ cudaError_t HostBackend::MemcpyCaptured(void* dst, const void* src, size_t count
 }
 
 cudaError_t HostBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies,
-                                             uint64_t* done, uint64_t tag) {
+                                             uint64_t* done, uint64_t tag,
+                                             const SnapshotTurns* turns) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!captures_.empty()) return cudaErrorNotSupported;
   if (!SnapshotCopiesValid(
-          copies, done, [this](const void* p, size_t n) { return DeviceAccessible(p, n); },
+          copies, done, turns, [this](const void* p, size_t n) { return DeviceAccessible(p, n); },
           [this](const void* p, size_t n) { return IsSharedHost(p, n); })) {
     return cudaErrorInvalidValue;
   }
@@ -652,11 +653,35 @@ cudaError_t HostBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
   for (auto& [ptr, stream] : streams_) add(stream->last());
   for (auto& stream : retired_) add(stream->last());
   if (snapshot_gate_ != nullptr) add(snapshot_gate_);
-  snapshot_gate_ = snapshot_stream_->Enqueue(std::move(deps), [copies, done, tag]() {
-    for (const SnapshotCopy& c : copies) std::memcpy(c.dst, c.src, c.count);
-    __atomic_store_n(done, tag, __ATOMIC_RELEASE);
-    return cudaSuccess;
-  });
+  // Staged: as the device does it, turn t after *drained reached t - 1
+  // (the device's wait is unbounded; here the stream's thread polls, and
+  // gives up after a minute: the caller releases the wait when it stops).
+  std::vector<size_t> ends;
+  uint64_t* filled = nullptr;
+  const uint64_t* drained = nullptr;
+  if (turns != nullptr) {
+    ends = turns->ends;
+    filled = turns->filled;
+    drained = turns->drained;
+  } else {
+    ends.push_back(copies.size());
+  }
+  snapshot_gate_ = snapshot_stream_->Enqueue(
+      std::move(deps), [copies, done, tag, ends, filled, drained]() {
+        for (size_t t = 0, c = 0; t < ends.size(); ++t) {
+          if (drained != nullptr && t >= 2) {
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+            while (__atomic_load_n(drained, __ATOMIC_ACQUIRE) < t - 1) {
+              if (std::chrono::steady_clock::now() > deadline) return cudaErrorLaunchTimeout;
+              std::this_thread::sleep_for(std::chrono::microseconds(50));
+            }
+          }
+          for (; c < ends[t]; ++c) std::memcpy(copies[c].dst, copies[c].src, copies[c].count);
+          if (filled != nullptr) __atomic_store_n(filled, t + 1, __ATOMIC_RELEASE);
+        }
+        __atomic_store_n(done, tag, __ATOMIC_RELEASE);
+        return cudaSuccess;
+      });
   return cudaSuccess;
 }
 

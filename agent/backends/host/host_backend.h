@@ -154,7 +154,7 @@ class HostBackend : public Backend {
                              bool async, void* capture, uint64_t* done, uint64_t tag,
                              bool* captured) override;
   cudaError_t QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies, uint64_t* done,
-                                  uint64_t tag) override;
+                                  uint64_t tag, const SnapshotTurns* turns = nullptr) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
   cudaError_t UnregisterSharedHost(void* addr) override;
   cudaError_t EnqueueHostCallback(cudaStream_t stream, std::function<void()> fn) override;

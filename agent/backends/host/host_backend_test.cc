@@ -354,6 +354,81 @@ TEST_F(HostBackendTest, SnapshotCopiesTakeTheBoundaryStateAndHoldBackLaterWork) 
   EXPECT_EQ(b_->UnregisterSharedHost(done), cudaSuccess);
 }
 
+// Staged snapshot copies (SnapshotTurns): turn t fills a buffer only once
+// the caller drained turn t - 2, the device stores each filled turn, later
+// work waits for the last; bad turn words or ends are refused.
+TEST_F(HostBackendTest, StagedSnapshotCopiesWaitForEachBufferToBeDrained) {
+  constexpr size_t kN = 4096;
+  constexpr int kTurns = 5;
+  std::vector<char*> d;
+  for (int t = 0; t < kTurns; ++t) {
+    d.push_back(static_cast<char*>(Malloc(kN)));
+    ASSERT_EQ(b_->cudaMemset(d[t], 10 + t, kN), cudaSuccess);
+  }
+  std::vector<char> staging(2 * kN, 0);
+  alignas(64) uint64_t words[64] = {};
+  uint64_t* done = &words[0];
+  uint64_t* filled = &words[8];
+  uint64_t* drained = &words[16];
+  ASSERT_EQ(b_->RegisterSharedHost(words, sizeof(words), 0), cudaSuccess);
+  ASSERT_EQ(b_->RegisterSharedHost(staging.data(), staging.size(), 0), cudaSuccess);
+  std::vector<Backend::SnapshotCopy> copies;
+  Backend::SnapshotTurns turns;
+  for (int t = 0; t < kTurns; ++t) {
+    copies.push_back({d[t], staging.data() + (t % 2) * kN, kN});
+    turns.ends.push_back(copies.size());
+  }
+  turns.filled = filled;
+  turns.drained = drained;
+  Backend::SnapshotTurns bad = turns;
+  bad.ends.back() = copies.size() - 1;
+  EXPECT_EQ(b_->QueueSnapshotCopies(copies, done, 3, &bad), cudaErrorInvalidValue);
+  bad = turns;
+  std::swap(bad.ends[1], bad.ends[2]);
+  EXPECT_EQ(b_->QueueSnapshotCopies(copies, done, 3, &bad), cudaErrorInvalidValue);
+  uint64_t unregistered = 0;
+  bad = turns;
+  bad.drained = &unregistered;
+  EXPECT_EQ(b_->QueueSnapshotCopies(copies, done, 3, &bad), cudaErrorInvalidValue);
+  ASSERT_EQ(b_->QueueSnapshotCopies(copies, done, 3, &turns), cudaSuccess);
+  // Later work on any stream waits for the last turn.
+  ASSERT_EQ(b_->cudaMemsetAsync(d[0], 99, kN, nullptr), cudaSuccess);
+  std::vector<char> seen;
+  for (int t = 0; t < kTurns; ++t) {
+    ASSERT_TRUE(Eventually([&] {
+      return __atomic_load_n(filled, __ATOMIC_ACQUIRE) >= static_cast<uint64_t>(t + 1);
+    })) << "turn " << t;
+    // Both buffers are full now (or the last turn is): nothing more may
+    // come until this one is drained.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(__atomic_load_n(filled, __ATOMIC_ACQUIRE),
+              static_cast<uint64_t>(std::min(t + 2, kTurns)))
+        << "turn " << t;
+    const char* buf = staging.data() + (t % 2) * kN;
+    EXPECT_EQ(std::vector<char>(buf, buf + kN), std::vector<char>(kN, static_cast<char>(10 + t)))
+        << "turn " << t << " found another turn's bytes in its buffer";
+    if (t + 2 < kTurns) {  // the last two turns wait for no drain: the tag follows them
+      EXPECT_EQ(__atomic_load_n(done, __ATOMIC_ACQUIRE), 0u);
+      EXPECT_EQ(d[0][0], 10);
+    }
+    __atomic_store_n(drained, static_cast<uint64_t>(t + 1), __ATOMIC_RELEASE);
+  }
+  EXPECT_TRUE(Eventually([&] { return __atomic_load_n(done, __ATOMIC_ACQUIRE) == 3; }));
+  ASSERT_EQ(b_->cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(d[0][0], 99);
+  // A caller that gives up releases every turn at once: the copies run
+  // through and the tag comes.
+  __atomic_store_n(filled, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(drained, 0, __ATOMIC_RELEASE);
+  ASSERT_EQ(b_->QueueSnapshotCopies(copies, done, 4, &turns), cudaSuccess);
+  ASSERT_TRUE(Eventually([&] { return __atomic_load_n(filled, __ATOMIC_ACQUIRE) == 2; }));
+  __atomic_store_n(drained, ~uint64_t{0}, __ATOMIC_RELEASE);
+  EXPECT_TRUE(Eventually([&] { return __atomic_load_n(done, __ATOMIC_ACQUIRE) == 4; }));
+  ASSERT_EQ(b_->cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(b_->UnregisterSharedHost(staging.data()), cudaSuccess);
+  EXPECT_EQ(b_->UnregisterSharedHost(words), cudaSuccess);
+}
+
 TEST_F(HostBackendTest, BadDevicePointersAreInvalidValueAndHarmless) {
   char* d = static_cast<char*>(Malloc(1000));
   char host[2048] = {};
