@@ -174,7 +174,7 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
             t1_xmed+=("$(calc "$xb / $a")"); t1_xmean+=("$(calc "$xbm / $am")")
             printf '   %s 1 rank, pair %d, [%s]: median step %.3f ms (%.3f), mean %.3f ms (%.3f); parameters equal\n' \
               "$s" "$p" "$TORCH1_ARM" "$xb" "$(calc "$xb / $a")" "$xbm" "$(calc "$xbm / $am")"
-            grep -hoE "snapshot of minibatch [0-9]+: .*|the first snapshot's file: .*" "$xlog" | head -3 |
+            grep -hoE "snapshot of minibatch [0-9]+: .*|the first snapshot's file: .*|asynchronous snapshot [0-9]+ \(journal.*" "$xlog" | head -7 |
               cut -c1-340 | sed 's/^/   | arm /'
           else
             t1_ok=0; echo "   $s pair $p [$TORCH1_ARM]: rc $xrc, parameters not equal to native, or no step time"
@@ -192,8 +192,8 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
         printf '   %s 1 rank, pair %d of %d (%d steps): median step native %.3f, revenant %.3f ms (%.3f); mean step (snapshots in it) native %.3f, revenant %.3f ms (%.3f); parameters equal\n' \
           "$s" "$p" "$t1_n" "$t1_steps" "$a" "$b" "$(calc "$b / $a")" "$am" "$bm" "$(calc "$bm / $am")"
         grep -hoE "snapshots at exit.*" "$clog" | head -1 | sed 's/^/   | agent /'
-        # Each synchronous snapshot's critical path and where it went.
-        grep -hoE "snapshot of minibatch [0-9]+: .*|the first snapshot's file: .*" "$clog" | head -3 |
+        # Each snapshot's critical path and where it went (synchronous and asynchronous).
+        grep -hoE "snapshot of minibatch [0-9]+: .*|the first snapshot's file: .*|asynchronous snapshot [0-9]+ \(journal.*" "$clog" | head -7 |
           cut -c1-340 | sed 's/^/   | agent /'
       done
       printf '   %s 1 rank, %d pair(s): median of the pairs ratios: median step %s, mean step %s (goal <= 1.10)\n' \
