@@ -122,9 +122,10 @@ ABSL_FLAG(bool, snapshot_spare_ahead, true,
           "on the executor's critical path (registering still holds the driver against the "
           "executor's CUDA calls, ~22 ms per 554 MiB on the H200)");
 ABSL_FLAG(bool, snapshot_staged, true,
-          "with boundary snapshots: a synchronous snapshot into a file not registered yet (the "
-          "first snapshot's, a new one) leaves it unregistered and copies through two 32 MiB "
-          "registered staging buffers, threads copying them into the file and checksumming "
+          "with boundary snapshots: a snapshot into a file not registered yet (the first "
+          "snapshot's, a new one) leaves it unregistered and copies through two 32 MiB "
+          "registered staging buffers, threads copying them into the file and checksumming (an "
+          "asynchronous snapshot's device turns wait for the threads' drain) "
           "(registering the file holds the CUDA driver, ~22-52 ms per 554 MiB on the H200); "
           "false: the file is registered and the device copies straight into it");
 ABSL_FLAG(bool, snapshot_async, true,

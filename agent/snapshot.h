@@ -25,9 +25,11 @@
 // same size is written into: in steady state a boundary maps and registers
 // nothing. With the spare kept, the files hold 2x the live bytes between
 // boundaries; without (keep_spare false), 1x, and each snapshot maps and
-// registers a fresh file. With Options::staged, a synchronous snapshot
-// into a file not registered yet (the first one's) leaves it so and
-// copies through two registered staging buffers instead (CopyInTurns).
+// registers a fresh file. With Options::staged, a snapshot into a file
+// not registered yet (the first one's) leaves it so and copies through two
+// registered staging buffers instead: a synchronous one in CopyInTurns, an
+// asynchronous one with the device's turns gated on the drain
+// (Pending::staged, DrainStaged).
 //
 // File layout (little endian):
 //   header   magic "RVSNAP01", u32 version, u32 rank, u64 minibatch,
@@ -166,8 +168,8 @@ class SnapshotStore {
     // threads copy the other buffer into the file and checksum what they
     // copied. Registering a 554 MiB file held the CUDA driver 22-52 ms on
     // the H200, against ~10 ms for all its copies; the staging buffers are
-    // registered once. An asynchronous snapshot (Begin) registers such a
-    // file when it takes it.
+    // registered once. An asynchronous snapshot (Begin) into such a file
+    // stages too (Pending::staged, DrainStaged).
     bool staged = false;
     size_t staging_bytes = size_t{32} << 20;
     // The piece a thread copies and checksums at a time (in its cache).
