@@ -544,16 +544,9 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::Begin(
   const AllocationTable& t = pending.table_;
   for (size_t turn = 0; turn < plan.turns.size(); ++turn) {
     char* buf = staging_ + (turn % 2) * plan.half;
-    const TurnPlan::Turn& tp = plan.turns[turn];
-    const size_t end = tp.first_chunk + tp.chunks;
-    for (size_t c = tp.first_chunk; c < end;) {
-      // One device copy per allocation's run of chunks in the turn.
+    for (const auto& [c, n] : plan.Runs(turn)) {
       const TurnPlan::Chunk& k = plan.chunks[c];
-      uint64_t n = 0;
-      size_t run = c;
-      for (; run < end && plan.chunks[run].alloc == k.alloc; ++run) n += plan.chunks[run].size;
       pending.staged_copies_.push_back({t[k.alloc].first + k.offset, buf + k.staged_at, n});
-      c = run;
     }
     pending.staged_turn_ends_.push_back(pending.staged_copies_.size());
   }
@@ -811,21 +804,13 @@ absl::Status SnapshotStore::CopyInTurns(Pending* p, const SnapshotCopier& copier
   TurnIo io;
   io.queue = [&](size_t t) -> absl::Status {
     char* buf = staged ? staging_ + (t % 2) * half : nullptr;
-    const TurnPlan::Turn& turn = plan.turns[t];
-    const size_t end = turn.first_chunk + turn.chunks;
-    for (size_t c = turn.first_chunk; c < end;) {
-      // One device copy per allocation's run of chunks in this turn (they
-      // are contiguous on both sides).
+    for (const auto& [c, n] : plan.Runs(t)) {
       const TurnPlan::Chunk& k = plan.chunks[c];
-      uint64_t n = 0;
-      size_t run = c;
-      for (; run < end && plan.chunks[run].alloc == k.alloc; ++run) n += plan.chunks[run].size;
       char* dst = staged ? buf + k.staged_at : p->destination(k.alloc) + k.offset;
       if (absl::Status s = copier.copy(table[k.alloc].first + k.offset, dst, n); !s.ok()) {
         return absl::Status(s.code(), absl::StrCat("allocation 0x", absl::Hex(table[k.alloc].first),
                                                    ": ", s.message()));
       }
-      c = run;
     }
     return absl::OkStatus();
   };

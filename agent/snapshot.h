@@ -401,6 +401,20 @@ class SnapshotStore {
     size_t half = 0;
     std::vector<Chunk> chunks;
     std::vector<Turn> turns;
+    // Turn t's device copies: one per allocation's run of chunks in it
+    // (contiguous on both sides), as (its first chunk, bytes).
+    std::vector<std::pair<size_t, uint64_t>> Runs(size_t t) const {
+      std::vector<std::pair<size_t, uint64_t>> runs;
+      const size_t end = turns[t].first_chunk + turns[t].chunks;
+      for (size_t c = turns[t].first_chunk; c < end;) {
+        uint64_t n = 0;
+        size_t run = c;
+        for (; run < end && chunks[run].alloc == chunks[c].alloc; ++run) n += chunks[run].size;
+        runs.emplace_back(c, n);
+        c = run;
+      }
+      return runs;
+    }
   };
   TurnPlan PlanTurns(const Pending& p) const;
   // How RunTurns has turn t's device copies queued (may be null: already

@@ -152,6 +152,28 @@ void GraphMemory(Backend* b, const KernelInfo& fill, void* out, const DeviceRang
   EXPECT_ERR(b->cudaStreamDestroy(s), cudaSuccess);
 }
 
+// The session's snapshot copier over `b` (agent/session.cc), counting
+// registrations in *registrations.
+SnapshotCopier BackendCopier(Backend* b, int* registrations) {
+  SnapshotCopier copier;
+  copier.copy = [b](uint64_t addr, void* dst, size_t n) -> absl::Status {
+    const cudaError_t e = b->Memcpy(dst, reinterpret_cast<const void*>(addr), n,
+                                    cudaMemcpyDeviceToHost, nullptr, /*async=*/true);
+    return e == cudaSuccess ? absl::OkStatus() : absl::InternalError("device copy error");
+  };
+  copier.wait = [b]() -> absl::Status {
+    return b->cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus()
+                                                     : absl::InternalError("synchronize error");
+  };
+  copier.register_host = [b, registrations](void* p, size_t n) -> absl::Status {
+    ++*registrations;
+    return b->RegisterSharedHost(p, n, 0) == cudaSuccess ? absl::OkStatus()
+                                                         : absl::InternalError("register error");
+  };
+  copier.unregister_host = [b](void* p) { b->UnregisterSharedHost(p); };
+  return copier;
+}
+
 // Boundary snapshots through this backend, as the session copies them: a
 // staged synchronous snapshot (the file not registered, the device copying
 // into registered staging buffers, threads draining them) and one copied
@@ -180,22 +202,7 @@ void StagedSnapshot(Backend* b) {
   for (const auto& [p, bytes] : allocs) table.emplace_back(reinterpret_cast<uint64_t>(p), bytes.size());
   std::sort(table.begin(), table.end());
   int registrations = 0;
-  SnapshotCopier copier;
-  copier.copy = [b](uint64_t addr, void* dst, size_t n) -> absl::Status {
-    const cudaError_t e = b->Memcpy(dst, reinterpret_cast<const void*>(addr), n,
-                                    cudaMemcpyDeviceToHost, nullptr, /*async=*/true);
-    return e == cudaSuccess ? absl::OkStatus() : absl::InternalError("device copy error");
-  };
-  copier.wait = [b]() -> absl::Status {
-    return b->cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus()
-                                                     : absl::InternalError("synchronize error");
-  };
-  copier.register_host = [b, &registrations](void* p, size_t n) -> absl::Status {
-    ++registrations;
-    return b->RegisterSharedHost(p, n, 0) == cudaSuccess ? absl::OkStatus()
-                                                         : absl::InternalError("register error");
-  };
-  copier.unregister_host = [b](void* p) { b->UnregisterSharedHost(p); };
+  const SnapshotCopier copier = BackendCopier(b, &registrations);
   for (const bool staged : {true, false}) {
     SnapshotStore::Options o;
     o.staged = staged;
@@ -282,22 +289,7 @@ void StagedAsyncSnapshot(Backend* b) {
   uint64_t* filled = done + 8;
   uint64_t* drained = done + 16;
   int registrations = 0;
-  SnapshotCopier copier;
-  copier.copy = [b](uint64_t addr, void* dst, size_t n) -> absl::Status {
-    const cudaError_t e = b->Memcpy(dst, reinterpret_cast<const void*>(addr), n,
-                                    cudaMemcpyDeviceToHost, nullptr, /*async=*/true);
-    return e == cudaSuccess ? absl::OkStatus() : absl::InternalError("device copy error");
-  };
-  copier.wait = [b]() -> absl::Status {
-    return b->cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus()
-                                                     : absl::InternalError("synchronize error");
-  };
-  copier.register_host = [b, &registrations](void* p, size_t n) -> absl::Status {
-    ++registrations;
-    return b->RegisterSharedHost(p, n, 0) == cudaSuccess ? absl::OkStatus()
-                                                         : absl::InternalError("register error");
-  };
-  copier.unregister_host = [b](void* p) { b->UnregisterSharedHost(p); };
+  const SnapshotCopier copier = BackendCopier(b, &registrations);
   SnapshotStore::Options o;
   o.staged = true;
   o.staging_bytes = 2 << 20;  // several turns
