@@ -465,17 +465,23 @@ absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,
     // The call itself lives while the handle does (it is replayed, in order,
     // until its keys go); the destroys of earlier minibatches (not minibatch
     // 0's, which is always replayed) take effect on it.
+    // So do those of this minibatch before a replay's start (a one-rank
+    // job's finished asynchronous snapshot, ReplayStartsAt): a replay from
+    // there runs no matmul that names them.
     const uint64_t minibatch = minibatch_.load(std::memory_order_relaxed);
+    const uint64_t replay_start = replay_start_.load(std::memory_order_acquire);
     e.add_touches(handle);
     deferred_handle_ = handle;
-    while (!pending_destroys_.empty() && pending_destroys_.front().minibatch < minibatch) {
+    while (!pending_destroys_.empty()) {
       const PendingDestroy& p = pending_destroys_.front();
+      const bool earlier = p.minibatch < minibatch;
+      if (!earlier && (p.minibatch == 0 || p.seq >= replay_start)) break;
       if (p.minibatch != 0) {
         for (uint64_t key : p.keys) e.add_destroys(key);
       }
       pending_destroys_.pop_front();
     }
-    pending_destroys_.push_back(PendingDestroy{minibatch, std::move(gone)});
+    pending_destroys_.push_back(PendingDestroy{minibatch, rec.seq, std::move(gone)});
   }
   if (IsSharedHostAlloc(id)) e.add_creates(FirstU64(body));
   // A creation whose handle the shim assigned (sent without waiting: no
@@ -529,16 +535,28 @@ void RequestJournal::JournalAttributeCall(const transport::RecordHeader& rec,
     attribute_call_key_ = key;
     return;
   }
-  if (minibatch > a.minibatch && !a.current.empty()) {
+  // The calls a replay runs no more: all of an earlier minibatch's, and
+  // within this one those before a replay's start (ReplayStartsAt); the
+  // last of them becomes the anchor.
+  size_t before = 0;
+  if (minibatch > a.minibatch) {
+    before = a.current.size();
+  } else {
+    const uint64_t replay_start = replay_start_.load(std::memory_order_acquire);
+    while (before < a.current_seqs.size() && a.current_seqs[before] < replay_start) ++before;
+  }
+  if (before > 0) {
     if (a.anchor != 0) e->add_destroys(a.anchor);
-    for (size_t i = 0; i + 1 < a.current.size(); ++i) e->add_destroys(a.current[i]);
-    a.anchor = a.current.back();
-    a.current.clear();
+    for (size_t i = 0; i + 1 < before; ++i) e->add_destroys(a.current[i]);
+    a.anchor = a.current[before - 1];
+    a.current.erase(a.current.begin(), a.current.begin() + before);
+    a.current_seqs.erase(a.current_seqs.begin(), a.current_seqs.begin() + before);
   }
   a.minibatch = minibatch;
   const uint64_t key = Mix(attribute, rec.seq);
   e->add_creates(key);
   a.current.push_back(key);
+  a.current_seqs.push_back(rec.seq);
   attribute_call_key_ = key;
 }
 

@@ -216,6 +216,22 @@ class RequestJournal {
   absl::StatusOr<uint64_t> ReleasePayloadsBefore(uint64_t request_seq) {
     return journal_->ReleasePayloadsBefore(request_seq * 2);
   }
+  // The same snapshot, for the setup log: a replay of the current minibatch
+  // now starts at request `request_seq`, so the calls it needed only while
+  // it started at the minibatch's boundary go as at a boundary (the deferred
+  // destroys before it take effect, an attribute's calls before it leave the
+  // last one), once the next such call is journaled. Any thread; it only
+  // grows. Without it a one-rank job's setup log kept every cuBLASLt
+  // descriptor (and every stream or workspace setter) of every step until
+  // the next journal boundary, and a replacement replayed them all.
+  void ReplayStartsAt(uint64_t request_seq) {
+    uint64_t cur = replay_start_.load(std::memory_order_relaxed);
+    while (cur < request_seq &&
+           !replay_start_.compare_exchange_weak(cur, request_seq, std::memory_order_release,
+                                                std::memory_order_relaxed)) {
+    }
+  }
+  uint64_t replay_start() const { return replay_start_.load(std::memory_order_acquire); }
   const std::string& dir() const { return journal_->dir(); }
 
  private:
@@ -235,6 +251,8 @@ class RequestJournal {
   const Options options_;
   MinibatchDetector detector_;
   std::atomic<uint64_t> minibatch_{0};  // 0: still in the setup phase
+  // ReplayStartsAt's request (0: a replay starts at the minibatch's boundary).
+  std::atomic<uint64_t> replay_start_{0};
   // The last journaled request went to the setup log (its outcome follows it).
   bool last_in_setup_ = true;
   bool last_journaled_ = false;
@@ -250,6 +268,7 @@ class RequestJournal {
     uint64_t minibatch = 0;
     uint64_t anchor = 0;
     std::vector<uint64_t> current;
+    std::vector<uint64_t> current_seqs;  // the request seq of each of `current`
     std::vector<uint64_t> setup;  // the calls of minibatch 0
   };
   absl::flat_hash_map<uint64_t, AttributeCalls> attribute_calls_;
@@ -276,6 +295,7 @@ class RequestJournal {
                     uint64_t key, journal::JournalEntry* e);
   struct PendingDestroy {
     uint64_t minibatch = 0;
+    uint64_t seq = 0;  // the destroy's request
     std::vector<uint64_t> keys;
   };
   // In journaling order, so by minibatch (which only grows): the destroys

@@ -166,6 +166,61 @@ TEST_F(DnnJournalTest, VariantPacksLeaveTheSetupLogOtherDescriptorsStay) {
   EXPECT_GE(LiveSetupEntries(), live[23]);
 }
 
+// A one-rank job with asynchronous snapshots stays in one journal minibatch
+// for many steps; each finished snapshot moves where a replay starts
+// (ReplayStartsAt). What only a replay from the minibatch's boundary needed
+// goes then: the packs destroyed before the snapshot, and a setter's calls
+// before it but the last (cublasSetStream_v2, which PyTorch calls before
+// every GEMM). Without it the setup log grew with every step until the next
+// journal boundary.
+TEST_F(DnnJournalTest, AReplayStartInsideTheMinibatchDropsWhatOnlyTheBoundaryNeeded) {
+  const uint64_t plan = api::ShimAssignedId(api::HandleKind::kDnnDescriptor, ++serial_);
+  Create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, plan);
+  OnDescriptor(api::ApiId::cudnnBackendFinalize, plan, true);
+  const uint64_t blas = 0x7e20000000000001ull;
+  auto set_stream = [&](uint64_t stream) {
+    auto body = [&](auto& w) {
+      w.Put(blas);
+      w.Put(stream);
+    };
+    Journal(Record(++seq_, api::ApiId::cublasSetStream_v2, false, body, body));
+  };
+  set_stream(0);
+  ASSERT_TRUE(journal_->MarkStep().ok());  // the one journal boundary
+  const uint64_t setup = LiveSetupEntries();
+  auto step = [&](int i) {
+    set_stream(0x5000 + i % 3);
+    Convolution(plan, api::ShimAssignedId(api::HandleKind::kDnnDescriptor, ++serial_), true);
+    set_stream(0x5000 + (i + 1) % 3);
+    Convolution(plan, 0x7e10000000000000ull + 1000 + i, false);
+  };
+  // No snapshot finished: every step's calls stay (a replay starts at the
+  // boundary and runs every step since).
+  std::vector<uint64_t> live;
+  for (int i = 0; i < 16; ++i) {
+    step(i);
+    live.push_back(LiveSetupEntries());
+  }
+  ASSERT_GT(live[15], live[7]) << "the premise: without a replay start the setup log grows";
+  const uint64_t grown = live[15];
+  // A snapshot finishing every fourth step, at the request after the step.
+  live.clear();
+  for (int i = 16; i < 64; ++i) {
+    step(i);
+    if (i % 4 == 3) journal_->ReplayStartsAt(seq_ + 1);
+    live.push_back(LiveSetupEntries());
+  }
+  EXPECT_GT(live.front(), setup) << "the steps after the replay start are live";
+  EXPECT_LT(live.back(), grown) << "the steps before the snapshot stayed";
+  // Bounded: a period of four steps later, the same count.
+  EXPECT_EQ(live[47], live[31]) << "setup entries grow with the steps: " << live[31]
+                                << " after 32, " << live[47] << " after 48";
+  EXPECT_EQ(live[47], live[15]);
+  // A replay start never goes back.
+  journal_->ReplayStartsAt(3);
+  EXPECT_GT(journal_->replay_start(), seq_);
+}
+
 
 // A copy whose source bytes travel inside the request is journaled with the
 // bytes as its payload and its args without them; the replay's body is the

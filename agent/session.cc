@@ -1204,6 +1204,9 @@ void Session::ReapSnapshot(bool wait) {
     REVENANT_LOG(ERROR, "agent") << "releasing the journal's payloads before request " << f.seq
                                  << ": " << freed.status();
   }
+  // And the setup log's calls only a replay from the journal's boundary
+  // needed (cuBLASLt descriptors destroyed since, superseded setters).
+  options_.journal->ReplayStartsAt(f.seq);
   const double total_ms = last_snapshot_ns_ / 1e6;
   ++t.count;
   ++t.inside;
