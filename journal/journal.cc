@@ -638,7 +638,62 @@ class SegmentWriter {
     return a.ok() ? b : a;
   }
 
-  uint64_t file_bytes() const { return writer_->file_length() + payload_length_; }
+  // The log's bytes and the payload file's, less the payload pages a
+  // compaction freed (FreePayloadOutside).
+  uint64_t file_bytes() const {
+    return writer_->file_length() + payload_length_ - payload_freed_;
+  }
+
+  // A compaction's new (tmp) segment takes `old`'s payload file as its own:
+  // linked under its name (the same pages: nothing copied), appended to
+  // after its end, so that the entries carried over keep their payload
+  // references. Before any payload of its own.
+  absl::Status AdoptPayloadFile(const SegmentWriter& old) {
+    if (old.payload_file_ == nullptr || payload_file_ != nullptr) return absl::OkStatus();
+    const std::string from = old.payload_path_ + old.suffix_;
+    const std::string to = payload_path_ + suffix_;
+    if (::link(from.c_str(), to.c_str()) != 0) {
+      return PosixError(absl::StrCat("link ", from, " to ", to), errno);
+    }
+    absl::StatusOr<std::unique_ptr<WritableFile>> f = NewAppendableFile(to);
+    if (!f.ok()) {
+      RemoveFile(to).IgnoreError();
+      return f.status();
+    }
+    payload_file_ = std::move(*f);
+    payload_length_ = old.payload_length_;
+    payload_freed_ = old.payload_freed_;
+    return absl::OkStatus();
+  }
+
+  // Frees the whole pages of the payload file that no range of `live`
+  // (offset, length) touches: the dead entries' payloads once nothing names
+  // them any more. Returns the bytes of pages freed now and before (the
+  // holes between the live payloads); a failure frees nothing more.
+  uint64_t FreePayloadOutside(std::vector<std::pair<uint64_t, uint64_t>> live) {
+    if (payload_file_ == nullptr || payload_file_->fd() < 0) return payload_freed_;
+    std::sort(live.begin(), live.end());
+    const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    uint64_t freed = 0, at = 0;
+    auto punch = [&](uint64_t from, uint64_t to) {
+      from = (from + page - 1) / page * page;
+      to = to / page * page;
+      if (to <= from) return true;
+      if (Fallocate(payload_file_->fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, from,
+                    to - from) != 0) {
+        return false;
+      }
+      freed += to - from;
+      return true;
+    };
+    for (const auto& [offset, length] : live) {
+      if (offset > at && !punch(at, offset)) return payload_freed_;
+      at = std::max(at, offset + length);
+    }
+    if (payload_length_ > at && !punch(at, payload_length_)) return payload_freed_;
+    payload_freed_ = freed;
+    return payload_freed_;
+  }
   uint64_t header_bytes() const { return header_bytes_; }
   // Log bytes of the minibatches before the last boundary marker.
   uint64_t finished_bytes() const { return minibatch_start_ - header_bytes_; }
@@ -698,6 +753,8 @@ class SegmentWriter {
   std::string log_path_;
   std::string payload_path_;
   std::string suffix_;  // ".tmp" until published
+  // Payload file bytes whose pages a compaction freed (setup segments).
+  uint64_t payload_freed_ = 0;
   // Mapped log files grow by chunks: a small first one (a minibatch segment
   // lives for one training step), doubling up to kMaxMappedChunk.
   static constexpr size_t kFirstChunk = log::kBlockSize;
@@ -1142,8 +1199,10 @@ void Journal::TrackSetupEntry(const JournalEntry& entry, uint64_t bytes) {
     // went with it): nothing replays it, so it is not live either.
     return;
   }
-  entries_[seq] = EntryState{bytes, 0, !has_keys};
+  const uint64_t payload = entry.has_payload_ref() ? entry.payload_ref().length() : 0;
+  entries_[seq] = EntryState{bytes, 0, !has_keys, payload};
   live_bytes_ += bytes;
+  live_payload_bytes_ += payload;
   if (!has_keys) return;
 
   const absl::flat_hash_set<uint64_t> destroyed(entry.destroys().begin(),
@@ -1192,6 +1251,7 @@ void Journal::TrackSetupEntry(const JournalEntry& entry, uint64_t bytes) {
   it->second.refs += refs;
   if (it->second.refs == 0) {
     live_bytes_ -= it->second.bytes;
+    live_payload_bytes_ -= it->second.payload;
     entries_.erase(it);
   }
 }
@@ -1202,6 +1262,7 @@ void Journal::Unref(uint64_t seq) {
   EntryState& state = it->second;
   if (--state.refs > 0 || state.permanent) return;
   live_bytes_ -= state.bytes;
+  live_payload_bytes_ -= state.payload;
   entries_.erase(it);
 }
 
@@ -1210,7 +1271,14 @@ absl::Status Journal::MaybeCompact() {
   const uint64_t live = live_bytes_ + setup_->header_bytes();
   const uint64_t total = setup_->file_bytes();
   const uint64_t dead = total > live ? total - live : 0;
-  if (dead > live && dead > options_.compaction_min_dead_bytes) return CompactLocked();
+  // What a compaction costs is the live records it rewrites (the payload
+  // file stays, its dead pages freed): it runs once the dead bytes that came
+  // since the last one pass that, however large the live payloads (a
+  // model's initial weights uploaded from pageable memory). Dead bytes no
+  // compaction frees (parts of pages beside live payloads) do not count.
+  const uint64_t rewritten = live - std::min(live, live_payload_bytes_);
+  const uint64_t fresh = dead > dead_after_compaction_ ? dead - dead_after_compaction_ : 0;
+  if (fresh > rewritten && fresh > options_.compaction_min_dead_bytes) return CompactLocked();
   return absl::OkStatus();
 }
 
@@ -1230,22 +1298,33 @@ absl::Status Journal::CompactLocked() {
   if (!seg.ok()) return seg.status();
   std::unique_ptr<SegmentWriter> fresh = std::move(*seg);
 
-  // Re-read the current segment (payloads checked on the way) and copy the
-  // entries that are still live.
+  // The payload file is kept (linked under the new segment's name): the
+  // live entries' records are copied with their payload references, the
+  // payloads themselves are not (a model's weights uploaded at setup would
+  // be rewritten at every compaction).
+  absl::Status s = fresh->AdoptPayloadFile(*setup_);
+  // Re-read the current segment and copy the entries that are still live.
   SegmentHeader header;
   uint64_t live = 0;
-  absl::Status s = journal_internal::ReadSegment(
-      setup_->log_path(), setup_->payload_path(), SETUP, /*load_payloads=*/true, &header,
-      [&](JournalEntry& entry) {
-        auto it = entries_.find(entry.seq());
-        if (it == entries_.end()) return absl::OkStatus();
-        uint64_t bytes = 0;
-        absl::Status a = fresh->Append(&entry, {}, &bytes);
-        if (!a.ok()) return a;
-        it->second.bytes = bytes;
-        live += bytes;
-        return absl::OkStatus();
-      });
+  std::vector<std::pair<uint64_t, uint64_t>> live_payloads;
+  if (s.ok()) {
+    s = journal_internal::ReadSegment(
+        setup_->log_path(), setup_->payload_path(), SETUP, /*load_payloads=*/false, &header,
+        [&](JournalEntry& entry) {
+          auto it = entries_.find(entry.seq());
+          if (it == entries_.end()) return absl::OkStatus();
+          uint64_t bytes = 0;
+          absl::Status a = fresh->Append(&entry, {}, &bytes);
+          if (!a.ok()) return a;
+          if (entry.has_payload_ref()) {
+            bytes += entry.payload_ref().length();
+            live_payloads.emplace_back(entry.payload_ref().offset(), entry.payload_ref().length());
+          }
+          it->second.bytes = bytes;
+          live += bytes;
+          return absl::OkStatus();
+        });
+  }
   // Renaming keeps the open descriptors valid: `fresh` keeps appending.
   if (s.ok()) s = fresh->Publish();
   if (!s.ok()) {
@@ -1261,7 +1340,12 @@ absl::Status Journal::CompactLocked() {
   if (absl::Status r = old->Remove(); !r.ok()) {
     REVENANT_LOG(WARNING, "journal") << "cannot remove compacted segment: " << r;
   }
+  // Nothing names the dead entries' payloads now: their pages go.
+  setup_->FreePayloadOutside(std::move(live_payloads));
   live_bytes_ = live;
+  const uint64_t total = setup_->file_bytes();
+  const uint64_t held = live_bytes_ + setup_->header_bytes();
+  dead_after_compaction_ = total > held ? total - held : 0;
   ++compactions_;
   return absl::OkStatus();
 }

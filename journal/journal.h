@@ -105,9 +105,10 @@ struct JournalOptions {
   // ~100 us (docs/performance.md).
   size_t mapped_inline_payload_threshold = 256 << 10;
   SyncPolicy sync = SyncPolicy::kNone;
-  // The setup log is compacted when its dead bytes exceed its live bytes and
-  // also this many bytes (so that small journals are not rewritten over and
-  // over).
+  // The setup log is compacted when its dead bytes (since the last
+  // compaction) exceed its live records' bytes (what a compaction rewrites:
+  // the payload file is kept) and also this many bytes (so that small
+  // journals are not rewritten over and over).
   uint64_t compaction_min_dead_bytes = 1 << 20;
   bool compaction_enabled = true;
   // Write log files through a shared mapping (no system call per record;
@@ -276,6 +277,7 @@ class Journal {
     uint64_t bytes = 0;  // record + out-of-line payload bytes
     int refs = 0;        // live key references (see docs/journal_format.md)
     bool permanent = false;
+    uint64_t payload = 0;  // of `bytes`: the out-of-line payload's
   };
   struct KeyState {
     std::vector<uint64_t> holders;  // entries that create or touch the key
@@ -362,6 +364,11 @@ class Journal {
   absl::flat_hash_map<uint64_t, EntryState> entries_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, KeyState> keys_ ABSL_GUARDED_BY(mu_);
   uint64_t live_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // live entries + segment header
+  // Of live_bytes_: the live entries' out-of-line payloads.
+  uint64_t live_payload_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The setup log's dead bytes right after the last compaction (parts of
+  // payload pages it could not free): MaybeCompact counts those after.
+  uint64_t dead_after_compaction_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Reads a journal directory back, verifying everything it reads.

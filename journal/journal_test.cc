@@ -880,6 +880,76 @@ void CheckSizeBound(const std::string& name, bool overwrite_loop, size_t weight_
 // Allocations learn their key (the address) only after they execute: an
 // outcome entry completing the allocation carries it, and the free drops the
 // allocation, its outcome and itself.
+// A setup log whose live state includes a large payload (a model's weights
+// uploaded from pageable memory before the first step) and whose dead bytes
+// come from small descriptor records and a dropped payload: compaction runs
+// once those dead bytes pass the live records' (not the live payload's), it
+// keeps the payload file (linked, nothing copied) and frees the dead
+// payload's pages; the live payload reads back whole, also after a re-open.
+TEST(JournalTest, CompactionKeepsThePayloadFileAndFreesDeadPayloadPages) {
+  const std::string dir = TestDir("compaction_keeps_payloads");
+  JournalOptions options;
+  options.compaction_min_dead_bytes = 64 << 10;
+  auto j = OpenJournal(dir, options);
+  std::string weights(8 << 20, '\0');
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<char>(i * 31 + (i >> 12));
+  const std::string scratch(2 << 20, 's');
+  uint64_t seq = 0;
+  JournalEntry w = Entry(++seq);
+  w.add_creates(0x1000);
+  ASSERT_TRUE(j->AppendSetup(w, weights).ok());
+  JournalEntry d = Entry(++seq);
+  d.add_creates(0x2000);
+  ASSERT_TRUE(j->AppendSetup(d, scratch).ok());
+  const std::string payload_before = OnlyFile(dir, "setup-", ".payload");
+  struct stat before {};
+  ASSERT_EQ(0, ::stat(payload_before.c_str(), &before));
+  JournalEntry gone = Entry(++seq);
+  gone.add_destroys(0x2000);
+  ASSERT_TRUE(j->AppendSetup(gone).ok());
+  // 2 MiB dead against 8 MiB of live payload and a few records: compacted
+  // (before, dead bytes had to pass the live payload's).
+  ASSERT_EQ(1u, j->stats().compactions);
+  // Descriptors made and dropped: their dead records alone (a few hundred
+  // KiB) compact it again.
+  for (int i = 0; i < 4000 && j->stats().compactions == 1; ++i) {
+    JournalEntry c = Entry(++seq);
+    c.add_creates(0x100000 + i);
+    c.set_args(std::string(48, 'a'));
+    ASSERT_TRUE(j->AppendSetup(c).ok());
+    JournalEntry x = Entry(++seq);
+    x.add_destroys(0x100000 + i);
+    ASSERT_TRUE(j->AppendSetup(x).ok());
+  }
+  ASSERT_EQ(2u, j->stats().compactions) << "dead records did not compact the setup log";
+  const std::string payload_after = OnlyFile(dir, "setup-", ".payload");
+  EXPECT_NE(payload_before, payload_after) << "a new segment";
+  struct stat after {};
+  ASSERT_EQ(0, ::stat(payload_after.c_str(), &after));
+  EXPECT_EQ(before.st_ino, after.st_ino) << "the payload file was copied, not kept";
+  const uint64_t allocated = static_cast<uint64_t>(after.st_blocks) * 512;
+  EXPECT_LT(allocated, weights.size() + (64 << 10)) << "the dead payload's pages were not freed";
+  EXPECT_GE(allocated, weights.size());
+  const JournalStats st = j->stats();
+  EXPECT_LT(st.setup_file_bytes, weights.size() + (256 << 10));
+  Read r = ReadLog(dir, SETUP);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_GE(r.entries.size(), 1u);
+  EXPECT_EQ(1u, r.entries[0].seq());
+  EXPECT_TRUE(r.entries[0].inline_payload() == weights);
+  // Appending goes on after the kept payloads; a re-open carries all over.
+  JournalEntry more = Entry(++seq);
+  more.add_creates(0x3000);
+  ASSERT_TRUE(j->AppendSetup(more, scratch).ok());
+  j.reset();
+  j = OpenJournal(dir, options);
+  r = ReadLog(dir, SETUP);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_GE(r.entries.size(), 2u);
+  EXPECT_TRUE(r.entries.front().inline_payload() == weights);
+  EXPECT_TRUE(r.entries.back().inline_payload() == scratch);
+}
+
 TEST(JournalTest, OutcomeKeysHoldTheCompletedEntry) {
   const std::string dir = TestDir("outcome_keys");
   JournalOptions options;
