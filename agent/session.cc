@@ -35,6 +35,7 @@
 #include "common/events.h"
 #include "common/kv.h"
 #include "common/logging.h"
+#include "common/timeline.h"
 #include "transport/control_socket.h"
 
 namespace revenant {
@@ -229,6 +230,8 @@ void Session::Run() {
 // host memory, waits, the journal, captured uploads and snapshots.
 void Session::ReportAtExit() {
   if (!exec_stats_.empty()) REVENANT_LOG(INFO, "agent") << "requests at exit: " << ExecStatsReport();
+  for (const std::string& line : timeline::Lines()) REVENANT_LOG(INFO, "agent") << line;
+  timeline::Clear();
   if (const std::string b = backend_->StatsAtExit(); !b.empty()) REVENANT_LOG(INFO, "agent") << b;
   if (profiler::Running()) {
     REVENANT_LOG(INFO, "agent") << profiler::Report([](uint32_t id) {
@@ -1092,6 +1095,8 @@ bool Session::SnapshotInside(uint64_t minibatch, uint64_t seq) {
     REVENANT_LOG(INFO, "agent") << "asynchronous snapshot " << tag << " queued at request " << seq
                                 << " (journal minibatch " << minibatch << ")";
   }
+  timeline::Add("asynchronous snapshot queued (executor)", start_ns, MonotonicNanos(),
+                absl::StrCat("request ", seq));
   MaybeSnapshotChaos(SessionOptions::Chaos::Point::kSnapshotInflight, tag);
   InflightSnapshot* f = in.get();
   f->staged = staged;
@@ -1208,6 +1213,14 @@ void Session::ReapSnapshot(bool wait) {
   // needed (cuBLASLt descriptors destroyed since, superseded setters).
   options_.journal->ReplayStartsAt(f.seq);
   const double total_ms = last_snapshot_ns_ / 1e6;
+  if (timeline::Enabled()) {
+    const std::string what =
+        absl::StrFormat("%d, request %d, %.1f MiB%s", f.ordinal, f.seq, f.stats.bytes / 1048576.0,
+                        f.stats.staged ? ", staged" : "");
+    timeline::Add("asynchronous snapshot: device copies (the application's streams wait)",
+                  f.start_ns, f.copied_ns, what);
+    timeline::Add("asynchronous snapshot: checksums and rename", f.copied_ns, f.end_ns, what);
+  }
   ++t.count;
   ++t.inside;
   t.bytes += f.stats.bytes;
@@ -1233,6 +1246,8 @@ void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
   // An asynchronous snapshot of the journal's minibatch finishes first: the
   // store has one user at a time.
   ReapSnapshot(/*wait=*/true);
+  timeline::Span span("synchronous snapshot (journal boundary)");
+  if (span.active()) span.set_detail(absl::StrCat("minibatch ", minibatch, ", request ", seq));
   const int64_t snapshot_start_ns = MonotonicNanos();
   capture_mark_started_ = CapturedBytes();
   boundary_snapshot_seq_ = 0;

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +22,7 @@
 #include "absl/time/time.h"
 #include "common/crc32c.h"
 #include "common/populate.h"
+#include "common/timeline.h"
 
 namespace revenant {
 namespace agent {
@@ -273,6 +275,8 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
 
 absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::MakeFile(
     size_t size, const std::string& path, const SnapshotCopier& copier) {
+  timeline::Span span("snapshot file made");
+  if (span.active()) span.set_detail(absl::StrFormat("%s, %.1f MiB", path, size / 1048576.0));
   const int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) {
     return absl::UnavailableError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
@@ -314,6 +318,9 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::MakeFile(
 
 absl::Status SnapshotStore::Register(File* f, const SnapshotCopier& copier) {
   if (!copier.register_host) return absl::OkStatus();
+  // Registering holds the CUDA driver against the executor's calls.
+  timeline::Span span("snapshot file registered");
+  if (span.active()) span.set_detail(absl::StrFormat("%s, %.1f MiB", f->path, f->size / 1048576.0));
   // Whole pages (the mapping's last one reaches past the end of the file).
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   if (absl::Status s = copier.register_host(f->map, (f->size + page - 1) / page * page); !s.ok()) {
@@ -739,6 +746,8 @@ absl::Status SnapshotStore::PrepareStaging(size_t half, const SnapshotCopier& co
     const size_t n = staging_ahead_size_;
     staging_ahead_ = nullptr;
     staging_ahead_size_ = 0;
+    std::optional<timeline::Span> span;
+    if (n >= 2 * half) span.emplace("staging buffers registered");
     if (n >= 2 * half && copier.register_host(m, n).ok()) {
       staging_ = m;
       staging_size_ = n;
@@ -750,6 +759,7 @@ absl::Status SnapshotStore::PrepareStaging(size_t half, const SnapshotCopier& co
   if (staging_ == nullptr) {
     // Two buffers in one mapping, resident before they are registered (as
     // the snapshot files are), kept for the store's life.
+    timeline::Span span("staging buffers made and registered");
     absl::StatusOr<char*> m = MapResident(2 * half);
     if (!m.ok()) return m.status();
     if (absl::Status s = copier.register_host(*m, 2 * half); !s.ok()) {

@@ -22,6 +22,7 @@
 #include "api/wire.h"
 #include "common/logging.h"
 #include "common/populate.h"
+#include "common/timeline.h"
 
 namespace revenant {
 namespace agent {
@@ -104,6 +105,8 @@ UploadCapturePool::~UploadCapturePool() {
 absl::Status UploadCapturePool::MapFile(const std::string& name, uint64_t size, bool create,
                                         File* f) {
   const std::string path = absl::StrCat(dir_, "/", name);
+  timeline::Span span("capture file mapped and registered");
+  if (span.active()) span.set_detail(absl::StrFormat("%s, %.1f MiB", name, size / 1048576.0));
   const absl::Time t0 = absl::Now();
   const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0), 0600);
   if (fd < 0) return absl::InternalError(absl::StrCat(path, ": ", ErrnoText()));

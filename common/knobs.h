@@ -58,6 +58,10 @@ enum class Type { kBool, kInt, kDouble, kString };
   X(kDiagnostics, "REVENANT_DIAGNOSTICS", kBool, kProduct, "0",                                  \
     "1: agents log every submission (API name, size, sync or async); the shim logs how it "     \
     "answered the application's first load of the driver (libcuda.so.1).")                      \
+  X(kTimeline, "REVENANT_TIMELINE", kBool, kProduct, "0",                                        \
+    "1: the agent prints at exit, with CLOCK_MONOTONIC start times, each piece of its own work "  \
+    "that can hold the application up (snapshots, journal boundaries and compactions, files "    \
+    "made or registered), to line up with slow steps.")                                           \
   X(kCollectiveTimeoutS, "REVENANT_COLLECTIVE_TIMEOUT_S", kDouble, kProduct, "60",               \
     "Seconds a collective (NCCL or Gloo) may wait for its peers before it fails and its "       \
     "communicator is aborted; also the bound of a host-backend stream wait on a value "         \

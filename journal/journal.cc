@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "common/logging.h"
 #include "common/crc32c.h"
+#include "common/timeline.h"
 #include "journal/file.h"
 #include "journal/log_reader.h"
 #include "journal/log_writer.h"
@@ -1289,6 +1290,7 @@ absl::Status Journal::Compact() {
 
 absl::Status Journal::CompactLocked() {
   if (!status_.ok()) return status_;
+  timeline::Span span("setup-log compaction");
   // The new segment's header keeps the old first_seq: its entries are a
   // subset of the old segment's.
   const uint64_t saved_last_seq = last_seq_;
@@ -1343,6 +1345,10 @@ absl::Status Journal::CompactLocked() {
   // Nothing names the dead entries' payloads now: their pages go.
   setup_->FreePayloadOutside(std::move(live_payloads));
   live_bytes_ = live;
+  if (span.active()) {
+    span.set_detail(absl::StrFormat("%d live entries, %d record bytes rewritten", entries_.size(),
+                                    live - std::min(live, live_payload_bytes_)));
+  }
   const uint64_t total = setup_->file_bytes();
   const uint64_t held = live_bytes_ + setup_->header_bytes();
   dead_after_compaction_ = total > held ? total - held : 0;
@@ -1380,6 +1386,7 @@ absl::Status Journal::MarkBoundary(uint64_t minibatch) {
     UpdateLiveLocked();
     return absl::OkStatus();
   }
+  timeline::Span span("journal boundary in a new minibatch segment");
   // The new segment's log is the spare the previous new segment left (the
   // log of the segment before, still mapped, zeroed meanwhile by the spare
   // thread): one rename, not a new file, mapping and unmap.

@@ -66,6 +66,29 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
   th_step() { sed -n 's/.*rank 0 step time median \([0-9.]*\) ms.*/\1/p' "$1" | head -1; }
   th_mean() { sed -n 's/.*rank 0 step time median .* mean \([0-9.]*\) ms.*/\1/p' "$1" | head -1; }
   th_start() { sed -n 's/.*\(startup import torch .*\)$/\1/p' "$1" | head -1; }
+  # The slowest steady steps of LOG (the script's "slowest steps" line), each
+  # with the agent's REVENANT_TIMELINE events that overlap it (same clock).
+  th_slow() {
+    "$PY" - "$1" <<'PYEOF' 2>&1 | head -40 | sed 's/^/   | /'
+import re, sys
+text = open(sys.argv[1], errors="replace").read()
+o = re.search(r"rank 0 (steps over twice the median: .*)", text)
+if o:
+    print(o.group(1))
+m = re.search(r"rank 0 slowest steps: (.*)", text)
+if not m:
+    print("no slowest-steps line"); sys.exit(0)
+steps = [(int(a), float(b), float(c)) for a, b, c in
+         re.findall(r"step (\d+) at ([0-9.]+) s: ([0-9.]+) ms", m.group(1))]
+events = [(float(s), float(d), w) for s, d, w in
+          re.findall(r"timeline ([0-9.]+) ([0-9.]+) ms (.*)", text)]
+for i, start, ms in steps:
+    end = start + ms / 1e3
+    hits = [f"{w[:110]} ({d:.2f} ms at +{(s - start) * 1e3:.2f})" for s, d, w in events
+            if s < end and s + d / 1e3 > start]
+    print(f"step {i}: {ms:.3f} ms" + (": " + "; ".join(hits) if hits else ": no agent event"))
+PYEOF
+  }
   th_diag() {
     grep -E "Error|error|FAIL|refus|not supported|Traceback|RuntimeError|cannot" "$1" |
       grep -v "^\s*$" | head -"${2:-25}" | sed 's/^/   | /'
@@ -146,14 +169,17 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
     record "torch mlp_ddp 4 ranks nccl step pairs" "$st" "$clog"
   elif [ "$MODE" = torch1_pairs ]; then
     t1_n=${TORCH1_PAIRS:-3}; t1_steps=${TORCH_STEPS:-300}
+    # REVENANT_TIMELINE=1 (a product knob: the same agent): each slow step
+    # is printed with the agent's work that overlapped it (th_slow).
     t1_shim() {
-      timeout 400 $RUN -n 1 --backend=cuda --timeout=360 -- "$PY" "$TS/$s.py" --steps "$t1_steps" >"$clog" 2>&1
+      REVENANT_TIMELINE=1 timeout 400 $RUN -n 1 --backend=cuda --timeout=360 -- "$PY" "$TS/$s.py" \
+        --steps "$t1_steps" >"$clog" 2>&1
     }
     t1_arm() {  # TORCH1_ARM's words: environment and revenant-run flags
       local x_env=() x_opts=() w
       for w in $TORCH1_ARM; do case "$w" in [A-Z]*=*) x_env+=("$w") ;; *) x_opts+=("$w") ;; esac; done
-      env "${x_env[@]}" timeout 400 $RUN -n 1 --backend=cuda "${x_opts[@]}" --timeout=360 -- "$PY" "$TS/$s.py" \
-        --steps "$t1_steps" >"$xlog" 2>&1
+      env REVENANT_TIMELINE=1 "${x_env[@]}" timeout 400 $RUN -n 1 --backend=cuda "${x_opts[@]}" \
+        --timeout=360 -- "$PY" "$TS/$s.py" --steps "$t1_steps" >"$xlog" 2>&1
     }
     for s in ${TORCH_ONE:-mlp_ddp}; do
       t1_ok=1; t1_med=(); t1_mean=(); t1_xmed=(); t1_xmean=()
@@ -192,6 +218,9 @@ if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE"
         printf '   %s 1 rank, pair %d of %d (%d steps): median step native %.3f, revenant %.3f ms (%.3f); mean step (snapshots in it) native %.3f, revenant %.3f ms (%.3f); parameters equal\n' \
           "$s" "$p" "$t1_n" "$t1_steps" "$a" "$b" "$(calc "$b / $a")" "$am" "$bm" "$(calc "$bm / $am")"
         grep -hoE "snapshots at exit.*" "$clog" | head -1 | sed 's/^/   | agent /'
+        echo "   the slowest steady steps, native, then under the shim with the agent's work in them:"
+        th_slow "$nlog"
+        th_slow "$clog"
         # Each snapshot's critical path and where it went (synchronous and asynchronous).
         grep -hoE "snapshot of minibatch [0-9]+: .*|the first snapshot's file: .*|asynchronous snapshot [0-9]+ \(journal.*" "$clog" | head -7 |
           cut -c1-340 | sed 's/^/   | agent /'

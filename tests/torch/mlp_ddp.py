@@ -41,12 +41,13 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
-    times = []
+    times, starts = [], []
     for step in range(args.steps):
         x = torch.randn(args.batch, 1024, generator=gen)
         y = torch.randint(0, 10, (args.batch,), generator=gen)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
+        starts.append(t0)
         x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
@@ -56,7 +57,7 @@ def main():
         times.append(time.perf_counter() - t0)
         if step % args.print_every == 0 or step == args.steps - 1:
             print(f"rank {rank} step {step} loss {loss.item():.6f}", flush=True)
-    train_common.report(rank, model, times)
+    train_common.report(rank, model, times, starts=starts)
     train_common.finish()
 
 

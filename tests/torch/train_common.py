@@ -45,13 +45,32 @@ def _has_numpy():
         return False
 
 
-def report(rank, model, step_times, extra=""):
-    steady = step_times[len(step_times) // 5:] or step_times
+def report(rank, model, step_times, extra="", starts=None, slowest=8):
+    """Prints the median, min and mean step time over the steady steps (the
+    last four fifths) and the parameters' SHA-256. With `starts` (each
+    step's time.perf_counter() at its start: CLOCK_MONOTONIC on Linux, the
+    clock of the agent's REVENANT_TIMELINE lines) also the `slowest` steady
+    steps, slowest first, with their start times."""
+    first = len(step_times) // 5
+    steady = step_times[first:] or step_times
     # The mean too: steps a snapshot or a recovery slowed are in it, not in
     # the median.
     print(f"rank {rank} step time median {statistics.median(steady) * 1e3:.3f} ms "
           f"(min {min(steady) * 1e3:.3f} ms, mean {statistics.mean(steady) * 1e3:.3f} ms, "
           f"{len(steady)} steps){extra}", flush=True)
+    if starts is not None and len(starts) == len(step_times) and slowest > 0:
+        idx = range(first, len(step_times)) if len(steady) < len(step_times) else range(len(step_times))
+        worst = sorted(idx, key=lambda i: step_times[i], reverse=True)[:slowest]
+        # How much of the mean is in a few slow steps: their time above the
+        # median against all steady steps' time above it.
+        med = statistics.median(steady)
+        over = [t - med for t in steady if t > 2 * med]
+        print(f"rank {rank} steps over twice the median: {len(over)} of {len(steady)}, "
+              f"{sum(over) * 1e3:.3f} ms above the median of "
+              f"{sum(max(t - med, 0) for t in steady) * 1e3:.3f} ms in all", flush=True)
+        print(f"rank {rank} slowest steps: " + "; ".join(
+            f"step {i} at {starts[i]:.6f} s: {step_times[i] * 1e3:.3f} ms" for i in worst),
+            flush=True)
     print(f"rank {rank} params sha256 {params_sha256(model)}", flush=True)
 
 
