@@ -1303,30 +1303,38 @@ absl::Status Journal::CompactLocked() {
   // The payload file is kept (linked under the new segment's name): the
   // live entries' records are copied with their payload references, the
   // payloads themselves are not (a model's weights uploaded at setup would
-  // be rewritten at every compaction).
-  absl::Status s = fresh->AdoptPayloadFile(*setup_);
-  // Re-read the current segment and copy the entries that are still live.
+  // be rewritten at every compaction). Where the file system refuses a
+  // hard link, the payloads are copied into a fresh file as before.
+  bool kept = options_.compaction_links_payloads;
+  if (absl::Status a = kept ? fresh->AdoptPayloadFile(*setup_) : absl::OkStatus(); !a.ok()) {
+    kept = false;
+    if (!link_refused_logged_) {
+      link_refused_logged_ = true;
+      REVENANT_LOG(WARNING, "journal") << "compacting the setup log in " << dir_
+                                       << " copies its live payloads (" << a.message() << ")";
+    }
+  }
+  // Re-read the current segment and copy the entries that are still live
+  // (kept: their records only; else with their payloads, checked on the way).
   SegmentHeader header;
   uint64_t live = 0;
   std::vector<std::pair<uint64_t, uint64_t>> live_payloads;
-  if (s.ok()) {
-    s = journal_internal::ReadSegment(
-        setup_->log_path(), setup_->payload_path(), SETUP, /*load_payloads=*/false, &header,
-        [&](JournalEntry& entry) {
-          auto it = entries_.find(entry.seq());
-          if (it == entries_.end()) return absl::OkStatus();
-          uint64_t bytes = 0;
-          absl::Status a = fresh->Append(&entry, {}, &bytes);
-          if (!a.ok()) return a;
-          if (entry.has_payload_ref()) {
-            bytes += entry.payload_ref().length();
-            live_payloads.emplace_back(entry.payload_ref().offset(), entry.payload_ref().length());
-          }
-          it->second.bytes = bytes;
-          live += bytes;
-          return absl::OkStatus();
-        });
-  }
+  absl::Status s = journal_internal::ReadSegment(
+      setup_->log_path(), setup_->payload_path(), SETUP, /*load_payloads=*/!kept, &header,
+      [&](JournalEntry& entry) {
+        auto it = entries_.find(entry.seq());
+        if (it == entries_.end()) return absl::OkStatus();
+        uint64_t bytes = 0;
+        absl::Status a = fresh->Append(&entry, {}, &bytes);
+        if (!a.ok()) return a;
+        if (kept && entry.has_payload_ref()) {
+          bytes += entry.payload_ref().length();
+          live_payloads.emplace_back(entry.payload_ref().offset(), entry.payload_ref().length());
+        }
+        it->second.bytes = bytes;
+        live += bytes;
+        return absl::OkStatus();
+      });
   // Renaming keeps the open descriptors valid: `fresh` keeps appending.
   if (s.ok()) s = fresh->Publish();
   if (!s.ok()) {
@@ -1343,7 +1351,7 @@ absl::Status Journal::CompactLocked() {
     REVENANT_LOG(WARNING, "journal") << "cannot remove compacted segment: " << r;
   }
   // Nothing names the dead entries' payloads now: their pages go.
-  setup_->FreePayloadOutside(std::move(live_payloads));
+  if (kept) setup_->FreePayloadOutside(std::move(live_payloads));
   live_bytes_ = live;
   if (span.active()) {
     span.set_detail(absl::StrFormat("%d live entries, %d record bytes rewritten", entries_.size(),

@@ -111,6 +111,10 @@ struct JournalOptions {
   // journals are not rewritten over and over).
   uint64_t compaction_min_dead_bytes = 1 << 20;
   bool compaction_enabled = true;
+  // A compaction keeps the payload file (a hard link under the new
+  // segment's name); false: it copies the live payloads into a fresh file,
+  // as it does where the file system refuses the link (tests).
+  bool compaction_links_payloads = true;
   // Write log files through a shared mapping (no system call per record;
   // docs/journal_format.md, "Mapped log files"). With SyncPolicy::kEveryRecord
   // logs are written with write(2) regardless.
@@ -369,6 +373,8 @@ class Journal {
   // The setup log's dead bytes right after the last compaction (parts of
   // payload pages it could not free): MaybeCompact counts those after.
   uint64_t dead_after_compaction_ ABSL_GUARDED_BY(mu_) = 0;
+  // A compaction found the file system refusing hard links (said once).
+  bool link_refused_logged_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Reads a journal directory back, verifying everything it reads.

@@ -950,6 +950,36 @@ TEST(JournalTest, CompactionKeepsThePayloadFileAndFreesDeadPayloadPages) {
   EXPECT_TRUE(r.entries.back().inline_payload() == scratch);
 }
 
+// Where the file system refuses the hard link, a compaction copies the live
+// payloads into a fresh file (the earlier way): the same entries read back.
+TEST(JournalTest, CompactionWithoutTheLinkCopiesTheLivePayloads) {
+  const std::string dir = TestDir("compaction_copies_payloads");
+  JournalOptions options;
+  options.compaction_links_payloads = false;
+  auto j = OpenJournal(dir, options);
+  std::string weights(1 << 20, '\0');
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<char>(i * 7 + 3);
+  JournalEntry w = Entry(1);
+  w.add_creates(0x1000);
+  ASSERT_TRUE(j->AppendSetup(w, weights).ok());
+  JournalEntry d = Entry(2);
+  d.add_creates(0x2000);
+  ASSERT_TRUE(j->AppendSetup(d, weights).ok());
+  JournalEntry gone = Entry(3);
+  gone.add_destroys(0x2000);
+  ASSERT_TRUE(j->AppendSetup(gone).ok());
+  ASSERT_TRUE(j->Compact().ok());
+  struct stat after {};
+  ASSERT_EQ(0, ::stat(OnlyFile(dir, "setup-", ".payload").c_str(), &after));
+  // A fresh file holding the live payload only (kept, it would keep its
+  // size with a hole where the dead one was).
+  EXPECT_EQ(weights.size(), static_cast<size_t>(after.st_size));
+  Read r = ReadLog(dir, SETUP);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_THAT(r.seqs(), ElementsAreArray({1}));
+  EXPECT_TRUE(r.entries[0].inline_payload() == weights);
+}
+
 TEST(JournalTest, OutcomeKeysHoldTheCompletedEntry) {
   const std::string dir = TestDir("outcome_keys");
   JournalOptions options;
