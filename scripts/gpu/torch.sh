@@ -202,6 +202,9 @@ PYEOF
               "$s" "$p" "$TORCH1_ARM" "$xb" "$(calc "$xb / $a")" "$xbm" "$(calc "$xbm / $am")"
             grep -hoE "snapshot of minibatch [0-9]+: .*|the first snapshot's file: .*|asynchronous snapshot [0-9]+ \(journal.*" "$xlog" | head -7 |
               cut -c1-340 | sed 's/^/   | arm /'
+            grep -hoE "journal at exit: setup [0-9]+ bytes \([0-9]+ live entries\), minibatch [0-9]+ bytes, [0-9]+ compactions" \
+              "$xlog" | head -1 | sed 's/^/   | arm /'
+            th_slow "$xlog"
           else
             t1_ok=0; echo "   $s pair $p [$TORCH1_ARM]: rc $xrc, parameters not equal to native, or no step time"
           fi
@@ -218,6 +221,9 @@ PYEOF
         printf '   %s 1 rank, pair %d of %d (%d steps): median step native %.3f, revenant %.3f ms (%.3f); mean step (snapshots in it) native %.3f, revenant %.3f ms (%.3f); parameters equal\n' \
           "$s" "$p" "$t1_n" "$t1_steps" "$a" "$b" "$(calc "$b / $a")" "$am" "$bm" "$(calc "$bm / $am")"
         grep -hoE "snapshots at exit.*" "$clog" | head -1 | sed 's/^/   | agent /'
+        # The setup log's live entries (flat across steps since 2026-12-05 06:4x).
+        grep -hoE "journal at exit: setup [0-9]+ bytes \([0-9]+ live entries\), minibatch [0-9]+ bytes, [0-9]+ compactions" \
+          "$clog" | head -1 | sed 's/^/   | agent /'
         echo "   the slowest steady steps, native, then under the shim with the agent's work in them:"
         th_slow "$nlog"
         th_slow "$clog"
