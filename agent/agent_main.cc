@@ -128,6 +128,13 @@ ABSL_FLAG(bool, snapshot_staged, true,
           "asynchronous snapshot's device turns wait for the threads' drain) "
           "(registering the file holds the CUDA driver, ~22-52 ms per 554 MiB on the H200); "
           "false: the file is registered and the device copies straight into it");
+ABSL_FLAG(bool, snapshot_register_behind, true,
+          "with --snapshot_spare_ahead and --snapshot_staged: the first snapshot's file, left "
+          "unregistered by its staged copies, is registered on the store's thread right after "
+          "the spare made ahead (the driver held once more, during the job's first steps), so "
+          "that the asynchronous snapshots that take it copy straight into it (~10 ms per 554 "
+          "MiB on the H200) instead of through the staging buffers (~20 ms); false: those "
+          "stage");
 ABSL_FLAG(bool, snapshot_async, true,
           "with boundary snapshots in a one-rank job: step boundaries inside the journal's "
           "minibatch take asynchronous snapshots (device copies on a stream of their own, "
@@ -356,6 +363,7 @@ void SnapshotOptionsFromFlags(SessionOptions* options) {
   options->snapshot_keep_spare = absl::GetFlag(FLAGS_snapshot_keep_spare);
   options->snapshot_spare_ahead = absl::GetFlag(FLAGS_snapshot_spare_ahead);
   options->snapshot_staged = absl::GetFlag(FLAGS_snapshot_staged);
+  options->snapshot_register_behind = absl::GetFlag(FLAGS_snapshot_register_behind);
   options->snapshot_async = absl::GetFlag(FLAGS_snapshot_async);
 }
 

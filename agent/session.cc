@@ -62,6 +62,7 @@ Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> 
     so.keep_spare = options_.snapshot_keep_spare;
     so.spare_ahead = options_.snapshot_spare_ahead;
     so.staged = options_.snapshot_staged;
+    so.register_behind = options_.snapshot_register_behind;
     // Half the CPUs, up to 8: a synchronous snapshot stops the executor, and
     // the checksums of its allocations share the threads (Crc32cMany).
     so.crc_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u));
@@ -315,6 +316,12 @@ void Session::ReportAtExit() {
             : absl::StrCat(" (", snapshots_->staging_failures(),
                            " found no staging and registered their file: ",
                            snapshots_->staging_failure().ToString(), ")"));
+    if (snapshots_->registered_behind() > 0) {
+      REVENANT_LOG(INFO, "agent") << absl::StrFormat(
+          "snapshot files registered behind a staged snapshot on the store's thread: %d (%.1f "
+          "ms)",
+          snapshots_->registered_behind(), snapshots_->register_behind_ms());
+    }
     const SnapshotStore::FirstFileTake& take = snapshots_->first_file_take();
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "the first snapshot's file: %s (%.1f ms making and growing it off the critical path; "

@@ -115,6 +115,9 @@ struct SessionOptions {
   // copies through staging buffers instead of registering it
   // (SnapshotStore::Options::staged).
   bool snapshot_staged = true;
+  // The first snapshot's file, left unregistered, is registered on the
+  // store's thread after it (SnapshotStore::Options::register_behind).
+  bool snapshot_register_behind = true;
   // Step boundaries inside the journal's minibatch take asynchronous
   // snapshots (one rank; not while every step is a journal boundary): the
   // device copies the allocations on a stream of its own, the later work

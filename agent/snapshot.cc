@@ -469,7 +469,17 @@ void SnapshotStore::MakeSpareAhead(size_t size) {
   ahead_file_.reset();
   ahead_status_ = absl::OkStatus();
   const SnapshotCopier copier = copier_;
-  ahead_thread_ = std::thread([this, size, copier] {
+  // The snapshot just written, if it was staged (its file never
+  // registered): registered behind the spare (Options::register_behind).
+  // Nothing else touches that file until the thread is joined
+  // (TakeSpareAhead: before any snapshot begins, and before the store's
+  // figures are read or its files released).
+  File* behind = nullptr;
+  if (options_.register_behind && copier.register_host && files_.size() == 1 &&
+      !files_.back().second->registered && files_.back().second->map != nullptr) {
+    behind = files_.back().second.get();
+  }
+  ahead_thread_ = std::thread([this, size, copier, behind] {
     const absl::Time start = absl::Now();
     absl::StatusOr<std::unique_ptr<File>> f = MakeFile(size, AheadPath(), copier);
     ahead_ms_ = absl::ToDoubleMilliseconds(absl::Now() - start);
@@ -477,6 +487,12 @@ void SnapshotStore::MakeSpareAhead(size_t size) {
       ahead_file_ = std::move(*f);
     } else {
       ahead_status_ = f.status();
+    }
+    if (behind != nullptr) {
+      const absl::Time r = absl::Now();
+      // A failure leaves it unregistered: a snapshot into it stages.
+      if (Register(behind, copier).ok()) ++registered_behind_;
+      register_behind_ms_ += absl::ToDoubleMilliseconds(absl::Now() - r);
     }
   });
 }

@@ -171,6 +171,14 @@ class SnapshotStore {
     // registered once. An asynchronous snapshot (Begin) into such a file
     // stages too (Pending::staged, DrainStaged).
     bool staged = false;
+    // With spare_ahead: the first snapshot's file, left unregistered by a
+    // staged first snapshot, is registered on the same thread right after
+    // the spare (the driver held once more, during the job's first steps),
+    // so that the asynchronous snapshots that take it later as their spare
+    // copy straight into it (~10 ms per 554 MiB on the H200) rather than
+    // through the staging (~20 ms: the device waits for the CPU's drain).
+    // False: every other asynchronous snapshot stages.
+    bool register_behind = true;
     size_t staging_bytes = size_t{32} << 20;
     // The piece a thread copies and checksums at a time (in its cache).
     size_t staging_chunk_bytes = size_t{1} << 20;
@@ -298,6 +306,10 @@ class SnapshotStore {
   const absl::Status& spare_ahead_failure() const { return ahead_failed_status_; }
   // How long the last spare made ahead took (off the critical path).
   double spare_ahead_ms() const { return ahead_ms_; }
+  // Files a staged snapshot left unregistered that the store's thread
+  // registered after it (Options::register_behind), and the time it took.
+  uint64_t registered_behind() const { return registered_behind_; }
+  double register_behind_ms() const { return register_behind_ms_; }
 
   // The size of the file of a snapshot of `table` (header, table, bytes).
   static size_t FileSizeFor(const AllocationTable& table);
@@ -490,6 +502,9 @@ class SnapshotStore {
   std::thread ahead_thread_;
   std::unique_ptr<File> ahead_file_;
   absl::Status ahead_status_;
+  // Written by that thread too (Options::register_behind).
+  uint64_t registered_behind_ = 0;
+  double register_behind_ms_ = 0;
   absl::Status ahead_failed_status_;
   double ahead_ms_ = 0;
   uint64_t spares_made_ahead_ = 0;

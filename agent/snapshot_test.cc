@@ -738,10 +738,76 @@ TEST_F(SnapshotTest, TheStagedFirstSnapshotTakesTheFileAndStagingMadeAhead) {
   EXPECT_EQ(store.first_file_take().register_ms, 0.0);
   EXPECT_EQ(std::filesystem::file_size(store.PathOf(1)), SnapshotStore::FileSizeFor(d.Table()));
   ExpectLoadsTo(store, 1, d);
-  store.TakeSpareAhead();  // the spare made ahead registers on the store's thread
-  EXPECT_EQ(cc.registrations, 2);  // the staging and that spare, not the file
-  EXPECT_EQ(store.registered_bytes(),
-            store.file_bytes() - std::filesystem::file_size(store.PathOf(1)));
+  // The spare made ahead registers on the store's thread, and the first
+  // snapshot's file after it (Options::register_behind).
+  store.TakeSpareAhead();
+  EXPECT_EQ(cc.registrations, 3);  // the staging, that spare and the file
+  EXPECT_EQ(store.registered_behind(), 1u);
+  EXPECT_EQ(store.registered_bytes(), store.file_bytes());
+}
+
+// A one-rank job's asynchronous snapshots alternate between the spare made
+// ahead and the first snapshot's file. With register_behind the store's
+// thread registered that file after the staged first snapshot, so every
+// asynchronous snapshot copies straight into its file (a copy into memory
+// not registered fails here); without it, the one that takes the first
+// file stages through the buffers.
+TEST_F(SnapshotTest, TheStagedFirstSnapshotsFileIsRegisteredBehindForTheAsynchronousOnes) {
+  for (const bool behind : {true, false}) {
+    SCOPED_TRACE(behind ? "registered behind" : "not registered behind");
+    EmptyDir();
+    FakeDevice d = MakeDevice(36);
+    CountingCopier cc{&d};
+    SnapshotStore::Options o;
+    o.staged = true;
+    o.staging_bytes = 64 << 10;
+    o.crc_threads = 2;
+    o.register_behind = behind;
+    SnapshotStore store(dir_, 0, o);
+    store.SetCopier(cc.Make());
+    absl::StatusOr<SnapshotWriteStats> st = store.Write(1, 1, d.Table());
+    ASSERT_TRUE(st.ok()) << st.status();
+    ASSERT_TRUE(st->staged);
+    store.DropBefore(1);
+    std::mt19937 rng(36);
+    for (int k = 1; k <= 4; ++k) {
+      for (auto& [a, b] : d.mem) b[rng() % b.size()] = static_cast<char>(rng());
+      absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> p =
+          store.Begin(1, 10 * k, d.Table());
+      ASSERT_TRUE(p.ok()) << p.status();
+      EXPECT_TRUE((*p)->reused()) << k;
+      // k = 2 and 4 take the first snapshot's file (replaced by k = 1, 3).
+      EXPECT_EQ((*p)->staged(), !behind && k % 2 == 0) << k;
+      if ((*p)->staged()) {
+        const auto& copies = (*p)->staged_copies();
+        const auto& ends = (*p)->staged_turn_ends();
+        size_t filled = 0;
+        auto fill = [&](size_t t) -> absl::Status {
+          for (; filled <= t; ++filled) {
+            for (size_t c = filled == 0 ? 0 : ends[filled - 1]; c < ends[filled]; ++c) {
+              if (absl::Status s = cc.Make().copy(copies[c].addr, copies[c].dst, copies[c].size);
+                  !s.ok()) {
+                return s;
+              }
+            }
+          }
+          return absl::OkStatus();
+        };
+        ASSERT_TRUE(store.DrainStaged(p->get(), fill, [](size_t) {}).ok());
+      } else {
+        const AllocationTable& table = (*p)->table();
+        for (size_t i = 0; i < table.size(); ++i) {
+          absl::Status s = cc.Make().copy(table[i].first, (*p)->destination(i), table[i].second);
+          ASSERT_TRUE(s.ok()) << "snapshot " << k << ": " << s;
+        }
+      }
+      st = store.Finish(std::move(*p));
+      ASSERT_TRUE(st.ok()) << st.status();
+      ExpectLoadsTo(store, 1, d);
+    }
+    EXPECT_EQ(store.staged_drains(), behind ? 0u : 2u);
+    EXPECT_EQ(store.registered_behind(), behind ? 1u : 0u);
+  }
 }
 
 // Staging that cannot be registered (host memory short, the driver

@@ -168,6 +168,10 @@ ABSL_FLAG(bool, snapshot_staged, true,
           "a synchronous snapshot into a snapshot file not registered yet (the first one's) "
           "copies through the agent's registered staging buffers instead of registering the "
           "file (docs/recovery.md, \"Files\"); false: the file is registered first");
+ABSL_FLAG(bool, snapshot_register_behind, true,
+          "with --snapshot_spare_ahead and --snapshot_staged: the first snapshot's file (left "
+          "unregistered) is registered on the store's thread after it, so that the asynchronous "
+          "snapshots that take it copy straight into it; false: they stage through the buffers");
 ABSL_FLAG(int, launch_graph_max, 64,
           "cuda backend: the agent holds back plain kernel launches of one stream while it "
           "has further requests in hand and issues up to this many as one CUDA graph "
@@ -775,6 +779,7 @@ int Main(int argc, char** argv) {
                                      std::string("--snapshot_keep_spare=") + (absl::GetFlag(FLAGS_snapshot_keep_spare) ? "true" : "false"),
                                      std::string("--snapshot_spare_ahead=") + (absl::GetFlag(FLAGS_snapshot_spare_ahead) ? "true" : "false"),
                                      std::string("--snapshot_staged=") + (absl::GetFlag(FLAGS_snapshot_staged) ? "true" : "false"),
+                                     std::string("--snapshot_register_behind=") + (absl::GetFlag(FLAGS_snapshot_register_behind) ? "true" : "false"),
                                      "--journal_thread=" + absl::GetFlag(FLAGS_journal_thread),
                                      absl::StrCat("--launch_graph_max=", absl::GetFlag(FLAGS_launch_graph_max)),
                                      absl::StrCat("--world_size=", world),
