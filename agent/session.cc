@@ -1102,8 +1102,10 @@ bool Session::SnapshotInside(uint64_t minibatch, uint64_t seq) {
     REVENANT_LOG(INFO, "agent") << "asynchronous snapshot " << tag << " queued at request " << seq
                                 << " (journal minibatch " << minibatch << ")";
   }
-  timeline::Add("asynchronous snapshot queued (executor)", start_ns, MonotonicNanos(),
-                absl::StrCat("request ", seq));
+  if (timeline::Enabled()) {
+    timeline::Add("asynchronous snapshot queued (executor)", start_ns, MonotonicNanos(),
+                  absl::StrCat("request ", seq));
+  }
   MaybeSnapshotChaos(SessionOptions::Chaos::Point::kSnapshotInflight, tag);
   InflightSnapshot* f = in.get();
   f->staged = staged;
