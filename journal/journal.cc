@@ -1277,7 +1277,10 @@ absl::Status Journal::MaybeCompact() {
   // since the last one pass that, however large the live payloads (a
   // model's initial weights uploaded from pageable memory). Dead bytes no
   // compaction frees (parts of pages beside live payloads) do not count.
-  const uint64_t rewritten = live - std::min(live, live_payload_bytes_);
+  // Where the payloads are copied (hard links refused), they are rewritten
+  // too.
+  const bool copies = !options_.compaction_links_payloads || link_refused_;
+  const uint64_t rewritten = copies ? live : live - std::min(live, live_payload_bytes_);
   const uint64_t fresh = dead > dead_after_compaction_ ? dead - dead_after_compaction_ : 0;
   if (fresh > rewritten && fresh > options_.compaction_min_dead_bytes) return CompactLocked();
   return absl::OkStatus();
@@ -1305,11 +1308,11 @@ absl::Status Journal::CompactLocked() {
   // payloads themselves are not (a model's weights uploaded at setup would
   // be rewritten at every compaction). Where the file system refuses a
   // hard link, the payloads are copied into a fresh file as before.
-  bool kept = options_.compaction_links_payloads;
+  bool kept = options_.compaction_links_payloads && !link_refused_;
   if (absl::Status a = kept ? fresh->AdoptPayloadFile(*setup_) : absl::OkStatus(); !a.ok()) {
     kept = false;
-    if (!link_refused_logged_) {
-      link_refused_logged_ = true;
+    if (!link_refused_) {
+      link_refused_ = true;
       REVENANT_LOG(WARNING, "journal") << "compacting the setup log in " << dir_
                                        << " copies its live payloads (" << a.message() << ")";
     }

@@ -373,8 +373,9 @@ class Journal {
   // The setup log's dead bytes right after the last compaction (parts of
   // payload pages it could not free): MaybeCompact counts those after.
   uint64_t dead_after_compaction_ ABSL_GUARDED_BY(mu_) = 0;
-  // A compaction found the file system refusing hard links (said once).
-  bool link_refused_logged_ ABSL_GUARDED_BY(mu_) = false;
+  // A compaction found the file system refusing hard links (said once;
+  // later compactions copy the payloads and are triggered as such).
+  bool link_refused_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Reads a journal directory back, verifying everything it reads.

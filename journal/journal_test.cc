@@ -980,6 +980,40 @@ TEST(JournalTest, CompactionWithoutTheLinkCopiesTheLivePayloads) {
   EXPECT_TRUE(r.entries[0].inline_payload() == weights);
 }
 
+// What triggers a compaction follows what it rewrites: keeping the payload
+// file, ~200 KiB of dead records beside 1 MiB of live payload compact the
+// setup log; copying the payloads, they wait until the dead bytes pass the
+// live payload's too.
+TEST(JournalTest, CompactionIsTriggeredByWhatItRewrites) {
+  for (const bool links : {true, false}) {
+    SCOPED_TRACE(links ? "payload file kept" : "payloads copied");
+    const std::string dir = TestDir(links ? "trigger_kept" : "trigger_copied");
+    JournalOptions options;
+    options.compaction_links_payloads = links;
+    options.compaction_min_dead_bytes = 64 << 10;
+    auto j = OpenJournal(dir, options);
+    uint64_t seq = 0;
+    JournalEntry w = Entry(++seq);
+    w.add_creates(0x1000);
+    ASSERT_TRUE(j->AppendSetup(w, std::string(1 << 20, 'w')).ok());
+    for (int i = 0; i < 2000; ++i) {
+      JournalEntry c = Entry(++seq);
+      c.add_creates(0x100000 + i);
+      c.set_args(std::string(48, 'a'));
+      ASSERT_TRUE(j->AppendSetup(c).ok());
+      JournalEntry x = Entry(++seq);
+      x.add_destroys(0x100000 + i);
+      ASSERT_TRUE(j->AppendSetup(x).ok());
+    }
+    if (links) {
+      EXPECT_GE(j->stats().compactions, 1u);
+    } else {
+      EXPECT_EQ(j->stats().compactions, 0u);
+    }
+    EXPECT_EQ(std::string(1 << 20, 'w'), ReadLog(dir, SETUP).entries.at(0).inline_payload());
+  }
+}
+
 TEST(JournalTest, OutcomeKeysHoldTheCompletedEntry) {
   const std::string dir = TestDir("outcome_keys");
   JournalOptions options;
