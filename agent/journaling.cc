@@ -283,6 +283,41 @@ void RequestJournal::RebuildHandles(const std::vector<journal::JournalEntry>& en
       TrackCreated(static_cast<api::ApiId>(e.api_id()), traits, e.args(), handle, nullptr);
     }
   }
+  // The deferred destroys whose keys no entry destroyed yet (pending when
+  // the agent died) are pending again, in journaling order, with the keys
+  // BeforeExecute gave them: the handle and its setters' calls still live.
+  // (A key destroyed twice would hold the second entry forever.)
+  absl::flat_hash_set<uint64_t> destroyed;
+  absl::flat_hash_map<uint64_t, std::vector<uint64_t>> setter_keys;
+  for (const journal::JournalEntry& e : entries) {
+    for (uint64_t key : e.destroys()) destroyed.insert(key);
+  }
+  for (const journal::JournalEntry& e : entries) {
+    if (e.api_id() == journal::kBoundaryApiId || e.api_id() == journal::kOutcomeApiId) continue;
+    if (!api::Traits(e.api_id()).sets_attribute) continue;
+    std::vector<uint64_t>& keys = setter_keys[FirstU64(e.args())];
+    for (uint64_t key : e.creates()) {
+      if (!destroyed.contains(key)) keys.push_back(key);
+    }
+  }
+  for (const journal::JournalEntry& e : entries) {
+    if (e.api_id() == journal::kBoundaryApiId || e.api_id() == journal::kOutcomeApiId) continue;
+    const api::ApiTraits& traits = api::Traits(e.api_id());
+    if (traits.destroys == api::HandleKind::kNone || !DefersDestroy(traits.destroys) ||
+        e.minibatch() == 0) {
+      continue;
+    }
+    const uint64_t handle = FirstU64(e.args());
+    if (std::find(e.touches().begin(), e.touches().end(), handle) == e.touches().end() ||
+        destroyed.contains(handle)) {
+      continue;  // not deferred, or already in effect
+    }
+    PendingDestroy p{e.minibatch(), e.seq() / 2, {handle}};
+    if (auto it = setter_keys.find(handle); it != setter_keys.end()) {
+      p.keys.insert(p.keys.end(), it->second.begin(), it->second.end());
+    }
+    pending_destroys_.push_back(std::move(p));
+  }
 }
 
 RequestJournal::RequestJournal(std::unique_ptr<journal::Journal> journal, Options options)

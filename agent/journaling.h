@@ -147,8 +147,8 @@ class RequestJournal {
   // dead agent's entries (both logs merged in seq order, as read back for
   // the replay), as BeforeExecute and AfterExecute kept them: a destroy
   // after the recovery is then journaled as it would have been without one.
-  // (The keys of destroys the dead agent deferred within the current
-  // minibatch are not rebuilt: those calls stay in the setup log.)
+  // The destroys the dead agent deferred and whose keys it had not yet
+  // destroyed are pending again (they take effect as they would have).
   void RebuildHandles(const std::vector<journal::JournalEntry>& entries);
 
   // Journals `rec` if its row is journaled. `payload` holds bytes the

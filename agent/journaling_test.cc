@@ -221,6 +221,65 @@ TEST_F(DnnJournalTest, AReplayStartInsideTheMinibatchDropsWhatOnlyTheBoundaryNee
   EXPECT_GT(journal_->replay_start(), seq_);
 }
 
+// A replacement continuing the journal finds the deferred destroys the dead
+// agent journaled inside the current minibatch still pending: rebuilt, they
+// take effect at the next boundary (or replay start), as they would have;
+// without the rebuild those packs and the destroys stayed in the setup log.
+TEST_F(DnnJournalTest, AContinuedJournalAppliesTheDestroysTheDeadAgentDeferred) {
+  const uint64_t plan = api::ShimAssignedId(api::HandleKind::kDnnDescriptor, ++serial_);
+  Create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, plan);
+  OnDescriptor(api::ApiId::cudnnBackendFinalize, plan, true);
+  ASSERT_TRUE(journal_->MarkStep().ok());
+  const uint64_t before_steps = LiveSetupEntries();
+  for (int i = 0; i < 6; ++i) {
+    Convolution(plan, api::ShimAssignedId(api::HandleKind::kDnnDescriptor, ++serial_), true);
+    Convolution(plan, 0x7e10000000000000ull + 2000 + i, false);
+  }
+  ASSERT_GT(LiveSetupEntries(), before_steps) << "the premise: the packs are live in minibatch 1";
+  journal_.reset();  // the agent dies
+
+  uint64_t live_after[2] = {0, 0};
+  const uint64_t seq_at_death = seq_;
+  for (const bool rebuild : {false, true}) {
+    SCOPED_TRACE(rebuild ? "rebuilt" : "not rebuilt");
+    // Each round from a copy of the dead agent's journal.
+    const std::string jdir = dir_ + (rebuild ? "/j-rebuilt" : "/j-plain");
+    fs::copy(dir_ + "/journal", jdir, fs::copy_options::recursive);
+    absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
+        journal::JournalReader::Open(jdir);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    std::vector<journal::JournalEntry> entries;
+    auto keep = [&](const journal::JournalEntry& e) {
+      entries.push_back(e);
+      return absl::OkStatus();
+    };
+    ASSERT_TRUE((*reader)->ReadSetup(keep).ok());
+    ASSERT_TRUE((*reader)->ReadMinibatch(keep).ok());
+    std::sort(entries.begin(), entries.end(),
+              [](const auto& a, const auto& b) { return a.seq() < b.seq(); });
+    RequestJournal::Options o;
+    o.boundaries = RequestJournal::BoundaryMode::kManual;
+    absl::StatusOr<std::unique_ptr<RequestJournal>> j =
+        RequestJournal::Continue(jdir, "job", 0, o, 1);
+    ASSERT_TRUE(j.ok()) << j.status();
+    if (rebuild) (*j)->RebuildHandles(entries);
+    journal_ = std::move(*j);
+    seq_ = seq_at_death;
+    // Two more steps in later minibatches: their own packs come and go.
+    for (int step = 0; step < 2; ++step) {
+      ASSERT_TRUE(journal_->MarkStep().ok());
+      Convolution(plan, api::ShimAssignedId(api::HandleKind::kDnnDescriptor, ++serial_), true);
+    }
+    live_after[rebuild ? 1 : 0] = LiveSetupEntries();
+    journal_.reset();
+  }
+  // Rebuilt: what is live is the plan and the last step's pack, as in a
+  // journal that never lost its agent; not rebuilt: also the dead agent's
+  // twelve packs.
+  EXPECT_LT(live_after[1], live_after[0]);
+  EXPECT_LE(live_after[1], before_steps + 8) << "the dead agent's packs stayed";
+}
+
 
 // A copy whose source bytes travel inside the request is journaled with the
 // bytes as its payload and its args without them; the replay's body is the

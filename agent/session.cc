@@ -1638,6 +1638,11 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
       !s.ok()) {
     return s;
   }
+  // A one-rank job's later replays start at the snapshot this one restored
+  // (or a newer one): the destroys deferred before it can take effect.
+  if (*snapshot != nullptr && options_.world_size == 1) {
+    options_.journal->ReplayStartsAt((*snapshot)->boundary_seq());
+  }
   RecordEvent(job_root, "replacement_replay_done", rank, 0,
               absl::StrCat(replayed, " requests replayed, minibatch ", minibatch));
   REVENANT_LOG(INFO, "agent") << "recovered: replayed " << replayed << " requests (minibatch "
