@@ -779,7 +779,6 @@ int Main(int argc, char** argv) {
                                      std::string("--snapshot_keep_spare=") + (absl::GetFlag(FLAGS_snapshot_keep_spare) ? "true" : "false"),
                                      std::string("--snapshot_spare_ahead=") + (absl::GetFlag(FLAGS_snapshot_spare_ahead) ? "true" : "false"),
                                      std::string("--snapshot_staged=") + (absl::GetFlag(FLAGS_snapshot_staged) ? "true" : "false"),
-                                     std::string("--snapshot_register_behind=") + (absl::GetFlag(FLAGS_snapshot_register_behind) ? "true" : "false"),
                                      "--journal_thread=" + absl::GetFlag(FLAGS_journal_thread),
                                      absl::StrCat("--launch_graph_max=", absl::GetFlag(FLAGS_launch_graph_max)),
                                      absl::StrCat("--world_size=", world),
@@ -797,6 +796,11 @@ int Main(int argc, char** argv) {
     }
     if (absl::GetFlag(FLAGS_minibatch) != "auto") {
       args.push_back("--minibatch=" + absl::GetFlag(FLAGS_minibatch));
+    }
+    // Passed only when off (the agent's default is on), so that an agent
+    // built before the flag (REVENANT_AGENT_BIN, for a comparison) starts.
+    if (!absl::GetFlag(FLAGS_snapshot_register_behind)) {
+      args.push_back("--snapshot_register_behind=false");
     }
     if (absl::GetFlag(FLAGS_recover)) {
       args.push_back(absl::StrCat("--recovery_timeout_s=", absl::GetFlag(FLAGS_recovery_timeout)));
