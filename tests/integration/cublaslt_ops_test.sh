@@ -13,8 +13,8 @@
 #    at a descriptor's creation and destruction, and after the setup log's
 #    compaction) with final weights bitwise equal to the fault-free run's;
 #    with asynchronous snapshots inside one journal minibatch the setup log
-#    stays small too, and kills recover from them (three chosen, twelve
-#    seeded: seed printed).
+#    stays small too, and kills recover from them (three at asynchronous
+#    snapshots, twelve seeded: seed printed).
 set -u
 run="$1"; app="$2"
 iters=8
@@ -78,7 +78,11 @@ echo "ok: $short_live live setup entries after $iters and after $((2 * iters)) i
 "$run" "${common[@]}" --snapshot_every=1000 -- "$app" --iters 8 >"$tmp/one8.log" 2>&1 &&
 "$run" "${common[@]}" --snapshot_every=1000 -- "$app" --iters 14 >"$tmp/one14.log" 2>&1 &&
 "$run" "${common[@]}" --snapshot_every=1 -- "$app" --iters 14 >"$tmp/each14.log" 2>&1 &&
-"$run" "${common[@]}" --snapshot_every=2 -- "$app" --iters 14 >"$tmp/async14.log" 2>&1 || {
+# A snapshot chaos point that never fires (the 1000th asynchronous snapshot)
+# makes each due step wait for the snapshot in flight instead of skipping
+# it: the snapshots fall on the same steps however loaded the machine is.
+"$run" "${common[@]}" --snapshot_every=2 --chaos="rank=0,minibatch=1000,point=snapshot_finish" -- \
+  "$app" --iters 14 >"$tmp/async14.log" 2>&1 || {
   echo "FAIL: a loop of the asynchronous-snapshot comparison failed"; tail -20 "$tmp"/*14.log; exit 1; }
 one8=$(live "$tmp/one8.log"); one14=$(live "$tmp/one14.log")
 each14=$(live "$tmp/each14.log"); async14=$(live "$tmp/async14.log")
@@ -86,27 +90,30 @@ ref14=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/each14.log")
 asyncs=$(sed -n 's/.*; \([0-9]*\) asynchronous (inside.*/\1/p' "$tmp/async14.log")
 per_iter=$(( (one14 - one8) / 6 ))
 echo "live setup entries: one minibatch $one8 after 8 and $one14 after 14 iterations ($per_iter per iteration); 14 iterations with a boundary at every step $each14, with ${asyncs:-?} asynchronous snapshots $async14"
-if [ "$per_iter" -lt 10 ] || [ "${asyncs:-0}" -lt 3 ] || [ "$async14" -gt $((each14 + 5 * per_iter)) ]; then
-  echo "FAIL: want >= 10 entries per iteration inside a minibatch, >= 3 asynchronous snapshots and at most $((each14 + 5 * per_iter)) live entries with them"
+if [ "$per_iter" -lt 10 ] || [ "${asyncs:-0}" -lt 6 ] || [ "$async14" -gt $((each14 + 3 * per_iter)) ]; then
+  echo "FAIL: want >= 10 entries per iteration inside a minibatch, 6 asynchronous snapshots and at most $((each14 + 3 * per_iter)) live entries with them"
   exit 1
 fi
 grep -q "^\[r0\] final checksum $ref14\$" "$tmp/async14.log" || {
   echo "FAIL: the asynchronous run's checksum differs from the one with a boundary at every step"; exit 1; }
-later=0
-for at in 380 420 460; do  # requests of iterations 10-12
-  "$run" "${common[@]}" --snapshot_every=2 --chaos="rank=0,calls=$at,point=after_execute" -- \
+# Kills at the M-th asynchronous snapshot (in flight, or finished but not
+# renamed): the replacement starts from the one before it, an asynchronous
+# snapshot itself (M >= 2), whose replay start dropped the entries before it.
+for spec in "4 snapshot_inflight" "3 snapshot_finish" "5 snapshot_finish"; do
+  read -r m point <<<"$spec"
+  "$run" "${common[@]}" --snapshot_every=2 --chaos="rank=0,minibatch=$m,point=$point" -- \
     "$app" --iters 14 >"$tmp/async_kill.log" 2>&1
   rc=$?
   from=$(sed -n 's/.*replacement_snapshot_loaded .* from request \([0-9]*\),.*/\1/p' "$tmp/async_kill.log" | head -1)
-  if [ "$rc" -eq 0 ] && grep -q "^\[r0\] final checksum $ref14\$" "$tmp/async_kill.log" && [ -n "$from" ]; then
-    echo "ok   asynchronous snapshots, killed at request $at: the snapshot of request $from loaded, final checksum equal"
-    [ "$from" -gt 100 ] && later=$((later + 1))
+  if [ "$rc" -eq 0 ] && grep -q "^\[r0\] final checksum $ref14\$" "$tmp/async_kill.log" &&
+     grep -q "chaos: killing this agent with asynchronous snapshot $m" "$tmp/async_kill.log" &&
+     [ "${from:-0}" -gt 100 ]; then
+    echo "ok   asynchronous snapshots, killed at snapshot $m ($point): the snapshot of request $from loaded, final checksum equal"
   else
-    echo "FAIL asynchronous snapshots, killed at request $at: rc=$rc, snapshot loaded from request ${from:-none}"
+    echo "FAIL asynchronous snapshots, killed at snapshot $m ($point): rc=$rc, snapshot loaded from request ${from:-none}"
     tail -30 "$tmp/async_kill.log"; exit 1
   fi
 done
-[ "$later" -ge 1 ] || { echo "FAIL: no replacement started from an asynchronous snapshot"; exit 1; }
 # Seeded kills at random requests of 20 iterations (before or after the
 # journal append), asynchronous snapshots every second step: every one
 # recovers bitwise.
