@@ -19,6 +19,7 @@
 #include "api/hook_structs.h"
 #include "api/traits.h"
 #include "journal/journal.h"
+#include "recovery/replay_plan.h"
 #include "api/wire.h"
 #include "gtest/gtest.h"
 #include "transport/shm_channel.h"
@@ -133,6 +134,22 @@ class DnnJournalTest : public ::testing::Test {
     OnDescriptor(api::ApiId::cudnnBackendDestroyDescriptor, pack, !assigned);
   }
   uint64_t LiveSetupEntries() const { return journal_->stats().setup_live_entries; }
+  // The journal in `dir` as a replacement continues it at minibatch 1: read
+  // back as it reads it (recovery::ReadReplayLog: both logs in request
+  // order), its handles rebuilt from those entries when `rebuild`.
+  std::unique_ptr<RequestJournal> ContinueAsReplacement(const std::string& dir, bool rebuild) {
+    absl::StatusOr<recovery::ReplayLog> log = recovery::ReadReplayLog(dir);
+    EXPECT_TRUE(log.ok()) << log.status();
+    if (!log.ok()) return nullptr;
+    RequestJournal::Options o;
+    o.boundaries = RequestJournal::BoundaryMode::kManual;
+    absl::StatusOr<std::unique_ptr<RequestJournal>> j =
+        RequestJournal::Continue(dir, "job", 0, o, 1);
+    EXPECT_TRUE(j.ok()) << j.status();
+    if (!j.ok()) return nullptr;
+    if (rebuild) (*j)->RebuildHandles(log->entries);
+    return std::move(*j);
+  }
 
   std::string dir_;
   std::unique_ptr<RequestJournal> journal_;
@@ -245,25 +262,8 @@ TEST_F(DnnJournalTest, AContinuedJournalAppliesTheDestroysTheDeadAgentDeferred) 
     // Each round from a copy of the dead agent's journal.
     const std::string jdir = dir_ + (rebuild ? "/j-rebuilt" : "/j-plain");
     fs::copy(dir_ + "/journal", jdir, fs::copy_options::recursive);
-    absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
-        journal::JournalReader::Open(jdir);
-    ASSERT_TRUE(reader.ok()) << reader.status();
-    std::vector<journal::JournalEntry> entries;
-    auto keep = [&](const journal::JournalEntry& e) {
-      entries.push_back(e);
-      return absl::OkStatus();
-    };
-    ASSERT_TRUE((*reader)->ReadSetup(keep).ok());
-    ASSERT_TRUE((*reader)->ReadMinibatch(keep).ok());
-    std::sort(entries.begin(), entries.end(),
-              [](const auto& a, const auto& b) { return a.seq() < b.seq(); });
-    RequestJournal::Options o;
-    o.boundaries = RequestJournal::BoundaryMode::kManual;
-    absl::StatusOr<std::unique_ptr<RequestJournal>> j =
-        RequestJournal::Continue(jdir, "job", 0, o, 1);
-    ASSERT_TRUE(j.ok()) << j.status();
-    if (rebuild) (*j)->RebuildHandles(entries);
-    journal_ = std::move(*j);
+    journal_ = ContinueAsReplacement(jdir, rebuild);
+    ASSERT_NE(journal_, nullptr);
     seq_ = seq_at_death;
     // Two more steps in later minibatches: their own packs come and go.
     for (int step = 0; step < 2; ++step) {
@@ -364,39 +364,23 @@ TEST_F(DnnJournalTest, AContinuedJournalDefersDestroysOfHandlesMadeBefore) {
 
   for (const bool rebuild : {false, true}) {
     SCOPED_TRACE(rebuild ? "rebuilt" : "not rebuilt");
-    // The journal as a replacement reads it back (both logs, in seq order).
-    absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
-        journal::JournalReader::Open(dir_ + "/journal");
-    ASSERT_TRUE(reader.ok()) << reader.status();
-    std::vector<journal::JournalEntry> entries;
-    auto keep = [&](const journal::JournalEntry& e) {
-      entries.push_back(e);
-      return absl::OkStatus();
-    };
-    ASSERT_TRUE((*reader)->ReadSetup(keep).ok());
-    ASSERT_TRUE((*reader)->ReadMinibatch(keep).ok());
-    std::sort(entries.begin(), entries.end(),
-              [](const auto& a, const auto& b) { return a.seq() < b.seq(); });
-    RequestJournal::Options o;
-    o.boundaries = RequestJournal::BoundaryMode::kManual;
-    absl::StatusOr<std::unique_ptr<RequestJournal>> j =
-        RequestJournal::Continue(dir_ + "/journal", "job", 0, o, 1);
-    ASSERT_TRUE(j.ok()) << j.status();
-    if (rebuild) (*j)->RebuildHandles(entries);
+    std::unique_ptr<RequestJournal> j = ContinueAsReplacement(dir_ + "/journal", rebuild);
+    ASSERT_NE(j, nullptr);
     const uint64_t first_seq = seq_ + 1;
-    (*j)->MarkStep().IgnoreError();
+    j->MarkStep().IgnoreError();
     auto destroy = [&](uint64_t h) {
       auto body = [&](auto& w) { w.Put(h); };
       const api::ApiId id = h == desc ? api::ApiId::cublasLtMatmulDescDestroy
                                       : api::ApiId::cudnnBackendDestroyDescriptor;
       std::vector<char> rec = Record(++seq_, id, false, body, body);
-      ASSERT_TRUE((*j)->BeforeExecute(Header(rec), {}, nullptr).ok());
+      ASSERT_TRUE(j->BeforeExecute(Header(rec), {}, nullptr).ok());
     };
     destroy(desc);
     destroy(pack);
-    j->reset();
+    j.reset();
     // The two destroys, as journaled.
-    reader = journal::JournalReader::Open(dir_ + "/journal");
+    absl::StatusOr<std::unique_ptr<journal::JournalReader>> reader =
+        journal::JournalReader::Open(dir_ + "/journal");
     ASSERT_TRUE(reader.ok()) << reader.status();
     std::vector<journal::JournalEntry> destroys;
     auto mine = [&](const journal::JournalEntry& e) {
