@@ -14,6 +14,8 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <functional>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -313,6 +315,27 @@ void WriteTwoKeepingTheFirstAsSpare(SnapshotStore& store, CountingCopier& cc) {
   store.DropBefore(2);
 }
 
+// The fill callback of DrainStaged for a staged `pending`: "the device"
+// copies each turn up to the one asked for through `cc` (which refuses
+// copies into memory not registered), in order, once.
+std::function<absl::Status(size_t)> FillTurns(CountingCopier& cc,
+                                              const SnapshotStore::Pending& pending) {
+  auto filled = std::make_shared<size_t>(0);  // the turns copied so far
+  return [&cc, &pending, filled](size_t t) -> absl::Status {
+    const auto& copies = pending.staged_copies();
+    const auto& ends = pending.staged_turn_ends();
+    for (size_t& f = *filled; f <= t; ++f) {
+      for (size_t c = f == 0 ? 0 : ends[f - 1]; c < ends[f]; ++c) {
+        if (absl::Status s = cc.Make().copy(copies[c].addr, copies[c].dst, copies[c].size);
+            !s.ok()) {
+          return s;
+        }
+      }
+    }
+    return absl::OkStatus();
+  };
+}
+
 void ExpectLoadsTo(SnapshotStore& store, uint64_t minibatch, const FakeDevice& want) {
   absl::StatusOr<std::unique_ptr<Snapshot>> s = store.Open(minibatch);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -595,19 +618,9 @@ TEST_F(SnapshotTest, StagedSnapshotsRegisterOnlyTheStagingAndLoadBack) {
   const auto& ends = (*pending)->staged_turn_ends();
   ASSERT_GT(ends.size(), 4u);
   ASSERT_EQ(ends.back(), copies.size());
-  size_t filled = 0;  // the turns "the device" copied
-  auto fill = [&](size_t t) -> absl::Status {
-    for (; filled <= t; ++filled) {
-      for (size_t c = filled == 0 ? 0 : ends[filled - 1]; c < ends[filled]; ++c) {
-        absl::Status s = cc.Make().copy(copies[c].addr, copies[c].dst, copies[c].size);
-        if (!s.ok()) return s;
-      }
-    }
-    return absl::OkStatus();
-  };
   size_t drained = 0;
   ASSERT_TRUE(store
-                  .DrainStaged(pending->get(), fill,
+                  .DrainStaged(pending->get(), FillTurns(cc, **pending),
                                [&](size_t t) {
                                  EXPECT_EQ(t, drained);
                                  drained = t + 1;
@@ -779,21 +792,7 @@ TEST_F(SnapshotTest, TheStagedFirstSnapshotsFileIsRegisteredBehindForTheAsynchro
       // k = 2 and 4 take the first snapshot's file (replaced by k = 1, 3).
       EXPECT_EQ((*p)->staged(), !behind && k % 2 == 0) << k;
       if ((*p)->staged()) {
-        const auto& copies = (*p)->staged_copies();
-        const auto& ends = (*p)->staged_turn_ends();
-        size_t filled = 0;
-        auto fill = [&](size_t t) -> absl::Status {
-          for (; filled <= t; ++filled) {
-            for (size_t c = filled == 0 ? 0 : ends[filled - 1]; c < ends[filled]; ++c) {
-              if (absl::Status s = cc.Make().copy(copies[c].addr, copies[c].dst, copies[c].size);
-                  !s.ok()) {
-                return s;
-              }
-            }
-          }
-          return absl::OkStatus();
-        };
-        ASSERT_TRUE(store.DrainStaged(p->get(), fill, [](size_t) {}).ok());
+        ASSERT_TRUE(store.DrainStaged(p->get(), FillTurns(cc, **p), [](size_t) {}).ok());
       } else {
         const AllocationTable& table = (*p)->table();
         for (size_t i = 0; i < table.size(); ++i) {
