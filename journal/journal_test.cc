@@ -880,6 +880,18 @@ void CheckSizeBound(const std::string& name, bool overwrite_loop, size_t weight_
 // Allocations learn their key (the address) only after they execute: an
 // outcome entry completing the allocation carries it, and the free drops the
 // allocation, its outcome and itself.
+// A handle made and dropped (a descriptor): one record that creates `key`,
+// one that destroys it; both dead after the second.
+absl::Status AppendMadeAndDropped(Journal* j, uint64_t* seq, uint64_t key) {
+  JournalEntry c = Entry(++*seq);
+  c.add_creates(key);
+  c.set_args(std::string(48, 'a'));
+  if (absl::Status s = j->AppendSetup(c); !s.ok()) return s;
+  JournalEntry x = Entry(++*seq);
+  x.add_destroys(key);
+  return j->AppendSetup(x);
+}
+
 // A setup log whose live state includes a large payload (a model's weights
 // uploaded from pageable memory before the first step) and whose dead bytes
 // come from small descriptor records and a dropped payload: compaction runs
@@ -913,13 +925,7 @@ TEST(JournalTest, CompactionKeepsThePayloadFileAndFreesDeadPayloadPages) {
   // Descriptors made and dropped: their dead records alone (a few hundred
   // KiB) compact it again.
   for (int i = 0; i < 4000 && j->stats().compactions == 1; ++i) {
-    JournalEntry c = Entry(++seq);
-    c.add_creates(0x100000 + i);
-    c.set_args(std::string(48, 'a'));
-    ASSERT_TRUE(j->AppendSetup(c).ok());
-    JournalEntry x = Entry(++seq);
-    x.add_destroys(0x100000 + i);
-    ASSERT_TRUE(j->AppendSetup(x).ok());
+    ASSERT_TRUE(AppendMadeAndDropped(j.get(), &seq, 0x100000 + i).ok());
   }
   ASSERT_EQ(2u, j->stats().compactions) << "dead records did not compact the setup log";
   const std::string payload_after = OnlyFile(dir, "setup-", ".payload");
@@ -997,13 +1003,7 @@ TEST(JournalTest, CompactionIsTriggeredByWhatItRewrites) {
     w.add_creates(0x1000);
     ASSERT_TRUE(j->AppendSetup(w, std::string(1 << 20, 'w')).ok());
     for (int i = 0; i < 2000; ++i) {
-      JournalEntry c = Entry(++seq);
-      c.add_creates(0x100000 + i);
-      c.set_args(std::string(48, 'a'));
-      ASSERT_TRUE(j->AppendSetup(c).ok());
-      JournalEntry x = Entry(++seq);
-      x.add_destroys(0x100000 + i);
-      ASSERT_TRUE(j->AppendSetup(x).ok());
+      ASSERT_TRUE(AppendMadeAndDropped(j.get(), &seq, 0x100000 + i).ok());
     }
     if (links) {
       EXPECT_GE(j->stats().compactions, 1u);
