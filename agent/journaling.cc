@@ -292,6 +292,7 @@ void RequestJournal::RebuildHandles(const std::vector<journal::JournalEntry>& en
   for (const journal::JournalEntry& e : entries) {
     for (uint64_t key : e.destroys()) destroyed.insert(key);
   }
+  RebuildAttributeCalls(entries, destroyed);
   for (const journal::JournalEntry& e : entries) {
     if (e.api_id() == journal::kBoundaryApiId || e.api_id() == journal::kOutcomeApiId) continue;
     if (!api::Traits(e.api_id()).sets_attribute) continue;
@@ -317,6 +318,43 @@ void RequestJournal::RebuildHandles(const std::vector<journal::JournalEntry>& en
       p.keys.insert(p.keys.end(), it->second.begin(), it->second.end());
     }
     pending_destroys_.push_back(std::move(p));
+  }
+}
+
+void RequestJournal::RebuildAttributeCalls(const std::vector<journal::JournalEntry>& entries,
+                                           const absl::flat_hash_set<uint64_t>& destroyed) {
+  // Each attribute call still live (its key not destroyed) is known again,
+  // so that later calls drop it as they would have (JournalAttributeCall)
+  // and the handle's destruction takes it along. Minibatch 0's stay with the
+  // handle; the later ones all count as calls of the newest minibatch among
+  // them, in request order: a call of a later minibatch leaves only the last
+  // (a dead agent's anchor among them goes with it), and a replay start
+  // inside that minibatch drops those before it but the last.
+  for (const journal::JournalEntry& e : entries) {
+    if (e.api_id() == journal::kBoundaryApiId || e.api_id() == journal::kOutcomeApiId) continue;
+    const api::ApiTraits& traits = api::Traits(e.api_id());
+    uint64_t handle = 0;
+    if (traits.sets_attribute) {
+      handle = FirstU64(e.args());
+    } else {
+      handle = SymbolWriteRegion(static_cast<uint16_t>(e.api_id()), e.args());
+    }
+    if (handle == 0) continue;
+    const uint64_t attribute =
+        AttributeKey(handle, static_cast<uint16_t>(e.api_id()), traits, e.args());
+    for (uint64_t key : e.creates()) {
+      if (key != Mix(attribute, e.seq() / 2) || destroyed.contains(key)) continue;
+      auto [slot, inserted] = attribute_calls_.try_emplace(attribute);
+      if (inserted) handle_attributes_[handle].push_back(attribute);
+      AttributeCalls& a = slot->second;
+      if (e.minibatch() == 0) {
+        a.setup.push_back(key);
+      } else {
+        a.minibatch = std::max<uint64_t>(a.minibatch, e.minibatch());
+        a.current.push_back(key);
+        a.current_seqs.push_back(e.seq() / 2);
+      }
+    }
   }
 }
 

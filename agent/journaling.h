@@ -148,7 +148,8 @@ class RequestJournal {
   // the replay), as BeforeExecute and AfterExecute kept them: a destroy
   // after the recovery is then journaled as it would have been without one.
   // The destroys the dead agent deferred and whose keys it had not yet
-  // destroyed are pending again (they take effect as they would have).
+  // destroyed are pending again (they take effect as they would have), and
+  // so are the attribute calls it kept (later calls and destroys drop them).
   void RebuildHandles(const std::vector<journal::JournalEntry>& entries);
 
   // Journals `rec` if its row is journaled. `payload` holds bytes the
@@ -241,6 +242,9 @@ class RequestJournal {
   absl::Status DetectBoundary(const transport::RecordHeader& rec);
   // Keys an attribute setter's entry so that the setup log keeps only the
   // calls a replay needs, and drops the ones it no longer does.
+  // RebuildHandles's part for the attribute calls whose keys live.
+  void RebuildAttributeCalls(const std::vector<journal::JournalEntry>& entries,
+                             const absl::flat_hash_set<uint64_t>& destroyed);
   void JournalAttributeCall(const transport::RecordHeader& rec, const api::ApiTraits& traits,
                             uint64_t handle, absl::string_view body, journal::JournalEntry* e);
   // The request PlaceBoundaryBefore placed a boundary for (0: none).

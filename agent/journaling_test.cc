@@ -281,6 +281,52 @@ TEST_F(DnnJournalTest, AContinuedJournalAppliesTheDestroysTheDeadAgentDeferred) 
 }
 
 
+// A replacement continuing the journal knows the attribute calls the dead
+// agent kept (cublasSetStream_v2, which PyTorch calls before every GEMM):
+// the next minibatch's call drops them but the last, as without a recovery;
+// not rebuilt, every one of them stayed in the setup log for the job's life.
+TEST_F(DnnJournalTest, AContinuedJournalDropsTheAttributeCallsTheDeadAgentKept) {
+  const uint64_t blas = 0x7e20000000000001ull;
+  auto set_stream = [&](uint64_t stream) {
+    auto body = [&](auto& w) {
+      w.Put(blas);
+      w.Put(stream);
+    };
+    Journal(Record(++seq_, api::ApiId::cublasSetStream_v2, false, body, body));
+  };
+  set_stream(0);  // setup: stays while the handle does
+  ASSERT_TRUE(journal_->MarkStep().ok());
+  const uint64_t before_steps = LiveSetupEntries();
+  // One minibatch's calls: all live (a replay of it runs every one).
+  for (int i = 0; i < 12; ++i) set_stream(0x5000 + i % 3);
+  ASSERT_EQ(LiveSetupEntries(), before_steps + 12) << "the premise: the minibatch's calls live";
+  journal_.reset();  // the agent dies
+
+  uint64_t live_after[2] = {0, 0};
+  const uint64_t seq_at_death = seq_;
+  for (const bool rebuild : {false, true}) {
+    SCOPED_TRACE(rebuild ? "rebuilt" : "not rebuilt");
+    const std::string jdir = dir_ + (rebuild ? "/j-rebuilt" : "/j-plain");
+    fs::copy(dir_ + "/journal", jdir, fs::copy_options::recursive);
+    journal_ = ContinueAsReplacement(jdir, rebuild);
+    ASSERT_NE(journal_, nullptr);
+    seq_ = seq_at_death;
+    // Two more minibatches, two calls each.
+    for (int step = 0; step < 2; ++step) {
+      ASSERT_TRUE(journal_->MarkStep().ok());
+      set_stream(0x6000 + step);
+      set_stream(0x7000 + step);
+    }
+    live_after[rebuild ? 1 : 0] = LiveSetupEntries();
+    journal_.reset();
+  }
+  // Rebuilt: the setup call, the last call before the current minibatch and
+  // the current minibatch's two; not rebuilt: also the dead agent's twelve.
+  EXPECT_EQ(live_after[1], before_steps + 3);
+  EXPECT_EQ(live_after[0], before_steps + 3 + 12);
+}
+
+
 // A copy whose source bytes travel inside the request is journaled with the
 // bytes as its payload and its args without them; the replay's body is the
 // request again, byte for byte. A small copy keeps its bytes in the args.
