@@ -74,6 +74,11 @@ enum class Type { kBool, kInt, kDouble, kString };
     "With the deferred fence: kernels, copies and cuBLAS calls of streams not tied to a "       \
     "collective in flight run beside it (DDP's backward beside its bucket all-reduces); 0: "   \
     "they wait for the collectives in flight first.")                                           \
+  X(kSnapshotDeviceSpareMib, "REVENANT_SNAPSHOT_DEVICE_SPARE_MIB", kInt, kProduct, "0",        \
+    "cuda backend, asynchronous snapshots: device memory (MiB, at most the live bytes of the "  \
+    "first such snapshot) into which the snapshot copies first, so that the application's "     \
+    "streams wait for device-to-device copies instead of the copies to the host, which drain "   \
+    "from it behind; given back when an allocation of the application would fail; 0: none.")    \
   X(kResultStagingMib, "REVENANT_RESULT_STAGING_MIB", kInt, kProduct, "256",                    \
     "Real NCCL with several ranks and recovery: device memory (MiB) through which a "           \
     "collective's result is copied to the host memory kept for a replacement (a device copy on " \

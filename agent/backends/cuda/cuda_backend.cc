@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -30,6 +31,7 @@
 #include "agent/backends/cuda/cuda_gloo.h"
 #include "agent/backends/cuda/cuda_nccl.h"
 #include "api/library_rows.h"
+#include "common/knobs.h"
 #include "common/logging.h"
 #include "common/populate.h"
 
@@ -974,7 +976,11 @@ class CudaBackend : public Backend {
               int launch_graph_max)
       : launch_batch_max_(launch_graph_max), drv_(drv), device_(device), ctx_(ctx), range_(range), granularity_(gran),
         nccl_(std::make_unique<CudaNccl>(device, job_dir, nccl_options)),
-        allocator_(range.base, range.size), mapped_end_(range.base) {}
+        allocator_(range.base, range.size), mapped_end_(range.base),
+        snapshot_spare_cap_(static_cast<size_t>(knobs::Int(knobs::Id::kSnapshotDeviceSpareMib, 0,
+                                                           1 << 20)
+                                                    .value_or(0))
+                            << 20) {}
 
   // A synchronization's result: the abort's error (cuda_nccl.h), else the
   // first failed Gloo unit's since the last synchronization (cuda_gloo.h).
@@ -1256,6 +1262,20 @@ class CudaBackend : public Backend {
   void WaitForSnapshot(cudaStream_t stream) {
     if (snapshot_end_event_ != nullptr) (void)::cudaStreamWaitEvent(stream, snapshot_end_event_, 0);
   }
+  // The snapshots' device spare (REVENANT_SNAPSHOT_DEVICE_SPARE_MIB): copies
+  // that fit go device to device first, the streams wait for those, and the
+  // spare drains to the host behind on snapshot_stream_ (the next snapshot's
+  // copies into it queue after the drain). Made at the first asynchronous
+  // snapshot, at most snapshot_spare_cap_ and its live bytes; given back
+  // (GiveBackSnapshotSpare) when the application's memory runs out. The
+  // executor thread only, except GiveBackSnapshotSpare.
+  const size_t snapshot_spare_cap_;
+  void* snapshot_spare_ = nullptr;
+  size_t snapshot_spare_bytes_ = 0;
+  bool snapshot_spare_tried_ = false;
+  std::atomic<bool> snapshot_spare_given_back_{false};
+  void EnsureSnapshotSpare(size_t live_bytes);
+  bool GiveBackSnapshotSpare();
 
   // Launches held back (LaunchKernelMayHold), all on held_stream_, their
   // packed arguments copied into held_args_; issued by FlushLaunches as one
@@ -1436,6 +1456,7 @@ CudaBackend::~CudaBackend() {
   nccl_.reset();
   nccl_ = std::make_unique<CudaNccl>(device_, "");  // Reset() below may still sync
   Reset();
+  if (snapshot_spare_ != nullptr) ::cudaFree(snapshot_spare_);
   Bind();
   drv_.cuMemAddressFree(range_.base, range_.size);
 }
@@ -1505,9 +1526,17 @@ cudaError_t CudaBackend::AllocateLocked(void** ptr, size_t size) {
   }
   const uint64_t rounded = (size + allocator_.alignment() - 1) / allocator_.alignment() *
                            allocator_.alignment();
-  if (cudaError_t e = EnsureMappedLocked(*addr + rounded); e != cudaSuccess) {
+  cudaError_t mapped = EnsureMappedLocked(*addr + rounded);
+  if (mapped == cudaErrorMemoryAllocation && snapshot_spare_ != nullptr) {
+    // The snapshots' device spare gives way to the application.
+    mu_.Unlock();
+    const bool given = GiveBackSnapshotSpare();
+    mu_.Lock();
+    if (given) mapped = EnsureMappedLocked(*addr + rounded);
+  }
+  if (mapped != cudaSuccess) {
     (void)allocator_.Free(*addr);
-    return e;
+    return mapped;
   }
   *ptr = reinterpret_cast<void*>(*addr);
   return cudaSuccess;
@@ -1835,6 +1864,29 @@ cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
     }
     if (e != cudaSuccess) return e;
   }
+  // Straight into registered files: the copies that fit the device spare
+  // go there first (device to device), the rest to the host.
+  struct Spared {
+    size_t copy;
+    size_t offset;
+  };
+  std::vector<Spared> spared;
+  if (turns == nullptr && snapshot_spare_cap_ > 0) {
+    size_t live_bytes = 0;
+    for (const SnapshotCopy& c : copies) live_bytes += c.count;
+    EnsureSnapshotSpare(live_bytes);
+    size_t used = 0;
+    for (size_t c = 0; c < copies.size() && snapshot_spare_ != nullptr; ++c) {
+      const size_t n = copies[c].count;
+      if (n == 0 || used + n > snapshot_spare_bytes_) continue;
+      cudaError_t e = ::cudaMemcpyAsync(static_cast<char*>(snapshot_spare_) + used, copies[c].src,
+                                        n, cudaMemcpyDeviceToDevice, snapshot_stream_);
+      if (e != cudaSuccess) return e;
+      spared.push_back(Spared{c, used});
+      used += (n + 255) & ~size_t{255};
+    }
+  }
+  size_t next_spared = 0;
   // Staged: turn t's copies after the caller drained turn t - 2 (the same
   // staging buffer), then t + 1 stored for the caller's threads.
   const size_t n_turns = turns != nullptr ? turns->ends.size() : 1;
@@ -1847,6 +1899,10 @@ cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
     const size_t end = turns != nullptr ? turns->ends[t] : copies.size();
     for (; c < end; ++c) {
       if (copies[c].count == 0) continue;
+      if (next_spared < spared.size() && spared[next_spared].copy == c) {
+        ++next_spared;
+        continue;
+      }
       cudaError_t e = ::cudaMemcpyAsync(copies[c].dst, copies[c].src, copies[c].count,
                                         cudaMemcpyDeviceToHost, snapshot_stream_);
       if (e != cudaSuccess) return e;
@@ -1857,16 +1913,57 @@ cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
       return cudaErrorUnknown;
     }
   }
-  if (drv_.cuStreamWriteValue64(snapshot_stream_, reinterpret_cast<CUdeviceptr>(done_device), tag,
-                                0) != CUDA_SUCCESS) {
-    return cudaErrorUnknown;
-  }
-  // Everything queued later, on any stream, waits for the copies.
+  // Everything queued later, on any stream, waits for the copies out of
+  // the application's memory (with a spare: not for its drain below).
   cudaError_t e = ::cudaEventRecord(snapshot_end_event_, snapshot_stream_);
   for (cudaStream_t s : live) {
     if (e == cudaSuccess) e = ::cudaStreamWaitEvent(s, snapshot_end_event_, 0);
   }
-  return e;
+  if (e != cudaSuccess) return e;
+  for (const Spared& sp : spared) {
+    e = ::cudaMemcpyAsync(copies[sp.copy].dst, static_cast<char*>(snapshot_spare_) + sp.offset,
+                          copies[sp.copy].count, cudaMemcpyDeviceToHost, snapshot_stream_);
+    if (e != cudaSuccess) return e;
+  }
+  if (drv_.cuStreamWriteValue64(snapshot_stream_, reinterpret_cast<CUdeviceptr>(done_device), tag,
+                                0) != CUDA_SUCCESS) {
+    return cudaErrorUnknown;
+  }
+  return cudaSuccess;
+}
+
+void CudaBackend::EnsureSnapshotSpare(size_t live_bytes) {
+  if (snapshot_spare_tried_ || snapshot_spare_given_back_.load()) return;
+  snapshot_spare_tried_ = true;
+  const size_t want = std::min(snapshot_spare_cap_, (live_bytes + (2u << 20) - 1) & ~size_t{(2u << 20) - 1});
+  if (want == 0) return;
+  if (cudaError_t e = ::cudaMalloc(&snapshot_spare_, want); e != cudaSuccess) {
+    (void)::cudaGetLastError();
+    snapshot_spare_ = nullptr;
+    REVENANT_LOG(WARNING, kLog) << "asynchronous snapshots: no device spare of " << (want >> 20)
+                                << " MiB (REVENANT_SNAPSHOT_DEVICE_SPARE_MIB): "
+                                << ::cudaGetErrorString(e)
+                                << "; the application's streams wait for the copies to the host";
+    return;
+  }
+  snapshot_spare_bytes_ = want;
+  REVENANT_LOG(INFO, kLog) << "asynchronous snapshots: a device spare of " << (want >> 20)
+                           << " MiB (of " << ((live_bytes + (1u << 20) - 1) >> 20)
+                           << " MiB live) takes the copies first";
+}
+
+bool CudaBackend::GiveBackSnapshotSpare() {
+  if (snapshot_spare_ == nullptr || snapshot_spare_given_back_.exchange(true)) return false;
+  // Its last drain must be over before the memory goes.
+  (void)::cudaStreamSynchronize(snapshot_stream_);
+  ::cudaFree(snapshot_spare_);
+  REVENANT_LOG(WARNING, kLog) << "asynchronous snapshots: the device spare of "
+                              << (snapshot_spare_bytes_ >> 20)
+                              << " MiB given back for an allocation of the application; the "
+                                 "streams wait for the copies to the host from now on";
+  snapshot_spare_ = nullptr;
+  snapshot_spare_bytes_ = 0;
+  return true;
 }
 
 cudaError_t CudaBackend::RegisterSharedHost(void* addr, size_t size, unsigned int) {

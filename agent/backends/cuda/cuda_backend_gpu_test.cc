@@ -10,7 +10,8 @@
 // copies, memsets, pointer validation, streams, events, host callbacks, a
 // kernel from a fat binary, function attributes, occupancy, graph memory
 // (alloc/free nodes), launches held back as graphs, boundary snapshots
-// copied through the staging and straight into a registered file, and Reset.
+// copied through the staging and straight into a registered file, and Reset;
+// then, in a child of its own, asynchronous snapshots through a device spare.
 // Prints "PASS cuda_backend_gpu_test" as its last line on success.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -486,6 +487,95 @@ void HeldLaunches(Backend* b) {
   EXPECT_ERR(b->cudaStreamDestroy(s2), cudaSuccess);
 }
 
+// Asynchronous snapshots through the device spare (run by the driver in a
+// child of its own with REVENANT_SNAPSHOT_DEVICE_SPARE_MIB=64): of three
+// allocations (6 MiB + 333 B, 4 KiB, 90 MiB; seed 20261207) the first two
+// go through the spare and the third straight to the host. Work queued after
+// the copies (memsets on the legacy and a created stream) must not reach the
+// snapshot; two snapshots in a row (the second's copies into the spare queue
+// behind the first's drain) each hold the bytes of their moment; then an
+// allocation that only fits once the spare is given back succeeds.
+int SpareChild() {
+  BackendOptions options;
+  options.rank = 3;
+  absl::StatusOr<std::unique_ptr<Backend>> made = MakeCudaBackend(options);
+  if (!made.ok()) {
+    std::printf("CREATE_FAILED %s\n", made.status().ToString().c_str());
+    return 3;
+  }
+  Backend* b = made->get();
+  std::mt19937 rng(20261207);
+  std::vector<std::pair<void*, size_t>> allocs;
+  size_t total = 0;
+  for (size_t size : {size_t{6} << 20 | 333, size_t{4096}, size_t{90} << 20}) {
+    void* p = nullptr;
+    EXPECT_ERR(b->cudaMalloc(&p, size), cudaSuccess);
+    allocs.emplace_back(p, size);
+    total += size;
+  }
+  cudaStream_t s = nullptr;
+  EXPECT_ERR(b->cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const size_t host_bytes = (total + 4096 + 4095) & ~size_t{4095};
+  void* host = mmap(nullptr, host_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  EXPECT(host != MAP_FAILED);
+  if (host == MAP_FAILED) return 1;
+  EXPECT_ERR(b->RegisterSharedHost(host, host_bytes, 0), cudaSuccess);
+  uint64_t* done = static_cast<uint64_t*>(host);
+  char* dst = static_cast<char*>(host) + 4096;
+  for (uint64_t tag : {uint64_t{21}, uint64_t{22}}) {
+    std::string bytes(total, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng());
+    std::vector<Backend::SnapshotCopy> copies;
+    size_t off = 0;
+    for (const auto& [p, size] : allocs) {
+      EXPECT_ERR(b->Memcpy(p, bytes.data() + off, size, cudaMemcpyHostToDevice, nullptr, false),
+                 cudaSuccess);
+      copies.push_back({p, dst + off, size});
+      off += size;
+    }
+    std::memset(dst, 0, total);
+    *done = 0;
+    EXPECT_ERR(b->QueueSnapshotCopies(copies, done, tag, nullptr), cudaSuccess);
+    // The application's next work, on both kinds of stream.
+    for (size_t i = 0; i < allocs.size(); ++i) {
+      EXPECT_ERR(b->cudaMemsetAsync(allocs[i].first, 0x5a, allocs[i].second,
+                                    i % 2 == 0 ? nullptr : s),
+                 cudaSuccess);
+    }
+    EXPECT_ERR(b->cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT(__atomic_load_n(done, __ATOMIC_ACQUIRE) == tag);
+    EXPECT(std::memcmp(dst, bytes.data(), total) == 0);
+    std::string after(allocs[0].second, '\0');
+    EXPECT_ERR(b->Memcpy(after.data(), allocs[0].first, after.size(), cudaMemcpyDeviceToHost,
+                         nullptr, false),
+               cudaSuccess);
+    EXPECT(after == std::string(after.size(), '\x5a'));
+    std::printf("snapshot %llu through the device spare: loaded back equal, later work after it\n",
+                static_cast<unsigned long long>(tag));
+  }
+  // Memory runs out: the spare (64 MiB) gives way to the application.
+  size_t free_bytes = 0, total_bytes = 0;
+  EXPECT(::cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
+  void* most = nullptr;
+  const size_t want = free_bytes + (32u << 20);
+  EXPECT_ERR(b->cudaMalloc(&most, want), cudaSuccess);
+  std::printf("an allocation of %zu MiB with %zu MiB free: %s\n", want >> 20, free_bytes >> 20,
+              most != nullptr ? "made (the spare given back)" : "refused");
+  if (most != nullptr) EXPECT_ERR(b->cudaFree(most), cudaSuccess);
+  // Later snapshots copy straight to the host.
+  *done = 0;
+  std::vector<Backend::SnapshotCopy> copies{{allocs[1].first, dst, allocs[1].second}};
+  EXPECT_ERR(b->QueueSnapshotCopies(copies, done, 23, nullptr), cudaSuccess);
+  EXPECT_ERR(b->cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT(__atomic_load_n(done, __ATOMIC_ACQUIRE) == 23);
+  EXPECT(dst[0] == 0x5a && dst[4095] == 0x5a);
+  for (const auto& [p, size] : allocs) EXPECT_ERR(b->cudaFree(p), cudaSuccess);
+  EXPECT_ERR(b->UnregisterSharedHost(host), cudaSuccess);
+  munmap(host, host_bytes);
+  std::printf(g_failures == 0 ? "CHILD_OK\n" : "CHILD_FAILED %d\n", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
 int Child(int rank, const std::string& fatbin, int hold_ms, bool block_range) {
   if (block_range) {
     // Something of this process already sits in the range: the backend must
@@ -860,6 +950,12 @@ int Driver(const std::string& self, const std::string& fatbin) {
          std::string::npos);
   EXPECT(dup.status == 3);
   EXPECT(dup.out.find("CREATE_FAILED") != std::string::npos);
+  Run spare = RunChild("REVENANT_SNAPSHOT_DEVICE_SPARE_MIB=64 timeout 120 " + self +
+                       " --spare_child --fatbin=" + fatbin + " 2>&1");
+  std::printf("--- asynchronous snapshots through a device spare (rank 3)\n%s", spare.out.c_str());
+  EXPECT(spare.status == 0);
+  EXPECT(spare.out.find("a device spare of 64 MiB") != std::string::npos);
+  EXPECT(spare.out.find("given back") != std::string::npos);
   if (g_failures == 0) std::printf("PASS cuda_backend_gpu_test\n");
   return g_failures == 0 ? 0 : 1;
 }
@@ -876,6 +972,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!Flag(argc, argv, "measure").empty()) return revenant::agent::Measure(fatbin);
+  if (!Flag(argc, argv, "spare_child").empty()) return revenant::agent::SpareChild();
   if (!Flag(argc, argv, "child").empty()) {
     return revenant::agent::Child(std::atoi(Flag(argc, argv, "rank", "0").c_str()), fatbin,
                                   std::atoi(Flag(argc, argv, "hold_ms", "0").c_str()),
