@@ -1276,6 +1276,15 @@ class CudaBackend : public Backend {
   std::atomic<bool> snapshot_spare_given_back_{false};
   void EnsureSnapshotSpare(size_t live_bytes);
   bool GiveBackSnapshotSpare();
+  // Recorded after the spare's drain: while it is not reached, the
+  // application's device synchronization waits for its own streams one by
+  // one instead of the device (which would wait for the drain too).
+  cudaEvent_t snapshot_drained_event_ = nullptr;
+  bool SpareDraining() const {
+    return snapshot_drained_event_ != nullptr &&
+           ::cudaEventQuery(snapshot_drained_event_) == cudaErrorNotReady;
+  }
+  cudaError_t SynchronizeApplicationStreams();
 
   // Launches held back (LaunchKernelMayHold), all on held_stream_, their
   // packed arguments copied into held_args_; issued by FlushLaunches as one
@@ -1925,6 +1934,16 @@ cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
                           copies[sp.copy].count, cudaMemcpyDeviceToHost, snapshot_stream_);
     if (e != cudaSuccess) return e;
   }
+  if (!spared.empty()) {
+    if (snapshot_drained_event_ == nullptr) {
+      e = ::cudaEventCreateWithFlags(&snapshot_drained_event_, cudaEventDisableTiming);
+      if (e != cudaSuccess) {
+        snapshot_drained_event_ = nullptr;
+        return e;
+      }
+    }
+    if (e = ::cudaEventRecord(snapshot_drained_event_, snapshot_stream_); e != cudaSuccess) return e;
+  }
   if (drv_.cuStreamWriteValue64(snapshot_stream_, reinterpret_cast<CUdeviceptr>(done_device), tag,
                                 0) != CUDA_SUCCESS) {
     return cudaErrorUnknown;
@@ -1950,6 +1969,28 @@ void CudaBackend::EnsureSnapshotSpare(size_t live_bytes) {
   REVENANT_LOG(INFO, kLog) << "asynchronous snapshots: a device spare of " << (want >> 20)
                            << " MiB (of " << ((live_bytes + (1u << 20) - 1) >> 20)
                            << " MiB live) takes the copies first";
+}
+
+cudaError_t CudaBackend::SynchronizeApplicationStreams() {
+  // Every stream the application's work may be on: those it made, the
+  // legacy and per-thread streams, the held launches' and the captured
+  // uploads' (the snapshot copies out of its memory end before any of them
+  // goes on: they wait for snapshot_end_event_).
+  std::vector<cudaStream_t> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    streams.assign(streams_.begin(), streams_.end());
+  }
+  streams.push_back(cudaStreamLegacy);
+  streams.push_back(cudaStreamPerThread);
+  if (held_stream_ != nullptr) streams.push_back(reinterpret_cast<cudaStream_t>(held_stream_));
+  if (capture_stream_ != nullptr) streams.push_back(capture_stream_);
+  cudaError_t first = cudaSuccess;
+  for (cudaStream_t s : streams) {
+    const cudaError_t e = ::cudaStreamSynchronize(s);
+    if (first == cudaSuccess && e != cudaSuccess) first = e;
+  }
+  return first;
 }
 
 bool CudaBackend::GiveBackSnapshotSpare() {
@@ -2021,7 +2062,8 @@ cudaError_t CudaBackend::EnqueueHostCallback(cudaStream_t stream, std::function<
 cudaError_t CudaBackend::cudaDeviceSynchronize() {
   Bind();
   CudaNccl::SyncScope sync(nccl_.get());
-  cudaError_t e = Settled(sync, ::cudaDeviceSynchronize());
+  cudaError_t e = Settled(sync, SpareDraining() ? SynchronizeApplicationStreams()
+                                                : ::cudaDeviceSynchronize());
   ReleasePendingFrees(nullptr, /*all=*/true);
   return e;
 }

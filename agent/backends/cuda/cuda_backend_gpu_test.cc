@@ -542,7 +542,16 @@ int SpareChild() {
                                     i % 2 == 0 ? nullptr : s),
                  cudaSuccess);
     }
+    // The device synchronization waits for the application's work, not for
+    // the spare's drain: the tag follows within a bounded wait.
     EXPECT_ERR(b->cudaDeviceSynchronize(), cudaSuccess);
+    const bool before = __atomic_load_n(done, __ATOMIC_ACQUIRE) != tag;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (__atomic_load_n(done, __ATOMIC_ACQUIRE) != tag &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    std::printf("device synchronize returned %s the drain ended\n", before ? "before" : "after");
     EXPECT(__atomic_load_n(done, __ATOMIC_ACQUIRE) == tag);
     EXPECT(std::memcmp(dst, bytes.data(), total) == 0);
     std::string after(allocs[0].second, '\0');
