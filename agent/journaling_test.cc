@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -151,6 +152,32 @@ class DnnJournalTest : public ::testing::Test {
     return std::move(*j);
   }
 
+  // The agent dies now; from a copy of its journal each, a replacement
+  // continues it without and with RebuildHandles, runs `steps` in
+  // minibatches after the dead agent's (each opened with MarkStep) and
+  // stops. The live setup entries at the end: {not rebuilt, rebuilt}.
+  std::array<uint64_t, 2> LiveAfterContinuing(int steps, const std::function<void(int)>& step) {
+    std::array<uint64_t, 2> live{0, 0};
+    journal_.reset();
+    const uint64_t seq_at_death = seq_;
+    for (const bool rebuild : {false, true}) {
+      SCOPED_TRACE(rebuild ? "rebuilt" : "not rebuilt");
+      const std::string jdir = dir_ + (rebuild ? "/j-rebuilt" : "/j-plain");
+      fs::copy(dir_ + "/journal", jdir, fs::copy_options::recursive);
+      journal_ = ContinueAsReplacement(jdir, rebuild);
+      EXPECT_NE(journal_, nullptr);
+      if (journal_ == nullptr) return live;
+      seq_ = seq_at_death;
+      for (int i = 0; i < steps; ++i) {
+        EXPECT_TRUE(journal_->MarkStep().ok());
+        step(i);
+      }
+      live[rebuild ? 1 : 0] = LiveSetupEntries();
+      journal_.reset();
+    }
+    return live;
+  }
+
   std::string dir_;
   std::unique_ptr<RequestJournal> journal_;
   uint64_t seq_ = 0;
@@ -253,26 +280,10 @@ TEST_F(DnnJournalTest, AContinuedJournalAppliesTheDestroysTheDeadAgentDeferred) 
     Convolution(plan, 0x7e10000000000000ull + 2000 + i, false);
   }
   ASSERT_GT(LiveSetupEntries(), before_steps) << "the premise: the packs are live in minibatch 1";
-  journal_.reset();  // the agent dies
-
-  uint64_t live_after[2] = {0, 0};
-  const uint64_t seq_at_death = seq_;
-  for (const bool rebuild : {false, true}) {
-    SCOPED_TRACE(rebuild ? "rebuilt" : "not rebuilt");
-    // Each round from a copy of the dead agent's journal.
-    const std::string jdir = dir_ + (rebuild ? "/j-rebuilt" : "/j-plain");
-    fs::copy(dir_ + "/journal", jdir, fs::copy_options::recursive);
-    journal_ = ContinueAsReplacement(jdir, rebuild);
-    ASSERT_NE(journal_, nullptr);
-    seq_ = seq_at_death;
-    // Two more steps in later minibatches: their own packs come and go.
-    for (int step = 0; step < 2; ++step) {
-      ASSERT_TRUE(journal_->MarkStep().ok());
-      Convolution(plan, api::ShimAssignedId(api::HandleKind::kDnnDescriptor, ++serial_), true);
-    }
-    live_after[rebuild ? 1 : 0] = LiveSetupEntries();
-    journal_.reset();
-  }
+  // Two more steps in later minibatches: their own packs come and go.
+  const std::array<uint64_t, 2> live_after = LiveAfterContinuing(2, [&](int) {
+    Convolution(plan, api::ShimAssignedId(api::HandleKind::kDnnDescriptor, ++serial_), true);
+  });
   // Rebuilt: what is live is the plan and the last step's pack, as in a
   // journal that never lost its agent; not rebuilt: also the dead agent's
   // twelve packs.
@@ -300,26 +311,11 @@ TEST_F(DnnJournalTest, AContinuedJournalDropsTheAttributeCallsTheDeadAgentKept) 
   // One minibatch's calls: all live (a replay of it runs every one).
   for (int i = 0; i < 12; ++i) set_stream(0x5000 + i % 3);
   ASSERT_EQ(LiveSetupEntries(), before_steps + 12) << "the premise: the minibatch's calls live";
-  journal_.reset();  // the agent dies
-
-  uint64_t live_after[2] = {0, 0};
-  const uint64_t seq_at_death = seq_;
-  for (const bool rebuild : {false, true}) {
-    SCOPED_TRACE(rebuild ? "rebuilt" : "not rebuilt");
-    const std::string jdir = dir_ + (rebuild ? "/j-rebuilt" : "/j-plain");
-    fs::copy(dir_ + "/journal", jdir, fs::copy_options::recursive);
-    journal_ = ContinueAsReplacement(jdir, rebuild);
-    ASSERT_NE(journal_, nullptr);
-    seq_ = seq_at_death;
-    // Two more minibatches, two calls each.
-    for (int step = 0; step < 2; ++step) {
-      ASSERT_TRUE(journal_->MarkStep().ok());
-      set_stream(0x6000 + step);
-      set_stream(0x7000 + step);
-    }
-    live_after[rebuild ? 1 : 0] = LiveSetupEntries();
-    journal_.reset();
-  }
+  // Two more minibatches, two calls each.
+  const std::array<uint64_t, 2> live_after = LiveAfterContinuing(2, [&](int step) {
+    set_stream(0x6000 + step);
+    set_stream(0x7000 + step);
+  });
   // Rebuilt: the setup call, the last call before the current minibatch and
   // the current minibatch's two; not rebuilt: also the dead agent's twelve.
   EXPECT_EQ(live_after[1], before_steps + 3);

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -1268,12 +1267,12 @@ class CudaBackend : public Backend {
   // copies into it queue after the drain). Made at the first asynchronous
   // snapshot, at most snapshot_spare_cap_ and its live bytes; given back
   // (GiveBackSnapshotSpare) when the application's memory runs out. The
-  // executor thread only, except GiveBackSnapshotSpare.
+  // executor thread only.
   const size_t snapshot_spare_cap_;
   void* snapshot_spare_ = nullptr;
   size_t snapshot_spare_bytes_ = 0;
   bool snapshot_spare_tried_ = false;
-  std::atomic<bool> snapshot_spare_given_back_{false};
+  bool snapshot_spare_given_back_ = false;
   void EnsureSnapshotSpare(size_t live_bytes);
   bool GiveBackSnapshotSpare();
   // Recorded after the spare's drain: while it is not reached, the
@@ -1952,7 +1951,7 @@ cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
 }
 
 void CudaBackend::EnsureSnapshotSpare(size_t live_bytes) {
-  if (snapshot_spare_tried_ || snapshot_spare_given_back_.load()) return;
+  if (snapshot_spare_tried_ || snapshot_spare_given_back_) return;
   snapshot_spare_tried_ = true;
   const size_t want = std::min(snapshot_spare_cap_, (live_bytes + (2u << 20) - 1) & ~size_t{(2u << 20) - 1});
   if (want == 0) return;
@@ -1994,7 +1993,8 @@ cudaError_t CudaBackend::SynchronizeApplicationStreams() {
 }
 
 bool CudaBackend::GiveBackSnapshotSpare() {
-  if (snapshot_spare_ == nullptr || snapshot_spare_given_back_.exchange(true)) return false;
+  if (snapshot_spare_ == nullptr || snapshot_spare_given_back_) return false;
+  snapshot_spare_given_back_ = true;
   // Its last drain must be over before the memory goes.
   (void)::cudaStreamSynchronize(snapshot_stream_);
   ::cudaFree(snapshot_spare_);
