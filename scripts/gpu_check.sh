@@ -46,6 +46,7 @@ targets=(
   //tests/apps:cublas_ops //tests/apps:driver_api //tools:librevenant_probe.so
   //tests/apps:cublaslt_ops //tests/apps:nccl_group_sim //tests/apps:cudnn_conv
   //tests/apps:cudnn_legacy //tests/apps:conform_apps //tests/apps:vector_add_static
+  //tests/apps:answered_calls
 )
 bazel build "${targets[@]}"
 bin="$(bazel info bazel-bin 2>/dev/null)"
