@@ -562,8 +562,15 @@ int SpareChild() {
     std::printf("snapshot %llu through the device spare: loaded back equal, later work after it\n",
                 static_cast<unsigned long long>(tag));
   }
-  // Memory runs out: the spare (64 MiB) gives way to the application.
+  // Memory runs out: the spare (64 MiB) gives way to the application. The
+  // device is filled but for ~48 MiB outside the backend (its range, 64
+  // GiB, is smaller than the device), then the backend is asked for 32 MiB
+  // more than is free.
   size_t free_bytes = 0, total_bytes = 0;
+  EXPECT(::cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
+  void* hog = nullptr;
+  const size_t hog_bytes = free_bytes > (48u << 20) ? free_bytes - (48u << 20) : 0;
+  EXPECT(hog_bytes > 0 && ::cudaMalloc(&hog, hog_bytes) == cudaSuccess);
   EXPECT(::cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
   void* most = nullptr;
   const size_t want = free_bytes + (32u << 20);
@@ -571,6 +578,7 @@ int SpareChild() {
   std::printf("an allocation of %zu MiB with %zu MiB free: %s\n", want >> 20, free_bytes >> 20,
               most != nullptr ? "made (the spare given back)" : "refused");
   if (most != nullptr) EXPECT_ERR(b->cudaFree(most), cudaSuccess);
+  if (hog != nullptr) EXPECT(::cudaFree(hog) == cudaSuccess);
   // Later snapshots copy straight to the host.
   *done = 0;
   std::vector<Backend::SnapshotCopy> copies{{allocs[1].first, dst, allocs[1].second}};
