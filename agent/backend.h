@@ -300,6 +300,12 @@ class Backend : public api::BackendApi {
     (void)copies, (void)done, (void)tag, (void)turns;
     return cudaErrorNotSupported;
   }
+  // Waits for everything queued on the device, the backend's own streams
+  // included (QueueSnapshotCopies' copies and whatever follows them there):
+  // what the agent waits on before it reads a snapshot's done word. The
+  // application's cudaDeviceSynchronize may return earlier (the cuda
+  // backend's, while its snapshot spare drains to the host).
+  virtual cudaError_t SynchronizeDevice() { return cudaDeviceSynchronize(); }
 
   // --- Host memory shared with the application --------------------------------
   // The agent has mapped [addr, addr + size) at the application's address;

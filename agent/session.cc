@@ -1071,7 +1071,7 @@ bool Session::SnapshotInside(uint64_t minibatch, uint64_t seq) {
     // comes.
     if (staged) ReleaseSnapshotTurns();
     // Some copies may be queued: they must be done before the file goes.
-    if (e != cudaErrorNotSupported) (void)backend_->cudaDeviceSynchronize();
+    if (e != cudaErrorNotSupported) (void)backend_->SynchronizeDevice();
     snapshots_->Abandon(std::move(*pending));
     if (e == cudaErrorNotSupported) {
       // A backend without asynchronous copies takes synchronous snapshots;
@@ -1184,8 +1184,10 @@ void Session::ReapSnapshot(bool wait) {
   if (!f.finished.load(std::memory_order_acquire)) {
     if (!wait) return;
     // The device completes the copies, unless it failed: then they never
-    // will, and the snapshot is abandoned.
-    if (const int32_t e = backend_->cudaDeviceSynchronize(); e != 0 && deferred_error_ == 0) {
+    // will, and the snapshot is abandoned. The whole device: the
+    // application's synchronization may return before a snapshot spare's
+    // drain (the done word's store comes after it).
+    if (const int32_t e = backend_->SynchronizeDevice(); e != 0 && deferred_error_ == 0) {
       deferred_error_ = e;
     }
     if (__atomic_load_n(snapshot_done_word_, __ATOMIC_ACQUIRE) != f.ordinal) {

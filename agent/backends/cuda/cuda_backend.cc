@@ -581,6 +581,8 @@ class CudaBackend : public Backend {
     return ::cudaDeviceGetDefaultMemPool(pool, device_);
   }
   cudaError_t cudaDeviceSynchronize() override;
+  cudaError_t SynchronizeDevice() override { return DeviceSynchronize(/*whole=*/true); }
+  cudaError_t DeviceSynchronize(bool whole);
   cudaError_t cudaDriverGetVersion(int* version) override {
     Bind();
     return ::cudaDriverGetVersion(version);
@@ -2059,11 +2061,13 @@ cudaError_t CudaBackend::EnqueueHostCallback(cudaStream_t stream, std::function<
 
 // --- Synchronization -------------------------------------------------------------------
 
-cudaError_t CudaBackend::cudaDeviceSynchronize() {
+cudaError_t CudaBackend::cudaDeviceSynchronize() { return DeviceSynchronize(/*whole=*/false); }
+
+cudaError_t CudaBackend::DeviceSynchronize(bool whole) {
   Bind();
   CudaNccl::SyncScope sync(nccl_.get());
-  cudaError_t e = Settled(sync, SpareDraining() ? SynchronizeApplicationStreams()
-                                                : ::cudaDeviceSynchronize());
+  cudaError_t e = Settled(sync, !whole && SpareDraining() ? SynchronizeApplicationStreams()
+                                                          : ::cudaDeviceSynchronize());
   ReleasePendingFrees(nullptr, /*all=*/true);
   return e;
 }
