@@ -208,6 +208,9 @@ class RequestJournal {
   // journal thread journals a boundary).
   uint64_t minibatch() const { return minibatch_.load(std::memory_order_acquire); }
   journal::JournalStats stats() const { return journal_->stats(); }
+  std::vector<journal::Journal::ApiBytes> SetupBytesByApi(size_t top) const {
+    return journal_->SetupBytesByApi(top);
+  }
   // The minibatch log's bytes a replay may still read: its records and the
   // payloads not released (journal::Journal::ReleasePayloadsBefore).
   uint64_t live_minibatch_bytes() const { return journal_->live_minibatch_bytes(); }

@@ -266,6 +266,19 @@ void Session::ReportAtExit() {
                                 << " MiB, release markers " << st.release_markers
                                 << " (payload pages freed behind snapshots "
                                 << (st.payload_bytes_freed >> 20) << " MiB)";
+    // What fills a large setup log (calls journaled as state between
+    // compactions): its biggest writers.
+    if (st.setup_file_bytes >= (16u << 20)) {
+      std::string top;
+      for (const journal::Journal::ApiBytes& a : options_.journal->SetupBytesByApi(6)) {
+        absl::StrAppend(&top, top.empty() ? "" : "; ",
+                        a.api_id == journal::kOutcomeApiId
+                            ? "(outcomes)"
+                            : (a.api_id < api::kApiCount ? api::Traits(a.api_id).name : "(marker)"),
+                        " ", a.records, " records ", a.bytes >> 10, " KiB");
+      }
+      REVENANT_LOG(INFO, "agent") << "setup log at exit, most bytes appended by: " << top;
+    }
     if (options_.journal->timing()) {
       const RequestJournal& j = *options_.journal;
       REVENANT_LOG(INFO, "agent") << absl::StrFormat(
@@ -421,6 +434,19 @@ void Session::Execute(const transport::RecordHeader& rec) {
     ++c.requests;
     c.ns += ns;
     c.max_ns = std::max(c.max_ns, ns);
+    return;
+  }
+  if (timeline::Enabled()) {
+    // A request the executor spent over a millisecond on (a synchronous
+    // call waiting for the device, or the agent's own work in its turn):
+    // what a slow step of the application may have waited for.
+    const int64_t t0 = MonotonicNanos();
+    ExecuteRequest(rec);
+    const int64_t t1 = MonotonicNanos();
+    if (t1 - t0 >= 1000000 && rec.api_id < api::kApiCount) {
+      timeline::Add("executor: request over 1 ms", t0, t1,
+                    api::Traits(static_cast<uint32_t>(rec.api_id)).name);
+    }
     return;
   }
   ExecuteRequest(rec);
@@ -1207,6 +1233,7 @@ void Session::ReapSnapshot(bool wait) {
   }
   last_snapshot_end_ns_ = f.end_ns;
   last_snapshot_ns_ = f.end_ns - f.start_ns;
+  timeline::Span reaped("asynchronous snapshot reaped (executor: captures and payloads released)");
   // Renamed in place of the journal's snapshot: a replay starts at its
   // request, so the uploads captured before it are never replayed again.
   capture_mark_released_ = f.captured_at_start;

@@ -11,6 +11,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/timeline.h"
 
 namespace revenant {
 namespace journal {
@@ -127,7 +129,7 @@ absl::StatusOr<std::unique_ptr<WritableFile>> NewOverwritingFile(const std::stri
 absl::StatusOr<std::unique_ptr<MappedLogFile>> MappedLogFile::Create(const std::string& path,
                                                                    size_t first_chunk,
                                                                    size_t max_chunk) {
-  if (first_chunk == 0 || max_chunk < first_chunk) {
+  if (first_chunk == 0 || max_chunk == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("mapped log chunk sizes ", first_chunk, "/", max_chunk));
   }
@@ -163,6 +165,7 @@ absl::StatusOr<char*> MappedLogFile::SpanSlow(uint64_t offset, size_t n) {
   while (!(offset >= chunk_begin_ && offset + n <= chunk_end_)) {
     const uint64_t begin = chunk_end_;
     const size_t size = next_chunk_;
+    const int64_t t0 = timeline::Enabled() ? MonotonicNanos() : 0;
     // fallocate gives the chunk real (zeroed) pages on tmpfs: later stores do
     // not fail for want of memory with SIGBUS, and nothing faults twice.
     if (const int err = Fallocate(fd_, 0, begin, size); err != 0) {
@@ -190,6 +193,14 @@ absl::StatusOr<char*> MappedLogFile::SpanSlow(uint64_t offset, size_t n) {
     chunk_end_ = begin + size;
     allocated_ = chunk_end_;
     next_chunk_ = std::min(next_chunk_ * 2, max_chunk_);
+    // Kept when slow only (a chunk is made every MiB of log).
+    if (t0 != 0) {
+      const int64_t t1 = MonotonicNanos();
+      if (t1 - t0 >= 500000) {
+        timeline::Add("journal: log file grown by a chunk, over 0.5 ms (the writer's thread)", t0,
+                      t1, absl::StrCat(size >> 10, " KiB at ", begin >> 20, " MiB"));
+      }
+    }
   }
   return base_ + (offset - chunk_begin_);
 }

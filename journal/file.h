@@ -45,8 +45,10 @@ int Fallocate(int fd, int mode, uint64_t offset, uint64_t length);
 // "Mapped log files"): stores into it land in the page cache like write(2)'d
 // bytes, without a system call. The file grows in chunks of whole log blocks,
 // preallocated (zero-filled) and mapped one at a time; the first chunk is
-// `first_chunk` bytes, each next one twice the last, at most `max_chunk`.
-// Both must be multiples of log::kBlockSize. Not thread-safe.
+// `first_chunk` bytes, each next one twice the last, at most `max_chunk`
+// (which may be less than the first: a large first chunk, smaller later
+// ones, each made on the writer's thread). Both must be multiples of
+// log::kBlockSize. Not thread-safe.
 //
 //   auto f = MappedLogFile::Create(path, 32 << 10, 1 << 20);
 //   absl::StatusOr<char*> p = (*f)->Span(offset, n);   // [offset, offset + n)

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -34,8 +35,10 @@ namespace {
 
 const char* KindPrefix(LogKind kind) { return kind == SETUP ? "setup-" : "minibatch-"; }
 
-// The largest chunk a mapped log grows by (a minibatch log's first chunk may
-// be larger: JournalOptions::minibatch_first_chunk).
+// The largest chunk a mapped log grows by after its first (which may be
+// larger: JournalOptions::minibatch_first_chunk, the setup log's): a chunk
+// is allocated and mapped on the writer's thread, the executor's, ~0.5 ms
+// per MiB on tmpfs, so a larger one would hold a request up that long.
 constexpr size_t kMaxMappedChunk = 32 * log::kBlockSize;
 
 std::string JoinPath(const std::string& dir, const std::string& name) {
@@ -391,7 +394,7 @@ class SegmentWriter {
       if (spare == nullptr) {
         absl::StatusOr<std::unique_ptr<MappedLogFile>> log =
             MappedLogFile::Create(w->log_path_ + w->suffix_, w->first_chunk(),
-                                  std::max(journal_internal::kMaxMappedChunk, w->first_chunk()));
+                                  journal_internal::kMaxMappedChunk);
         if (!log.ok()) return log.status();
         spare = std::move(*log);
       }
@@ -888,6 +891,7 @@ std::unique_ptr<MappedLogFile> Journal::TakeZeroedSpare() {
 }
 
 void Journal::SpareLoop() {
+  constexpr uint64_t kFallocatePiece = 2u << 20;
   std::vector<AheadRequest> ahead;
   while (true) {
     MappedLogFile* log = nullptr;
@@ -912,15 +916,29 @@ void Journal::SpareLoop() {
       // file's pages are punched only below where it was allocated ahead).
       int punched = 0;
       for (const AheadRequest& r : ahead) {
+        timeline::Span span(r.punch ? "journal helper: released payload pages freed"
+                                    : "journal helper: payload pages allocated ahead");
+        if (timeline::Enabled()) span.set_detail(absl::StrCat(r.length >> 10, " KiB"));
+        // In pieces: tmpfs holds the file's inode lock through a fallocate,
+        // and the executor's next payload write (write(2) into the same
+        // file) waits for it: ~2 ms per 10 MiB at once would hold a
+        // request up that long, a piece holds it ~0.4 ms.
+        const int mode = r.punch ? FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE : FALLOC_FL_KEEP_SIZE;
+        if (r.punch && options_.before_punch) options_.before_punch();
+        uint64_t done = 0;
+        for (uint64_t at = r.offset, end = r.offset + r.length; at < end;) {
+          const uint64_t n = std::min<uint64_t>(kFallocatePiece, end - at);
+          if (Fallocate(r.fd, mode, at, n) != 0) break;
+          done += n;
+          at += n;
+          // A pause, so that a write waiting for the lock takes it first.
+          if (at < end) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
         if (r.punch) {
-          if (options_.before_punch) options_.before_punch();
-          if (Fallocate(r.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, r.offset, r.length) ==
-              0) {
-            payload_bytes_punched_.fetch_add(r.length, std::memory_order_relaxed);
-          }
+          payload_bytes_punched_.fetch_add(done, std::memory_order_relaxed);
           ++punched;
-        } else if (Fallocate(r.fd, FALLOC_FL_KEEP_SIZE, r.offset, r.length) == 0) {
-          payload_bytes_ahead_.fetch_add(r.length, std::memory_order_relaxed);
+        } else {
+          payload_bytes_ahead_.fetch_add(done, std::memory_order_relaxed);
         }
         ::close(r.fd);
       }
@@ -943,7 +961,7 @@ void Journal::SpareLoop() {
           dir_, absl::StrCat(journal_internal::KindPrefix(MINIBATCH), "spare-part.tmp"));
       const size_t chunk = options_.minibatch_first_chunk;
       absl::StatusOr<std::unique_ptr<MappedLogFile>> fresh =
-          MappedLogFile::Create(partial, chunk, std::max(chunk, journal_internal::kMaxMappedChunk));
+          MappedLogFile::Create(partial, chunk, journal_internal::kMaxMappedChunk);
       // Span allocates and maps the first chunk.
       absl::Status s = fresh.ok() ? (*fresh)->Span(0, 1).status() : fresh.status();
       if (s.ok()) s = (*fresh)->Rename(path);
@@ -1174,6 +1192,11 @@ absl::Status Journal::AppendLocked(LogKind kind, JournalEntry* entry, absl::stri
   }
   last_seq_ = std::max(last_seq_, entry->seq());
   if (kind == SETUP) {
+    if (check_seq) {
+      auto& by_api = setup_by_api_[entry->api_id()];
+      ++by_api.first;
+      by_api.second += bytes;
+    }
     TrackSetupEntry(*entry, bytes);
   } else {
     ++minibatch_entries_;
@@ -1425,6 +1448,20 @@ absl::Status Journal::MarkBoundary(uint64_t minibatch) {
   minibatch_segments_started_.fetch_add(1, std::memory_order_relaxed);
   UpdateLiveLocked();
   return absl::OkStatus();
+}
+
+std::vector<Journal::ApiBytes> Journal::SetupBytesByApi(size_t top) const {
+  std::vector<ApiBytes> out;
+  {
+    absl::MutexLock lock(&mu_);
+    out.reserve(setup_by_api_.size());
+    for (const auto& [id, rb] : setup_by_api_) out.push_back(ApiBytes{id, rb.first, rb.second});
+  }
+  std::sort(out.begin(), out.end(), [](const ApiBytes& a, const ApiBytes& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.api_id < b.api_id;
+  });
+  if (out.size() > top) out.resize(top);
+  return out;
 }
 
 JournalStats Journal::stats() const {

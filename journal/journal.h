@@ -271,6 +271,15 @@ class Journal {
     return minibatch_segments_started_.load(std::memory_order_relaxed);
   }
   JournalStats stats() const;
+  // The setup log's records appended since Open, by API id (the entry's
+  // api_id; outcomes under kOutcomeApiId): {api_id, records, bytes with
+  // their payloads}, most bytes first, at most `top` of them.
+  struct ApiBytes {
+    uint32_t api_id = 0;
+    uint64_t records = 0;
+    uint64_t bytes = 0;
+  };
+  std::vector<ApiBytes> SetupBytesByApi(size_t top) const;
   // stats().minibatch_file_bytes less minibatch_released_bytes, without the
   // journal's lock (as of the last append, boundary or release).
   uint64_t live_minibatch_bytes() const { return live_minibatch_.load(std::memory_order_relaxed); }
@@ -368,6 +377,8 @@ class Journal {
   absl::flat_hash_map<uint64_t, EntryState> entries_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, KeyState> keys_ ABSL_GUARDED_BY(mu_);
   uint64_t live_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // live entries + segment header
+  // SetupBytesByApi: {records, bytes} appended to the setup log by API id.
+  absl::flat_hash_map<uint32_t, std::pair<uint64_t, uint64_t>> setup_by_api_ ABSL_GUARDED_BY(mu_);
   // Of live_bytes_: the live entries' out-of-line payloads.
   uint64_t live_payload_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // The setup log's dead bytes right after the last compaction (parts of

@@ -236,6 +236,31 @@ TEST(JournalTest, EmptyJournal) {
   EXPECT_GT((*reader)->setup_header().creation_time_unix_micros(), 0);
 }
 
+// The agent's exit report names what filled a large setup log.
+TEST(JournalTest, SetupBytesByApiCountsEachApisRecordsAndBytes) {
+  const std::string dir = TestDir("setup_by_api");
+  auto j = OpenJournal(dir);
+  ASSERT_NE(j, nullptr);
+  uint64_t seq = 0;
+  for (int i = 0; i < 5; ++i) {
+    JournalEntry e = Entry(++seq, 9);
+    e.set_inline_payload(std::string(1000, 'x'));
+    ASSERT_TRUE(j->AppendSetup(e).ok());
+  }
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(j->AppendSetup(Entry(++seq, 4)).ok());
+  ASSERT_TRUE(j->AppendMinibatch(Entry(++seq, 11)).ok());  // not the setup log's
+  const std::vector<Journal::ApiBytes> top = j->SetupBytesByApi(10);
+  ASSERT_EQ(2u, top.size());
+  EXPECT_EQ(9u, top[0].api_id);
+  EXPECT_EQ(5u, top[0].records);
+  EXPECT_GE(top[0].bytes, 5000u);
+  EXPECT_EQ(4u, top[1].api_id);
+  EXPECT_EQ(3u, top[1].records);
+  EXPECT_GT(top[1].bytes, 0u);
+  EXPECT_LT(top[1].bytes, 200u);
+  EXPECT_EQ(1u, j->SetupBytesByApi(1).size());
+}
+
 TEST(JournalTest, NoJournalIsNotFound) {
   const std::string dir = TestDir("none");
   ASSERT_TRUE(CreateDirs(dir).ok());

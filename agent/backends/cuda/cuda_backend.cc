@@ -978,10 +978,14 @@ class CudaBackend : public Backend {
       : launch_batch_max_(launch_graph_max), drv_(drv), device_(device), ctx_(ctx), range_(range), granularity_(gran),
         nccl_(std::make_unique<CudaNccl>(device, job_dir, nccl_options)),
         allocator_(range.base, range.size), mapped_end_(range.base),
-        snapshot_spare_cap_(static_cast<size_t>(knobs::Int(knobs::Id::kSnapshotDeviceSpareMib, 0,
-                                                           1 << 20)
-                                                    .value_or(0))
-                            << 20) {}
+        snapshot_spare_mib_(knobs::Int(knobs::Id::kSnapshotDeviceSpareMib, 0, 1 << 20)),
+        snapshot_spare_cap_(snapshot_spare_mib_.has_value()
+                                ? static_cast<size_t>(*snapshot_spare_mib_) << 20
+                                : kDefaultSpareCap) {}
+
+  // REVENANT_SNAPSHOT_DEVICE_SPARE_MIB unset: at most this, and at most 1 %
+  // of the device's memory (the job loses no more to the spare).
+  static constexpr size_t kDefaultSpareCap = size_t{512} << 20;
 
   // A synchronization's result: the abort's error (cuda_nccl.h), else the
   // first failed Gloo unit's since the last synchronization (cuda_gloo.h).
@@ -1270,6 +1274,7 @@ class CudaBackend : public Backend {
   // snapshot, at most snapshot_spare_cap_ and its live bytes; given back
   // (GiveBackSnapshotSpare) when the application's memory runs out. The
   // executor thread only.
+  const std::optional<int64_t> snapshot_spare_mib_;  // the knob, if set
   const size_t snapshot_spare_cap_;
   void* snapshot_spare_ = nullptr;
   size_t snapshot_spare_bytes_ = 0;
@@ -1955,7 +1960,16 @@ cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
 void CudaBackend::EnsureSnapshotSpare(size_t live_bytes) {
   if (snapshot_spare_tried_ || snapshot_spare_given_back_) return;
   snapshot_spare_tried_ = true;
-  const size_t want = std::min(snapshot_spare_cap_, (live_bytes + (2u << 20) - 1) & ~size_t{(2u << 20) - 1});
+  size_t cap = snapshot_spare_cap_;
+  if (!snapshot_spare_mib_.has_value()) {
+    size_t free_bytes = 0, total = 0;
+    if (::cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+      (void)::cudaGetLastError();
+      total = 0;
+    }
+    cap = std::min(cap, (total / 100) & ~size_t{(2u << 20) - 1});
+  }
+  const size_t want = std::min(cap, (live_bytes + (2u << 20) - 1) & ~size_t{(2u << 20) - 1});
   if (want == 0) return;
   if (cudaError_t e = ::cudaMalloc(&snapshot_spare_, want); e != cudaSuccess) {
     (void)::cudaGetLastError();
