@@ -443,7 +443,11 @@ void Session::Execute(const transport::RecordHeader& rec) {
     const int64_t t0 = MonotonicNanos();
     ExecuteRequest(rec);
     const int64_t t1 = MonotonicNanos();
-    if (t1 - t0 >= 1000000 && rec.api_id < api::kApiCount) {
+    // At most half the timeline's room (a job synchronizing every step has
+    // one a step), so that the rarer events of a long job still fit.
+    if (t1 - t0 >= 1000000 && rec.api_id < api::kApiCount &&
+        slow_requests_kept_ < timeline::kMaxEvents / 2) {
+      ++slow_requests_kept_;
       timeline::Add("executor: request over 1 ms", t0, t1,
                     api::Traits(static_cast<uint32_t>(rec.api_id)).name);
     }

@@ -289,6 +289,8 @@ class Session : private JournalingHost {
     uint64_t requests = 0, ns = 0, run_ns = 0, max_ns = 0;
   };
   std::vector<ExecCounter> exec_stats_;
+  // Timeline events of requests over 1 ms kept so far (Execute; the executor thread).
+  size_t slow_requests_kept_ = 0;
   std::string ExecStatsReport() const;
   // The exit lines of Run (requests, host memory, journal, snapshots).
   void ReportAtExit();
