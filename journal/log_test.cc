@@ -597,6 +597,40 @@ TEST(MappedLogTest, SameBytesAsTheAppendingWriterThenTrimmedOnClose) {
   ::unlink(path.c_str());
 }
 
+// A large first chunk, then smaller later ones (a minibatch log: 16 MiB,
+// then 1 MiB each, so that no growth on the writer's thread maps much).
+TEST(MappedLogTest, LaterChunksMayBeSmallerThanTheFirst) {
+  const std::string path = TempPath("mapped_small_later");
+  auto file = MappedLogFile::Create(path, 4 * kBlockSize, kBlockSize);
+  ASSERT_TRUE(file.ok()) << file.status();
+  Writer mapped(file->get());
+  StringDest dest;
+  Writer plain(&dest);
+  std::vector<size_t> allocated;
+  for (int i = 0; i < 40; ++i) {
+    const std::string r = BigString(absl::StrCat("r", i), kBlockSize / 5);
+    ASSERT_TRUE(mapped.AddRecord(r).ok());
+    ASSERT_TRUE(plain.AddRecord(r).ok());
+    if (allocated.empty() || allocated.back() != (*file)->allocated()) {
+      allocated.push_back((*file)->allocated());
+    }
+  }
+  // 4 blocks first, then one block at a time.
+  ASSERT_GE(allocated.size(), 3u);
+  EXPECT_EQ(4 * kBlockSize, allocated[0]);
+  for (size_t i = 1; i < allocated.size(); ++i) {
+    EXPECT_EQ(allocated[i - 1] + kBlockSize, allocated[i]) << i;
+  }
+  const std::string open_contents = FileContents(path);
+  ASSERT_EQ(dest.contents_, open_contents.substr(0, dest.contents_.size()));
+  ASSERT_TRUE((*file)->Close(mapped.file_length()).ok());
+  EXPECT_EQ(dest.contents_, FileContents(path));
+  // Neither size may be zero.
+  EXPECT_FALSE(MappedLogFile::Create(path, 0, kBlockSize).ok());
+  EXPECT_FALSE(MappedLogFile::Create(path, kBlockSize, 0).ok());
+  ::unlink(path.c_str());
+}
+
 // A record given in two pieces (head, tail) is the same bytes as one
 // AddRecord of their concatenation, for every split point, on both writers,
 // across block boundaries.
