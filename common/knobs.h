@@ -76,7 +76,7 @@ enum class Type { kBool, kInt, kDouble, kString };
     "collective in flight run beside it (DDP's backward beside its bucket all-reduces); 0: "   \
     "they wait for the collectives in flight first.")                                           \
   X(kSnapshotDeviceSpareMib, "REVENANT_SNAPSHOT_DEVICE_SPARE_MIB", kInt, kProduct,              \
-    "512 (at most 1 % of the device's memory)",                                                  \
+    "384 (at most 1 % of the device's memory)",                                                  \
     "cuda backend, asynchronous snapshots: device memory (MiB, at most the live bytes of the "  \
     "first such snapshot) into which the snapshot copies first, so that the application's "     \
     "streams wait for device-to-device copies instead of the copies to the host, which drain "   \

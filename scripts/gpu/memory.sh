@@ -7,7 +7,9 @@
 # device memory in use sampled by nvidia-smi every 50 ms (peak minus the idle
 # reading before the job), and from the agent's own exit lines its host memory
 # (resident and peak), journal bytes and snapshot bytes per boundary (the
-# live allocations it wrote).
+# live allocations it wrote). The same for PyTorch's mlp_ddp where the
+# machine has torch (its live bytes put the snapshots' device spare at its
+# default bound).
 if [ "$MODE" = all ] || [ "$MODE" = memory ]; then
   echo
   echo "=== memory: device memory in use (nvidia-smi), agent host memory, journal and snapshot bytes"
@@ -40,4 +42,31 @@ if [ "$MODE" = all ] || [ "$MODE" = memory ]; then
      [ "$(calc "($extra * 100 <= $gpu_total) ? 1 : 0")" = 1 ]; then s=PASS
   else s="FAIL (rc $nrc/$rrc, $extra MiB more than native)"; fi
   record "memory: device memory lost to Revenant <= 512 MiB and <= 1 %" "$s" "$LOGS/memory.cuda.log"
+  # The same for PyTorch (tests/torch/mlp_ddp.py, 1 rank, 300 steps: ~550-680
+  # MiB live, so the snapshots' device spare is at its default bound), where
+  # the GPU machine has it.
+  PY="${TORCH_PYTHON:-python3}"
+  if "$PY" -c 'import torch' 2>/dev/null; then
+    sp=$("$PY" -c 'import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+    tlib="$LD_LIBRARY_PATH"
+    for d in "$sp"/nvidia/cu13/lib "$sp"/nvidia/cudnn/lib "$sp"/nvidia/cublas/lib; do
+      [ -d "$d" ] && tlib="$tlib:$d"
+    done
+    targs=("$G/torch/mlp_ddp.py" --steps 300)
+    read -r nrc nbase npeak < <(peak_of "$LOGS/memory.torch.native.log" \
+      env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
+      MASTER_PORT=$((20000 + RANDOM % 20000)) timeout 200 "$PY" "${targs[@]}")
+    read -r rrc rbase rpeak < <(peak_of "$LOGS/memory.torch.cuda.log" \
+      env LD_LIBRARY_PATH="$tlib" timeout 250 $RUN -n 1 --backend=cuda --timeout=220 -- "$PY" "${targs[@]}")
+    nused=$((npeak - nbase)); rused=$((rpeak - rbase)); extra=$((rused - nused))
+    printf '   PyTorch mlp_ddp, device memory in use, peak: native %d MiB, revenant %d MiB: %+d MiB (%.2f %% of %d MiB)\n' \
+      "$nused" "$rused" "$extra" "$(calc "100 * $extra / $gpu_total")" "$gpu_total"
+    grep -E "device spare|snapshot memory at exit" "$LOGS/memory.torch.cuda.log" | sed 's/^/   | /'
+    if [ "$nrc" -eq 0 ] && [ "$rrc" -eq 0 ] && [ "$extra" -le 512 ] &&
+       [ "$(calc "($extra * 100 <= $gpu_total) ? 1 : 0")" = 1 ]; then s=PASS
+    else s="FAIL (rc $nrc/$rrc, $extra MiB more than native)"; fi
+    record "memory: PyTorch mlp_ddp device memory lost <= 512 MiB and <= 1 %" "$s" "$LOGS/memory.torch.cuda.log"
+  else
+    echo "   PyTorch mlp_ddp: not measured (no torch for $PY)"
+  fi
 fi

@@ -984,8 +984,10 @@ class CudaBackend : public Backend {
                                 : kDefaultSpareCap) {}
 
   // REVENANT_SNAPSHOT_DEVICE_SPARE_MIB unset: at most this, and at most 1 %
-  // of the device's memory (the job loses no more to the spare).
-  static constexpr size_t kDefaultSpareCap = size_t{512} << 20;
+  // of the device's memory: the device memory a job may lose to Revenant is
+  // bounded by 512 MiB and 1 % (docs/performance.md), and the rest of the
+  // agent took 68 MiB more than PyTorch's own process (mlp_ddp on an H100).
+  static constexpr size_t kDefaultSpareCap = size_t{384} << 20;
 
   // A synchronization's result: the abort's error (cuda_nccl.h), else the
   // first failed Gloo unit's since the last synchronization (cuda_gloo.h).
