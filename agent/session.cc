@@ -425,35 +425,34 @@ void Session::Execute(const transport::RecordHeader& rec) {
     bool on;
     ~LeaveProfile() { if (on) profiler::Leave(); }
   } leave{profile_hz > 0};
-  if (ExecStatsOn() && rec.api_id < api::kApiCount) {
-    if (exec_stats_.empty()) exec_stats_.resize(api::kApiCount);
-    const int64_t t0 = MonotonicNanos();
+  const bool stats = ExecStatsOn() && rec.api_id < api::kApiCount;
+  if (!stats && !timeline::Enabled()) {
     ExecuteRequest(rec);
+    return;
+  }
+  // Before the request: ExecuteRequest counts its backend time in it.
+  if (stats && exec_stats_.empty()) exec_stats_.resize(api::kApiCount);
+  const int64_t t0 = MonotonicNanos();
+  ExecuteRequest(rec);
+  const int64_t t1 = MonotonicNanos();
+  if (stats) {
     ExecCounter& c = exec_stats_[rec.api_id];
-    const uint64_t ns = static_cast<uint64_t>(MonotonicNanos() - t0);
+    const uint64_t ns = static_cast<uint64_t>(t1 - t0);
     ++c.requests;
     c.ns += ns;
     c.max_ns = std::max(c.max_ns, ns);
-    return;
   }
-  if (timeline::Enabled()) {
-    // A request the executor spent over a millisecond on (a synchronous
-    // call waiting for the device, or the agent's own work in its turn):
-    // what a slow step of the application may have waited for.
-    const int64_t t0 = MonotonicNanos();
-    ExecuteRequest(rec);
-    const int64_t t1 = MonotonicNanos();
-    // At most half the timeline's room (a job synchronizing every step has
-    // one a step), so that the rarer events of a long job still fit.
-    if (t1 - t0 >= 1000000 && rec.api_id < api::kApiCount &&
-        slow_requests_kept_ < timeline::kMaxEvents / 2) {
-      ++slow_requests_kept_;
-      timeline::Add("executor: request over 1 ms", t0, t1,
-                    api::Traits(static_cast<uint32_t>(rec.api_id)).name);
-    }
-    return;
+  // A request the executor spent over a millisecond on (a synchronous call
+  // waiting for the device, or the agent's own work in its turn): what a
+  // slow step of the application may have waited for. At most half the
+  // timeline's room (a job synchronizing every step has one a step), so
+  // that the rarer events of a long job still fit.
+  if (t1 - t0 >= 1000000 && timeline::Enabled() && rec.api_id < api::kApiCount &&
+      slow_requests_kept_ < timeline::kMaxEvents / 2) {
+    ++slow_requests_kept_;
+    timeline::Add("executor: request over 1 ms", t0, t1,
+                  api::Traits(static_cast<uint32_t>(rec.api_id)).name);
   }
-  ExecuteRequest(rec);
 }
 
 void Session::ExecuteRequest(const transport::RecordHeader& rec) {
