@@ -29,6 +29,7 @@
 #include "api/reply_prefix.h"
 #include "common/clock.h"
 #include "common/knobs.h"
+#include "journal/api_name.h"
 #include "journal/journal.h"
 #include "recovery/replay_plan.h"
 
@@ -271,11 +272,8 @@ void Session::ReportAtExit() {
     if (st.setup_file_bytes >= (16u << 20)) {
       std::string top;
       for (const journal::Journal::ApiBytes& a : options_.journal->SetupBytesByApi(6)) {
-        absl::StrAppend(&top, top.empty() ? "" : "; ",
-                        a.api_id == journal::kOutcomeApiId
-                            ? "(outcomes)"
-                            : (a.api_id < api::kApiCount ? api::Traits(a.api_id).name : "(marker)"),
-                        " ", a.records, " records ", a.bytes >> 10, " KiB");
+        absl::StrAppend(&top, top.empty() ? "" : "; ", journal::ApiName(a.api_id), " ",
+                        a.records, " records ", a.bytes >> 10, " KiB");
       }
       REVENANT_LOG(INFO, "agent") << "setup log at exit, most bytes appended by: " << top;
     }

@@ -27,21 +27,27 @@ if [ "$MODE" = all ] || [ "$MODE" = memory ]; then
     done
     wait "$pid"; echo "$? $base $peak"
   }
+  mem_row() {  # WHAT LOG NRC NBASE NPEAK RRC RBASE RPEAK: prints and records one comparison
+    local what=$1 log=$2 extra s
+    extra=$(( ($8 - $7) - ($5 - $4) ))
+    printf '   %sdevice memory in use, peak: native %d MiB, revenant %d MiB: %+d MiB (%.2f %% of %d MiB)\n' \
+      "${what:+$what, }" "$(($5 - $4))" "$(($8 - $7))" "$extra" "$(calc "100 * $extra / $gpu_total")" "$gpu_total"
+    if [ "$3" -eq 0 ] && [ "$6" -eq 0 ] && [ "$extra" -le 512 ] &&
+       [ "$(calc "($extra * 100 <= $gpu_total) ? 1 : 0")" = 1 ]; then s=PASS
+    else s="FAIL (rc $3/$6, $extra MiB more than native)"; fi
+    local label="memory: device memory lost to Revenant"
+    [ -n "$what" ] && label="memory: $what device memory lost"
+    record "$label <= 512 MiB and <= 1 %" "$s" "$log"
+  }
   margs=(--iters 300 --hidden 4096 --batch 1024)
   read -r nrc nbase npeak < <(peak_of "$LOGS/memory.native.log" \
     env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((20000 + RANDOM % 20000)) \
     timeout 150 "$G/apps/train_mlp.bin" "${margs[@]}")
   read -r rrc rbase rpeak < <(peak_of "$LOGS/memory.cuda.log" \
     timeout 200 $RUN -n 1 --backend=cuda --timeout=180 -- "$G/apps/train_mlp.bin" "${margs[@]}")
-  nused=$((npeak - nbase)); rused=$((rpeak - rbase)); extra=$((rused - nused))
-  printf '   device memory in use, peak: native %d MiB, revenant %d MiB: %+d MiB (%.2f %% of %d MiB)\n' \
-    "$nused" "$rused" "$extra" "$(calc "100 * $extra / $gpu_total")" "$gpu_total"
+  mem_row "" "$LOGS/memory.cuda.log" "$nrc" "$nbase" "$npeak" "$rrc" "$rbase" "$rpeak"
   grep -E "host memory at exit|journal at exit|snapshots at exit|snapshot memory at exit|captured uploads at exit" \
     "$LOGS/memory.cuda.log" | sed 's/^/   | /'
-  if [ "$nrc" -eq 0 ] && [ "$rrc" -eq 0 ] && [ "$extra" -le 512 ] &&
-     [ "$(calc "($extra * 100 <= $gpu_total) ? 1 : 0")" = 1 ]; then s=PASS
-  else s="FAIL (rc $nrc/$rrc, $extra MiB more than native)"; fi
-  record "memory: device memory lost to Revenant <= 512 MiB and <= 1 %" "$s" "$LOGS/memory.cuda.log"
   # The same for PyTorch (tests/torch/mlp_ddp.py, 1 rank, 300 steps: ~550-680
   # MiB live, so the snapshots' device spare is at its default bound), where
   # the GPU machine has it.
@@ -58,14 +64,8 @@ if [ "$MODE" = all ] || [ "$MODE" = memory ]; then
       MASTER_PORT=$((20000 + RANDOM % 20000)) timeout 200 "$PY" "${targs[@]}")
     read -r rrc rbase rpeak < <(peak_of "$LOGS/memory.torch.cuda.log" \
       env LD_LIBRARY_PATH="$tlib" timeout 250 $RUN -n 1 --backend=cuda --timeout=220 -- "$PY" "${targs[@]}")
-    nused=$((npeak - nbase)); rused=$((rpeak - rbase)); extra=$((rused - nused))
-    printf '   PyTorch mlp_ddp, device memory in use, peak: native %d MiB, revenant %d MiB: %+d MiB (%.2f %% of %d MiB)\n' \
-      "$nused" "$rused" "$extra" "$(calc "100 * $extra / $gpu_total")" "$gpu_total"
+    mem_row "PyTorch mlp_ddp" "$LOGS/memory.torch.cuda.log" "$nrc" "$nbase" "$npeak" "$rrc" "$rbase" "$rpeak"
     grep -E "device spare|snapshot memory at exit" "$LOGS/memory.torch.cuda.log" | sed 's/^/   | /'
-    if [ "$nrc" -eq 0 ] && [ "$rrc" -eq 0 ] && [ "$extra" -le 512 ] &&
-       [ "$(calc "($extra * 100 <= $gpu_total) ? 1 : 0")" = 1 ]; then s=PASS
-    else s="FAIL (rc $nrc/$rrc, $extra MiB more than native)"; fi
-    record "memory: PyTorch mlp_ddp device memory lost <= 512 MiB and <= 1 %" "$s" "$LOGS/memory.torch.cuda.log"
   else
     echo "   PyTorch mlp_ddp: not measured (no torch for $PY)"
   fi

@@ -978,10 +978,7 @@ class CudaBackend : public Backend {
       : launch_batch_max_(launch_graph_max), drv_(drv), device_(device), ctx_(ctx), range_(range), granularity_(gran),
         nccl_(std::make_unique<CudaNccl>(device, job_dir, nccl_options)),
         allocator_(range.base, range.size), mapped_end_(range.base),
-        snapshot_spare_mib_(knobs::Int(knobs::Id::kSnapshotDeviceSpareMib, 0, 1 << 20)),
-        snapshot_spare_cap_(snapshot_spare_mib_.has_value()
-                                ? static_cast<size_t>(*snapshot_spare_mib_) << 20
-                                : kDefaultSpareCap) {}
+        snapshot_spare_mib_(knobs::Int(knobs::Id::kSnapshotDeviceSpareMib, 0, 1 << 20)) {}
 
   // REVENANT_SNAPSHOT_DEVICE_SPARE_MIB unset: at most this, and at most 1 %
   // of the device's memory: the device memory a job may lose to Revenant is
@@ -1273,11 +1270,11 @@ class CudaBackend : public Backend {
   // that fit go device to device first, the streams wait for those, and the
   // spare drains to the host behind on snapshot_stream_ (the next snapshot's
   // copies into it queue after the drain). Made at the first asynchronous
-  // snapshot, at most snapshot_spare_cap_ and its live bytes; given back
+  // snapshot, at most the knob's MiB (or kDefaultSpareCap and 1 % of the
+  // device) and its live bytes; given back
   // (GiveBackSnapshotSpare) when the application's memory runs out. The
   // executor thread only.
-  const std::optional<int64_t> snapshot_spare_mib_;  // the knob, if set
-  const size_t snapshot_spare_cap_;
+  const std::optional<int64_t> snapshot_spare_mib_;  // the knob, if set (0: no spare)
   void* snapshot_spare_ = nullptr;
   size_t snapshot_spare_bytes_ = 0;
   bool snapshot_spare_tried_ = false;
@@ -1888,7 +1885,7 @@ cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
     size_t offset;
   };
   std::vector<Spared> spared;
-  if (turns == nullptr && snapshot_spare_cap_ > 0) {
+  if (turns == nullptr && snapshot_spare_mib_.value_or(1) > 0) {
     size_t live_bytes = 0;
     for (const SnapshotCopy& c : copies) live_bytes += c.count;
     EnsureSnapshotSpare(live_bytes);
@@ -1962,7 +1959,8 @@ cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
 void CudaBackend::EnsureSnapshotSpare(size_t live_bytes) {
   if (snapshot_spare_tried_ || snapshot_spare_given_back_) return;
   snapshot_spare_tried_ = true;
-  size_t cap = snapshot_spare_cap_;
+  size_t cap = snapshot_spare_mib_.has_value() ? static_cast<size_t>(*snapshot_spare_mib_) << 20
+                                                : kDefaultSpareCap;
   if (!snapshot_spare_mib_.has_value()) {
     size_t free_bytes = 0, total = 0;
     if (::cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
