@@ -29,6 +29,7 @@ void JournalThreadMode::Start() {
   delay_us_ =
       static_cast<int>(knobs::Int(knobs::Id::kJournalThreadDelayUs, 0, 10000000).value_or(0));
   boundary_handoff_ = knobs::Bool(knobs::Id::kJournalBoundaryHandoff).value_or(true);
+  idle_handoff_ = knobs::Bool(knobs::Id::kJournalIdleHandoff).value_or(true);
   if (const std::optional<std::string> d = knobs::String(knobs::Id::kJournalThreadDry)) {
     const std::string dry = *d;
     if (dry == "1") {
@@ -194,8 +195,18 @@ void JournalThreadMode::Loop() {
           delay_now = true;
         } else {
           delayed = false;
+          // (Read first: once journaled, the executor may release it.)
+          const uint64_t seq = (*r)->seq;
           JournalRecordLocked(**r, QueuesBoundaries());
           ++by_thread_;
+          // An idle executor waiting for this request to be journaled
+          // (write-behind) may release the ring now; it releases as the
+          // thread goes, every 64 requests (BehindJournaling::PeekBeforeWaiting).
+          // (The fence pairs with the executor's between its store of
+          // idle_wait_for_ and its read of journaled_.)
+          std::atomic_thread_fence(std::memory_order_seq_cst);
+          const uint64_t waiting_for = idle_wait_for_.load(std::memory_order_relaxed);
+          if (waiting_for != 0 && (seq >= waiting_for || seq % 64 == 0)) ring.WakeWaiters();
           continue;
         }
       }

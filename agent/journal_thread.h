@@ -166,6 +166,13 @@ class JournalThreadMode : public JournalingMode {
   // REVENANT_JOURNAL_BOUNDARY_HANDOFF=0 (measurements): the executor
   // places every boundary itself.
   bool boundary_handoff_ = true;
+  // REVENANT_JOURNAL_IDLE_HANDOFF=0 (measurements): write-behind, an idle
+  // executor journals the thread's backlog itself (BehindJournaling::
+  // PeekBeforeWaiting).
+  bool idle_handoff_ = true;
+  // Write-behind: the executor waits, without the lock, for the thread to
+  // journal through this request (0: it does not wait); the thread wakes it.
+  alignas(64) std::atomic<uint64_t> idle_wait_for_{0};
   // Write-behind: the outcome of a wait or synchronous copy, handed to the
   // thread after the reply (OutcomeMayFollowReply); pending_seq_ 0: none.
   // Written by the executor before it stores `done_` for that request;

@@ -67,6 +67,9 @@ class BehindJournaling : public JournalThreadMode {
   uint64_t executed_seq_ = 0;  // the last request the executor ran
   uint64_t released_seq_ = 0;  // the last request released to the ring
   uint64_t exec_journaled_ = 0;  // the last request the executor journaled
+  // Times an idle executor left the thread's backlog to it and ran the next
+  // request instead (PeekBeforeWaiting).
+  uint64_t idle_handoffs_ = 0;
 };
 
 }  // namespace agent

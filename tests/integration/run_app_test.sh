@@ -1,6 +1,7 @@
 #!/bin/bash
 # Runs one CUDA test program under revenant-run (host backend) and expects
 # it to pass: exit status 0 and its "PASS <name>" line.
+#   run_app_test.sh REVENANT_RUN APP KERNELS NAME [APP ARGS...]
 set -u
 run="$1"; app="$2"; kernels="$3"; name="$4"
 out="$(mktemp)"
@@ -14,7 +15,7 @@ prefix=()
 # KERNELS "none": a program without kernels of its own.
 kernel_args=(--host_kernels="$kernels")
 [ "$kernels" = none ] && kernel_args=()
-"${prefix[@]}" "$run" -n 1 --backend=host --timeout=120 "${kernel_args[@]}" "${extra[@]}" -- "$app" >"$out" 2>&1
+"${prefix[@]}" "$run" -n 1 --backend=host --timeout=120 "${kernel_args[@]}" "${extra[@]}" -- "$app" "${@:5}" >"$out" 2>&1
 rc=$?
 grep -v "revenant hostkernel" "$out" | tail -200
 if [ "$rc" -ne 0 ]; then echo "FAIL: $name exited with $rc under revenant-run"; exit 1; fi
