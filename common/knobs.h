@@ -161,7 +161,7 @@ enum class Type { kBool, kInt, kDouble, kString };
     "node's --node_addr in a job spanning nodes).")                                              \
   /* Measurement. */                                                                             \
   X(kSpinUs, "REVENANT_SPIN_US", kInt, kMeasurement,                                             \
-    "5000 with 8 or more CPUs per local rank (LOCAL_WORLD_SIZE), else 200 with 8 or more CPUs, "  \
+    "20000 with 8 or more CPUs per local rank (LOCAL_WORLD_SIZE), else 200 with 8 or more CPUs, " \
     "else 50",                                                                                   \
     "Microseconds a waiter spins before it sleeps (0-10000000).")                                \
   X(kWaitStats, "REVENANT_WAIT_STATS", kBool, kMeasurement, "0",                                 \

@@ -170,16 +170,18 @@ inline void CpuPause() {
 // count (a pause instruction costs 10-150 cycles depending on the CPU). The
 // spin yields the CPU every few microseconds so that on an oversubscribed
 // machine (tests: many processes on 2 cores) the peer it waits for can run.
-// The bound: 5 ms where the machine has 8 or more CPUs per rank sharing it
+// The bound: 20 ms where the machine has 8 or more CPUs per rank sharing it
 // (LOCAL_WORLD_SIZE, which revenant-run gives the agents as well as the
 // applications, and torchrun the applications; 1 when unset), 200 us with 8
 // or more CPUs in all, 50 us below (where spinning waiters take the CPU from
-// the peer they wait for). Why 5 ms: a training step's gaps between two
+// the peer they wait for). Why 20 ms: a training step's gaps between two
 // requests are mostly under a few milliseconds (the framework's own work),
 // and a waiter that went to sleep costs the next request a futex wake and a
-// scheduler wake-up on both sides; measured on the H200, one rank of a
-// PyTorch DDP MLP: step 5.5 ms with 1 ms of spin, 3.5 ms with 5 ms (native
-// 3.6 ms; docs/performance.md). Spinning costs at most one CPU per waiting
+// scheduler wake-up on both sides (in a VM, an idle virtual CPU woken); one
+// rank of a PyTorch DDP MLP (docs/performance.md): on the H200 step 5.5 ms
+// with 1 ms of spin, 3.5 ms with 5 ms (native 3.6 ms); on an H100 VM, median
+// step in four interleaved pairs 1.270 of native with 5 ms, 1.027 with 20 ms
+// (each pair better with 20). Spinning costs at most one CPU per waiting
 // thread, only while requests keep coming (CUDA's own default for a
 // synchronizing host thread is to spin too when CPUs are plentiful).
 // REVENANT_SPIN_US overrides it (microseconds, 0-10000000).
@@ -191,7 +193,7 @@ int64_t DefaultSpinNanos() {
     const long v = std::strtol(local, &end, 10);
     if (end != local && *end == '\0' && v > 0 && v < 1 << 20) ranks = v;
   }
-  if (cpus >= 8 && cpus / static_cast<unsigned long>(ranks) >= 8) return 5000 * 1000;
+  if (cpus >= 8 && cpus / static_cast<unsigned long>(ranks) >= 8) return 20000 * 1000;
   return cpus >= 8 ? 200 * 1000 : 50 * 1000;
 }
 int64_t SpinNanos() {
