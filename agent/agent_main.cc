@@ -98,7 +98,7 @@ ABSL_FLAG(std::string, snapshots, "auto",
           "(on when --world_size is 1)");
 ABSL_FLAG(std::string, snapshot_every, "auto",
           "with boundary snapshots: which step boundaries take one — N: every N-th; auto: the "
-          "first, then once the time since the last is 19 times what it took (at most 5 % of "
+          "first, then once the time since the last is 49 times what it took (at most 2 % of "
           "the job) or the minibatch log passed --snapshot_max_log_mib; the steps in between "
           "are replayed from the last snapshot after a failure");
 ABSL_FLAG(uint64_t, snapshot_max_log_mib, 256,

@@ -96,8 +96,9 @@ struct SessionOptions {
   bool snapshots = false;
   // Which detected step boundaries become journal boundaries with a
   // snapshot: every `snapshot_every`-th; 0 (auto): the first, then one once
-  // the time since the last snapshot is 19 times what that snapshot took (at
-  // most 5 % of the job in snapshots) or the minibatch log's bytes a replay
+  // the time since the last snapshot is Session::kSnapshotIntervalFactor (49)
+  // times what that snapshot took (at most 2 % of the job in snapshots) or
+  // the minibatch log's bytes a replay
   // may still read (RequestJournal::live_minibatch_bytes: a one-rank job's
   // finished snapshots release the payloads before them) passed
   // `snapshot_max_log_bytes`. The steps in between stay in one journal
@@ -549,6 +550,13 @@ class Session : private JournalingHost {
   uint64_t steps_skipped_ = 0;
   int64_t last_snapshot_end_ns_ = 0;
   int64_t last_snapshot_ns_ = 0;
+  // --snapshot_every=auto: the next snapshot once the time since the last
+  // is this many times what it took (at most 1/(1+49) = 2 % of the job's
+  // time in snapshots; the replay after a failure spans up to ~49 snapshot
+  // durations of steps). An asynchronous snapshot costs the application
+  // more than its own duration suggests (a PyTorch one-rank job on an H100
+  // VM lost ~0.2 of its mean step with 19: docs/performance.md).
+  static constexpr int64_t kSnapshotIntervalFactor = 49;
   struct SnapshotTotals {
     uint64_t count = 0, bytes = 0, failures = 0, last_bytes = 0, reused = 0, inside = 0;
     double ms = 0, max_ms = 0;  // on the executor's critical path

@@ -145,7 +145,7 @@ ABSL_FLAG(std::string, snapshots, "auto",
           "(on when the job has one rank, which has no replica to recover from)");
 ABSL_FLAG(std::string, snapshot_every, "auto",
           "with boundary snapshots: every N-th step boundary takes one, or auto (the first, then "
-          "as often as keeps snapshots under 5 % of the job's time; the steps in between are "
+          "as often as keeps snapshots under 2 % of the job's time; the steps in between are "
           "replayed from the last snapshot after a failure)");
 ABSL_FLAG(uint64_t, snapshot_max_log_mib, 256,
           "with --snapshot_every=auto: the minibatch log's bytes a replay may still read "
