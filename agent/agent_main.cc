@@ -101,6 +101,11 @@ ABSL_FLAG(std::string, snapshot_every, "auto",
           "first, then once the time since the last is 49 times what it took (at most 2 % of "
           "the job) or the minibatch log passed --snapshot_max_log_mib; the steps in between "
           "are replayed from the last snapshot after a failure");
+ABSL_FLAG(uint64_t, snapshot_min_interval_ms, 1000,
+          "with --snapshot_every=auto: a timed snapshot comes at least this many milliseconds "
+          "after the last one ended (a snapshot of little state takes well under a millisecond, "
+          "and the factor alone would take one every few milliseconds, each with fixed costs "
+          "on the critical path); the replay after a failure spans up to this much of the job");
 ABSL_FLAG(uint64_t, snapshot_max_log_mib, 256,
           "with --snapshot_every=auto: a journal boundary with a synchronous snapshot at the "
           "next step once the minibatch log holds this many MiB a replay may still read (its "
@@ -360,6 +365,10 @@ void SnapshotOptionsFromFlags(SessionOptions* options) {
   uint64_t n = 0;
   options->snapshot_every = every == "auto" ? 0 : absl::SimpleAtoi(every, &n) && n > 0 ? n : 1;
   options->snapshot_max_log_bytes = absl::GetFlag(FLAGS_snapshot_max_log_mib) << 20;
+  options->snapshot_min_interval_ns =
+      static_cast<int64_t>(std::min<uint64_t>(absl::GetFlag(FLAGS_snapshot_min_interval_ms),
+                                              uint64_t{1} << 32)) *
+      1000 * 1000;
   options->snapshot_keep_spare = absl::GetFlag(FLAGS_snapshot_keep_spare);
   options->snapshot_spare_ahead = absl::GetFlag(FLAGS_snapshot_spare_ahead);
   options->snapshot_staged = absl::GetFlag(FLAGS_snapshot_staged);

@@ -927,7 +927,8 @@ bool Session::SnapshotDue() {
     due = steps_since_snapshot_ + 1 >= options_.snapshot_every;
   } else if (!due) {
     const int64_t since = MonotonicNanos() - last_snapshot_end_ns_;
-    due = since >= kSnapshotIntervalFactor * last_snapshot_ns_ ||
+    due = since >= std::max(kSnapshotIntervalFactor * last_snapshot_ns_,
+                            options_.snapshot_min_interval_ns) ||
           options_.journal->live_minibatch_bytes() >= options_.snapshot_max_log_bytes;
   }
   // A one-rank job keeps its captured uploads until a snapshot after them
@@ -964,7 +965,8 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
   const bool timed = options_.snapshot_every > 1
                          ? steps_since_snapshot_ + 1 >= options_.snapshot_every
                          : MonotonicNanos() - last_snapshot_end_ns_ >=
-                               kSnapshotIntervalFactor * last_snapshot_ns_;
+                               std::max(kSnapshotIntervalFactor * last_snapshot_ns_,
+                                        options_.snapshot_min_interval_ns);
   // Captured uploads since the last snapshot make one due too (checked at
   // every step: a counter of the executor's own).
   bool due = CapturePressure() || timed;

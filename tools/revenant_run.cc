@@ -147,6 +147,10 @@ ABSL_FLAG(std::string, snapshot_every, "auto",
           "with boundary snapshots: every N-th step boundary takes one, or auto (the first, then "
           "as often as keeps snapshots under 2 % of the job's time; the steps in between are "
           "replayed from the last snapshot after a failure)");
+ABSL_FLAG(uint64_t, snapshot_min_interval_ms, 1000,
+          "with --snapshot_every=auto: a timed snapshot comes at least this many milliseconds "
+          "after the last one ended (the replay after a failure spans up to this much of the "
+          "job); 0: the snapshots' own duration alone sets the pace");
 ABSL_FLAG(uint64_t, snapshot_max_log_mib, 256,
           "with --snapshot_every=auto: the minibatch log's bytes a replay may still read "
           "(its records, and the payloads not released behind a one-rank job's finished "
@@ -775,6 +779,7 @@ int Main(int argc, char** argv) {
                                      "--snapshots=" + snapshots,
                                      "--snapshot_every=" + absl::GetFlag(FLAGS_snapshot_every),
                                      absl::StrCat("--snapshot_max_log_mib=", absl::GetFlag(FLAGS_snapshot_max_log_mib)),
+                                     absl::StrCat("--snapshot_min_interval_ms=", absl::GetFlag(FLAGS_snapshot_min_interval_ms)),
                                      std::string("--snapshot_async=") + (absl::GetFlag(FLAGS_snapshot_async) ? "true" : "false"),
                                      std::string("--snapshot_keep_spare=") + (absl::GetFlag(FLAGS_snapshot_keep_spare) ? "true" : "false"),
                                      std::string("--snapshot_spare_ahead=") + (absl::GetFlag(FLAGS_snapshot_spare_ahead) ? "true" : "false"),
