@@ -44,7 +44,8 @@ int Fallocate(int fd, int mode, uint64_t offset, uint64_t length);
 // A new log file written through a shared memory mapping (docs/journal_format.md,
 // "Mapped log files"): stores into it land in the page cache like write(2)'d
 // bytes, without a system call. The file grows in chunks of whole log blocks,
-// preallocated (zero-filled) and mapped one at a time; the first chunk is
+// preallocated (zero-filled), in a window of the file mapped once per 64 MiB
+// (a growth maps nothing new inside it); the first chunk is
 // `first_chunk` bytes, each next one twice the last, at most `max_chunk`
 // (which may be less than the first: a large first chunk, smaller later
 // ones, each made on the writer's thread). Both must be multiples of
@@ -64,8 +65,8 @@ class MappedLogFile {
   MappedLogFile& operator=(const MappedLogFile&) = delete;
 
   // Writable memory of the file bytes [offset, offset + n). The range must lie
-  // in one block; offsets only move forward: a chunk before the current one
-  // is no longer mapped (kInvalidArgument). Grows the file as needed.
+  // in one block; offsets only move forward: a window before the current
+  // one is no longer mapped (kInvalidArgument). Grows the file as needed.
   absl::StatusOr<char*> Span(uint64_t offset, size_t n) {
     if (offset >= chunk_begin_ && offset + n <= chunk_end_) {
       return base_ + (offset - chunk_begin_);
@@ -103,7 +104,11 @@ class MappedLogFile {
   int fd_;
   size_t next_chunk_;
   const size_t max_chunk_;
-  char* base_ = nullptr;  // mapping of [chunk_begin_, chunk_end_)
+  // A window of the file is mapped: map_len_ bytes from chunk_begin_, of
+  // which [chunk_begin_, chunk_end_) are allocated (whole chunks).
+  static constexpr size_t kWindow = size_t{64} << 20;
+  char* base_ = nullptr;
+  size_t map_len_ = 0;
   uint64_t chunk_begin_ = 0;
   uint64_t chunk_end_ = 0;
   uint64_t allocated_ = 0;

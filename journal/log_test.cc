@@ -631,6 +631,30 @@ TEST(MappedLogTest, LaterChunksMayBeSmallerThanTheFirst) {
   ::unlink(path.c_str());
 }
 
+// A log past the mapped window (64 MiB): the next window starts where the
+// chunks reached, and every byte lands where the appending writer puts it.
+TEST(MappedLogTest, ALogPastTheMappedWindowKeepsItsBytes) {
+  const std::string path = TempPath("mapped_windows");
+  auto file = MappedLogFile::Create(path, 16 * kBlockSize, 32 * kBlockSize);
+  ASSERT_TRUE(file.ok()) << file.status();
+  Writer mapped(file->get());
+  StringDest dest;
+  Writer plain(&dest);
+  const size_t target = (size_t{64} << 20) + 3 * kBlockSize + 123;
+  for (int i = 0; mapped.file_length() < target; ++i) {
+    const std::string r = BigString(absl::StrCat("w", i), 3 * kBlockSize + i % 777);
+    ASSERT_TRUE(mapped.AddRecord(r).ok()) << i;
+    ASSERT_TRUE(plain.AddRecord(r).ok());
+  }
+  ASSERT_GT(mapped.file_length(), size_t{64} << 20);
+  const std::string open_contents = FileContents(path);
+  ASSERT_EQ((*file)->allocated(), open_contents.size());
+  ASSERT_TRUE(dest.contents_ == open_contents.substr(0, dest.contents_.size()));
+  ASSERT_TRUE((*file)->Close(mapped.file_length()).ok());
+  EXPECT_TRUE(dest.contents_ == FileContents(path));
+  ::unlink(path.c_str());
+}
+
 // A record given in two pieces (head, tail) is the same bytes as one
 // AddRecord of their concatenation, for every split point, on both writers,
 // across block boundaries.
