@@ -1,6 +1,7 @@
 #include "journal/journal.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -717,7 +718,17 @@ class SegmentWriter {
       spare_payload_->present = false;
       if (RenameFile(spare_payload_->path, path).ok()) {
         ++spare_payload_->reused;
-        return NewOverwritingFile(path);
+        absl::StatusOr<std::unique_ptr<WritableFile>> f = NewOverwritingFile(path);
+        // Its pages are there already (as many as it holds, from its start:
+        // holes punched behind snapshots are refilled by the writes): the
+        // helper is asked only past them (a job with a journal boundary per
+        // step reuses the file every step; asking for its first 16 MiB each
+        // time held the file's inode lock against the step's payload write).
+        struct stat st;
+        if (f.ok() && (*f)->fd() >= 0 && ::fstat((*f)->fd(), &st) == 0) {
+          ahead_end_ = static_cast<uint64_t>(st.st_blocks) * 512;
+        }
+        return f;
       }
       RemoveFile(spare_payload_->path).IgnoreError();
     }

@@ -1450,6 +1450,38 @@ uint64_t AllocatedBytes(const std::string& path) {
   return static_cast<uint64_t>(st.st_blocks) * 512;
 }
 
+// A payload file reused by the next minibatch segment holds its pages
+// already: the helper is not asked for them again (a job with a boundary
+// per step reuses it every step), only past them.
+TEST(JournalTest, AReusedPayloadFileIsNotAllocatedAheadAgain) {
+  const std::string dir = TestDir("payload_reuse_ahead");
+  JournalOptions options;
+  options.payload_ahead_bytes = uint64_t{4} << 20;
+  auto j = OpenJournal(dir, options);
+  ASSERT_NE(j, nullptr);
+  uint64_t seq = 0;
+  const std::string payload(1 << 20, 'p');
+  for (uint64_t b = 1; b <= 10; ++b) {
+    ASSERT_TRUE(j->MarkBoundary(b).ok());
+    ASSERT_TRUE(j->AppendMinibatch(Entry(++seq), payload).ok());
+    // The helper runs behind the append: let it finish before the next
+    // segment reuses the file (bounded).
+    const std::string path = OnlyFile(dir, "minibatch-", ".payload");
+    absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (AllocatedBytes(path) < (uint64_t{4} << 20) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
+  EXPECT_GE(j->stats().payload_files_reused, 8u);
+  // The first segment's 4 MiB (and a little past it): not 4 MiB a segment.
+  EXPECT_LE(j->stats().payload_bytes_ahead, uint64_t{8} << 20)
+      << "the reused file's pages were asked for again";
+  Read r = ReadLog(dir, MINIBATCH);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_EQ(1u, r.entries.size());
+  EXPECT_TRUE(r.entries[0].inline_payload() == payload);
+}
+
 // A minibatch that grows by a 1 MiB payload per step (a one-rank job's steps
 // between snapshots) gets its payload file's pages from the helper thread
 // ahead of the writes (JournalOptions::payload_ahead_bytes): the file holds
