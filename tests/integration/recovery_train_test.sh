@@ -85,13 +85,15 @@ if [[ " ${common[*]} " == *" --journal_thread=ahead "* || " ${common[*]} " == *"
       awk '{ s += $1 } END { print s + 0 }')
     echo "write-behind: minibatch boundaries placed by the threads $by_thread_b, by the executors $by_exec_b"
     # An executor that ran out of requests while the thread was behind left
-    # the rest to it and ran the next request as it came.
+    # the rest to it and ran the next request as it came (printed only: a
+    # training step ends with a synchronous request, whose reply catches the
+    # journal up first, so these runs seldom find it idle with a backlog;
+    # idle_handoff_behind_test checks it).
     idle=$(sed -n "s/.*the idle executor left the thread's backlog to it \([0-9]*\) times.*/\1/p" "$tmp/ref.log" |
       awk '{ s += $1 } END { print s + 0 }')
     echo "write-behind: idle executors left the thread's backlog to it $idle times"
     if [ -n "${REVENANT_JOURNAL_THREAD_DELAY_US:-}" ]; then
       [ "$early" -gt 0 ] || { echo "FAIL: write-behind ran nothing ahead of the journal"; cat "$tmp/ref.log"; exit 1; }
-      [ "$idle" -gt 0 ] || { echo "FAIL: no idle executor left the slowed thread its backlog"; cat "$tmp/ref.log"; exit 1; }
     fi
     if [ "${RECOVERY_TEST_EXPECT_THREAD_BOUNDARIES:-0}" = 1 ]; then
       [ "$by_thread_b" -gt 0 ] || { echo "FAIL: no journal thread placed a boundary"; cat "$tmp/ref.log"; exit 1; }
