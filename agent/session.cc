@@ -918,6 +918,11 @@ void Session::MaybeChaos(SessionOptions::Chaos::Point) {}
 void Session::MaybeSnapshotChaos(SessionOptions::Chaos::Point, uint64_t) {}
 #endif
 
+bool Session::TimedSnapshotDue() const {
+  return MonotonicNanos() - last_snapshot_end_ns_ >=
+         std::max(kSnapshotIntervalFactor * last_snapshot_ns_, options_.snapshot_min_interval_ns);
+}
+
 bool Session::SnapshotDue() {
   const SessionOptions::Chaos& c = options_.chaos;
   const bool every_step = options_.snapshot_every == 1 || validator_ != nullptr ||
@@ -926,9 +931,7 @@ bool Session::SnapshotDue() {
   if (!due && options_.snapshot_every > 1) {
     due = steps_since_snapshot_ + 1 >= options_.snapshot_every;
   } else if (!due) {
-    const int64_t since = MonotonicNanos() - last_snapshot_end_ns_;
-    due = since >= std::max(kSnapshotIntervalFactor * last_snapshot_ns_,
-                            options_.snapshot_min_interval_ns) ||
+    due = TimedSnapshotDue() ||
           options_.journal->live_minibatch_bytes() >= options_.snapshot_max_log_bytes;
   }
   // A one-rank job keeps its captured uploads until a snapshot after them
@@ -964,9 +967,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
   if (!inside) return SnapshotDue() ? SnapshotStep::kBoundary : SnapshotStep::kSkip;
   const bool timed = options_.snapshot_every > 1
                          ? steps_since_snapshot_ + 1 >= options_.snapshot_every
-                         : MonotonicNanos() - last_snapshot_end_ns_ >=
-                               std::max(kSnapshotIntervalFactor * last_snapshot_ns_,
-                                        options_.snapshot_min_interval_ns);
+                         : TimedSnapshotDue();
   // Captured uploads since the last snapshot make one due too (checked at
   // every step: a counter of the executor's own).
   bool due = CapturePressure() || timed;

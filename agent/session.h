@@ -563,6 +563,9 @@ class Session : private JournalingHost {
   // more than its own duration suggests (a PyTorch one-rank job on an H100
   // VM lost ~0.2 of its mean step with 19: docs/performance.md).
   static constexpr int64_t kSnapshotIntervalFactor = 49;
+  // --snapshot_every=auto: whether the time since the last snapshot ended
+  // makes the next one due (kSnapshotIntervalFactor, snapshot_min_interval_ns).
+  bool TimedSnapshotDue() const;
   struct SnapshotTotals {
     uint64_t count = 0, bytes = 0, failures = 0, last_bytes = 0, reused = 0, inside = 0;
     double ms = 0, max_ms = 0;  // on the executor's critical path
