@@ -38,8 +38,9 @@ const char* KindPrefix(LogKind kind) { return kind == SETUP ? "setup-" : "miniba
 
 // The largest chunk a mapped log grows by after its first (which may be
 // larger: JournalOptions::minibatch_first_chunk, the setup log's): a chunk
-// is allocated and mapped on the writer's thread, the executor's, ~0.5 ms
-// per MiB on tmpfs, so a larger one would hold a request up that long.
+// is allocated and its pages mapped writable on the writer's thread (inside
+// the file's mapped window: journal/file.h), ~0.5 ms per MiB on tmpfs, so a
+// larger one would hold that thread up that long.
 constexpr size_t kMaxMappedChunk = 32 * log::kBlockSize;
 
 std::string JoinPath(const std::string& dir, const std::string& name) {
@@ -931,8 +932,8 @@ void Journal::SpareLoop() {
                                     : "journal helper: payload pages allocated ahead");
         if (timeline::Enabled()) span.set_detail(absl::StrCat(r.length >> 10, " KiB"));
         // In pieces: tmpfs holds the file's inode lock through a fallocate,
-        // and the executor's next payload write (write(2) into the same
-        // file) waits for it: ~2 ms per 10 MiB at once would hold a
+        // and the writer's next payload write (write(2) into the same file,
+        // by the executor or the journal thread) waits for it: ~2 ms per 10 MiB at once would hold a
         // request up that long, a piece holds it ~0.4 ms.
         const int mode = r.punch ? FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE : FALLOC_FL_KEEP_SIZE;
         if (r.punch && options_.before_punch) options_.before_punch();
