@@ -223,7 +223,15 @@ void Runtime::OnAgentDeath() {
       REVENANT_LOG(ERROR, "shim") << "the agent of rank " << agent_.rank << " (pid "
                                   << agent_.agent_pid << ") dropped this process: " << m["error"]
                                   << "; CUDA calls now fail with cudaErrorDevicesUnavailable";
+      {
+        // Final: a call waiting for its reply (or for a replacement) fails
+        // now rather than wait out the recovery timeout for an agent that
+        // revenant-run does not replace.
+        std::lock_guard<std::mutex> lock(recover_mu_);
+        recovery_failed_ = true;
+      }
       channel_->MarkPeerDead();
+      recover_cv_.notify_all();
       return;
     }
   }

@@ -7,9 +7,12 @@
 # gets cudaErrorDevicesUnavailable at once with the reason, the agent exits
 # with status 70, and the journal left behind verifies clean, holding the
 # calls the application was told succeeded and nothing half-written.
-#   journal_limit_test.sh <revenant-agent> <librevenant_shim.so> <misbehave_app> <revenant-journal>
+# Then the same under revenant-run, where recovery is on: an agent that stops
+# this way is not replaced, so the application's call in flight must fail at
+# once too, not wait out the recovery timeout for a replacement.
+#   journal_limit_test.sh <revenant-agent> <librevenant_shim.so> <misbehave_app> <revenant-journal> <revenant-run>
 set -u
-agent="$1"; shim="$2"; app="$3"; rj="$4"
+agent="$1"; shim="$2"; app="$3"; rj="$4"; run="$5"
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 ok() { echo "ok: $*"; }
@@ -68,6 +71,22 @@ if [ "$journaled" -eq "$told" ] || [ "$journaled" -eq $((told + 1)) ]; then
   ok "the journal holds $journaled cudaMalloc requests; the application was told $told succeeded"
 else
   fail "the journal holds $journaled cudaMalloc requests; the application was told $told succeeded"
+fi
+
+# Under revenant-run (recovery on, --recovery_timeout=60): the call in flight
+# when the agent stopped fails at once, and the job ends with the reason.
+mkdir -m 0700 "$root/job"
+start=$(date +%s)
+REVENANT_JOURNAL_WARN_KIB=16 REVENANT_JOURNAL_MAX_KIB=64 \
+  timeout 120 "$run" -n 1 --backend=host --timeout=100 --recovery_timeout=60 \
+  --job_root="$root/job" -- "$app" mallocs 20000 >"$root/run.out" 2>&1
+rc=$?
+took=$(( $(date +%s) - start ))
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "FAIL cudaMalloc [0-9]*.*cudaErrorDevicesUnavailable\|cudaErrorDevicesUnavailable" "$root/run.out" &&
+   [ "$took" -le 30 ]; then
+  ok "under revenant-run the application failed at once (rc $rc after ${took} s)"
+else
+  fail "under revenant-run: rc $rc after ${took} s: $(grep -E 'shim|revenant-run' "$root/run.out" | tail -4 | tr '\n' ' ')"
 fi
 [ "$fails" -eq 0 ] || { echo "--- agent log:"; tail -20 "$root/agent.log"; echo "FAIL: $fails check(s)"; exit 1; }
 echo "ok: the journal's limit stops the agent cleanly"
