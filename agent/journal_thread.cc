@@ -30,6 +30,7 @@ void JournalThreadMode::Start() {
       static_cast<int>(knobs::Int(knobs::Id::kJournalThreadDelayUs, 0, 10000000).value_or(0));
   boundary_handoff_ = knobs::Bool(knobs::Id::kJournalBoundaryHandoff).value_or(true);
   idle_handoff_ = knobs::Bool(knobs::Id::kJournalIdleHandoff).value_or(true);
+  skip_handback_ = knobs::Bool(knobs::Id::kJournalSkipHandback).value_or(true);
   if (const std::optional<std::string> d = knobs::String(knobs::Id::kJournalThreadDry)) {
     const std::string dry = *d;
     if (dry == "1") {
@@ -131,6 +132,14 @@ absl::StatusOr<const transport::RecordHeader*> JournalThreadMode::JournalNextLoc
 void JournalThreadMode::JournalRecordLocked(const transport::RecordHeader& rec,
                                             bool queue_boundary) {
   const uint64_t minibatch = journal_->minibatch();
+  // Write-behind: a detected boundary journaled here after it ran, by the
+  // thread or by the executor catching up, is one the executor handed back
+  // (BoundaryWithoutWork): the step stays inside the journal's minibatch.
+  // (Any other boundary is placed when the executor starts its minibatch,
+  // or journaled by the executor before it runs.)
+  if (handed_back_.load(std::memory_order_acquire) >= rec.seq && journal_->BoundaryBefore(rec)) {
+    journal_->SkipBoundaryFor(rec.seq);
+  }
   if (dry_) {
     // Measurement only (REVENANT_JOURNAL_THREAD_DRY=1): nothing is written.
   } else if (absl::Status s = journal_->BeforeExecute(
@@ -141,6 +150,13 @@ void JournalThreadMode::JournalRecordLocked(const transport::RecordHeader& rec,
   if (queue_boundary && journal_->minibatch() != minibatch) {
     boundaries_.emplace_back(rec.seq, journal_->minibatch());
     if (boundaries_.size() == 1) next_boundary_.store(rec.seq, std::memory_order_release);
+  } else if (!QueuesBoundaries() && journal_->minibatch() != minibatch && !dry_) {
+    // Write-behind places every boundary when the executor starts its
+    // minibatch: a journal that started one on its own would send a
+    // replacement to a state its predecessor never had.
+    host_->JournalFailed(absl::InternalError(absl::StrCat(
+        "write-behind: the journal started minibatch ", journal_->minibatch(), " at request ",
+        rec.seq, " which the executor ran inside minibatch ", minibatch)));
   }
   pos_ += rec.stride();
   // Its outcome entry comes next: nothing is journaled until it finished.
@@ -178,13 +194,15 @@ void JournalThreadMode::Loop() {
           return;
         }
         pos_ = pos;  // past padding
-        const Take take = *r == nullptr ? Take::kJournal : Classify(**r);
+        Take take = *r == nullptr ? Take::kJournal : Classify(**r);
+        if (take == Take::kSkippedBoundary) take = Take::kJournal;  // JournalRecordLocked skips it
         if (*r == nullptr) {
           ready = [this, &ring, pos] { return ring.head_position() > pos || stop_.load(); };
         } else if (take == Take::kExecutor) {
           const uint64_t seq = (*r)->seq;
           ready = [this, seq] {
-            return journaled_.load(std::memory_order_acquire) >= seq || stop_.load();
+            return journaled_.load(std::memory_order_acquire) >= seq ||
+                   handed_back_.load(std::memory_order_acquire) >= seq || stop_.load();
           };
           what = "the journal thread: the executor journaling a request";
         } else if (take == Take::kBoundaryFirst) {

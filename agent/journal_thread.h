@@ -79,6 +79,10 @@ class JournalThreadMode : public JournalingMode {
     kJournal,        // journals it
     kExecutor,       // leaves it to the executor, waits until it is journaled
     kBoundaryFirst,  // write-behind: places the boundary before it first
+    // Write-behind: a detected boundary the executor handed back (no
+    // snapshot or journal boundary there): journals it, the boundary
+    // skipped (RequestJournal::SkipBoundaryFor).
+    kSkippedBoundary,
   };
   virtual Take Classify(const transport::RecordHeader& rec) const = 0;
   // kBoundaryFirst: places the boundary before `rec` now if the executor
@@ -170,6 +174,14 @@ class JournalThreadMode : public JournalingMode {
   // executor journals the thread's backlog itself (BehindJournaling::
   // PeekBeforeWaiting).
   bool idle_handoff_ = true;
+  // Write-behind: the last detected boundary request the executor left to
+  // the thread (BoundaryWithoutWork: a step inside the journal's minibatch).
+  // The thread, at a boundary it classified as the executor's, waits for
+  // the executor to journal it or to hand it back here.
+  alignas(64) std::atomic<uint64_t> handed_back_{0};
+  // REVENANT_JOURNAL_SKIP_HANDBACK=0 (measurements): the executor journals
+  // every detected boundary itself while snapshots are on.
+  bool skip_handback_ = true;
   // Write-behind: the executor waits, without the lock, for the thread to
   // journal through this request (0: it does not wait); the thread wakes it.
   alignas(64) std::atomic<uint64_t> idle_wait_for_{0};

@@ -37,6 +37,20 @@ JournalingMode::Turn BehindJournaling::BeforeRun(const transport::RecordHeader& 
     if (boundary) StartMinibatchBehind(rec);
     return turn;
   }
+  if (boundary && skip_handback_ && PlainBehind(rec, /*boundary=*/false) &&
+      host_->BoundaryWithoutWork(rec)) {
+    // A step that stays inside the journal's minibatch (snapshots on, none
+    // planned here): nothing to do at the boundary, so the request is plain
+    // after all and the thread journals it, the boundary skipped. (It used
+    // to be journaled here, after the executor caught the journal up: a
+    // training step's whole backlog journaled on the critical path, once a
+    // step.)
+    handed_back_.store(rec.seq, std::memory_order_release);
+    ++boundaries_handed_back_;
+    channel_->requests().WakeWaiters();
+    turn.here = false;
+    return turn;
+  }
   {
     ExecutorWaitTimer timer(this, journal_->timing());
     CatchUpLocked(rec.seq);
@@ -173,7 +187,14 @@ absl::StatusOr<const transport::RecordHeader*> BehindJournaling::PeekBeforeWaiti
 
 JournalThreadMode::Take BehindJournaling::Classify(const transport::RecordHeader& rec) const {
   const bool boundary = journal_->BoundaryBefore(rec);
-  if (!PlainBehind(rec, boundary)) return Take::kExecutor;
+  if (!PlainBehind(rec, boundary)) {
+    // The thread is at `rec` (everything before it journaled): a handed
+    // back request at or past it means the executor left this one to it.
+    if (boundary && handed_back_.load(std::memory_order_acquire) >= rec.seq) {
+      return Take::kSkippedBoundary;
+    }
+    return Take::kExecutor;
+  }
   return boundary ? Take::kBoundaryFirst : Take::kJournal;
 }
 
@@ -289,6 +310,7 @@ std::string BehindJournaling::StopStats() const {
   return absl::StrCat(", ", ran_unjournaled_,
                       " of them had run before; minibatch boundaries placed by the thread ",
                       boundaries_by_thread_, ", by the executor ", boundaries_by_executor_,
+                      "; steps without a snapshot left to the thread ", boundaries_handed_back_,
                       "; the idle executor left the thread's backlog to it ", idle_handoffs_,
                       " times");
 }

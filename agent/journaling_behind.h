@@ -10,7 +10,9 @@
 // executor starts minibatches from its own detector; it catches the journal
 // up itself (CatchUpLocked) before a request that is not plain, before a
 // reply (BeforeReply) and before it waits for the application; it releases
-// ring space only up to the journaled request.
+// ring space only up to the journaled request. A detected boundary where
+// the snapshots plan nothing is handed back to the thread (handed_back_) and
+// journaled as a plain request, the boundary skipped.
 #ifndef REVENANT_AGENT_JOURNALING_BEHIND_H_
 #define REVENANT_AGENT_JOURNALING_BEHIND_H_
 
@@ -70,6 +72,8 @@ class BehindJournaling : public JournalThreadMode {
   // Times an idle executor left the thread's backlog to it and ran the next
   // request instead (PeekBeforeWaiting).
   uint64_t idle_handoffs_ = 0;
+  // Detected boundaries the executor handed back to the thread (executor).
+  uint64_t boundaries_handed_back_ = 0;
 };
 
 }  // namespace agent

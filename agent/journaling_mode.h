@@ -50,6 +50,13 @@ class JournalingHost {
   // the backend starts `minibatch` (collective ordinals restart) and the
   // channel notes the host callbacks posted so far.
   virtual void StartMinibatch(uint64_t minibatch) = 0;
+  // Write-behind: the executor is at `rec`, a detected minibatch boundary
+  // that the thread would journal but for the work a boundary may carry (a
+  // snapshot, a journal boundary). Plans that work now: true when there is
+  // none (the step stays inside the journal's minibatch; the thread
+  // journals `rec` with the boundary skipped); else the plan is kept for
+  // the executor's own journaling of `rec`, which follows.
+  virtual bool BoundaryWithoutWork(const transport::RecordHeader& rec) { return false; }
   // The journal cannot be written: tells the application and exits.
   [[noreturn]] virtual void JournalFailed(const absl::Status& status) = 0;
 };

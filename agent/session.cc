@@ -610,7 +610,14 @@ void Session::JournalBeforeRun(const transport::RecordHeader& rec) {
     validator_->MinibatchEnding(minibatch, options_.journal->dir());
   }
   if (snapshots_ != nullptr && boundary) {
-    if (PlanSnapshot(rec.seq, /*forced=*/false) == SnapshotStep::kBoundary) {
+    SnapshotStep step;
+    if (planned_seq_ == rec.seq) {  // planned when write-behind asked
+      step = planned_step_;
+      planned_seq_ = 0;
+    } else {
+      step = PlanSnapshot(rec.seq, /*forced=*/false);
+    }
+    if (step == SnapshotStep::kBoundary) {
       SnapshotBoundary(minibatch + 1, rec.seq);
     } else {
       options_.journal->SkipBoundaryFor(rec.seq);
@@ -767,6 +774,18 @@ void Session::Reply(const transport::RecordHeader& rec, bool nccl, int32_t statu
   // The reply buffer stays as written: the application only reads it, and
   // the next reply into it comes from this thread, later.
   if (outcome_after) journaling_->Outcome(rec, status, outputs, /*after_reply=*/true);
+}
+
+bool Session::BoundaryWithoutWork(const transport::RecordHeader& rec) {
+  // A validator and a replacement still catching up do their boundary work
+  // with the journaling (JournalBeforeRun), whatever the snapshots plan.
+  if (snapshots_ == nullptr || validator_ != nullptr || skip_until_minibatch_ != 0) return false;
+  FlushLaunches();  // as JournalBeforeRun at a boundary
+  const SnapshotStep step = PlanSnapshot(rec.seq, /*forced=*/false);
+  if (step == SnapshotStep::kSkip) return true;
+  planned_seq_ = rec.seq;
+  planned_step_ = step;
+  return false;
 }
 
 void Session::StartMinibatch(uint64_t minibatch) {

@@ -379,6 +379,7 @@ class Session : private JournalingHost {
   // JournalingHost: the backend starts `minibatch`, the channel notes the
   // callbacks posted so far (NoteMinibatchStarted).
   void StartMinibatch(uint64_t minibatch) override;
+  bool BoundaryWithoutWork(const transport::RecordHeader& rec) override;
 
   // How requests get journaled (SessionOptions::journal_thread): inline
   // outside Run; Run starts the mode the options name.
@@ -476,6 +477,10 @@ class Session : private JournalingHost {
   // step. `forced`: the agent places the boundary itself.
   enum class SnapshotStep { kBoundary, kInside, kSkip };
   SnapshotStep PlanSnapshot(uint64_t seq, bool forced);
+  // The plan BoundaryWithoutWork made for request planned_seq_ (0: none),
+  // taken by JournalBeforeRun when the executor journals that request.
+  uint64_t planned_seq_ = 0;
+  SnapshotStep planned_step_ = SnapshotStep::kSkip;
   // Starts an asynchronous snapshot of the state before `seq`, which will
   // replace the snapshot of the journal's `minibatch`. False: not possible
   // here (the caller takes a synchronous one).

@@ -184,6 +184,9 @@ enum class Type { kBool, kInt, kDouble, kString };
   X(kJournalIdleHandoff, "REVENANT_JOURNAL_IDLE_HANDOFF", kBool, kMeasurement, "1",              \
     "0: write-behind, an executor that runs out of requests journals what the thread has not "  \
     "yet itself (else it leaves that to the thread and runs the next request as it comes).")    \
+  X(kJournalSkipHandback, "REVENANT_JOURNAL_SKIP_HANDBACK", kBool, kMeasurement, "1",            \
+    "0: write-behind with snapshots, the executor journals every detected boundary itself "     \
+    "(else the thread journals a step that takes no snapshot, as any other request).")          \
   X(kJournalMinibatchChunkKib, "REVENANT_JOURNAL_MINIBATCH_CHUNK_KIB", kInt, kMeasurement,       \
     "16384", "The minibatch log's first chunk, in KiB (whole 32 KiB blocks, at most 64 MiB).")    \
   X(kJournalPayloadAheadMib, "REVENANT_JOURNAL_PAYLOAD_AHEAD_MIB", kInt, kMeasurement, "16",     \

@@ -64,6 +64,14 @@ if [ -z "$inside" ] || [ "$inside" -lt 3 ] || [ "${mapped:-9}" -gt 2 ] || [ "${s
   exit 1
 fi
 
+# Write-behind: the steps that take no snapshot are journaled by the thread
+# like any other request (the executor hands their boundary back to it).
+handed=$(sed -n 's/.*steps without a snapshot left to the thread \([0-9]*\).*/\1/p' "$tmp/async.log")
+if [[ " ${RECOVERY_TEST_EXTRA_ARGS:-} " == *" --journal_thread=behind "* ]]; then
+  echo "  write-behind: steps without a snapshot left to the thread: ${handed:-none}"
+  [ "${handed:-0}" -gt 0 ] || { echo "FAIL: no step's boundary was left to the journal thread"; exit 1; }
+fi
+
 fails=0
 check() {  # check NAME LOG [INFLIGHT_SEQ]
   local name="$1" log="$2" inflight="${3:-}" rc="$4"
@@ -107,6 +115,8 @@ for t in $(seq 1 "$trials"); do
   log="$tmp/trial.log"
   "$run" "${common[@]}" --chaos="$spec" -- "$app" --iters "$iters" >"$log" 2>&1
   check "trial $t [$spec]" "$log" "" "$?"
+  n=$(sed -n 's/.*steps without a snapshot left to the thread \([0-9]*\).*/\1/p' "$log" | tail -1)
+  [ -n "$n" ] && echo "     (the replacement left $n steps' boundaries to its journal thread)"
 done
 [ "$fails" -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
 echo "PASS"
