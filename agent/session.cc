@@ -569,6 +569,9 @@ void Session::MaybePlaceOwnBoundary(const transport::RecordHeader& rec, bool jou
   const uint64_t before_bytes = before.setup_file_bytes + options_.journal->live_minibatch_bytes();
   const uint64_t grown = before_bytes - std::min(before_bytes, own_boundary_base_bytes_);
   MarkStepHere(rec, /*forced=*/true);
+  // A plan write-behind made for this request came before this boundary:
+  // JournalBeforeRun plans again after it (as when nothing was planned).
+  if (planned_seq_ == rec.seq) planned_seq_ = 0;
   ++own_boundaries_;
   const journal::JournalStats after = options_.journal->stats();
   own_boundary_minibatch_ = options_.journal->minibatch();
