@@ -411,14 +411,14 @@ std::string RequestJournal::TimingBreakdown() const {
   return out;
 }
 
-absl::Status RequestJournal::Boundary() {
+absl::Status RequestJournal::Boundary(uint64_t boundary_seq) {
   boundary_in_call_ = true;
   const uint64_t next = minibatch_.load() + 1;
   // With timing: how much of the boundaries' time the new segments take.
   const uint64_t segments = timing_ ? journal_->minibatch_segments_started() : 0;
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t0 = timing_ ? Clock::now() : Clock::time_point();
-  absl::Status s = journal_->MarkBoundary(next);
+  absl::Status s = journal_->MarkBoundary(next, boundary_seq);
   if (timing_ && journal_->minibatch_segments_started() != segments) {
     Breakdown& b = breakdown_[kNewSegmentKey];
     b.ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
@@ -443,7 +443,7 @@ absl::Status RequestJournal::DetectBoundary(const transport::RecordHeader& rec) 
     }
   }
   if (rec.seq == skip_boundary_for_) return absl::OkStatus();
-  return Boundary();
+  return Boundary(rec.seq);
 }
 
 absl::Status RequestJournal::PlaceBoundaryBefore(const transport::RecordHeader& rec) {
@@ -452,9 +452,9 @@ absl::Status RequestJournal::PlaceBoundaryBefore(const transport::RecordHeader& 
   return DetectBoundary(rec);
 }
 
-absl::Status RequestJournal::MarkStep() {
+absl::Status RequestJournal::MarkStep(uint64_t boundary_seq) {
   Timed timed(this, kMarkStepKey);
-  return Boundary();
+  return Boundary(boundary_seq);
 }
 
 absl::Status RequestJournal::BeforeExecute(const transport::RecordHeader& rec,

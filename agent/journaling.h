@@ -171,7 +171,13 @@ class RequestJournal {
   absl::Status AfterExecute(const transport::RecordHeader& rec, int32_t status,
                             absl::string_view outputs);
   // An explicit minibatch boundary (revenantMarkStep).
-  absl::Status MarkStep();
+  // `boundary_seq`: the first request after it (the marker names it for a
+  // replacement; 0: not known).
+  absl::Status MarkStep(uint64_t boundary_seq = 0);
+  // A replacement's continued journal: its predecessor placed the current
+  // minibatch's boundary before request `seq` (the marker's boundary_seq)
+  // and may not have journaled that request: it is not a boundary again.
+  void BoundaryPlacedBefore(uint64_t seq) { boundary_placed_for_ = seq; }
   // Places the boundary BoundaryBefore(rec) names now, ahead of `rec`'s own
   // entry (which BeforeExecute appends later, without detecting it again):
   // write-behind starts the minibatch in the journal exactly when the
@@ -240,7 +246,7 @@ class RequestJournal {
 
  private:
   RequestJournal(std::unique_ptr<journal::Journal> journal, Options options);
-  absl::Status Boundary();
+  absl::Status Boundary(uint64_t boundary_seq);
   // Runs the detector on `rec`; Boundary() if it marks one.
   absl::Status DetectBoundary(const transport::RecordHeader& rec);
   // Keys an attribute setter's entry so that the setup log keeps only the

@@ -29,8 +29,11 @@ void BehindJournaling::Start() {
 JournalingMode::Turn BehindJournaling::BeforeRun(const transport::RecordHeader& rec) {
   Turn turn;
   turn.here = true;
+  // (Not before the request whose boundary a predecessor placed: as the
+  // journal, RequestJournal::BoundaryPlacedBefore.)
   const bool boundary =
       exec_detect_ && rec.api_id != hooks::kMarkStepApiId &&
+      rec.seq != options_.boundary_placed_before &&
       exec_detector_.OnRequest(rec.api_id, absl::string_view(rec.body(), rec.body_size()));
   if (PlainBehind(rec, boundary)) {
     turn.here = false;

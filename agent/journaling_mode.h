@@ -112,6 +112,9 @@ struct JournalThreadOptions {
   // Every request up to this one is journaled already (a replacement's
   // replay ended there).
   uint64_t journaled_through = 0;
+  // A replacement: its predecessor placed the current minibatch's boundary
+  // before this request (0: none): not a boundary again.
+  uint64_t boundary_placed_before = 0;
 };
 
 // The mode for `kind`; InlineJournaling for kOff or without a journal

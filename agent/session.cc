@@ -518,7 +518,9 @@ void Session::MarkStepHere(const transport::RecordHeader& rec, bool forced) {
     validator_->MinibatchEnding(options_.journal->minibatch(), options_.journal->dir());
   }
   if (snapshots_ != nullptr) SnapshotBoundary(options_.journal->minibatch() + 1, rec.seq);
-  if (absl::Status s = options_.journal->MarkStep(); !s.ok()) JournalFailed(s);
+  // The marked step's request itself is not journaled: the requests after
+  // it start the minibatch.
+  if (absl::Status s = options_.journal->MarkStep(rec.seq + 1); !s.ok()) JournalFailed(s);
   if (snapshots_ != nullptr) SnapshotRecorded(options_.journal->minibatch());
   // Collective ordinals restart per minibatch, as at a detected boundary.
   backend_->MarkBoundary(options_.journal->minibatch());
@@ -799,6 +801,7 @@ void Session::StartMinibatch(uint64_t minibatch) {
 JournalThreadOptions Session::JournalThreadSettings() const {
   JournalThreadOptions o;
   o.journaled_through = journaled_through_;
+  o.boundary_placed_before = boundary_placed_before_;
   // Chaos counts minibatches from the journal under journal-ahead, from the
   // executor under write-behind (MaybeChaos): there the thread journals
   // boundaries in chaos runs too, as in production.
@@ -1690,7 +1693,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   }
   if (absl::Status s =
           ContinueJournal(journal_dir, job, rank, journal_options, minibatch, plan.last_request(),
-                          log->entries);
+                          log->boundary_seq, log->entries);
       !s.ok()) {
     return s;
   }
@@ -1762,6 +1765,7 @@ absl::Status Session::ReplayJournal(recovery::ReplayPlan& plan, const Snapshot* 
 absl::Status Session::ContinueJournal(const std::string& journal_dir, const std::string& job,
                                       int rank, const RequestJournal::Options& journal_options,
                                       uint64_t minibatch, uint64_t last_request,
+                                      uint64_t boundary_seq,
                                       const std::vector<journal::JournalEntry>& entries) {
   absl::StatusOr<std::unique_ptr<RequestJournal>> j =
       RequestJournal::Continue(journal_dir, job, rank, journal_options, minibatch);
@@ -1771,10 +1775,23 @@ absl::Status Session::ContinueJournal(const std::string& journal_dir, const std:
   journaling_ = std::make_unique<InlineJournaling>(AsJournalingHost(), channel_.get(),
                                                    options_.journal.get());
   // The ring still holds requests the dead agent journaled but did not
-  // release: they were just replayed.
-  if (absl::Status s = channel_->SkipThrough(last_request); !s.ok()) return s;
-  channel_->Release(last_request);
-  journaled_through_ = last_request;
+  // release: they were just replayed, or (before the current minibatch's
+  // boundary) belong to a minibatch its state is past. The dead agent may
+  // have placed the boundary and died before it journaled the request
+  // after it (write-behind: the journal thread behind the executor): the
+  // journal then holds no entry of the minibatch, only its marker, and
+  // that request is the minibatch's first, not another boundary (placing
+  // it again made this rank's journal count one minibatch more than its
+  // peers').
+  uint64_t through = last_request;
+  if (boundary_seq != 0) {
+    through = std::max(through, boundary_seq - 1);
+    options_.journal->BoundaryPlacedBefore(boundary_seq);
+    boundary_placed_before_ = boundary_seq;
+  }
+  if (absl::Status s = channel_->SkipThrough(through); !s.ok()) return s;
+  channel_->Release(through);
+  journaled_through_ = through;
   return absl::OkStatus();
 }
 

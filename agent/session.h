@@ -351,10 +351,12 @@ class Session : private JournalingHost {
   // After the replay: the dead agent's journal continues (inline journaling
   // until Run starts its mode; its handle bookkeeping rebuilt from
   // `entries`, the journal read back) and the ring skips the requests it
-  // held through `last_request`.
+  // held through `last_request`, and those before `boundary_seq` (the first
+  // request after the current minibatch's boundary, 0: not known), which
+  // is not a boundary again.
   absl::Status ContinueJournal(const std::string& journal_dir, const std::string& job, int rank,
                                const RequestJournal::Options& journal_options,
-                               uint64_t minibatch, uint64_t last_request,
+                               uint64_t minibatch, uint64_t last_request, uint64_t boundary_seq,
                                const std::vector<journal::JournalEntry>& entries);
   // How many of the host callbacks the replay regenerates the application
   // already has (callbacks_to_suppress_).
@@ -392,6 +394,9 @@ class Session : private JournalingHost {
   void NoteMinibatchStarted(uint64_t minibatch);
   uint64_t executed_seq_ = 0;  // the last request the executor ran
   uint64_t journaled_through_ = 0;  // a replacement: the last request its replay had
+  // A replacement: the request its predecessor placed the current
+  // minibatch's boundary before (0: none known).
+  uint64_t boundary_placed_before_ = 0;
 
   Backend* const backend_;
   std::unique_ptr<transport::ShmServerChannel> channel_;

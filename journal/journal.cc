@@ -257,6 +257,7 @@ absl::Status ReadSegment(const std::string& log_path, const std::string& payload
       }
       if (entry.api_id() == kBoundaryApiId) {
         header->set_minibatch(entry.minibatch());
+        header->set_boundary_seq(entry.boundary_seq());
         pending.clear();
         released_before = 0;
       } else {
@@ -436,15 +437,18 @@ class SegmentWriter {
            length + 2 * (last + kMarkerRoom) <= first_chunk();
   }
 
-  // Appends a boundary marker starting `minibatch` (see the format).
-  absl::Status AppendMarker(uint64_t minibatch) {
+  // Appends a boundary marker starting `minibatch` before request
+  // `boundary_seq` (0: not known) (see the format).
+  absl::Status AppendMarker(uint64_t minibatch, uint64_t boundary_seq) {
     if (!status_.ok()) return status_;
-    // The JournalEntry {api_id, minibatch, prev_seq} encoded directly (once
-    // per training step: no message object built and destroyed).
+    // The JournalEntry {api_id, minibatch, prev_seq, boundary_seq} encoded
+    // directly (once per training step: no message object built and
+    // destroyed).
     record_.clear();
     PutVarintField(2, kBoundaryApiId, &record_);
     PutVarintField(7, minibatch, &record_);
     PutVarintField(12, last_seq_, &record_);
+    if (boundary_seq != 0) PutVarintField(19, boundary_seq, &record_);
     absl::Status s = writer_->AddRecord(record_, options_.sync == SyncPolicy::kEveryRecord);
     if (!s.ok()) status_ = s;
     minibatch_start_ = writer_->file_length();
@@ -1080,15 +1084,28 @@ absl::Status Journal::Init() {
       const std::string payload_path = journal_internal::JoinPath(
           dir_, journal_internal::SegmentPayloadName(old.kind, old.number));
       uint64_t last = 0;
+      // The current minibatch's boundary marker, where it names the request
+      // the boundary precedes, comes first in the new minibatch segment (a
+      // later replacement needs it as much as this one did).
+      bool marker_carried = false;
+      auto carry_marker = [&]() -> absl::Status {
+        if (marker_carried || old.kind != MINIBATCH || old_header.boundary_seq() == 0) {
+          return absl::OkStatus();
+        }
+        marker_carried = true;
+        return target->AppendMarker(old_header.minibatch(), old_header.boundary_seq());
+      };
       absl::Status s = journal_internal::ReadSegment(
           log_path, payload_path, old.kind, /*load_payloads=*/true, &old_header,
           [&](JournalEntry& entry) {
+            if (absl::Status m = carry_marker(); !m.ok()) return m;
             last = entry.seq();
             // A released payload stays released: the entry is carried over
             // without it, marked (a replay of it is data loss).
             if (entry.payload_released()) entry.clear_payload_ref();
             return AppendLocked(old.kind, &entry, {}, /*check_seq=*/false);
           });
+      if (s.ok()) s = carry_marker();
       if (!s.ok()) return s;
       if (!old_header.job_id().empty() &&
           (old_header.job_id() != job_ || old_header.rank() != rank_)) {
@@ -1417,13 +1434,13 @@ absl::StatusOr<uint64_t> Journal::ReleasePayloadsBefore(uint64_t seq) {
   return freed;
 }
 
-absl::Status Journal::MarkBoundary(uint64_t minibatch) {
+absl::Status Journal::MarkBoundary(uint64_t minibatch, uint64_t boundary_seq) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
   ++boundaries_;
   if (minibatch_->CanHoldMarker()) {
     // Most training steps: a marker in the small live segment, no system call.
-    if (absl::Status s = minibatch_->AppendMarker(minibatch); !s.ok()) {
+    if (absl::Status s = minibatch_->AppendMarker(minibatch, boundary_seq); !s.ok()) {
       status_ = s;
       return s;
     }
@@ -1446,6 +1463,14 @@ absl::Status Journal::MarkBoundary(uint64_t minibatch) {
   // before the old one is renamed or removed below leaves only stale files.
   std::unique_ptr<SegmentWriter> old = std::move(minibatch_);
   minibatch_ = std::move(*seg);
+  // The new segment starts with a marker too when it names the request the
+  // boundary precedes (the header does not).
+  if (boundary_seq != 0) {
+    if (absl::Status s = minibatch_->AppendMarker(minibatch, boundary_seq); !s.ok()) {
+      status_ = s;
+      return s;
+    }
+  }
   // The old log becomes the next spare: superseded now, it is zeroed in
   // place under its own (stale) name, off this thread.
   uint64_t dirty = 0;

@@ -252,7 +252,10 @@ class Journal {
   // while it is small (a mapped log in its first chunk, no payload file: no
   // system call), else starts a fresh minibatch segment and retires the old
   // one.
-  absl::Status MarkBoundary(uint64_t minibatch);
+  // `boundary_seq`: the first request after the boundary (every request
+  // before it is journaled), recorded in the marker for a replacement; 0:
+  // not known.
+  absl::Status MarkBoundary(uint64_t minibatch, uint64_t boundary_seq = 0);
 
   // Releases the out-of-line payloads of the current minibatch segment's
   // entries with seq below `seq` (appended so far): a release marker goes

@@ -1362,6 +1362,67 @@ TEST(JournalTest, BoundariesReuseOrReplaceTheMinibatchLog) {
   EXPECT_EQ(*FileSize(live), WrittenExtent(live));
 }
 
+// A boundary's marker names the first request after it (boundary_seq),
+// whether the boundary appended a marker to the live segment or started a
+// new one; a reader reports it with the minibatch, also when no entry of
+// the minibatch was journaled yet, and a journal reopened then (a
+// replacement) carries it, so that a later replacement finds it too.
+TEST(JournalTest, BoundaryMarkersNameTheRequestAfterThem) {
+  const std::string dir = TestDir("boundary_seq");
+  auto j = OpenJournal(dir);
+  uint64_t seq = 0;
+  auto boundary_seq_read = [&dir]() -> uint64_t {
+    auto reader = JournalReader::Open(dir);
+    EXPECT_TRUE(reader.ok());
+    EXPECT_TRUE(
+        (*reader)->ReadMinibatch([](const JournalEntry&) { return absl::OkStatus(); }).ok());
+    return (*reader)->minibatch_header().boundary_seq();
+  };
+  int new_segments = 0;
+  for (uint64_t b = 1; b <= 12; ++b) {
+    const uint64_t started = j->minibatch_segments_started();
+    ASSERT_TRUE(j->MarkBoundary(b, seq + 1).ok());
+    new_segments += j->minibatch_segments_started() != started;
+    EXPECT_EQ(seq + 1, boundary_seq_read()) << "minibatch " << b << ", nothing after it yet";
+    // Every 4th minibatch has a payload out of line (a payload file: the
+    // next boundary starts a new segment).
+    const int n = 5;
+    for (int i = 0; i < n; ++i) {
+      JournalEntry e = Entry(++seq);
+      const std::string payload(b % 4 == 0 && i == 0 ? 1 << 20 : 0, 'p');
+      ASSERT_TRUE(j->AppendMinibatch(e, payload).ok());
+    }
+    EXPECT_EQ(seq - n + 1, boundary_seq_read()) << "minibatch " << b;
+  }
+  EXPECT_GT(new_segments, 0) << "no boundary started a new segment: the test misses that path";
+  // A boundary without the request named: 0 (a journal written before the
+  // field, or MarkBoundary's default).
+  ASSERT_TRUE(j->MarkBoundary(13).ok());
+  EXPECT_EQ(0u, boundary_seq_read());
+  // The boundary placed, its request not journaled, then reopened twice.
+  ASSERT_TRUE(j->MarkBoundary(14, seq + 1).ok());
+  j.reset();
+  for (int reopen = 0; reopen < 2; ++reopen) {
+    j = OpenJournal(dir);
+    ASSERT_NE(j, nullptr);
+    EXPECT_EQ(0u, j->stats().minibatch_entries);
+    j.reset();
+    EXPECT_EQ(seq + 1, boundary_seq_read()) << "after reopen " << reopen;
+    auto reader = JournalReader::Open(dir);
+    ASSERT_TRUE((*reader)->ReadMinibatch([](const JournalEntry&) { return absl::OkStatus(); }).ok());
+    EXPECT_EQ(14u, (*reader)->minibatch_header().minibatch());
+  }
+  // Reopened with entries after the marker: they stay the minibatch's.
+  j = OpenJournal(dir);
+  ASSERT_TRUE(j->AppendMinibatch(Entry(++seq)).ok());
+  j.reset();
+  j = OpenJournal(dir);
+  EXPECT_EQ(1u, j->stats().minibatch_entries);
+  j.reset();
+  EXPECT_EQ(seq, boundary_seq_read());
+  EXPECT_THAT(ReadLog(dir, MINIBATCH).seqs(), ElementsAreArray({seq}));
+}
+
 // Boundary markers (docs/journal_format.md): a minibatch segment written by
 // hand with markers reads as the entries after the last one; a marker that
 // breaks the prev_seq chain, carries a seq, or sits in a setup log is data

@@ -37,10 +37,13 @@ absl::StatusOr<ReplayLog> ReadReplayLog(const std::string& journal_dir,
     return s;
   }
   const uint64_t minibatch = (*reader)->minibatch_header().minibatch();
+  const uint64_t boundary_seq = (*reader)->minibatch_header().boundary_seq();
   if (load != nullptr) {
     if (absl::Status s = load(&entries); !s.ok()) return s;
   }
-  return MergeLogs(std::move(entries), setup_entries, minibatch);
+  ReplayLog log = MergeLogs(std::move(entries), setup_entries, minibatch);
+  log.boundary_seq = boundary_seq;
+  return log;
 }
 
 ReplayLog MergeLogs(std::vector<journal::JournalEntry> entries, size_t setup_entries,

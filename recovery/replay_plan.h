@@ -47,6 +47,9 @@ struct ReplayLog {
   std::vector<journal::JournalEntry> entries;
   std::vector<bool> from_minibatch;
   uint64_t minibatch = 0;  // the minibatch log's; 0: before the first boundary
+  // The first request after that minibatch's boundary (its marker's
+  // boundary_seq): every request before it was journaled; 0: not known.
+  uint64_t boundary_seq = 0;
 };
 
 // Completes entries read back from a journal: bytes they only reference
