@@ -161,6 +161,15 @@ int Verify(JournalReader* reader) {
                 "replayed)",
                 (unsigned long long)released);
   }
+  // Where the current minibatch starts (its boundary marker's request; a
+  // replacement skips what its predecessor's ring holds before it).
+  const SegmentHeader& mh = reader->minibatch_header();
+  if (mh.minibatch() != 0) {
+    std::printf("; minibatch %llu", (unsigned long long)mh.minibatch());
+    if (mh.boundary_seq() != 0) {
+      std::printf(" from request %llu", (unsigned long long)mh.boundary_seq());
+    }
+  }
   std::printf("\n");
   return kExitOk;
 }

@@ -92,6 +92,20 @@ TEST(RevenantJournalTest, VerifyGoodJournal) {
   EXPECT_THAT(r.output, HasSubstr("OK: setup 2 entries, minibatch 1 entries"));
 }
 
+// verify names the current minibatch and the request its boundary precedes.
+TEST(RevenantJournalTest, VerifyNamesWhereTheMinibatchStarts) {
+  const std::string dir = MakeJournal("boundary");
+  {
+    auto j = Journal::Open(dir, "job1", 0, {});
+    ASSERT_TRUE(j.ok()) << j.status();
+    ASSERT_TRUE((*j)->MarkBoundary(4, 7).ok());
+  }
+  ToolRun r = RunTool("verify " + dir);
+  EXPECT_EQ(0, r.exit_code) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("OK: setup 2 entries, minibatch 0 entries; minibatch 4 from "
+                                  "request 7"));
+}
+
 // Payloads released behind a snapshot: verify passes and says how many,
 // dump marks them.
 TEST(RevenantJournalTest, ReleasedPayloadsAreShown) {
