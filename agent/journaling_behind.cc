@@ -40,7 +40,16 @@ JournalingMode::Turn BehindJournaling::BeforeRun(const transport::RecordHeader& 
     if (boundary) StartMinibatchBehind(rec);
     return turn;
   }
+  // A boundary request with a large input (an input batch carried in the
+  // ring or read from pinned memory) stays the executor's: the thread would
+  // hold the hand-off lock through its copy, and the step's next request
+  // the executor journals (or its reply) would wait for that anyway, asleep
+  // on the lock once it takes over 200 us (PyTorch's 1 MiB batch on an H100
+  // VM: mean step 1.03 of native the old way, 1.17 handed back, while
+  // train_mlp's 8 KiB batch went from 1.15 to 1.09: docs/performance.md).
+  constexpr size_t kHandBackMaxBytes = 64 << 10;
   if (boundary && skip_handback_ && PlainBehind(rec, /*boundary=*/false) &&
+      rec.body_size() + host_->CapturedPayload(rec).size() <= kHandBackMaxBytes &&
       host_->BoundaryWithoutWork(rec)) {
     // A step that stays inside the journal's minibatch (snapshots on, none
     // planned here): nothing to do at the boundary, so the request is plain
