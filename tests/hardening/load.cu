@@ -5,17 +5,21 @@
 // every thread checks on the device that no request was lost, duplicated or
 // reordered, and that the burst arrived byte for byte.
 //
-//   load <seconds> [--no_mark_steps]
+//   load <seconds> [--no_mark_steps] [--sync_dir=DIR]
 //                       prints "LOAD calls=<n> seconds=<s> threads=<t>" and
 //                       "PASS hardening_load"
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -50,6 +54,43 @@ MarkStepFn MarkStep() {
   return fn;
 }
 bool g_mark_steps = true;
+// --sync_dir=DIR: how load_test.sh samples the agents in a steady phase
+// that starts at once on every rank and lasts until it has sampled (ranks
+// start seconds apart on a loaded machine, and the test's own sampling may be
+// starved for seconds). Each process creates DIR/ready.<pid> once its runtime
+// is up and starts its threads' clocks when DIR/go exists; a thread leaves
+// the steady loop after `seconds` only once DIR/end exists (each wait at most
+// 120 s); the first thread to leave it creates DIR/burst.
+std::string g_sync_dir;
+std::once_flag g_burst_once;
+
+void CreateFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  EXPECT_APP(fd >= 0, "cannot create %s", path.c_str());
+  close(fd);
+}
+
+void WaitForGo() {
+  CreateFile(g_sync_dir + "/ready." + std::to_string(getpid()));
+  const std::string go = g_sync_dir + "/go";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (access(go.c_str(), F_OK) != 0) {
+    EXPECT_APP(std::chrono::steady_clock::now() < deadline, "%s did not appear in 120 s",
+               go.c_str());
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// After the thread's `seconds`: whether the steady phase may end.
+template <typename TimePoint>
+bool SteadyMayEnd(TimePoint end) {
+  if (g_sync_dir.empty()) return true;
+  const std::string path = g_sync_dir + "/end";
+  if (access(path.c_str(), F_OK) == 0) return true;
+  EXPECT_APP(std::chrono::steady_clock::now() < end + std::chrono::seconds(120),
+             "%s did not appear within 120 s of the steady phase's end", path.c_str());
+  return false;
+}
 
 struct Result {
   long long calls = 0;
@@ -95,10 +136,11 @@ void Worker(int t, double seconds, Result* result) {
       calls += 2;
       EXPECT_APP(*now == seq, "thread %d: state %d after step %d", t, *now, seq);
       if (g_mark_steps && MarkStep() != nullptr) MarkStep()();
-      if (std::chrono::steady_clock::now() >= end) break;
+      if (std::chrono::steady_clock::now() >= end && SteadyMayEnd(end)) break;
     }
   }
   // The burst: no synchronization until all of it is queued.
+  if (!g_sync_dir.empty()) std::call_once(g_burst_once, [] { CreateFile(g_sync_dir + "/burst"); });
   std::vector<unsigned char*> dst(kBurstCopies);
   std::vector<unsigned char> src(kBurstBytes);
   for (int c = 0; c < kBurstCopies; ++c) {
@@ -148,7 +190,20 @@ void Worker(int t, double seconds, Result* result) {
 
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 10.0;
-  g_mark_steps = !(argc > 2 && std::strcmp(argv[2], "--no_mark_steps") == 0);
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--no_mark_steps") == 0) {
+      g_mark_steps = false;
+    } else if (std::strncmp(argv[i], "--sync_dir=", 11) == 0) {
+      g_sync_dir = argv[i] + 11;
+    } else {
+      EXPECT_APP(false, "unknown argument %s (usage: load [seconds] [--no_mark_steps] "
+                        "[--sync_dir=DIR])", argv[i]);
+    }
+  }
+  if (!g_sync_dir.empty()) {
+    CHECK_CUDA(cudaFree(nullptr));  // the runtime (and its agent) is up
+    WaitForGo();
+  }
   std::vector<Result> results(kThreads);
   std::vector<std::thread> threads;
   const auto t0 = std::chrono::steady_clock::now();

@@ -20,11 +20,19 @@ max_journal_growth_kb=$((16 * 1024))
 max_journal_kb=$((48 * 1024))
 root="$(mktemp -d /dev/shm/rvload-XXXXXX)"
 out="$root.out"
-cleanup() { [ -n "${job_pid:-}" ] && kill "$job_pid" 2>/dev/null; rm -rf "$root" "$out"; }
+# The ranks' programs start their steady phase together when sync/go
+# exists and leave it (after `seconds`) only once sync/end does: the samples
+# below are steady-state ones however late this script runs on a loaded
+# machine. sync/burst appears when a rank leaves it.
+sync="$root.sync"
+mkdir -p "$sync"
+cleanup() { [ -n "${job_pid:-}" ] && kill "$job_pid" 2>/dev/null; rm -rf "$root" "$out" "$sync"; }
 trap cleanup EXIT
 echo "load: $ranks ranks x 8 threads for ${seconds}s (job root $root)"
-"$run" -n "$ranks" --backend=host --timeout=$((seconds * 6 + 60)) --job_root="$root" \
-  --host_kernels="$kernels" -- "$app" "$seconds" >"$out" 2>&1 &
+# The job runs niced: its 8 threads a rank and its agents keep both CPUs
+# busy, and this script's samples (a fork each) should come near their time.
+nice -n 10 "$run" -n "$ranks" --backend=host --timeout=$((seconds * 6 + 60)) --job_root="$root" \
+  --host_kernels="$kernels" -- "$app" "$seconds" --sync_dir="$sync" >"$out" 2>&1 &
 job_pid=$!
 
 # The agent's anonymous memory (heap, stacks): what a leak grows. Its mapped
@@ -37,31 +45,41 @@ agent_pids() { cat "$root"/revenant-*/rank*/agent.pid 2>/dev/null; }
 for _ in $(seq 300); do [ "$(agent_pids | wc -l)" -ge "$ranks" ] && break; sleep 0.1; done
 pids=$(agent_pids)
 [ "$(echo "$pids" | wc -w)" -ge "$ranks" ] || { cat "$out"; echo "FAIL: agents did not start"; exit 1; }
-# Samples inside the steady phase only: from 3 s after the agents are up to
-# 1 s before the load's end (the application starts after its agent, so its
-# `seconds` end later still); the burst that follows touches ~96 MiB of
-# device pages per rank, which is the working set, not growth.
+# Every rank's program up (60 s at most), then all start together.
+n_ready() { ls "$sync" | grep -c '^ready\.'; }
+for _ in $(seq 600); do [ "$(n_ready)" -ge "$ranks" ] && break; sleep 0.1; done
+[ "$(n_ready)" -ge "$ranks" ] || { cat "$out"; echo "FAIL: $(n_ready) of $ranks programs came up in 60 s"; exit 1; }
+touch "$sync/go"
+# Samples inside the steady phase: 3 s after the start and 1 s before the
+# load's end (or later: the programs stay steady until sync/end).
 t0=$(date +%s%N)
 ms_since() { echo $(( ($(date +%s%N) - t0) / 1000000 )); }
-while [ "$(ms_since)" -lt 3000 ]; do sleep 0.1; done
+sample() {  # $1: the array to fill with each agent's RSS; then the journal
+  local -n into="$1"
+  for p in $pids; do into[$p]=$(rss_kb "$p"); done
+  sampled_journal_kb=$(journal_kb)
+  sampled_ms=$(ms_since)
+}
 declare -A early last
-for p in $pids; do early[$p]=$(rss_kb "$p"); done
-journal_early_kb=$(journal_kb)
-echo "load: agent anonymous RSS at 3 s (kB): $(for p in $pids; do echo -n "${early[$p]} "; done)"
-echo "load: largest rank journal at 3 s: ${journal_early_kb:-?} kB"
-while [ "$(ms_since)" -lt $(( (seconds - 1) * 1000 )) ]; do
-  kill -0 "$job_pid" 2>/dev/null || break
-  for p in $pids; do r=$(rss_kb "$p"); [ -n "$r" ] && last[$p]=$r; done
+while [ "$(ms_since)" -lt 3000 ]; do sleep 0.1; done
+sample early; journal_early_kb=$sampled_journal_kb; early_ms=$sampled_ms
+echo "load: agent anonymous RSS at $early_ms ms (kB): $(for p in $pids; do echo -n "${early[$p]} "; done)"
+echo "load: largest rank journal at $early_ms ms: ${journal_early_kb:-?} kB"
+while [ "$(ms_since)" -lt $(( (seconds - 1) * 1000 )) ] && kill -0 "$job_pid" 2>/dev/null; do
   sleep 0.1
 done
-journal_kb=$(journal_kb)
-echo "load: largest rank journal at $((seconds - 1)) s: ${journal_kb:-?} kB"
-echo "load: agent anonymous RSS at $((seconds - 1)) s (kB): $(for p in $pids; do echo -n "${last[$p]:-?} "; done)"
+sample last; journal_kb=$sampled_journal_kb
+echo "load: largest rank journal at $sampled_ms ms: ${journal_kb:-?} kB"
+echo "load: agent anonymous RSS at $sampled_ms ms (kB): $(for p in $pids; do echo -n "${last[$p]:-?} "; done)"
+# A burst before this point would make the samples meaningless.
+[ -e "$sync/burst" ] && { echo "FAIL: a rank left the steady phase before it was sampled"; exit 1; }
+touch "$sync/end"
 wait "$job_pid"; rc=$?; job_pid=
 cat "$out"
 [ "$rc" -eq 0 ] || { echo "FAIL: the job exited with $rc"; exit 1; }
 n_pass=$(grep -c "^\[r[0-9]*\] PASS hardening_load" "$out")
 [ "$n_pass" -eq "$ranks" ] || { echo "FAIL: $n_pass of $ranks ranks passed"; exit 1; }
+[ -e "$sync/burst" ] || { echo "FAIL: no rank marked its burst ($sync/burst)"; exit 1; }
 for p in $pids; do
   e=${early[$p]:-}; l=${last[$p]:-}
   [ -n "$e" ] && [ -n "$l" ] || { echo "FAIL: no RSS samples for agent $p"; exit 1; }
