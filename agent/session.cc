@@ -313,14 +313,15 @@ void Session::ReportAtExit() {
     snapshots_->TakeSpareAhead();
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "snapshot memory at exit: live bytes %.3f MiB, snapshot files %.3f MiB (%.2fx live), "
-        "registered %.3f MiB, %d files mapped for %d snapshots (%d written into the spare); %d "
+        "registered %.3f MiB, %d files mapped for %d snapshots (%d written into the spare, %d "
+        "made without their pages); %d "
         "spares made ahead on the store's thread (the last in %.1f ms), %d failed; %d "
         "synchronous and %d asynchronous snapshots copied through the staging buffers into "
         "files not registered%s",
         live / 1048576.0, snapshots_->file_bytes() / 1048576.0,
         live > 0 ? snapshots_->file_bytes() / live : 0.0,
         snapshots_->registered_bytes() / 1048576.0, snapshots_->files_mapped(), t.count, t.reused,
-        snapshots_->spares_made_ahead(), snapshots_->spare_ahead_ms(),
+        snapshots_->files_made_lazily(), snapshots_->spares_made_ahead(), snapshots_->spare_ahead_ms(),
         snapshots_->spares_ahead_failed(), snapshots_->staged_writes(),
         snapshots_->staged_drains(), snapshots_->staging_failures() == 0
             ? std::string()

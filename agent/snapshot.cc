@@ -196,7 +196,24 @@ void SnapshotStore::Delete(std::unique_ptr<File> f) {
   unlink(f->path.c_str());
 }
 
+void SnapshotStore::DeleteBehind(std::unique_ptr<File> f) {
+  if (f == nullptr) return;
+  if (f->registered || f->map == nullptr) {
+    Delete(std::move(f));
+    return;
+  }
+  unlink(f->path.c_str());
+  JoinDelete();
+  delete_thread_ = std::thread([map = f->map, size = f->size] { munmap(map, size); });
+  f->map = nullptr;
+}
+
+void SnapshotStore::JoinDelete() {
+  if (delete_thread_.joinable()) delete_thread_.join();
+}
+
 void SnapshotStore::ReleaseMappings() {
+  JoinDelete();
   JoinCut();
   TakeSpareAhead();
   JoinFirstFile();
@@ -267,14 +284,20 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
     }
     Delete(std::move(ahead));  // the snapshot makes its own, as without
   }
+  // Without a spare, each snapshot is a new file: one that the staging
+  // threads fill is made without its pages, which they fault in as they
+  // copy (off the executor's path; 1x the live bytes between snapshots
+  // without paying for the pages on the boundary).
+  const bool lazy = unregistered_ok && !options_.keep_spare;
   absl::StatusOr<std::unique_ptr<File>> f =
-      MakeFile(size, path, unregistered_ok ? SnapshotCopier{} : copier);
+      MakeFile(size, path, unregistered_ok ? SnapshotCopier{} : copier, /*populate=*/!lazy);
   if (f.ok()) ++files_mapped_;
+  if (f.ok() && lazy) ++files_made_lazily_;
   return f;
 }
 
 absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::MakeFile(
-    size_t size, const std::string& path, const SnapshotCopier& copier) {
+    size_t size, const std::string& path, const SnapshotCopier& copier, bool populate) {
   timeline::Span span("snapshot file made");
   if (span.active()) span.set_detail(absl::StrFormat("%s, %.1f MiB", path, size / 1048576.0));
   const int fd = open(path.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, 0600);
@@ -299,6 +322,8 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::MakeFile(
   f->path = path;
   f->map = static_cast<char*>(map);
   f->size = size;
+  f->populated = populate;
+  if (!populate) return f;
   // Every page now, by several threads (common/populate.h): a full tmpfs is
   // an error here, not a SIGBUS when the copies store into the mapping, and
   // registering finds the pages resident.
@@ -316,7 +341,19 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::MakeFile(
   return f;
 }
 
+absl::Status SnapshotStore::PopulateAll(File* f) {
+  if (f->populated || f->map == nullptr) return absl::OkStatus();
+  if (absl::Status s = PopulateWritable(f->map, f->size); !s.ok() && !absl::IsUnimplemented(s)) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate the snapshot ", f->path,
+                                                     " (", f->size, " bytes): ", s.message()));
+  }
+  f->populated = true;
+  return absl::OkStatus();
+}
+
 absl::Status SnapshotStore::Register(File* f, const SnapshotCopier& copier) {
+  // Copies straight into the file (and registering) need every page.
+  if (absl::Status s = PopulateAll(f); !s.ok()) return s;
   if (!copier.register_host) return absl::OkStatus();
   // Registering holds the CUDA driver against the executor's calls.
   timeline::Span span("snapshot file registered");
@@ -622,9 +659,20 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::BeginWith
       FileOfSize(offset, p->tmp_, copier, unregistered_ok, &p->reused_);
   if (!made.ok()) return made.status();
   p->file_ = std::move(*made);
+  const size_t meta_bytes = std::min<size_t>(meta_size, p->file_->size);
+  if (!p->file_->populated) {
+    // The header and table's pages (the staging threads fault in the rest).
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    if (absl::Status s = PopulateWritable(p->file_->map, (meta_bytes + page - 1) / page * page, 1);
+        !s.ok() && !absl::IsUnimplemented(s)) {
+      Delete(std::move(p->file_));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot allocate the snapshot ", p->tmp_, "'s header: ", s.message()));
+    }
+  }
   // A reused file still holds the header of the snapshot it was: damaged
   // until Finish writes this one's, so that it can never pass for either.
-  std::memset(p->file_->map, 0, std::min<size_t>(meta_size, p->file_->size));
+  std::memset(p->file_->map, 0, meta_bytes);
   return p;
 }
 
@@ -860,12 +908,35 @@ absl::Status SnapshotStore::RunTurns(Pending* p, TurnPlan& plan, bool staged, co
     const char* buf = nullptr;
     size_t end = 0;
     std::atomic<size_t> next{0};
+    // A piece of a file made without its pages that could not have them.
+    std::atomic<bool> failed{false};
+    absl::Status failure ABSL_GUARDED_BY(mu);
   } drain;
+  // A file made without its pages (File::populated): each piece's pages are
+  // faulted in before the copy, an error instead of a SIGBUS on a full tmpfs.
+  const bool fault_in = staged && !p->file_->populated;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   auto work = [&] {
     for (size_t c = drain.next.fetch_add(1); c < drain.end; c = drain.next.fetch_add(1)) {
       TurnPlan::Chunk& k = chunks[c];
       if (options_.before_staged_chunk) options_.before_staged_chunk();
       char* dst = p->destination(k.alloc) + k.offset;
+      if (fault_in && k.size > 0) {
+        if (drain.failed.load(std::memory_order_relaxed)) continue;
+        const uintptr_t from = reinterpret_cast<uintptr_t>(dst) & ~(page - 1);
+        const uintptr_t to = (reinterpret_cast<uintptr_t>(dst) + k.size + page - 1) & ~(page - 1);
+        if (absl::Status s = PopulateWritable(reinterpret_cast<void*>(from), to - from, 1);
+            !s.ok() && !absl::IsUnimplemented(s)) {
+          absl::MutexLock lock(&drain.mu);
+          if (drain.failure.ok()) {
+            drain.failure = absl::ResourceExhaustedError(
+                absl::StrCat("cannot allocate the snapshot ", p->file_->path, " (",
+                             p->file_->size, " bytes): ", s.message()));
+          }
+          drain.failed.store(true);
+          continue;
+        }
+      }
       if (drain.buf != nullptr) std::memcpy(dst, drain.buf + k.staged_at, k.size);
       k.crc = crc32c::Value(dst, k.size);
     }
@@ -929,6 +1000,10 @@ absl::Status SnapshotStore::RunTurns(Pending* p, TurnPlan& plan, bool staged, co
   }
   for (std::thread& w : workers) w.join();
   if (!status.ok()) return status;
+  if (drain.failed.load()) {
+    absl::MutexLock lock(&drain.mu);
+    return drain.failure;
+  }
   const AllocationTable& table = p->table_;
   p->crcs_.assign(table.size(), 0);
   std::vector<bool> started(table.size(), false);
@@ -1074,7 +1149,7 @@ void SnapshotStore::DropBefore(uint64_t minibatch) {
         Delete(std::move(f));
       }
     } else if (f != nullptr) {
-      Delete(std::move(f));
+      DeleteBehind(std::move(f));
     } else {
       unlink(PathOf(m).c_str());
     }

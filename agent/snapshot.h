@@ -112,6 +112,11 @@ struct SnapshotFile {
   char* map = nullptr;
   size_t size = 0;
   bool registered = false;
+  // False for a file made without its pages (a staged snapshot's new file
+  // without keep_spare): the threads that copy into it fault each piece's
+  // pages in first (SnapshotStore::RunTurns), so that a full tmpfs is an
+  // error there rather than a SIGBUS.
+  bool populated = true;
   std::function<void(void* p)> unregister;
 };
 
@@ -288,6 +293,8 @@ class SnapshotStore {
   uint64_t file_bytes() const;
   uint64_t registered_bytes() const;
   uint64_t files_mapped() const { return files_mapped_; }
+  // Of those, made without their pages (File::populated).
+  uint64_t files_made_lazily() const { return files_made_lazily_; }
   // Synchronous snapshots copied through the staging buffers (Options::staged),
   // and asynchronous ones drained from them (DrainStaged).
   uint64_t staged_writes() const { return staged_writes_; }
@@ -442,10 +449,14 @@ class SnapshotStore {
   // threads, the device copying turn t + 1 meanwhile; fills p->crcs_.
   absl::Status RunTurns(Pending* p, TurnPlan& plan, bool staged, const TurnIo& io);
   // A new file of `size` bytes at `path`: sized, mapped, its pages made
-  // resident and registered through the copier. Touches no member (the
-  // spare maker's thread calls it).
+  // resident (unless !populate) and registered through the copier. Touches
+  // no member (the spare maker's thread calls it).
   absl::StatusOr<std::unique_ptr<File>> MakeFile(size_t size, const std::string& path,
-                                                 const SnapshotCopier& copier);
+                                                 const SnapshotCopier& copier,
+                                                 bool populate = true);
+  // A file made without its pages (File::populated false) gets them all
+  // now: before anything but the staging threads writes into it.
+  static absl::Status PopulateAll(File* f);
   // Starts making a spare of `size` bytes (.spare-snap-ahead) unless there
   // is a spare or one is being made (on the store's user's thread).
   void MakeSpareAhead(size_t size);
@@ -459,6 +470,13 @@ class SnapshotStore {
   // unmapped and freed behind. JoinCut waits for it.
   void CutBehind(File* f, size_t size);
   void JoinCut();
+  // A file given up that no device copy can reach (not registered): its
+  // name goes now, its pages on a thread of its own (delete_thread_; freeing
+  // a few hundred MiB of tmpfs pages takes tens of ms, and DropBefore runs
+  // on the executor at a journal boundary). Registered files are deleted
+  // in place (unregistering holds the CUDA driver; the caller's thread).
+  void DeleteBehind(std::unique_ptr<File> f);
+  void JoinDelete();
   // Registers the whole mapping of `f` through the copier (nothing to do
   // without register_host).
   static absl::Status Register(File* f, const SnapshotCopier& copier);
@@ -481,6 +499,7 @@ class SnapshotStore {
   std::vector<std::pair<uint64_t, std::unique_ptr<File>>> files_;
   std::unique_ptr<File> spare_;
   uint64_t files_mapped_ = 0;
+  uint64_t files_made_lazily_ = 0;
   uint64_t staged_writes_ = 0;
   uint64_t staged_drains_ = 0;
   uint64_t staging_failures_ = 0;
@@ -512,6 +531,7 @@ class SnapshotStore {
   // first_thread_ while first_busy_ is set.
   std::thread first_thread_;
   std::thread cut_thread_;
+  std::thread delete_thread_;
   bool cut_ok_ = true;  // cut_thread_'s truncate succeeded (read after JoinCut)
   std::atomic<bool> first_busy_{false};
   std::unique_ptr<File> first_file_;
