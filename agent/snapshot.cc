@@ -440,9 +440,8 @@ void SnapshotStore::JoinFirstFile() {
 }
 
 void SnapshotStore::PrepareFirstFile(size_t size) {
-  if (first_begun_ || !options_.keep_spare || !options_.spare_ahead || size <= first_target_) {
-    return;
-  }
+  // (Without keep_spare too: the first snapshot's own file, 1x once cut.)
+  if (first_begun_ || !options_.spare_ahead || size <= first_target_) return;
   if (first_thread_.joinable()) {
     if (first_busy_.load(std::memory_order_acquire)) return;  // still at it: later
     first_thread_.join();

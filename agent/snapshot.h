@@ -335,10 +335,8 @@ class SnapshotStore {
   // The file made ahead of the first snapshot: whether the first snapshot
   // took it, and the time spent making and growing it (off the critical path).
   // Whether PrepareFirstFile would still make or grow the file: before the
-  // first snapshot began, with keep_spare and spare_ahead.
-  bool wants_first_file() const {
-    return !first_begun_ && options_.keep_spare && options_.spare_ahead;
-  }
+  // first snapshot began, with spare_ahead (with or without keep_spare).
+  bool wants_first_file() const { return !first_begun_ && options_.spare_ahead; }
   bool first_file_used() const { return first_file_used_; }
   double first_file_ms() const { return first_ms_; }
   // What taking it cost the first snapshot: waiting for the thread, cutting

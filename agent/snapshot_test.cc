@@ -459,6 +459,36 @@ TEST_F(SnapshotTest, NoFileIsMadeAheadWithoutTheSpare) {
   ExpectLoadsTo(store, 1, d);
 }
 
+// Without the spare, the first snapshot still takes a file made ahead (its
+// pages resident off the critical path); no spare follows it.
+TEST_F(SnapshotTest, WithoutTheSpareTheFirstSnapshotStillTakesAFileMadeAhead) {
+  FakeDevice d = MakeDevice(24);
+  CountingCopier cc{&d};
+  SnapshotStore::Options o;
+  o.keep_spare = false;
+  o.staged = true;
+  o.staging_bytes = 64 << 10;
+  SnapshotStore store(dir_, 0, o);
+  store.SetCopier(cc.Make());
+  ASSERT_TRUE(store.wants_first_file());
+  store.PrepareFirstFile(SnapshotStore::FileSizeFor(d.Table()));
+  absl::StatusOr<SnapshotWriteStats> st = store.Write(1, 1, d.Table());
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_TRUE(store.first_file_used());
+  EXPECT_EQ(store.files_made_lazily(), 0u);
+  ExpectLoadsTo(store, 1, d);
+  st = store.Write(2, 2, d.Table());
+  ASSERT_TRUE(st.ok()) << st.status();
+  store.DropBefore(2);
+  store.TakeSpareAhead();
+  EXPECT_EQ(store.spares_made_ahead(), 0u);
+  EXPECT_EQ(store.files_made_lazily(), 1u);
+  uint64_t live = 0;
+  for (const auto& [a, b] : d.mem) live += b.size();
+  EXPECT_LT(store.file_bytes(), live + 4096);
+  ExpectLoadsTo(store, 2, d);
+}
+
 TEST_F(SnapshotTest, WithoutTheSpareTheFilesHoldOneSnapshot) {
   FakeDevice d = MakeDevice(12);
   CountingCopier cc{&d};
