@@ -119,7 +119,8 @@ ABSL_FLAG(std::string, journal_thread, "auto",
 ABSL_FLAG(bool, snapshot_keep_spare, true,
           "with boundary snapshots: keep the snapshot given up at a boundary as the next one's "
           "mapped, registered file (no mapping or registration per snapshot; the files hold 2x "
-          "the live bytes); false: 1x, a fresh file mapped and registered per snapshot");
+          "the live bytes); false: 1x between snapshots, a new file per snapshot (staged: made "
+          "without its pages, which the copying threads fault in)");
 ABSL_FLAG(bool, snapshot_spare_ahead, true,
           "with --snapshot_keep_spare: make the snapshot files ahead on a thread of their own "
           "(the first one while the allocations grow, its pages resident; after a snapshot "

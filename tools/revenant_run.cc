@@ -162,7 +162,8 @@ ABSL_FLAG(bool, snapshot_async, true,
           "file behind; docs/recovery.md); false: every snapshot synchronous");
 ABSL_FLAG(bool, snapshot_keep_spare, true,
           "keep the snapshot file given up at a journal boundary for the next snapshot (no new "
-          "registered memory per snapshot; 2x the live bytes in snapshot files); false: 1x");
+          "file per snapshot; 2x the live bytes in snapshot files); false: 1x between snapshots, "
+          "a new file per snapshot whose pages the copying threads allocate");
 ABSL_FLAG(bool, snapshot_spare_ahead, true,
           "with --snapshot_keep_spare: the agent makes the snapshot files ahead on a thread of "
           "its own (the first one while the allocations grow; after the first snapshot, a "
