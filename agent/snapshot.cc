@@ -322,16 +322,14 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::MakeFile(
   f->path = path;
   f->map = static_cast<char*>(map);
   f->size = size;
-  f->populated = populate;
+  f->populated = false;
   if (!populate) return f;
   // Every page now, by several threads (common/populate.h): a full tmpfs is
   // an error here, not a SIGBUS when the copies store into the mapping, and
   // registering finds the pages resident.
-  if (absl::Status s = PopulateWritable(f->map, size);
-      !s.ok() && !absl::IsUnimplemented(s)) {
+  if (absl::Status s = PopulateAll(f.get()); !s.ok()) {
     Delete(std::move(f));
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot allocate the snapshot ", path, " (", size, " bytes): ", s.message()));
+    return s;
   }
   if (absl::Status s = Register(f.get(), copier); !s.ok()) {
     Delete(std::move(f));

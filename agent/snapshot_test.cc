@@ -29,6 +29,11 @@ namespace {
 // A fake device: allocations are host buffers keyed by address.
 struct FakeDevice {
   std::map<uint64_t, std::string> mem;
+  uint64_t LiveBytes() const {
+    uint64_t n = 0;
+    for (const auto& [a, b] : mem) n += b.size();
+    return n;
+  }
   AllocationTable Table() const {
     AllocationTable t;
     for (const auto& [a, b] : mem) t.emplace_back(a, b.size());
@@ -305,6 +310,16 @@ struct CountingCopier {
   }
 };
 
+// A store without the spare whose snapshots stage through 64 KiB buffers.
+SnapshotStore::Options WithoutSpareStaged(int crc_threads = 1) {
+  SnapshotStore::Options o;
+  o.keep_spare = false;
+  o.staged = true;
+  o.staging_bytes = 64 << 10;
+  o.crc_threads = crc_threads;
+  return o;
+}
+
 // Copying through `cc`, snapshots 1 and 2 of `cc`'s device written, then 1
 // dropped: its file becomes the spare.
 void WriteTwoKeepingTheFirstAsSpare(SnapshotStore& store, CountingCopier& cc) {
@@ -349,8 +364,7 @@ void ExpectLoadsTo(SnapshotStore& store, uint64_t minibatch, const FakeDevice& w
 TEST_F(SnapshotTest, SteadyStateReusesTheSpareAndRegistersNothingNew) {
   FakeDevice d = MakeDevice(11);
   CountingCopier cc{&d};
-  uint64_t live = 0;
-  for (const auto& [a, b] : d.mem) live += b.size();
+  const uint64_t live = d.LiveBytes();
   {
     SnapshotStore store(dir_, 0);
     store.SetCopier(cc.Make());
@@ -464,11 +478,7 @@ TEST_F(SnapshotTest, NoFileIsMadeAheadWithoutTheSpare) {
 TEST_F(SnapshotTest, WithoutTheSpareTheFirstSnapshotStillTakesAFileMadeAhead) {
   FakeDevice d = MakeDevice(24);
   CountingCopier cc{&d};
-  SnapshotStore::Options o;
-  o.keep_spare = false;
-  o.staged = true;
-  o.staging_bytes = 64 << 10;
-  SnapshotStore store(dir_, 0, o);
+  SnapshotStore store(dir_, 0, WithoutSpareStaged());
   store.SetCopier(cc.Make());
   ASSERT_TRUE(store.wants_first_file());
   store.PrepareFirstFile(SnapshotStore::FileSizeFor(d.Table()));
@@ -483,8 +493,7 @@ TEST_F(SnapshotTest, WithoutTheSpareTheFirstSnapshotStillTakesAFileMadeAhead) {
   store.TakeSpareAhead();
   EXPECT_EQ(store.spares_made_ahead(), 0u);
   EXPECT_EQ(store.files_made_lazily(), 1u);
-  uint64_t live = 0;
-  for (const auto& [a, b] : d.mem) live += b.size();
+  const uint64_t live = d.LiveBytes();
   EXPECT_LT(store.file_bytes(), live + 4096);
   ExpectLoadsTo(store, 2, d);
 }
@@ -501,8 +510,7 @@ TEST_F(SnapshotTest, WithoutTheSpareTheFilesHoldOneSnapshot) {
     ASSERT_TRUE(st.ok()) << st.status();
     EXPECT_FALSE(st->reused);
     store.DropBefore(m);
-    uint64_t live = 0;
-    for (const auto& [a, b] : d.mem) live += b.size();
+    const uint64_t live = d.LiveBytes();
     EXPECT_LT(store.file_bytes(), live + 4096);
   }
   EXPECT_EQ(store.files_mapped(), 4u);
@@ -516,14 +524,9 @@ TEST_F(SnapshotTest, WithoutTheSpareTheFilesHoldOneSnapshot) {
 TEST_F(SnapshotTest, WithoutTheSpareStagedSnapshotsRegisterOnlyTheStaging) {
   FakeDevice d = MakeDevice(17);
   CountingCopier cc{&d};
-  SnapshotStore::Options o;
-  o.keep_spare = false;
-  o.staged = true;
-  o.staging_bytes = 64 << 10;
-  SnapshotStore store(dir_, 0, o);
+  SnapshotStore store(dir_, 0, WithoutSpareStaged());
   store.SetCopier(cc.Make());
-  uint64_t live = 0;
-  for (const auto& [a, b] : d.mem) live += b.size();
+  const uint64_t live = d.LiveBytes();
   for (uint64_t m = 1; m <= 4; ++m) {
     for (auto& [a, b] : d.mem) b[0] = static_cast<char>(b[0] + 1);
     absl::StatusOr<SnapshotWriteStats> st = store.Write(m, m, d.Table());
@@ -545,15 +548,9 @@ TEST_F(SnapshotTest, WithoutTheSpareStagedSnapshotsRegisterOnlyTheStaging) {
 TEST_F(SnapshotTest, WithoutTheSpareAsynchronousSnapshotsFillFilesMadeWithoutPages) {
   FakeDevice d = MakeDevice(18);
   CountingCopier cc{&d};
-  SnapshotStore::Options o;
-  o.keep_spare = false;
-  o.staged = true;
-  o.staging_bytes = 64 << 10;
-  o.crc_threads = 3;
-  SnapshotStore store(dir_, 0, o);
+  SnapshotStore store(dir_, 0, WithoutSpareStaged(3));
   store.SetCopier(cc.Make());
-  uint64_t live = 0;
-  for (const auto& [a, b] : d.mem) live += b.size();
+  const uint64_t live = d.LiveBytes();
   ASSERT_TRUE(store.Write(1, 1, d.Table()).ok());
   for (uint64_t k = 1; k <= 3; ++k) {
     for (auto& [a, b] : d.mem) b[b.size() - 1] = static_cast<char>(b[b.size() - 1] + 1);
@@ -580,12 +577,7 @@ TEST_F(SnapshotTest, WithoutTheSpareAsynchronousSnapshotsFillFilesMadeWithoutPag
 TEST_F(SnapshotTest, AFileMadeWithoutPagesThatCannotHaveThemFailsTheSnapshot) {
   FakeDevice d = MakeDevice(19);
   CountingCopier cc{&d};
-  SnapshotStore::Options o;
-  o.keep_spare = false;
-  o.staged = true;
-  o.staging_bytes = 64 << 10;
-  o.crc_threads = 2;
-  SnapshotStore store(dir_, 0, o);
+  SnapshotStore store(dir_, 0, WithoutSpareStaged(2));
   store.SetCopier(cc.Make());
   ASSERT_TRUE(store.Write(1, 1, d.Table()).ok());
   absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> p = store.Begin(1, 7, d.Table());
@@ -984,8 +976,7 @@ TEST_F(SnapshotTest, StraightCopiesAreWaitedForAndChecksummedTurnByTurn) {
     ASSERT_TRUE(st.ok()) << st.status();
     EXPECT_FALSE(st->staged);
     EXPECT_EQ(cc.registrations, 1);  // the file
-    uint64_t live = 0;
-    for (const auto& [a, b] : d.mem) live += b.size();
+    const uint64_t live = d.LiveBytes();
     const int want_turns = static_cast<int>((live + (64 << 10) - 1) / (64 << 10));
     if (turns) {
       EXPECT_EQ(cc.waits, want_turns);
