@@ -196,6 +196,20 @@ void SnapshotStore::Delete(std::unique_ptr<File> f) {
   unlink(f->path.c_str());
 }
 
+namespace {
+
+// Faults in, on this thread, the whole pages under [addr, addr + n) of a
+// file made without its pages; Ok where the kernel cannot (as MakeFile).
+absl::Status PopulatePagesOf(char* addr, size_t n) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t from = reinterpret_cast<uintptr_t>(addr) & ~(page - 1);
+  const uintptr_t to = (reinterpret_cast<uintptr_t>(addr) + n + page - 1) & ~(page - 1);
+  absl::Status s = PopulateWritable(reinterpret_cast<void*>(from), to - from, 1);
+  return absl::IsUnimplemented(s) ? absl::OkStatus() : s;
+}
+
+}  // namespace
+
 void SnapshotStore::DeleteBehind(std::unique_ptr<File> f) {
   if (f == nullptr) return;
   if (f->registered || f->map == nullptr) {
@@ -659,9 +673,7 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::Pending>> SnapshotStore::BeginWith
   const size_t meta_bytes = std::min<size_t>(meta_size, p->file_->size);
   if (!p->file_->populated) {
     // The header and table's pages (the staging threads fault in the rest).
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    if (absl::Status s = PopulateWritable(p->file_->map, (meta_bytes + page - 1) / page * page, 1);
-        !s.ok() && !absl::IsUnimplemented(s)) {
+    if (absl::Status s = PopulatePagesOf(p->file_->map, meta_bytes); !s.ok()) {
       Delete(std::move(p->file_));
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot allocate the snapshot ", p->tmp_, "'s header: ", s.message()));
@@ -912,7 +924,6 @@ absl::Status SnapshotStore::RunTurns(Pending* p, TurnPlan& plan, bool staged, co
   // A file made without its pages (File::populated): each piece's pages are
   // faulted in before the copy, an error instead of a SIGBUS on a full tmpfs.
   const bool fault_in = staged && !p->file_->populated;
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   auto work = [&] {
     for (size_t c = drain.next.fetch_add(1); c < drain.end; c = drain.next.fetch_add(1)) {
       TurnPlan::Chunk& k = chunks[c];
@@ -920,10 +931,7 @@ absl::Status SnapshotStore::RunTurns(Pending* p, TurnPlan& plan, bool staged, co
       char* dst = p->destination(k.alloc) + k.offset;
       if (fault_in && k.size > 0) {
         if (drain.failed.load(std::memory_order_relaxed)) continue;
-        const uintptr_t from = reinterpret_cast<uintptr_t>(dst) & ~(page - 1);
-        const uintptr_t to = (reinterpret_cast<uintptr_t>(dst) + k.size + page - 1) & ~(page - 1);
-        if (absl::Status s = PopulateWritable(reinterpret_cast<void*>(from), to - from, 1);
-            !s.ok() && !absl::IsUnimplemented(s)) {
+        if (absl::Status s = PopulatePagesOf(dst, k.size); !s.ok()) {
           absl::MutexLock lock(&drain.mu);
           if (drain.failure.ok()) {
             drain.failure = absl::ResourceExhaustedError(
