@@ -1878,27 +1878,66 @@ cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
     }
     if (e != cudaSuccess) return e;
   }
-  // Straight into registered files: the copies that fit the device spare
-  // go there first (device to device), the rest to the host.
+  // The device spare takes copies first (device to device), and the
+  // application's streams wait only for the copies out of its memory.
+  // Straight into registered files: the copies that fit go to the spare,
+  // the rest to the host, and the spare drains to the host behind. Staged:
+  // the last copies that fit (spare_from on) go to the spare, so that the
+  // streams wait for the turns before them only; the turns after copy out
+  // of the spare into the staging buffers while the application runs.
   struct Spared {
     size_t copy;
     size_t offset;
   };
   std::vector<Spared> spared;
-  if (turns == nullptr && snapshot_spare_mib_.value_or(1) > 0) {
+  size_t spare_from = copies.size();
+  if (snapshot_spare_mib_.value_or(1) > 0) {
     size_t live_bytes = 0;
     for (const SnapshotCopy& c : copies) live_bytes += c.count;
     EnsureSnapshotSpare(live_bytes);
+  }
+  auto spare_at = [](size_t used) { return (used + 255) & ~size_t{255}; };
+  if (snapshot_spare_ != nullptr && turns == nullptr) {
     size_t used = 0;
-    for (size_t c = 0; c < copies.size() && snapshot_spare_ != nullptr; ++c) {
+    for (size_t c = 0; c < copies.size(); ++c) {
       const size_t n = copies[c].count;
       if (n == 0 || used + n > snapshot_spare_bytes_) continue;
       cudaError_t e = ::cudaMemcpyAsync(static_cast<char*>(snapshot_spare_) + used, copies[c].src,
                                         n, cudaMemcpyDeviceToDevice, snapshot_stream_);
       if (e != cudaSuccess) return e;
       spared.push_back(Spared{c, used});
-      used += (n + 255) & ~size_t{255};
+      used = spare_at(used + n);
     }
+  } else if (snapshot_spare_ != nullptr) {
+    for (size_t need = 0; spare_from > 0; --spare_from) {
+      const size_t n = spare_at(copies[spare_from - 1].count);
+      if (need + n > snapshot_spare_bytes_) break;
+      need += n;
+    }
+    size_t used = 0;
+    for (size_t c = spare_from; c < copies.size(); ++c) {
+      const size_t n = copies[c].count;
+      if (n == 0) continue;
+      cudaError_t e = ::cudaMemcpyAsync(static_cast<char*>(snapshot_spare_) + used, copies[c].src,
+                                        n, cudaMemcpyDeviceToDevice, snapshot_stream_);
+      if (e != cudaSuccess) return e;
+      spared.push_back(Spared{c, used});
+      used = spare_at(used + n);
+    }
+  }
+  // Everything queued later, on any stream, waits for the copies out of
+  // the application's memory (not for the spare's drain).
+  bool released = false;
+  auto release = [&]() -> cudaError_t {
+    released = true;
+    cudaError_t e = ::cudaEventRecord(snapshot_end_event_, snapshot_stream_);
+    for (cudaStream_t s : live) {
+      if (e == cudaSuccess) e = ::cudaStreamWaitEvent(s, snapshot_end_event_, 0);
+    }
+    return e;
+  };
+  if (turns != nullptr && spare_from == 0) {
+    if (cudaError_t e = release(); e != cudaSuccess) return e;
   }
   size_t next_spared = 0;
   // Staged: turn t's copies after the caller drained turn t - 2 (the same
@@ -1912,14 +1951,20 @@ cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
     }
     const size_t end = turns != nullptr ? turns->ends[t] : copies.size();
     for (; c < end; ++c) {
-      if (copies[c].count == 0) continue;
-      if (next_spared < spared.size() && spared[next_spared].copy == c) {
-        ++next_spared;
-        continue;
+      const void* src = copies[c].src;
+      if (copies[c].count != 0 && next_spared < spared.size() && spared[next_spared].copy == c) {
+        src = static_cast<const char*>(snapshot_spare_) + spared[next_spared++].offset;
+        // Straight into the file: drained below, after the release.
+        if (turns == nullptr) continue;
       }
-      cudaError_t e = ::cudaMemcpyAsync(copies[c].dst, copies[c].src, copies[c].count,
-                                        cudaMemcpyDeviceToHost, snapshot_stream_);
-      if (e != cudaSuccess) return e;
+      if (copies[c].count != 0) {
+        cudaError_t e = ::cudaMemcpyAsync(copies[c].dst, src, copies[c].count,
+                                          cudaMemcpyDeviceToHost, snapshot_stream_);
+        if (e != cudaSuccess) return e;
+      }
+      if (turns != nullptr && c + 1 == spare_from) {
+        if (cudaError_t e = release(); e != cudaSuccess) return e;
+      }
     }
     if (turns != nullptr &&
         drv_.cuStreamWriteValue64(snapshot_stream_, reinterpret_cast<CUdeviceptr>(filled_device),
@@ -1927,19 +1972,20 @@ cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
       return cudaErrorUnknown;
     }
   }
-  // Everything queued later, on any stream, waits for the copies out of
-  // the application's memory (with a spare: not for its drain below).
-  cudaError_t e = ::cudaEventRecord(snapshot_end_event_, snapshot_stream_);
-  for (cudaStream_t s : live) {
-    if (e == cudaSuccess) e = ::cudaStreamWaitEvent(s, snapshot_end_event_, 0);
+  if (!released) {
+    if (cudaError_t e = release(); e != cudaSuccess) return e;
   }
-  if (e != cudaSuccess) return e;
-  for (const Spared& sp : spared) {
-    e = ::cudaMemcpyAsync(copies[sp.copy].dst, static_cast<char*>(snapshot_spare_) + sp.offset,
-                          copies[sp.copy].count, cudaMemcpyDeviceToHost, snapshot_stream_);
-    if (e != cudaSuccess) return e;
+  cudaError_t e = cudaSuccess;
+  if (turns == nullptr) {
+    for (const Spared& sp : spared) {
+      e = ::cudaMemcpyAsync(copies[sp.copy].dst, static_cast<char*>(snapshot_spare_) + sp.offset,
+                            copies[sp.copy].count, cudaMemcpyDeviceToHost, snapshot_stream_);
+      if (e != cudaSuccess) return e;
+    }
   }
   if (!spared.empty()) {
+    // The application's device synchronization waits for its own streams
+    // until this is reached (SpareDraining).
     if (snapshot_drained_event_ == nullptr) {
       e = ::cudaEventCreateWithFlags(&snapshot_drained_event_, cudaEventDisableTiming);
       if (e != cudaSuccess) {

@@ -261,7 +261,10 @@ void StagedSnapshot(Backend* b) {
 // drains them; work queued after the copies (a memset of every allocation)
 // runs only after them. The snapshot loads back the bytes before the memset
 // (seed 20261206), the memset lands, only the staging was registered.
-void StagedAsyncSnapshot(Backend* b) {
+// `all_in_spare`: the device spare holds the whole snapshot, so the
+// application's work runs before any turn is drained; otherwise (a spare
+// of 8 MiB: the last copies only) it waits for the turns out of its memory.
+void StagedAsyncSnapshot(Backend* b, bool all_in_spare) {
   char tmpl[] = "/dev/shm/cuda_backend_gpu_test.XXXXXX";
   if (mkdtemp(tmpl) == nullptr) {
     EXPECT(false);
@@ -317,6 +320,25 @@ void StagedAsyncSnapshot(Backend* b) {
       // The application's next work: after the copies, whatever stream.
       for (const auto& [p, bytes] : allocs) {
         EXPECT_ERR(b->cudaMemsetAsync(p, 0x5a, bytes.size(), nullptr), cudaSuccess);
+      }
+      // Nothing drained yet: the device has filled the first two turns at
+      // most, and the third waits for the first's drain.
+      cudaError_t q = b->cudaStreamQuery(nullptr);
+      if (all_in_spare) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (q == cudaErrorNotReady && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+          q = b->cudaStreamQuery(nullptr);
+        }
+        EXPECT_ERR(q, cudaSuccess);
+        EXPECT(__atomic_load_n(drained, __ATOMIC_ACQUIRE) == 0);
+        std::printf("the application's work after the snapshot ran before any turn was drained "
+                    "(the snapshot in the device spare): %s\n", q == cudaSuccess ? "yes" : "no");
+      } else {
+        EXPECT_ERR(q, cudaErrorNotReady);
+        std::printf("the application's work after the snapshot waits for the turns out of its "
+                    "memory (the spare holds the last copies only): %s\n",
+                    q == cudaErrorNotReady ? "yes" : "no");
       }
       const absl::Status drained_all = store.DrainStaged(
           pending->get(),
@@ -603,6 +625,21 @@ int SpareChild() {
   return g_failures == 0 ? 0 : 1;
 }
 
+// REVENANT_SNAPSHOT_DEVICE_SPARE_MIB=8: a staged asynchronous snapshot of
+// ~15 MiB, its last 8 MiB through the device spare.
+int StagedSpareChild() {
+  BackendOptions options;
+  options.rank = 4;
+  absl::StatusOr<std::unique_ptr<Backend>> made = MakeCudaBackend(options);
+  if (!made.ok()) {
+    std::printf("CREATE_FAILED %s\n", made.status().ToString().c_str());
+    return 3;
+  }
+  StagedAsyncSnapshot(made->get(), /*all_in_spare=*/false);
+  std::printf(g_failures == 0 ? "CHILD_OK\n" : "CHILD_FAILED %d\n", g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
 int Child(int rank, const std::string& fatbin, int hold_ms, bool block_range) {
   if (block_range) {
     // Something of this process already sits in the range: the backend must
@@ -738,7 +775,7 @@ int Child(int rank, const std::string& fatbin, int hold_ms, bool block_range) {
     GraphMemory(b, *k, f, range);
     HeldLaunches(b);
     StagedSnapshot(b);
-    StagedAsyncSnapshot(b);
+    StagedAsyncSnapshot(b, /*all_in_spare=*/true);
   }
 
   if (hold_ms > 0) {
@@ -983,6 +1020,14 @@ int Driver(const std::string& self, const std::string& fatbin) {
   EXPECT(spare.status == 0);
   EXPECT(spare.out.find("a device spare of 64 MiB") != std::string::npos);
   EXPECT(spare.out.find("given back") != std::string::npos);
+  Run staged = RunChild("REVENANT_SNAPSHOT_DEVICE_SPARE_MIB=8 timeout 120 " + self +
+                        " --staged_spare_child --fatbin=" + fatbin + " 2>&1");
+  std::printf("--- a staged asynchronous snapshot, its last 8 MiB through the device spare "
+              "(rank 4)\n%s",
+              staged.out.c_str());
+  EXPECT(staged.status == 0);
+  EXPECT(staged.out.find("a device spare of 8 MiB") != std::string::npos);
+  EXPECT(staged.out.find("loaded back equal") != std::string::npos);
   if (g_failures == 0) std::printf("PASS cuda_backend_gpu_test\n");
   return g_failures == 0 ? 0 : 1;
 }
@@ -1000,6 +1045,7 @@ int main(int argc, char** argv) {
   }
   if (!Flag(argc, argv, "measure").empty()) return revenant::agent::Measure(fatbin);
   if (!Flag(argc, argv, "spare_child").empty()) return revenant::agent::SpareChild();
+  if (!Flag(argc, argv, "staged_spare_child").empty()) return revenant::agent::StagedSpareChild();
   if (!Flag(argc, argv, "child").empty()) {
     return revenant::agent::Child(std::atoi(Flag(argc, argv, "rank", "0").c_str()), fatbin,
                                   std::atoi(Flag(argc, argv, "hold_ms", "0").c_str()),
