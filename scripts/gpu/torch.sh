@@ -43,7 +43,7 @@
 #   start the agent's testing variant: set the knob for the main run too
 #   (in the environment, e.g. its default value) so that both shim runs use
 #   the same agent.
-# TORCH_ONE: the scripts of step 1 (default: all three); TORCH_STEPS: their
+# TORCH_ONE: the scripts of step 1 (default: all four); TORCH_STEPS: their
 #   steps (default: each script's own).
 if [ "$MODE" = all ] || [ "$MODE" = torch ] || [ "$MODE" = torch1 ] || [ "$MODE" = torch_probe ] ||
    [ "$MODE" = torch_prof ] || [ "$MODE" = torch4 ] || [ "$MODE" = torch4_pairs ] ||
@@ -272,7 +272,7 @@ PYEOF
     done
   else
     # 1. One rank: native = revenant (not in MODE torch4).
-    [ "$MODE" = torch4 ] && th_one="" || th_one="${TORCH_ONE:-mlp_ddp conv_bf16 pinned_events}"
+    [ "$MODE" = torch4 ] && th_one="" || th_one="${TORCH_ONE:-mlp_ddp conv_bf16 pinned_events gpt_amp}"
     # TORCH_STEPS: steps of every 1-rank run (default: each script's own).
     th_steps=(); [ -n "${TORCH_STEPS:-}" ] && th_steps=(--steps "$TORCH_STEPS")
     # TORCH_RUN_ARGS: further revenant-run options of the first run under the
@@ -312,8 +312,9 @@ PYEOF
         st="FAIL (native rc=$nrc, revenant rc=$crc)"; th_diag "$clog"
       fi
       record "torch $s 1 rank native = revenant" "$st" "$clog"
-      if [ "$s" = mlp_ddp ] && [ -n "${th_ref[$s]:-}" ]; then
-        # The agent killed mid-run (request 6000 of ~9000: past step 20):
+      if { [ "$s" = mlp_ddp ] || [ "$s" = gpt_amp ]; } && [ -n "${th_ref[$s]:-}" ]; then
+        # The agent killed mid-run (mlp_ddp: request 6000 of ~9000, past
+        # step 20; gpt_amp: past its first steps):
         # the replacement restores the last boundary snapshot (auto: not
         # every step) and replays every step since.
         log="$LOGS/torch.$s.kill1.log"
