@@ -220,6 +220,7 @@ class RequestJournal {
   // The minibatch log's bytes a replay may still read: its records and the
   // payloads not released (journal::Journal::ReleasePayloadsBefore).
   uint64_t live_minibatch_bytes() const { return journal_->live_minibatch_bytes(); }
+  uint64_t setup_file_bytes() const { return journal_->setup_file_bytes(); }
   // A one-rank job's finished snapshot at request `request_seq` (its replay
   // starts there): the payloads of the minibatch log's entries before it
   // are released. Any thread. Returns the bytes of pages freed.

@@ -305,10 +305,11 @@ void Session::ReportAtExit() {
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "snapshots at exit: %d boundaries, %.3f MiB per boundary, %.2f ms mean, %.2f ms max "
         "per boundary, %d steps between snapshots (journaled inside their minibatch)%s; "
-        "%d asynchronous (inside the journal's minibatch), %.2f ms mean to the finished file",
+        "%d asynchronous (inside the journal's minibatch), %.2f ms mean to the finished file; "
+        "%d made due by the journal's bytes (%.1f MiB, --snapshot_max_log_mib)",
         t.count, t.bytes / 1048576.0 / t.count, t.ms / t.count, t.max_ms, steps_skipped_,
         t.failures ? absl::StrCat(", ", t.failures, " FAILED") : std::string(), t.inside,
-        t.total_ms / t.count);
+        t.total_ms / t.count, bound_snapshots_, options_.snapshot_max_log_bytes / 1048576.0);
     const double live = static_cast<double>(t.last_bytes);
     snapshots_->TakeSpareAhead();
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
@@ -949,6 +950,19 @@ bool Session::TimedSnapshotDue() const {
          std::max(kSnapshotIntervalFactor * last_snapshot_ns_, options_.snapshot_min_interval_ns);
 }
 
+uint64_t Session::LogBytesTowardBound() {
+  const uint64_t minibatch = options_.journal->minibatch();
+  const uint64_t setup = options_.journal->setup_file_bytes();
+  if (minibatch != bound_minibatch_) {
+    bound_minibatch_ = minibatch;
+    bound_setup_base_ = setup;
+    bound_floor_ = 0;
+  }
+  // A compaction shrank the setup log: count from there.
+  bound_setup_base_ = std::min(bound_setup_base_, setup);
+  return options_.journal->live_minibatch_bytes() + (setup - bound_setup_base_);
+}
+
 bool Session::SnapshotDue() {
   const SessionOptions::Chaos& c = options_.chaos;
   const bool every_step = options_.snapshot_every == 1 || validator_ != nullptr ||
@@ -1010,16 +1024,21 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
     // the bound, a journal boundary bounds them (synchronous: the journal
     // drops what came before it, so its snapshot must be complete first).
     // The captured uploads need none: a finished snapshot releases them.
-    const uint64_t live = options_.journal->live_minibatch_bytes();
+    const uint64_t live = LogBytesTowardBound();
     if ((timed && inflight_ == nullptr && inside_since_boundary_ + 1 >= kInsidePerBoundary) ||
         live >= options_.snapshot_max_log_bytes) {
       steps_since_snapshot_ = 0;
       return SnapshotStep::kBoundary;
     }
     // A finished snapshot releases the payloads journaled before it
-    // (ReapSnapshot): from three quarters of the bound, one is due before
-    // the bound forces a journal boundary (below, the timed ones release).
-    if (live >= options_.snapshot_max_log_bytes / 4 * 3) due = true;
+    // (ReapSnapshot) and the setup log's calls only a replay from before it
+    // needed: from three quarters of the bound, one is due before the bound
+    // forces a journal boundary (below, the timed ones release), once the
+    // bytes grew past what the last one left (bound_floor_).
+    if (!due && live >= options_.snapshot_max_log_bytes / 4 * 3 && live >= bound_floor_) {
+      due = true;
+      if (inflight_ == nullptr) ++bound_snapshots_;
+    }
   }
   if (!due || inflight_ != nullptr) {
     // A step journaled inside the minibatch (one snapshot in flight at a
@@ -1281,6 +1300,8 @@ void Session::ReapSnapshot(bool wait) {
   // And the setup log's calls only a replay from the journal's boundary
   // needed (cuBLASLt descriptors destroyed since, superseded setters).
   options_.journal->ReplayStartsAt(f.seq);
+  // The bound's next asynchronous snapshot waits for new bytes.
+  bound_floor_ = LogBytesTowardBound() + options_.snapshot_max_log_bytes / 8;
   const double total_ms = last_snapshot_ns_ / 1e6;
   if (timeline::Enabled()) {
     const std::string what =

@@ -548,6 +548,22 @@ class Session : private JournalingHost {
   // kInsidePerBoundary-th snapshot is a journal boundary.
   uint64_t inside_since_boundary_ = 0;
   static constexpr uint64_t kInsidePerBoundary = 8;
+  // What counts against snapshot_max_log_bytes inside a one-rank job's
+  // journal minibatch: the minibatch log's live bytes and what the setup
+  // log grew by since its lowest point in this journal minibatch (the
+  // cuBLASLt descriptors a step creates and destroys stay in it until a
+  // snapshot moves the replay's start and a compaction drops them: ~1000
+  // calls a step for a PyTorch transformer).
+  uint64_t LogBytesTowardBound();
+  uint64_t bound_minibatch_ = ~uint64_t{0};
+  uint64_t bound_setup_base_ = 0;
+  // From three quarters of the bound, an asynchronous snapshot is due only
+  // once those bytes passed this: what the last finished one left plus an
+  // eighth of the bound. What a snapshot cannot release (the minibatch
+  // log's records, inline payloads) made every step due before, one
+  // snapshot after another until the bound forced a journal boundary.
+  uint64_t bound_floor_ = 0;
+  uint64_t bound_snapshots_ = 0;  // made due by the bound (the exit line)
   bool inside_unsupported_ = false;
   void MaybeSnapshotChaos(SessionOptions::Chaos::Point point, uint64_t minibatch);
   std::unique_ptr<SnapshotStore> snapshots_;

@@ -1227,6 +1227,7 @@ absl::Status Journal::AppendLocked(LogKind kind, JournalEntry* entry, absl::stri
       by_api.second += bytes;
     }
     TrackSetupEntry(*entry, bytes);
+    setup_file_bytes_.store(setup_->file_bytes(), std::memory_order_relaxed);
   } else {
     ++minibatch_entries_;
     UpdateLiveLocked();
@@ -1235,6 +1236,7 @@ absl::Status Journal::AppendLocked(LogKind kind, JournalEntry* entry, absl::stri
 }
 
 void Journal::UpdateLiveLocked() {
+  setup_file_bytes_.store(setup_ ? setup_->file_bytes() : 0, std::memory_order_relaxed);
   uint64_t live = 0;
   if (minibatch_ != nullptr) {
     const uint64_t held = minibatch_->file_bytes() - minibatch_->finished_bytes();
@@ -1415,6 +1417,7 @@ absl::Status Journal::CompactLocked() {
   const uint64_t total = setup_->file_bytes();
   const uint64_t held = live_bytes_ + setup_->header_bytes();
   dead_after_compaction_ = total > held ? total - held : 0;
+  setup_file_bytes_.store(total, std::memory_order_relaxed);
   ++compactions_;
   return absl::OkStatus();
 }

@@ -286,6 +286,10 @@ class Journal {
   // stats().minibatch_file_bytes less minibatch_released_bytes, without the
   // journal's lock (as of the last append, boundary or release).
   uint64_t live_minibatch_bytes() const { return live_minibatch_.load(std::memory_order_relaxed); }
+  // stats().setup_file_bytes without the journal's lock (as of the last
+  // setup append, compaction or boundary): its dead bytes too, until a
+  // compaction drops them.
+  uint64_t setup_file_bytes() const { return setup_file_bytes_.load(std::memory_order_relaxed); }
   const std::string& dir() const { return dir_; }
 
  private:
@@ -332,6 +336,7 @@ class Journal {
   std::atomic<uint64_t> minibatch_segments_started_{0};
   uint64_t release_markers_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> live_minibatch_{0};
+  std::atomic<uint64_t> setup_file_bytes_{0};
   void UpdateLiveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::unique_ptr<journal_internal::SegmentWriter> setup_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<journal_internal::SegmentWriter> minibatch_ ABSL_GUARDED_BY(mu_);

@@ -96,6 +96,27 @@ if [ "$per_iter" -lt 10 ] || [ "${asyncs:-0}" -lt 6 ] || [ "$async14" -gt $((eac
 fi
 grep -q "^\[r0\] final checksum $ref14\$" "$tmp/async14.log" || {
   echo "FAIL: the asynchronous run's checksum differs from the one with a boundary at every step"; exit 1; }
+# The journal's bound (--snapshot_max_log_mib, here 1 MiB; no timed
+# snapshots): the minibatch log's records and the setup log's descriptor
+# calls count, and from three quarters of it an asynchronous snapshot is due
+# once they grew past what the last one left. What a snapshot cannot release
+# (this loop's records and inline batches) made every step due before: ~55
+# asynchronous snapshots in 300 iterations, one after another until the
+# bound forced a journal boundary; now a few per journal boundary.
+"$run" "${common[@]}" --snapshot_every=1 -- "$app" --iters 300 >"$tmp/each300.log" 2>&1 &&
+"$run" "${common[@]}" --snapshot_min_interval_ms=600000 --snapshot_max_log_mib=1 -- \
+  "$app" --iters 300 >"$tmp/bound300.log" 2>&1 || {
+  echo "FAIL: a 300-iteration loop failed"; tail -20 "$tmp"/*300.log; exit 1; }
+ref300=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/each300.log")
+b_async=$(sed -n 's/.*; \([0-9]*\) asynchronous (inside.*/\1/p' "$tmp/bound300.log")
+b_due=$(sed -n "s/.*; \([0-9]*\) made due by the journal's bytes.*/\1/p" "$tmp/bound300.log")
+b_live=$(live "$tmp/bound300.log")
+echo "the journal's bound, 300 iterations: ${b_async:-?} asynchronous snapshots, ${b_due:-?} made due by the journal's bytes, $b_live live setup entries at exit"
+if [ -z "$ref300" ] || ! grep -q "^\[r0\] final checksum $ref300\$" "$tmp/bound300.log" ||
+   [ "${b_due:-0}" -lt 3 ] || [ "${b_async:-99}" -gt 24 ] || [ "${b_live:-99999}" -gt $((each14 + 120 * per_iter)) ]; then
+  echo "FAIL: want the checksum of a boundary at every step, >= 3 snapshots made due by the bound, <= 24 asynchronous snapshots, <= $((each14 + 120 * per_iter)) live setup entries"
+  exit 1
+fi
 # Kills at the M-th asynchronous snapshot (in flight, or finished but not
 # renamed): the replacement starts from the one before it, an asynchronous
 # snapshot itself (M >= 2), whose replay start dropped the entries before it.
