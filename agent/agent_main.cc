@@ -109,8 +109,10 @@ ABSL_FLAG(uint64_t, snapshot_min_interval_ms, 1000,
 ABSL_FLAG(uint64_t, snapshot_max_log_mib, 256,
           "with --snapshot_every=auto: a journal boundary with a synchronous snapshot at the "
           "next step once the minibatch log holds this many MiB a replay may still read (its "
-          "records and the payloads not released behind finished snapshots); from three quarters of it "
-          "a one-rank job's next step takes an asynchronous snapshot, which releases them");
+          "records and the payloads not released behind finished snapshots) and the setup log grew "
+          "by in the journal's minibatch; from three quarters of it a one-rank job's next step "
+          "takes an asynchronous snapshot, which releases them (once they grew by an eighth of it "
+          "past what the last one left)");
 ABSL_FLAG(std::string, journal_thread, "auto",
           "a second thread journals the plain asynchronous requests (docs/design.md, \"The "
           "journal thread\"): behind (write-behind: the executor runs them at once), ahead "

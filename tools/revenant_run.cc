@@ -154,8 +154,10 @@ ABSL_FLAG(uint64_t, snapshot_min_interval_ms, 1000,
 ABSL_FLAG(uint64_t, snapshot_max_log_mib, 256,
           "with --snapshot_every=auto: the minibatch log's bytes a replay may still read "
           "(its records, and the payloads not released behind a one-rank job's finished "
-          "snapshots) that force a journal boundary with a synchronous snapshot; from three quarters of "
-          "it a one-rank job's next step takes an asynchronous one");
+          "snapshots) and the setup log's growth in the journal's minibatch that force a journal "
+          "boundary with a synchronous snapshot; from three quarters of it a one-rank job's next "
+          "step takes an asynchronous one (once they grew by an eighth of it past what the last "
+          "one left)");
 ABSL_FLAG(bool, snapshot_async, true,
           "with boundary snapshots in a one-rank job: the snapshots between journal boundaries "
           "are asynchronous (the device copies on a stream of its own, a thread finishes the "
