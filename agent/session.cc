@@ -1011,6 +1011,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
   // Captured uploads since the last snapshot make one due too (checked at
   // every step: a counter of the executor's own).
   bool due = CapturePressure() || timed;
+  bool due_by_bytes = false;
   // Under a snapshot chaos point the M-th asynchronous snapshot must come at
   // the same step in every run, however slowly the one before finished: a
   // due step waits for it instead of skipping.
@@ -1020,25 +1021,33 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
   {
     // The journal keeps every step since its boundary, and the setup log
     // the handles created and destroyed since (compacted at boundaries):
-    // every few timed snapshots, and whenever the minibatch log grew past
-    // the bound, a journal boundary bounds them (synchronous: the journal
-    // drops what came before it, so its snapshot must be complete first).
-    // The captured uploads need none: a finished snapshot releases them.
+    // every few snapshots made due by the time or by these bytes, and
+    // whenever the minibatch log grew past the bound, a journal boundary
+    // bounds them (synchronous: the journal drops what came before it, so
+    // its snapshot must be complete first). The captured uploads need none:
+    // a finished snapshot releases them.
     const uint64_t live = LogBytesTowardBound();
-    if ((timed && inflight_ == nullptr && inside_since_boundary_ + 1 >= kInsidePerBoundary) ||
-        live >= options_.snapshot_max_log_bytes) {
-      steps_since_snapshot_ = 0;
-      return SnapshotStep::kBoundary;
-    }
     // A finished snapshot releases the payloads journaled before it
     // (ReapSnapshot) and the setup log's calls only a replay from before it
     // needed: from three quarters of the bound, one is due before the bound
     // forces a journal boundary (below, the timed ones release), once the
-    // bytes grew past what the last one left (bound_floor_).
-    if (!due && live >= options_.snapshot_max_log_bytes / 4 * 3 && live >= bound_floor_) {
+    // bytes grew past what the last one left (bound_floor_). They count
+    // toward the journal boundary like the timed ones: what no snapshot
+    // releases (the records) grew between journal boundaries, and the
+    // snapshots it made due came closer and closer together.
+    const bool by_bytes =
+        live >= options_.snapshot_max_log_bytes / 4 * 3 && live >= bound_floor_;
+    if (((timed || by_bytes) && inflight_ == nullptr &&
+         inside_since_boundary_ + 1 >= kInsidePerBoundary) ||
+        live >= options_.snapshot_max_log_bytes) {
+      steps_since_snapshot_ = 0;
+      return SnapshotStep::kBoundary;
+    }
+    if (!due && by_bytes) {
       due = true;
       if (inflight_ == nullptr) ++bound_snapshots_;
     }
+    due_by_bytes = by_bytes;
   }
   if (!due || inflight_ != nullptr) {
     // A step journaled inside the minibatch (one snapshot in flight at a
@@ -1049,7 +1058,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
   }
   steps_since_snapshot_ = 0;
   if (!SnapshotInside(minibatch, seq)) return SnapshotStep::kBoundary;
-  if (timed) ++inside_since_boundary_;
+  if (timed || due_by_bytes) ++inside_since_boundary_;
   return SnapshotStep::kInside;
 }
 
