@@ -35,8 +35,9 @@ fi
 grep -q "^\[r0\] final checksum $ref\$" "$tmp/auto.log" || { echo "FAIL: auto run checksum differs"; exit 1; }
 echo "fault-free (auto): $(grep -o "snapshots at exit.*" "$tmp/auto.log")"
 # auto's pace: with --snapshot_min_interval_ms=0 the snapshots' own duration
-# sets it (a snapshot of this little state takes ~0.1 ms: many in a second);
-# by default a timed one comes at least a second after the last.
+# sets it (a snapshot of this little state takes ~0.1 ms: 38-43 in the run
+# alone, 4 while six heavy tests shared the 2 CPUs with it); by default a
+# timed one comes at least a second after the last.
 pace_iters=400
 for m in 0 default; do
   arg=(); [ "$m" = 0 ] && arg=(--snapshot_min_interval_ms=0)
@@ -47,8 +48,8 @@ n_fast=$(sed -n 's/.*snapshots at exit: \([0-9]*\) boundaries.*/\1/p' "$tmp/pace
 n_paced=$(sed -n 's/.*snapshots at exit: \([0-9]*\) boundaries.*/\1/p' "$tmp/pace_default.log")
 secs=$(sed -n 's/.*finished with status 0 after \([0-9]*\)\..*/\1/p' "$tmp/pace_default.log")
 echo "auto, $pace_iters iterations: $n_fast snapshots with --snapshot_min_interval_ms=0, $n_paced by default in ${secs:-?}.x s"
-if [ -z "$n_fast" ] || [ -z "$n_paced" ] || [ -z "$secs" ] || [ "$n_fast" -lt 5 ] ||
-   [ "$n_paced" -gt $((secs + 2)) ]; then
+if [ -z "$n_fast" ] || [ -z "$n_paced" ] || [ -z "$secs" ] || [ "$n_fast" -lt 3 ] ||
+   [ "$n_fast" -le "$n_paced" ] || [ "$n_paced" -gt $((secs + 2)) ]; then
   echo "FAIL: auto's timed snapshots are not paced by --snapshot_min_interval_ms"; exit 1
 fi
 
