@@ -1897,27 +1897,19 @@ cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& co
     EnsureSnapshotSpare(live_bytes);
   }
   auto spare_at = [](size_t used) { return (used + 255) & ~size_t{255}; };
-  if (snapshot_spare_ != nullptr && turns == nullptr) {
+  if (snapshot_spare_ != nullptr) {
+    if (turns != nullptr) {
+      for (size_t need = 0; spare_from > 0; --spare_from) {
+        const size_t n = spare_at(copies[spare_from - 1].count);
+        if (need + n > snapshot_spare_bytes_) break;
+        need += n;
+      }
+    }
+    // Straight: every copy that fits; staged: those from spare_from on (all fit).
     size_t used = 0;
-    for (size_t c = 0; c < copies.size(); ++c) {
+    for (size_t c = turns != nullptr ? spare_from : 0; c < copies.size(); ++c) {
       const size_t n = copies[c].count;
       if (n == 0 || used + n > snapshot_spare_bytes_) continue;
-      cudaError_t e = ::cudaMemcpyAsync(static_cast<char*>(snapshot_spare_) + used, copies[c].src,
-                                        n, cudaMemcpyDeviceToDevice, snapshot_stream_);
-      if (e != cudaSuccess) return e;
-      spared.push_back(Spared{c, used});
-      used = spare_at(used + n);
-    }
-  } else if (snapshot_spare_ != nullptr) {
-    for (size_t need = 0; spare_from > 0; --spare_from) {
-      const size_t n = spare_at(copies[spare_from - 1].count);
-      if (need + n > snapshot_spare_bytes_) break;
-      need += n;
-    }
-    size_t used = 0;
-    for (size_t c = spare_from; c < copies.size(); ++c) {
-      const size_t n = copies[c].count;
-      if (n == 0) continue;
       cudaError_t e = ::cudaMemcpyAsync(static_cast<char*>(snapshot_spare_) + used, copies[c].src,
                                         n, cudaMemcpyDeviceToDevice, snapshot_stream_);
       if (e != cudaSuccess) return e;
