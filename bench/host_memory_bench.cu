@@ -44,8 +44,25 @@
 //    pieces taken in turn); the
 //    time until all three are done, against the upload alone, for CPU
 //    shares of 0-75 %. --only_split runs only this section.
+// 8. Holding an upload's source with userfaultfd write-protection (what an
+//    agent could do instead of capturing the bytes while the upload runs):
+//    whether a userfaultfd that also takes the kernel's own faults can be
+//    opened (the system call, else /dev/userfaultfd); the time to
+//    write-protect and unprotect N MiB of a shared tmpfs mapping (the
+//    application's view) while a second mapping of the same file is
+//    registered (the agent's); an upload from the registered view alone and
+//    with the protection issued right after it; a write into the protected
+//    view, a handler thread copying the held bytes out (8 threads) before
+//    it lifts the protection: the writer's wait, and whether the copy holds
+//    the old bytes; read(2) into the protected view (a kernel-mode write,
+//    which must wait for the handler, not fail with EFAULT). --only_uffd
+//    runs only this section; --no_gpu skips its CUDA parts.
 #include <cuda_runtime.h>
 #include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -728,17 +745,218 @@ bool SplitCapture() {
   return ok;
 }
 
+// Section 8: userfaultfd write-protection of an upload's source.
+int OpenUffd(const char** how) {
+  int fd = static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
+  if (fd >= 0) {
+    *how = "the system call";
+    return fd;
+  }
+  const int dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+  if (dev >= 0) {
+    fd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+    close(dev);
+    if (fd >= 0) {
+      *how = "/dev/userfaultfd";
+      return fd;
+    }
+  }
+  *how = "none";
+  return -1;
+}
+
+bool WriteProtect(int uffd, char* p, size_t n, bool on) {
+  uffdio_writeprotect wp{};
+  wp.range.start = reinterpret_cast<uintptr_t>(p);
+  wp.range.len = n;
+  wp.mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0;
+  return ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) == 0;
+}
+
+bool UffdHold(size_t n, bool gpu) {
+  std::printf("== holding an upload's source with userfaultfd write-protection (%zu MiB)\n",
+              n >> 20);
+  const char* how = nullptr;
+  const int uffd = OpenUffd(&how);
+  std::printf("   euid %d; a userfaultfd taking kernel faults: %s%s\n", static_cast<int>(geteuid()),
+              how, uffd < 0 ? (std::string(" (") + std::strerror(errno) + ")").c_str() : "");
+  if (uffd < 0) {
+    std::printf("RESULT uffd_hold available=0\n");
+    return true;
+  }
+  uffdio_api api{};
+  api.api = UFFD_API;
+  api.features = UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
+  if (ioctl(uffd, UFFDIO_API, &api) != 0) {
+    std::printf("   UFFDIO_API with shmem write-protection refused: %s\n", std::strerror(errno));
+    std::printf("RESULT uffd_hold available=0\n");
+    close(uffd);
+    return true;
+  }
+  // One tmpfs file, two shared mappings: the application's (protected) and
+  // the agent's (registered with CUDA).
+  const std::string path = g_dir + "/host_memory_bench.uffd." + std::to_string(getpid());
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0 || ftruncate(fd, n) != 0) {
+    std::printf("FAIL cannot make %s\n", path.c_str());
+    return false;
+  }
+  char* app = static_cast<char*>(mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  char* agent = static_cast<char*>(mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  close(fd);
+  unlink(path.c_str());
+  if (app == MAP_FAILED || agent == MAP_FAILED) {
+    std::printf("FAIL mmap\n");
+    return false;
+  }
+  Populate(app, n, 8);
+  std::memset(app, 7, n);
+  if (gpu) Register(agent, n);
+  uffdio_register reg{};
+  reg.range.start = reinterpret_cast<uintptr_t>(app);
+  reg.range.len = n;
+  reg.mode = UFFDIO_REGISTER_MODE_WP;
+  if (ioctl(uffd, UFFDIO_REGISTER, &reg) != 0) {
+    std::printf("   UFFDIO_REGISTER (write-protect) of a shared tmpfs mapping refused: %s\n",
+                std::strerror(errno));
+    std::printf("RESULT uffd_hold available=0\n");
+    return true;
+  }
+  std::vector<double> prot, unprot, reprot;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = Clock::now();
+    if (!WriteProtect(uffd, app, n, true)) {
+      std::printf("FAIL UFFDIO_WRITEPROTECT: %s\n", std::strerror(errno));
+      return false;
+    }
+    auto t1 = Clock::now();
+    WriteProtect(uffd, app, n, true);
+    auto t2 = Clock::now();
+    WriteProtect(uffd, app, n, false);
+    auto t3 = Clock::now();
+    prot.push_back(Ms(t0, t1));
+    reprot.push_back(Ms(t1, t2));
+    unprot.push_back(Ms(t2, t3));
+  }
+  std::printf("   protect %.2f ms, protect again (already protected) %.2f ms, unprotect %.2f ms "
+              "(median of 5)\n",
+              Median(prot), Median(reprot), Median(unprot));
+  double ratio = 0;
+  if (gpu) {
+    char* d = nullptr;
+    CHECK(cudaMalloc(&d, n));
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    auto gb = [&](double ms) { return n / (ms * 1e-3) / 1e9; };
+    CHECK(cudaMemcpy(d, agent, n, cudaMemcpyHostToDevice));
+    std::vector<double> alone, held, issue;
+    for (int i = 0; i < 8; ++i) {
+      auto t0 = Clock::now();
+      CHECK(cudaMemcpyAsync(d, agent, n, cudaMemcpyHostToDevice, s));
+      CHECK(cudaStreamSynchronize(s));
+      alone.push_back(gb(Ms(t0, Clock::now())));
+      t0 = Clock::now();
+      CHECK(cudaMemcpyAsync(d, agent, n, cudaMemcpyHostToDevice, s));
+      WriteProtect(uffd, app, n, true);
+      auto t1 = Clock::now();
+      CHECK(cudaStreamSynchronize(s));
+      held.push_back(gb(Ms(t0, Clock::now())));
+      issue.push_back(Ms(t0, t1));
+      WriteProtect(uffd, app, n, false);
+    }
+    ratio = Median(held) / Median(alone);
+    std::printf("   upload alone %.1f GB/s; protected right after it was issued %.1f GB/s (%.3f; "
+                "issue + protect %.2f ms)\n",
+                Median(alone), Median(held), ratio, Median(issue));
+    CHECK(cudaStreamDestroy(s));
+    CHECK(cudaFree(d));
+  }
+  // The handler: on a write fault, copy the whole held range out, then lift
+  // the protection (which wakes the writer).
+  char* copy = MapFresh("uffdcopy", n, false);
+  Populate(copy, n, 8);
+  std::atomic<int> faults{0};
+  std::atomic<bool> stop{false};
+  std::atomic<double> handler_ms{0};
+  std::thread handler([&] {
+    while (!stop.load()) {
+      pollfd pfd{uffd, POLLIN, 0};
+      if (poll(&pfd, 1, 50) <= 0) continue;
+      uffd_msg msg;
+      if (read(uffd, &msg, sizeof(msg)) != sizeof(msg)) continue;
+      if (msg.event != UFFD_EVENT_PAGEFAULT) continue;
+      auto t0 = Clock::now();
+      CopyOut(copy, app, n, 8);
+      WriteProtect(uffd, app, n, false);
+      handler_ms.store(Ms(t0, Clock::now()));
+      faults.fetch_add(1);
+    }
+  });
+  bool ok = true;
+  WriteProtect(uffd, app, n, true);
+  auto t0 = Clock::now();
+  app[n / 2] = 9;  // a user-mode write
+  const double user_ms = Ms(t0, Clock::now());
+  const bool user_ok = faults.load() == 1 && copy[n / 2] == 7 && app[n / 2] == 9;
+  std::printf("   a write into the protected view: waited %.2f ms (the handler's copy out and "
+              "unprotect %.2f ms); the copy holds the old bytes: %s\n",
+              user_ms, handler_ms.load(), user_ok ? "yes" : "NO");
+  ok = ok && user_ok;
+  // A kernel-mode write: read(2) from a file into the protected view.
+  const std::string src_path = g_dir + "/host_memory_bench.uffdsrc." + std::to_string(getpid());
+  const int sfd = open(src_path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  std::vector<char> ones(1 << 20, 1);
+  const bool wrote = sfd >= 0 && write(sfd, ones.data(), ones.size()) == static_cast<ssize_t>(ones.size());
+  unlink(src_path.c_str());
+  std::memset(app, 7, n);
+  WriteProtect(uffd, app, n, true);
+  t0 = Clock::now();
+  const ssize_t got = wrote ? pread(sfd, app + (n / 4), ones.size(), 0) : -1;
+  const int err = errno;
+  const double kernel_ms = Ms(t0, Clock::now());
+  const bool kernel_ok = got == static_cast<ssize_t>(ones.size()) && faults.load() == 2 &&
+                         copy[n / 4] == 7 && app[n / 4] == 1;
+  std::printf("   pread(2) into the protected view: returned %zd%s after %.2f ms, the handler "
+              "ran: %s\n",
+              got, got < 0 ? (std::string(" (") + std::strerror(err) + ")").c_str() : "", kernel_ms,
+              kernel_ok ? "yes" : "NO");
+  ok = ok && kernel_ok;
+  if (sfd >= 0) close(sfd);
+  stop.store(true);
+  handler.join();
+  std::printf("RESULT uffd_hold available=1 protect_ms=%.2f unprotect_ms=%.2f upload_ratio=%.3f "
+              "user_write_ms=%.2f kernel_write_ok=%d\n",
+              Median(prot), Median(unprot), ratio, user_ms, kernel_ok ? 1 : 0);
+  if (gpu) (void)cudaHostUnregister(agent);
+  munmap(agent, n);
+  munmap(app, n);
+  munmap(copy, n);
+  close(uffd);
+  return ok;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   size_t mib = 256, snap_mib = 554;
-  bool only_snapshot = false, only_split = false;
+  bool only_snapshot = false, only_split = false, only_uffd = false, gpu = true;
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--only_uffd") == 0) only_uffd = true;
+    if (std::strcmp(argv[i], "--no_gpu") == 0) gpu = false;
     if (std::strcmp(argv[i], "--snap_mib") == 0 && i + 1 < argc) snap_mib = std::strtoull(argv[++i], nullptr, 10);
     if (std::strcmp(argv[i], "--only_snapshot") == 0) only_snapshot = true;
     if (std::strcmp(argv[i], "--only_split") == 0) only_split = true;
     if (std::strcmp(argv[i], "--mib") == 0 && i + 1 < argc) mib = std::strtoull(argv[++i], nullptr, 10);
     if (std::strcmp(argv[i], "--dir") == 0 && i + 1 < argc) g_dir = argv[++i];
+  }
+  if (only_uffd) {
+    if (gpu) CHECK(cudaSetDevice(0));
+    if (!UffdHold(mib << 20, gpu)) {
+      std::printf("FAIL host_memory_bench: the userfaultfd hold\n");
+      return 1;
+    }
+    std::printf("PASS host_memory_bench\n");
+    return 0;
   }
   CHECK(cudaSetDevice(0));
   CHECK(cudaFree(nullptr));
@@ -756,6 +974,10 @@ int main(int argc, char** argv) {
     WriteProtect(mib << 20);
   }
   if (!only_split) SnapshotCopies(snap_mib << 20);
+  if (!only_snapshot && !only_split && !UffdHold(mib << 20, true)) {
+    std::printf("FAIL host_memory_bench: the userfaultfd hold\n");
+    return 1;
+  }
   if (!only_snapshot && !SplitCapture()) {
     std::printf("FAIL host_memory_bench: a split capture's bytes differ from the source\n");
     return 1;

@@ -227,7 +227,8 @@ fi  # MODE = all or bench
 if [ "$MODE" = all ] || [ "$MODE" = hostmem ]; then
   log="$LOGS/host_memory_bench.log"
   # HOSTMEM_ARGS="--only_snapshot": only section 6 (a snapshot's copies, three ways);
-  # "--only_split": only section 7 (a capture split between the link and the CPU).
+  # "--only_split": only section 7 (a capture split between the link and the CPU);
+  # "--only_uffd": only section 8 (holding an upload's source by userfaultfd).
   timeout 200 "$G/bench/host_memory_bench.bin" ${HOSTMEM_ARGS:-} >"$log" 2>&1; rc=$?
   if [ $rc -eq 0 ] && grep -q "^PASS host_memory_bench" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
   record "host_memory_bench (native)" "$s" "$log"
