@@ -1,0 +1,225 @@
+#include "common/upload_hold.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace revenant {
+namespace {
+
+constexpr uint64_t kMagic = 0x31646c6f48766552ull;  // "RevHold1"
+constexpr uint64_t kStateMask = 0xff;
+
+uint32_t StateOfWord(uint64_t w) { return static_cast<uint32_t>(w & kStateMask); }
+uint64_t GenOf(uint64_t w) { return w >> 8; }
+uint64_t Word(uint64_t gen, uint32_t state) { return gen << 8 | state; }
+
+void CopyBytes(char* dst, const char* src, uint64_t n, int threads) {
+  constexpr uint64_t kPiece = 4ull << 20;
+  if (threads <= 1 || n < 2 * kPiece) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  const int t_count = static_cast<int>(std::min<uint64_t>(threads, n / kPiece));
+  std::atomic<uint64_t> next{0};
+  auto work = [&] {
+    for (uint64_t o = next.fetch_add(kPiece); o < n; o = next.fetch_add(kPiece)) {
+      std::memcpy(dst + o, src + o, std::min(kPiece, n - o));
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int t = 1; t < t_count; ++t) ts.emplace_back(work);
+  work();
+  for (auto& t : ts) t.join();
+}
+
+}  // namespace
+
+struct HoldTable::Header {
+  uint64_t magic;
+  uint64_t slots;
+  std::atomic<uint64_t> added;
+  std::atomic<uint64_t> copied_by_app;
+  std::atomic<uint64_t> copied_by_agent;
+  uint64_t reserved[3];
+};
+static_assert(sizeof(std::atomic<uint64_t>) == 8, "shared words");
+
+namespace {
+constexpr size_t kHeaderBytes = 64;
+constexpr size_t TableBytes() { return kHeaderBytes + sizeof(HoldTable::Slot) * HoldTable::kSlots; }
+
+absl::StatusOr<void*> MapTable(const std::string& path, bool create) {
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_TRUNC : 0), 0600);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(errno)));
+  struct stat st;
+  if (create ? ftruncate(fd, static_cast<off_t>(TableBytes())) != 0
+             : fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != TableBytes()) {
+    close(fd);
+    return absl::DataLossError(absl::StrCat(path, ": not a table of held uploads of ",
+                                            TableBytes(), " bytes"));
+  }
+  void* p = mmap(nullptr, TableBytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap: ", std::strerror(errno)));
+  return p;
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HoldTable>> HoldTable::Create(const std::string& path) {
+  absl::StatusOr<void*> p = MapTable(path, true);
+  if (!p.ok()) return p.status();
+  std::memset(*p, 0, TableBytes());
+  auto* h = static_cast<Header*>(*p);
+  h->slots = kSlots;
+  __atomic_store_n(&h->magic, kMagic, __ATOMIC_RELEASE);
+  return std::unique_ptr<HoldTable>(new HoldTable(path, *p, TableBytes()));
+}
+
+absl::StatusOr<std::unique_ptr<HoldTable>> HoldTable::Open(const std::string& path) {
+  absl::StatusOr<void*> p = MapTable(path, false);
+  if (!p.ok()) return p.status();
+  auto* h = static_cast<Header*>(*p);
+  if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != kMagic || h->slots != kSlots) {
+    munmap(*p, TableBytes());
+    return absl::DataLossError(absl::StrCat(path, ": not a table of held uploads"));
+  }
+  return std::unique_ptr<HoldTable>(new HoldTable(path, *p, TableBytes()));
+}
+
+HoldTable::HoldTable(std::string path, void* base, size_t size)
+    : path_(std::move(path)), base_(base), size_(size) {}
+
+HoldTable::~HoldTable() { munmap(base_, size_); }
+
+HoldTable::Header& HoldTable::header() const { return *static_cast<Header*>(base_); }
+
+HoldTable::Slot& HoldTable::slot(int i) const {
+  return reinterpret_cast<Slot*>(static_cast<char*>(base_) + kHeaderBytes)[i];
+}
+
+int HoldTable::Add(uint64_t seq, uint64_t addr, uint64_t size, uint32_t file_index,
+                   uint64_t offset) {
+  for (int k = 0; k < kSlots; ++k) {
+    const int i = (next_ + k) % kSlots;
+    Slot& s = slot(i);
+    uint64_t w = s.word.load(std::memory_order_acquire);
+    if (StateOfWord(w) != kFree) continue;
+    // Only the agent moves a slot out of kFree, and one agent serves a table.
+    s.seq = seq;
+    s.addr = addr;
+    s.size = size;
+    s.file_index = file_index;
+    s.offset = offset;
+    s.word.store(Word(GenOf(w) + 1, kHeld), std::memory_order_release);
+    header().added.fetch_add(1, std::memory_order_relaxed);
+    next_ = (i + 1) % kSlots;
+    return i;
+  }
+  return -1;
+}
+
+int HoldTable::CopyOut(uint64_t lo, uint64_t hi, const PlaceFn& place, bool by_app, int threads,
+                       int* lost) {
+  int copied = 0;
+  for (int i = 0; i < kSlots; ++i) {
+    Slot& s = slot(i);
+    uint64_t w = s.word.load(std::memory_order_acquire);
+    if (StateOfWord(w) != kHeld) continue;
+    const uint64_t seq = s.seq, addr = s.addr, size = s.size, offset = s.offset;
+    const uint32_t file = s.file_index;
+    if (addr >= hi || addr + size <= lo) continue;
+    // Claim exactly the hold whose fields were read.
+    if (!s.word.compare_exchange_strong(w, Word(GenOf(w), kCopying), std::memory_order_acq_rel)) {
+      continue;
+    }
+    char* dst = place ? place(file, offset, size) : nullptr;
+    if (dst == nullptr) {
+      s.word.store(Word(GenOf(w), kLost), std::memory_order_release);
+      if (lost != nullptr) ++*lost;
+      continue;
+    }
+    CopyBytes(dst, reinterpret_cast<const char*>(addr), size, threads);
+    __atomic_store_n(reinterpret_cast<uint64_t*>(dst - sizeof(uint64_t)), seq, __ATOMIC_RELEASE);
+    s.word.store(Word(GenOf(w), kDone), std::memory_order_release);
+    (by_app ? header().copied_by_app : header().copied_by_agent)
+        .fetch_add(1, std::memory_order_relaxed);
+    ++copied;
+  }
+  return copied;
+}
+
+bool HoldTable::FreeIf(const std::function<bool(const Slot&)>& match, absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
+  bool all = true;
+  for (int i = 0; i < kSlots; ++i) {
+    Slot& s = slot(i);
+    for (;;) {
+      uint64_t w = s.word.load(std::memory_order_acquire);
+      if (StateOfWord(w) == kFree || !match(s)) break;
+      if (StateOfWord(w) == kCopying) {
+        if (absl::Now() >= deadline) {
+          all = false;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        continue;
+      }
+      if (s.word.compare_exchange_strong(w, Word(GenOf(w), kFree), std::memory_order_acq_rel)) {
+        break;
+      }
+    }
+  }
+  return all;
+}
+
+bool HoldTable::FreeFile(uint32_t file_index, absl::Duration wait) {
+  return FreeIf([file_index](const Slot& s) { return s.file_index == file_index; }, wait);
+}
+
+bool HoldTable::FreeBefore(uint64_t seq, absl::Duration wait) {
+  return FreeIf([seq](const Slot& s) { return s.seq < seq; }, wait);
+}
+
+HoldTable::State HoldTable::StateOf(uint64_t seq, absl::Duration wait) const {
+  const absl::Time deadline = absl::Now() + wait;
+  for (;;) {
+    State found = kFree;
+    for (int i = 0; i < kSlots; ++i) {
+      const Slot& s = slot(i);
+      const uint64_t w = s.word.load(std::memory_order_acquire);
+      if (StateOfWord(w) == kFree || s.seq != seq) continue;
+      found = static_cast<State>(StateOfWord(w));
+      break;
+    }
+    if ((found != kHeld && found != kCopying) || absl::Now() >= deadline) return found;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+uint64_t HoldTable::added() const { return header().added.load(std::memory_order_relaxed); }
+uint64_t HoldTable::copied_by_app() const {
+  return header().copied_by_app.load(std::memory_order_relaxed);
+}
+uint64_t HoldTable::copied_by_agent() const {
+  return header().copied_by_agent.load(std::memory_order_relaxed);
+}
+int HoldTable::held() const {
+  int n = 0;
+  for (int i = 0; i < kSlots; ++i) {
+    if (StateOfWord(slot(i).word.load(std::memory_order_acquire)) == kHeld) ++n;
+  }
+  return n;
+}
+
+}  // namespace revenant

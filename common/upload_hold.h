@@ -1,0 +1,128 @@
+// Held uploads: a pinned upload's source kept write-protected in the
+// application instead of its bytes being captured while the copy runs
+// (revenant-run --upload_hold; docs/recovery.md, "Held uploads").
+//
+// A captured upload (agent/upload_capture.h) copies the destination back
+// over the link behind the upload, which costs a 256 MiB upload ~15 % of
+// its bandwidth on an H100 (the link's two directions). A held upload runs
+// alone: the shim write-protects the source range in the application with
+// userfaultfd (kernel-mode writes, such as read(2) into the buffer, wait
+// for the handler too), and the bytes are copied into the upload's place in
+// a capture file only when something is about to change them:
+//   - the application writes the range: the shim's fault handler copies
+//     every held upload of that allocation out, then lifts the protection;
+//   - the device is about to write it (a copy into that host memory): the
+//     agent copies the held uploads out first;
+//   - the agent dies: the shim copies every held upload out before it
+//     connects to the replacement, which therefore finds every place
+//     complete (its completion word holds the request's seq) or the
+//     source untouched since the upload.
+// A hold ends when no replay can need its bytes (the place may be reused):
+// the agent frees its slot.
+//
+// The table is a file of the journal directory (`holds`), mapped by the
+// agent and the shim: a header and kSlots slots. A slot's state word holds a
+// generation (bumped by every Add) and a state; whoever copies a slot out
+// claims it by compare-and-swap of the exact word it read, so a slot freed
+// and reused meanwhile is never copied from stale fields.
+//
+//   auto t = HoldTable::Create(dir + "/holds");          // agent, fresh journal
+//   int slot = t->Add(seq, src, size, file_index, offset);
+//   ... shim: t->CopyOut(lo, hi, place_fn, "app")
+//   t->FreeFile(file_index, absl::Seconds(10));            // before the place is reused
+#ifndef REVENANT_COMMON_UPLOAD_HOLD_H_
+#define REVENANT_COMMON_UPLOAD_HOLD_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace revenant {
+
+class HoldTable {
+ public:
+  static constexpr int kSlots = 1024;
+  enum State : uint32_t {
+    kFree = 0,
+    kHeld = 1,     // the source is protected and holds the bytes
+    kCopying = 2,  // being copied into its place
+    kDone = 3,     // the place holds the bytes (completion word = seq)
+    kLost = 4,     // the copy could not be made: a replay of it is refused
+  };
+  struct Slot {
+    std::atomic<uint64_t> word;  // generation << 8 | State
+    uint64_t seq;                // the upload's request
+    uint64_t addr;               // its source (the same address in both processes)
+    uint64_t size;
+    uint64_t offset;             // its place in capture-<file_index>
+    uint32_t file_index;
+    uint32_t pad;
+    uint64_t reserved[2];
+  };
+  static_assert(sizeof(Slot) == 64, "slot layout");
+
+  // Where a slot's bytes go: the place's first byte (its completion word is
+  // the 8 bytes before it), or null when it cannot be reached.
+  using PlaceFn = std::function<char*(uint32_t file_index, uint64_t offset, uint64_t size)>;
+
+  // A fresh table (an existing file is emptied) / the table of a journal a
+  // replacement continues or the application's shim maps.
+  static absl::StatusOr<std::unique_ptr<HoldTable>> Create(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<HoldTable>> Open(const std::string& path);
+  ~HoldTable();
+  HoldTable(const HoldTable&) = delete;
+  HoldTable& operator=(const HoldTable&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // Agent: holds request `seq`'s upload of [addr, addr + size), whose place
+  // is `offset` in capture-<file_index>. -1 when every slot is taken.
+  int Add(uint64_t seq, uint64_t addr, uint64_t size, uint32_t file_index, uint64_t offset);
+
+  // Copies every held slot whose source overlaps [lo, hi) into its place
+  // (then its completion word, then kDone); `threads` copy one slot's bytes.
+  // Returns the slots copied; `*lost` (if given) counts those whose place
+  // could not be reached (kLost). `by_app` says which side copied (counted
+  // in the header).
+  int CopyOut(uint64_t lo, uint64_t hi, const PlaceFn& place, bool by_app, int threads = 8,
+              int* lost = nullptr);
+
+  // Agent: ends the holds whose place is in capture-<file_index> / whose
+  // request precedes `seq`. A slot being copied is waited for, up to
+  // `wait`; false if one still was then (the place must not be reused).
+  bool FreeFile(uint32_t file_index, absl::Duration wait);
+  bool FreeBefore(uint64_t seq, absl::Duration wait);
+
+  // Replacement: the state of request `seq`'s hold, waiting up to `wait`
+  // while it is kHeld or kCopying (the shim copies held uploads out when
+  // its agent dies); kFree when the table has none for `seq`.
+  State StateOf(uint64_t seq, absl::Duration wait) const;
+
+  // Counts: holds made, slots copied out by the application's shim / by the
+  // agent, held now.
+  uint64_t added() const;
+  uint64_t copied_by_app() const;
+  uint64_t copied_by_agent() const;
+  int held() const;
+
+ private:
+  struct Header;
+  HoldTable(std::string path, void* base, size_t size);
+  Slot& slot(int i) const;
+  Header& header() const;
+  bool FreeIf(const std::function<bool(const Slot&)>& match, absl::Duration wait);
+
+  const std::string path_;
+  void* const base_;
+  const size_t size_;
+  int next_ = 0;  // the agent's search start for Add
+};
+
+}  // namespace revenant
+
+#endif  // REVENANT_COMMON_UPLOAD_HOLD_H_
