@@ -56,6 +56,7 @@
 #include "common/agent_layout.h"
 #include "common/daemon_paths.h"
 #include "common/events.h"
+#include "common/upload_hold.h"
 #include "common/knobs.h"
 #include "common/kv.h"
 #include "common/logging.h"
@@ -118,6 +119,13 @@ ABSL_FLAG(std::string, journal_thread, "auto",
           "journal thread\"): behind (write-behind: the executor runs them at once), ahead "
           "(the executor waits until they are journaled), off (the executor journals inline), "
           "or auto (behind with at least 4 CPUs and 3 per rank of --world_size, else off)");
+ABSL_FLAG(bool, upload_hold, false,
+          "hold large pinned uploads instead of capturing them: the application's shim keeps "
+          "an upload's source write-protected (userfaultfd) and copies its bytes into the "
+          "journal only when the application or the device is about to change them, so the "
+          "upload runs alone on the link (docs/recovery.md, \"Held uploads\"); needs a "
+          "userfaultfd that takes kernel-mode faults in the application's process (else "
+          "uploads are captured, and the agent says why)");
 ABSL_FLAG(bool, snapshot_keep_spare, true,
           "with boundary snapshots: keep the snapshot given up at a boundary as the next one's "
           "mapped, registered file (no mapping or registration per snapshot; the files hold 2x "
@@ -521,6 +529,24 @@ std::optional<Admitted> Serve(Backend* backend, Admitted conn, const std::string
   const RequestJournal::Options jopts = JournalOptionsFromFlags();
   absl::StatusOr<SessionOptions> options = SessionOptionsFromFlags(job_dir, rank, recover, jopts);
   if (!options.ok()) return refuse(std::string(options.status().message()));
+  if (absl::GetFlag(FLAGS_upload_hold) && absl::GetFlag(FLAGS_journal)) {
+    if (m["hold"] != "1") {
+      REVENANT_LOG(WARNING, "agent")
+          << "--upload_hold: the application's process cannot write-protect its uploads' "
+             "sources (" << (m["hold_why"].empty() ? "an older shim" : m["hold_why"])
+          << "): uploads are captured by the device instead";
+    } else {
+      // A replacement continues the dead agent's table (its holds were
+      // copied out by the shim before it connected here).
+      const std::string path = job_dir + "/journal/holds";
+      absl::StatusOr<std::unique_ptr<HoldTable>> t =
+          recover ? HoldTable::Open(path) : HoldTable::Create(path);
+      if (recover && !t.ok() && absl::IsNotFound(t.status())) t = HoldTable::Create(path);
+      if (!t.ok()) return refuse("held uploads: " + t.status().ToString());
+      options->holds = std::move(*t);
+    }
+  }
+  const std::string holds_path = options->holds != nullptr ? options->holds->path() : "";
   Session session(backend, std::move(*ch), fd, job_dir, std::move(*options));
   if (recover) {
     // A replacement for an agent that died: rebuild its state before the
@@ -543,7 +569,8 @@ std::optional<Admitted> Serve(Backend* backend, Admitted conn, const std::string
                     {"backend", backend->name()},
                     {"rank", std::to_string(rank)},
                     {"device_base", std::to_string(range.base)},
-                    {"device_size", std::to_string(range.size)}}));
+                    {"device_size", std::to_string(range.size)},
+                    {"holds", holds_path}}));
   if (!sent.ok()) return std::nullopt;
   std::optional<Admitted> next;
   {

@@ -76,9 +76,21 @@ int32_t CopyBody(DispatchContext& ctx, const Request& r, wire::Encoder& out, boo
   switch (mode) {
     case hooks::kDirect: {
       if (!host_ok(d) || !host_ok(sp)) return cudaErrorInvalidValue;
+      // The device is about to write shared host memory: held uploads from
+      // there are copied out first (common/upload_hold.h).
+      if (session->holding() && session->IsSharedHost(d, count)) session->CopyOutHolds(d, count);
       // An upload journaled as a device capture (agent/upload_capture.h).
       const UploadCapturePool::Capture* cap = session->PendingCapture(ctx.seq);
       if (cap == nullptr || cap->size != count) return B(ctx)->Memcpy(d, sp, count, k, s, async_api);
+      if (cap->held) {
+        // Held: the application's shim keeps the source write-protected
+        // until its bytes are copied out; the copy runs alone.
+        const uint64_t seq = cap->seq;
+        session->Hold(seq, src);
+        const cudaError_t e = B(ctx)->Memcpy(d, sp, count, k, s, async_api);
+        session->HeldRan(seq);
+        return e;
+      }
       bool captured = false;
       const cudaError_t e = B(ctx)->MemcpyCaptured(d, sp, count, s, async_api, cap->data,
                                                    cap->done, cap->seq, &captured);

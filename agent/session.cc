@@ -285,6 +285,15 @@ void Session::ReportAtExit() {
           j.minibatch()) << j.TimingBreakdown();
     }
   }
+  if (capture_ != nullptr && options_.holds != nullptr) {
+    const HoldTable& t = *options_.holds;
+    REVENANT_LOG(INFO, "agent") << absl::StrFormat(
+        "held uploads at exit: %d uploads held (%.1f MiB), copied out: %d by the application "
+        "(writes into held sources), %d by the agent (device writes into them), %d at once (no "
+        "slot); %d held now",
+        capture_->holds(), capture_->held_bytes() / 1048576.0, t.copied_by_app(),
+        t.copied_by_agent(), capture_->holds_copied_at_once(), t.held());
+  }
   if (capture_ != nullptr) {
     // The capture files are never shrunk: their bytes are the most the
     // captures held.
@@ -880,6 +889,10 @@ UploadCaptureSink* Session::UploadCaptureFor(const transport::RecordHeader& rec)
       return nullptr;
     }
     capture_ = std::move(*pool);
+    if (options_.holds != nullptr) {
+      hold_places_ = std::make_unique<HoldPlaces>(options_.journal->dir());
+      capture_->set_holds(options_.holds.get(), hold_places_.get());
+    }
   }
   return capture_.get();
 }
@@ -1075,7 +1088,7 @@ uint64_t Session::CaptureBound() const {
 
 bool Session::CapturePressure() {
   if (capture_ == nullptr) return false;
-  const uint64_t captured = capture_->captured_bytes();
+  const uint64_t captured = CapturedBytes();
   const uint64_t bound = CaptureBound();
   if (inflight_ != nullptr && captured - capture_mark_released_ >= 2 * bound) {
     // Twice the bound held since the last finished snapshot began: the one
@@ -1678,7 +1691,7 @@ absl::Status Session::Recover(const std::string& journal_dir, const std::string&
   // hold later captures: UploadCapturePool::Release).
   if (absl::Status s = LoadCapturedUploads(
           journal_dir, &log->entries, absl::ZeroDuration(),
-          *snapshot != nullptr ? (*snapshot)->boundary_seq() : 0);
+          *snapshot != nullptr ? (*snapshot)->boundary_seq() : 0, options_.holds.get());
       !s.ok()) {
     return s;
   }

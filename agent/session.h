@@ -161,6 +161,10 @@ struct SessionOptions {
   // journal directory stay under this many bytes; 0: every upload's bytes
   // are journaled by the CPU. REVENANT_CAPTURE_MAX_MIB.
   uint64_t capture_max_bytes = 4ull << 30;
+  // Held uploads (revenant-run --upload_hold, the application's shim able to
+  // write-protect its sources): the journal's table, else null
+  // (common/upload_hold.h).
+  std::unique_ptr<HoldTable> holds;
 
   // The journal thread (docs/design.md, "The journal thread"): a second
   // thread journals the plain asynchronous requests of the ring, so that
@@ -225,6 +229,20 @@ class Session : private JournalingHost {
   }
   void CaptureRan(uint64_t seq, bool captured) {
     if (capture_ != nullptr) capture_->Ran(seq, captured);
+  }
+  // Held uploads (common/upload_hold.h): Hold before a held upload's copy
+  // runs, HeldRan after; CopyOutHolds before the device writes shared host
+  // memory [p, p + n) (held sources there are copied into their places).
+  bool holding() const { return options_.holds != nullptr; }
+  bool Hold(uint64_t seq, uint64_t src) { return capture_ != nullptr && capture_->Hold(seq, src); }
+  void HeldRan(uint64_t seq) {
+    if (capture_ != nullptr) capture_->HeldRan(seq);
+  }
+  void CopyOutHolds(const void* p, size_t n) {
+    if (capture_ != nullptr && options_.holds != nullptr) {
+      const uint64_t a = reinterpret_cast<uint64_t>(p);
+      capture_->CopyOutHolds(a, a + n);
+    }
   }
 
   // Modules and kernels known to this session.
@@ -534,7 +552,11 @@ class Session : private JournalingHost {
   // UploadCapturePool::captured_bytes() when the last snapshot began and
   // when the last finished one began; a finished snapshot releases the
   // captures before its request, whose files are then filled again.
-  uint64_t CapturedBytes() const { return capture_ != nullptr ? capture_->captured_bytes() : 0; }
+  // Held uploads count half: they cost the link nothing unless copied out,
+  // and their places stay sparse until then.
+  uint64_t CapturedBytes() const {
+    return capture_ != nullptr ? capture_->captured_bytes() + capture_->held_bytes() / 2 : 0;
+  }
   uint64_t CaptureBound() const;
   bool CapturePressure();
   uint64_t capture_mark_started_ = 0;
@@ -571,6 +593,7 @@ class Session : private JournalingHost {
   // UploadCaptureFor).
   UploadCaptureSink* UploadCaptureFor(const transport::RecordHeader& rec);
   std::unique_ptr<UploadCapturePool> capture_;
+  std::unique_ptr<HoldPlaces> hold_places_;
   bool capture_failed_ = false;
   // This session continues a dead agent's journal (its capture files stay).
   bool continued_journal_ = false;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <tuple>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -28,7 +29,8 @@ namespace revenant {
 namespace agent {
 namespace {
 
-constexpr char kPrefix[] = "capture-";
+constexpr absl::string_view kPrefix = "capture-";
+constexpr absl::string_view kHoldPrefix = "hold-";
 // Each capture starts on its own page; its completion word is the last 8
 // bytes of the page before it.
 constexpr uint64_t kPage = 4096;
@@ -58,20 +60,23 @@ absl::StatusOr<std::unique_ptr<UploadCapturePool>> UploadCapturePool::Create(
   std::unique_ptr<UploadCapturePool> pool(new UploadCapturePool(dir, backend, options));
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return absl::NotFoundError(absl::StrCat(dir, ": ", ErrnoText()));
-  std::vector<std::pair<int, std::string>> found;
+  std::vector<std::tuple<bool, int, std::string>> found;  // (hold file, index, name)
   while (dirent* ent = readdir(d)) {
     const absl::string_view name(ent->d_name);
     int index = 0;
-    if (!absl::StartsWith(name, kPrefix) ||
-        !absl::SimpleAtoi(name.substr(sizeof(kPrefix) - 1), &index) || index < 0) {
+    const bool hold = absl::StartsWith(name, kHoldPrefix);
+    const absl::string_view prefix = hold ? kHoldPrefix : kPrefix;
+    if (!(hold || absl::StartsWith(name, kPrefix)) ||
+        !absl::SimpleAtoi(name.substr(prefix.size()), &index) || index < 0) {
       continue;
     }
-    found.emplace_back(index, std::string(name));
+    found.emplace_back(hold, index, std::string(name));
   }
   closedir(d);
   std::sort(found.begin(), found.end());
-  for (const auto& [index, name] : found) {
-    pool->next_index_ = std::max(pool->next_index_, index + 1);
+  for (const auto& [hold, index, name] : found) {
+    int& next = hold ? pool->next_hold_index_ : pool->next_index_;
+    next = std::max(next, index + 1);
     if (!continued) {
       // An earlier application's captures: nothing names them any more.
       unlink(absl::StrCat(dir, "/", name).c_str());
@@ -82,10 +87,14 @@ absl::StatusOr<std::unique_ptr<UploadCapturePool>> UploadCapturePool::Create(
     struct stat st;
     if (stat(absl::StrCat(dir, "/", name).c_str(), &st) != 0 || st.st_size <= 0) continue;
     auto f = std::make_unique<File>();
-    if (absl::Status s = pool->MapFile(name, static_cast<uint64_t>(st.st_size), false, f.get());
+    if (absl::Status s = hold ? pool->MakeHoldFile(name, static_cast<uint64_t>(st.st_size), false,
+                                                   f.get())
+                              : pool->MapFile(name, static_cast<uint64_t>(st.st_size), false,
+                                              f.get());
         !s.ok()) {
       return s;
     }
+    f->index = index;
     f->cursor = f->size;
     f->last_minibatch = minibatch;
     f->last_seq = first_seq > 0 ? first_seq - 1 : 0;
@@ -97,6 +106,7 @@ absl::StatusOr<std::unique_ptr<UploadCapturePool>> UploadCapturePool::Create(
 
 UploadCapturePool::~UploadCapturePool() {
   for (const auto& f : files_) {
+    if (f->hold) continue;  // never mapped here
     backend_->UnregisterSharedHost(f->base);
     munmap(f->base, f->size);
   }
@@ -164,8 +174,36 @@ absl::Status UploadCapturePool::MapFile(const std::string& name, uint64_t size, 
   return absl::OkStatus();
 }
 
+absl::Status UploadCapturePool::MakeHoldFile(const std::string& name, uint64_t size, bool create,
+                                             File* f) {
+  if (create) {
+    // Sparse: pages are allocated by the copy that needs them (HoldPlaces).
+    const std::string path = absl::StrCat(dir_, "/", name);
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) return absl::InternalError(absl::StrCat(path, ": ", ErrnoText()));
+    if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+      const std::string why = ErrnoText();
+      close(fd);
+      unlink(path.c_str());
+      return absl::ResourceExhaustedError(absl::StrCat(path, ": cannot size it: ", why));
+    }
+    close(fd);
+    ++files_made_;
+  }
+  f->name = name;
+  f->hold = true;
+  f->size = size;
+  return absl::OkStatus();
+}
+
 bool UploadCapturePool::Reusable(File& f, uint64_t minibatch) {
   if (f.last_minibatch + 2 > minibatch && f.last_seq >= released_before_) return false;
+  if (f.hold) {
+    // Its holds end now; one being copied out is waited for (a copy of at
+    // most a few hundred MiB), else the file is left alone.
+    return holds_ == nullptr ||
+           holds_->FreeFile(static_cast<uint32_t>(f.index), absl::Seconds(10));
+  }
   // Every capture placed in it must have completed: its device writes would
   // land in the next one's bytes. They completed long ago in practice (two
   // boundaries); one still running is waited for briefly, then the file is
@@ -184,15 +222,17 @@ bool UploadCapturePool::Reusable(File& f, uint64_t minibatch) {
   }
 }
 
-UploadCapturePool::File* UploadCapturePool::FileFor(uint64_t need, uint64_t minibatch) {
+UploadCapturePool::File* UploadCapturePool::FileFor(uint64_t need, uint64_t minibatch,
+                                                    bool hold) {
   // The file being filled, then a reusable one, then a new one.
   for (auto& f : files_) {
-    if (f->cursor != 0 && f->cursor <= f->size && f->size - RoundUp(f->cursor, kPage) >= need) {
+    if (f->hold == hold && f->cursor != 0 && f->cursor <= f->size &&
+        f->size - RoundUp(f->cursor, kPage) >= need) {
       return f.get();
     }
   }
   for (auto& f : files_) {
-    if (f->size >= need && Reusable(*f, minibatch)) {
+    if (f->hold == hold && f->size >= need && Reusable(*f, minibatch)) {
       f->cursor = 0;
       ++reuses_;
       return f.get();
@@ -211,12 +251,15 @@ UploadCapturePool::File* UploadCapturePool::FileFor(uint64_t need, uint64_t mini
     return nullptr;
   }
   auto f = std::make_unique<File>();
-  if (absl::Status s = MapFile(absl::StrCat(kPrefix, next_index_), size, true, f.get()); !s.ok()) {
+  int& next = hold ? next_hold_index_ : next_index_;
+  if (absl::Status s = hold ? MakeHoldFile(HoldPlaces::FileName(next), size, true, f.get())
+                            : MapFile(absl::StrCat(kPrefix, next), size, true, f.get());
+      !s.ok()) {
     REVENANT_LOG(WARNING, "agent") << "captured uploads: " << s
                                    << " (the upload is journaled by the CPU)";
     return nullptr;
   }
-  ++next_index_;
+  f->index = next++;
   total_bytes_ += f->size;
   files_.push_back(std::move(f));
   return files_.back().get();
@@ -230,7 +273,7 @@ bool UploadCapturePool::Reserve(const transport::RecordHeader& rec, uint64_t min
       !IsCaptureCandidate(rec.api_id, absl::string_view(rec.body(), rec.body_size()), 0)) {
     return false;
   }
-  File* f = FileFor(kPage + size, minibatch);
+  File* f = FileFor(kPage + size, minibatch, holds_ != nullptr);
   if (f == nullptr) return false;
   const uint64_t offset = RoundUp(f->cursor, kPage) + kPage;
   if (offset + size > f->size) return false;  // FileFor left room for a page-aligned start
@@ -238,9 +281,15 @@ bool UploadCapturePool::Reserve(const transport::RecordHeader& rec, uint64_t min
   f->last_minibatch = minibatch;
   f->last_seq = rec.seq;
   pending_.seq = rec.seq;
-  pending_.data = f->base + offset;
-  pending_.done = reinterpret_cast<uint64_t*>(f->base + offset - sizeof(uint64_t));
   pending_.size = size;
+  if (f->hold) {
+    pending_.held = true;
+    pending_.file_index = static_cast<uint32_t>(f->index);
+    pending_.offset = offset;
+  } else {
+    pending_.data = f->base + offset;
+    pending_.done = reinterpret_cast<uint64_t*>(f->base + offset - sizeof(uint64_t));
+  }
   pending_file_ = f;
   ref->set_file(f->name);
   ref->set_offset(offset);
@@ -259,9 +308,51 @@ void UploadCapturePool::Ran(uint64_t seq, bool captured) {
   pending_file_ = nullptr;
 }
 
+bool UploadCapturePool::Hold(uint64_t seq, uint64_t src) {
+  if (pending_.seq != seq || !pending_.held || holds_ == nullptr) return false;
+  if (holds_->Add(seq, src, pending_.size, pending_.file_index, pending_.offset) >= 0) return true;
+  // Every slot taken (1024 uploads held): this one's bytes go to its place
+  // now, as the shim would copy them.
+  char* place = places_ != nullptr ? places_->Place(pending_.file_index, pending_.offset,
+                                                    pending_.size)
+                                   : nullptr;
+  if (place == nullptr) {
+    if (!warned_hold_) {
+      warned_hold_ = true;
+      REVENANT_LOG(ERROR, "agent") << "held uploads: no slot and no room for upload " << seq
+                                   << "'s bytes: a replay of it reads the application's source";
+    }
+    return false;
+  }
+  std::memcpy(place, reinterpret_cast<const char*>(src), pending_.size);
+  __atomic_store_n(reinterpret_cast<uint64_t*>(place - sizeof(uint64_t)), seq, __ATOMIC_RELEASE);
+  ++holds_copied_at_once_;
+  return true;
+}
+
+void UploadCapturePool::HeldRan(uint64_t seq) {
+  if (pending_.seq != seq || !pending_.held) return;
+  ++holds_made_;
+  held_bytes_ += pending_.size;
+  pending_ = Capture();
+  pending_file_ = nullptr;
+}
+
+int UploadCapturePool::CopyOutHolds(uint64_t lo, uint64_t hi) {
+  if (holds_ == nullptr || places_ == nullptr) return 0;
+  int lost = 0;
+  const int n = holds_->CopyOut(lo, hi, places_->Fn(), /*by_app=*/false, 8, &lost);
+  if (lost > 0) {
+    REVENANT_LOG(ERROR, "agent") << "held uploads: " << lost
+                                 << " could not be copied out (no room in the journal's tmpfs): "
+                                    "a replay that needs them is refused";
+  }
+  return n;
+}
+
 absl::Status LoadCapturedUploads(const std::string& journal_dir,
                                  std::vector<journal::JournalEntry>* entries, absl::Duration wait,
-                                 uint64_t from_seq) {
+                                 uint64_t from_seq, const HoldTable* holds) {
   int read = 0, from_source = 0;
   for (journal::JournalEntry& e : *entries) {
     if (!e.has_capture() || e.seq() / 2 < from_seq) continue;
@@ -293,6 +384,23 @@ absl::Status LoadCapturedUploads(const std::string& journal_dir,
       }
       if (word == want || absl::Now() >= deadline) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (word != want && holds != nullptr &&
+        absl::StartsWith(ref.file(), kHoldPrefix)) {
+      // A held upload: its bytes are in the application's protected source
+      // until someone copies them out; the shim does when its agent dies.
+      const HoldTable::State st = holds->StateOf(want, absl::Seconds(10));
+      if (st == HoldTable::kDone &&
+          pread(fd, &word, sizeof(word), static_cast<off_t>(ref.offset() - sizeof(word))) !=
+              static_cast<ssize_t>(sizeof(word))) {
+        word = 0;
+      }
+      if (word != want) {
+        close(fd);
+        return absl::DataLossError(absl::StrCat(
+            "journal entry ", e.seq(), ": held upload ", path, " was not copied out (hold state ",
+            static_cast<int>(st), "): the application's source may have changed since"));
+      }
     }
     if (word != want) {
       // Not completed: the application had not been told the copy was done,

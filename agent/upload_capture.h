@@ -51,6 +51,7 @@
 #include "agent/journaling.h"
 #include "api/hook_protocol.h"
 #include "api/hook_structs.h"
+#include "common/upload_hold.h"
 #include "proto/journal.pb.h"
 
 namespace revenant {
@@ -59,6 +60,7 @@ namespace agent {
 // Uploads below this keep their bytes in the journal (a memcpy into the
 // mapped log or one write(2) costs less than a second copy on the device).
 inline constexpr uint64_t kCaptureMinBytes = 1 << 20;
+static_assert(kCaptureMinBytes == kHoldMinBytes, "the shim protects what the agent may hold");
 
 // Whether a request is an upload the device may capture: cudaMemcpy or
 // cudaMemcpyAsync in place from host memory to the device (the host side is
@@ -77,6 +79,19 @@ class UploadCapturePool : public UploadCaptureSink {
     // Size of a capture file (larger for a larger upload).
     uint64_t file_bytes = 64 << 20;
   };
+
+  // Held uploads (common/upload_hold.h): with a table, Reserve places
+  // uploads in hold files (sparse, not registered with the device) and the
+  // copy's hook holds them instead of capturing; a hold file is filled again
+  // once the table freed its holds.
+  void set_holds(HoldTable* holds, HoldPlaces* places) {
+    holds_ = holds;
+    places_ = places;
+  }
+  bool holding() const { return holds_ != nullptr; }
+  // The agent's copy out of the held uploads overlapping [lo, hi) (before
+  // the device writes that host memory); the slots copied.
+  int CopyOutHolds(uint64_t lo, uint64_t hi);
 
   // Capture files in `dir` (the journal directory). A fresh journal removes
   // the files a previous application left; a replacement continuing a dead
@@ -100,16 +115,26 @@ class UploadCapturePool : public UploadCaptureSink {
   // when there is none (the request is journaled with its bytes).
   struct Capture {
     uint64_t seq = 0;
-    char* data = nullptr;
+    char* data = nullptr;     // null for a held upload
     uint64_t* done = nullptr;
     uint64_t size = 0;
+    bool held = false;        // its place is in a hold file:
+    uint32_t file_index = 0;  // hold-<file_index>, at
+    uint64_t offset = 0;      // this offset
   };
   const Capture* Pending(uint64_t seq) const {
-    return pending_.seq == seq && pending_.data != nullptr ? &pending_ : nullptr;
+    return pending_.seq == seq && (pending_.data != nullptr || pending_.held) ? &pending_ : nullptr;
   }
   // The hook ran the copy: `captured` false when the backend captured
   // nothing (the copy failed, or became a graph node).
   void Ran(uint64_t seq, bool captured);
+  // Holds upload `seq` (before its copy runs): its slot in the table, or,
+  // with the table full, its bytes copied into the place now. False when
+  // neither could be done (the hook then runs the copy and the entry
+  // replays from the source only until the application writes it: logged).
+  bool Hold(uint64_t seq, uint64_t src);
+  // The hook ran a held upload's copy.
+  void HeldRan(uint64_t seq);
 
   // Captures of requests before `before_seq` are never replayed again: a
   // boundary snapshot of the state before that request finished (renamed in
@@ -118,12 +143,20 @@ class UploadCapturePool : public UploadCaptureSink {
   // completed. Only a one-rank job with boundary snapshots may call it:
   // with peers, a replacement may replay the minibatch before the
   // survivors' (docs/recovery.md).
-  void Release(uint64_t before_seq) { released_before_ = std::max(released_before_, before_seq); }
+  // Held uploads before it end too (a copy out in progress is left to
+  // finish; Reusable waits for it).
+  void Release(uint64_t before_seq) {
+    released_before_ = std::max(released_before_, before_seq);
+    if (holds_ != nullptr) holds_->FreeBefore(before_seq, absl::ZeroDuration());
+  }
 
   // Bytes of the capture files (they are never shrunk: the most the pool
   // held), the uploads captured, their bytes, the files made and the times
   // a file was filled again from its start.
   uint64_t bytes() const { return total_bytes_; }
+  uint64_t holds() const { return holds_made_; }
+  uint64_t held_bytes() const { return held_bytes_; }
+  uint64_t holds_copied_at_once() const { return holds_copied_at_once_; }
   uint64_t captures() const { return captures_; }
   uint64_t captured_bytes() const { return captured_bytes_; }
   int files_made() const { return files_made_; }
@@ -132,6 +165,8 @@ class UploadCapturePool : public UploadCaptureSink {
  private:
   struct File {
     std::string name;
+    int index = 0;
+    bool hold = false;  // a hold file: sparse, not mapped by the pool
     char* base = nullptr;
     uint64_t size = 0;
     uint64_t cursor = 0;         // next free byte
@@ -143,8 +178,10 @@ class UploadCapturePool : public UploadCaptureSink {
   UploadCapturePool(std::string dir, Backend* backend, Options options)
       : dir_(std::move(dir)), backend_(backend), options_(options) {}
   absl::Status MapFile(const std::string& name, uint64_t size, bool create, File* f);
-  // A file with room for `need` bytes for `minibatch`, or null.
-  File* FileFor(uint64_t need, uint64_t minibatch);
+  absl::Status MakeHoldFile(const std::string& name, uint64_t size, bool create, File* f);
+  // A file (of the kind `hold` says) with room for `need` bytes for
+  // `minibatch`, or null.
+  File* FileFor(uint64_t need, uint64_t minibatch, bool hold);
   bool Reusable(File& f, uint64_t minibatch);
 
   const std::string dir_;
@@ -161,6 +198,13 @@ class UploadCapturePool : public UploadCaptureSink {
   Capture pending_;
   File* pending_file_ = nullptr;
   bool warned_full_ = false;
+  HoldTable* holds_ = nullptr;
+  HoldPlaces* places_ = nullptr;
+  int next_hold_index_ = 0;
+  uint64_t holds_made_ = 0;
+  uint64_t held_bytes_ = 0;
+  uint64_t holds_copied_at_once_ = 0;
+  bool warned_hold_ = false;
 };
 
 // For a replay: each entry of `entries` with a DeviceCapture gets the
@@ -169,14 +213,19 @@ class UploadCapturePool : public UploadCaptureSink {
 // it is and replays from the application's source. `wait` bounds how long a
 // capture that has not completed yet is waited for (the validator reads the
 // live agent's captures; a replacement reads a dead agent's: 0). A missing
-// or short capture file is an error (the journal is damaged). Entries of
+// or short capture file is an error (the journal is damaged). A held
+// upload (`holds`: the journal's table) whose place is not complete is
+// waited for while its hold is kHeld or kCopying (the application's shim
+// copies held uploads out when its agent dies, before it connects to the
+// replacement); one whose copy was lost, or still held then, is refused
+// (its source may have changed). Entries of
 // requests before `from_seq` are left alone: the replay skips them (they
 // precede the boundary snapshot it starts from) and their places may hold
 // later captures (UploadCapturePool::Release).
 absl::Status LoadCapturedUploads(const std::string& journal_dir,
                                  std::vector<journal::JournalEntry>* entries,
                                  absl::Duration wait = absl::ZeroDuration(),
-                                 uint64_t from_seq = 0);
+                                 uint64_t from_seq = 0, const HoldTable* holds = nullptr);
 
 }  // namespace agent
 }  // namespace revenant

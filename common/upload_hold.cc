@@ -207,6 +207,47 @@ HoldTable::State HoldTable::StateOf(uint64_t seq, absl::Duration wait) const {
   }
 }
 
+HoldPlaces::~HoldPlaces() {
+  for (auto& [index, m] : files_) {
+    if (m.base != nullptr) munmap(m.base, m.size);
+    if (m.fd >= 0) close(m.fd);
+  }
+}
+
+std::string HoldPlaces::FileName(uint32_t index) { return absl::StrCat("hold-", index); }
+
+char* HoldPlaces::Place(uint32_t index, uint64_t offset, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Mapped& m = files_[index];
+  if (m.base == nullptr) {
+    const std::string path = absl::StrCat(dir_, "/", FileName(index));
+    m.fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    struct stat st;
+    if (m.fd < 0 || fstat(m.fd, &st) != 0 || st.st_size <= 0) {
+      if (m.fd >= 0) close(m.fd);
+      files_.erase(index);
+      return nullptr;
+    }
+    void* p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED,
+                   m.fd, 0);
+    if (p == MAP_FAILED) {
+      close(m.fd);
+      files_.erase(index);
+      return nullptr;
+    }
+    m.base = static_cast<char*>(p);
+    m.size = static_cast<uint64_t>(st.st_size);
+  }
+  if (offset < sizeof(uint64_t) || offset > m.size || size > m.size - offset) return nullptr;
+  // The pages, allocated now: a full tmpfs is an error here, not SIGBUS in
+  // the copy.
+  if (posix_fallocate(m.fd, static_cast<off_t>(offset - sizeof(uint64_t)),
+                      static_cast<off_t>(size + sizeof(uint64_t))) != 0) {
+    return nullptr;
+  }
+  return m.base + offset;
+}
+
 uint64_t HoldTable::added() const { return header().added.load(std::memory_order_relaxed); }
 uint64_t HoldTable::copied_by_app() const {
   return header().copied_by_app.load(std::memory_order_relaxed);

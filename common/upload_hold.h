@@ -36,13 +36,19 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace revenant {
+
+// Uploads of at least this many bytes are held (smaller ones keep their
+// bytes in the journal): the shim and the agent decide alike.
+inline constexpr uint64_t kHoldMinBytes = 1 << 20;
 
 class HoldTable {
  public:
@@ -121,6 +127,35 @@ class HoldTable {
   void* const base_;
   const size_t size_;
   int next_ = 0;  // the agent's search start for Add
+};
+
+// The places of held uploads: files hold-<index> of the journal directory,
+// sized by the agent and left sparse (their pages are allocated by the copy
+// that needs them; a full tmpfs then loses that copy, kLost, instead of
+// raising SIGBUS). Mapped on first use; thread-safe.
+class HoldPlaces {
+ public:
+  explicit HoldPlaces(std::string dir) : dir_(std::move(dir)) {}
+  ~HoldPlaces();
+  HoldPlaces(const HoldPlaces&) = delete;
+  HoldPlaces& operator=(const HoldPlaces&) = delete;
+  static std::string FileName(uint32_t index);
+  // The place's first byte with its completion word's page allocated; null
+  // if the file is missing or short, or tmpfs has no room.
+  char* Place(uint32_t index, uint64_t offset, uint64_t size);
+  HoldTable::PlaceFn Fn() {
+    return [this](uint32_t i, uint64_t o, uint64_t n) { return Place(i, o, n); };
+  }
+
+ private:
+  struct Mapped {
+    int fd = -1;
+    char* base = nullptr;
+    uint64_t size = 0;
+  };
+  const std::string dir_;
+  std::mutex mu_;
+  std::map<uint32_t, Mapped> files_;
 };
 
 }  // namespace revenant

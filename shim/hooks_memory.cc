@@ -117,7 +117,15 @@ cudaError_t Memcpy(api::ApiId id, void* dst, const void* src, size_t count, cuda
     return cudaSuccess;
   }
   if (dst_shared && src_shared) {
-    return SendCopy(id, dst, src, count, kind, stream, hooks::kDirect, 0);
+    const cudaError_t e = SendCopy(id, dst, src, count, kind, stream, hooks::kDirect, 0);
+    // A large upload from pinned memory the agent may hold (common/upload_hold.h;
+    // the agent decides, with the same size bound): its source is
+    // write-protected now, while the copy runs.
+    if (e == cudaSuccess && rt->holding() && count >= kHoldMinBytes &&
+        rt->IsDevicePointer(dst, count) && !rt->IsDevicePointer(src, count)) {
+      rt->HoldUploadSource(src, count);
+    }
+    return e;
   }
   const uint32_t reply_room = transport::ChannelOptions().reply_data_size - 64;
   if (!src_shared) {
@@ -306,6 +314,7 @@ int Runtime::AllocPinned(void** out, size_t size, unsigned int flags) {
     pinned_[reinterpret_cast<uint64_t>(addr)] =
         PinnedRange{reinterpret_cast<uint64_t>(addr), mapped, flags, path};
   }
+  GuardPinned(reinterpret_cast<uint64_t>(addr), mapped);
   *out = addr;
   return cudaSuccess;
 }
@@ -320,6 +329,7 @@ int Runtime::FreePinned(void* p) {
     r = it->second;
     pinned_.erase(it);
   }
+  UnguardPinned(r.addr, r.size);
   int status = cudaSuccess;
   hooks::cudaFreeHostRequest req;
   req.addr = r.addr;
@@ -459,8 +469,11 @@ int Runtime::RegisterHost(void* p, size_t size, unsigned int flags, std::string*
     RestorePrivate(r);
     return status;
   }
-  std::lock_guard<std::mutex> lock(pinned_mu_);
-  pinned_[start] = r;
+  {
+    std::lock_guard<std::mutex> lock(pinned_mu_);
+    pinned_[start] = r;
+  }
+  GuardPinned(start, len);
   return cudaSuccess;
 }
 
@@ -505,6 +518,7 @@ int Runtime::UnregisterHost(void* p) {
     req.Encode(call.args());
     status = call.Send() ? call.status() : cudaErrorDevicesUnavailable;
   }
+  UnguardPinned(r.addr, r.size);
   RestorePrivate(r);
   return status;
 }

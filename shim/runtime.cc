@@ -174,12 +174,17 @@ bool Runtime::Connect() {
 }
 
 bool Runtime::Handshake(int fd, bool recover, absl::Time deadline, bool* refused) {
+  // Whether this process can hold uploads (an agent with --upload_hold asks
+  // for it in its welcome): probed once.
+  static const absl::Status can_hold = WriteGuard::Available();
   absl::Status sent = transport::SendFrame(
       fd, FormatKv({{"op", "hello"},
                     {"version", "1"},
                     {"pid", std::to_string(getpid())},
                     {"channel", channel_path_},
-                    {"recover", recover ? "1" : "0"}}));
+                    {"recover", recover ? "1" : "0"},
+                    {"hold", can_hold.ok() ? "1" : "0"},
+                    {"hold_why", std::string(can_hold.message())}}));
   absl::StatusOr<std::string> welcome =
       sent.ok() ? transport::RecvFrame(fd, deadline) : absl::StatusOr<std::string>(sent);
   if (!welcome.ok()) {
@@ -197,7 +202,79 @@ bool Runtime::Handshake(int fd, bool recover, absl::Time deadline, bool* refused
   agent_.device_base = ParseU64(m, "device_base");
   agent_.device_size = ParseU64(m, "device_size");
   agent_.rank = static_cast<int>(ParseU64(m, "rank"));
+  if (!m["holds"].empty() && !StartHolding(m["holds"])) {
+    // The agent holds uploads on the promise that their sources are
+    // protected here: without that it must not run.
+    if (refused != nullptr) *refused = true;
+    return false;
+  }
   return true;
+}
+
+bool Runtime::StartHolding(const std::string& table_path) {
+  absl::StatusOr<std::unique_ptr<HoldTable>> t = HoldTable::Open(table_path);
+  if (!t.ok()) {
+    REVENANT_LOG(ERROR, "shim") << "held uploads: " << t.status();
+    return false;
+  }
+  if (guard_ == nullptr) {
+    // Made once, at the first welcome that asks (handshakes do not overlap).
+    absl::StatusOr<std::unique_ptr<WriteGuard>> g =
+        WriteGuard::Create([this](uint64_t lo, uint64_t hi) { CopyOutHolds(lo, hi); });
+    if (!g.ok()) {
+      REVENANT_LOG(ERROR, "shim") << "held uploads: " << g.status();
+      return false;
+    }
+    guard_ = std::move(*g);
+    // Pinned memory made before (none in practice: it needs the agent).
+    std::lock_guard<std::mutex> plock(pinned_mu_);
+    for (const auto& [addr, r] : pinned_) (void)guard_->Register(r.addr, r.size);
+  }
+  {
+    std::lock_guard<std::mutex> lock(hold_mu_);
+    holds_ = std::move(*t);
+    hold_places_ =
+        std::make_unique<HoldPlaces>(table_path.substr(0, table_path.rfind('/')));
+  }
+  holding_.store(true, std::memory_order_release);
+  return true;
+}
+
+void Runtime::CopyOutHolds(uint64_t lo, uint64_t hi) {
+  std::lock_guard<std::mutex> lock(hold_mu_);
+  if (holds_ == nullptr) return;
+  int lost = 0;
+  holds_->CopyOut(lo, hi, hold_places_->Fn(), /*by_app=*/true, 8, &lost);
+  if (lost > 0) {
+    REVENANT_LOG(ERROR, "shim") << "held uploads: " << lost
+                                << " could not be copied out (no room in the journal's tmpfs): a "
+                                   "recovery that needs them is refused";
+  }
+}
+
+void Runtime::GuardPinned(uint64_t addr, uint64_t size) {
+  if (!holding()) return;
+  if (absl::Status s = guard_->Register(addr, size); !s.ok()) {
+    REVENANT_LOG(WARNING, "shim") << "held uploads: pinned memory at 0x" << std::hex << addr
+                                  << std::dec << " cannot be write-protected (" << s
+                                  << "): its uploads are copied out as they are held";
+  }
+}
+
+void Runtime::UnguardPinned(uint64_t addr, uint64_t size) {
+  if (!holding()) return;
+  guard_->Release(addr);  // held uploads from it copied out first
+  guard_->Unregister(addr, size);
+}
+
+void Runtime::HoldUploadSource(const void* src, size_t count) {
+  if (!holding()) return;
+  if (absl::Status s = guard_->Protect(reinterpret_cast<uint64_t>(src), count); !s.ok()) {
+    // Not protectable (registration failed): the held bytes go to their
+    // place now, as a write would have them.
+    const uint64_t a = reinterpret_cast<uint64_t>(src);
+    CopyOutHolds(a, a + count);
+  }
 }
 
 void Runtime::StartMonitor() {
@@ -236,6 +313,14 @@ void Runtime::OnAgentDeath() {
     }
   }
   const bool recover = recovery_enabled();
+  if (holding()) {
+    // Every held upload's bytes into its place before a replacement reads
+    // the journal (it connects only after this).
+    const absl::Time t0 = absl::Now();
+    CopyOutHolds(0, ~uint64_t{0});
+    REVENANT_LOG(INFO, "shim") << "held uploads copied out for the replacement in "
+                               << absl::ToDoubleMilliseconds(absl::Now() - t0) << " ms";
+  }
   REVENANT_LOG(ERROR, "shim") << "the agent of rank " << agent_.rank << " (pid "
                               << agent_.agent_pid << ") is gone"
                               << (recover ? "; waiting for a replacement"

@@ -28,6 +28,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/upload_hold.h"
+#include "common/write_guard.h"
 #include "absl/time/time.h"
 #include "transport/control_socket.h"
 #include "transport/shm_channel.h"
@@ -122,6 +124,12 @@ class Runtime {
   void NoteCaptureEnd(uint64_t stream, int32_t status);
   bool AnyCaptureActive() const { return captures_active_.load(std::memory_order_acquire) != 0; }
 
+  // Held uploads (common/upload_hold.h; the agent asks for them in its
+  // welcome): an upload of `count` bytes from pinned memory at `src` was
+  // sent; its source is write-protected until its bytes are copied out.
+  bool holding() const { return holding_.load(std::memory_order_acquire); }
+  void HoldUploadSource(const void* src, size_t count);
+
   // Deferred errors from asynchronous calls that failed in the agent.
   void NoteDeferredError(int32_t error);
   int32_t TakeDeferredError();
@@ -142,6 +150,12 @@ class Runtime {
   void Reconnect();
   void CallbackLoop();
   void RestorePrivate(const PinnedRange& r);
+  // Held uploads: the table the welcome names (empty: none); the held
+  // uploads overlapping [lo, hi) copied into their places.
+  bool StartHolding(const std::string& table_path);
+  void CopyOutHolds(uint64_t lo, uint64_t hi);
+  void GuardPinned(uint64_t addr, uint64_t size);
+  void UnguardPinned(uint64_t addr, uint64_t size);
 
   std::mutex connect_mu_;
   std::atomic<bool> connected_{false};
@@ -175,6 +189,12 @@ class Runtime {
 
   std::mutex staging_mu_;
   std::atomic<int32_t> deferred_error_{0};
+
+  std::mutex hold_mu_;  // the table and places (the guard has its own)
+  std::unique_ptr<WriteGuard> guard_;
+  std::unique_ptr<HoldTable> holds_;
+  std::unique_ptr<HoldPlaces> hold_places_;
+  std::atomic<bool> holding_{false};
 };
 
 // Per-thread CUDA error state (cudaGetLastError/cudaPeekAtLastError).

@@ -162,6 +162,12 @@ ABSL_FLAG(bool, snapshot_async, true,
           "with boundary snapshots in a one-rank job: the snapshots between journal boundaries "
           "are asynchronous (the device copies on a stream of its own, a thread finishes the "
           "file behind; docs/recovery.md); false: every snapshot synchronous");
+ABSL_FLAG(bool, upload_hold, false,
+          "hold large pinned uploads instead of capturing them: each application process keeps "
+          "an upload's source write-protected (userfaultfd) until the journal needs its bytes, "
+          "so the upload runs alone on the link; needs a userfaultfd that takes kernel-mode "
+          "faults (root, access to /dev/userfaultfd, or vm.unprivileged_userfaultfd=1), else "
+          "uploads are captured and the agent says why (docs/recovery.md, \"Held uploads\")");
 ABSL_FLAG(bool, snapshot_keep_spare, true,
           "keep the snapshot file given up at a journal boundary for the next snapshot (no new "
           "file per snapshot; 2x the live bytes in snapshot files); false: 1x between snapshots, "
@@ -785,6 +791,7 @@ int Main(int argc, char** argv) {
                                      absl::StrCat("--snapshot_min_interval_ms=", absl::GetFlag(FLAGS_snapshot_min_interval_ms)),
                                      std::string("--snapshot_async=") + (absl::GetFlag(FLAGS_snapshot_async) ? "true" : "false"),
                                      std::string("--snapshot_keep_spare=") + (absl::GetFlag(FLAGS_snapshot_keep_spare) ? "true" : "false"),
+                                     std::string("--upload_hold=") + (absl::GetFlag(FLAGS_upload_hold) ? "true" : "false"),
                                      std::string("--snapshot_spare_ahead=") + (absl::GetFlag(FLAGS_snapshot_spare_ahead) ? "true" : "false"),
                                      std::string("--snapshot_staged=") + (absl::GetFlag(FLAGS_snapshot_staged) ? "true" : "false"),
                                      "--journal_thread=" + absl::GetFlag(FLAGS_journal_thread),

@@ -16,6 +16,12 @@
 #   request counts: the replacement replays the uploads since the last
 #   finished snapshot from capture files, several of them filled again
 #   before, and the result is still bitwise the host's.
+# With UPLOAD_HOLD=1 the uploads are held instead (revenant-run
+# --upload_hold; docs/recovery.md, "Held uploads"): every upload must be
+# held, the loop's writes into its pinned buffer copy them out (user-mode
+# faults; with APP_MODE=pread the kernel's writes, with APP_MODE=download
+# the agent before the device writes it), the kills' shims copy the rest
+# out before the replacement reads them, and the same checks hold.
 #   recovery_capture_reuse_test.sh RUN APP KERNELS [TRIALS=4] [SEED=20261207] [STEPS=32] [MIB=33]
 set -u
 run="$1"; app="$2"; kernels="$3"; trials="${4:-4}"; seed="${5:-20261207}"
@@ -25,6 +31,15 @@ if [ -n "${RECOVERY_TEST_EXTRA_ARGS:-}" ]; then
   read -r -a extra_args <<<"$RECOVERY_TEST_EXTRA_ARGS"
   common+=("${extra_args[@]}")
   echo "extra revenant-run options: ${extra_args[*]}"
+fi
+hold="${UPLOAD_HOLD:-0}"
+# APP_MODE: upload_loop's third argument (pread: the kernel fills the pinned
+# batch; download: the device writes it after each fold).
+app_mode="${APP_MODE:-}"
+[ -n "$app_mode" ] && echo "upload_loop mode: $app_mode"
+if [ "$hold" = 1 ]; then
+  common+=(--upload_hold)
+  echo "held uploads: revenant-run --upload_hold"
 fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -36,6 +51,20 @@ check_captures() {
   line=$(grep -o "captured uploads at exit.*" "$log")
   echo "  $line"
   n=$(echo "$line" | sed -n 's/.*at exit: \([0-9]*\) uploads journaled.*/\1/p')
+  if [ "$hold" = 1 ]; then
+    # Held, not captured; the loop's writes copied them out.
+    local held app
+    held=$(grep -o "held uploads at exit.*" "$log")
+    echo "  $held"
+    n=$(echo "$held" | sed -n 's/.*at exit: \([0-9]*\) uploads held.*/\1/p')
+    app=$(echo "$held" | sed -n 's/.*copied out: \([0-9]*\) by the application.*/\1/p')
+    [ "$app_mode" = download ] &&
+      app=$(echo "$held" | sed -n 's/.*, \([0-9]*\) by the agent.*/\1/p')
+    if [ "${app:-0}" -lt $((steps / 2)) ]; then
+      echo "FAIL $name: the loop's writes (${app_mode:-user-mode}) copied out only ${app:-0} held uploads"
+      fails=$((fails + 1))
+    fi
+  fi
   made=$(echo "$line" | sed -n 's/.*, \([0-9]*\) capture files made.*/\1/p')
   reused=$(echo "$line" | sed -n 's/.*, \([0-9]*\) times one was filled again.*/\1/p')
   bound=$(echo "$line" | sed -n 's/.*a snapshot once \([0-9]*\)[.0-9]* MiB were captured.*/\1/p')
@@ -49,7 +78,7 @@ check_captures() {
   fi
 }
 
-REVENANT_DIAGNOSTICS=1 "$run" "${common[@]}" -- "$app" "$steps" "$mib" >"$tmp/ref.log" 2>&1 || {
+REVENANT_DIAGNOSTICS=1 "$run" "${common[@]}" -- "$app" "$steps" "$mib" ${app_mode} >"$tmp/ref.log" 2>&1 || {
   echo "FAIL: the fault-free run failed"; grep -v "submit seq" "$tmp/ref.log" | tail -30; exit 1; }
 ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/ref.log")
 total=$(grep -c "submit seq" "$tmp/ref.log")
@@ -59,7 +88,7 @@ echo "  $(grep -o "snapshots at exit.*" "$tmp/ref.log")"
 check_captures "default snapshots" "$tmp/ref.log"
 
 bound_only=(--snapshot_every=1000)
-"$run" "${common[@]}" "${bound_only[@]}" -- "$app" "$steps" "$mib" >"$tmp/bound.log" 2>&1 || {
+"$run" "${common[@]}" "${bound_only[@]}" -- "$app" "$steps" "$mib" ${app_mode} >"$tmp/bound.log" 2>&1 || {
   echo "FAIL: the fault-free run with --snapshot_every=1000 failed"; tail -30 "$tmp/bound.log"; exit 1; }
 line=$(grep -o "snapshots at exit.*" "$tmp/bound.log")
 inside=$(echo "$line" | sed -n 's/.*; \([0-9]*\) asynchronous.*/\1/p')
@@ -67,7 +96,9 @@ echo "fault-free, --snapshot_every=1000: $line"
 grep -q "^\[r0\] final checksum $ref\$" "$tmp/bound.log" || {
   echo "FAIL: --snapshot_every=1000 changed the checksum"; fails=$((fails + 1)); }
 check_captures "--snapshot_every=1000" "$tmp/bound.log"
-if [ "${inside:-0}" -lt $((steps / 8)) ]; then
+# Held bytes count half toward the bound: half as many snapshots.
+want_inside=$((steps / 8)); [ "$hold" = 1 ] && want_inside=$((steps / 16))
+if [ "${inside:-0}" -lt "$want_inside" ]; then
   echo "FAIL: the captured bytes made only ${inside:-0} asynchronous snapshots due"
   fails=$((fails + 1))
 fi
@@ -92,10 +123,10 @@ check() {  # check NAME LOG RC
 # The M-th asynchronous snapshot comes once the same bytes were captured in
 # every run: by then capture files were filled again.
 for point in snapshot_inflight snapshot_finish; do
-  m=5
+  m=5; [ "$hold" = 1 ] && m=2
   log="$tmp/$point.log"
   "$run" "${common[@]}" "${bound_only[@]}" --chaos="rank=0,minibatch=$m,point=$point" -- \
-    "$app" "$steps" "$mib" >"$log" 2>&1
+    "$app" "$steps" "$mib" ${app_mode} >"$log" 2>&1
   rc=$?
   grep -q "chaos: killing this agent with asynchronous snapshot $m" "$log" || {
     echo "FAIL $point M=$m: the kill did not happen"; grep -v "revenant hostkernel" "$log" | tail -20
@@ -111,7 +142,7 @@ for t in $(seq 1 "$trials"); do
   c=$((lo + RANDOM % span)); p=${points[$((RANDOM % 4))]}
   spec="rank=0,calls=$c,point=$p"
   log="$tmp/trial.log"
-  "$run" "${common[@]}" --chaos="$spec" -- "$app" "$steps" "$mib" >"$log" 2>&1
+  "$run" "${common[@]}" --chaos="$spec" -- "$app" "$steps" "$mib" ${app_mode} >"$log" 2>&1
   check "trial $t [$spec]" "$log" "$?"
 done
 echo "uploads replayed from capture files: $replayed"

@@ -8,12 +8,23 @@
 // With `pageable`, the batch comes from ordinary host memory instead (as
 // PyTorch's `.cuda()` of a tensor that is not pinned): a batch of up to 1 MiB
 // travels inside the request, a larger one through the staging area.
+// With `pread`, the pinned batch is filled by pread(2) from a file (the
+// kernel writes it, as a data loader reading files does); with `download`,
+// each step also copies the device's `in` back into the pinned batch after
+// the fold (the device writes the buffer the upload read). Both are the
+// writes a held upload's source must survive (docs/recovery.md, "Held
+// uploads").
 //
-//   upload_loop [STEPS=48] [MIB=16] [pageable]
+//   upload_loop [STEPS=48] [MIB=16] [pageable|pread|download]
 #include <cuda_runtime_api.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -24,8 +35,11 @@
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::atoi(argv[1]) : 48;
   const int mib = argc > 2 ? std::atoi(argv[2]) : 16;
-  const bool pageable = argc > 3 && std::string(argv[3]) == "pageable";
-  EXPECT_APP(steps > 1 && mib > 0 && mib <= 1024 && (argc <= 3 || pageable), "bad arguments");
+  const std::string mode = argc > 3 ? argv[3] : "";
+  const bool pageable = mode == "pageable", by_pread = mode == "pread", download = mode == "download";
+  EXPECT_APP(steps > 1 && mib > 0 && mib <= 1024 &&
+                 (argc <= 3 || pageable || by_pread || download),
+             "bad arguments");
   const int n = mib << 18;  // unsigned values
   const size_t bytes = static_cast<size_t>(n) * sizeof(unsigned);
   unsigned* in = nullptr;
@@ -44,14 +58,35 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreate(&s));
   std::vector<unsigned> expect(n, 0);
+  std::vector<unsigned> batch(n);
+  int fd = -1;
+  if (by_pread) {
+    char path[] = "/tmp/upload_loop.XXXXXX";
+    fd = mkstemp(path);
+    EXPECT_APP(fd >= 0, "mkstemp: %s", std::strerror(errno));
+    unlink(path);
+  }
   for (int step = 0; step < steps; ++step) {
     // The previous upload has read the buffer once the stream is idle.
     CHECK_CUDA(cudaStreamSynchronize(s));
-    for (int i = 0; i < n; ++i) pinned[i] = static_cast<unsigned>(i) * 2654435761u + step * 40503u;
+    for (int i = 0; i < n; ++i) batch[i] = static_cast<unsigned>(i) * 2654435761u + step * 40503u;
+    if (by_pread) {
+      EXPECT_APP(pwrite(fd, batch.data(), bytes, 0) == static_cast<ssize_t>(bytes), "pwrite");
+      EXPECT_APP(pread(fd, pinned, bytes, 0) == static_cast<ssize_t>(bytes), "pread into the "
+                 "pinned batch: %s", std::strerror(errno));
+    } else {
+      std::memcpy(pinned, batch.data(), bytes);
+    }
     CHECK_CUDA(cudaMemcpyAsync(in, pinned, bytes, cudaMemcpyHostToDevice, s));
     fold_upload<<<8, 256, 0, s>>>(acc, in, n);
     CHECK_CUDA(cudaGetLastError());
-    for (int i = 0; i < n; ++i) expect[i] = expect[i] * 31u + pinned[i];
+    for (int i = 0; i < n; ++i) expect[i] = expect[i] * 31u + batch[i];
+    if (download) {
+      CHECK_CUDA(cudaMemcpyAsync(pinned, in, bytes, cudaMemcpyDeviceToHost, s));
+      CHECK_CUDA(cudaStreamSynchronize(s));
+      EXPECT_APP(std::memcmp(pinned, batch.data(), bytes) == 0, "step %d: the download differs",
+                 step);
+    }
     if (step % 8 == 7) {
       std::printf("progress %d\n", step + 1);
       std::fflush(stdout);
@@ -67,6 +102,7 @@ int main(int argc, char** argv) {
   }
   std::printf("final checksum %016llx\n", static_cast<unsigned long long>(hash));
   if (!pageable) CHECK_CUDA(cudaFreeHost(pinned));
+  if (fd >= 0) close(fd);
   CHECK_CUDA(cudaFree(acc));
   CHECK_CUDA(cudaFree(in));
   CHECK_CUDA(cudaStreamDestroy(s));
