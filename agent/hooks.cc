@@ -86,7 +86,6 @@ int32_t CopyBody(DispatchContext& ctx, const Request& r, wire::Encoder& out, boo
         // Held: the application's shim keeps the source write-protected
         // until its bytes are copied out; the copy runs alone.
         const uint64_t seq = cap->seq;
-        session->Hold(seq, src);
         const cudaError_t e = B(ctx)->Memcpy(d, sp, count, k, s, async_api);
         session->HeldRan(seq);
         return e;
@@ -176,6 +175,9 @@ int32_t LaunchHook(DispatchContext& ctx, wire::Decoder& in, bool cooperative_api
   if (kernel == nullptr) return cudaErrorInvalidDeviceFunction;
   if (l.args.size != kernel->args_size) return cudaErrorInvalidValue;
   if (!TranslateStream(ctx, &stream)) return cudaErrorInvalidResourceHandle;
+  // A kernel given a pointer into a held upload's source may write it
+  // through mapped memory: its bytes are copied out first.
+  if (ctx.session->holding()) ctx.session->CopyOutHoldsNamedIn(args, l.args.size);
   if (ex) {
     const char* attr_bytes = r.attrs.data;
     const uint64_t attr_size = r.attrs.size;

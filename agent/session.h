@@ -230,13 +230,15 @@ class Session : private JournalingHost {
   void CaptureRan(uint64_t seq, bool captured) {
     if (capture_ != nullptr) capture_->Ran(seq, captured);
   }
-  // Held uploads (common/upload_hold.h): Hold before a held upload's copy
-  // runs, HeldRan after; CopyOutHolds before the device writes shared host
-  // memory [p, p + n) (held sources there are copied into their places).
+  // Held uploads (common/upload_hold.h; held while journaled): HeldRan after
+  // a held upload's copy ran; CopyOutHolds before the device writes shared
+  // host memory [p, p + n) (held sources there are copied into their places).
   bool holding() const { return options_.holds != nullptr; }
-  bool Hold(uint64_t seq, uint64_t src) { return capture_ != nullptr && capture_->Hold(seq, src); }
   void HeldRan(uint64_t seq) {
     if (capture_ != nullptr) capture_->HeldRan(seq);
+  }
+  void CopyOutHoldsNamedIn(const char* args, size_t n) {
+    if (capture_ != nullptr && options_.holds != nullptr) capture_->CopyOutHoldsNamedIn(args, n);
   }
   void CopyOutHolds(const void* p, size_t n) {
     if (capture_ != nullptr && options_.holds != nullptr) {

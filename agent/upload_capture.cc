@@ -269,14 +269,20 @@ bool UploadCapturePool::Reserve(const transport::RecordHeader& rec, uint64_t min
                                 uint64_t size, journal::DeviceCapture* ref) {
   pending_ = Capture();
   pending_file_ = nullptr;
+  hooks::CopyHead head;
   if (size < options_.min_bytes ||
-      !IsCaptureCandidate(rec.api_id, absl::string_view(rec.body(), rec.body_size()), 0)) {
+      !IsCaptureCandidate(rec.api_id, absl::string_view(rec.body(), rec.body_size()), 0, &head)) {
     return false;
   }
   File* f = FileFor(kPage + size, minibatch, holds_ != nullptr);
   if (f == nullptr) return false;
   const uint64_t offset = RoundUp(f->cursor, kPage) + kPage;
   if (offset + size > f->size) return false;  // FileFor left room for a page-aligned start
+  // A held upload is held from before its entry is appended: an agent that
+  // dies before the copy ran leaves a hold the shim copies out.
+  if (f->hold && !HoldNow(rec.seq, head.src, size, static_cast<uint32_t>(f->index), offset)) {
+    return false;  // journaled with its bytes
+  }
   f->cursor = offset + size;
   f->last_minibatch = minibatch;
   f->last_seq = rec.seq;
@@ -308,23 +314,21 @@ void UploadCapturePool::Ran(uint64_t seq, bool captured) {
   pending_file_ = nullptr;
 }
 
-bool UploadCapturePool::Hold(uint64_t seq, uint64_t src) {
-  if (pending_.seq != seq || !pending_.held || holds_ == nullptr) return false;
-  if (holds_->Add(seq, src, pending_.size, pending_.file_index, pending_.offset) >= 0) return true;
+bool UploadCapturePool::HoldNow(uint64_t seq, uint64_t src, uint64_t size, uint32_t file_index,
+                                uint64_t offset) {
+  if (holds_->Add(seq, src, size, file_index, offset) >= 0) return true;
   // Every slot taken (1024 uploads held): this one's bytes go to its place
   // now, as the shim would copy them.
-  char* place = places_ != nullptr ? places_->Place(pending_.file_index, pending_.offset,
-                                                    pending_.size)
-                                   : nullptr;
+  char* place = places_ != nullptr ? places_->Place(file_index, offset, size) : nullptr;
   if (place == nullptr) {
     if (!warned_hold_) {
       warned_hold_ = true;
-      REVENANT_LOG(ERROR, "agent") << "held uploads: no slot and no room for upload " << seq
-                                   << "'s bytes: a replay of it reads the application's source";
+      REVENANT_LOG(WARNING, "agent") << "held uploads: no slot and no room for upload " << seq
+                                     << "'s bytes in its place: journaled with its bytes";
     }
     return false;
   }
-  std::memcpy(place, reinterpret_cast<const char*>(src), pending_.size);
+  std::memcpy(place, reinterpret_cast<const char*>(src), size);
   __atomic_store_n(reinterpret_cast<uint64_t*>(place - sizeof(uint64_t)), seq, __ATOMIC_RELEASE);
   ++holds_copied_at_once_;
   return true;

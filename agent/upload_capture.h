@@ -92,6 +92,11 @@ class UploadCapturePool : public UploadCaptureSink {
   // The agent's copy out of the held uploads overlapping [lo, hi) (before
   // the device writes that host memory); the slots copied.
   int CopyOutHolds(uint64_t lo, uint64_t hi);
+  // The same for the held uploads a kernel's parameters point into.
+  int CopyOutHoldsNamedIn(const char* args, size_t n) {
+    return holds_ != nullptr && places_ != nullptr ? holds_->CopyOutNamed(args, n, places_->Fn())
+                                                   : 0;
+  }
 
   // Capture files in `dir` (the journal directory). A fresh journal removes
   // the files a previous application left; a replacement continuing a dead
@@ -128,11 +133,6 @@ class UploadCapturePool : public UploadCaptureSink {
   // The hook ran the copy: `captured` false when the backend captured
   // nothing (the copy failed, or became a graph node).
   void Ran(uint64_t seq, bool captured);
-  // Holds upload `seq` (before its copy runs): its slot in the table, or,
-  // with the table full, its bytes copied into the place now. False when
-  // neither could be done (the hook then runs the copy and the entry
-  // replays from the source only until the application writes it: logged).
-  bool Hold(uint64_t seq, uint64_t src);
   // The hook ran a held upload's copy.
   void HeldRan(uint64_t seq);
 
@@ -178,6 +178,11 @@ class UploadCapturePool : public UploadCaptureSink {
   UploadCapturePool(std::string dir, Backend* backend, Options options)
       : dir_(std::move(dir)), backend_(backend), options_(options) {}
   absl::Status MapFile(const std::string& name, uint64_t size, bool create, File* f);
+  // Holds request `seq`'s upload of [src, src + size) with its place at
+  // `offset` of hold-<file_index>: a slot in the table, or, with every slot
+  // taken, its bytes copied into the place now. False when neither could be
+  // done (the upload is journaled with its bytes).
+  bool HoldNow(uint64_t seq, uint64_t src, uint64_t size, uint32_t file_index, uint64_t offset);
   absl::Status MakeHoldFile(const std::string& name, uint64_t size, bool create, File* f);
   // A file (of the kind `hold` says) with room for `need` bytes for
   // `minibatch`, or null.

@@ -124,6 +124,7 @@ int HoldTable::Add(uint64_t seq, uint64_t addr, uint64_t size, uint32_t file_ind
     s.word.store(Word(GenOf(w) + 1, kHeld), std::memory_order_release);
     header().added.fetch_add(1, std::memory_order_relaxed);
     next_ = (i + 1) % kSlots;
+    mine_.push_back(i);
     return i;
   }
   return -1;
@@ -155,6 +156,27 @@ int HoldTable::CopyOut(uint64_t lo, uint64_t hi, const PlaceFn& place, bool by_a
     (by_app ? header().copied_by_app : header().copied_by_agent)
         .fetch_add(1, std::memory_order_relaxed);
     ++copied;
+  }
+  return copied;
+}
+
+int HoldTable::CopyOutNamed(const char* bytes, size_t n, const PlaceFn& place) {
+  if (mine_.empty()) return 0;
+  int copied = 0;
+  // Still-held ones only (the rest leave the list).
+  mine_.erase(std::remove_if(mine_.begin(), mine_.end(),
+                             [this](int i) {
+                               return StateOfWord(slot(i).word.load(std::memory_order_acquire)) !=
+                                      kHeld;
+                             }),
+              mine_.end());
+  for (size_t o = 0; o + sizeof(uint64_t) <= n; o += sizeof(uint64_t)) {
+    uint64_t v;
+    std::memcpy(&v, bytes + o, sizeof(v));
+    for (int i : mine_) {
+      const Slot& s = slot(i);
+      if (v >= s.addr && v - s.addr < s.size) copied += CopyOut(v, v + 1, place, false);
+    }
   }
   return copied;
 }

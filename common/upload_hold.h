@@ -40,6 +40,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -98,6 +99,12 @@ class HoldTable {
   int CopyOut(uint64_t lo, uint64_t hi, const PlaceFn& place, bool by_app, int threads = 8,
               int* lost = nullptr);
 
+  // Agent: copies out the holds it made whose source contains one of the
+  // 8-byte-aligned words of `bytes` (a kernel's parameters: a pointer into a
+  // held source lets the kernel write it through mapped memory). Cheap when
+  // it holds nothing: only its own live holds are looked at.
+  int CopyOutNamed(const char* bytes, size_t n, const PlaceFn& place);
+
   // Agent: ends the holds whose place is in capture-<file_index> / whose
   // request precedes `seq`. A slot being copied is waited for, up to
   // `wait`; false if one still was then (the place must not be reused).
@@ -126,7 +133,8 @@ class HoldTable {
   const std::string path_;
   void* const base_;
   const size_t size_;
-  int next_ = 0;  // the agent's search start for Add
+  int next_ = 0;            // the agent's search start for Add
+  std::vector<int> mine_;   // slots this agent's Add filled (pruned as they end)
 };
 
 // The places of held uploads: files hold-<index> of the journal directory,

@@ -101,6 +101,30 @@ TEST(HoldTableTest, UnreachablePlaceIsLostAndFreedSlotsAreReusedWithNewFields) {
   EXPECT_EQ(p.word() >= 110, true);
 }
 
+TEST(HoldTableTest, KernelParametersPointingIntoAHeldSourceCopyItOut) {
+  auto t = HoldTable::Create(TempPath("holds4"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<char> src(1 << 16, 'k');
+  Place p(src.size());
+  const uint64_t a = reinterpret_cast<uint64_t>(src.data());
+  ASSERT_GE((*t)->Add(21, a, src.size(), 1, 4096), 0);
+  auto place = [&](uint32_t, uint64_t, uint64_t) { return p.data(); };
+  // Parameters: an int, then a pointer elsewhere, then one inside the source.
+  struct {
+    int32_t n;
+    int32_t pad;
+    uint64_t other;
+    uint64_t inside;
+  } args{7, 0, a + src.size(), 0};
+  EXPECT_EQ((*t)->CopyOutNamed(reinterpret_cast<const char*>(&args), sizeof(args), place), 0);
+  EXPECT_EQ((*t)->StateOf(21, absl::ZeroDuration()), HoldTable::kHeld);
+  args.inside = a + 100;
+  EXPECT_EQ((*t)->CopyOutNamed(reinterpret_cast<const char*>(&args), sizeof(args), place), 1);
+  EXPECT_EQ((*t)->StateOf(21, absl::ZeroDuration()), HoldTable::kDone);
+  EXPECT_EQ(p.word(), 21u);
+  EXPECT_EQ(std::memcmp(p.data(), src.data(), src.size()), 0);
+}
+
 TEST(HoldTableTest, FreeWaitsForACopyInProgressWithinItsBound) {
   auto t = HoldTable::Create(TempPath("holds3"));
   ASSERT_TRUE(t.ok()) << t.status();

@@ -10,6 +10,9 @@
 # 3. 4 ranks on the one GPU over the Gloo staging (--batch 4096, 1 MiB per
 #    step): the recovery suite's named kills and 12 seeded random kills
 #    (tests/integration/recovery_train_test.sh), every run bitwise equal.
+# 4. Held uploads (--upload_hold; also alone: MODE "hold"): 1 and 2 again
+#    with the uploads held instead of captured; the agent must say they were
+#    held and copied out by the application's writes.
 if [ "$MODE" = all ] || [ "$MODE" = capture ]; then
   echo; echo "=== captured uploads (the device journals large uploads)"
   nlog="$LOGS/capture.native.log"; rlog="$LOGS/capture.cuda.log"
@@ -46,5 +49,26 @@ if [ "$MODE" = all ] || [ "$MODE" = capture ]; then
       sed 's/^/   /'
     if [ $rc -eq 0 ]; then s=PASS; else s="FAIL (rc=$rc)"; fi
     record "capture: recovery suite, 4 ranks cuda+gloo, 1 MiB/step: $what" "$s" "$log"
+  done
+fi
+
+if [ "$MODE" = all ] || [ "$MODE" = capture ] || [ "$MODE" = hold ]; then
+  echo; echo "=== held uploads (the shim write-protects large uploads' sources)"
+  nlog="$LOGS/hold.native.log"
+  native 1 "$nlog" "$G/apps/train_mlp.bin" --iters 24 --batch 65536; rc=$?
+  ref=$(checksum "$nlog")
+  for spec in none "rank=0,minibatch=4,calls=8" "rank=0,minibatch=5,calls=1,point=after_execute" \
+              "rank=0,minibatch=6,calls=2,point=before_append"; do
+    klog="$LOGS/hold.${spec//[^a-z0-9]/_}.log"
+    chaos=(); [ "$spec" != none ] && chaos=(--chaos="$spec")
+    timeout 300 $RUN -n 1 --backend=cuda --timeout=240 --recovery_timeout=60 --upload_hold \
+      "${chaos[@]}" -- "$G/apps/train_mlp.bin" --iters 24 --batch 65536 >"$klog" 2>&1; rc=$?
+    got=$(checksum "$klog")
+    grep -E "held uploads|captured uploads for the replay|final checksum" "$klog" |
+      head -6 | sed 's/^/   /'
+    if [ $rc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ] &&
+       { [ "$spec" != none ] || grep -q "held uploads at exit: [1-9]" "$klog"; }; then
+      s=PASS; else s="FAIL (rc=$rc)"; fi
+    record "hold: train_mlp 16 MiB/step, --upload_hold [$spec]" "$s" "$klog"
   done
 fi

@@ -23,6 +23,8 @@
 #      (environment assignments, e.g. "REVENANT_CAPTURE_MAX_MIB=0"): a
 #      third run in every pair under the shim with them set, its ratios
 #      against the same pair's native run summarized apart.
+#      ONE_BENCH_ARM_FLAGS (revenant-run options, e.g. "--upload_hold"): the
+#      same third run with these options (with or without ONE_BENCH_ARM).
 if [ "$MODE" = one_pairs ]; then
   echo
   echo "=== one rank, interleaved pairs"
@@ -45,11 +47,12 @@ if [ "$MODE" = one_pairs ]; then
   : >"$LOGS/one_bench.ratios"
   : >"$LOGS/one_bench_arm.ratios"
   arm="${ONE_BENCH_ARM:-}"
+  [ -z "$arm" ] && [ -n "${ONE_BENCH_ARM_FLAGS:-}" ] && arm="ONE_BENCH_ARM_FLAGS=${ONE_BENCH_ARM_FLAGS}"
   ok=1
   [ "$pairs" -gt 0 ] || echo "   shim_bench pairs: none asked for (ONE_BENCH_PAIRS=0)"
   bn() { timeout 200 "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$nlog" 2>&1; }
   bs() { timeout 260 $RUN -n 1 --backend=cuda --timeout=240 -- "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$slog" 2>&1; }
-  ba() { timeout 260 env $arm $RUN -n 1 --backend=cuda --timeout=240 -- "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$alog" 2>&1; }
+  ba() { timeout 260 env $arm $RUN -n 1 --backend=cuda --timeout=240 ${ONE_BENCH_ARM_FLAGS:-} -- "$G/bench/shim_bench.bin" --h2d_iters "$iters" >"$alog" 2>&1; }
   # ratios LOG FILE TITLE: pair $p's ratios of LOG to $nlog appended to FILE
   # (compare.sh: metric native revenant unit ratio goal ("<= 0.10" or "-")
   # met) and printed.
@@ -96,7 +99,8 @@ if [ "$MODE" = one_pairs ]; then
   if [ -n "$arm" ]; then
     echo "   shim_bench with $arm, the same pairs' native runs:"
     summarize "$LOGS/one_bench_arm.ratios"
-    grep -h "captured uploads at exit" "$LOGS"/one_bench.arm.*.log 2>/dev/null | head -2 | sed 's/^/   | arm agent /'
+    grep -h "captured uploads at exit\|held uploads at exit" "$LOGS"/one_bench.arm.*.log 2>/dev/null | head -4 | sed 's/^/   | arm agent /'
+    grep -h "h2d iteration" "$LOGS"/one_bench.arm.1.log 2>/dev/null | tr '\n' ' ' | sed 's/^/   | arm pair 1 /'; echo
   fi
   grep -h "captured uploads at exit\|snapshots at exit" "$LOGS"/one_bench.cuda.*.log 2>/dev/null | head -4 | sed 's/^/   | agent /'
   [ "$ok" = 1 ] && s=PASS || s=FAIL

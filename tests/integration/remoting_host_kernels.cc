@@ -6,3 +6,4 @@
 REVENANT_HOST_KERNEL(wait_for_flag);
 REVENANT_HOST_KERNEL(add_one);
 REVENANT_HOST_KERNEL(fold_upload);
+REVENANT_HOST_KERNEL(copy_back);

@@ -24,3 +24,11 @@ __global__ void fold_upload(unsigned* acc, const unsigned* in, int n) {
     acc[i] = acc[i] * 31u + in[i];
   }
 }
+
+// out[i] = in[i] for every i < n (grid-stride): the device writing a buffer
+// through its mapped pointer.
+__global__ void copy_back(unsigned* out, const unsigned* in, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    out[i] = in[i];
+  }
+}

@@ -11,11 +11,12 @@
 // With `pread`, the pinned batch is filled by pread(2) from a file (the
 // kernel writes it, as a data loader reading files does); with `download`,
 // each step also copies the device's `in` back into the pinned batch after
-// the fold (the device writes the buffer the upload read). Both are the
+// the fold (the device writes the buffer the upload read); with `kernel`, a
+// kernel writes it through its mapped pointer instead. These are the
 // writes a held upload's source must survive (docs/recovery.md, "Held
 // uploads").
 //
-//   upload_loop [STEPS=48] [MIB=16] [pageable|pread|download]
+//   upload_loop [STEPS=48] [MIB=16] [pageable|pread|download|kernel]
 #include <cuda_runtime_api.h>
 
 #include <fcntl.h>
@@ -37,8 +38,9 @@ int main(int argc, char** argv) {
   const int mib = argc > 2 ? std::atoi(argv[2]) : 16;
   const std::string mode = argc > 3 ? argv[3] : "";
   const bool pageable = mode == "pageable", by_pread = mode == "pread", download = mode == "download";
+  const bool by_kernel = mode == "kernel";
   EXPECT_APP(steps > 1 && mib > 0 && mib <= 1024 &&
-                 (argc <= 3 || pageable || by_pread || download),
+                 (argc <= 3 || pageable || by_pread || download || by_kernel),
              "bad arguments");
   const int n = mib << 18;  // unsigned values
   const size_t bytes = static_cast<size_t>(n) * sizeof(unsigned);
@@ -81,8 +83,15 @@ int main(int argc, char** argv) {
     fold_upload<<<8, 256, 0, s>>>(acc, in, n);
     CHECK_CUDA(cudaGetLastError());
     for (int i = 0; i < n; ++i) expect[i] = expect[i] * 31u + batch[i];
-    if (download) {
-      CHECK_CUDA(cudaMemcpyAsync(pinned, in, bytes, cudaMemcpyDeviceToHost, s));
+    if (download || by_kernel) {
+      if (download) {
+        CHECK_CUDA(cudaMemcpyAsync(pinned, in, bytes, cudaMemcpyDeviceToHost, s));
+      } else {
+        unsigned* mapped = nullptr;
+        CHECK_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&mapped), pinned, 0));
+        copy_back<<<8, 256, 0, s>>>(mapped, in, n);
+        CHECK_CUDA(cudaGetLastError());
+      }
       CHECK_CUDA(cudaStreamSynchronize(s));
       EXPECT_APP(std::memcmp(pinned, batch.data(), bytes) == 0, "step %d: the download differs",
                  step);
