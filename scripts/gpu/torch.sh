@@ -276,7 +276,8 @@ PYEOF
     # TORCH_STEPS: steps of every 1-rank run (default: each script's own).
     th_steps=(); [ -n "${TORCH_STEPS:-}" ] && th_steps=(--steps "$TORCH_STEPS")
     # TORCH_RUN_ARGS: further revenant-run options of the first run under the
-    # shim (e.g. --snapshot_spare_ahead=false, to compare in one call).
+    # shim and of the kill (e.g. --snapshot_spare_ahead=false, to compare in
+    # one call; --upload_hold).
     th_run_args=(); [ -n "${TORCH_RUN_ARGS:-}" ] && read -r -a th_run_args <<<"$TORCH_RUN_ARGS"
     for s in $th_one; do
       nlog="$LOGS/torch.$s.native.log"; clog="$LOGS/torch.$s.cuda.log"
@@ -290,7 +291,7 @@ PYEOF
       [ -n "$nmean" ] && [ -n "$cmean" ] &&
         echo "   $s mean step (snapshots in it): native $nmean ms, revenant $cmean ms; ratio $(calc "$cmean / $nmean")"
       echo "   $s start-up: native $(th_start "$nlog"); revenant $(th_start "$clog")"
-      grep -hoE "(host memory|journal|snapshots|captured uploads) at exit.*" "$clog" | sed 's/^/   | agent /'
+      grep -hoE "(host memory|journal|snapshots|captured uploads|held uploads) at exit.*" "$clog" | sed 's/^/   | agent /'
       # The same script with a journal boundary per step instead of the
       # one-rank default snapshots, in the same call: what the snapshots'
       # mode costs the step, apart from the rest.
@@ -318,11 +319,12 @@ PYEOF
         # the replacement restores the last boundary snapshot (auto: not
         # every step) and replays every step since.
         log="$LOGS/torch.$s.kill1.log"
-        timeout 400 $RUN -n 1 --backend=cuda --timeout=360 --chaos="rank=0,calls=6000" \
-          -- "$PY" "$TS/$s.py" "${th_steps[@]}" >"$log" 2>&1; rc=$?
+        timeout 400 $RUN -n 1 --backend=cuda "${th_run_args[@]}" --timeout=360 \
+          --chaos="rank=0,calls=6000" -- "$PY" "$TS/$s.py" "${th_steps[@]}" >"$log" 2>&1; rc=$?
         got=$(th_hash "$log")
         echo "   $s 1 rank, agent killed at request 6000: rc=$rc $got"
-        grep -E "replayed [0-9]+ requests|snapshot loaded|snapshots at exit" "$log" | head -4 | sed 's/^/   | /'
+        grep -E "replayed [0-9]+ requests|snapshot loaded|snapshots at exit|held uploads" "$log" |
+          head -6 | sed 's/^/   | /'
         if [ $rc -eq 0 ] && [ "$got" = "${th_ref[$s]}" ]; then st=PASS; else st="FAIL (rc=$rc)"; th_diag "$log"; fi
         record "torch $s 1 rank, killed, recovered = native" "$st" "$log"
       fi
