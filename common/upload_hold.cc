@@ -131,17 +131,20 @@ int HoldTable::Add(uint64_t seq, uint64_t addr, uint64_t size, uint32_t file_ind
 }
 
 int HoldTable::CopyOut(uint64_t lo, uint64_t hi, const PlaceFn& place, bool by_app, int threads,
-                       int* lost) {
+                       int* lost, bool take_over) {
   int copied = 0;
   for (int i = 0; i < kSlots; ++i) {
     Slot& s = slot(i);
     uint64_t w = s.word.load(std::memory_order_acquire);
-    if (StateOfWord(w) != kHeld) continue;
+    const uint32_t state = StateOfWord(w);
+    if (state != kHeld && !(take_over && state == kCopying)) continue;
     const uint64_t seq = s.seq, addr = s.addr, size = s.size, offset = s.offset;
     const uint32_t file = s.file_index;
     if (addr >= hi || addr + size <= lo) continue;
-    // Claim exactly the hold whose fields were read.
-    if (!s.word.compare_exchange_strong(w, Word(GenOf(w), kCopying), std::memory_order_acq_rel)) {
+    // Claim exactly the hold whose fields were read (one being copied by a
+    // dead agent is the taker's already: nobody else may free or claim it).
+    if (state == kHeld &&
+        !s.word.compare_exchange_strong(w, Word(GenOf(w), kCopying), std::memory_order_acq_rel)) {
       continue;
     }
     char* dst = place ? place(file, offset, size) : nullptr;

@@ -96,8 +96,12 @@ class HoldTable {
   // Returns the slots copied; `*lost` (if given) counts those whose place
   // could not be reached (kLost). `by_app` says which side copied (counted
   // in the header).
+  // `take_over`: slots in kCopying are copied too — for the shim when its
+  // agent died, whose copy out stopped with it (the device write it came
+  // before never ran, so the source still holds the bytes); the caller
+  // must be the only other copier then (the shim holds its copy lock).
   int CopyOut(uint64_t lo, uint64_t hi, const PlaceFn& place, bool by_app, int threads = 8,
-              int* lost = nullptr);
+              int* lost = nullptr, bool take_over = false);
 
   // Agent: copies out the holds it made whose source contains one of the
   // 8-byte-aligned words of `bytes` (a kernel's parameters: a pointer into a

@@ -149,6 +149,35 @@ TEST(HoldTableTest, FreeWaitsForACopyInProgressWithinItsBound) {
   EXPECT_EQ(p.word(), 8u);
 }
 
+TEST(HoldTableTest, ACopyLeftByADeadCopierIsTakenOver) {
+  auto t = HoldTable::Create(TempPath("holds5"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<char> src(4096, 'z');
+  Place p(src.size());
+  const uint64_t a = reinterpret_cast<uint64_t>(src.data());
+  ASSERT_GE((*t)->Add(9, a, src.size(), 2, 4096), 0);
+  // The agent claims the slot and stops (as if killed) before the copy.
+  std::atomic<bool> inside{false}, go{false};
+  std::thread agent([&] {
+    (*t)->CopyOut(a, a + 1, [&](uint32_t, uint64_t, uint64_t) -> char* {
+      inside.store(true);
+      while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return nullptr;
+    }, false, 1);
+  });
+  while (!inside.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto place = [&](uint32_t, uint64_t, uint64_t) { return p.data(); };
+  // An ordinary copy out leaves it alone; the shim's, with its agent dead,
+  // finishes it.
+  EXPECT_EQ((*t)->CopyOut(a, a + 1, place, true), 0);
+  EXPECT_EQ((*t)->StateOf(9, absl::ZeroDuration()), HoldTable::kCopying);
+  EXPECT_EQ((*t)->CopyOut(0, ~uint64_t{0}, place, true, 1, nullptr, /*take_over=*/true), 1);
+  EXPECT_EQ((*t)->StateOf(9, absl::ZeroDuration()), HoldTable::kDone);
+  EXPECT_EQ(p.word(), 9u);
+  go.store(true);
+  agent.join();
+}
+
 // A shared tmpfs mapping, as the shim's pinned memory (the job directory is
 // on tmpfs; write protection of shared file memory is for shmem only).
 char* MapShared(size_t n) {

@@ -240,11 +240,13 @@ bool Runtime::StartHolding(const std::string& table_path) {
   return true;
 }
 
-void Runtime::CopyOutHolds(uint64_t lo, uint64_t hi) {
+void Runtime::CopyOutHolds(uint64_t lo, uint64_t hi, bool agent_dead) {
   std::lock_guard<std::mutex> lock(hold_mu_);
   if (holds_ == nullptr) return;
   int lost = 0;
-  holds_->CopyOut(lo, hi, hold_places_->Fn(), /*by_app=*/true, 8, &lost);
+  // With the agent dead, a hold it was copying out is finished here (this
+  // lock keeps the shim's own handler out meanwhile).
+  holds_->CopyOut(lo, hi, hold_places_->Fn(), /*by_app=*/true, 8, &lost, agent_dead);
   if (lost > 0) {
     REVENANT_LOG(ERROR, "shim") << "held uploads: " << lost
                                 << " could not be copied out (no room in the journal's tmpfs): a "
@@ -317,7 +319,7 @@ void Runtime::OnAgentDeath() {
     // Every held upload's bytes into its place before a replacement reads
     // the journal (it connects only after this).
     const absl::Time t0 = absl::Now();
-    CopyOutHolds(0, ~uint64_t{0});
+    CopyOutHolds(0, ~uint64_t{0}, /*agent_dead=*/true);
     REVENANT_LOG(INFO, "shim") << "held uploads copied out for the replacement in "
                                << absl::ToDoubleMilliseconds(absl::Now() - t0) << " ms";
   }

@@ -153,7 +153,7 @@ class Runtime {
   // Held uploads: the table the welcome names (empty: none); the held
   // uploads overlapping [lo, hi) copied into their places.
   bool StartHolding(const std::string& table_path);
-  void CopyOutHolds(uint64_t lo, uint64_t hi);
+  void CopyOutHolds(uint64_t lo, uint64_t hi, bool agent_dead = false);
   void GuardPinned(uint64_t addr, uint64_t size);
   void UnguardPinned(uint64_t addr, uint64_t size);
 
