@@ -88,7 +88,6 @@ class UploadCapturePool : public UploadCaptureSink {
     holds_ = holds;
     places_ = places;
   }
-  bool holding() const { return holds_ != nullptr; }
   // The agent's copy out of the held uploads overlapping [lo, hi) (before
   // the device writes that host memory); the slots copied.
   int CopyOutHolds(uint64_t lo, uint64_t hi);
