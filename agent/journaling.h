@@ -221,6 +221,8 @@ class RequestJournal {
   // payloads not released (journal::Journal::ReleasePayloadsBefore).
   uint64_t live_minibatch_bytes() const { return journal_->live_minibatch_bytes(); }
   uint64_t setup_file_bytes() const { return journal_->setup_file_bytes(); }
+  uint64_t minibatch_log_bytes() const { return journal_->minibatch_log_bytes(); }
+  size_t minibatch_first_chunk() const { return journal_->minibatch_first_chunk(); }
   // A one-rank job's finished snapshot at request `request_seq` (its replay
   // starts there): the payloads of the minibatch log's entries before it
   // are released. Any thread. Returns the bytes of pages freed.

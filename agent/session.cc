@@ -315,10 +315,14 @@ void Session::ReportAtExit() {
         "snapshots at exit: %d boundaries, %.3f MiB per boundary, %.2f ms mean, %.2f ms max "
         "per boundary, %d steps between snapshots (journaled inside their minibatch)%s; "
         "%d asynchronous (inside the journal's minibatch), %.2f ms mean to the finished file; "
-        "%d made due by the journal's bytes (%.1f MiB, --snapshot_max_log_mib)",
+        "%d made due by the journal's bytes (%.1f MiB, --snapshot_max_log_mib); %d journal "
+        "boundaries keeping the minibatch log in its first chunk (%.1f MiB; the last "
+        "journal boundary took %.2f ms)",
         t.count, t.bytes / 1048576.0 / t.count, t.ms / t.count, t.max_ms, steps_skipped_,
         t.failures ? absl::StrCat(", ", t.failures, " FAILED") : std::string(), t.inside,
-        t.total_ms / t.count, bound_snapshots_, options_.snapshot_max_log_bytes / 1048576.0);
+        t.total_ms / t.count, bound_snapshots_, options_.snapshot_max_log_bytes / 1048576.0,
+        log_chunk_boundaries_, options_.journal->minibatch_first_chunk() / 1048576.0,
+        last_journal_boundary_ns_ / 1e6);
     const double live = static_cast<double>(t.last_bytes);
     snapshots_->TakeSpareAhead();
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
@@ -528,10 +532,12 @@ void Session::MarkStepHere(const transport::RecordHeader& rec, bool forced) {
   if (validator_ != nullptr) {
     validator_->MinibatchEnding(options_.journal->minibatch(), options_.journal->dir());
   }
+  const int64_t boundary_start_ns = MonotonicNanos();
   if (snapshots_ != nullptr) SnapshotBoundary(options_.journal->minibatch() + 1, rec.seq);
   // The marked step's request itself is not journaled: the requests after
   // it start the minibatch.
   if (absl::Status s = options_.journal->MarkStep(rec.seq + 1); !s.ok()) JournalFailed(s);
+  NoteJournalBoundary(boundary_start_ns);
   if (snapshots_ != nullptr) SnapshotRecorded(options_.journal->minibatch());
   // Collective ordinals restart per minibatch, as at a detected boundary.
   backend_->MarkBoundary(options_.journal->minibatch());
@@ -622,6 +628,7 @@ void Session::JournalBeforeRun(const transport::RecordHeader& rec) {
   const uint64_t minibatch = options_.journal->minibatch();
   const bool boundary = options_.journal->BoundaryBefore(rec);
   if (boundary) FlushLaunches();
+  int64_t boundary_start_ns = 0;
   if (validator_ != nullptr && boundary) {
     validator_->MinibatchEnding(minibatch, options_.journal->dir());
   }
@@ -634,6 +641,7 @@ void Session::JournalBeforeRun(const transport::RecordHeader& rec) {
       step = PlanSnapshot(rec.seq, /*forced=*/false);
     }
     if (step == SnapshotStep::kBoundary) {
+      boundary_start_ns = MonotonicNanos();
       SnapshotBoundary(minibatch + 1, rec.seq);
     } else {
       options_.journal->SkipBoundaryFor(rec.seq);
@@ -644,6 +652,7 @@ void Session::JournalBeforeRun(const transport::RecordHeader& rec) {
       !s.ok()) {
     JournalFailed(s);
   }
+  if (boundary_start_ns != 0) NoteJournalBoundary(boundary_start_ns);
   if (options_.journal->minibatch() == minibatch) return;
   if (snapshots_ != nullptr) SnapshotRecorded(options_.journal->minibatch());
   backend_->MarkBoundary(options_.journal->minibatch());
@@ -963,6 +972,20 @@ bool Session::TimedSnapshotDue() const {
          std::max(kSnapshotIntervalFactor * last_snapshot_ns_, options_.snapshot_min_interval_ns);
 }
 
+void Session::NoteJournalBoundary(int64_t start_ns) {
+  last_journal_boundary_end_ns_ = MonotonicNanos();
+  last_journal_boundary_ns_ = last_journal_boundary_end_ns_ - start_ns;
+}
+
+bool Session::LogChunkBoundaryDue() const {
+  static const bool on = knobs::Bool(knobs::Id::kJournalLogChunkBoundary).value_or(true);
+  if (!on) return false;
+  const uint64_t chunk = options_.journal->minibatch_first_chunk();
+  if (chunk == 0 || options_.journal->minibatch_log_bytes() < chunk / 2) return false;
+  return MonotonicNanos() - last_journal_boundary_end_ns_ >=
+         kLogChunkBoundaryFactor * last_journal_boundary_ns_;
+}
+
 uint64_t Session::LogBytesTowardBound() {
   const uint64_t minibatch = options_.journal->minibatch();
   const uint64_t setup = options_.journal->setup_file_bytes();
@@ -1054,6 +1077,14 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
          inside_since_boundary_ + 1 >= kInsidePerBoundary) ||
         live >= options_.snapshot_max_log_bytes) {
       steps_since_snapshot_ = 0;
+      return SnapshotStep::kBoundary;
+    }
+    // An explicit cadence (--snapshot_every=N) and the snapshot chaos points
+    // keep their boundaries where the steps put them, not the clock.
+    if (options_.snapshot_every <= 1 && !inside_chaos && inflight_ == nullptr &&
+        LogChunkBoundaryDue()) {
+      steps_since_snapshot_ = 0;
+      ++log_chunk_boundaries_;
       return SnapshotStep::kBoundary;
     }
     if (!due && by_bytes) {
@@ -1395,9 +1426,16 @@ void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
   t.max_ms = std::max(t.max_ms, critical_ms);
   t.total_ms += critical_ms;
   t.reused += st->reused ? 1 : 0;
-  // Every snapshot is logged when they are spaced out; every step's only
-  // now and then.
-  if (options_.snapshot_every != 1 || t.count <= 2 || t.count % 100 == 0) {
+  // Every snapshot is logged when they are spaced out (an explicit cadence
+  // of steps); every step's only now and then; with --snapshot_every=auto,
+  // whose journal boundaries may come every few tens of ms (a small state,
+  // LogChunkBoundaryDue), at most one a second besides the first two.
+  const int64_t now_ns = MonotonicNanos();
+  const bool spaced = options_.snapshot_every > 1 ||
+                      (options_.snapshot_every == 0 &&
+                       now_ns - last_snapshot_log_ns_ >= 1000ll * 1000 * 1000);
+  if (spaced || t.count <= 2 || t.count % 100 == 0) {
+    last_snapshot_log_ns_ = now_ns;
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "snapshot of minibatch %d: %d allocations, %d bytes, critical path %.2f ms (device "
         "drained in %.2f ms, copies %.2f ms, checksums %.2f ms), total %.2f ms, %s%s",

@@ -614,6 +614,24 @@ class Session : private JournalingHost {
   // more than its own duration suggests (a PyTorch one-rank job on an H100
   // VM lost ~0.2 of its mean step with 19: docs/performance.md).
   static constexpr int64_t kSnapshotIntervalFactor = 49;
+  // One rank, --snapshot_every=auto: a journal boundary is due once the
+  // minibatch log fills half its first chunk (Journal::minibatch_first_chunk)
+  // and the time since the last journal boundary is this many times what
+  // that one took on the executor (its synchronous snapshot and the
+  // segment's rotation: at most 1 % of the job's time). A log kept inside
+  // its first chunk is reused, hot; one that grows past it cost a 50 us
+  // training step ~10 % (docs/performance.md, "The minibatch log kept in
+  // its first chunk"). A job whose snapshots are large keeps the other
+  // bounds (time, --snapshot_max_log_mib).
+  static constexpr int64_t kLogChunkBoundaryFactor = 100;
+  bool LogChunkBoundaryDue() const;
+  // Journal boundaries placed by the executor (a synchronous snapshot and a
+  // new minibatch): when the last one ended and what it took.
+  int64_t last_journal_boundary_end_ns_ = 0;
+  int64_t last_journal_boundary_ns_ = 0;
+  uint64_t log_chunk_boundaries_ = 0;
+  int64_t last_snapshot_log_ns_ = 0;
+  void NoteJournalBoundary(int64_t start_ns);
   // --snapshot_every=auto: whether the time since the last snapshot ended
   // makes the next one due (kSnapshotIntervalFactor, snapshot_min_interval_ns).
   bool TimedSnapshotDue() const;

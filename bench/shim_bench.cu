@@ -3,14 +3,18 @@
 //   RESULT <metric> <value> <unit>
 // lines that bench/compare.sh turns into a ratio table (shim / native).
 //
-//   ./shim_bench.bin [--quick] [--small] [--h2d_iters N]
+//   ./shim_bench.bin [--quick] [--small] [--h2d_iters N] [--latency_only]
 //
 // --small shrinks the training step's kernels to 256 elements: under the host
 // backend (kernels run on the CPU) the step then measures the launch path,
 // not the CPU's arithmetic. --h2d_iters: the 256 MiB copies' iterations (8,
 // 2 with --quick; given, each iteration's figure is printed too); under the
 // one-rank default snapshots the first few make the capture files that later
-// ones reuse, so a longer loop shows the steady state.
+// ones reuse, so a longer loop shows the steady state. --latency_only runs
+// the round-trip rows alone (4 B D2H, empty stream sync, event record +
+// query: well under a second), for many short pairs of runs whose median
+// ratio is steadier than a few long ones' (a run's placement on the CPUs
+// moves these rows by +-15 % from one process to the next).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -45,11 +49,12 @@ void Result(const char* metric, double value, const char* unit) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, small = false;
+  bool quick = false, small = false, latency_only = false;
   int h2d_iters = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--small") == 0) small = true;
+    if (std::strcmp(argv[i], "--latency_only") == 0) latency_only = true;
     if (std::strcmp(argv[i], "--h2d_iters") == 0 && i + 1 < argc) h2d_iters = std::atoi(argv[++i]);
   }
   const bool h2d_each = h2d_iters > 0;  // asked for: each iteration's figure too
@@ -65,7 +70,7 @@ int main(int argc, char** argv) {
 
   // 1. App-visible cost of one asynchronous launch: batches of 256 launches
   // (well below the launch queue depth), timed without the sync that follows.
-  {
+  if (!latency_only) {
     std::vector<double> per;
     for (int r = 0; r < 200 / reps; ++r) {
       auto t0 = Clock::now();
@@ -78,7 +83,7 @@ int main(int argc, char** argv) {
     Result("launch_cost", Median(per), "us");
   }
   // 2. Sustained launch throughput: launches enqueued and completed.
-  {
+  if (!latency_only) {
     const int n = 100000 / reps;
     auto t0 = Clock::now();
     for (int i = 0; i < n; ++i) empty_kernel<<<1, 32, 0, s>>>();
@@ -102,7 +107,7 @@ int main(int argc, char** argv) {
     Result("d2h_4b_latency", Median(t), "us");
   }
   // 4. 256 MiB host<->device bandwidth from pinned memory.
-  {
+  if (!latency_only) {
     const size_t bytes = 256ull << 20;
     void* host = nullptr;
     void* dev = nullptr;
@@ -153,7 +158,7 @@ int main(int argc, char** argv) {
     Result("event_record_query", Median(t), "us");
   }
   // 7. Training-like step: 2000 small kernels, then the loss read back.
-  {
+  if (!latency_only) {
     const int n = small ? 256 : 1 << 16;
     float *x = nullptr, *y = nullptr;
     CHECK(cudaMalloc(&x, n * sizeof(float)));

@@ -653,6 +653,7 @@ class SegmentWriter {
   uint64_t file_bytes() const {
     return writer_->file_length() + payload_length_ - payload_freed_;
   }
+  uint64_t log_bytes() const { return writer_->file_length(); }
 
   // A compaction's new (tmp) segment takes `old`'s payload file as its own:
   // linked under its name (the same pages: nothing copied), appended to
@@ -1237,12 +1238,14 @@ absl::Status Journal::AppendLocked(LogKind kind, JournalEntry* entry, absl::stri
 
 void Journal::UpdateLiveLocked() {
   setup_file_bytes_.store(setup_ ? setup_->file_bytes() : 0, std::memory_order_relaxed);
-  uint64_t live = 0;
+  uint64_t live = 0, log = 0;
   if (minibatch_ != nullptr) {
     const uint64_t held = minibatch_->file_bytes() - minibatch_->finished_bytes();
     live = held - std::min(held, minibatch_->released_bytes());
+    log = minibatch_->log_bytes();
   }
   live_minibatch_.store(live, std::memory_order_relaxed);
+  minibatch_log_.store(log, std::memory_order_relaxed);
 }
 
 void Journal::TrackSetupEntry(const JournalEntry& entry, uint64_t bytes) {

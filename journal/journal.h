@@ -286,6 +286,18 @@ class Journal {
   // stats().minibatch_file_bytes less minibatch_released_bytes, without the
   // journal's lock (as of the last append, boundary or release).
   uint64_t live_minibatch_bytes() const { return live_minibatch_.load(std::memory_order_relaxed); }
+  // The live minibatch segment's log file length (records and markers, not
+  // payload files), without the journal's lock (as of the last append or
+  // boundary), and the first chunk a mapped minibatch log is made with (0:
+  // logs are not mapped). A segment whose log stays inside its first chunk is
+  // reused after the next boundary; one that grew past it grew a chunk at a
+  // time on the writer's thread, into memory no cache holds, and is removed.
+  uint64_t minibatch_log_bytes() const { return minibatch_log_.load(std::memory_order_relaxed); }
+  size_t minibatch_first_chunk() const {
+    return options_.mapped_logs && options_.sync == SyncPolicy::kNone
+               ? options_.minibatch_first_chunk
+               : 0;
+  }
   // stats().setup_file_bytes without the journal's lock (as of the last
   // setup append, compaction or boundary): its dead bytes too, until a
   // compaction drops them.
@@ -336,6 +348,7 @@ class Journal {
   std::atomic<uint64_t> minibatch_segments_started_{0};
   uint64_t release_markers_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> live_minibatch_{0};
+  std::atomic<uint64_t> minibatch_log_{0};
   std::atomic<uint64_t> setup_file_bytes_{0};
   void UpdateLiveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::unique_ptr<journal_internal::SegmentWriter> setup_ ABSL_GUARDED_BY(mu_);

@@ -25,6 +25,11 @@
 #      against the same pair's native run summarized apart.
 #      ONE_BENCH_ARM_FLAGS (revenant-run options, e.g. "--upload_hold"): the
 #      same third run with these options (with or without ONE_BENCH_ARM).
+#   3. The round-trip rows again (4 B D2H, empty stream sync, event record +
+#      query) in ONE_LAT_PAIRS short pairs (default 15; shim_bench
+#      --latency_only, under a second each, the order alternating): a
+#      process's placement on the CPUs moves these rows by +-15 % from one
+#      run to the next, so their median over many pairs is the row's figure.
 if [ "$MODE" = one_pairs ]; then
   echo
   echo "=== one rank, interleaved pairs"
@@ -104,5 +109,28 @@ if [ "$MODE" = one_pairs ]; then
   fi
   grep -h "captured uploads at exit\|snapshots at exit" "$LOGS"/one_bench.cuda.*.log 2>/dev/null | head -4 | sed 's/^/   | agent /'
   [ "$ok" = 1 ] && s=PASS || s=FAIL
-  record "one rank: shim_bench pairs" "$s" "$LOGS/one_bench.cuda.$pairs.log"
+  [ "$pairs" -gt 0 ] && record "one rank: shim_bench pairs" "$s" "$LOGS/one_bench.cuda.$pairs.log"
+
+  lat=${ONE_LAT_PAIRS:-15}
+  if [ "$lat" -gt 0 ]; then
+    : >"$LOGS/one_lat.ratios"
+    ok=1
+    for p in $(seq 1 "$lat"); do
+      nlog="$LOGS/one_lat.native.log"; slog="$LOGS/one_lat.cuda.log"
+      lat_n() { timeout 60 "$G/bench/shim_bench.bin" --latency_only >"$nlog" 2>&1; }
+      lat_s() { timeout 90 $RUN -n 1 --backend=cuda --timeout=60 -- "$G/bench/shim_bench.bin" --latency_only >"$slog" 2>&1; }
+      if [ $((p % 2)) = 1 ]; then lat_n; nrc=$?; lat_s; src=$?; else lat_s; src=$?; lat_n; nrc=$?; fi
+      if [ $nrc -ne 0 ] || [ $src -ne 0 ] || ! grep -q "^PASS shim_bench" "$nlog" || ! grep -q "PASS shim_bench" "$slog"; then
+        ok=0; echo "   latency pair $p: rc native $nrc, revenant $src"; tail -5 "$slog" | sed 's/^/   | /'
+        continue
+      fi
+      bash "$G/bench/compare.sh" "$nlog" "$slog" |
+        awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
+        >>"$LOGS/one_lat.ratios"
+    done
+    echo "   round-trip rows, $lat short pair(s) (shim_bench --latency_only): the pairs' ratios, their median, the goal"
+    summarize "$LOGS/one_lat.ratios"
+    [ "$ok" = 1 ] && s=PASS || s=FAIL
+    record "one rank: round-trip rows in short pairs" "$s" "$LOGS/one_lat.cuda.log"
+  fi
 fi
