@@ -22,6 +22,10 @@ awk '
     goal["d2h_4b_latency"] = "<= 1.05"; goal["h2d_256mib_bandwidth"] = ">= 0.95"
     goal["d2h_256mib_bandwidth"] = ">= 0.95"; goal["train_step_2000_launches"] = "<= 1.02"
     goal["empty_stream_sync"] = "<= 1.5"; goal["event_record_query"] = "<= 1.5"
+    # nccl_bench: all-reduce bandwidth from 1 MiB (algbw at one rank, busbw at several).
+    goal["allreduce_1mib_algbw"] = ">= 0.98"; goal["allreduce_16mib_algbw"] = ">= 0.98"
+    goal["allreduce_256mib_algbw"] = ">= 0.98"; goal["allreduce_1mib_busbw"] = ">= 0.98"
+    goal["allreduce_16mib_busbw"] = ">= 0.98"; goal["allreduce_256mib_busbw"] = ">= 0.98"
     printf "%-26s %14s %14s %-11s %8s %8s %s\n", "metric", "native", "revenant", "unit", "ratio", "goal", "met"
     for (i = 1; i <= n; i++) {
       m = order[i]

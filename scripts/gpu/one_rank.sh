@@ -30,6 +30,10 @@
 #      --latency_only, under a second each, the order alternating): a
 #      process's placement on the CPUs moves these rows by +-15 % from one
 #      run to the next, so their median over many pairs is the row's figure.
+#   4. The one-rank all-reduce (real NCCL) in ONE_AR_PAIRS short pairs
+#      (default 6; nccl_bench --only=1mib,16mib,256mib, the order
+#      alternating): algbw per size, the pairs' ratios and their median
+#      (goal >= 0.98 each).
 if [ "$MODE" = one_pairs ]; then
   echo
   echo "=== one rank, interleaved pairs"
@@ -132,5 +136,29 @@ if [ "$MODE" = one_pairs ]; then
     summarize "$LOGS/one_lat.ratios"
     [ "$ok" = 1 ] && s=PASS || s=FAIL
     record "one rank: round-trip rows in short pairs" "$s" "$LOGS/one_lat.cuda.log"
+  fi
+
+  arp=${ONE_AR_PAIRS:-6}
+  if [ "$arp" -gt 0 ]; then
+    : >"$LOGS/one_ar.ratios"
+    ok=1
+    ar_args=--only=1mib,16mib,256mib
+    for p in $(seq 1 "$arp"); do
+      nlog="$LOGS/one_ar.native.log"; slog="$LOGS/one_ar.cuda.log"
+      ar_n() { native 1 "$nlog" "$G/bench/nccl_bench.bin" $ar_args; }
+      ar_s() { timeout 150 $RUN -n 1 --backend=cuda --timeout=120 -- "$G/bench/nccl_bench.bin" $ar_args >"$slog" 2>&1; }
+      if [ $((p % 2)) = 1 ]; then ar_n; nrc=$?; ar_s; src=$?; else ar_s; src=$?; ar_n; nrc=$?; fi
+      if [ $nrc -ne 0 ] || [ $src -ne 0 ] || ! grep -q "PASS nccl_bench" "$nlog" || ! grep -q "PASS nccl_bench" "$slog"; then
+        ok=0; echo "   all-reduce pair $p: rc native $nrc, revenant $src"; tail -5 "$slog" | sed 's/^/   | /'
+        continue
+      fi
+      bash "$G/bench/compare.sh" "$nlog" "$slog" |
+        awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
+        >>"$LOGS/one_ar.ratios"
+    done
+    echo "   all-reduce, 1 rank, real NCCL, $arp short pair(s) (nccl_bench $ar_args): the pairs' ratios, their median, the goal"
+    summarize "$LOGS/one_ar.ratios"
+    [ "$ok" = 1 ] && s=PASS || s=FAIL
+    record "one rank: all-reduce algbw in short pairs" "$s" "$LOGS/one_ar.cuda.log"
   fi
 fi
