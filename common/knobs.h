@@ -101,6 +101,9 @@ enum class Type { kBool, kInt, kDouble, kString };
   X(kNcclWarmup, "REVENANT_NCCL_WARMUP", kBool, kProduct, "1",                                   \
     "0: no warm-up all-reduce after a real NCCL communicator is created (its connection setup " \
     "is then charged to the first collective).")                                                 \
+  X(kNcclOneRankCopy, "REVENANT_NCCL_ONE_RANK_COPY", kBool, kProduct, "1",                      \
+    "0: a one-rank communicator's all-reduce, reduce, broadcast, all-gather and reduce-scatter " \
+    "go to NCCL (else the agent issues the copy they amount to).")                               \
   X(kDaemonRoot, "REVENANT_DAEMON_ROOT", kString, kProduct, "/dev/shm",                          \
     "Where standalone agents (revenant-agent --gpu=I) and the applications looking for them "   \
     "meet: <root>/revenant-daemon-<uid>/gpu<I>.")                                                \

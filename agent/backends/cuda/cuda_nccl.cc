@@ -203,6 +203,7 @@ CudaNccl::CudaNccl(int device, const std::string& job_dir, const CudaNcclOptions
   if (!job_dir.empty()) LogOptionalSymbols();
   epoch_at_start_.store(ReadEpoch());
   warm_up_ = knobs::Bool(knobs::Id::kNcclWarmup).value_or(true);
+  one_rank_copy_ = knobs::Bool(knobs::Id::kNcclOneRankCopy).value_or(true);
 }
 
 CudaNccl::~CudaNccl() {
@@ -217,6 +218,9 @@ CudaNccl::~CudaNccl() {
                              << " ms making them";
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (one_rank_copies_ > 0) {
+    REVENANT_LOG(INFO, kLog) << "one-rank collectives issued as copies: " << one_rank_copies_;
+  }
   for (auto& [raw, c] : comms_) {
     if (!c->aborted.load() && c->comm != nullptr) {
       AbortComm(*c, ncclInvalidUsage, "the agent is shutting down");
@@ -2068,10 +2072,55 @@ ncclResult_t CudaNccl::Collective(ncclComm_t comm, const char* what, Op op) {
   return RunUnit(*c, what, ops, /*may_defer=*/true);
 }
 
+// A communicator of one rank reduces, gathers and broadcasts over its own
+// contribution only: the result of every built-in reduction (sum, prod, max,
+// min, avg) of one buffer, of a broadcast or reduce rooted at itself and of
+// a gather of one piece is its input, bytes unchanged (NCCL itself issues
+// such a call as a copy on the stream, after ~4 us of its own host work per
+// call, which on a fast device is the whole cost of a 1 MiB all-reduce: the
+// agent's share on top of it was 15 % of it, docs/performance.md). So the
+// agent issues that copy itself, on the application's stream (nothing at
+// all in place). Anything else goes to NCCL, which reports what is wrong
+// with it as natively: a group (NCCL issues its calls at ncclGroupEnd, after
+// work enqueued meanwhile), a user-defined reduction, an unknown type, a
+// root other than 0, a null buffer, a communicator in error or joining.
+// *handled: false when NCCL must run the call.
+ncclResult_t CudaNccl::OneRankLocked(const Comm& c, int kind, size_t count, ncclDataType_t type,
+                                     int root, ncclRedOp_t op, const void* send, void* recv,
+                                     cudaStream_t stream, bool* handled) {
+  *handled = false;
+  const Kind k = static_cast<Kind>(kind);
+  if (!one_rank_copy_ || c.nranks != 1 || c.comm == nullptr || c.aborted.load() ||
+      group_depth_ > 0) {
+    return ncclSuccess;
+  }
+  const bool reduces = k == Kind::kAllReduce || k == Kind::kReduce || k == Kind::kReduceScatter;
+  const bool rooted = k == Kind::kBroadcast || k == Kind::kReduce;
+  if (k != Kind::kAllReduce && k != Kind::kBroadcast && k != Kind::kReduce &&
+      k != Kind::kAllGather && k != Kind::kReduceScatter) {
+    return ncclSuccess;
+  }
+  if ((reduces && (static_cast<int>(op) < 0 || op >= ncclNumOps)) || (rooted && root != 0) ||
+      TypeSize(type) == 0 || (count > 0 && (send == nullptr || recv == nullptr))) {
+    return ncclSuccess;
+  }
+  *handled = true;
+  ++one_rank_copies_;
+  const size_t bytes = count * TypeSize(type);
+  if (bytes == 0 || send == recv) return ncclSuccess;
+  if (::cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDefault, stream) != cudaSuccess) {
+    const cudaError_t e = ::cudaGetLastError();
+    REVENANT_LOG(WARNING, kLog) << "a one-rank collective's copy of " << bytes
+                                << " bytes failed: " << ::cudaGetErrorString(e);
+    return ncclUnhandledCudaError;
+  }
+  return ncclSuccess;
+}
+
 // A collective of a communicator that is not recoverable (one rank, a
 // split, no recovery) runs at once, as OnComm would run it, without making
 // a unit: the per-call cost of a small step's all-reduces.
-#define REVENANT_COLL(what, kind, count, type, root, sendp, recvp, stream, expr)            \
+#define REVENANT_COLL_OP(what, kind, count, type, root, redop, sendp, recvp, stream, expr)  \
   do {                                                                                    \
     auto call_ = [=](ncclComm_t c) { return expr; };                                        \
     Op unit;                                                                              \
@@ -2079,6 +2128,10 @@ ncclResult_t CudaNccl::Collective(ncclComm_t comm, const char* what, Op op) {
       std::lock_guard<std::mutex> lock(mu_);                                              \
       std::shared_ptr<Comm> found = Find(comm);                                           \
       if (found == nullptr) return ncclInvalidArgument;                                   \
+      bool handled_ = false;                                                              \
+      const ncclResult_t one_ = OneRankLocked(*found, static_cast<int>(kind), count, type,  \
+                                              root, redop, sendp, recvp, stream, &handled_); \
+      if (handled_) return one_;                                                          \
       if (!Recoverable(*found)) return OnCommLocked(found, what, call_);                  \
       Extents(kind, count, type, root, found->rank, found->nranks, &unit.send_bytes,        \
               &unit.recv_bytes);                                                            \
@@ -2089,10 +2142,12 @@ ncclResult_t CudaNccl::Collective(ncclComm_t comm, const char* what, Op op) {
     unit.recv = recvp;                                                                      \
     return Collective(comm, what, std::move(unit));                                         \
   } while (0)
+#define REVENANT_COLL(what, kind, count, type, root, sendp, recvp, stream, expr) \
+  REVENANT_COLL_OP(what, kind, count, type, root, ncclSum, sendp, recvp, stream, expr)
 
 ncclResult_t CudaNccl::AllReduce(const void* s, void* r, size_t n, ncclDataType_t t,
                                  ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  REVENANT_COLL("ncclAllReduce", Kind::kAllReduce, n, t, -1, s, r, stream,
+  REVENANT_COLL_OP("ncclAllReduce", Kind::kAllReduce, n, t, -1, op, s, r, stream,
                 ::ncclAllReduce(s, r, n, t, op, c, stream));
 }
 ncclResult_t CudaNccl::Broadcast(const void* s, void* r, size_t n, ncclDataType_t t, int root,
@@ -2102,7 +2157,7 @@ ncclResult_t CudaNccl::Broadcast(const void* s, void* r, size_t n, ncclDataType_
 }
 ncclResult_t CudaNccl::Reduce(const void* s, void* r, size_t n, ncclDataType_t t, ncclRedOp_t op,
                               int root, ncclComm_t comm, cudaStream_t stream) {
-  REVENANT_COLL("ncclReduce", Kind::kReduce, n, t, root, s, r, stream,
+  REVENANT_COLL_OP("ncclReduce", Kind::kReduce, n, t, root, op, s, r, stream,
                 ::ncclReduce(s, r, n, t, op, root, c, stream));
 }
 ncclResult_t CudaNccl::AllGather(const void* s, void* r, size_t n, ncclDataType_t t,
@@ -2112,7 +2167,7 @@ ncclResult_t CudaNccl::AllGather(const void* s, void* r, size_t n, ncclDataType_
 }
 ncclResult_t CudaNccl::ReduceScatter(const void* s, void* r, size_t n, ncclDataType_t t,
                                      ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  REVENANT_COLL("ncclReduceScatter", Kind::kReduceScatter, n, t, -1, s, r, stream,
+  REVENANT_COLL_OP("ncclReduceScatter", Kind::kReduceScatter, n, t, -1, op, s, r, stream,
                 ::ncclReduceScatter(s, r, n, t, op, c, stream));
 }
 ncclResult_t CudaNccl::AlltoAll(const void* s, void* r, size_t n, ncclDataType_t t,

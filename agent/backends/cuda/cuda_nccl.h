@@ -465,6 +465,11 @@ class CudaNccl {
   // The same for a communicator found with mu_ held.
   template <typename F>
   ncclResult_t OnCommLocked(const std::shared_ptr<Comm>& c, const char* what, F& call);
+  // A collective of a one-rank communicator issued as the copy it amounts
+  // to (mu_ held; `kind` a Kind of cuda_nccl.cc); *handled false: NCCL runs it.
+  ncclResult_t OneRankLocked(const Comm& c, int kind, size_t count, ncclDataType_t type, int root,
+                             ncclRedOp_t op, const void* send, void* recv, cudaStream_t stream,
+                             bool* handled);
   // A collective: fenced and recovered when its communicator is recoverable.
   ncclResult_t Collective(ncclComm_t comm, const char* what, Op op);
   // A recoverable unit (mu_ held): ordinal, in-place copies, issue, fence,
@@ -598,6 +603,9 @@ class CudaNccl {
   std::atomic<ReplayPhase> replay_phase_{ReplayPhase::kNone};
   std::atomic<uint64_t> restored_minibatch_{0};
   bool warm_up_ = true;
+  // REVENANT_NCCL_ONE_RANK_COPY: one-rank collectives issued as copies.
+  bool one_rank_copy_ = true;
+  uint64_t one_rank_copies_ = 0;  // mu_
   std::function<std::vector<std::pair<uint64_t, uint64_t>>()> live_allocations_;
   uint64_t range_base_ = 0;
 

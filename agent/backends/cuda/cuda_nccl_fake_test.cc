@@ -1031,6 +1031,105 @@ TEST(CudaNcclFakeTest, InPlaceBucketsInFlightRecoverFromTheirSavedInputs) {
   for (auto& r : ranks) EXPECT_EQ(r->nccl->CommDestroy(r->comm), ncclSuccess);
 }
 
+// A one-rank communicator's all-reduce, broadcast, reduce, all-gather and
+// reduce-scatter are the copies they amount to, issued by the agent on the
+// application's stream (nothing in place), never reaching NCCL (the fake
+// counts its all-reduces and answers the other collectives with
+// ncclInvalidUsage). What the copy cannot stand for goes to NCCL and gets
+// its answer: a group, a root other than 0, a user-defined reduction, an
+// unknown type; and everything with REVENANT_NCCL_ONE_RANK_COPY=0.
+TEST(CudaNcclFakeTest, AOneRankCommunicatorIssuesItsCollectivesAsCopies) {
+  const std::string root = JobRoot(1);
+  Rank me(root, 0, 30, 1);
+  ncclUniqueId id;
+  ASSERT_EQ(me.nccl->GetUniqueId(&id), ncclSuccess);
+  ASSERT_EQ(me.nccl->CommInitRankConfig(&me.comm, 1, id, 0, nullptr), ncclSuccess);
+  const long at_start = fake_nccl::CompletedAllReduces(id);  // its warm-up, if any
+  std::vector<float> send(kCount, 3.5f), recv(kCount, 0.0f);
+  auto settle = [&] { ASSERT_EQ(::cudaStreamSynchronize(me.stream), cudaSuccess); };
+  auto recv_is = [&](float v) {
+    for (float x : recv) {
+      if (x != v) return false;
+    }
+    return true;
+  };
+  for (ncclRedOp_t op : {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg}) {
+    std::fill(recv.begin(), recv.end(), 0.0f);
+    EXPECT_EQ(me.nccl->AllReduce(send.data(), recv.data(), kCount, ncclFloat, op, me.comm,
+                                 me.stream),
+              ncclSuccess);
+    settle();
+    EXPECT_TRUE(recv_is(3.5f)) << "op " << op;
+  }
+  // In place: nothing to do, the buffer as it was.
+  EXPECT_EQ(me.nccl->AllReduce(recv.data(), recv.data(), kCount, ncclFloat, ncclSum, me.comm,
+                               me.stream),
+            ncclSuccess);
+  settle();
+  EXPECT_TRUE(recv_is(3.5f));
+  // The other collectives of one rank (the fake NCCL would refuse them).
+  std::vector<float> other(kCount, 1.25f);
+  std::fill(recv.begin(), recv.end(), 0.0f);
+  EXPECT_EQ(me.nccl->Broadcast(other.data(), recv.data(), kCount, ncclFloat, 0, me.comm, me.stream),
+            ncclSuccess);
+  settle();
+  EXPECT_TRUE(recv_is(1.25f));
+  std::fill(recv.begin(), recv.end(), 0.0f);
+  EXPECT_EQ(me.nccl->Reduce(send.data(), recv.data(), kCount, ncclFloat, ncclMax, 0, me.comm,
+                            me.stream),
+            ncclSuccess);
+  EXPECT_EQ(me.nccl->AllGather(other.data(), recv.data(), kCount / 2, ncclFloat, me.comm,
+                               me.stream),
+            ncclSuccess);
+  settle();
+  for (size_t i = 0; i < kCount; ++i) {
+    ASSERT_EQ(recv[i], i < kCount / 2 ? 1.25f : 3.5f) << i;
+  }
+  EXPECT_EQ(me.nccl->ReduceScatter(other.data(), recv.data(), kCount, ncclFloat, ncclSum, me.comm,
+                                   me.stream),
+            ncclSuccess);
+  settle();
+  EXPECT_TRUE(recv_is(1.25f));
+  EXPECT_EQ(fake_nccl::CompletedAllReduces(id), at_start) << "a copy reached NCCL";
+
+  // To NCCL: a root other than 0, a user-defined reduction, an unknown type.
+  EXPECT_EQ(me.nccl->Broadcast(other.data(), recv.data(), kCount, ncclFloat, 1, me.comm, me.stream),
+            ncclInvalidUsage);
+  EXPECT_EQ(me.nccl->AllReduce(send.data(), recv.data(), kCount, ncclFloat,
+                               static_cast<ncclRedOp_t>(ncclNumOps + 3), me.comm, me.stream),
+            ncclInvalidUsage);
+  EXPECT_EQ(me.nccl->AllReduce(send.data(), recv.data(), kCount,
+                               static_cast<ncclDataType_t>(ncclNumTypes + 1), ncclSum, me.comm,
+                               me.stream),
+            ncclInvalidUsage);
+  // In a group NCCL issues the call at ncclGroupEnd: NCCL's all-reduce runs.
+  ASSERT_EQ(me.nccl->GroupStart(), ncclSuccess);
+  EXPECT_EQ(me.nccl->AllReduce(send.data(), recv.data(), kCount, ncclFloat, ncclSum, me.comm,
+                               me.stream),
+            ncclSuccess);
+  ASSERT_EQ(me.nccl->GroupEnd(), ncclSuccess);
+  settle();
+  EXPECT_TRUE(recv_is(3.5f));
+  EXPECT_EQ(fake_nccl::CompletedAllReduces(id), at_start + 1);
+
+  // Turned off: every all-reduce goes to NCCL.
+  ASSERT_EQ(setenv("REVENANT_NCCL_ONE_RANK_COPY", "0", 1), 0);
+  Rank off(JobRoot(1), 0, 30, 1);
+  unsetenv("REVENANT_NCCL_ONE_RANK_COPY");
+  ncclUniqueId id2;
+  ASSERT_EQ(off.nccl->GetUniqueId(&id2), ncclSuccess);
+  ASSERT_EQ(off.nccl->CommInitRankConfig(&off.comm, 1, id2, 0, nullptr), ncclSuccess);
+  const long off_start = fake_nccl::CompletedAllReduces(id2);
+  EXPECT_EQ(off.nccl->AllReduce(send.data(), recv.data(), kCount, ncclFloat, ncclSum, off.comm,
+                                off.stream),
+            ncclSuccess);
+  ASSERT_EQ(::cudaStreamSynchronize(off.stream), cudaSuccess);
+  EXPECT_EQ(fake_nccl::CompletedAllReduces(id2), off_start + 1);
+  EXPECT_EQ(off.nccl->Broadcast(other.data(), recv.data(), kCount, ncclFloat, 0, off.comm,
+                                off.stream),
+            ncclInvalidUsage);
+}
+
 TEST(CudaNcclFakeTest, WithoutAnEpochTheFailedCollectiveEndsWithinTheBound) {
   const std::string root = JobRoot(2);
   std::vector<std::unique_ptr<Rank>> ranks;
