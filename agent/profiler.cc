@@ -7,6 +7,7 @@
 #include <link.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -181,6 +182,22 @@ Counts Top(const std::map<std::string, uint64_t>& m, size_t n) {
 }
 
 }  // namespace
+
+ScopedPause::ScopedPause(bool on) : on_(on && internal::running.load()) {
+  if (!on_) return;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGPROF);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+ScopedPause::~ScopedPause() {
+  if (!on_) return;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGPROF);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
 
 bool StartOnThisThread(int hz) {
   bool expected = false;

@@ -438,6 +438,17 @@ void Session::Execute(const transport::RecordHeader& rec) {
     bool on;
     ~LeaveProfile() { if (on) profiler::Leave(); }
   } leave{profile_hz > 0};
+  // NCCL's communicator calls (their bootstrap's sockets) are not sampled.
+  static const std::vector<bool> nccl_comm_call = [] {
+    std::vector<bool> v(api::kApiCount, false);
+    for (uint32_t id = 0; id < api::kApiCount; ++id) {
+      const absl::string_view name = api::Traits(id).name;
+      v[id] = absl::StartsWith(name, "ncclComm") || name == "ncclGetUniqueId";
+    }
+    return v;
+  }();
+  const profiler::ScopedPause pause(profile_hz > 0 && rec.api_id < api::kApiCount &&
+                                    nccl_comm_call[rec.api_id]);
   const bool stats = ExecStatsOn() && rec.api_id < api::kApiCount;
   if (!stats && !timeline::Enabled()) {
     ExecuteRequest(rec);
