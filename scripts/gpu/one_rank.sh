@@ -103,8 +103,10 @@ if [ "$MODE" = one_pairs ]; then
       ratios "$alog" "$LOGS/one_bench_arm.ratios" "shim_bench pair $p, arm $arm"
     fi
   done
-  echo "   shim_bench, $pairs pair(s): per metric the pairs' ratios (revenant / native), their median, the goal"
-  summarize "$LOGS/one_bench.ratios"
+  if [ "$pairs" -gt 0 ]; then
+    echo "   shim_bench, $pairs pair(s): per metric the pairs' ratios (revenant / native), their median, the goal"
+    summarize "$LOGS/one_bench.ratios"
+  fi
   if [ -n "$arm" ]; then
     echo "   shim_bench with $arm, the same pairs' native runs:"
     summarize "$LOGS/one_bench_arm.ratios"
@@ -115,50 +117,35 @@ if [ "$MODE" = one_pairs ]; then
   [ "$ok" = 1 ] && s=PASS || s=FAIL
   [ "$pairs" -gt 0 ] && record "one rank: shim_bench pairs" "$s" "$LOGS/one_bench.cuda.$pairs.log"
 
-  lat=${ONE_LAT_PAIRS:-15}
-  if [ "$lat" -gt 0 ]; then
-    : >"$LOGS/one_lat.ratios"
-    ok=1
-    for p in $(seq 1 "$lat"); do
-      nlog="$LOGS/one_lat.native.log"; slog="$LOGS/one_lat.cuda.log"
-      lat_n() { timeout 60 "$G/bench/shim_bench.bin" --latency_only >"$nlog" 2>&1; }
-      lat_s() { timeout 90 $RUN -n 1 --backend=cuda --timeout=60 -- "$G/bench/shim_bench.bin" --latency_only >"$slog" 2>&1; }
-      if [ $((p % 2)) = 1 ]; then lat_n; nrc=$?; lat_s; src=$?; else lat_s; src=$?; lat_n; nrc=$?; fi
-      if [ $nrc -ne 0 ] || [ $src -ne 0 ] || ! grep -q "^PASS shim_bench" "$nlog" || ! grep -q "PASS shim_bench" "$slog"; then
-        ok=0; echo "   latency pair $p: rc native $nrc, revenant $src"; tail -5 "$slog" | sed 's/^/   | /'
+  # short_pairs NAME COUNT APP TITLE ARGS...: COUNT pairs of a native run of
+  # APP ARGS and one under the shim, the order alternating; each pair's
+  # ratios (compare.sh) into $LOGS/one_NAME.ratios, then their medians.
+  short_pairs() {
+    local name=$1 count=$2 app=$3 title=$4 p nrc src
+    shift 4
+    local nlog="$LOGS/one_$name.native.log" slog="$LOGS/one_$name.cuda.log" ok=1
+    : >"$LOGS/one_$name.ratios"
+    sp_n() { native 1 "$nlog" "$G/bench/$app.bin" "$@"; }
+    sp_s() { timeout 150 $RUN -n 1 --backend=cuda --timeout=120 -- "$G/bench/$app.bin" "$@" >"$slog" 2>&1; }
+    for p in $(seq 1 "$count"); do
+      if [ $((p % 2)) = 1 ]; then sp_n "$@"; nrc=$?; sp_s "$@"; src=$?; else sp_s "$@"; src=$?; sp_n "$@"; nrc=$?; fi
+      if [ $nrc -ne 0 ] || [ $src -ne 0 ] || ! grep -q "PASS $app" "$nlog" || ! grep -q "PASS $app" "$slog"; then
+        ok=0; echo "   $name pair $p: rc native $nrc, revenant $src"; tail -5 "$slog" | sed 's/^/   | /'
         continue
       fi
       bash "$G/bench/compare.sh" "$nlog" "$slog" |
         awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
-        >>"$LOGS/one_lat.ratios"
+        >>"$LOGS/one_$name.ratios"
     done
-    echo "   round-trip rows, $lat short pair(s) (shim_bench --latency_only): the pairs' ratios, their median, the goal"
-    summarize "$LOGS/one_lat.ratios"
+    echo "   $title, $count short pair(s) ($app $*): the pairs' ratios, their median, the goal"
+    summarize "$LOGS/one_$name.ratios"
     [ "$ok" = 1 ] && s=PASS || s=FAIL
-    record "one rank: round-trip rows in short pairs" "$s" "$LOGS/one_lat.cuda.log"
+    record "one rank: $title in short pairs" "$s" "$slog"
+  }
+  if [ "${ONE_LAT_PAIRS:-15}" -gt 0 ]; then
+    short_pairs lat "${ONE_LAT_PAIRS:-15}" shim_bench "round-trip rows" --latency_only
   fi
-
-  arp=${ONE_AR_PAIRS:-6}
-  if [ "$arp" -gt 0 ]; then
-    : >"$LOGS/one_ar.ratios"
-    ok=1
-    ar_args=--only=1mib,16mib,256mib
-    for p in $(seq 1 "$arp"); do
-      nlog="$LOGS/one_ar.native.log"; slog="$LOGS/one_ar.cuda.log"
-      ar_n() { native 1 "$nlog" "$G/bench/nccl_bench.bin" $ar_args; }
-      ar_s() { timeout 150 $RUN -n 1 --backend=cuda --timeout=120 -- "$G/bench/nccl_bench.bin" $ar_args >"$slog" 2>&1; }
-      if [ $((p % 2)) = 1 ]; then ar_n; nrc=$?; ar_s; src=$?; else ar_s; src=$?; ar_n; nrc=$?; fi
-      if [ $nrc -ne 0 ] || [ $src -ne 0 ] || ! grep -q "PASS nccl_bench" "$nlog" || ! grep -q "PASS nccl_bench" "$slog"; then
-        ok=0; echo "   all-reduce pair $p: rc native $nrc, revenant $src"; tail -5 "$slog" | sed 's/^/   | /'
-        continue
-      fi
-      bash "$G/bench/compare.sh" "$nlog" "$slog" |
-        awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
-        >>"$LOGS/one_ar.ratios"
-    done
-    echo "   all-reduce, 1 rank, real NCCL, $arp short pair(s) (nccl_bench $ar_args): the pairs' ratios, their median, the goal"
-    summarize "$LOGS/one_ar.ratios"
-    [ "$ok" = 1 ] && s=PASS || s=FAIL
-    record "one rank: all-reduce algbw in short pairs" "$s" "$LOGS/one_ar.cuda.log"
+  if [ "${ONE_AR_PAIRS:-6}" -gt 0 ]; then
+    short_pairs ar "${ONE_AR_PAIRS:-6}" nccl_bench "all-reduce algbw, 1 rank, real NCCL" --only=1mib,16mib,256mib
   fi
 fi
