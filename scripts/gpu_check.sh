@@ -27,6 +27,8 @@
 # same with 2 ranks plus a chaos kill (the job must end, bounded, not hang).
 # Several ranks over real NCCL on the one GPU (an NCCL_HOSTID each) and
 # their recovery: scripts/gpu/nccl_multi.sh (bash .gpu/run_gpu.sh nccl_multi).
+# The performance table of docs/performance.md in three device calls:
+# bash .gpu/run_gpu.sh perf1, perf2, perf3 (scripts/gpu/perf.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"

@@ -1,0 +1,67 @@
+# GPU section: the performance table of docs/performance.md ("Where each goal
+# stands") in three parts, each within one device call (<= 600 s; run them
+# back to back on one machine for the table of one build and one machine).
+# Sourced by .gpu/run_gpu.sh with MODE, G, LOGS and record; each part runs
+# other modes of the runner with the settings below, every one bounded so
+# that the part ends within PERF_S seconds (default 570), and prints their
+# figures at the end.
+#
+#   perf1: the one-rank rows: train_mlp bursts (journal on / off / default
+#          snapshots against native), shim_bench pairs with --upload_hold as
+#          a third arm, the round-trip rows and the one-rank all-reduce in
+#          short pairs, PyTorch mlp_ddp and gpt_amp pairs, device and host
+#          memory.                                                      ~300 s
+#   perf2: the multi-rank rows: 2-rank nccl_bench, 4-rank busbw pairs,
+#          4-rank train_mlp step pairs, 4-rank PyTorch pairs.            ~400 s
+#   perf3: recovery over real NCCL at 4 ranks: the named kills and
+#          PERF_KILLS seeded random kills (default 25, seed PERF_SEED,
+#          default 20261201; run twice with two seeds for the 50-kill row),
+#          recovery times printed per job.                        up to PERF_S
+if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
+  echo
+  echo "=== the performance table, part $MODE"
+  perf_end=$(($(date +%s) + ${PERF_S:-570}))
+  perf_parts=()
+  # perf_run NAME MODE LIMIT VAR=VALUE...: the runner in MODE with the
+  # settings, at most LIMIT seconds (less if the part's time runs out).
+  perf_run() {
+    local name=$1 mode=$2 limit=$3 left rc
+    shift 3
+    left=$((perf_end - $(date +%s)))
+    [ "$limit" -gt "$left" ] && limit=$left
+    if [ "$limit" -lt 25 ]; then
+      record "perf $name" "NOT RUN (the part's time ran out)" /dev/null
+      return
+    fi
+    echo "   $(date -u +%T) $name: $mode, $* (at most $limit s)"
+    env "$@" timeout "$limit" bash "$G/run_gpu.sh" "$mode" >"$LOGS/perf.$name.txt" 2>&1
+    rc=$?
+    perf_parts+=("$name")
+    if [ $rc -eq 0 ]; then s=PASS; elif [ $rc -eq 124 ]; then s="FAIL (cut at $limit s)"; else s="FAIL (rc=$rc)"; fi
+    record "perf $name" "$s" "$LOGS/perf.$name.txt"
+  }
+  case $MODE in
+    perf1)
+      perf_run one one_pairs 300 ONE_STEP_ROUNDS=3 ONE_BENCH_PAIRS=3 ONE_BENCH_ARM_FLAGS=--upload_hold \
+        ONE_LAT_PAIRS=15 ONE_AR_PAIRS=8
+      perf_run torch1 torch1_pairs 150 "TORCH_ONE=mlp_ddp gpt_amp" TORCH1_PAIRS=2 TORCH_STEPS=300
+      perf_run memory memory 90
+      ;;
+    perf2)
+      perf_run nb2 nccl_multi_bench 100 NB_SIZES=2 NB_STEP=8 NB_STEPTIME=0
+      perf_run bw4 nccl_multi_bench 100 NB_SIZES=0 NB_STEPTIME=0 NB_STEP=8 NB_BW_PAIRS=3 \
+        NB_BW_ONLY=16mib,256mib
+      perf_run st4 nccl_multi_bench 110 NB_SIZES=0 NB_BW_PAIRS=0 NB_PAIRS=3 NB_ITERS=120
+      perf_run torch4 torch4_pairs 200 TORCH4_PAIRS=2
+      ;;
+    perf3)
+      perf_run recovery nccl_multi "${PERF_S:-570}" NM_BENCH=0 NM_TRIALS="${PERF_KILLS:-25}" \
+        NM_SEED="${PERF_SEED:-20261201}"
+      ;;
+  esac
+  echo "   --- the parts' figures"
+  for name in "${perf_parts[@]}"; do
+    grep -hE "round [0-9]+:|bursts [a-z]+/native|\| [a-z0-9_]+ +pairs|median of the pairs|mean step|level|same level|ratio of the means|busbw|algbw|PASS$|FAIL|peak|resident|recovery|seed=" \
+      "$LOGS/perf.$name.txt" | grep -v "^\[" | cut -c1-220 | sed "s/^/   $name | /"
+  done
+fi
