@@ -31,7 +31,8 @@
 #      process's placement on the CPUs moves these rows by +-15 % from one
 #      run to the next, so their median over many pairs is the row's figure.
 #   4. The one-rank all-reduce (real NCCL) in ONE_AR_PAIRS short pairs
-#      (default 6; nccl_bench --only=1mib,16mib,256mib, the order
+#      (default 6; nccl_bench --only=1mib,16mib,256mib --scale=1000: ten
+#      times the bursts, 2000 all-reduces of 1 MiB in ~10 ms, the order
 #      alternating): algbw per size, the pairs' ratios and their median
 #      (goal >= 0.98 each).
 if [ "$MODE" = one_pairs ]; then
@@ -146,6 +147,6 @@ if [ "$MODE" = one_pairs ]; then
     short_pairs lat "${ONE_LAT_PAIRS:-15}" shim_bench "round-trip rows" --latency_only
   fi
   if [ "${ONE_AR_PAIRS:-6}" -gt 0 ]; then
-    short_pairs ar "${ONE_AR_PAIRS:-6}" nccl_bench "all-reduce algbw, 1 rank, real NCCL" --only=1mib,16mib,256mib
+    short_pairs ar "${ONE_AR_PAIRS:-6}" nccl_bench "all-reduce algbw, 1 rank, real NCCL" --only=1mib,16mib,256mib --scale=1000
   fi
 fi
