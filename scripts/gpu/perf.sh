@@ -25,7 +25,7 @@ if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
   # perf_run NAME MODE LIMIT VAR=VALUE...: the runner in MODE with the
   # settings, at most LIMIT seconds (less if the part's time runs out).
   perf_run() {
-    local name=$1 mode=$2 limit=$3 left rc
+    local name=$1 mode=$2 limit=$3 left rc failed
     shift 3
     left=$((perf_end - $(date +%s)))
     [ "$limit" -gt "$left" ] && limit=$left
@@ -37,7 +37,11 @@ if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
     env "$@" timeout "$limit" bash "$G/run_gpu.sh" "$mode" >"$LOGS/perf.$name.txt" 2>&1
     rc=$?
     perf_parts+=("$name")
-    if [ $rc -eq 0 ]; then s=PASS; elif [ $rc -eq 124 ]; then s="FAIL (cut at $limit s)"; else s="FAIL (rc=$rc)"; fi
+    failed=$(sed -n 's/^passed [0-9]*, failed \([0-9]*\)$/\1/p' "$LOGS/perf.$name.txt" | tail -1)
+    if [ $rc -eq 124 ]; then s="FAIL (cut at $limit s)"
+    elif [ $rc -ne 0 ]; then s="FAIL (rc=$rc)"
+    elif [ "${failed:-0}" -gt 0 ]; then s="FAIL ($failed of its items failed)"
+    else s=PASS; fi
     record "perf $name" "$s" "$LOGS/perf.$name.txt"
   }
   case $MODE in
