@@ -345,7 +345,7 @@ void UploadCapturePool::HeldRan(uint64_t seq) {
 int UploadCapturePool::CopyOutHolds(uint64_t lo, uint64_t hi) {
   if (holds_ == nullptr || places_ == nullptr) return 0;
   int lost = 0;
-  const int n = holds_->CopyOut(lo, hi, places_->Fn(), /*by_app=*/false, 8, &lost);
+  const int n = holds_->CopyOutMine(lo, hi, places_->Fn(), 8, &lost);
   if (lost > 0) {
     REVENANT_LOG(ERROR, "agent") << "held uploads: " << lost
                                  << " could not be copied out (no room in the journal's tmpfs): "

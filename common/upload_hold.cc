@@ -130,35 +130,60 @@ int HoldTable::Add(uint64_t seq, uint64_t addr, uint64_t size, uint32_t file_ind
   return -1;
 }
 
+bool HoldTable::CopyOutSlot(int i, uint64_t lo, uint64_t hi, const PlaceFn& place, bool by_app,
+                            int threads, int* lost, bool take_over) {
+  Slot& s = slot(i);
+  uint64_t w = s.word.load(std::memory_order_acquire);
+  const uint32_t state = StateOfWord(w);
+  if (state != kHeld && !(take_over && state == kCopying)) return false;
+  const uint64_t seq = s.seq, addr = s.addr, size = s.size, offset = s.offset;
+  const uint32_t file = s.file_index;
+  if (addr >= hi || addr + size <= lo) return false;
+  // Claim exactly the hold whose fields were read (one being copied by a
+  // dead agent is the taker's already: nobody else may free or claim it).
+  if (state == kHeld &&
+      !s.word.compare_exchange_strong(w, Word(GenOf(w), kCopying), std::memory_order_acq_rel)) {
+    return false;
+  }
+  char* dst = place ? place(file, offset, size) : nullptr;
+  if (dst == nullptr) {
+    s.word.store(Word(GenOf(w), kLost), std::memory_order_release);
+    if (lost != nullptr) ++*lost;
+    return false;
+  }
+  CopyBytes(dst, reinterpret_cast<const char*>(addr), size, threads);
+  __atomic_store_n(reinterpret_cast<uint64_t*>(dst - sizeof(uint64_t)), seq, __ATOMIC_RELEASE);
+  s.word.store(Word(GenOf(w), kDone), std::memory_order_release);
+  (by_app ? header().copied_by_app : header().copied_by_agent)
+      .fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 int HoldTable::CopyOut(uint64_t lo, uint64_t hi, const PlaceFn& place, bool by_app, int threads,
                        int* lost, bool take_over) {
   int copied = 0;
   for (int i = 0; i < kSlots; ++i) {
-    Slot& s = slot(i);
-    uint64_t w = s.word.load(std::memory_order_acquire);
-    const uint32_t state = StateOfWord(w);
-    if (state != kHeld && !(take_over && state == kCopying)) continue;
-    const uint64_t seq = s.seq, addr = s.addr, size = s.size, offset = s.offset;
-    const uint32_t file = s.file_index;
-    if (addr >= hi || addr + size <= lo) continue;
-    // Claim exactly the hold whose fields were read (one being copied by a
-    // dead agent is the taker's already: nobody else may free or claim it).
-    if (state == kHeld &&
-        !s.word.compare_exchange_strong(w, Word(GenOf(w), kCopying), std::memory_order_acq_rel)) {
-      continue;
-    }
-    char* dst = place ? place(file, offset, size) : nullptr;
-    if (dst == nullptr) {
-      s.word.store(Word(GenOf(w), kLost), std::memory_order_release);
-      if (lost != nullptr) ++*lost;
-      continue;
-    }
-    CopyBytes(dst, reinterpret_cast<const char*>(addr), size, threads);
-    __atomic_store_n(reinterpret_cast<uint64_t*>(dst - sizeof(uint64_t)), seq, __ATOMIC_RELEASE);
-    s.word.store(Word(GenOf(w), kDone), std::memory_order_release);
-    (by_app ? header().copied_by_app : header().copied_by_agent)
-        .fetch_add(1, std::memory_order_relaxed);
-    ++copied;
+    copied += CopyOutSlot(i, lo, hi, place, by_app, threads, lost, take_over) ? 1 : 0;
+  }
+  return copied;
+}
+
+void HoldTable::PruneMine() {
+  mine_.erase(std::remove_if(mine_.begin(), mine_.end(),
+                             [this](int i) {
+                               return StateOfWord(slot(i).word.load(std::memory_order_acquire)) !=
+                                      kHeld;
+                             }),
+              mine_.end());
+}
+
+int HoldTable::CopyOutMine(uint64_t lo, uint64_t hi, const PlaceFn& place, int threads,
+                           int* lost) {
+  if (mine_.empty()) return 0;
+  PruneMine();
+  int copied = 0;
+  for (int i : mine_) {
+    copied += CopyOutSlot(i, lo, hi, place, /*by_app=*/false, threads, lost, false) ? 1 : 0;
   }
   return copied;
 }
@@ -166,20 +191,11 @@ int HoldTable::CopyOut(uint64_t lo, uint64_t hi, const PlaceFn& place, bool by_a
 int HoldTable::CopyOutNamed(const char* bytes, size_t n, const PlaceFn& place) {
   if (mine_.empty()) return 0;
   int copied = 0;
-  // Still-held ones only (the rest leave the list).
-  mine_.erase(std::remove_if(mine_.begin(), mine_.end(),
-                             [this](int i) {
-                               return StateOfWord(slot(i).word.load(std::memory_order_acquire)) !=
-                                      kHeld;
-                             }),
-              mine_.end());
+  PruneMine();  // still-held ones only
   for (size_t o = 0; o + sizeof(uint64_t) <= n; o += sizeof(uint64_t)) {
     uint64_t v;
     std::memcpy(&v, bytes + o, sizeof(v));
-    for (int i : mine_) {
-      const Slot& s = slot(i);
-      if (v >= s.addr && v - s.addr < s.size) copied += CopyOut(v, v + 1, place, false);
-    }
+    for (int i : mine_) copied += CopyOutSlot(i, v, v + 1, place, false, 8, nullptr, false) ? 1 : 0;
   }
   return copied;
 }

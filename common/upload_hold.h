@@ -103,6 +103,13 @@ class HoldTable {
   int CopyOut(uint64_t lo, uint64_t hi, const PlaceFn& place, bool by_app, int threads = 8,
               int* lost = nullptr, bool take_over = false);
 
+  // Agent: CopyOut over the holds it made only (every hold in the table is
+  // one: a dead predecessor's were copied out by the shim before this agent
+  // connected), without a look at every slot: the hook before each device
+  // write into shared host memory.
+  int CopyOutMine(uint64_t lo, uint64_t hi, const PlaceFn& place, int threads = 8,
+                  int* lost = nullptr);
+
   // Agent: copies out the holds it made whose source contains one of the
   // 8-byte-aligned words of `bytes` (a kernel's parameters: a pointer into a
   // held source lets the kernel write it through mapped memory). Cheap when
@@ -133,6 +140,10 @@ class HoldTable {
   Slot& slot(int i) const;
   Header& header() const;
   bool FreeIf(const std::function<bool(const Slot&)>& match, absl::Duration wait);
+  // CopyOut's work on slot i; true when it copied the slot out.
+  bool CopyOutSlot(int i, uint64_t lo, uint64_t hi, const PlaceFn& place, bool by_app,
+                   int threads, int* lost, bool take_over);
+  void PruneMine();  // drops the slots no longer held from mine_
 
   const std::string path_;
   void* const base_;

@@ -35,6 +35,42 @@ struct Place {
   std::vector<char> buf;
 };
 
+// The agent's copy out before a device write into shared host memory looks
+// at the holds it made only: one another table object added (a stand-in for
+// a hold this agent did not make) stays held, its own overlapping ones are
+// copied out, the others stay held.
+TEST(HoldTableTest, CopyOutMineCopiesTheAgentsOwnHoldsInTheRange) {
+  auto t = HoldTable::Create(TempPath("holds_mine"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto other = HoldTable::Open((*t)->path());
+  ASSERT_TRUE(other.ok()) << other.status();
+  std::vector<char> src(3 << 20, 'm');
+  Place p1(1 << 20), p2(1 << 20), p3(1 << 20);
+  const uint64_t a = reinterpret_cast<uint64_t>(src.data());
+  ASSERT_GE((*t)->Add(31, a, 1 << 20, 1, 4096), 0);
+  ASSERT_GE((*t)->Add(32, a + (2 << 20), 1 << 20, 2, 4096), 0);
+  ASSERT_GE((*other)->Add(33, a + (1 << 20), 1 << 20, 3, 4096), 0);
+  auto place = [&](uint32_t file, uint64_t, uint64_t) {
+    return file == 1 ? p1.data() : file == 2 ? p2.data() : p3.data();
+  };
+  // The whole buffer: its own two, not the other's.
+  EXPECT_EQ((*t)->CopyOutMine(a, a + src.size(), place), 2);
+  EXPECT_EQ((*t)->StateOf(31, absl::ZeroDuration()), HoldTable::kDone);
+  EXPECT_EQ((*t)->StateOf(32, absl::ZeroDuration()), HoldTable::kDone);
+  EXPECT_EQ((*t)->StateOf(33, absl::ZeroDuration()), HoldTable::kHeld);
+  EXPECT_EQ(p1.word(), 31u);
+  EXPECT_EQ(p2.word(), 32u);
+  EXPECT_EQ(p3.word(), 0u);
+  // Done ones are not copied again; a range touching none copies nothing.
+  EXPECT_EQ((*t)->CopyOutMine(a, a + src.size(), place), 0);
+  ASSERT_GE((*t)->Add(34, a, 1 << 20, 1, 4096), 0);
+  EXPECT_EQ((*t)->CopyOutMine(a + (1 << 20), a + (1 << 20) + 1, place), 0);
+  EXPECT_EQ((*t)->StateOf(34, absl::ZeroDuration()), HoldTable::kHeld);
+  EXPECT_EQ((*t)->CopyOutMine(a + 5, a + 6, place), 1);
+  EXPECT_EQ(p1.word(), 34u);
+  EXPECT_EQ((*t)->copied_by_agent(), 3u);
+}
+
 TEST(HoldTableTest, CopyOutFillsThePlaceThenItsWordThenDone) {
   auto t = HoldTable::Create(TempPath("holds"));
   ASSERT_TRUE(t.ok()) << t.status();
