@@ -2096,17 +2096,15 @@ ncclResult_t CudaNccl::OneRankLocked(const Comm& c, int kind, size_t count, nccl
   }
   const bool reduces = k == Kind::kAllReduce || k == Kind::kReduce || k == Kind::kReduceScatter;
   const bool rooted = k == Kind::kBroadcast || k == Kind::kReduce;
-  if (k != Kind::kAllReduce && k != Kind::kBroadcast && k != Kind::kReduce &&
-      k != Kind::kAllGather && k != Kind::kReduceScatter) {
-    return ncclSuccess;
-  }
-  if ((reduces && (static_cast<int>(op) < 0 || op >= ncclNumOps)) || (rooted && root != 0) ||
-      TypeSize(type) == 0 || (count > 0 && (send == nullptr || recv == nullptr))) {
+  const size_t size = TypeSize(type);
+  if ((!reduces && k != Kind::kBroadcast && k != Kind::kAllGather) ||
+      (reduces && (static_cast<int>(op) < 0 || op >= ncclNumOps)) || (rooted && root != 0) ||
+      size == 0 || (count > 0 && (send == nullptr || recv == nullptr))) {
     return ncclSuccess;
   }
   *handled = true;
   ++one_rank_copies_;
-  const size_t bytes = count * TypeSize(type);
+  const size_t bytes = count * size;
   if (bytes == 0 || send == recv) return ncclSuccess;
   if (::cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDefault, stream) != cudaSuccess) {
     const cudaError_t e = ::cudaGetLastError();
