@@ -62,6 +62,24 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_spares ]; t
       sed 's/.*"t_us":\([0-9]*\).*/\1/'
   }
 
+  # nm_recoveries EVENTS: the job's recoveries in ms, one per line.
+  nm_recoveries() {
+    grep -E '"(agent_died|application_resumed)"' "$1" |
+      sed 's/^{"t_us":\([0-9]*\),"event":"\([a-z_]*\)".*/\1 \2/' | sort -n |
+      awk '$2 == "agent_died" { if (open && last) { print int((last - start) / 1000); open = 0 }
+                                if (!open) { open = 1; start = $1; last = 0 } }
+           $2 == "application_resumed" && open { last = $1 }
+           END { if (open && last) print int((last - start) / 1000) }'
+  }
+  # nm_summary NAME VALUES...: count, median and maximum of VALUES (ms).
+  nm_summary() {
+    local name=$1
+    shift
+    printf '%s\n' "$@" | sort -n | awk -v name="$name" '{ v[NR] = $1 }
+      END { if (NR) printf "   recovery %s: %d, median %d ms, max %d ms, over 2 s: %d\n", name, NR,
+              NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, v[NR], over(NR) }
+      function over(n,   i, c) { for (i = 1; i <= n; i++) if (v[i] > 2000) c++; return c + 0 }'
+  }
   nm_stop=0
   declare -A nm_ref
   [ "$MODE" = nccl_spares ] && nm_sizes=4 || nm_sizes="2 4"
@@ -108,7 +126,7 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_spares ]; t
   done
 
   # nm_trial N NAME SPEC: a chaos job; PASS when recovered bitwise equal.
-  nm_times=()
+  nm_times=(); nm_recs=()
   nm_trial() {
     local n=$1 name=$2 spec=$3 tag log ev rc same repl died resumed ms t0
     tag=$(echo "n$n.$name" | tr -c 'a-zA-Z0-9.\n' '_')
@@ -122,6 +140,11 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_spares ]; t
     died=$(nm_t "$ev" agent_died first); resumed=$(nm_t "$ev" application_resumed last)
     ms=none
     if [ -n "$died" ] && [ -n "$resumed" ]; then ms=$(( (resumed - died) / 1000 )); nm_times+=("$n:$ms"); fi
+    # Each recovery of the job on its own: an agent_died with no recovery
+    # open starts one; one that comes after application_resumed events ends
+    # the open one at the last of them (a kill in the replay of the first
+    # recovery makes a second); two deaths before any resume are one.
+    nm_recs+=($([ -s "$ev" ] && nm_recoveries "$ev"))
     printf '   chaos %s [%s]: rc=%s after %.1f s, %s replacement(s), %s/%s ranks equal to %s, recovery %s ms\n' \
       "$name" "$spec" "$rc" "$(calc "$(now) - $t0")" "$repl" "$same" "$n" "${nm_ref[$n]:-none}" "$ms"
     grep -E "recovery epoch .* re-formed|state of .* (read|received)|taken from the survivors|cannot be recovered|did not form" "$log" |
@@ -170,6 +193,8 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_spares ]; t
     nm_trial 2 "mid all-reduce" "rank=1,minibatch=5,calls=11,point=after_execute"
   fi
   echo "   recovery times (ranks:ms): ${nm_times[*]:-none}"
+  [ ${#nm_times[@]} -gt 0 ] && nm_summary "per job (first kill -> last resume)" "${nm_times[@]#*:}"
+  [ ${#nm_recs[@]} -gt 0 ] && nm_summary "per recovery (a kill in a replay starts another)" "${nm_recs[@]}"
   unset NCCL_ALGO NCCL_PROTO REVENANT_COLLECTIVE_TIMEOUT_S
 fi
 
