@@ -106,6 +106,7 @@ class Coordinator {
   void ObserveEpoch(int epoch) { epoch_ = std::max(epoch_, epoch); }
   int recoveries() const { return recoveries_; }
   bool replacements_pending() const { return !pending_.empty(); }
+  int replacements_pending_count() const { return static_cast<int>(pending_.size()); }
 
   // The assignment a spare reads from its assignment pipe: serve `rank`
   // through `socket` with journal directory `rank_dir` on `device`.

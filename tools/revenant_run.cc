@@ -136,10 +136,16 @@ ABSL_FLAG(uint64_t, validate_every, 0,
 ABSL_FLAG(int, spares, 0,
           "pre-start this many spare agents (backend and CUDA context initialized); a dead "
           "agent's rank goes to a spare instead of a new process, and a new spare is started");
+ABSL_FLAG(bool, warm_replacement, true,
+          "without --spares: start a dead agent's replacement process at once, on the rank's "
+          "GPU, as a spare (its backend and CUDA context start while the death window runs), "
+          "and hand it the rank when the window ends; false: a new process once the window "
+          "ended");
 ABSL_FLAG(int, death_window_ms, -1,
           "agent deaths within this many milliseconds of the first are replaced in one "
-          "recovery epoch (-1: 800, or 200 with --spares, whose replacements are ready at "
-          "once; a later death is a death during recovery and gets an epoch of its own)");
+          "recovery epoch (-1: 200 with --spares or --warm_replacement, whose replacements "
+          "are starting or ready by then, else 800; a later death is a death during recovery "
+          "and gets an epoch of its own)");
 ABSL_FLAG(std::string, snapshots, "auto",
           "boundary snapshots of each rank's device state (docs/recovery.md): on, off, or auto "
           "(on when the job has one rank, which has no replica to recover from)");
@@ -254,6 +260,9 @@ struct Child {
   // A spare agent waiting for an assignment on `assign_fd` (its stdin).
   bool spare = false;
   int assign_fd = -1;
+  // A spare started at an agent's death for its rank (--warm_replacement),
+  // not one of the --spares pool.
+  bool warm = false;
 };
 
 struct Pipe {
@@ -718,9 +727,13 @@ int Main(int argc, char** argv) {
                      " in ", absl::ToInt64Milliseconds(absl::Now() - t0), " ms; master ",
                      master_addr, ":", port));
   }
+  // Replacements started at the death (below) need no window for their
+  // start, only for deaths that come together.
+  const bool warm_replacement =
+      absl::GetFlag(FLAGS_warm_replacement) && absl::GetFlag(FLAGS_spares) <= 0;
   const int death_window_ms = absl::GetFlag(FLAGS_death_window_ms) >= 0
                                   ? absl::GetFlag(FLAGS_death_window_ms)
-                                  : absl::GetFlag(FLAGS_spares) > 0 ? 200 : 800;
+                                  : absl::GetFlag(FLAGS_spares) > 0 || warm_replacement ? 200 : 800;
   recovery::Coordinator coordinator({job_dir, absl::GetFlag(FLAGS_recover),
                                      absl::GetFlag(FLAGS_max_recoveries),
                                      absl::Milliseconds(death_window_ms), 3, absl::Seconds(30),
@@ -922,16 +935,18 @@ int Main(int argc, char** argv) {
 
   // Spare agents: the arguments of this node's first agent without its rank,
   // socket, directory and GPU; the warm-up backend uses the range of rank
-  // `world` (no rank of the job has it) and, on the cuda backend, GPU (i mod GPUs).
+  // `world` (no rank of the job has it) and, on the cuda backend, GPU (i mod
+  // GPUs), or `device` (a warm replacement: the dead rank's GPU, whose
+  // primary context the rank's backend then finds made).
   const int spares_wanted = std::max(0, absl::GetFlag(FLAGS_spares));
   int spare_seq = 0;
   const std::string spare_dir = job_dir + "/spares";
-  if (spares_wanted > 0) mkdir(spare_dir.c_str(), 0700);
+  if (spares_wanted > 0 || warm_replacement) mkdir(spare_dir.c_str(), 0700);
   auto device_of = [&](int rank) {
     const int gpus = absl::GetFlag(FLAGS_gpus);
     return gpus > 0 ? (rank - base) % gpus : rank - base;
   };
-  auto start_spare = [&](std::vector<Child>* out) {
+  auto start_spare = [&](std::vector<Child>* out, int device = -1) {
     const int index = spare_seq++;
     std::vector<std::string> args;
     for (const std::string& a : agent_args.begin()->second) {
@@ -946,7 +961,8 @@ int Main(int argc, char** argv) {
     args.push_back(absl::StrCat("--rank=", world));
     if (absl::GetFlag(FLAGS_backend) == "cuda") {
       const int gpus = absl::GetFlag(FLAGS_gpus);
-      args.push_back(absl::StrCat("--device=", index % (gpus > 0 ? gpus : n)));
+      args.push_back(
+          absl::StrCat("--device=", device >= 0 ? device : index % (gpus > 0 ? gpus : n)));
     }
     args.push_back(absl::StrCat("--spare_wait_s=", timeout_s_flag > 0 ? timeout_s_flag + 10 : 3600));
     int assign_fd = -1;
@@ -959,9 +975,12 @@ int Main(int argc, char** argv) {
     Child c{pid, label, true, -1};
     c.spare = true;
     c.assign_fd = assign_fd;
+    c.warm = device >= 0;
     out->push_back(c);
     coordinator.AddSpare(pid);
-    RecordEvent(job_dir, "spare_started", -1, coordinator.epoch(), absl::StrCat("pid ", pid));
+    RecordEvent(job_dir, "spare_started", -1, coordinator.epoch(),
+                absl::StrCat("pid ", pid, c.warm ? absl::StrCat(", warm replacement (device ", device, ")")
+                                                 : std::string()));
   };
   {
     std::vector<Child> spares;
@@ -1052,7 +1071,7 @@ int Main(int argc, char** argv) {
           coordinator.RemoveSpare(c.pid);
           if (!stopping) {
             Say(absl::StrCat("spare agent ", c.label, " exited (status ", code, ")"));
-            if (WIFEXITED(status) && code == 0) start_spare(&replacements);
+            if (WIFEXITED(status) && code == 0 && !c.warm) start_spare(&replacements);
           }
         } else if (c.agent) {
           if (!stopping) {
@@ -1062,7 +1081,13 @@ int Main(int argc, char** argv) {
                              ")"));
             // A replacement comes on the same socket: the rank's shim
             // reconnects and hands it the channel; it replays the journal.
-            coordinator.AgentDied(c.rank, status, absl::Now());
+            const bool planned = coordinator.AgentDied(c.rank, status, absl::Now());
+            // Its replacement's process starts now, on its GPU, while the
+            // death window runs; the window's end hands it the rank.
+            if (planned && warm_replacement &&
+                coordinator.spares_waiting() < coordinator.replacements_pending_count()) {
+              start_spare(&replacements, device_of(c.rank));
+            }
             if (coordinator.gave_up() && !stopping) {
               Say("recovery given up: " + coordinator.give_up_reason() + "; stopping the job");
               if (result == 0) result = 1;
@@ -1102,9 +1127,12 @@ int Main(int argc, char** argv) {
       const int rank = rep.rank;
       const int epoch = coordinator.epoch();
       Child* spare = nullptr;
-      for (Child& c : children) {
-        if (rep.spare && c.pid == *rep.spare && c.spare && !c.exited && c.assign_fd >= 0) {
-          spare = &c;
+      // (A warm replacement started in this pass is still in `replacements`.)
+      for (std::vector<Child>* list : {&children, &replacements}) {
+        for (Child& c : *list) {
+          if (rep.spare && c.pid == *rep.spare && c.spare && !c.exited && c.assign_fd >= 0) {
+            spare = &c;
+          }
         }
       }
       if (spare != nullptr) {
@@ -1122,9 +1150,18 @@ int Main(int argc, char** argv) {
           for (Pipe& p : pipes) {
             if (p.pid == spare->pid) p.label = spare->label;
           }
-          coordinator.ReplacementStarted(rank, absl::StrCat("spare, pid ", spare->pid), absl::Now());
-          Say(absl::StrCat("recovery epoch ", epoch, ": spare agent pid ", spare->pid,
-                           " takes rank ", rank));
+          if (spare->warm) {
+            coordinator.ReplacementStarted(
+                rank, absl::StrCat("warm process, pid ", spare->pid, " (started at the death)"),
+                absl::Now());
+            Say(absl::StrCat("recovery epoch ", epoch, ": replacement agent for rank ", rank,
+                             " started (pid ", spare->pid, ", warm since the death)"));
+          } else {
+            coordinator.ReplacementStarted(rank, absl::StrCat("spare, pid ", spare->pid),
+                                           absl::Now());
+            Say(absl::StrCat("recovery epoch ", epoch, ": spare agent pid ", spare->pid,
+                             " takes rank ", rank));
+          }
           if (spares_wanted > 0) start_spare(&replacements);
           continue;
         }

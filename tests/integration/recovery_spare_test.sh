@@ -9,6 +9,12 @@
 #      other a new process;
 #   3. 1 rank, 1 spare, killed past its first boundary: the spare restores
 #      the boundary snapshot.
+# Without --spares a dead agent's replacement starts at its death, as a
+# spare on the rank's device (--warm_replacement, the default), and takes
+# the rank when the death window ends:
+#   4. 2 ranks, rank 1 killed: one warm replacement takes it;
+#   5. 3 ranks, two killed together: one warm replacement each;
+#   6. the same as 4 with --warm_replacement=false: a new process.
 #   recovery_spare_test.sh RUN APP KERNELS [ITERS=12]
 set -u
 run="$1"; app="$2"; kernels="$3"; iters="${4:-12}"
@@ -22,22 +28,31 @@ reference() {  # ranks -> checksum
   sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/ref$1.log"
 }
 
-case_() {  # name ranks ref chaos expected-spare-takes expected-new-processes
-  local name="$1" ranks="$2" ref="$3" spec="$4" want_spare="$5" want_new="$6" log="$tmp/case.log"
-  "$run" -n "$ranks" --spares 1 --backend=host --timeout=90 --host_kernels="$kernels" \
+# case_ name ranks ref chaos expected-spare-takes expected-new-processes
+#       [expected-warm-replacements [revenant-run flags, default --spares 1]]
+case_() {
+  local name="$1" ranks="$2" ref="$3" spec="$4" want_spare="$5" want_new="$6" want_warm="${7:-0}"
+  local flags="${8:---spares 1}" log="$tmp/case.log"
+  "$run" -n "$ranks" $flags --backend=host --timeout=90 --host_kernels="$kernels" \
     --chaos="$spec" -- "$app" --iters "$iters" >"$log" 2>&1
   local rc=$?
   local same=$(grep -c "^\[r[0-9]*\] final checksum $ref\$" "$log")
   local by_spare=$(grep -c "replacement_started *spare, pid" "$log")
   local by_new=$(grep -c "replacement_started *new process, pid" "$log")
+  local by_warm=$(grep -c "replacement_started *warm process, pid" "$log")
+  local warm_started=$(grep -c "spare_started *pid [0-9]*, warm replacement" "$log")
   local assigned=$(grep -c "spare_assigned" "$log")
   local restarted=$(grep -c "spare_started" "$log")
+  local want_started=1
+  [ "$want_spare" -eq 0 ] && want_started=$want_warm
   if [ "$rc" -eq 0 ] && [ "$same" -eq "$ranks" ] && [ "$by_spare" -eq "$want_spare" ] &&
-     [ "$by_new" -eq "$want_new" ] && [ "$assigned" -eq "$want_spare" ] && [ "$restarted" -ge 1 ]; then
-    echo "ok   $name [$spec]: $ranks/$ranks ranks bitwise equal; $by_spare by a spare, $by_new by a new process"
-    grep -E "replacement_started|spare_assigned|spare_started|snapshot_loaded|application_resumed" "$log" | sed 's/^/       /'
+     [ "$by_new" -eq "$want_new" ] && [ "$by_warm" -eq "$want_warm" ] &&
+     [ "$warm_started" -eq "$want_warm" ] && [ "$assigned" -eq $((want_spare + want_warm)) ] &&
+     [ "$restarted" -ge "$want_started" ]; then
+    echo "ok   $name [$spec]: $ranks/$ranks ranks bitwise equal; $by_spare by a spare, $by_warm by a warm replacement, $by_new by a new process"
+    grep -E "agent_died|replacement_started|spare_assigned|spare_started|snapshot_loaded|application_resumed" "$log" | sed 's/^/       /'
   else
-    echo "FAIL $name [$spec]: rc=$rc, $same/$ranks equal, $by_spare by a spare (want $want_spare), $by_new new (want $want_new), $assigned assigned, $restarted spare starts in the timeline"
+    echo "FAIL $name [$spec]: rc=$rc, $same/$ranks equal, $by_spare by a spare (want $want_spare), $by_warm warm (want $want_warm; $warm_started started), $by_new new (want $want_new), $assigned assigned, $restarted spare starts in the timeline"
     grep -v "revenant hostkernel" "$log" | tail -40
     fails=$((fails + 1))
   fi
@@ -50,5 +65,8 @@ case_ "two deaths, one spare" 3 "$ref3" "rank=1,minibatch=5,calls=8;rank=2,minib
 case_ "lone rank, snapshot" 1 "$ref1" "rank=0,minibatch=6,calls=8" 1 0
 grep -q "replacement_snapshot_loaded" "$tmp/case.log" || {
   echo "FAIL: the lone rank's spare did not load the boundary snapshot"; fails=$((fails + 1)); }
-echo "$((3 - fails)) of 3 spare cases as expected"
+case_ "warm replacement" 2 "$ref2" "rank=1,minibatch=4,calls=8" 0 0 1 " "
+case_ "two deaths, warm replacements" 3 "$ref3" "rank=1,minibatch=5,calls=8;rank=2,minibatch=5,calls=8" 0 0 2 " "
+case_ "no warm replacement" 2 "$ref2" "rank=1,minibatch=4,calls=8" 0 1 0 "--warm_replacement=false"
+echo "$((6 - fails)) of 6 spare cases as expected"
 [ "$fails" -eq 0 ]
