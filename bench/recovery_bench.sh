@@ -3,13 +3,15 @@
 # application resumes (from the job's events), for two model sizes and two
 # kill points, to show it does not grow with the iteration count (the journal
 # holds the setup state and one minibatch, not history).
-#   bash bench/recovery_bench.sh [RANKS=2] [EARLY=100] [LATE=10000] [SPARES=0]
+#   bash bench/recovery_bench.sh [RANKS=2] [EARLY=100] [LATE=10000] [SPARES=0] [FLAGS]
 # SPARES=1: revenant-run --spares 1 (the replacement is a pre-started spare
-# agent, not a new process). RANKS=1: the lone rank is recovered from its
+# agent, not a new process); with SPARES=0 the replacement starts at the
+# death (--warm_replacement), or, with FLAGS=--warm_replacement=false, as a
+# new process after the death window. FLAGS: more revenant-run flags. RANKS=1: the lone rank is recovered from its
 # boundary snapshot; the snapshot cost per boundary is printed too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ranks="${1:-2}"; early="${2:-100}"; late="${3:-10000}"; spares="${4:-0}"
+ranks="${1:-2}"; early="${2:-100}"; late="${3:-10000}"; spares="${4:-0}"; flags="${5:-}"
 bazel build //tools:revenant-run //tests/apps:train_mlp //tests/apps:train_mlp_host_kernels >/dev/null 2>&1
 B="$(bazel info bazel-bin 2>/dev/null)"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
@@ -19,7 +21,7 @@ mkdir -p "$tmp/bin"
 cp "$B/tools/revenant-run" "$B/agent/revenant-agent" "$B/agent/revenant-agent-testing" \
   "$B/shim/librevenant_shim.so" "$B/tests/apps/train_mlp.bin" "$B/tests/apps/libtrain_mlp_host_kernels.so" "$tmp/bin/"
 victim=$(( ranks > 1 ? 1 : 0 ))
-echo "ranks=$ranks spares=$spares host backend; recovery = agent killed -> application resumed (ms)"
+echo "ranks=$ranks spares=$spares ${flags:+flags $flags }host backend; recovery = agent killed -> application resumed (ms)"
 # ready_ms: replacement started (or spare assigned) -> it took the rank's
 # connection back (backend up, listening, handshake done).
 printf "%-7s %-8s %-12s %-9s %-12s %-36s %-24s %s\n" hidden kill_at recovery_ms ready_ms path \
@@ -27,7 +29,7 @@ printf "%-7s %-8s %-12s %-9s %-12s %-36s %-24s %s\n" hidden kill_at recovery_ms 
 for hidden in 64 512; do
   for at in "$early" "$late"; do
     ev="$tmp/events-$hidden-$at.jsonl"
-    "$tmp/bin/revenant-run" -n "$ranks" --spares "$spares" --backend=host --quiet --timeout=3600 \
+    "$tmp/bin/revenant-run" -n "$ranks" --spares "$spares" $flags --backend=host --quiet --timeout=3600 \
       --host_kernels="$tmp/bin/libtrain_mlp_host_kernels.so" --events_file="$ev" \
       --chaos="rank=$victim,minibatch=$at,calls=8" -- "$tmp/bin/train_mlp.bin" \
       --iters $((at + 3)) --hidden "$hidden" --batch 8 >"$tmp/log" 2>&1 || { cat "$tmp/log"; exit 1; }
