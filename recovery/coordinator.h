@@ -107,6 +107,8 @@ class Coordinator {
   int recoveries() const { return recoveries_; }
   bool replacements_pending() const { return !pending_.empty(); }
   int replacements_pending_count() const { return static_cast<int>(pending_.size()); }
+  // When the pending replacements' window ends (InfiniteFuture: none pending).
+  absl::Time replacements_due() const { return due_; }
 
   // The assignment a spare reads from its assignment pipe: serve `rank`
   // through `socket` with journal directory `rank_dir` on `device`.

@@ -47,8 +47,11 @@ TEST(CoordinatorTest, AKilledAgentIsReplacedAfterTheWindowInANewEpoch) {
   const std::string dir = TempDir();
   Coordinator c({dir, true, 8, absl::Milliseconds(800)});
   const absl::Time t0 = absl::Now();
+  EXPECT_EQ(absl::InfiniteFuture(), c.replacements_due()) << "nothing pending";
   EXPECT_TRUE(c.AgentDied(2, Killed(SIGKILL), t0));
   EXPECT_TRUE(c.replacements_pending());
+  EXPECT_EQ(1, c.replacements_pending_count());
+  EXPECT_EQ(t0 + absl::Milliseconds(800), c.replacements_due()) << "the launcher polls until then";
   EXPECT_TRUE(c.DueReplacements(t0 + absl::Milliseconds(799)).empty());
   EXPECT_EQ(0, ReadRecoveryEpoch(dir)) << "no epoch before the window ends";
   std::vector<Coordinator::Replacement> due = c.DueReplacements(t0 + absl::Milliseconds(800));
@@ -58,6 +61,8 @@ TEST(CoordinatorTest, AKilledAgentIsReplacedAfterTheWindowInANewEpoch) {
   EXPECT_EQ(1, c.epoch());
   EXPECT_EQ(1, ReadRecoveryEpoch(dir));
   EXPECT_FALSE(c.replacements_pending());
+  EXPECT_EQ(0, c.replacements_pending_count());
+  EXPECT_EQ(absl::InfiniteFuture(), c.replacements_due());
   EXPECT_TRUE(c.DueReplacements(t0 + absl::Seconds(5)).empty()) << "handed out once";
   EXPECT_THAT(Contents(dir + "/events.jsonl"), HasSubstr("\"agent_died\""));
 }

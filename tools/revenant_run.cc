@@ -1024,7 +1024,12 @@ int Main(int argc, char** argv) {
     std::vector<pollfd> pfds;
     pfds.push_back({sfd, POLLIN, 0});
     for (const Pipe& p : pipes) pfds.push_back({p.fd, POLLIN, 0});
-    poll(pfds.data(), pfds.size(), 100);
+    // At most 100 ms, less when a death window ends sooner (its replacements
+    // start on time rather than up to a poll later).
+    const absl::Duration until_due = std::min(
+        absl::Milliseconds(100), coordinator.replacements_due() - absl::Now() + absl::Milliseconds(1));
+    poll(pfds.data(), pfds.size(),
+         static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(until_due))));
     for (size_t i = 1; i < pfds.size(); ++i) {
       Pipe& p = pipes[i - 1];
       if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
