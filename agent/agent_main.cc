@@ -701,7 +701,7 @@ std::optional<int> TakeAssignment(std::unique_ptr<Backend>* backend, BackendOpti
   if (!made.ok()) {
     REVENANT_LOG(ERROR, "agent") << "spare: cannot start the backend of rank " << rank << ": "
                                  << made.status();
-    return 1;
+    return kAgentExitTakeoverFailed;
   }
   *backend = std::move(*made);
   warm.reset();
@@ -848,7 +848,7 @@ int Main(int argc, char** argv) {
   if (!listen_fd.ok()) {
     REVENANT_LOG(ERROR, "agent") << "cannot listen on " << socket_path << ": "
                                  << listen_fd.status();
-    return 1;
+    return spare ? kAgentExitTakeoverFailed : 1;
   }
   WritePidFile(job_dir);
   REVENANT_LOG(DEBUG, "agent") << "rank " << options.rank << " ready on " << socket_path << " ("

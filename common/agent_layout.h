@@ -23,6 +23,11 @@ inline void SetAgentPersonality() {
   if (current != -1) personality(AgentPersonality(static_cast<unsigned long>(current)));
 }
 
+// The exit status of a spare agent that was handed a rank and could not take
+// it (the rank's backend or socket failed; EX_TEMPFAIL): revenant-run then
+// starts a new process for the rank instead of leaving it without an agent.
+inline constexpr int kAgentExitTakeoverFailed = 75;
+
 }  // namespace revenant
 
 #endif  // REVENANT_COMMON_AGENT_LAYOUT_H_

@@ -29,10 +29,18 @@ bool Coordinator::AgentDied(int rank, int status, absl::Time now) {
   const std::string how = WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status))
                                               : absl::StrCat("status ", WEXITSTATUS(status));
   Record("agent_died", rank, how);
-  if (!options_.recover || !WIFSIGNALED(status) || recoveries_ >= options_.max_recoveries ||
-      gave_up()) {
-    return false;
-  }
+  if (!WIFSIGNALED(status)) return false;
+  return PlanReplacement(rank, how, now);
+}
+
+bool Coordinator::ReplacementFailed(int rank, absl::Time now) {
+  const std::string how = "the spare handed the rank could not take it";
+  Record("replacement_failed", rank, how);
+  return PlanReplacement(rank, how, now);
+}
+
+bool Coordinator::PlanReplacement(int rank, const std::string& how, absl::Time now) {
+  if (!options_.recover || recoveries_ >= options_.max_recoveries || gave_up()) return false;
   auto started = replacement_started_.find(rank);
   if (started != replacement_started_.end() && now - started->second < options_.quick_death) {
     if (++quick_deaths_[rank] >= options_.max_quick_deaths) {

@@ -77,6 +77,11 @@ class Coordinator {
   // gave_up() is true and give_up_reason() says why; the launcher ends the
   // job.
   bool AgentDied(int rank, int status, absl::Time now);
+  // A spare handed `rank` could not take it (it exited with
+  // kAgentExitTakeoverFailed): the rank is replaced again once the window
+  // passed (a waiting spare or a new process), under the same rules (the count of
+  // replacements, the quick deaths). Returns whether it is planned.
+  bool ReplacementFailed(int rank, absl::Time now);
   bool gave_up() const { return !give_up_reason_.empty(); }
   const std::string& give_up_reason() const { return give_up_reason_; }
 
@@ -117,6 +122,7 @@ class Coordinator {
 
  private:
   bool DeclareEpoch();
+  bool PlanReplacement(int rank, const std::string& how, absl::Time now);
   void Record(const std::string& event, int rank, const std::string& detail);
 
   Options options_;

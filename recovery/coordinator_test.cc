@@ -151,6 +151,33 @@ TEST(CoordinatorTest, AReplacementThatLivedLongResetsTheCount) {
   EXPECT_FALSE(c.gave_up());
 }
 
+TEST(CoordinatorTest, ARankWhoseSpareCouldNotTakeItIsReplacedAgain) {
+  const std::string dir = TempDir();
+  Coordinator c({dir, true, 8, absl::Milliseconds(200)});
+  const absl::Time t0 = absl::Now();
+  c.AddSpare(10);
+  ASSERT_TRUE(c.AgentDied(1, Killed(SIGKILL), t0));
+  std::vector<Coordinator::Replacement> due = c.DueReplacements(t0 + absl::Milliseconds(200));
+  ASSERT_EQ(1u, due.size());
+  EXPECT_EQ(std::optional<int>(10), due[0].spare);
+  c.ReplacementStarted(1, "spare, pid 10", t0 + absl::Milliseconds(200));
+  // The spare exits with kAgentExitTakeoverFailed: the rank is planned
+  // again, in the next epoch, by a new process (no spare waits).
+  const absl::Time t1 = t0 + absl::Milliseconds(300);
+  EXPECT_TRUE(c.ReplacementFailed(1, t1));
+  EXPECT_EQ(t1 + absl::Milliseconds(200), c.replacements_due());
+  due = c.DueReplacements(t1 + absl::Milliseconds(200));
+  ASSERT_EQ(1u, due.size());
+  EXPECT_EQ(1, due[0].rank);
+  EXPECT_FALSE(due[0].spare.has_value());
+  EXPECT_EQ(2, c.epoch());
+  EXPECT_EQ(2, c.recoveries());
+  EXPECT_THAT(Contents(dir + "/events.jsonl"), HasSubstr("\"replacement_failed\""));
+  // Under the job's limit like any replacement.
+  Coordinator none({TempDir(), true, 0, absl::Milliseconds(200)});
+  EXPECT_FALSE(none.ReplacementFailed(1, t0));
+}
+
 TEST(CoordinatorTest, ARemovedSpareIsNotOffered) {
   Coordinator c({TempDir(), true, 8, absl::Milliseconds(1)});
   c.AddSpare(5);

@@ -263,6 +263,8 @@ struct Child {
   // A spare started at an agent's death for its rank (--warm_replacement),
   // not one of the --spares pool.
   bool warm = false;
+  // A spare that was handed a rank (an agent of the job since).
+  bool assigned = false;
 };
 
 struct Pipe {
@@ -1086,7 +1088,17 @@ int Main(int argc, char** argv) {
                              ")"));
             // A replacement comes on the same socket: the rank's shim
             // reconnects and hands it the channel; it replays the journal.
-            const bool planned = coordinator.AgentDied(c.rank, status, absl::Now());
+            // A spare that could not take the rank it was handed is
+            // replaced too (its exit is no verdict on the rank's requests).
+            const bool takeover_failed =
+                c.assigned && WIFEXITED(status) && code == kAgentExitTakeoverFailed;
+            if (takeover_failed) {
+              Say(absl::StrCat("the spare agent handed rank ", c.rank,
+                               " could not take it: another replacement"));
+              coordinator.ReplacementFailed(c.rank, absl::Now());
+            }
+            const bool planned =
+                !takeover_failed && coordinator.AgentDied(c.rank, status, absl::Now());
             // Its replacement's process starts now, on its GPU, while the
             // death window runs; the window's end hands it the rank.
             if (planned && warm_replacement &&
@@ -1150,6 +1162,7 @@ int Main(int argc, char** argv) {
         spare->assign_fd = -1;  // never offered again
         if (sent) {
           spare->spare = false;  // an agent of the job from now on
+          spare->assigned = true;
           spare->rank = rank;
           spare->label = absl::StrCat("a", rank);
           for (Pipe& p : pipes) {
