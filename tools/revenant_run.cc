@@ -980,9 +980,10 @@ int Main(int argc, char** argv) {
     c.warm = device >= 0;
     out->push_back(c);
     coordinator.AddSpare(pid);
+    const std::string warm_detail =
+        c.warm ? absl::StrCat(", warm replacement (device ", device, ")") : std::string();
     RecordEvent(job_dir, "spare_started", -1, coordinator.epoch(),
-                absl::StrCat("pid ", pid, c.warm ? absl::StrCat(", warm replacement (device ", device, ")")
-                                                 : std::string()));
+                absl::StrCat("pid ", pid, warm_detail));
   };
   {
     std::vector<Child> spares;
@@ -1028,8 +1029,9 @@ int Main(int argc, char** argv) {
     for (const Pipe& p : pipes) pfds.push_back({p.fd, POLLIN, 0});
     // At most 100 ms, less when a death window ends sooner (its replacements
     // start on time rather than up to a poll later).
-    const absl::Duration until_due = std::min(
-        absl::Milliseconds(100), coordinator.replacements_due() - absl::Now() + absl::Milliseconds(1));
+    const absl::Duration until_due =
+        std::min(absl::Milliseconds(100),
+                 coordinator.replacements_due() - absl::Now() + absl::Milliseconds(1));
     poll(pfds.data(), pfds.size(),
          static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(until_due))));
     for (size_t i = 1; i < pfds.size(); ++i) {
