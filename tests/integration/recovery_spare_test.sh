@@ -72,34 +72,50 @@ grep -q "replacement_snapshot_loaded" "$tmp/case.log" || {
 case_ "warm replacement" 2 "$ref2" "rank=1,minibatch=4,calls=8" 0 0 1 " "
 case_ "two deaths, warm replacements" 3 "$ref3" "rank=1,minibatch=5,calls=8;rank=2,minibatch=5,calls=8" 0 0 2 " "
 case_ "no warm replacement" 2 "$ref2" "rank=1,minibatch=4,calls=8" 0 1 0 "--warm_replacement=false"
-# 7: the testing agent behind a wrapper whose spares fail at once (status 3).
+# Cases 7 and 8: rank 1 of 2 killed, the agents behind a wrapper (the
+# testing agent, whose spares misbehave as each case says).
 real_agent="$(dirname "$run")/../agent/revenant-agent-testing"
+log="$tmp/case.log"
+spec="rank=1,minibatch=4,calls=8"
+# wrapped WRAPPER [FLAGS...]: runs the job; sets rc, same and the timeline's counts.
+wrapped() {
+  local wrapper="$1"
+  shift
+  "$run" -n 2 --agent="$wrapper" "$@" --backend=host --timeout=90 \
+    --host_kernels="$kernels" --chaos="$spec" -- "$app" --iters "$iters" >"$log" 2>&1
+  rc=$?
+  same=$(grep -c "^\[r[0-9]*\] final checksum $ref2\$" "$log")
+  warm_started=$(grep -c "spare_started *pid [0-9]*, warm replacement" "$log")
+  spare_failed=$(grep -c "spare agent s[0-9]* exited (status 3)" "$log")
+  takeover_failed=$(grep -c "replacement_failed" "$log")
+  by_new=$(grep -c "replacement_started *new process, pid" "$log")
+  by_warm=$(grep -c "replacement_started *warm process, pid" "$log")
+}
+# verdict NAME OK: prints the case's line (and the timeline, or the log's tail).
+verdict() {
+  if [ "$2" = 1 ]; then
+    echo "ok   $1 [$spec]: 2/2 ranks bitwise equal; a new process took the rank"
+    grep -E "agent_died|replacement_|spare_started|exited \(status|could not take|application_resumed" \
+      "$log" | sed 's/^/       /'
+  else
+    echo "FAIL $1 [$spec]: rc=$rc, $same/2 equal, $warm_started warm started, $spare_failed spares failed, $takeover_failed takeovers failed, $by_new by a new process, $by_warm by a warm one"
+    grep -v "revenant hostkernel" "$log" | tail -40
+    fails=$((fails + 1))
+  fi
+}
+# 7: spares that fail at once (status 3), before the (long) window ends.
 cat >"$tmp/agent.sh" <<WRAP
 #!/bin/bash
 for a in "\$@"; do [ "\$a" = --spare ] && { echo "agent wrapper: this spare fails" >&2; exit 3; }; done
 exec "$real_agent" "\$@"
 WRAP
 chmod +x "$tmp/agent.sh"
-log="$tmp/case.log"
-spec="rank=1,minibatch=4,calls=8"
-"$run" -n 2 --agent="$tmp/agent.sh" --death_window_ms=1000 --backend=host --timeout=90 \
-  --host_kernels="$kernels" --chaos="$spec" -- "$app" --iters "$iters" >"$log" 2>&1
-rc=$?
-same=$(grep -c "^\[r[0-9]*\] final checksum $ref2\$" "$log")
-warm_started=$(grep -c "spare_started *pid [0-9]*, warm replacement" "$log")
-spare_failed=$(grep -c "spare agent s[0-9]* exited (status 3)" "$log")
-by_new=$(grep -c "replacement_started *new process, pid" "$log")
-by_warm=$(grep -c "replacement_started *warm process, pid" "$log")
-if [ "$rc" -eq 0 ] && [ "$same" -eq 2 ] && [ "$warm_started" -eq 1 ] && [ "$spare_failed" -eq 1 ] &&
-   [ "$by_new" -eq 1 ] && [ "$by_warm" -eq 0 ]; then
-  echo "ok   failed warm replacement [$spec]: 2/2 ranks bitwise equal; the warm replacement exited, a new process took the rank"
-  grep -E "agent_died|replacement_started|spare_started|exited \(status 3\)|application_resumed" "$log" | sed 's/^/       /'
-else
-  echo "FAIL failed warm replacement [$spec]: rc=$rc, $same/2 equal, $warm_started warm started, $spare_failed failed, $by_new new (want 1), $by_warm warm (want 0)"
-  grep -v "revenant hostkernel" "$log" | tail -40
-  fails=$((fails + 1))
-fi
-# 8: spares that read their assignment and then fail to take it (75).
+wrapped "$tmp/agent.sh" --death_window_ms=1000
+ok=0
+[ "$rc" -eq 0 ] && [ "$same" -eq 2 ] && [ "$warm_started" -eq 1 ] && [ "$spare_failed" -eq 1 ] &&
+  [ "$by_new" -eq 1 ] && [ "$by_warm" -eq 0 ] && ok=1
+verdict "failed warm replacement" "$ok"
+# 8: spares that read their assignment and then cannot take it (status 75).
 cat >"$tmp/agent75.sh" <<WRAP
 #!/bin/bash
 for a in "\$@"; do
@@ -111,21 +127,10 @@ done
 exec "$real_agent" "\$@"
 WRAP
 chmod +x "$tmp/agent75.sh"
-"$run" -n 2 --agent="$tmp/agent75.sh" --backend=host --timeout=90 \
-  --host_kernels="$kernels" --chaos="$spec" -- "$app" --iters "$iters" >"$log" 2>&1
-rc=$?
-same=$(grep -c "^\[r[0-9]*\] final checksum $ref2\$" "$log")
-by_warm=$(grep -c "replacement_started *warm process, pid" "$log")
-failed=$(grep -c "replacement_failed" "$log")
-by_new=$(grep -c "replacement_started *new process, pid" "$log")
-if [ "$rc" -eq 0 ] && [ "$same" -eq 2 ] && [ "$by_warm" -eq 1 ] && [ "$failed" -eq 1 ] &&
-   [ "$by_new" -eq 1 ]; then
-  echo "ok   warm replacement that cannot take the rank [$spec]: 2/2 ranks bitwise equal; a new process took it"
-  grep -E "agent_died|replacement_|spare_started|could not take|application_resumed" "$log" | sed 's/^/       /'
-else
-  echo "FAIL warm replacement that cannot take the rank [$spec]: rc=$rc, $same/2 equal, $by_warm warm (want 1), $failed failed (want 1), $by_new new (want 1)"
-  grep -v "revenant hostkernel" "$log" | tail -40
-  fails=$((fails + 1))
-fi
+wrapped "$tmp/agent75.sh"
+ok=0
+[ "$rc" -eq 0 ] && [ "$same" -eq 2 ] && [ "$by_warm" -eq 1 ] && [ "$takeover_failed" -eq 1 ] &&
+  [ "$by_new" -eq 1 ] && ok=1
+verdict "warm replacement that cannot take the rank" "$ok"
 echo "$((8 - fails)) of 8 spare cases as expected"
 [ "$fails" -eq 0 ]
