@@ -140,6 +140,7 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_spares ]; t
     died=$(nm_t "$ev" agent_died first); resumed=$(nm_t "$ev" application_resumed last)
     ms=none
     if [ -n "$died" ] && [ -n "$resumed" ]; then ms=$(( (resumed - died) / 1000 )); nm_times+=("$n:$ms"); fi
+    nm_last_ms=$ms
     # Each recovery of the job on its own: an agent_died with no recovery
     # open starts one; one that comes after application_resumed events ends
     # the open one at the last of them (a kill in the replay of the first
@@ -195,6 +196,27 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_spares ]; t
   echo "   recovery times (ranks:ms): ${nm_times[*]:-none}"
   [ ${#nm_times[@]} -gt 0 ] && nm_summary "per job (first kill -> last resume)" "${nm_times[@]#*:}"
   [ ${#nm_recs[@]} -gt 0 ] && nm_summary "per recovery (a kill in a replay starts another)" "${nm_recs[@]}"
+  # NM_WARM_PAIRS=K: K pairs of the same 4-rank kill with the default warm
+  # replacement (its process started at the death) and with
+  # --warm_replacement=false (a new process after the 800 ms window), the
+  # order alternating; each path's recovery times and median (after the
+  # summaries above, which they do not enter).
+  if [ "${NM_WARM_PAIRS:-0}" -gt 0 ] && [ -n "${nm_ref[4]:-}" ]; then
+    nm_warm=(); nm_cold=()
+    wspec="rank=3,minibatch=5,calls=11,point=after_execute"
+    for p in $(seq 1 "$NM_WARM_PAIRS"); do
+      for arm in $([ $((p % 2)) = 1 ] && echo "warm cold" || echo "cold warm"); do
+        if [ "$arm" = warm ]; then
+          nm_trial 4 "warm replacement $p" "$wspec"; [ "$nm_last_ms" != none ] && nm_warm+=("$nm_last_ms")
+        else
+          NM_EXTRA="${NM_EXTRA:-} --warm_replacement=false" nm_trial 4 "no warm replacement $p" "$wspec"
+          [ "$nm_last_ms" != none ] && nm_cold+=("$nm_last_ms")
+        fi
+      done
+    done
+    [ ${#nm_warm[@]} -gt 0 ] && nm_summary "with warm replacements (${nm_warm[*]} ms)" "${nm_warm[@]}"
+    [ ${#nm_cold[@]} -gt 0 ] && nm_summary "with --warm_replacement=false (${nm_cold[*]} ms)" "${nm_cold[@]}"
+  fi
   unset NCCL_ALGO NCCL_PROTO REVENANT_COLLECTIVE_TIMEOUT_S
 fi
 

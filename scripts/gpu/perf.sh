@@ -16,7 +16,9 @@
 #   perf3: recovery over real NCCL at 4 ranks: the named kills and
 #          PERF_KILLS seeded random kills (default 25, seed PERF_SEED,
 #          default 20261201; run twice with two seeds for the 50-kill row),
-#          recovery times printed per job.                        up to PERF_S
+#          recovery times printed per job and per recovery, and
+#          PERF_WARM_PAIRS (3) pairs of one kill with and without warm
+#          replacements.                                          up to PERF_S
 if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
   echo
   echo "=== the performance table, part $MODE"
@@ -60,7 +62,7 @@ if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
       ;;
     perf3)
       perf_run recovery nccl_multi "${PERF_S:-570}" NM_BENCH=0 NM_TRIALS="${PERF_KILLS:-25}" \
-        NM_SEED="${PERF_SEED:-20261201}"
+        NM_SEED="${PERF_SEED:-20261201}" NM_WARM_PAIRS="${PERF_WARM_PAIRS:-3}"
       ;;
   esac
   echo "   --- the parts' figures"
