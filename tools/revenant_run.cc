@@ -143,9 +143,9 @@ ABSL_FLAG(bool, warm_replacement, true,
           "ended");
 ABSL_FLAG(int, death_window_ms, -1,
           "agent deaths within this many milliseconds of the first are replaced in one "
-          "recovery epoch (-1: 200 with --spares or --warm_replacement, whose replacements "
-          "are starting or ready by then, else 800; a later death is a death during recovery "
-          "and gets an epoch of its own)");
+          "recovery epoch (-1: 0 for a job of one rank; 200 with --spares or "
+          "--warm_replacement, whose replacements are starting or ready by then; else 800; a "
+          "later death is a death during recovery and gets an epoch of its own)");
 ABSL_FLAG(std::string, snapshots, "auto",
           "boundary snapshots of each rank's device state (docs/recovery.md): on, off, or auto "
           "(on when the job has one rank, which has no replica to recover from)");
@@ -733,9 +733,12 @@ int Main(int argc, char** argv) {
   // start, only for deaths that come together.
   const bool warm_replacement =
       absl::GetFlag(FLAGS_warm_replacement) && absl::GetFlag(FLAGS_spares) <= 0;
+  // A job of one rank has no other death to wait for.
   const int death_window_ms = absl::GetFlag(FLAGS_death_window_ms) >= 0
                                   ? absl::GetFlag(FLAGS_death_window_ms)
-                                  : absl::GetFlag(FLAGS_spares) > 0 || warm_replacement ? 200 : 800;
+                              : world == 1                                     ? 0
+                              : absl::GetFlag(FLAGS_spares) > 0 || warm_replacement ? 200
+                                                                                     : 800;
   recovery::Coordinator coordinator({job_dir, absl::GetFlag(FLAGS_recover),
                                      absl::GetFlag(FLAGS_max_recoveries),
                                      absl::Milliseconds(death_window_ms), 3, absl::Seconds(30),
