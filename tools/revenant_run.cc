@@ -733,12 +733,12 @@ int Main(int argc, char** argv) {
   // start, only for deaths that come together.
   const bool warm_replacement =
       absl::GetFlag(FLAGS_warm_replacement) && absl::GetFlag(FLAGS_spares) <= 0;
-  // A job of one rank has no other death to wait for.
-  const int death_window_ms = absl::GetFlag(FLAGS_death_window_ms) >= 0
-                                  ? absl::GetFlag(FLAGS_death_window_ms)
-                              : world == 1                                     ? 0
-                              : absl::GetFlag(FLAGS_spares) > 0 || warm_replacement ? 200
-                                                                                     : 800;
+  int death_window_ms = absl::GetFlag(FLAGS_death_window_ms);
+  if (death_window_ms < 0) {
+    // A job of one rank has no other death to wait for.
+    const bool replacement_ready = absl::GetFlag(FLAGS_spares) > 0 || warm_replacement;
+    death_window_ms = world == 1 ? 0 : replacement_ready ? 200 : 800;
+  }
   recovery::Coordinator coordinator({job_dir, absl::GetFlag(FLAGS_recover),
                                      absl::GetFlag(FLAGS_max_recoveries),
                                      absl::Milliseconds(death_window_ms), 3, absl::Seconds(30),

@@ -71,14 +71,13 @@ if [ "$MODE" = all ] || [ "$MODE" = nccl_multi ] || [ "$MODE" = nccl_spares ]; t
            $2 == "application_resumed" && open { last = $1 }
            END { if (open && last) print int((last - start) / 1000) }'
   }
-  # nm_summary NAME VALUES...: count, median and maximum of VALUES (ms).
+  # nm_summary NAME VALUES...: count, median (the runner's) and maximum of VALUES (ms).
   nm_summary() {
     local name=$1
     shift
-    printf '%s\n' "$@" | sort -n | awk -v name="$name" '{ v[NR] = $1 }
-      END { if (NR) printf "   recovery %s: %d, median %d ms, max %d ms, over 2 s: %d\n", name, NR,
-              NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, v[NR], over(NR) }
-      function over(n,   i, c) { for (i = 1; i <= n; i++) if (v[i] > 2000) c++; return c + 0 }'
+    printf '   recovery %s: %d, median %s ms, max %s ms, over 2 s: %d\n' "$name" $# \
+      "$(printf '%s\n' "$@" | median)" "$(printf '%s\n' "$@" | sort -g | tail -1)" \
+      "$(printf '%s\n' "$@" | awk '$1 > 2000' | wc -l)"
   }
   nm_stop=0
   declare -A nm_ref
