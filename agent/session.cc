@@ -989,12 +989,12 @@ void Session::NoteJournalBoundary(int64_t start_ns) {
 }
 
 bool Session::LogChunkBoundaryDue() const {
-  static const bool on = knobs::Bool(knobs::Id::kJournalLogChunkBoundary).value_or(true);
-  if (!on) return false;
+  static const int64_t factor =
+      knobs::Int(knobs::Id::kJournalLogChunkBoundary, 0, 1000000).value_or(kLogChunkBoundaryFactor);
+  if (factor == 0) return false;
   const uint64_t chunk = options_.journal->minibatch_first_chunk();
   if (chunk == 0 || options_.journal->minibatch_log_bytes() < chunk / 2) return false;
-  return MonotonicNanos() - last_journal_boundary_end_ns_ >=
-         kLogChunkBoundaryFactor * last_journal_boundary_ns_;
+  return MonotonicNanos() - last_journal_boundary_end_ns_ >= factor * last_journal_boundary_ns_;
 }
 
 uint64_t Session::LogBytesTowardBound() {

@@ -190,9 +190,10 @@ enum class Type { kBool, kInt, kDouble, kString };
   X(kJournalSkipHandback, "REVENANT_JOURNAL_SKIP_HANDBACK", kBool, kMeasurement, "1",            \
     "0: write-behind with snapshots, the executor journals every detected boundary itself "     \
     "(else the thread journals a step that takes no snapshot, as any other request).")          \
-  X(kJournalLogChunkBoundary, "REVENANT_JOURNAL_LOG_CHUNK_BOUNDARY", kBool, kMeasurement, "1",   \
-    "0: one rank with the default snapshots, no journal boundary to keep the minibatch log in its " \
-    "first chunk (only the time and --snapshot_max_log_mib bound it).")                          \
+  X(kJournalLogChunkBoundary, "REVENANT_JOURNAL_LOG_CHUNK_BOUNDARY", kInt, kMeasurement, "100",  \
+    "One rank with the default snapshots: a journal boundary keeps the minibatch log in its "    \
+    "first chunk once the time since the last one is at least N times what that one took; 0: "  \
+    "none (only the time and --snapshot_max_log_mib bound the log).")                            \
   X(kJournalMinibatchChunkKib, "REVENANT_JOURNAL_MINIBATCH_CHUNK_KIB", kInt, kMeasurement,       \
     "16384", "The minibatch log's first chunk, in KiB (whole 32 KiB blocks, at most 64 MiB).")    \
   X(kJournalPayloadAheadMib, "REVENANT_JOURNAL_PAYLOAD_AHEAD_MIB", kInt, kMeasurement, "16",     \
