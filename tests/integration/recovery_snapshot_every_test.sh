@@ -46,7 +46,10 @@ for m in 0 default; do
 done
 n_fast=$(sed -n 's/.*snapshots at exit: \([0-9]*\) boundaries.*/\1/p' "$tmp/pace_0.log")
 n_paced=$(sed -n 's/.*snapshots at exit: \([0-9]*\) boundaries.*/\1/p' "$tmp/pace_default.log")
-secs=$(sed -n 's/.*finished with status 0 after \([0-9]*\)\..*/\1/p' "$tmp/pace_default.log")
+# Whole seconds of "after 1.234s", or 0 for a run under a second ("after 987ms").
+secs=$(sed -n -e 's/.*finished with status 0 after \([0-9]*\)\..*/\1/p' \
+  -e 's/.*finished with status 0 after \([0-9]*\)s$/\1/p' \
+  -e 's/.*finished with status 0 after [0-9]*ms$/0/p' "$tmp/pace_default.log")
 echo "auto, $pace_iters iterations: $n_fast snapshots with --snapshot_min_interval_ms=0, $n_paced by default in ${secs:-?}.x s"
 if [ -z "$n_fast" ] || [ -z "$n_paced" ] || [ -z "$secs" ] || [ "$n_fast" -lt 3 ] ||
    [ "$n_fast" -le "$n_paced" ] || [ "$n_paced" -gt $((secs + 2)) ]; then
