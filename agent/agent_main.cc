@@ -119,13 +119,15 @@ ABSL_FLAG(std::string, journal_thread, "auto",
           "journal thread\"): behind (write-behind: the executor runs them at once), ahead "
           "(the executor waits until they are journaled), off (the executor journals inline), "
           "or auto (behind with at least 4 CPUs and 3 per rank of --world_size, else off)");
-ABSL_FLAG(bool, upload_hold, false,
+ABSL_FLAG(bool, upload_hold, true,
           "hold large pinned uploads instead of capturing them: the application's shim keeps "
           "an upload's source write-protected (userfaultfd) and copies its bytes into the "
           "journal only when the application or the device is about to change them, so the "
-          "upload runs alone on the link (docs/recovery.md, \"Held uploads\"); needs a "
-          "userfaultfd that takes kernel-mode faults in the application's process (else "
-          "uploads are captured, and the agent says why)");
+          "upload runs alone on the link, and the device hashes what it received so that a "
+          "source changed behind the agent's back is found (docs/recovery.md, \"Held "
+          "uploads\"); needs a userfaultfd that takes kernel-mode faults in the application's "
+          "process (else uploads are captured, and the agent says why); false: capture every "
+          "upload by the device");
 ABSL_FLAG(bool, snapshot_keep_spare, true,
           "with boundary snapshots: keep the snapshot given up at a boundary as the next one's "
           "mapped, registered file (no mapping or registration per snapshot; the files hold 2x "
@@ -531,8 +533,8 @@ std::optional<Admitted> Serve(Backend* backend, Admitted conn, const std::string
   if (!options.ok()) return refuse(std::string(options.status().message()));
   if (absl::GetFlag(FLAGS_upload_hold) && absl::GetFlag(FLAGS_journal)) {
     if (m["hold"] != "1") {
-      REVENANT_LOG(WARNING, "agent")
-          << "--upload_hold: the application's process cannot write-protect its uploads' "
+      REVENANT_LOG(INFO, "agent")
+          << "held uploads: the application's process cannot write-protect its uploads' "
              "sources (" << (m["hold_why"].empty() ? "an older shim" : m["hold_why"])
           << "): uploads are captured by the device instead";
     } else {

@@ -265,6 +265,24 @@ class Backend : public api::BackendApi {
                                      cudaStream_t stream, bool async, void* capture,
                                      uint64_t* done, uint64_t tag, bool* captured) = 0;
 
+  // A held upload (common/upload_hold.h): as Memcpy from shared host
+  // memory `src` to device memory `dst`, then the device's ContentHash
+  // (common/content_hash.h) of `dst` into hash_words[0] and, after it,
+  // `tag` into hash_words[1], in stream order behind the copy (the hash
+  // words lie in memory given to RegisterHashWords). A copy out of the hold
+  // later tells by them whether the source still held those bytes. On a
+  // stream being captured into a graph, or without a way to hash, nothing
+  // is hashed (*hashed false) and the copy is Memcpy's.
+  virtual cudaError_t MemcpyHeld(void* dst, const void* src, size_t count, cudaStream_t stream,
+                                 bool async, uint64_t* hash_words, uint64_t tag, bool* hashed) {
+    (void)hash_words, (void)tag;
+    *hashed = false;
+    return Memcpy(dst, src, count, cudaMemcpyHostToDevice, stream, async);
+  }
+  // The table of held uploads' memory (the hash words MemcpyHeld fills):
+  // mapped for the device where it needs that. Once, before MemcpyHeld.
+  virtual void RegisterHashWords(void* base, size_t size) { (void)base, (void)size; }
+
   // Asynchronous boundary snapshot copies (agent/snapshot.h). Queues the
   // device-to-host copies `copies` (destinations in memory registered with
   // RegisterSharedHost) on a stream of the backend's own, ordered after all

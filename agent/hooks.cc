@@ -84,10 +84,15 @@ int32_t CopyBody(DispatchContext& ctx, const Request& r, wire::Encoder& out, boo
       if (cap == nullptr || cap->size != count) return B(ctx)->Memcpy(d, sp, count, k, s, async_api);
       if (cap->held) {
         // Held: the application's shim keeps the source write-protected
-        // until its bytes are copied out; the copy runs alone.
+        // until its bytes are copied out; the copy runs alone, and the
+        // device hashes what it received (a copy out checks the source).
         const uint64_t seq = cap->seq;
-        const cudaError_t e = B(ctx)->Memcpy(d, sp, count, k, s, async_api);
-        session->HeldRan(seq);
+        bool hashed = false;
+        const cudaError_t e =
+            cap->hash_words != nullptr
+                ? B(ctx)->MemcpyHeld(d, sp, count, s, async_api, cap->hash_words, seq, &hashed)
+                : B(ctx)->Memcpy(d, sp, count, k, s, async_api);
+        session->HeldRan(seq, e == cudaSuccess && hashed);
         return e;
       }
       bool captured = false;

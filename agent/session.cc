@@ -290,9 +290,10 @@ void Session::ReportAtExit() {
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "held uploads at exit: %d uploads held (%.1f MiB), copied out: %d by the application "
         "(writes into held sources), %d by the agent (device writes into them), %d at once (no "
-        "slot); %d held now",
+        "slot); %d held now; %d hashed by the device, %d sources found changed at their copy out",
         capture_->holds(), capture_->held_bytes() / 1048576.0, t.copied_by_app(),
-        t.copied_by_agent(), capture_->holds_copied_at_once(), t.held());
+        t.copied_by_agent(), capture_->holds_copied_at_once(), t.held(), capture_->holds_hashed(),
+        t.changed());
   }
   if (capture_ != nullptr) {
     // The capture files are never shrunk: their bytes are the most the
@@ -912,6 +913,7 @@ UploadCaptureSink* Session::UploadCaptureFor(const transport::RecordHeader& rec)
     if (options_.holds != nullptr) {
       hold_places_ = std::make_unique<HoldPlaces>(options_.journal->dir());
       capture_->set_holds(options_.holds.get(), hold_places_.get());
+      backend_->RegisterHashWords(options_.holds->base(), options_.holds->bytes());
     }
   }
   return capture_.get();
@@ -1130,6 +1132,15 @@ uint64_t Session::CaptureBound() const {
 
 bool Session::CapturePressure() {
   if (capture_ == nullptr) return false;
+  // A held source found changed (common/upload_hold.h): a replay that needs
+  // that upload is refused, so the next snapshot after it comes at once (the
+  // replay then starts past it).
+  if (options_.holds != nullptr) {
+    if (const uint64_t changed = options_.holds->changed(); changed > holds_changed_seen_) {
+      holds_changed_seen_ = changed;
+      return true;
+    }
+  }
   const uint64_t captured = CapturedBytes();
   const uint64_t bound = CaptureBound();
   if (inflight_ != nullptr && captured - capture_mark_released_ >= 2 * bound) {

@@ -234,8 +234,8 @@ class Session : private JournalingHost {
   // a held upload's copy ran; CopyOutHolds before the device writes shared
   // host memory [p, p + n) (held sources there are copied into their places).
   bool holding() const { return options_.holds != nullptr; }
-  void HeldRan(uint64_t seq) {
-    if (capture_ != nullptr) capture_->HeldRan(seq);
+  void HeldRan(uint64_t seq, bool hashed) {
+    if (capture_ != nullptr) capture_->HeldRan(seq, hashed);
   }
   void CopyOutHoldsNamedIn(const char* args, size_t n) {
     if (capture_ != nullptr && options_.holds != nullptr) capture_->CopyOutHoldsNamedIn(args, n);
@@ -562,6 +562,7 @@ class Session : private JournalingHost {
   uint64_t CaptureBound() const;
   bool CapturePressure();
   uint64_t capture_mark_started_ = 0;
+  uint64_t holds_changed_seen_ = 0;  // held sources found changed, as CapturePressure last saw
   uint64_t capture_mark_released_ = 0;
   // The synchronous snapshot's request and mark, released once the journal
   // recorded its boundary (0: none).

@@ -21,6 +21,7 @@
 #include "api/hook_structs.h"
 #include "api/traits.h"
 #include "api/wire.h"
+#include "common/content_hash.h"
 #include "common/logging.h"
 #include "common/populate.h"
 #include "common/timeline.h"
@@ -274,13 +275,15 @@ bool UploadCapturePool::Reserve(const transport::RecordHeader& rec, uint64_t min
       !IsCaptureCandidate(rec.api_id, absl::string_view(rec.body(), rec.body_size()), 0, &head)) {
     return false;
   }
-  File* f = FileFor(kPage + size, minibatch, holds_ != nullptr);
+  File* f = FileFor(kPage + size, minibatch, holding_uploads());
   if (f == nullptr) return false;
   const uint64_t offset = RoundUp(f->cursor, kPage) + kPage;
   if (offset + size > f->size) return false;  // FileFor left room for a page-aligned start
   // A held upload is held from before its entry is appended: an agent that
   // dies before the copy ran leaves a hold the shim copies out.
-  if (f->hold && !HoldNow(rec.seq, head.src, size, static_cast<uint32_t>(f->index), offset)) {
+  int slot = -1;
+  if (f->hold &&
+      !HoldNow(rec.seq, head.src, size, static_cast<uint32_t>(f->index), offset, &slot)) {
     return false;  // journaled with its bytes
   }
   f->cursor = offset + size;
@@ -292,6 +295,7 @@ bool UploadCapturePool::Reserve(const transport::RecordHeader& rec, uint64_t min
     pending_.held = true;
     pending_.file_index = static_cast<uint32_t>(f->index);
     pending_.offset = offset;
+    pending_.hash_words = slot >= 0 ? holds_->HashWords(slot) : nullptr;
   } else {
     pending_.data = f->base + offset;
     pending_.done = reinterpret_cast<uint64_t*>(f->base + offset - sizeof(uint64_t));
@@ -314,9 +318,27 @@ void UploadCapturePool::Ran(uint64_t seq, bool captured) {
   pending_file_ = nullptr;
 }
 
+bool UploadCapturePool::holding_uploads() {
+  if (holds_ == nullptr || holds_off_) return false;
+  if (const uint64_t changed = holds_->changed(); changed > 0) {
+    // A copy out found a held source changed with no write the shim or the
+    // agent saw (common/upload_hold.h): holding relies on seeing them all.
+    holds_off_ = true;
+    REVENANT_LOG(WARNING, "agent")
+        << "held uploads: " << changed
+        << " held source(s) changed before their bytes were copied out, by a write neither the "
+           "application's process nor the agent saw (a kernel writing pinned memory through a "
+           "pointer it did not get as a parameter, a graph node, a child process): a recovery that "
+           "needs one is refused, and uploads are captured by the device from now on (run with "
+           "--upload_hold=false to capture from the start)";
+  }
+  return !holds_off_;
+}
+
 bool UploadCapturePool::HoldNow(uint64_t seq, uint64_t src, uint64_t size, uint32_t file_index,
-                                uint64_t offset) {
-  if (holds_->Add(seq, src, size, file_index, offset) >= 0) return true;
+                                uint64_t offset, int* slot) {
+  *slot = holds_->Add(seq, src, size, file_index, offset);
+  if (*slot >= 0) return true;
   // Every slot taken (1024 uploads held): this one's bytes go to its place
   // now, as the shim would copy them.
   char* place = places_ != nullptr ? places_->Place(file_index, offset, size) : nullptr;
@@ -334,9 +356,10 @@ bool UploadCapturePool::HoldNow(uint64_t seq, uint64_t src, uint64_t size, uint3
   return true;
 }
 
-void UploadCapturePool::HeldRan(uint64_t seq) {
+void UploadCapturePool::HeldRan(uint64_t seq, bool hashed) {
   if (pending_.seq != seq || !pending_.held) return;
   ++holds_made_;
+  if (hashed) ++holds_hashed_;
   held_bytes_ += pending_.size;
   pending_ = Capture();
   pending_file_ = nullptr;
@@ -401,6 +424,14 @@ absl::Status LoadCapturedUploads(const std::string& journal_dir,
       }
       if (word != want) {
         close(fd);
+        if (st == HoldTable::kChanged) {
+          return absl::DataLossError(absl::StrCat(
+              "journal entry ", e.seq(), ": held upload ", path, " (", ref.length(),
+              " bytes): its source had changed when it was copied out, by a write neither the "
+              "application's process nor the agent saw (a kernel writing pinned memory through "
+              "a pointer it did not get as a parameter?); not replayed. Run the job with "
+              "--upload_hold=false"));
+        }
         return absl::DataLossError(absl::StrCat(
             "journal entry ", e.seq(), ": held upload ", path, " was not copied out (hold state ",
             static_cast<int>(st), "): the application's source may have changed since"));
@@ -425,6 +456,17 @@ absl::Status LoadCapturedUploads(const std::string& journal_dir,
     if (done != bytes.size()) {
       return absl::DataLossError(absl::StrCat("journal entry ", e.seq(), ": captured upload ",
                                               path, ": short read"));
+    }
+    uint64_t device_hash = 0;
+    if (holds != nullptr && absl::StartsWith(ref.file(), kHoldPrefix) &&
+        holds->HashOf(want, &device_hash) && ContentHash(bytes.data(), bytes.size()) != device_hash) {
+      // Copied out before the device's hash arrived, from a source that had
+      // changed by then: not the bytes the device received.
+      return absl::DataLossError(absl::StrCat(
+          "journal entry ", e.seq(), ": held upload ", path, " (", ref.length(),
+          " bytes) differs from what the device received (its hash): its source changed before it "
+          "was copied out, by a write nobody saw; not replayed. Run the job with "
+          "--upload_hold=false"));
     }
     e.set_inline_payload(std::move(bytes));  // replaces the reference (one oneof)
     ++read;

@@ -125,6 +125,9 @@ class UploadCapturePool : public UploadCaptureSink {
     bool held = false;        // its place is in a hold file:
     uint32_t file_index = 0;  // hold-<file_index>, at
     uint64_t offset = 0;      // this offset
+    // A held upload's hash words in the table (Backend::MemcpyHeld), or
+    // null when every slot was taken (its bytes are in the place already).
+    uint64_t* hash_words = nullptr;
   };
   const Capture* Pending(uint64_t seq) const {
     return pending_.seq == seq && (pending_.data != nullptr || pending_.held) ? &pending_ : nullptr;
@@ -132,8 +135,9 @@ class UploadCapturePool : public UploadCaptureSink {
   // The hook ran the copy: `captured` false when the backend captured
   // nothing (the copy failed, or became a graph node).
   void Ran(uint64_t seq, bool captured);
-  // The hook ran a held upload's copy.
-  void HeldRan(uint64_t seq);
+  // The hook ran a held upload's copy; `hashed`: the device hashes what it
+  // received (a copy out then checks the source against it).
+  void HeldRan(uint64_t seq, bool hashed);
 
   // Captures of requests before `before_seq` are never replayed again: a
   // boundary snapshot of the state before that request finished (renamed in
@@ -156,6 +160,10 @@ class UploadCapturePool : public UploadCaptureSink {
   uint64_t holds() const { return holds_made_; }
   uint64_t held_bytes() const { return held_bytes_; }
   uint64_t holds_copied_at_once() const { return holds_copied_at_once_; }
+  uint64_t holds_hashed() const { return holds_hashed_; }
+  // Whether uploads are held (not captured) from now on: a table, and no
+  // held source found changed behind the agent's back yet.
+  bool holding_uploads();
   uint64_t captures() const { return captures_; }
   uint64_t captured_bytes() const { return captured_bytes_; }
   int files_made() const { return files_made_; }
@@ -178,10 +186,11 @@ class UploadCapturePool : public UploadCaptureSink {
       : dir_(std::move(dir)), backend_(backend), options_(options) {}
   absl::Status MapFile(const std::string& name, uint64_t size, bool create, File* f);
   // Holds request `seq`'s upload of [src, src + size) with its place at
-  // `offset` of hold-<file_index>: a slot in the table, or, with every slot
-  // taken, its bytes copied into the place now. False when neither could be
-  // done (the upload is journaled with its bytes).
-  bool HoldNow(uint64_t seq, uint64_t src, uint64_t size, uint32_t file_index, uint64_t offset);
+  // `offset` of hold-<file_index>: a slot in the table (*slot), or, with
+  // every slot taken, its bytes copied into the place now (*slot -1). False
+  // when neither could be done (the upload is journaled with its bytes).
+  bool HoldNow(uint64_t seq, uint64_t src, uint64_t size, uint32_t file_index, uint64_t offset,
+               int* slot);
   absl::Status MakeHoldFile(const std::string& name, uint64_t size, bool create, File* f);
   // A file (of the kind `hold` says) with room for `need` bytes for
   // `minibatch`, or null.
@@ -208,7 +217,9 @@ class UploadCapturePool : public UploadCaptureSink {
   uint64_t holds_made_ = 0;
   uint64_t held_bytes_ = 0;
   uint64_t holds_copied_at_once_ = 0;
+  uint64_t holds_hashed_ = 0;
   bool warned_hold_ = false;
+  bool holds_off_ = false;  // a held source was found changed: capture from then on
 };
 
 // For a replay: each entry of `entries` with a DeviceCapture gets the

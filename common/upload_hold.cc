@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/content_hash.h"
 
 namespace revenant {
 namespace {
@@ -24,23 +25,34 @@ uint32_t StateOfWord(uint64_t w) { return static_cast<uint32_t>(w & kStateMask);
 uint64_t GenOf(uint64_t w) { return w >> 8; }
 uint64_t Word(uint64_t gen, uint32_t state) { return gen << 8 | state; }
 
-void CopyBytes(char* dst, const char* src, uint64_t n, int threads) {
-  constexpr uint64_t kPiece = 4ull << 20;
+// Copies n bytes with up to `threads` threads; with `hash`, also returns
+// the ContentHashSum of what it copied (each piece hashed right after its
+// copy, while its bytes are still in the cache).
+uint64_t CopyBytes(char* dst, const char* src, uint64_t n, int threads, bool hash) {
+  constexpr uint64_t kPiece = 4ull << 20;  // a multiple of 8: pieces hash alone
+  auto piece = [&](uint64_t o) -> uint64_t {
+    const uint64_t len = std::min(kPiece, n - o);
+    std::memcpy(dst + o, src + o, len);
+    return hash ? ContentHashSum(dst + o, len, o / 8) : 0;
+  };
   if (threads <= 1 || n < 2 * kPiece) {
-    std::memcpy(dst, src, n);
-    return;
+    uint64_t sum = 0;
+    for (uint64_t o = 0; o < n; o += kPiece) sum += piece(o);
+    return sum;
   }
   const int t_count = static_cast<int>(std::min<uint64_t>(threads, n / kPiece));
   std::atomic<uint64_t> next{0};
+  std::atomic<uint64_t> total{0};
   auto work = [&] {
-    for (uint64_t o = next.fetch_add(kPiece); o < n; o = next.fetch_add(kPiece)) {
-      std::memcpy(dst + o, src + o, std::min(kPiece, n - o));
-    }
+    uint64_t sum = 0;
+    for (uint64_t o = next.fetch_add(kPiece); o < n; o = next.fetch_add(kPiece)) sum += piece(o);
+    total.fetch_add(sum, std::memory_order_relaxed);
   };
   std::vector<std::thread> ts;
   for (int t = 1; t < t_count; ++t) ts.emplace_back(work);
   work();
   for (auto& t : ts) t.join();
+  return total.load();
 }
 
 }  // namespace
@@ -51,7 +63,8 @@ struct HoldTable::Header {
   std::atomic<uint64_t> added;
   std::atomic<uint64_t> copied_by_app;
   std::atomic<uint64_t> copied_by_agent;
-  uint64_t reserved[3];
+  std::atomic<uint64_t> changed;
+  uint64_t reserved[2];
 };
 static_assert(sizeof(std::atomic<uint64_t>) == 8, "shared words");
 
@@ -121,6 +134,8 @@ int HoldTable::Add(uint64_t seq, uint64_t addr, uint64_t size, uint32_t file_ind
     s.size = size;
     s.file_index = file_index;
     s.offset = offset;
+    __atomic_store_n(&s.hash_tag, 0, __ATOMIC_RELAXED);
+    s.hash = 0;
     s.word.store(Word(GenOf(w) + 1, kHeld), std::memory_order_release);
     header().added.fetch_add(1, std::memory_order_relaxed);
     next_ = (i + 1) % kSlots;
@@ -151,7 +166,18 @@ bool HoldTable::CopyOutSlot(int i, uint64_t lo, uint64_t hi, const PlaceFn& plac
     if (lost != nullptr) ++*lost;
     return false;
   }
-  CopyBytes(dst, reinterpret_cast<const char*>(addr), size, threads);
+  // The device's hash, if it is there yet (it is once the application could
+  // know the copy was done: the backend stores it behind the copy).
+  const bool hashed = __atomic_load_n(&s.hash_tag, __ATOMIC_ACQUIRE) == seq;
+  const uint64_t want = s.hash;
+  const uint64_t sum = CopyBytes(dst, reinterpret_cast<const char*>(addr), size, threads, hashed);
+  if (hashed && ContentHashFinish(sum, size) != want) {
+    // The source changed since the device read it, with no write the shim or
+    // the agent saw: the place must never be replayed.
+    s.word.store(Word(GenOf(w), kChanged), std::memory_order_release);
+    header().changed.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   __atomic_store_n(reinterpret_cast<uint64_t*>(dst - sizeof(uint64_t)), seq, __ATOMIC_RELEASE);
   s.word.store(Word(GenOf(w), kDone), std::memory_order_release);
   (by_app ? header().copied_by_app : header().copied_by_agent)
@@ -232,6 +258,18 @@ bool HoldTable::FreeBefore(uint64_t seq, absl::Duration wait) {
   return FreeIf([seq](const Slot& s) { return s.seq < seq; }, wait);
 }
 
+bool HoldTable::HashOf(uint64_t seq, uint64_t* hash) const {
+  for (int i = 0; i < kSlots; ++i) {
+    const Slot& s = slot(i);
+    const uint64_t w = s.word.load(std::memory_order_acquire);
+    if (StateOfWord(w) == kFree || s.seq != seq) continue;
+    if (__atomic_load_n(&s.hash_tag, __ATOMIC_ACQUIRE) != seq) return false;
+    *hash = s.hash;
+    return true;
+  }
+  return false;
+}
+
 HoldTable::State HoldTable::StateOf(uint64_t seq, absl::Duration wait) const {
   const absl::Time deadline = absl::Now() + wait;
   for (;;) {
@@ -295,6 +333,9 @@ uint64_t HoldTable::copied_by_app() const {
 }
 uint64_t HoldTable::copied_by_agent() const {
   return header().copied_by_agent.load(std::memory_order_relaxed);
+}
+uint64_t HoldTable::changed() const {
+  return header().changed.load(std::memory_order_relaxed);
 }
 int HoldTable::held() const {
   int n = 0;

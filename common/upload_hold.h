@@ -60,6 +60,8 @@ class HoldTable {
     kCopying = 2,  // being copied into its place
     kDone = 3,     // the place holds the bytes (completion word = seq)
     kLost = 4,     // the copy could not be made: a replay of it is refused
+    kChanged = 5,  // the source no longer held the bytes the device received
+                   // (a device write the agent did not see): refused too
   };
   struct Slot {
     std::atomic<uint64_t> word;  // generation << 8 | State
@@ -69,7 +71,12 @@ class HoldTable {
     uint64_t offset;             // its place in capture-<file_index>
     uint32_t file_index;
     uint32_t pad;
-    uint64_t reserved[2];
+    // The device's ContentHash of what the upload wrote (common/content_hash.h),
+    // valid once hash_tag == seq (the backend stores the tag after the hash,
+    // behind the copy; 0 until then, or for good where the backend hashes
+    // nothing). A copy out compares the bytes it copied with it.
+    uint64_t hash;
+    uint64_t hash_tag;
   };
   static_assert(sizeof(Slot) == 64, "slot layout");
 
@@ -91,11 +98,22 @@ class HoldTable {
   // is `offset` in capture-<file_index>. -1 when every slot is taken.
   int Add(uint64_t seq, uint64_t addr, uint64_t size, uint32_t file_index, uint64_t offset);
 
+  // Agent: slot i's two hash words {hash, hash_tag}, for the backend to fill
+  // behind the copy (in the mapping the table's file has here; the table's
+  // memory is [base(), base() + bytes())).
+  uint64_t* HashWords(int i) const { return &slot(i).hash; }
+  void* base() const { return base_; }
+  size_t bytes() const { return size_; }
+  // The device's hash of request `seq`'s upload, if the table holds it.
+  bool HashOf(uint64_t seq, uint64_t* hash) const;
+
   // Copies every held slot whose source overlaps [lo, hi) into its place
   // (then its completion word, then kDone); `threads` copy one slot's bytes.
   // Returns the slots copied; `*lost` (if given) counts those whose place
-  // could not be reached (kLost). `by_app` says which side copied (counted
-  // in the header).
+  // could not be reached (kLost). Where the device's hash is there, the
+  // copied bytes are hashed too, and bytes no longer the upload's leave the
+  // place incomplete (kChanged, counted in changed(), not in *lost).
+  // `by_app` says which side copied (counted in the header).
   // `take_over`: slots in kCopying are copied too — for the shim when its
   // agent died, whose copy out stopped with it (the device write it came
   // before never ran, so the source still holds the bytes); the caller
@@ -132,6 +150,8 @@ class HoldTable {
   uint64_t added() const;
   uint64_t copied_by_app() const;
   uint64_t copied_by_agent() const;
+  // Holds whose source was found changed at their copy out (kChanged).
+  uint64_t changed() const;
   int held() const;
 
  private:

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/content_hash.h"
 #include "common/write_guard.h"
 #include "gtest/gtest.h"
 
@@ -69,6 +70,59 @@ TEST(HoldTableTest, CopyOutMineCopiesTheAgentsOwnHoldsInTheRange) {
   EXPECT_EQ((*t)->CopyOutMine(a + 5, a + 6, place), 1);
   EXPECT_EQ(p1.word(), 34u);
   EXPECT_EQ((*t)->copied_by_agent(), 3u);
+}
+
+// With the device's hash in the slot, a copy out checks the bytes it copied:
+// a source changed since the upload (a device write nobody saw) leaves the
+// place incomplete and the slot kChanged; an unchanged one completes; a
+// hold whose hash has not arrived (or is another request's) is copied
+// unchecked. Sizes off the copy's 4 MiB pieces and 8-byte words.
+TEST(HoldTableTest, CopyOutChecksTheDevicesHash) {
+  auto t = HoldTable::Create(TempPath("holds_hash"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  const uint64_t n = (9 << 20) + 5;
+  std::vector<char> good(n), bad(n), unchecked(n);
+  for (uint64_t i = 0; i < n; ++i) good[i] = bad[i] = unchecked[i] = static_cast<char>(i * 7);
+  Place pg(n), pb(n), pu(n);
+  auto place = [&](uint32_t file, uint64_t, uint64_t) {
+    return file == 1 ? pg.data() : file == 2 ? pb.data() : pu.data();
+  };
+  const int sg = (*t)->Add(41, reinterpret_cast<uint64_t>(good.data()), n, 1, 4096);
+  const int sb = (*t)->Add(42, reinterpret_cast<uint64_t>(bad.data()), n, 2, 4096);
+  const int su = (*t)->Add(43, reinterpret_cast<uint64_t>(unchecked.data()), n, 3, 4096);
+  ASSERT_GE(sg, 0);
+  ASSERT_GE(sb, 0);
+  ASSERT_GE(su, 0);
+  // What the device received, as the backend stores it: hash, then tag.
+  const uint64_t h = ContentHash(good.data(), n);
+  for (int s : {sg, sb, su}) (*t)->HashWords(s)[0] = h;
+  (*t)->HashWords(sg)[1] = 41;
+  (*t)->HashWords(sb)[1] = 42;
+  (*t)->HashWords(su)[1] = 7;  // another request's: not this hold's hash
+  uint64_t got = 0;
+  EXPECT_TRUE((*t)->HashOf(41, &got));
+  EXPECT_EQ(got, h);
+  EXPECT_FALSE((*t)->HashOf(43, &got));
+  bad[n - 1] ^= 1;        // the last, partial word
+  unchecked[n / 2] ^= 1;  // unchecked: copied as it is
+  int lost = 0;
+  for (auto* v : {&good, &bad, &unchecked}) {
+    const uint64_t a = reinterpret_cast<uint64_t>(v->data());
+    (*t)->CopyOut(a, a + 1, place, /*by_app=*/true, 8, &lost);
+  }
+  EXPECT_EQ((*t)->StateOf(41, absl::ZeroDuration()), HoldTable::kDone);
+  EXPECT_EQ(pg.word(), 41u);
+  EXPECT_EQ((*t)->StateOf(42, absl::ZeroDuration()), HoldTable::kChanged);
+  EXPECT_EQ(pb.word(), 0u);
+  EXPECT_EQ((*t)->StateOf(43, absl::ZeroDuration()), HoldTable::kDone);
+  EXPECT_EQ(lost, 0);  // the places were there
+  EXPECT_EQ((*t)->changed(), 1u);
+  EXPECT_EQ((*t)->copied_by_app(), 2u);
+  // A slot used again starts without a hash.
+  ASSERT_TRUE((*t)->FreeBefore(100, absl::Seconds(1)));
+  const int again = (*t)->Add(44, reinterpret_cast<uint64_t>(good.data()), n, 1, 4096);
+  ASSERT_GE(again, 0);
+  EXPECT_EQ((*t)->HashWords(again)[1], 0u);
 }
 
 TEST(HoldTableTest, CopyOutFillsThePlaceThenItsWordThenDone) {

@@ -44,7 +44,7 @@ echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long)
 "$CXX" -fsanitize=fuzzer -o "${TMPDIR:-/tmp}/revenant_fuzz_probe" "${TMPDIR:-/tmp}/revenant_fuzz_probe.cc" 2>/dev/null ||
   die "$CXX cannot link -fsanitize=fuzzer: libFuzzer is missing (Debian: apt-get install -y clang libclang-rt-14-dev)"
 
-COMMON=(common/crc32c.cc common/events.cc common/knobs.cc common/kv.cc common/logging.cc common/populate.cc common/timeline.cc common/upload_hold.cc common/write_guard.cc)
+COMMON=(common/crc32c.cc common/events.cc common/knobs.cc common/kv.cc common/logging.cc common/populate.cc common/timeline.cc common/upload_hold.cc common/write_guard.cc common/content_hash.cc)
 JOURNAL=(journal/api_name.cc journal/file.cc journal/journal.cc
          journal/log_reader.cc journal/log_writer.cc GEN:proto/journal.pb.cc GEN:api/api_traits.cc)
 TRANSPORT=(transport/control_socket.cc transport/shm_channel.cc)

@@ -244,6 +244,7 @@ void Runtime::CopyOutHolds(uint64_t lo, uint64_t hi, bool agent_dead) {
   std::lock_guard<std::mutex> lock(hold_mu_);
   if (holds_ == nullptr) return;
   int lost = 0;
+  const uint64_t changed_before = holds_->changed();
   // With the agent dead, a hold it was copying out is finished here (this
   // lock keeps the shim's own handler out meanwhile).
   holds_->CopyOut(lo, hi, hold_places_->Fn(), /*by_app=*/true, 8, &lost, agent_dead);
@@ -251,6 +252,13 @@ void Runtime::CopyOutHolds(uint64_t lo, uint64_t hi, bool agent_dead) {
     REVENANT_LOG(ERROR, "shim") << "held uploads: " << lost
                                 << " could not be copied out (no room in the journal's tmpfs): a "
                                    "recovery that needs them is refused";
+  }
+  if (const uint64_t changed = holds_->changed() - changed_before; changed > 0) {
+    REVENANT_LOG(WARNING, "shim")
+        << "held uploads: " << changed
+        << " source(s) no longer held what the device received when copied out (written by "
+           "something neither this process nor the agent saw): a recovery that needs them is "
+           "refused";
   }
 }
 

@@ -168,12 +168,14 @@ ABSL_FLAG(bool, snapshot_async, true,
           "with boundary snapshots in a one-rank job: the snapshots between journal boundaries "
           "are asynchronous (the device copies on a stream of its own, a thread finishes the "
           "file behind; docs/recovery.md); false: every snapshot synchronous");
-ABSL_FLAG(bool, upload_hold, false,
+ABSL_FLAG(bool, upload_hold, true,
           "hold large pinned uploads instead of capturing them: each application process keeps "
           "an upload's source write-protected (userfaultfd) until the journal needs its bytes, "
-          "so the upload runs alone on the link; needs a userfaultfd that takes kernel-mode "
-          "faults (root, access to /dev/userfaultfd, or vm.unprivileged_userfaultfd=1), else "
-          "uploads are captured and the agent says why (docs/recovery.md, \"Held uploads\")");
+          "so the upload runs alone on the link, and the device hashes what it received (a "
+          "source found changed behind the agent's back turns holding off); needs a userfaultfd "
+          "that takes kernel-mode faults (root, access to /dev/userfaultfd, or "
+          "vm.unprivileged_userfaultfd=1), else uploads are captured and the agent says why; "
+          "false: every upload captured by the device (docs/recovery.md, \"Held uploads\")");
 ABSL_FLAG(bool, snapshot_keep_spare, true,
           "keep the snapshot file given up at a journal boundary for the next snapshot (no new "
           "file per snapshot; 2x the live bytes in snapshot files); false: 1x between snapshots, "

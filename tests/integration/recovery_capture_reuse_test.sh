@@ -41,6 +41,9 @@ app_mode="${APP_MODE:-}"
 if [ "$hold" = 1 ]; then
   common+=(--upload_hold)
   echo "held uploads: revenant-run --upload_hold"
+else
+  common+=(--upload_hold=false)
+  echo "captured uploads: revenant-run --upload_hold=false"
 fi
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

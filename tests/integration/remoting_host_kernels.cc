@@ -7,3 +7,4 @@ REVENANT_HOST_KERNEL(wait_for_flag);
 REVENANT_HOST_KERNEL(add_one);
 REVENANT_HOST_KERNEL(fold_upload);
 REVENANT_HOST_KERNEL(copy_back);
+REVENANT_HOST_KERNEL(scribble_via);

@@ -32,3 +32,13 @@ __global__ void copy_back(unsigned* out, const unsigned* in, int n) {
     out[i] = in[i];
   }
 }
+
+// (*where)[i] = in[i] ^ 0x5a5a5a5a for every i < n (grid-stride): the device
+// writing host memory through a pointer it finds in device memory, not in
+// its parameters (a write the agent cannot see coming).
+__global__ void scribble_via(unsigned* const* where, const unsigned* in, int n) {
+  unsigned* out = *where;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    out[i] = in[i] ^ 0x5a5a5a5au;
+  }
+}

@@ -14,9 +14,12 @@
 // the fold (the device writes the buffer the upload read); with `kernel`, a
 // kernel writes it through its mapped pointer instead. These are the
 // writes a held upload's source must survive (docs/recovery.md, "Held
-// uploads").
+// uploads"). With `hidden`, a kernel scribbles over the batch through a
+// pointer it reads from device memory (a write the agent cannot see coming:
+// a held upload's source changed behind its back, which its copy out must
+// find), then the step synchronizes.
 //
-//   upload_loop [STEPS=48] [MIB=16] [pageable|pread|download|kernel]
+//   upload_loop [STEPS=48] [MIB=16] [pageable|pread|download|kernel|hidden]
 #include <cuda_runtime_api.h>
 
 #include <fcntl.h>
@@ -38,9 +41,9 @@ int main(int argc, char** argv) {
   const int mib = argc > 2 ? std::atoi(argv[2]) : 16;
   const std::string mode = argc > 3 ? argv[3] : "";
   const bool pageable = mode == "pageable", by_pread = mode == "pread", download = mode == "download";
-  const bool by_kernel = mode == "kernel";
+  const bool by_kernel = mode == "kernel", hidden = mode == "hidden";
   EXPECT_APP(steps > 1 && mib > 0 && mib <= 1024 &&
-                 (argc <= 3 || pageable || by_pread || download || by_kernel),
+                 (argc <= 3 || pageable || by_pread || download || by_kernel || hidden),
              "bad arguments");
   const int n = mib << 18;  // unsigned values
   const size_t bytes = static_cast<size_t>(n) * sizeof(unsigned);
@@ -59,6 +62,13 @@ int main(int argc, char** argv) {
   }
   cudaStream_t s;
   CHECK_CUDA(cudaStreamCreate(&s));
+  unsigned** where = nullptr;  // hidden: the batch's mapped pointer, in device memory
+  if (hidden) {
+    unsigned* mapped = nullptr;
+    CHECK_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&mapped), pinned, 0));
+    CHECK_CUDA(cudaMalloc(&where, sizeof(unsigned*)));
+    CHECK_CUDA(cudaMemcpy(where, &mapped, sizeof(mapped), cudaMemcpyHostToDevice));
+  }
   std::vector<unsigned> expect(n, 0);
   std::vector<unsigned> batch(n);
   int fd = -1;
@@ -96,6 +106,11 @@ int main(int argc, char** argv) {
       EXPECT_APP(std::memcmp(pinned, batch.data(), bytes) == 0, "step %d: the download differs",
                  step);
     }
+    if (hidden) {
+      scribble_via<<<8, 256, 0, s>>>(where, in, n);
+      CHECK_CUDA(cudaGetLastError());
+      CHECK_CUDA(cudaStreamSynchronize(s));
+    }
     if (step % 8 == 7) {
       std::printf("progress %d\n", step + 1);
       std::fflush(stdout);
@@ -112,6 +127,7 @@ int main(int argc, char** argv) {
   std::printf("final checksum %016llx\n", static_cast<unsigned long long>(hash));
   if (!pageable) CHECK_CUDA(cudaFreeHost(pinned));
   if (fd >= 0) close(fd);
+  if (where != nullptr) CHECK_CUDA(cudaFree(where));
   CHECK_CUDA(cudaFree(acc));
   CHECK_CUDA(cudaFree(in));
   CHECK_CUDA(cudaStreamDestroy(s));

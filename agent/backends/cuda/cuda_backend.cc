@@ -27,6 +27,7 @@
 #include "agent/allocator.h"
 #include "agent/backends/cuda/cuda_blas.h"
 #include "agent/backends/cuda/cuda_dnn.h"
+#include "agent/backends/cuda/content_hash_ptx.h"
 #include "agent/backends/cuda/cuda_gloo.h"
 #include "agent/backends/cuda/cuda_nccl.h"
 #include "api/library_rows.h"
@@ -217,6 +218,9 @@ class CudaBackend : public Backend {
   cudaError_t MemcpyCaptured(void* dst, const void* src, size_t count, cudaStream_t stream,
                              bool async, void* capture, uint64_t* done, uint64_t tag,
                              bool* captured) override;
+  cudaError_t MemcpyHeld(void* dst, const void* src, size_t count, cudaStream_t stream, bool async,
+                         uint64_t* hash_words, uint64_t tag, bool* hashed) override;
+  void RegisterHashWords(void* base, size_t size) override;
   cudaError_t QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies, uint64_t* done,
                                   uint64_t tag, const SnapshotTurns* turns = nullptr) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
@@ -1256,6 +1260,16 @@ class CudaBackend : public Backend {
   cudaStream_t capture_stream_ = nullptr;
   cudaEvent_t capture_chunk_event_ = nullptr;
   cudaEvent_t capture_end_event_ = nullptr;
+  // Held uploads' hashes (MemcpyHeld): the table's memory mapped for the
+  // device, the kernel (content_hash.cu), one pair of scratch words per
+  // table slot (64 bytes each). Set up by RegisterHashWords; without them
+  // nothing is hashed.
+  char* hash_base_ = nullptr;
+  size_t hash_size_ = 0;
+  CUdeviceptr hash_base_device_ = 0;
+  CUmodule hash_module_ = nullptr;
+  CUfunction hash_fn_ = nullptr;
+  unsigned long long* hash_scratch_ = nullptr;
   // Boundary snapshot copies (QueueSnapshotCopies): their stream, the event
   // each live stream's work so far is marked with (fence), and the copies'
   // end, which every stream waits for (streams created later too: see
@@ -1824,6 +1838,86 @@ cudaError_t CudaBackend::MemcpyCaptured(void* dst, const void* src, size_t count
   if (e == cudaSuccess) e = ::cudaStreamWaitEvent(stream, capture_end_event_, 0);
   if (e != cudaSuccess) return e;
   *captured = true;
+  if (async) return cudaSuccess;
+  CudaNccl::SyncScope sync(nccl_.get());
+  return Settled(sync, ::cudaStreamSynchronize(stream));
+}
+
+void CudaBackend::RegisterHashWords(void* base, size_t size) {
+  Bind();
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t registered = (size + page - 1) / page * page;  // the mapping's whole pages
+  const size_t slots = size / 64;
+  auto fail = [&](const std::string& what) {
+    (void)::cudaGetLastError();
+    REVENANT_LOG(WARNING, kLog) << "held uploads: " << what
+                                << ": their hashes are not computed (a changed source is found "
+                                   "by nothing)";
+  };
+  if (cudaError_t e = ::cudaHostRegister(base, registered, cudaHostRegisterMapped);
+      e != cudaSuccess) {
+    return fail(std::string("the table cannot be mapped for the device (") +
+                ::cudaGetErrorString(e) + ")");
+  }
+  void* device = nullptr;
+  if (::cudaHostGetDevicePointer(&device, base, 0) != cudaSuccess) {
+    (void)::cudaHostUnregister(base);
+    return fail("no device address for the table");
+  }
+  if (drv_.cuModuleLoadData(&hash_module_, kContentHashPtx) != CUDA_SUCCESS ||
+      drv_.cuModuleGetFunction(&hash_fn_, hash_module_, "revenant_content_hash") != CUDA_SUCCESS) {
+    (void)::cudaHostUnregister(base);
+    hash_fn_ = nullptr;
+    return fail("the hash kernel does not load on this device");
+  }
+  void* scratch = nullptr;
+  if (::cudaMalloc(&scratch, slots * 2 * sizeof(unsigned long long)) != cudaSuccess ||
+      ::cudaMemset(scratch, 0, slots * 2 * sizeof(unsigned long long)) != cudaSuccess) {
+    (void)::cudaHostUnregister(base);
+    hash_fn_ = nullptr;
+    return fail("no device memory for the hash's scratch");
+  }
+  hash_scratch_ = static_cast<unsigned long long*>(scratch);
+  hash_base_ = static_cast<char*>(base);
+  hash_size_ = size;
+  hash_base_device_ = reinterpret_cast<CUdeviceptr>(device);
+}
+
+cudaError_t CudaBackend::MemcpyHeld(void* dst, const void* src, size_t count, cudaStream_t stream,
+                                    bool async, uint64_t* hash_words, uint64_t tag, bool* hashed) {
+  *hashed = false;
+  const char* words = reinterpret_cast<const char*>(hash_words);
+  const bool can_hash = hash_fn_ != nullptr && count != 0 && words >= hash_base_ &&
+                        words + 2 * sizeof(uint64_t) <= hash_base_ + hash_size_;
+  if (!can_hash || IsCapturing(stream)) {
+    return Memcpy(dst, src, count, cudaMemcpyHostToDevice, stream, async);
+  }
+  if (cudaError_t e = Memcpy(dst, src, count, cudaMemcpyHostToDevice, stream, true);
+      e != cudaSuccess) {
+    return e;
+  }
+  // The hash behind the copy, then the tag behind the hash. A copy the
+  // checks above let through was valid: a failure now is the device's.
+  const size_t offset = static_cast<size_t>(words - hash_base_);
+  CUdeviceptr out = hash_base_device_ + offset;
+  unsigned long long* scratch = hash_scratch_ + (offset / 64) * 2;
+  const unsigned char* p = static_cast<const unsigned char*>(dst);
+  unsigned long long n = count;
+  void* args[] = {&p, &n, &scratch, &out};
+  const unsigned threads = 256;
+  const unsigned long long words_count = (count + 7) / 8;
+  const unsigned blocks = static_cast<unsigned>(
+      std::min<unsigned long long>(1024, std::max<unsigned long long>(1, words_count / (threads * 16))));
+  auto s = reinterpret_cast<CUstream>(stream);
+  if (drv_.cuLaunchKernel(hash_fn_, blocks, 1, 1, threads, 1, 1, 0, s, args, nullptr) !=
+          CUDA_SUCCESS ||
+      drv_.cuStreamWriteValue64(s, out + sizeof(uint64_t), tag, 0) != CUDA_SUCCESS) {
+    (void)::cudaGetLastError();
+    REVENANT_LOG(WARNING, kLog) << "held uploads: the hash of request " << tag
+                                << " could not be queued (its copy out goes unchecked)";
+  } else {
+    *hashed = true;
+  }
   if (async) return cudaSuccess;
   CudaNccl::SyncScope sync(nccl_.get());
   return Settled(sync, ::cudaStreamSynchronize(stream));

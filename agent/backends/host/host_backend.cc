@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "api/launch_attributes.h"
+#include "common/content_hash.h"
 #include "common/logging.h"
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -593,6 +594,33 @@ cudaError_t HostBackend::Memcpy(void* dst, const void* src, size_t count, cudaMe
     }
   }
   if (!async) done->Wait();
+  return cudaSuccess;
+}
+
+cudaError_t HostBackend::MemcpyHeld(void* dst, const void* src, size_t count, cudaStream_t stream,
+                                    bool async, uint64_t* hash_words, uint64_t tag, bool* hashed) {
+  *hashed = false;
+  std::shared_ptr<Marker> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    HostStream* s = ResolveStream(stream);
+    if (s == nullptr) return cudaErrorInvalidResourceHandle;
+    if (count != 0 && !Capturing(s) && hash_words != nullptr) {
+      if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+      if (!DeviceAccessible(dst, count) || !IsSharedHost(src, count)) return cudaErrorInvalidValue;
+      // The upload, then the hash of what the device holds, then the tag:
+      // in stream order, as the device does it.
+      finished = EnqueueLocked(s, {}, [dst, src, count, hash_words, tag]() {
+        std::memmove(dst, src, count);
+        __atomic_store_n(&hash_words[0], ContentHash(dst, count), __ATOMIC_RELAXED);
+        __atomic_store_n(&hash_words[1], tag, __ATOMIC_RELEASE);
+        return cudaSuccess;
+      });
+    }
+  }
+  if (finished == nullptr) return Memcpy(dst, src, count, cudaMemcpyHostToDevice, stream, async);
+  *hashed = true;
+  if (!async) finished->Wait();
   return cudaSuccess;
 }
 

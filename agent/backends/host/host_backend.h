@@ -153,6 +153,8 @@ class HostBackend : public Backend {
   cudaError_t MemcpyCaptured(void* dst, const void* src, size_t count, cudaStream_t stream,
                              bool async, void* capture, uint64_t* done, uint64_t tag,
                              bool* captured) override;
+  cudaError_t MemcpyHeld(void* dst, const void* src, size_t count, cudaStream_t stream, bool async,
+                         uint64_t* hash_words, uint64_t tag, bool* hashed) override;
   cudaError_t QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies, uint64_t* done,
                                   uint64_t tag, const SnapshotTurns* turns = nullptr) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
