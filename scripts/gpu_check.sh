@@ -34,13 +34,13 @@ cd "$(dirname "$0")/.."
 root="$(pwd)"
 
 APPS="vector_add streams_events pinned_async callbacks graphs multithread errors mempool runtime_names"
-PROGRAMS="async_launch agent_death maps_probe replay_unsafe symbol_loop"
+PROGRAMS="async_launch agent_death maps_probe replay_unsafe symbol_loop upload_loop"
 
 targets=(
   //tools:revenant-run //agent:revenant-agent //agent:revenant-agent-testing //shim:librevenant_shim.so
   //tests/apps:all_apps
   //tests/integration:async_launch //tests/integration:agent_death //tests/integration:maps_probe
-  //tests/integration:replay_unsafe //tests/integration:symbol_loop
+  //tests/integration:replay_unsafe //tests/integration:symbol_loop //tests/integration:upload_loop
   //agent/backends/cuda:cuda_backend_gpu_test //agent/backends/cuda:gpu_test_kernels
   //agent/backends/cuda:cuda_backend_test
   //bench:shim_bench //bench:nccl_bench //bench:cpu_pairs //bench:host_memory_bench //bench:launch_path_bench
@@ -63,7 +63,8 @@ cp "$bin/tools/revenant-run" "$bin/agent/revenant-agent" "$bin/agent/revenant-ag
   "$bin/shim/librevenant_shim.so" "$out/"
 for a in $APPS; do cp "$bin/tests/apps/$a.bin" "$out/apps/"; done
 for p in $PROGRAMS; do cp "$bin/tests/integration/$p.bin" "$out/apps/"; done
-cp "$root/tests/integration/agent_death_test.sh" "$root/tests/integration/recovery_train_test.sh" "$out/"
+cp "$root/tests/integration/agent_death_test.sh" "$root/tests/integration/recovery_train_test.sh" \
+  "$root/tests/integration/recovery_hold_changed_test.sh" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_gpu_test" "$bin/agent/backends/cuda/gpu_test_kernels.fatbin" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_test" "$out/"
 cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$bin/bench/cpu_pairs" \

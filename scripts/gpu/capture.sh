@@ -2,17 +2,22 @@
 # docs/journal_format.md, "Captured uploads"). Sourced by .gpu/run_gpu.sh
 # with MODE, G, RUN, LOGS and the helpers; runs for MODE "all" or "capture".
 # 1. train_mlp with a 16 MiB pinned input per step (--batch 65536), 1 rank
-#    over real NCCL: native and under the shim, final checksums equal, and
-#    the agent says its uploads were captured by the device.
+#    over real NCCL: native and under the shim with --upload_hold=false,
+#    final checksums equal, and the agent says its uploads were captured by
+#    the device.
 # 2. The same job with its agent killed mid-step in minibatch 4 and at the
 #    input upload itself (the 1-rank recovery from the boundary snapshot and
 #    the journal): checksums equal to native, the replay read captures.
 # 3. 4 ranks on the one GPU over the Gloo staging (--batch 4096, 1 MiB per
 #    step): the recovery suite's named kills and 12 seeded random kills
 #    (tests/integration/recovery_train_test.sh), every run bitwise equal.
-# 4. Held uploads (--upload_hold; also alone: MODE "hold"): 1 and 2 again
+# 4. Held uploads (the default; also alone: MODE "hold"): 1 and 2 again
 #    with the uploads held instead of captured; the agent must say they were
-#    held and copied out by the application's writes.
+#    held, hashed by the device and none found changed (the device's hash
+#    equals the CPU's at every copy out); then
+#    tests/integration/recovery_hold_changed_test.sh on the GPU (a kernel
+#    changing a held source through a pointer in device memory: found at
+#    the copy out, captured from then on, a replay needing it refused).
 if [ "$MODE" = all ] || [ "$MODE" = capture ]; then
   echo; echo "=== captured uploads (the device journals large uploads)"
   nlog="$LOGS/capture.native.log"; rlog="$LOGS/capture.cuda.log"
@@ -20,8 +25,8 @@ if [ "$MODE" = all ] || [ "$MODE" = capture ]; then
   if [ $rc -eq 0 ] && grep -q 'PASS train_mlp' "$nlog"; then s=PASS; else s="FAIL (rc=$rc)"; fi
   record "capture: train_mlp 16 MiB/step native" "$s" "$nlog"
   ref=$(checksum "$nlog")
-  timeout 200 $RUN -n 1 --backend=cuda --timeout=180 -- "$G/apps/train_mlp.bin" --iters 24 \
-    --batch 65536 >"$rlog" 2>&1; rc=$?
+  timeout 200 $RUN -n 1 --backend=cuda --timeout=180 --upload_hold=false -- \
+    "$G/apps/train_mlp.bin" --iters 24 --batch 65536 >"$rlog" 2>&1; rc=$?
   got=$(checksum "$rlog")
   grep -E "captured uploads at exit|final checksum" "$rlog" | sed 's/^/   /'
   if [ $rc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ] &&
@@ -30,8 +35,8 @@ if [ "$MODE" = all ] || [ "$MODE" = capture ]; then
   for spec in "rank=0,minibatch=4,calls=8" "rank=0,minibatch=5,calls=1,point=after_execute" \
               "rank=0,minibatch=6,calls=2,point=before_append"; do
     klog="$LOGS/capture.kill.${spec//[^a-z0-9]/_}.log"
-    timeout 300 $RUN -n 1 --backend=cuda --timeout=240 --recovery_timeout=60 --chaos="$spec" -- \
-      "$G/apps/train_mlp.bin" --iters 24 --batch 65536 >"$klog" 2>&1; rc=$?
+    timeout 300 $RUN -n 1 --backend=cuda --timeout=240 --recovery_timeout=60 --upload_hold=false \
+      --chaos="$spec" -- "$G/apps/train_mlp.bin" --iters 24 --batch 65536 >"$klog" 2>&1; rc=$?
     got=$(checksum "$klog")
     grep -E "captured uploads for the replay|replacement agent for rank|final checksum" "$klog" |
       head -6 | sed 's/^/   /'
@@ -67,8 +72,16 @@ if [ "$MODE" = all ] || [ "$MODE" = capture ] || [ "$MODE" = hold ]; then
     grep -E "held uploads|captured uploads for the replay|final checksum" "$klog" |
       head -6 | sed 's/^/   /'
     if [ $rc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ] &&
-       { [ "$spec" != none ] || grep -q "held uploads at exit: [1-9]" "$klog"; }; then
+       { [ "$spec" != none ] ||
+         grep -q "held uploads at exit: [1-9].*; [1-9][0-9]* hashed by the device, 0 sources found changed" "$klog"; } &&
+       ! grep -q " [1-9][0-9]* sources found changed" "$klog"; then
       s=PASS; else s="FAIL (rc=$rc)"; fi
     record "hold: train_mlp 16 MiB/step, --upload_hold [$spec]" "$s" "$klog"
   done
+  log="$LOGS/hold.changed.log"
+  HOLD_TEST_BACKEND_ARGS="--backend=cuda" timeout 300 bash "$G/recovery_hold_changed_test.sh" \
+    "$G/revenant-run" "$G/apps/upload_loop.bin" none >"$log" 2>&1; rc=$?
+  grep -E "^(ok|FAIL)|held uploads at exit|fault-free" "$log" | cut -c1-200 | sed 's/^/   /'
+  if [ $rc -eq 0 ] && grep -q "^PASS" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
+  record "hold: a held source changed by the device behind the agent (found, refused, captured after)" "$s" "$log"
 fi

@@ -23,7 +23,7 @@
 #      (environment assignments, e.g. "REVENANT_CAPTURE_MAX_MIB=0"): a
 #      third run in every pair under the shim with them set, its ratios
 #      against the same pair's native run summarized apart.
-#      ONE_BENCH_ARM_FLAGS (revenant-run options, e.g. "--upload_hold"): the
+#      ONE_BENCH_ARM_FLAGS (revenant-run options, e.g. "--upload_hold=false"): the
 #      same third run with these options (with or without ONE_BENCH_ARM).
 #   3. The round-trip rows again (4 B D2H, empty stream sync, event record +
 #      query) in ONE_LAT_PAIRS short pairs (default 15; shim_bench

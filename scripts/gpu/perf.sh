@@ -7,7 +7,7 @@
 # figures at the end.
 #
 #   perf1: the one-rank rows: train_mlp bursts (journal on / off / default
-#          snapshots against native), shim_bench pairs with --upload_hold as
+#          snapshots against native), shim_bench pairs with --upload_hold=false as
 #          a third arm, the round-trip rows and the one-rank all-reduce in
 #          short pairs, PyTorch mlp_ddp and gpt_amp pairs, device and host
 #          memory.                                                      ~300 s
@@ -48,7 +48,7 @@ if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
   }
   case $MODE in
     perf1)
-      perf_run one one_pairs 300 ONE_STEP_ROUNDS=3 ONE_BENCH_PAIRS=3 ONE_BENCH_ARM_FLAGS=--upload_hold \
+      perf_run one one_pairs 300 ONE_STEP_ROUNDS=3 ONE_BENCH_PAIRS=3 ONE_BENCH_ARM_FLAGS=--upload_hold=false \
         ONE_LAT_PAIRS=15 ONE_AR_PAIRS=8
       perf_run torch1 torch1_pairs 150 "TORCH_ONE=mlp_ddp gpt_amp" TORCH1_PAIRS=2 TORCH_STEPS=300
       perf_run memory memory 90

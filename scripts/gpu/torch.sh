@@ -277,7 +277,7 @@ PYEOF
     th_steps=(); [ -n "${TORCH_STEPS:-}" ] && th_steps=(--steps "$TORCH_STEPS")
     # TORCH_RUN_ARGS: further revenant-run options of the first run under the
     # shim and of the kill (e.g. --snapshot_spare_ahead=false, to compare in
-    # one call; --upload_hold).
+    # one call; --upload_hold=false).
     th_run_args=(); [ -n "${TORCH_RUN_ARGS:-}" ] && read -r -a th_run_args <<<"$TORCH_RUN_ARGS"
     for s in $th_one; do
       nlog="$LOGS/torch.$s.native.log"; clog="$LOGS/torch.$s.cuda.log"

@@ -17,10 +17,14 @@
 # - the same kill with --upload_hold=false: recovered bitwise (captured);
 # - killed after the detection (request KILL_LATE): recovered bitwise, the
 #   uploads since captured.
+# HOLD_TEST_BACKEND_ARGS replaces the host backend's options (the GPU
+# runner: "--backend=cuda", KERNELS none).
 #   recovery_hold_changed_test.sh RUN APP KERNELS [KILL_EARLY=18] [KILL_LATE=38]
 set -u
 run="$1"; app="$2"; kernels="$3"; early="${4:-18}"; late="${5:-38}"
-common=(-n 1 --backend=host --timeout=120 --recovery_timeout=20 --host_kernels="$kernels")
+read -r -a backend_args <<<"${HOLD_TEST_BACKEND_ARGS:---backend=host --host_kernels=$kernels}"
+echo "backend: ${backend_args[*]}"
+common=(-n 1 "${backend_args[@]}" --timeout=120 --recovery_timeout=20)
 args=(8 4 hidden)
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

@@ -31,6 +31,10 @@ if [ -n "${RECOVERY_TEST_EXTRA_ARGS:-}" ]; then
   common+=("${extra_args[@]}")
   echo "extra revenant-run options: ${extra_args[*]}"
 fi
+# RECOVERY_TEST_EXPECT_CAPTURES=1: uploads captured by the device
+# (--upload_hold=false); RECOVERY_TEST_EXPECT_HOLDS=1: held (the default), and
+# every hold must have been hashed with none found changed.
+[ -n "${RECOVERY_TEST_EXPECT_CAPTURES:-}" ] && common+=(--upload_hold=false)
 [ -n "${REVENANT_JOURNAL_THREAD_DELAY_US:-}" ] &&
   echo "REVENANT_JOURNAL_THREAD_DELAY_US=$REVENANT_JOURNAL_THREAD_DELAY_US"
 tmp="$(mktemp -d)"
@@ -66,6 +70,19 @@ if [ -n "${RECOVERY_TEST_EXPECT_CAPTURES:-}" ]; then
     awk '{ s += $1 } END { print s + 0 }')
   echo "uploads captured by the device in the fault-free run: $captured"
   [ "$captured" -gt 0 ] || { echo "FAIL: no upload was captured"; cat "$tmp/ref.log"; exit 1; }
+fi
+if [ -n "${RECOVERY_TEST_EXPECT_HOLDS:-}" ]; then
+  # Held, hashed by the device, and never found changed (the device's hash
+  # and the copy out's agree).
+  held_n=$(sed -n 's/.*held uploads at exit: \([0-9]*\) uploads held.*/\1/p' "$tmp/ref.log" |
+    awk '{ s += $1 } END { print s + 0 }')
+  hashed_n=$(sed -n 's/.*; \([0-9]*\) hashed by the device.*/\1/p' "$tmp/ref.log" |
+    awk '{ s += $1 } END { print s + 0 }')
+  echo "uploads held in the fault-free run: $held_n, hashed by the device: $hashed_n"
+  if [ "$held_n" -eq 0 ] || [ "$hashed_n" -ne "$held_n" ] ||
+     grep -q " [1-9][0-9]* sources found changed" "$tmp/ref.log"; then
+    echo "FAIL: expected every upload held and hashed, none found changed"; cat "$tmp/ref.log"; exit 1
+  fi
 fi
 if [[ " ${common[*]} " == *" --journal_thread=ahead "* || " ${common[*]} " == *" --journal_thread=behind "* ]]; then
   # The thread must have journaled requests (not left them all to the
@@ -219,8 +236,8 @@ if [ ${#recovery_ms[@]} -gt 0 ]; then
 else
   echo "summary: $total trials, $hangs hangs, $mismatches mismatches, $((fails - hangs - mismatches)) other failures"
 fi
-if [ -n "${RECOVERY_TEST_EXPECT_CAPTURES:-}" ]; then
-  echo "captured uploads replayed by replacements: $captures_replayed"
+if [ -n "${RECOVERY_TEST_EXPECT_CAPTURES:-}${RECOVERY_TEST_EXPECT_HOLDS:-}" ]; then
+  echo "captured or held uploads replayed by replacements: $captures_replayed"
   if [ "$captures_replayed" -eq 0 ]; then
     echo "FAIL: no replacement replayed an upload journaled as a capture"
     fails=$((fails + 1))
