@@ -31,6 +31,7 @@
 #include "agent/backends/cuda/cuda_gloo.h"
 #include "agent/backends/cuda/cuda_nccl.h"
 #include "api/library_rows.h"
+#include "common/content_hash.h"
 #include "common/knobs.h"
 #include "common/logging.h"
 #include "common/populate.h"
@@ -221,6 +222,9 @@ class CudaBackend : public Backend {
   cudaError_t MemcpyHeld(void* dst, const void* src, size_t count, cudaStream_t stream, bool async,
                          uint64_t* hash_words, uint64_t tag, bool* hashed) override;
   void RegisterHashWords(void* base, size_t size) override;
+  // Runs the hash kernel on known bytes against the CPU's ContentHash, on
+  // `stream` (the agent's own).
+  absl::Status CheckDeviceHash(cudaStream_t stream);
   cudaError_t QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies, uint64_t* done,
                                   uint64_t tag, const SnapshotTurns* turns = nullptr) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
@@ -1270,6 +1274,11 @@ class CudaBackend : public Backend {
   CUmodule hash_module_ = nullptr;
   CUfunction hash_fn_ = nullptr;
   unsigned long long* hash_scratch_ = nullptr;
+  struct {
+    void* device = nullptr;
+    void* host = nullptr;
+    cudaStream_t stream = nullptr;
+  } hash_check_memory_;
   // Boundary snapshot copies (QueueSnapshotCopies): their stream, the event
   // each live stream's work so far is marked with (fence), and the copies'
   // end, which every stream waits for (streams created later too: see
@@ -1850,9 +1859,10 @@ void CudaBackend::RegisterHashWords(void* base, size_t size) {
   const size_t slots = size / 64;
   auto fail = [&](const std::string& what) {
     (void)::cudaGetLastError();
+    hash_fn_ = nullptr;
     REVENANT_LOG(WARNING, kLog) << "held uploads: " << what
-                                << ": their hashes are not computed (a changed source is found "
-                                   "by nothing)";
+                                << ": their hashes are not computed (a source changed behind the "
+                                   "agent's back is found by nothing)";
   };
   if (cudaError_t e = ::cudaHostRegister(base, registered, cudaHostRegisterMapped);
       e != cudaSuccess) {
@@ -1861,26 +1871,82 @@ void CudaBackend::RegisterHashWords(void* base, size_t size) {
   }
   void* device = nullptr;
   if (::cudaHostGetDevicePointer(&device, base, 0) != cudaSuccess) {
-    (void)::cudaHostUnregister(base);
     return fail("no device address for the table");
   }
   if (drv_.cuModuleLoadData(&hash_module_, kContentHashPtx) != CUDA_SUCCESS ||
       drv_.cuModuleGetFunction(&hash_fn_, hash_module_, "revenant_content_hash") != CUDA_SUCCESS) {
-    (void)::cudaHostUnregister(base);
-    hash_fn_ = nullptr;
     return fail("the hash kernel does not load on this device");
   }
+  // Nothing here waits for the application's work on the device (a
+  // collective waiting for its peers, say): a stream of the agent's own,
+  // synchronized alone, and nothing freed (cudaFree synchronizes the
+  // device). What the check used is kept for the agent's life.
+  cudaStream_t stream = nullptr;
   void* scratch = nullptr;
-  if (::cudaMalloc(&scratch, slots * 2 * sizeof(unsigned long long)) != cudaSuccess ||
-      ::cudaMemset(scratch, 0, slots * 2 * sizeof(unsigned long long)) != cudaSuccess) {
-    (void)::cudaHostUnregister(base);
-    hash_fn_ = nullptr;
-    return fail("no device memory for the hash's scratch");
+  if (::cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+      ::cudaMalloc(&scratch, slots * 2 * sizeof(unsigned long long)) != cudaSuccess ||
+      ::cudaMemsetAsync(scratch, 0, slots * 2 * sizeof(unsigned long long), stream) != cudaSuccess) {
+    return fail("no stream or device memory for the hash's scratch");
   }
   hash_scratch_ = static_cast<unsigned long long*>(scratch);
+  hash_check_memory_.stream = stream;
+  if (absl::Status s = CheckDeviceHash(stream); !s.ok()) return fail(std::string(s.message()));
   hash_base_ = static_cast<char*>(base);
   hash_size_ = size;
   hash_base_device_ = reinterpret_cast<CUdeviceptr>(device);
+}
+
+absl::Status CudaBackend::CheckDeviceHash(cudaStream_t stream) {
+  // The kernel must agree with the CPU's ContentHash (a copy out compares
+  // the two): an aligned range of 32 blocks with a partial last word, and an
+  // unaligned one of one block, against the same bytes on the CPU.
+  const size_t n = (1u << 20) + 13;
+  std::vector<unsigned char> bytes(n + 8);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 131 + (i >> 9));
+  void* d = nullptr;
+  void* out = nullptr;
+  std::string why;
+  if (::cudaMalloc(&d, bytes.size()) != cudaSuccess ||
+      ::cudaHostAlloc(&out, 2 * sizeof(uint64_t), cudaHostAllocMapped) != cudaSuccess) {
+    why = "no memory for its check";
+  } else if (::cudaMemcpyAsync(d, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream) !=
+                 cudaSuccess ||
+             ::cudaStreamSynchronize(stream) != cudaSuccess) {
+    why = "its check's upload failed";
+  } else {
+    void* out_device = nullptr;
+    (void)::cudaHostGetDevicePointer(&out_device, out, 0);
+    struct Case {
+      size_t offset, count;
+    };
+    for (const Case c : {Case{0, n}, Case{3, 4101}}) {
+      const unsigned char* p = static_cast<unsigned char*>(d) + c.offset;
+      unsigned long long count = c.count;
+      unsigned long long* scratch = hash_scratch_;
+      CUdeviceptr o = reinterpret_cast<CUdeviceptr>(out_device);
+      void* args[] = {&p, &count, &scratch, &o};
+      const unsigned blocks = static_cast<unsigned>(std::min<unsigned long long>(
+          1024, std::max<unsigned long long>(1, (count + 7) / 8 / (256 * 16))));
+      static_cast<uint64_t*>(out)[0] = 0;
+      if (drv_.cuLaunchKernel(hash_fn_, blocks, 1, 1, 256, 1, 1, 0,
+                              reinterpret_cast<CUstream>(stream), args, nullptr) != CUDA_SUCCESS ||
+          ::cudaStreamSynchronize(stream) != cudaSuccess) {
+        why = "its check did not run";
+        break;
+      }
+      const uint64_t want = ContentHash(bytes.data() + c.offset, c.count);
+      const uint64_t got = static_cast<uint64_t*>(out)[0];
+      if (got != want) {
+        why = absl::StrFormat("the device's hash of %zu bytes at offset %zu is %016x, the CPU's %016x",
+                              c.count, c.offset, got, want);
+        break;
+      }
+    }
+  }
+  (void)::cudaGetLastError();
+  hash_check_memory_.device = d;
+  hash_check_memory_.host = out;
+  return why.empty() ? absl::OkStatus() : absl::InternalError("the hash kernel: " + why);
 }
 
 cudaError_t CudaBackend::MemcpyHeld(void* dst, const void* src, size_t count, cudaStream_t stream,
