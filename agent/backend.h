@@ -281,7 +281,12 @@ class Backend : public api::BackendApi {
   }
   // The table of held uploads' memory (the hash words MemcpyHeld fills):
   // mapped for the device where it needs that. Once, before MemcpyHeld.
-  virtual void RegisterHashWords(void* base, size_t size) { (void)base, (void)size; }
+  // False when this backend cannot hash held uploads: the agent captures
+  // them then (an unchecked hold could replay a source changed unseen).
+  virtual bool RegisterHashWords(void* base, size_t size) {
+    (void)base, (void)size;
+    return false;
+  }
 
   // Asynchronous boundary snapshot copies (agent/snapshot.h). Queues the
   // device-to-host copies `copies` (destinations in memory registered with

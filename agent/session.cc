@@ -910,10 +910,12 @@ UploadCaptureSink* Session::UploadCaptureFor(const transport::RecordHeader& rec)
       return nullptr;
     }
     capture_ = std::move(*pool);
-    if (options_.holds != nullptr) {
+    // Held uploads only where the backend hashes them (a copy out then
+    // finds a source changed unseen); else they are captured.
+    if (options_.holds != nullptr &&
+        backend_->RegisterHashWords(options_.holds->base(), options_.holds->bytes())) {
       hold_places_ = std::make_unique<HoldPlaces>(options_.journal->dir());
       capture_->set_holds(options_.holds.get(), hold_places_.get());
-      backend_->RegisterHashWords(options_.holds->base(), options_.holds->bytes());
     }
   }
   return capture_.get();

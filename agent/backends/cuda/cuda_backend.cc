@@ -221,7 +221,7 @@ class CudaBackend : public Backend {
                              bool* captured) override;
   cudaError_t MemcpyHeld(void* dst, const void* src, size_t count, cudaStream_t stream, bool async,
                          uint64_t* hash_words, uint64_t tag, bool* hashed) override;
-  void RegisterHashWords(void* base, size_t size) override;
+  bool RegisterHashWords(void* base, size_t size) override;
   // Runs the hash kernel on known bytes against the CPU's ContentHash, on
   // `stream` (the agent's own).
   absl::Status CheckDeviceHash(cudaStream_t stream);
@@ -1852,7 +1852,7 @@ cudaError_t CudaBackend::MemcpyCaptured(void* dst, const void* src, size_t count
   return Settled(sync, ::cudaStreamSynchronize(stream));
 }
 
-void CudaBackend::RegisterHashWords(void* base, size_t size) {
+bool CudaBackend::RegisterHashWords(void* base, size_t size) {
   Bind();
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t registered = (size + page - 1) / page * page;  // the mapping's whole pages
@@ -1861,8 +1861,8 @@ void CudaBackend::RegisterHashWords(void* base, size_t size) {
     (void)::cudaGetLastError();
     hash_fn_ = nullptr;
     REVENANT_LOG(WARNING, kLog) << "held uploads: " << what
-                                << ": their hashes are not computed (a source changed behind the "
-                                   "agent's back is found by nothing)";
+                                << ": the device cannot hash them, so uploads are captured instead";
+    return false;
   };
   if (cudaError_t e = ::cudaHostRegister(base, registered, cudaHostRegisterMapped);
       e != cudaSuccess) {
@@ -1894,6 +1894,7 @@ void CudaBackend::RegisterHashWords(void* base, size_t size) {
   hash_base_ = static_cast<char*>(base);
   hash_size_ = size;
   hash_base_device_ = reinterpret_cast<CUdeviceptr>(device);
+  return true;
 }
 
 absl::Status CudaBackend::CheckDeviceHash(cudaStream_t stream) {
