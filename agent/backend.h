@@ -279,6 +279,12 @@ class Backend : public api::BackendApi {
     *hashed = false;
     return Memcpy(dst, src, count, cudaMemcpyHostToDevice, stream, async);
   }
+  // Whether `stream` is being captured into a graph (a copy on it becomes a
+  // node that reads its source whenever the graph runs).
+  virtual bool StreamCapturing(cudaStream_t stream) {
+    (void)stream;
+    return false;
+  }
   // The table of held uploads' memory (the hash words MemcpyHeld fills):
   // mapped for the device where it needs that. Once, before MemcpyHeld.
   // False when this backend cannot hash held uploads: the agent captures

@@ -87,6 +87,12 @@ int32_t CopyBody(DispatchContext& ctx, const Request& r, wire::Encoder& out, boo
         // until its bytes are copied out; the copy runs alone, and the
         // device hashes what it received (a copy out checks the source).
         const uint64_t seq = cap->seq;
+        if (B(ctx)->StreamCapturing(s)) {
+          // A graph node, which reads its source whenever the graph runs:
+          // a replay copies from the source too, nothing is held.
+          session->HeldIntoGraph(seq);
+          return B(ctx)->Memcpy(d, sp, count, k, s, async_api);
+        }
         bool hashed = false;
         const cudaError_t e =
             cap->hash_words != nullptr

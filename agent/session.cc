@@ -290,10 +290,11 @@ void Session::ReportAtExit() {
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "held uploads at exit: %d uploads held (%.1f MiB), copied out: %d by the application "
         "(writes into held sources), %d by the agent (device writes into them), %d at once (no "
-        "slot); %d held now; %d hashed by the device, %d sources found changed at their copy out",
+        "slot); %d held now; %d hashed by the device, %d sources found changed at their copy "
+        "out; %d copies into graphs (not held)",
         capture_->holds(), capture_->held_bytes() / 1048576.0, t.copied_by_app(),
         t.copied_by_agent(), capture_->holds_copied_at_once(), t.held(), capture_->holds_hashed(),
-        t.changed());
+        t.changed(), capture_->holds_into_graphs());
   }
   if (capture_ != nullptr) {
     // The capture files are never shrunk: their bytes are the most the

@@ -237,6 +237,9 @@ class Session : private JournalingHost {
   void HeldRan(uint64_t seq, bool hashed) {
     if (capture_ != nullptr) capture_->HeldRan(seq, hashed);
   }
+  void HeldIntoGraph(uint64_t seq) {
+    if (capture_ != nullptr) capture_->HeldIntoGraph(seq);
+  }
   void CopyOutHoldsNamedIn(const char* args, size_t n) {
     if (capture_ != nullptr && options_.holds != nullptr) capture_->CopyOutHoldsNamedIn(args, n);
   }

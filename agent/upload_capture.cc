@@ -296,6 +296,7 @@ bool UploadCapturePool::Reserve(const transport::RecordHeader& rec, uint64_t min
     pending_.file_index = static_cast<uint32_t>(f->index);
     pending_.offset = offset;
     pending_.hash_words = slot >= 0 ? holds_->HashWords(slot) : nullptr;
+    pending_.slot = slot;
   } else {
     pending_.data = f->base + offset;
     pending_.done = reinterpret_cast<uint64_t*>(f->base + offset - sizeof(uint64_t));
@@ -365,6 +366,14 @@ void UploadCapturePool::HeldRan(uint64_t seq, bool hashed) {
   pending_file_ = nullptr;
 }
 
+void UploadCapturePool::HeldIntoGraph(uint64_t seq) {
+  if (pending_.seq != seq || !pending_.held) return;
+  if (pending_.slot >= 0) holds_->MarkNode(pending_.slot, absl::Seconds(10));
+  ++holds_into_graphs_;
+  pending_ = Capture();
+  pending_file_ = nullptr;
+}
+
 int UploadCapturePool::CopyOutHolds(uint64_t lo, uint64_t hi) {
   if (holds_ == nullptr || places_ == nullptr) return 0;
   int lost = 0;
@@ -411,6 +420,14 @@ absl::Status LoadCapturedUploads(const std::string& journal_dir,
       }
       if (word == want || absl::Now() >= deadline) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (holds != nullptr && absl::StartsWith(ref.file(), kHoldPrefix) &&
+        holds->StateOf(want, absl::ZeroDuration()) == HoldTable::kNode) {
+      // A graph node's copy: the node reads its source whenever the graph
+      // runs, and so does the replay's.
+      close(fd);
+      ++from_source;
+      continue;
     }
     if (word != want && holds != nullptr &&
         absl::StartsWith(ref.file(), kHoldPrefix)) {

@@ -128,6 +128,7 @@ class UploadCapturePool : public UploadCaptureSink {
     // A held upload's hash words in the table (Backend::MemcpyHeld), or
     // null when every slot was taken (its bytes are in the place already).
     uint64_t* hash_words = nullptr;
+    int slot = -1;  // its slot in the table (-1: none)
   };
   const Capture* Pending(uint64_t seq) const {
     return pending_.seq == seq && (pending_.data != nullptr || pending_.held) ? &pending_ : nullptr;
@@ -138,6 +139,10 @@ class UploadCapturePool : public UploadCaptureSink {
   // The hook ran a held upload's copy; `hashed`: the device hashes what it
   // received (a copy out then checks the source against it).
   void HeldRan(uint64_t seq, bool hashed);
+  // A held upload's copy is about to become a graph node (its stream is
+  // being captured): its hold becomes HoldTable::kNode, which a replay
+  // copies from the source (what the node reads whenever the graph runs).
+  void HeldIntoGraph(uint64_t seq);
 
   // Captures of requests before `before_seq` are never replayed again: a
   // boundary snapshot of the state before that request finished (renamed in
@@ -161,6 +166,7 @@ class UploadCapturePool : public UploadCaptureSink {
   uint64_t held_bytes() const { return held_bytes_; }
   uint64_t holds_copied_at_once() const { return holds_copied_at_once_; }
   uint64_t holds_hashed() const { return holds_hashed_; }
+  uint64_t holds_into_graphs() const { return holds_into_graphs_; }
   // Whether uploads are held (not captured) from now on: a table, and no
   // held source found changed behind the agent's back yet.
   bool holding_uploads();
@@ -218,6 +224,7 @@ class UploadCapturePool : public UploadCaptureSink {
   uint64_t held_bytes_ = 0;
   uint64_t holds_copied_at_once_ = 0;
   uint64_t holds_hashed_ = 0;
+  uint64_t holds_into_graphs_ = 0;
   bool warned_hold_ = false;
   bool holds_off_ = false;  // a held source was found changed: capture from then on
 };

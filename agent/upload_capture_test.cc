@@ -185,6 +185,78 @@ TEST_F(UploadCaptureTest, AnIncompleteCaptureReplaysFromTheSource) {
   EXPECT_TRUE(entries[0].inline_payload().empty());
 }
 
+// Held uploads (common/upload_hold.h): one copied out replays from its
+// place; one whose copy became a graph node (its stream being captured)
+// replays from the source, which the node reads whenever the graph runs,
+// even if a copy out filled its place before it was marked; one whose
+// source was found changed is refused.
+TEST_F(UploadCaptureTest, HeldUploadsReplayFromThePlaceTheSourceOrNot) {
+  auto table = HoldTable::Create(dir_ + "/holds");
+  ASSERT_TRUE(table.ok()) << table.status();
+  HoldPlaces places(dir_);
+  pool_ = Pool();
+  pool_->set_holds(table->get(), &places);
+  ASSERT_TRUE(backend_->RegisterHashWords((*table)->base(), (*table)->bytes()));
+  const uint64_t a = reinterpret_cast<uint64_t>(src_);
+  auto reserve = [&](uint64_t seq) {
+    const std::vector<char> rec = Upload(seq, kBytes);
+    journal::JournalEntry e;
+    e.set_seq(seq * 2);
+    EXPECT_TRUE(pool_->Reserve(Header(rec), 1, kBytes, e.mutable_capture()));
+    EXPECT_EQ(e.capture().file().rfind("hold-", 0), 0u) << e.capture().file();
+    return e;
+  };
+  auto run_held = [&](uint64_t seq) {
+    const UploadCapturePool::Capture* cap = pool_->Pending(seq);
+    ASSERT_NE(cap, nullptr);
+    ASSERT_TRUE(cap->held);
+    ASSERT_NE(cap->hash_words, nullptr);
+    bool hashed = false;
+    ASSERT_EQ(backend_->MemcpyHeld(dev_, src_, kBytes, nullptr, false, cap->hash_words, seq,
+                                   &hashed),
+              cudaSuccess);
+    EXPECT_TRUE(hashed);
+    pool_->HeldRan(seq, hashed);
+  };
+  const std::string original(src_, kBytes);
+  // 1: held, then copied out by the application's write: from the place.
+  std::vector<journal::JournalEntry> entries = {reserve(1)};
+  run_held(1);
+  EXPECT_EQ((*table)->CopyOut(a, a + 1, places.Fn(), /*by_app=*/true), 1);
+  // 2: into a graph before anything copied it out: from the source.
+  entries.push_back(reserve(2));
+  pool_->HeldIntoGraph(2);
+  EXPECT_EQ((*table)->StateOf(2, absl::ZeroDuration()), HoldTable::kNode);
+  EXPECT_EQ((*table)->CopyOut(a, a + 1, places.Fn(), true), 0);  // never copied out
+  // 3: a copy out completed its place first, then it became a node: from
+  // the source all the same.
+  entries.push_back(reserve(3));
+  EXPECT_EQ((*table)->CopyOut(a, a + 1, places.Fn(), true), 1);
+  pool_->HeldIntoGraph(3);
+  std::memset(src_, 0x55, kBytes);  // the application refills its buffer
+  ASSERT_TRUE(LoadCapturedUploads(dir_, &entries, absl::ZeroDuration(), 0, table->get()).ok());
+  EXPECT_EQ(entries[0].inline_payload(), original);
+  EXPECT_TRUE(entries[1].has_capture());
+  EXPECT_TRUE(entries[2].has_capture());
+  // 4: held, then its source changed with no write seen, found at the copy
+  // out: refused.
+  std::memcpy(src_, original.data(), kBytes);
+  std::vector<journal::JournalEntry> changed = {reserve(4)};
+  run_held(4);
+  src_[kBytes / 2] ^= 1;
+  EXPECT_EQ((*table)->CopyOut(a, a + 1, places.Fn(), true), 0);
+  EXPECT_EQ((*table)->changed(), 1u);
+  const absl::Status st =
+      LoadCapturedUploads(dir_, &changed, absl::ZeroDuration(), 0, table->get());
+  EXPECT_TRUE(absl::IsDataLoss(st)) << st;
+  EXPECT_NE(st.message().find("its source had changed"), std::string::npos) << st;
+  // The pool holds no more uploads from then on: the next one is captured.
+  const std::vector<char> rec = Upload(5, kBytes);
+  journal::JournalEntry e;
+  ASSERT_TRUE(pool_->Reserve(Header(rec), 1, kBytes, e.mutable_capture()));
+  EXPECT_EQ(e.capture().file().rfind("capture-", 0), 0u) << e.capture().file();
+}
+
 TEST_F(UploadCaptureTest, AStaleCompletionWordIsNotTaken) {
   pool_ = Pool();
   bool reserved = false;

@@ -258,6 +258,21 @@ bool HoldTable::FreeBefore(uint64_t seq, absl::Duration wait) {
   return FreeIf([seq](const Slot& s) { return s.seq < seq; }, wait);
 }
 
+void HoldTable::MarkNode(int i, absl::Duration wait) {
+  const absl::Time deadline = absl::Now() + wait;
+  Slot& s = slot(i);
+  for (;;) {
+    uint64_t w = s.word.load(std::memory_order_acquire);
+    const uint32_t state = StateOfWord(w);
+    if (state == kFree || state == kNode) return;
+    if (state == kCopying && absl::Now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
+    }
+    if (s.word.compare_exchange_strong(w, Word(GenOf(w), kNode), std::memory_order_acq_rel)) return;
+  }
+}
+
 bool HoldTable::HashOf(uint64_t seq, uint64_t* hash) const {
   for (int i = 0; i < kSlots; ++i) {
     const Slot& s = slot(i);

@@ -62,6 +62,9 @@ class HoldTable {
     kLost = 4,     // the copy could not be made: a replay of it is refused
     kChanged = 5,  // the source no longer held the bytes the device received
                    // (a device write the agent did not see): refused too
+    kNode = 6,     // the copy became a graph node (a stream being captured):
+                   // the node reads its source whenever the graph runs, so a
+                   // replay copies from the source; never copied out
   };
   struct Slot {
     std::atomic<uint64_t> word;  // generation << 8 | State
@@ -106,6 +109,9 @@ class HoldTable {
   size_t bytes() const { return size_; }
   // The device's hash of request `seq`'s upload, if the table holds it.
   bool HashOf(uint64_t seq, uint64_t* hash) const;
+  // Agent: slot i's copy became a graph node (kNode), whatever a copy out
+  // did meanwhile (one in progress is waited for, up to `wait`).
+  void MarkNode(int i, absl::Duration wait);
 
   // Copies every held slot whose source overlaps [lo, hi) into its place
   // (then its completion word, then kDone); `threads` copy one slot's bytes.

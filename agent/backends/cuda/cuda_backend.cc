@@ -222,6 +222,12 @@ class CudaBackend : public Backend {
   cudaError_t MemcpyHeld(void* dst, const void* src, size_t count, cudaStream_t stream, bool async,
                          uint64_t* hash_words, uint64_t tag, bool* hashed) override;
   bool RegisterHashWords(void* base, size_t size) override;
+  bool StreamCapturing(cudaStream_t stream) override {
+    Bind();
+    const bool capturing = IsCapturing(stream);
+    (void)::cudaGetLastError();
+    return capturing;
+  }
   // Runs the hash kernel on known bytes against the CPU's ContentHash, on
   // `stream` (the agent's own).
   absl::Status CheckDeviceHash(cudaStream_t stream);

@@ -597,6 +597,12 @@ cudaError_t HostBackend::Memcpy(void* dst, const void* src, size_t count, cudaMe
   return cudaSuccess;
 }
 
+bool HostBackend::StreamCapturing(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  HostStream* s = ResolveStream(stream);
+  return s != nullptr && Capturing(s);
+}
+
 cudaError_t HostBackend::MemcpyHeld(void* dst, const void* src, size_t count, cudaStream_t stream,
                                     bool async, uint64_t* hash_words, uint64_t tag, bool* hashed) {
   *hashed = false;

@@ -155,6 +155,7 @@ class HostBackend : public Backend {
                              bool* captured) override;
   cudaError_t MemcpyHeld(void* dst, const void* src, size_t count, cudaStream_t stream, bool async,
                          uint64_t* hash_words, uint64_t tag, bool* hashed) override;
+  bool StreamCapturing(cudaStream_t stream) override;
   bool RegisterHashWords(void* base, size_t size) override {
     (void)base, (void)size;
     return true;  // the executor hashes host memory as it is
