@@ -93,11 +93,11 @@ int32_t CopyBody(DispatchContext& ctx, const Request& r, wire::Encoder& out, boo
           session->HeldIntoGraph(seq);
           return B(ctx)->Memcpy(d, sp, count, k, s, async_api);
         }
+        // (No hash words: every slot was taken and the bytes are in the
+        // place already; MemcpyHeld then only copies.)
         bool hashed = false;
         const cudaError_t e =
-            cap->hash_words != nullptr
-                ? B(ctx)->MemcpyHeld(d, sp, count, s, async_api, cap->hash_words, seq, &hashed)
-                : B(ctx)->Memcpy(d, sp, count, k, s, async_api);
+            B(ctx)->MemcpyHeld(d, sp, count, s, async_api, cap->hash_words, seq, &hashed);
         session->HeldRan(seq, e == cudaSuccess && hashed);
         return e;
       }

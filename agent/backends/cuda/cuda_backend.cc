@@ -231,6 +231,11 @@ class CudaBackend : public Backend {
   // Runs the hash kernel on known bytes against the CPU's ContentHash, on
   // `stream` (the agent's own).
   absl::Status CheckDeviceHash(cudaStream_t stream);
+  // Queues the hash kernel over [data, data + count) on `stream`: its sum in
+  // `scratch` (two words, left zero after), the hash into *out (device
+  // address of mapped host memory). False if it could not be queued.
+  bool LaunchHash(const void* data, size_t count, unsigned long long* scratch, CUdeviceptr out,
+                  cudaStream_t stream);
   cudaError_t QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies, uint64_t* done,
                                   uint64_t tag, const SnapshotTurns* turns = nullptr) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
@@ -1903,6 +1908,18 @@ bool CudaBackend::RegisterHashWords(void* base, size_t size) {
   return true;
 }
 
+bool CudaBackend::LaunchHash(const void* data, size_t count, unsigned long long* scratch,
+                             CUdeviceptr out, cudaStream_t stream) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  unsigned long long n = count;
+  void* args[] = {&p, &n, &scratch, &out};
+  // 16 words a thread at least, at most 1024 blocks of 256 threads.
+  const unsigned blocks = static_cast<unsigned>(
+      std::min<unsigned long long>(1024, std::max<unsigned long long>(1, (n + 7) / 8 / (256 * 16))));
+  return drv_.cuLaunchKernel(hash_fn_, blocks, 1, 1, 256, 1, 1, 0,
+                             reinterpret_cast<CUstream>(stream), args, nullptr) == CUDA_SUCCESS;
+}
+
 absl::Status CudaBackend::CheckDeviceHash(cudaStream_t stream) {
   // The kernel must agree with the CPU's ContentHash (a copy out compares
   // the two): an aligned range of 32 blocks with a partial last word, and an
@@ -1927,16 +1944,9 @@ absl::Status CudaBackend::CheckDeviceHash(cudaStream_t stream) {
       size_t offset, count;
     };
     for (const Case c : {Case{0, n}, Case{3, 4101}}) {
-      const unsigned char* p = static_cast<unsigned char*>(d) + c.offset;
-      unsigned long long count = c.count;
-      unsigned long long* scratch = hash_scratch_;
-      CUdeviceptr o = reinterpret_cast<CUdeviceptr>(out_device);
-      void* args[] = {&p, &count, &scratch, &o};
-      const unsigned blocks = static_cast<unsigned>(std::min<unsigned long long>(
-          1024, std::max<unsigned long long>(1, (count + 7) / 8 / (256 * 16))));
       static_cast<uint64_t*>(out)[0] = 0;
-      if (drv_.cuLaunchKernel(hash_fn_, blocks, 1, 1, 256, 1, 1, 0,
-                              reinterpret_cast<CUstream>(stream), args, nullptr) != CUDA_SUCCESS ||
+      if (!LaunchHash(static_cast<unsigned char*>(d) + c.offset, c.count, hash_scratch_,
+                      reinterpret_cast<CUdeviceptr>(out_device), stream) ||
           ::cudaStreamSynchronize(stream) != cudaSuccess) {
         why = "its check did not run";
         break;
@@ -1973,18 +1983,9 @@ cudaError_t CudaBackend::MemcpyHeld(void* dst, const void* src, size_t count, cu
   // checks above let through was valid: a failure now is the device's.
   const size_t offset = static_cast<size_t>(words - hash_base_);
   CUdeviceptr out = hash_base_device_ + offset;
-  unsigned long long* scratch = hash_scratch_ + (offset / 64) * 2;
-  const unsigned char* p = static_cast<const unsigned char*>(dst);
-  unsigned long long n = count;
-  void* args[] = {&p, &n, &scratch, &out};
-  const unsigned threads = 256;
-  const unsigned long long words_count = (count + 7) / 8;
-  const unsigned blocks = static_cast<unsigned>(
-      std::min<unsigned long long>(1024, std::max<unsigned long long>(1, words_count / (threads * 16))));
-  auto s = reinterpret_cast<CUstream>(stream);
-  if (drv_.cuLaunchKernel(hash_fn_, blocks, 1, 1, threads, 1, 1, 0, s, args, nullptr) !=
-          CUDA_SUCCESS ||
-      drv_.cuStreamWriteValue64(s, out + sizeof(uint64_t), tag, 0) != CUDA_SUCCESS) {
+  if (!LaunchHash(dst, count, hash_scratch_ + (offset / 64) * 2, out, stream) ||
+      drv_.cuStreamWriteValue64(reinterpret_cast<CUstream>(stream), out + sizeof(uint64_t), tag,
+                                0) != CUDA_SUCCESS) {
     (void)::cudaGetLastError();
     REVENANT_LOG(WARNING, kLog) << "held uploads: the hash of request " << tag
                                 << " could not be queued (its copy out goes unchecked)";
