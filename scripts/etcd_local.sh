@@ -44,12 +44,20 @@ case "$cmd" in
 start)
   command -v etcd >/dev/null || { echo "etcd_local: etcd is not installed (apt-get install etcd-server)" >&2; exit 1; }
   mkdir -p "$dir" || exit 1
-  read -r client peer < <(python3 -c '
+  # The ports are free when picked, not when etcd binds them: another test
+  # may take one meanwhile. Then new ones, at most 5 times.
+  for try in 1 2 3 4 5; do
+    read -r client peer < <(python3 -c '
 import socket
 ss = [socket.socket() for _ in range(2)]
 for s in ss: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])')
-  launch "$client" "$peer"
+    launch "$client" "$peer" && exit 0
+    grep -q "address already in use" "$dir/log" || exit 1
+    echo "etcd_local: a port was taken before etcd bound it; new ports (try $try of 5)" >&2
+    rm -rf "$dir/data" "$dir/log"
+  done
+  exit 1
   ;;
 restart)
   down="${3:-1}"
