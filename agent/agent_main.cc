@@ -128,17 +128,19 @@ ABSL_FLAG(bool, upload_hold, true,
           "uploads\"); needs a userfaultfd that takes kernel-mode faults in the application's "
           "process (else uploads are captured, and the agent says why); false: capture every "
           "upload by the device");
-ABSL_FLAG(bool, snapshot_keep_spare, true,
+ABSL_FLAG(bool, snapshot_keep_spare, false,
           "with boundary snapshots: keep the snapshot given up at a boundary as the next one's "
           "mapped, registered file (no mapping or registration per snapshot; the files hold 2x "
-          "the live bytes); false: 1x between snapshots, a new file per snapshot (staged: made "
+          "the live bytes); false (the default): 1x between snapshots, a new file per snapshot "
+          "(with --snapshot_spare_ahead made ahead once the snapshot comes near; else made "
           "without its pages, which the copying threads fault in)");
 ABSL_FLAG(bool, snapshot_spare_ahead, true,
-          "with --snapshot_keep_spare: make the snapshot files ahead on a thread of their own "
-          "(the first one while the allocations grow, its pages resident; after a snapshot "
-          "that left no spare, one of its size), so that the first two snapshots make no pages "
-          "on the executor's critical path (registering still holds the driver against the "
-          "executor's CUDA calls, ~22 ms per 554 MiB on the H200)");
+          "make snapshot files ahead on a thread of their own, their pages resident: the first "
+          "one while the allocations grow; with --snapshot_keep_spare, after a snapshot that "
+          "left no spare, one of its size (registering it holds the driver against the "
+          "executor's CUDA calls, ~22 ms per 554 MiB on the H200); without, the next "
+          "snapshot's file once that snapshot comes near (2x the live bytes from then until it "
+          "finished; not registered: the snapshot copies through the staging buffers)");
 ABSL_FLAG(bool, snapshot_staged, true,
           "with boundary snapshots: a snapshot into a file not registered yet (the first "
           "snapshot's, a new one) leaves it unregistered and copies through two 32 MiB "

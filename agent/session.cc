@@ -49,6 +49,9 @@ Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> 
       control_fd_(control_fd),
       job_dir_(std::move(job_dir)),
       options_(std::move(options)) {
+  created_ns_ = MonotonicNanos();
+  log_chunk_factor_ =
+      knobs::Int(knobs::Id::kJournalLogChunkBoundary, 0, 1000000).value_or(kLogChunkBoundaryFactor);
   ctx_.backend = backend_;
   ctx_.handles = &handles_;
   ctx_.session = this;
@@ -326,7 +329,26 @@ void Session::ReportAtExit() {
         log_chunk_boundaries_, options_.journal->minibatch_first_chunk() / 1048576.0,
         last_journal_boundary_ns_ / 1e6);
     const double live = static_cast<double>(t.last_bytes);
+    // A next file made ahead that no snapshot will take (without the spare).
+    const uint64_t next_late = snapshots_->next_files_late();
+    const double next_lead_ms = snapshots_->next_file_lead_ms();
+    const uint64_t next_ahead = snapshots_->next_files_ahead();
+    snapshots_->DropNextFileAhead();
     snapshots_->TakeSpareAhead();
+    if (!options_.snapshot_keep_spare) {
+      // The files hold 2x the live bytes from each next file made ahead to
+      // the end of its snapshot, and during every snapshot (the older one
+      // stays whole until the new one is renamed).
+      const double run_ms = (MonotonicNanos() - created_ns_) / 1e6;
+      REVENANT_LOG(INFO, "agent") << absl::StrFormat(
+          "snapshot files without the spare: 1x the live bytes between snapshots, 2x for %.1f "
+          "%% of the run (%d next files made ahead of their snapshot, %.1f ms ahead on the "
+          "mean, the last made in %.1f ms; %d snapshots found theirs still being made; the "
+          "snapshots themselves %.1f ms)",
+          run_ms > 0 ? 100.0 * (next_lead_ms + t.total_ms) / run_ms : 0.0, next_ahead,
+          next_ahead > 0 ? next_lead_ms / next_ahead : 0.0, snapshots_->spare_ahead_ms(),
+          next_late, t.total_ms);
+    }
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "snapshot memory at exit: live bytes %.3f MiB, snapshot files %.3f MiB (%.2fx live), "
         "registered %.3f MiB, %d files mapped for %d snapshots (%d written into the spare, %d "
@@ -994,8 +1016,7 @@ void Session::NoteJournalBoundary(int64_t start_ns) {
 }
 
 bool Session::LogChunkBoundaryDue() const {
-  static const int64_t factor =
-      knobs::Int(knobs::Id::kJournalLogChunkBoundary, 0, 1000000).value_or(kLogChunkBoundaryFactor);
+  const int64_t factor = log_chunk_factor_;
   if (factor == 0) return false;
   const uint64_t chunk = options_.journal->minibatch_first_chunk();
   if (chunk == 0 || options_.journal->minibatch_log_bytes() < chunk / 2) return false;
@@ -1108,6 +1129,8 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
       if (inflight_ == nullptr) ++bound_snapshots_;
     }
     due_by_bytes = by_bytes;
+    if (!due && inflight_ == nullptr && !inside_chaos) MakeNextSnapshotFile(live);
+    last_plan_ns_ = MonotonicNanos();
   }
   if (!due || inflight_ != nullptr) {
     // A step journaled inside the minibatch (one snapshot in flight at a
@@ -1120,6 +1143,42 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
   if (!SnapshotInside(minibatch, seq)) return SnapshotStep::kBoundary;
   if (timed || due_by_bytes) ++inside_since_boundary_;
   return SnapshotStep::kInside;
+}
+
+void Session::MakeNextSnapshotFile(uint64_t live_log_bytes) {
+  if (!snapshots_->next_file_wanted()) return;
+  bool soon;
+  if (options_.snapshot_every > 1) {
+    // An explicit cadence: a quarter of it ahead (at least one step).
+    soon = steps_since_snapshot_ + 1 + std::max<uint64_t>(1, options_.snapshot_every / 4) >=
+           options_.snapshot_every;
+  } else {
+    // The timed one (TimedSnapshotDue): ahead by twice what the last file
+    // took to make and 2 ms, or by two steps (the check comes once a step),
+    // at least 5 ms, at most half the interval; the journal's bytes make
+    // one due from three quarters of the bound: from half of it.
+    const int64_t now = MonotonicNanos();
+    const int64_t step = last_plan_ns_ != 0 ? now - last_plan_ns_ : 0;
+    const int64_t interval =
+        std::max(kSnapshotIntervalFactor * last_snapshot_ns_, options_.snapshot_min_interval_ns);
+    const int64_t lead = std::clamp<int64_t>(
+        std::max(static_cast<int64_t>(2e6 * snapshots_->next_file_make_ms()) + 2 * 1000 * 1000,
+                 2 * step),
+        5 * 1000 * 1000, interval / 2);
+    soon = now - last_snapshot_end_ns_ >= interval - lead ||
+           live_log_bytes >= options_.snapshot_max_log_bytes / 2;
+    // The journal boundary that keeps the minibatch log in its first chunk
+    // (LogChunkBoundaryDue) takes a synchronous snapshot: its file too.
+    const uint64_t chunk = options_.journal->minibatch_first_chunk();
+    if (!soon && log_chunk_factor_ != 0 && chunk != 0 &&
+        options_.journal->minibatch_log_bytes() >= chunk / 2) {
+      soon = now - last_journal_boundary_end_ns_ >=
+             log_chunk_factor_ * last_journal_boundary_ns_ - lead;
+    }
+  }
+  if (soon) {
+    snapshots_->MakeNextFileAhead(SnapshotStore::FileSizeFor(backend_->DeviceAllocations()));
+  }
 }
 
 // The captured bytes a replay may need between two snapshots: twice the
@@ -1403,7 +1462,9 @@ void Session::ReapSnapshot(bool wait) {
       "(checksums and rename %.2f ms), %s%s",
       f.ordinal, f.minibatch, f.seq, f.stats.allocations, f.stats.bytes, f.critical_ms,
       (f.copied_ns - f.start_ns) / 1e6, total_ms, f.stats.crc_ms,
-      f.stats.reused ? "into the spare file" : "into a new file",
+      !f.stats.reused                 ? "into a new file"
+      : options_.snapshot_keep_spare ? "into the spare file"
+                                     : "into the next file made ahead",
       f.stats.staged ? " (not registered: copied through the staging buffers, drained and "
                        "checksummed by the finisher's threads)"
                      : "");
@@ -1466,7 +1527,8 @@ void Session::SnapshotBoundary(uint64_t minibatch, uint64_t seq) {
         "drained in %.2f ms, copies %.2f ms, checksums %.2f ms), total %.2f ms, %s%s",
         minibatch, st->allocations, st->bytes, critical_ms, drained_ms, st->copy_ms,
         st->crc_ms, critical_ms,
-        st->reused                                            ? "into the spare file"
+        st->reused && options_.snapshot_keep_spare       ? "into the spare file"
+        : st->reused                                    ? "into the next file made ahead"
         : t.count == 1 && snapshots_->first_file_used() ? "into the file made ahead"
                                                         : "into a new file",
         st->staged ? " (not registered: copied through the staging buffers, checksummed by the "

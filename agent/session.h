@@ -114,9 +114,13 @@ struct SessionOptions {
   uint64_t snapshot_max_log_bytes = 256ull << 20;
   // Keep the snapshot given up at a boundary as the next one's (mapped,
   // registered) file: no mapping or registration per snapshot, 2x the live
-  // bytes in snapshot files; false: 1x, a fresh file per snapshot.
-  bool snapshot_keep_spare = true;
-  // With it: the first snapshot's spare is made on a thread (SnapshotStore).
+  // bytes in snapshot files; false (the default): 1x between snapshots, a
+  // fresh file per snapshot.
+  bool snapshot_keep_spare = false;
+  // Files made on the store's thread: with the spare, the first snapshot's
+  // spare; without, the next snapshot's file once it comes near
+  // (Session::MakeNextSnapshotFile; 2x from then until that snapshot
+  // finished); with either, the first snapshot's file.
   bool snapshot_spare_ahead = true;
   // A synchronous snapshot into a file not registered yet (the first one's)
   // copies through staging buffers instead of registering it
@@ -639,6 +643,15 @@ class Session : private JournalingHost {
   // --snapshot_every=auto: whether the time since the last snapshot ended
   // makes the next one due (kSnapshotIntervalFactor, snapshot_min_interval_ns).
   bool TimedSnapshotDue() const;
+  // Without the spare (SessionOptions::snapshot_keep_spare false): once the
+  // next asynchronous snapshot comes near (by the clock, the cadence or
+  // the journal's bytes, `live_log_bytes` of LogBytesTowardBound), its file
+  // is made ahead on the store's thread (SnapshotStore::MakeNextFileAhead).
+  void MakeNextSnapshotFile(uint64_t live_log_bytes);
+  int64_t created_ns_ = 0;  // MonotonicNanos() when the session was made
+  int64_t last_plan_ns_ = 0;  // the last step's PlanSnapshot inside the minibatch
+  // REVENANT_JOURNAL_LOG_CHUNK_BOUNDARY, else kLogChunkBoundaryFactor (0: off).
+  int64_t log_chunk_factor_ = 0;
   struct SnapshotTotals {
     uint64_t count = 0, bytes = 0, failures = 0, last_bytes = 0, reused = 0, inside = 0;
     double ms = 0, max_ms = 0;  // on the executor's critical path

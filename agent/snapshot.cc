@@ -254,7 +254,13 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
     size_t size, const std::string& path, const SnapshotCopier& copier, bool unregistered_ok,
     bool* reused) {
   *reused = false;
-  TakeSpareAhead();
+  // The next file made ahead (no keep_spare) is taken only once made: the
+  // snapshot never waits for it.
+  if (next_file_busy()) {
+    ++next_files_late_;
+  } else {
+    TakeSpareAhead();
+  }
   if (spare_ != nullptr && spare_->size == size && spare_->map != nullptr) {
     std::unique_ptr<File> f = std::move(spare_);
     // A staged snapshot's file never was registered: registered now for
@@ -545,9 +551,42 @@ void SnapshotStore::MakeSpareAhead(size_t size) {
   });
 }
 
+void SnapshotStore::MakeNextFileAhead(size_t size) {
+  if (!next_file_wanted() || size == 0 || !PrepareDir().ok()) return;
+  ahead_file_.reset();
+  ahead_status_ = absl::OkStatus();
+  ahead_next_ = true;
+  ahead_started_ = absl::Now();
+  ahead_busy_.store(true, std::memory_order_release);
+  ahead_thread_ = std::thread([this, size] {
+    if (options_.before_next_file) options_.before_next_file();
+    const absl::Time start = absl::Now();
+    // Its pages resident, not registered (no register_host): a staged
+    // snapshot copies into it; registering would hold the CUDA driver
+    // against the executor's calls for every snapshot.
+    absl::StatusOr<std::unique_ptr<File>> f = MakeFile(size, AheadPath(), SnapshotCopier{});
+    ahead_ms_ = absl::ToDoubleMilliseconds(absl::Now() - start);
+    if (f.ok()) {
+      ahead_file_ = std::move(*f);
+    } else {
+      ahead_status_ = f.status();
+    }
+    ahead_busy_.store(false, std::memory_order_release);
+  });
+}
+
+void SnapshotStore::DropNextFileAhead() {
+  // Without keep_spare, a spare is only ever a next file made ahead.
+  if (options_.keep_spare) return;
+  TakeSpareAhead();
+  Delete(std::move(spare_));
+}
+
 void SnapshotStore::TakeSpareAhead() {
   if (!ahead_thread_.joinable()) return;
   ahead_thread_.join();
+  const bool next = ahead_next_;
+  ahead_next_ = false;
   if (ahead_file_ == nullptr) {
     // Nothing lost: the next snapshot makes its file as it would have.
     ahead_failed_status_ = ahead_status_;
@@ -555,7 +594,12 @@ void SnapshotStore::TakeSpareAhead() {
     return;
   }
   ++files_mapped_;
-  ++spares_made_ahead_;
+  if (next) {
+    ++next_files_ahead_;
+    next_lead_ms_ += absl::ToDoubleMilliseconds(absl::Now() - ahead_started_);
+  } else {
+    ++spares_made_ahead_;
+  }
   std::unique_ptr<File> f = std::move(ahead_file_);
   const std::string spare_path = SparePath();
   if (spare_ == nullptr && rename(f->path.c_str(), spare_path.c_str()) == 0) {

@@ -61,6 +61,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace revenant {
 namespace agent {
@@ -190,6 +191,10 @@ class SnapshotStore {
     // Called by a copying thread before each chunk (tests slow them down to
     // show that a buffer is filled again only after its turn was drained).
     std::function<void()> before_staged_chunk;
+    // Called on the store's thread before it makes a next file ahead
+    // (MakeNextFileAhead; tests hold it there to show that a snapshot does
+    // not wait for it).
+    std::function<void()> before_next_file;
     // A synchronous snapshot copied straight into a registered file waits
     // for its copies in turns of staging_bytes and checksums each turn
     // while the next is copied (false: all copies, then the checksums).
@@ -313,6 +318,37 @@ class SnapshotStore {
   const absl::Status& spare_ahead_failure() const { return ahead_failed_status_; }
   // How long the last spare made ahead took (off the critical path).
   double spare_ahead_ms() const { return ahead_ms_; }
+
+  // Without keep_spare (with spare_ahead): the next snapshot's file, made
+  // ahead of it on the store's thread once the caller sees that snapshot
+  // coming (Session::MakeNextSnapshotFile), its pages resident but not
+  // registered: a staged snapshot then fills it at memcpy's pace instead
+  // of faulting its pages in while the device waits for the drain. The
+  // files hold 1x the live bytes until the call and 2x from it until the
+  // snapshot that takes the file finished (the older one goes then). Does
+  // nothing before the first snapshot began, while there is a spare or
+  // one is being made. A snapshot takes the file only once it is made: it
+  // never waits for it (a file made late serves the snapshot after).
+  void MakeNextFileAhead(size_t size);
+  // Whether MakeNextFileAhead would start making one now.
+  bool next_file_wanted() const {
+    return !options_.keep_spare && options_.spare_ahead && first_begun_ && spare_ == nullptr &&
+           !ahead_thread_.joinable();
+  }
+  // The next files made ahead and taken by their snapshot; snapshots that
+  // found theirs still being made (they made their own without pages);
+  // the time from the start of making each to the snapshot taking it
+  // (summed), and the last one's making (next_file_wanted: not running).
+  uint64_t next_files_ahead() const { return next_files_ahead_; }
+  uint64_t next_files_late() const { return next_files_late_; }
+  double next_file_lead_ms() const { return next_lead_ms_; }
+  double next_file_make_ms() const { return next_file_wanted() ? ahead_ms_ : 0; }
+  // Whether a next file is still being made (a snapshot now would not take it).
+  bool next_file_busy() const {
+    return ahead_next_ && ahead_busy_.load(std::memory_order_acquire);
+  }
+  // Deletes a next file made ahead that no snapshot took (the job ends).
+  void DropNextFileAhead();
   // Files a staged snapshot left unregistered that the store's thread
   // registered after it (Options::register_behind), and the time it took.
   uint64_t registered_behind() const { return registered_behind_; }
@@ -525,6 +561,15 @@ class SnapshotStore {
   absl::Status ahead_failed_status_;
   double ahead_ms_ = 0;
   uint64_t spares_made_ahead_ = 0;
+  // The thread makes the next snapshot's file (MakeNextFileAhead), not a
+  // spare; ahead_busy_ is set until it is done (the snapshot never joins a
+  // busy one).
+  bool ahead_next_ = false;
+  std::atomic<bool> ahead_busy_{false};
+  absl::Time ahead_started_;
+  uint64_t next_files_ahead_ = 0;
+  uint64_t next_files_late_ = 0;
+  double next_lead_ms_ = 0;
   // The file made ahead of the first snapshot: first_file_ belongs to
   // first_thread_ while first_busy_ is set.
   std::thread first_thread_;

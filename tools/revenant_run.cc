@@ -176,15 +176,17 @@ ABSL_FLAG(bool, upload_hold, true,
           "that takes kernel-mode faults (root, access to /dev/userfaultfd, or "
           "vm.unprivileged_userfaultfd=1), else uploads are captured and the agent says why; "
           "false: every upload captured by the device (docs/recovery.md, \"Held uploads\")");
-ABSL_FLAG(bool, snapshot_keep_spare, true,
+ABSL_FLAG(bool, snapshot_keep_spare, false,
           "keep the snapshot file given up at a journal boundary for the next snapshot (no new "
-          "file per snapshot; 2x the live bytes in snapshot files); false: 1x between snapshots, "
-          "a new file per snapshot whose pages the copying threads allocate");
+          "file per snapshot; 2x the live bytes in snapshot files); false (the default): 1x "
+          "between snapshots, a new file per snapshot (made ahead once the snapshot comes near "
+          "with --snapshot_spare_ahead, else its pages allocated by the copying threads)");
 ABSL_FLAG(bool, snapshot_spare_ahead, true,
-          "with --snapshot_keep_spare: the agent makes the snapshot files ahead on a thread of "
-          "its own (the first one while the allocations grow; after the first snapshot, a "
-          "spare of its size), so that the first two snapshots make no pages on the critical "
-          "path (registering still holds the driver ~20 ms per 512 MiB)");
+          "the agent makes snapshot files ahead on a thread of its own: the first one while "
+          "the allocations grow; with --snapshot_keep_spare, after the first snapshot, a spare "
+          "of its size (registering it holds the driver ~20 ms per 512 MiB); without, the "
+          "next snapshot's file once that snapshot comes near (2x the live bytes from then "
+          "until it finished)");
 ABSL_FLAG(bool, snapshot_staged, true,
           "a synchronous snapshot into a snapshot file not registered yet (the first one's) "
           "copies through the agent's registered staging buffers instead of registering the "

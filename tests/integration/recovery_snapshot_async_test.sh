@@ -4,9 +4,11 @@
 # inside the journal's minibatch take snapshots whose device copies run on a
 # stream of their own and whose file is finished behind the executor. Checks:
 # - fault-free, asynchronous snapshots end with the checksum of a run whose
-#   snapshots are all synchronous, and reuse their files (two files mapped;
-#   with --snapshot_keep_spare=false in RECOVERY_TEST_EXTRA_ARGS: a new
-#   file each, made without its pages, one snapshot's bytes at exit);
+#   snapshots are all synchronous; their files: by default a new file each,
+#   most made ahead of their snapshot (next files), one snapshot's bytes at
+#   exit; with --snapshot_keep_spare=true in RECOVERY_TEST_EXTRA_ARGS two
+#   files reused; with --snapshot_spare_ahead=false a new file each, made
+#   without its pages;
 # - an agent killed while the M-th asynchronous snapshot is in flight (its
 #   copies queued) or finished but not renamed recovers from the previous
 #   snapshot plus the journal since it: bitwise equal, and the snapshot
@@ -61,20 +63,34 @@ grep -q "^\[r0\] final checksum $ref_long\$" "$tmp/async.log" || {
 inside=$(echo "$line" | sed -n 's/.*; \([0-9]*\) asynchronous.*/\1/p')
 mapped=$(echo "$mem" | sed -n 's/.*, \([0-9]*\) files mapped for.*/\1/p')
 spare=$(echo "$mem" | sed -n 's/.*(\([0-9]*\) written into the spare, .*/\1/p')
-if [[ " ${RECOVERY_TEST_EXTRA_ARGS:-} " == *" --snapshot_keep_spare=false "* ]]; then
-  # Without the spare: a new file a snapshot, made without its pages (the
-  # copying threads fault them in), and one snapshot's bytes at exit.
-  count=$(echo "$line" | sed -n 's/.*snapshots at exit: \([0-9]*\) boundaries.*/\1/p')
-  lazy=$(echo "$mem" | sed -n 's/.*, \([0-9]*\) made without their pages).*/\1/p')
-  times=$(echo "$mem" | sed -n 's/.*MiB (\([0-9.]*\)x live).*/\1/p')
+count=$(echo "$line" | sed -n 's/.*snapshots at exit: \([0-9]*\) boundaries.*/\1/p')
+lazy=$(echo "$mem" | sed -n 's/.*, \([0-9]*\) made without their pages).*/\1/p')
+times=$(echo "$mem" | sed -n 's/.*MiB (\([0-9.]*\)x live).*/\1/p')
+if [[ " ${RECOVERY_TEST_EXTRA_ARGS:-} " == *" --snapshot_keep_spare=true "* ]]; then
+  if [ -z "$inside" ] || [ "$inside" -lt 3 ] || [ "${mapped:-9}" -gt 2 ] || [ "${spare:-0}" -lt 2 ]; then
+    echo "FAIL: expected several asynchronous snapshots in two reused files (asynchronous: ${inside:-?}, files mapped: ${mapped:-?}, into the spare: ${spare:-?})"
+    exit 1
+  fi
+elif [[ " ${RECOVERY_TEST_EXTRA_ARGS:-} " == *" --snapshot_spare_ahead=false "* ]]; then
+  # Without the spare and nothing made ahead: a new file a snapshot, made
+  # without its pages (the copying threads fault them in), and one
+  # snapshot's bytes at exit.
   if [ -z "$inside" ] || [ "$inside" -lt 3 ] || [ "${spare:-9}" -ne 0 ] ||
      [ "${mapped:-0}" -ne "${count:-x}" ] || [ "${lazy:-0}" -lt "$inside" ] || [ "${times:-9}" != "1.00" ]; then
     echo "FAIL: expected several asynchronous snapshots, each in a new file made without its pages, 1.00x live at exit (asynchronous: ${inside:-?}, snapshots ${count:-?}, files mapped: ${mapped:-?}, into the spare: ${spare:-?}, made without pages: ${lazy:-?}, ${times:-?}x live)"
     exit 1
   fi
-elif [ -z "$inside" ] || [ "$inside" -lt 3 ] || [ "${mapped:-9}" -gt 2 ] || [ "${spare:-0}" -lt 2 ]; then
-  echo "FAIL: expected several asynchronous snapshots in two reused files (asynchronous: ${inside:-?}, files mapped: ${mapped:-?}, into the spare: ${spare:-?})"
-  exit 1
+else
+  # The default: no spare; a new file a snapshot, made ahead of it once it
+  # came near (taken as the snapshot's file: "written into the spare"), one
+  # snapshot's bytes at exit, and the share of the run at 2x printed.
+  ahead=$(sed -n 's/.*(\([0-9]*\) next files made ahead of their snapshot.*/\1/p' "$tmp/async.log")
+  grep -o "snapshot files without the spare.*" "$tmp/async.log" | sed 's/^/  /'
+  if [ -z "$inside" ] || [ "$inside" -lt 3 ] || [ "${mapped:-0}" -lt "${count:-x}" ] ||
+     [ "${ahead:-0}" -lt "$inside" ] || [ "${spare:-0}" -lt "$inside" ] || [ "${times:-9}" != "1.00" ]; then
+    echo "FAIL: expected several asynchronous snapshots, each in a new file, made ahead for at least as many as were asynchronous, 1.00x live at exit (asynchronous: ${inside:-?}, snapshots ${count:-?}, files mapped: ${mapped:-?}, made ahead: ${ahead:-?}, taken as the spare: ${spare:-?}, ${times:-?}x live)"
+    exit 1
+  fi
 fi
 
 # Write-behind: the steps that take no snapshot are journaled by the thread
