@@ -46,7 +46,7 @@ if [ "$MODE" = all ] || [ "$MODE" = memory ]; then
   read -r rrc rbase rpeak < <(peak_of "$LOGS/memory.cuda.log" \
     timeout 200 $RUN -n 1 --backend=cuda --timeout=180 -- "$G/apps/train_mlp.bin" "${margs[@]}")
   mem_row "" "$LOGS/memory.cuda.log" "$nrc" "$nbase" "$npeak" "$rrc" "$rbase" "$rpeak"
-  grep -E "host memory at exit|journal at exit|snapshots at exit|snapshot memory at exit|captured uploads at exit" \
+  grep -E "host memory at exit|journal at exit|snapshots at exit|snapshot memory at exit|snapshot files without the spare|captured uploads at exit" \
     "$LOGS/memory.cuda.log" | sed 's/^/   | /'
   # The same for PyTorch (tests/torch/mlp_ddp.py, 1 rank, 300 steps: ~550-680
   # MiB live, so the snapshots' device spare is at its default bound), where
@@ -65,7 +65,7 @@ if [ "$MODE" = all ] || [ "$MODE" = memory ]; then
     read -r rrc rbase rpeak < <(peak_of "$LOGS/memory.torch.cuda.log" \
       env LD_LIBRARY_PATH="$tlib" timeout 250 $RUN -n 1 --backend=cuda --timeout=220 -- "$PY" "${targs[@]}")
     mem_row "PyTorch mlp_ddp" "$LOGS/memory.torch.cuda.log" "$nrc" "$nbase" "$npeak" "$rrc" "$rbase" "$rpeak"
-    grep -E "device spare|snapshot memory at exit" "$LOGS/memory.torch.cuda.log" | sed 's/^/   | /'
+    grep -E "device spare|snapshot memory at exit|snapshot files without the spare" "$LOGS/memory.torch.cuda.log" | sed 's/^/   | /'
   else
     echo "   PyTorch mlp_ddp: not measured (no torch for $PY)"
   fi

@@ -7,9 +7,10 @@
 #      native checksum; the agent's cost per boundary is printed, also for a
 #      larger model (--hidden 4096);
 #   1b. hidden 4096 with --snapshot_every=10, asynchronous vs synchronous
-#      snapshots, and asynchronous without the spare file
-#      (--snapshot_keep_spare=false: 1.00x live at exit): equal checksums;
-#      per-snapshot cost and memory printed;
+#      snapshots: the default (no spare, each file made ahead, 1.00x live at
+#      exit), with the spare file kept (--snapshot_keep_spare=true) and with
+#      no file made ahead (--snapshot_spare_ahead=false: each made without
+#      its pages): equal checksums; per-snapshot cost and memory printed;
 #   2. killed past the first boundary (minibatch 6, 8 calls in) with the
 #      default collectives (real NCCL), then with --collectives=gloo: the
 #      replacement restores the snapshot of minibatch 6, replays, and the
@@ -17,7 +18,7 @@
 #   3. killed at the boundary itself (snapshot renamed, journal boundary not
 #      recorded): recovered from the previous boundary's snapshot; killed
 #      with an asynchronous snapshot in flight / finished but not renamed
-#      (in flight also without the spare): recovered from the one before;
+#      (in flight also with the spare kept): recovered from the one before;
 #   4. a corrupted snapshot: refused with a data-loss error, the application
 #      fails cleanly, the job ends well within its bound;
 #   5. --spares 1: the same kill, the rank goes to the spare (CUDA context
@@ -57,29 +58,42 @@ if [ "$MODE" = all ] || [ "$MODE" = snapshots ]; then
   # each on the executor (critical path) and to the finished file, the
   # files' reuse and memory; the checksum must equal a run with synchronous
   # snapshots only.
-  for arm in async sync lean; do
+  for arm in async sync spare lean; do
     log="$LOGS/snap.every10.$arm.log"
     flags="--snapshot_every=10"; [ "$arm" = sync ] && flags="$flags --snapshot_async=false"
-    [ "$arm" = lean ] && flags="$flags --snapshot_keep_spare=false"
+    [ "$arm" = spare ] && flags="$flags --snapshot_keep_spare=true"
+    [ "$arm" = lean ] && flags="$flags --snapshot_spare_ahead=false"
     t0=$(now)
     timeout 200 $RUN -n 1 --backend=cuda --timeout=180 $flags -- "$G/apps/train_mlp.bin" \
       --iters $iters --hidden 4096 >"$log" 2>&1; rc=$?
     el=$(calc "$(now) - $t0")
     printf '   hidden 4096, %s: rc=%s, %.2f s, checksum %s\n' "$flags" "$rc" "$el" "$(checksum "$log")"
-    grep -E "snapshots at exit|snapshot memory at exit|host memory at exit|journal at exit" "$log" | head -4 | sed 's/^/   | /'
+    grep -E "snapshots at exit|snapshot memory at exit|snapshot files without the spare|host memory at exit|journal at exit" "$log" | head -5 | sed 's/^/   | /'
     grep -E "asynchronous snapshot [0-9]+ \(|snapshot of minibatch [12]:" "$log" | head -4 | sed 's/^/   | /'
   done
   a=$(checksum "$LOGS/snap.every10.async.log"); b=$(checksum "$LOGS/snap.every10.sync.log")
   if [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "asynchronous snapshot [0-9]* (" "$LOGS/snap.every10.async.log"; then
     s=PASS; else s="FAIL ($a vs $b)"; fi
   record "snapshots: asynchronous = synchronous (hidden 4096)" "$s" "$LOGS/snap.every10.async.log"
-  # Without the spare: a new file per snapshot made without its pages, 1.00x
-  # the live bytes at exit, the same checksum.
+  # The default: 1.00x the live bytes at exit, the files made ahead; with
+  # the spare: 2.00x, two files; with nothing made ahead: a new file per
+  # snapshot made without its pages, 1.00x. The same checksum each.
+  c=$(checksum "$LOGS/snap.every10.async.log")
+  if [ -n "$c" ] && [ "$c" = "$b" ] &&
+     grep -q "snapshot memory at exit.*(1.00x live)" "$LOGS/snap.every10.async.log" &&
+     grep -q "snapshot files without the spare.* [1-9][0-9]* next files made ahead" "$LOGS/snap.every10.async.log"; then
+    s=PASS; else s="FAIL ($c vs $b)"; fi
+  record "snapshots: default 1x live, files made ahead = synchronous (hidden 4096)" "$s" "$LOGS/snap.every10.async.log"
+  c=$(checksum "$LOGS/snap.every10.spare.log")
+  if [ -n "$c" ] && [ "$c" = "$b" ] &&
+     grep -q "snapshot memory at exit.*(2.00x live)" "$LOGS/snap.every10.spare.log"; then
+    s=PASS; else s="FAIL ($c vs $b)"; fi
+  record "snapshots: the spare kept, 2x live = synchronous (hidden 4096)" "$s" "$LOGS/snap.every10.spare.log"
   c=$(checksum "$LOGS/snap.every10.lean.log")
   if [ -n "$c" ] && [ "$c" = "$b" ] &&
      grep -q "snapshot memory at exit.*(1.00x live).*made without their pages" "$LOGS/snap.every10.lean.log"; then
     s=PASS; else s="FAIL ($c vs $b)"; fi
-  record "snapshots: without the spare, 1x live = synchronous (hidden 4096)" "$s" "$LOGS/snap.every10.lean.log"
+  record "snapshots: nothing made ahead, 1x live = synchronous (hidden 4096)" "$s" "$LOGS/snap.every10.lean.log"
 
   # 2.-3. Kills past the first boundary and at the boundary.
   snap_kill() {  # file-tag name extra-flags chaos
@@ -106,7 +120,7 @@ if [ "$MODE" = all ] || [ "$MODE" = snapshots ]; then
   # before it.
   snap_kill inflight3 "kill, async snapshot 3 in flight" "--snapshot_every=4" "minibatch=3,point=snapshot_inflight"
   snap_kill finish3 "kill, async snapshot 3 not renamed" "--snapshot_every=4" "minibatch=3,point=snapshot_finish"
-  snap_kill inflight3_lean "kill, async snapshot 3 in flight, no spare" "--snapshot_every=4 --snapshot_keep_spare=false" "minibatch=3,point=snapshot_inflight"
+  snap_kill inflight3_spare "kill, async snapshot 3 in flight, the spare kept" "--snapshot_every=4 --snapshot_keep_spare=true" "minibatch=3,point=snapshot_inflight"
   for tag in kill6_nccl kill6_spare; do
     f="$LOGS/snap.$tag.log"
     st=$(grep -o '+ *[0-9.]*  rank 0  replacement_started' "$f" | head -1 | awk '{print $1}')
