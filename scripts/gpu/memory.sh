@@ -9,7 +9,9 @@
 # (resident and peak), journal bytes and snapshot bytes per boundary (the
 # live allocations it wrote). The same for PyTorch's mlp_ddp where the
 # machine has torch (its live bytes put the snapshots' device spare at its
-# default bound).
+# default bound), in MEM_TORCH_PAIRS pairs (default 3; the row is the median
+# of the pairs' differences), with MEM_TORCH_ARM's revenant-run flags as a
+# third run in each pair where set.
 if [ "$MODE" = all ] || [ "$MODE" = memory ]; then
   echo
   echo "=== memory: device memory in use (nvidia-smi), agent host memory, journal and snapshot bytes"
@@ -59,13 +61,40 @@ if [ "$MODE" = all ] || [ "$MODE" = memory ]; then
       [ -d "$d" ] && tlib="$tlib:$d"
     done
     targs=("$G/torch/mlp_ddp.py" --steps 300)
-    read -r nrc nbase npeak < <(peak_of "$LOGS/memory.torch.native.log" \
-      env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
-      MASTER_PORT=$((20000 + RANDOM % 20000)) timeout 200 "$PY" "${targs[@]}")
-    read -r rrc rbase rpeak < <(peak_of "$LOGS/memory.torch.cuda.log" \
-      env LD_LIBRARY_PATH="$tlib" timeout 250 $RUN -n 1 --backend=cuda --timeout=220 -- "$PY" "${targs[@]}")
-    mem_row "PyTorch mlp_ddp" "$LOGS/memory.torch.cuda.log" "$nrc" "$nbase" "$npeak" "$rrc" "$rbase" "$rpeak"
-    grep -E "device spare|snapshot memory at exit|snapshot files without the spare" "$LOGS/memory.torch.cuda.log" | sed 's/^/   | /'
+    # MEM_TORCH_PAIRS pairs (default 3): PyTorch's own peak moves by ~130 MiB
+    # from run to run (native 1803 and 1933 MiB on one machine), so the row
+    # takes the median of the pairs' differences. MEM_TORCH_ARM: revenant-run
+    # flags of a third run in each pair (printed, not recorded).
+    pairs=${MEM_TORCH_PAIRS:-3}
+    [ "$pairs" -ge 1 ] 2>/dev/null || pairs=1
+    extras=(); rc_ok=1
+    for p in $(seq 1 "$pairs"); do
+      read -r nrc nbase npeak < <(peak_of "$LOGS/memory.torch.native.$p.log" \
+        env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
+        MASTER_PORT=$((20000 + RANDOM % 20000)) timeout 200 "$PY" "${targs[@]}")
+      read -r rrc rbase rpeak < <(peak_of "$LOGS/memory.torch.cuda.$p.log" \
+        env LD_LIBRARY_PATH="$tlib" timeout 250 $RUN -n 1 --backend=cuda --timeout=220 -- "$PY" "${targs[@]}")
+      e=$(( (rpeak - rbase) - (npeak - nbase) ))
+      extras+=("$e")
+      { [ "$nrc" -eq 0 ] && [ "$rrc" -eq 0 ]; } || rc_ok=0
+      printf '   PyTorch mlp_ddp pair %d: device memory in use, peak: native %d MiB, revenant %d MiB: %+d MiB (rc %d/%d)\n' \
+        "$p" "$((npeak - nbase))" "$((rpeak - rbase))" "$e" "$nrc" "$rrc"
+      if [ -n "${MEM_TORCH_ARM:-}" ]; then
+        read -r xrc xbase xpeak < <(peak_of "$LOGS/memory.torch.arm.$p.log" \
+          env LD_LIBRARY_PATH="$tlib" timeout 250 $RUN -n 1 --backend=cuda --timeout=220 $MEM_TORCH_ARM \
+          -- "$PY" "${targs[@]}")
+        printf '   PyTorch mlp_ddp pair %d [%s]: revenant %d MiB: %+d MiB against the pair'"'"'s native (rc %d)\n' \
+          "$p" "$MEM_TORCH_ARM" "$((xpeak - xbase))" "$(( (xpeak - xbase) - (npeak - nbase) ))" "$xrc"
+      fi
+    done
+    med=$(printf '%s\n' "${extras[@]}" | median)
+    printf '   PyTorch mlp_ddp, device memory lost, median of %d pair(s): %+.0f MiB (%.2f %% of %d MiB)\n' \
+      "$pairs" "$med" "$(calc "100 * $med / $gpu_total")" "$gpu_total"
+    if [ "$rc_ok" = 1 ] && [ "$(calc "($med <= 512 && $med * 100 <= $gpu_total) ? 1 : 0")" = 1 ]; then s=PASS
+    else s="FAIL (median $med MiB more than native; every run rc 0: $rc_ok)"; fi
+    record "memory: PyTorch mlp_ddp device memory lost <= 512 MiB and <= 1 % (median of pairs)" "$s" \
+      "$LOGS/memory.torch.cuda.1.log"
+    grep -E "device spare|snapshot memory at exit|snapshot files without the spare" "$LOGS/memory.torch.cuda.1.log" | sed 's/^/   | /'
   else
     echo "   PyTorch mlp_ddp: not measured (no torch for $PY)"
   fi

@@ -10,7 +10,7 @@
 #          snapshots against native), shim_bench pairs with --upload_hold=false as
 #          a third arm, the round-trip rows and the one-rank all-reduce in
 #          short pairs, PyTorch mlp_ddp and gpt_amp pairs, device and host
-#          memory.                                                      ~300 s
+#          memory (PyTorch's in MEM_TORCH_PAIRS pairs, default 3).     ~330 s
 #   perf2: the multi-rank rows: 2-rank nccl_bench, 4-rank busbw pairs,
 #          4-rank train_mlp step pairs, 4-rank PyTorch pairs.            ~400 s
 #   perf3: recovery over real NCCL at 4 ranks: the named kills and
@@ -51,7 +51,7 @@ if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
       perf_run one one_pairs 300 ONE_STEP_ROUNDS=3 ONE_BENCH_PAIRS=3 ONE_BENCH_ARM_FLAGS=--upload_hold=false \
         ONE_LAT_PAIRS=15 ONE_AR_PAIRS=8
       perf_run torch1 torch1_pairs 150 "TORCH_ONE=mlp_ddp gpt_amp" TORCH1_PAIRS=2 TORCH_STEPS=300
-      perf_run memory memory 90
+      perf_run memory memory 150
       ;;
     perf2)
       perf_run nb2 nccl_multi_bench 100 NB_SIZES=2 NB_STEP=8 NB_STEPTIME=0
