@@ -396,7 +396,7 @@ size_t SnapshotStore::FileSizeFor(const AllocationTable& table) {
   return n;
 }
 
-absl::Status SnapshotStore::ResizeFile(File* f, size_t size) {
+absl::Status SnapshotStore::ResizeFile(File* f, size_t size, bool populate) {
   if (f->map == nullptr || f->registered) return absl::FailedPreconditionError("mapped, unregistered");
   if (size == f->size) return absl::OkStatus();
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -425,6 +425,10 @@ absl::Status SnapshotStore::ResizeFile(File* f, size_t size) {
   }
   const size_t from = f->size / page * page;
   f->size = size;
+  if (!populate) {
+    f->populated = false;  // the new pages come when written (or PopulateAll)
+    return absl::OkStatus();
+  }
   if (absl::Status s = PopulateWritable(f->map + from, size - from);
       !s.ok() && !absl::IsUnimplemented(s)) {
     return absl::ResourceExhaustedError(
@@ -481,19 +485,37 @@ void SnapshotStore::PrepareFirstFile(size_t size) {
     return;
   }
   first_busy_.store(true, std::memory_order_release);
-  first_thread_ = std::thread([this, target] {
+  first_thread_ = std::thread([this, target, size] {
     const absl::Time start = absl::Now();
     absl::Status s;
     if (first_file_ == nullptr) {
       // Not registered: the first snapshot registers it at its exact size.
-      absl::StatusOr<std::unique_ptr<File>> f = MakeFile(target, FirstAheadPath(), SnapshotCopier{});
+      absl::StatusOr<std::unique_ptr<File>> f =
+          MakeFile(target, FirstAheadPath(), SnapshotCopier{}, /*populate=*/false);
       if (f.ok()) {
         first_file_ = std::move(*f);
+        first_resident_ = 0;
       } else {
         s = f.status();
       }
     } else {
-      s = ResizeFile(first_file_.get(), target);
+      s = ResizeFile(first_file_.get(), target, /*populate=*/false);
+    }
+    // Pages for the bytes the allocations have now, not for the room to
+    // grow (half as much again: populating it made the first snapshot wait
+    // for this thread; a cut frees nothing there, and what the snapshot
+    // uses of it the copying threads fault in, or registering does).
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t need = std::min(target, (size + page - 1) / page * page);
+    if (s.ok() && need > first_resident_) {
+      const size_t from = first_resident_ / page * page;
+      if (absl::Status p = PopulateWritable(first_file_->map + from, need - from);
+          !p.ok() && !absl::IsUnimplemented(p)) {
+        s = absl::ResourceExhaustedError(absl::StrCat("cannot allocate the first snapshot's file (",
+                                                      need, " bytes): ", p.message()));
+      } else {
+        first_resident_ = need;
+      }
     }
     if (!s.ok()) {
       Delete(std::move(first_file_));

@@ -359,8 +359,11 @@ class SnapshotStore {
 
   // Before the first snapshot (with keep_spare and spare_ahead): a file of
   // `size` bytes (FileSizeFor of the allocations so far, with room to grow)
-  // is made on a thread of the store's own, its pages resident but not
-  // registered (half as large again: allocations grow until then); a later call with a larger size grows it once that thread is
+  // is made on a thread of the store's own, not registered, half as large
+  // again (allocations grow until then) but with pages only for `size`
+  // (populating the room to grow made the first snapshot wait for the
+  // thread: what the snapshot uses of it its copying threads fault in, or
+  // registering does); a later call with a larger size grows it once that thread is
   // idle (a call never waits for it). The first snapshot takes the file: cut
   // (behind its copies, CutBehind) or grown to its exact size, then registered
   // (unless staged), so that its critical path
@@ -374,6 +377,9 @@ class SnapshotStore {
   // first snapshot began, with spare_ahead (with or without keep_spare).
   bool wants_first_file() const { return !first_begun_ && options_.spare_ahead; }
   bool first_file_used() const { return first_file_used_; }
+  // Waits for the thread making the file ahead of the first snapshot (the
+  // first snapshot does; tests).
+  void JoinFirstFile();
   double first_file_ms() const { return first_ms_; }
   // What taking it cost the first snapshot: waiting for the thread, cutting
   // or growing it from the size it had, registering it.
@@ -497,8 +503,6 @@ class SnapshotStore {
   // The snapshot directory made, and a dead agent's leftover temporary and
   // spare files deleted (once, before this store's first file).
   absl::Status PrepareDir();
-  // Waits for the thread making the file ahead of the first snapshot.
-  void JoinFirstFile();
   // Cuts the mapped, unregistered file `f` to `size` bytes on a thread
   // (cut_thread_): f->size is `size` at once, the pages past it are
   // unmapped and freed behind. JoinCut waits for it.
@@ -515,8 +519,8 @@ class SnapshotStore {
   // without register_host).
   static absl::Status Register(File* f, const SnapshotCopier& copier);
   // Cuts or grows an unregistered mapped file to `size` bytes (its new
-  // pages made resident).
-  static absl::Status ResizeFile(File* f, size_t size);
+  // pages made resident, unless !populate: then File::populated is false).
+  static absl::Status ResizeFile(File* f, size_t size, bool populate = true);
 
   void Unmap(File* f);
   void Delete(std::unique_ptr<File> f);
@@ -580,6 +584,9 @@ class SnapshotStore {
   std::unique_ptr<File> first_file_;
   absl::Status first_status_;
   size_t first_target_ = 0;
+  // The bytes from the start of first_file_ whose pages first_thread_ made
+  // resident (the allocations' size at its last call; not the room to grow).
+  size_t first_resident_ = 0;
   bool first_begun_ = false;  // the first snapshot began: no more making ahead
   bool first_file_used_ = false;
   double first_ms_ = 0;

@@ -464,6 +464,47 @@ TEST_F(SnapshotTest, TheFirstSnapshotTakesTheFileMadeAheadCutOrGrownToItsSize) {
   }
 }
 
+// The file made ahead of the first snapshot is half as large again as the
+// allocations so far (room to grow) but has pages only for them: the
+// thread does not populate the room (the first snapshot waited for it),
+// and a snapshot that uses part of it (staged: its copying threads fault
+// the pages in; registered: registering does) loads back equal. On tmpfs,
+// where a file's blocks are its resident pages.
+TEST_F(SnapshotTest, TheFirstFileMadeAheadHasPagesOnlyForTheAllocationsSoFar) {
+  for (const bool staged : {true, false}) {
+    SCOPED_TRACE(staged ? "staged" : "registered");
+    char tmpl[] = "/dev/shm/snapshot_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string root = tmpl;
+    FakeDevice d = MakeDevice(27);
+    AddRandom(d, 0x300000000000ull, size_t{8} << 20, 28);
+    const size_t now = SnapshotStore::FileSizeFor(d.Table());
+    CountingCopier cc{&d};
+    SnapshotStore::Options o;
+    o.staged = staged;
+    o.staging_bytes = 1 << 20;
+    SnapshotStore store(root + "/snapshots", 0, o);
+    store.SetCopier(cc.Make());
+    store.PrepareFirstFile(now);
+    store.JoinFirstFile();
+    struct stat st {};
+    ASSERT_EQ(stat(store.FirstAheadPath().c_str(), &st), 0);
+    EXPECT_GE(static_cast<size_t>(st.st_size), now + now / 2);
+    const size_t resident = static_cast<size_t>(st.st_blocks) * 512;
+    EXPECT_GE(resident, now);
+    EXPECT_LT(resident, now + (size_t{256} << 10)) << "the room to grow was populated";
+    // Allocations grew into the room before the snapshot.
+    AddRandom(d, 0x400000000000ull, size_t{2} << 20, 29);
+    absl::StatusOr<SnapshotWriteStats> w = store.Write(1, 1, d.Table());
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE(store.first_file_used());
+    EXPECT_EQ(w->staged, staged);
+    ExpectLoadsTo(store, 1, d);
+    store.ReleaseMappings();
+    std::filesystem::remove_all(root);
+  }
+}
+
 TEST_F(SnapshotTest, NoFileIsMadeAheadWithoutTheSpare) {
   FakeDevice d = MakeDevice(23);
   CountingCopier cc{&d};
