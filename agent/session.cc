@@ -1077,7 +1077,16 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
   // the journal's replay starts from), one rank: asynchronous.
   const bool inside = options_.snapshot_async && !inside_unsupported_ &&
                       options_.world_size == 1 && !every_step && minibatch != 0;
-  if (!inside) return SnapshotDue() ? SnapshotStep::kBoundary : SnapshotStep::kSkip;
+  if (!inside) {
+    if (SnapshotDue()) return SnapshotStep::kBoundary;
+    // Synchronous snapshots at timed boundaries (peers with --snapshots=on,
+    // --snapshot_async=false): their files made ahead too.
+    if (!every_step) {
+      MakeNextSnapshotFile(options_.journal->live_minibatch_bytes(), /*log_chunk=*/false);
+    }
+    last_plan_ns_ = MonotonicNanos();
+    return SnapshotStep::kSkip;
+  }
   const bool timed = options_.snapshot_every > 1
                          ? steps_since_snapshot_ + 1 >= options_.snapshot_every
                          : TimedSnapshotDue();
@@ -1129,7 +1138,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
       if (inflight_ == nullptr) ++bound_snapshots_;
     }
     due_by_bytes = by_bytes;
-    if (!due && inflight_ == nullptr && !inside_chaos) MakeNextSnapshotFile(live);
+    if (!due && inflight_ == nullptr && !inside_chaos) MakeNextSnapshotFile(live, /*log_chunk=*/true);
     last_plan_ns_ = MonotonicNanos();
   }
   if (!due || inflight_ != nullptr) {
@@ -1145,7 +1154,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
   return SnapshotStep::kInside;
 }
 
-void Session::MakeNextSnapshotFile(uint64_t live_log_bytes) {
+void Session::MakeNextSnapshotFile(uint64_t live_log_bytes, bool log_chunk) {
   if (!snapshots_->next_file_wanted()) return;
   bool soon;
   if (options_.snapshot_every > 1) {
@@ -1170,7 +1179,7 @@ void Session::MakeNextSnapshotFile(uint64_t live_log_bytes) {
     // The journal boundary that keeps the minibatch log in its first chunk
     // (LogChunkBoundaryDue) takes a synchronous snapshot: its file too.
     const uint64_t chunk = options_.journal->minibatch_first_chunk();
-    if (!soon && log_chunk_factor_ != 0 && chunk != 0 &&
+    if (!soon && log_chunk && log_chunk_factor_ != 0 && chunk != 0 &&
         options_.journal->minibatch_log_bytes() >= chunk / 2) {
       soon = now - last_journal_boundary_end_ns_ >=
              log_chunk_factor_ * last_journal_boundary_ns_ - lead;

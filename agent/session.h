@@ -644,10 +644,11 @@ class Session : private JournalingHost {
   // makes the next one due (kSnapshotIntervalFactor, snapshot_min_interval_ns).
   bool TimedSnapshotDue() const;
   // Without the spare (SessionOptions::snapshot_keep_spare false): once the
-  // next asynchronous snapshot comes near (by the clock, the cadence or
-  // the journal's bytes, `live_log_bytes` of LogBytesTowardBound), its file
-  // is made ahead on the store's thread (SnapshotStore::MakeNextFileAhead).
-  void MakeNextSnapshotFile(uint64_t live_log_bytes);
+  // next snapshot comes near (by the clock, the cadence, the journal's
+  // bytes `live_log_bytes`, or with `log_chunk` the journal boundary that
+  // keeps the minibatch log in its first chunk), its file is made ahead on
+  // the store's thread (SnapshotStore::MakeNextFileAhead).
+  void MakeNextSnapshotFile(uint64_t live_log_bytes, bool log_chunk);
   int64_t created_ns_ = 0;  // MonotonicNanos() when the session was made
   int64_t last_plan_ns_ = 0;  // the last step's PlanSnapshot inside the minibatch
   // REVENANT_JOURNAL_LOG_CHUNK_BOUNDARY, else kLogChunkBoundaryFactor (0: off).
