@@ -1082,7 +1082,8 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
     // Synchronous snapshots at timed boundaries (peers with --snapshots=on,
     // --snapshot_async=false): their files made ahead too.
     if (!every_step) {
-      MakeNextSnapshotFile(options_.journal->live_minibatch_bytes(), /*log_chunk=*/false);
+      MakeNextSnapshotFile(options_.journal->live_minibatch_bytes(),
+                           options_.snapshot_max_log_bytes, /*log_chunk=*/false);
     }
     last_plan_ns_ = MonotonicNanos();
     return SnapshotStep::kSkip;
@@ -1138,7 +1139,10 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
       if (inflight_ == nullptr) ++bound_snapshots_;
     }
     due_by_bytes = by_bytes;
-    if (!due && inflight_ == nullptr && !inside_chaos) MakeNextSnapshotFile(live, /*log_chunk=*/true);
+    if (!due && inflight_ == nullptr && !inside_chaos) {
+      MakeNextSnapshotFile(live, std::max(options_.snapshot_max_log_bytes / 4 * 3, bound_floor_),
+                           /*log_chunk=*/true);
+    }
     last_plan_ns_ = MonotonicNanos();
   }
   if (!due || inflight_ != nullptr) {
@@ -1154,7 +1158,16 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
   return SnapshotStep::kInside;
 }
 
-void Session::MakeNextSnapshotFile(uint64_t live_log_bytes, bool log_chunk) {
+void Session::MakeNextSnapshotFile(uint64_t live_log_bytes, uint64_t due_at_bytes,
+                                   bool log_chunk) {
+  // The journal's bytes per ns since the last call (for the bytes' due).
+  const int64_t called = MonotonicNanos();
+  const double byte_rate =
+      last_live_ns_ != 0 && called > last_live_ns_ && live_log_bytes > last_live_bytes_
+          ? static_cast<double>(live_log_bytes - last_live_bytes_) / (called - last_live_ns_)
+          : 0.0;
+  last_live_bytes_ = live_log_bytes;
+  last_live_ns_ = called;
   if (!snapshots_->next_file_wanted()) return;
   bool soon;
   if (options_.snapshot_every > 1) {
@@ -1165,7 +1178,8 @@ void Session::MakeNextSnapshotFile(uint64_t live_log_bytes, bool log_chunk) {
     // The timed one (TimedSnapshotDue): ahead by twice what the last file
     // took to make and 2 ms, or by two steps (the check comes once a step),
     // at least 5 ms, at most half the interval; the journal's bytes make
-    // one due from three quarters of the bound: from half of it.
+    // one due at `due_at_bytes`: ahead by the same lead at the rate they
+    // grew since the last step (not growing: within an eighth of it).
     const int64_t now = MonotonicNanos();
     const int64_t step = last_plan_ns_ != 0 ? now - last_plan_ns_ : 0;
     const int64_t interval =
@@ -1174,8 +1188,10 @@ void Session::MakeNextSnapshotFile(uint64_t live_log_bytes, bool log_chunk) {
         std::max(static_cast<int64_t>(2e6 * snapshots_->next_file_make_ms()) + 2 * 1000 * 1000,
                  2 * step),
         5 * 1000 * 1000, interval / 2);
-    soon = now - last_snapshot_end_ns_ >= interval - lead ||
-           live_log_bytes >= options_.snapshot_max_log_bytes / 2;
+    const uint64_t near = due_at_bytes - due_at_bytes / 8;
+    soon = now - last_snapshot_end_ns_ >= interval - lead || live_log_bytes >= due_at_bytes ||
+           (byte_rate > 0 ? static_cast<double>(due_at_bytes - live_log_bytes) / byte_rate <= lead
+                          : live_log_bytes >= near);
     // The journal boundary that keeps the minibatch log in its first chunk
     // (LogChunkBoundaryDue) takes a synchronous snapshot: its file too.
     const uint64_t chunk = options_.journal->minibatch_first_chunk();

@@ -645,10 +645,13 @@ class Session : private JournalingHost {
   bool TimedSnapshotDue() const;
   // Without the spare (SessionOptions::snapshot_keep_spare false): once the
   // next snapshot comes near (by the clock, the cadence, the journal's
-  // bytes `live_log_bytes`, or with `log_chunk` the journal boundary that
-  // keeps the minibatch log in its first chunk), its file is made ahead on
-  // the store's thread (SnapshotStore::MakeNextFileAhead).
-  void MakeNextSnapshotFile(uint64_t live_log_bytes, bool log_chunk);
+  // bytes `live_log_bytes` nearing `due_at_bytes`, where they make one due,
+  // or with `log_chunk` the journal boundary that keeps the minibatch log in
+  // its first chunk), its file is made ahead on the store's thread
+  // (SnapshotStore::MakeNextFileAhead).
+  void MakeNextSnapshotFile(uint64_t live_log_bytes, uint64_t due_at_bytes, bool log_chunk);
+  uint64_t last_live_bytes_ = 0;  // live_log_bytes at the last call, and when
+  int64_t last_live_ns_ = 0;
   int64_t created_ns_ = 0;  // MonotonicNanos() when the session was made
   int64_t last_plan_ns_ = 0;  // the last step's PlanSnapshot inside the minibatch
   // REVENANT_JOURNAL_LOG_CHUNK_BOUNDARY, else kLogChunkBoundaryFactor (0: off).
