@@ -1082,8 +1082,11 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
     // Synchronous snapshots at timed boundaries (peers with --snapshots=on,
     // --snapshot_async=false): their files made ahead too.
     if (!every_step) {
+      // (With an explicit cadence their bytes make none due.)
       MakeNextSnapshotFile(options_.journal->live_minibatch_bytes(),
-                           options_.snapshot_max_log_bytes, /*log_chunk=*/false);
+                           options_.snapshot_every > 1 ? UINT64_MAX
+                                                       : options_.snapshot_max_log_bytes,
+                           /*log_chunk=*/false);
     }
     last_plan_ns_ = MonotonicNanos();
     return SnapshotStep::kSkip;
@@ -1169,29 +1172,31 @@ void Session::MakeNextSnapshotFile(uint64_t live_log_bytes, uint64_t due_at_byte
   last_live_bytes_ = live_log_bytes;
   last_live_ns_ = called;
   if (!snapshots_->next_file_wanted()) return;
-  bool soon;
+  // Ahead by twice what the last file took to make and 2 ms, or by two
+  // steps (the check comes once a step), at least 5 ms, at most half the
+  // timed interval.
+  const int64_t now = called;
+  const int64_t step = last_plan_ns_ != 0 ? now - last_plan_ns_ : 0;
+  const int64_t interval =
+      std::max(kSnapshotIntervalFactor * last_snapshot_ns_, options_.snapshot_min_interval_ns);
+  const int64_t lead = std::clamp<int64_t>(
+      std::max(static_cast<int64_t>(2e6 * snapshots_->next_file_make_ms()) + 2 * 1000 * 1000,
+               2 * step),
+      5 * 1000 * 1000, interval / 2);
+  // The journal's bytes make one due at `due_at_bytes` (whatever the
+  // cadence): ahead by the lead at the rate they grew since the last step
+  // (not growing: within an eighth of it).
+  const uint64_t near = due_at_bytes - due_at_bytes / 8;
+  bool soon = live_log_bytes >= due_at_bytes ||
+              (byte_rate > 0 ? static_cast<double>(due_at_bytes - live_log_bytes) / byte_rate <= lead
+                             : live_log_bytes >= near);
   if (options_.snapshot_every > 1) {
     // An explicit cadence: a quarter of it ahead (at least one step).
-    soon = steps_since_snapshot_ + 1 + std::max<uint64_t>(1, options_.snapshot_every / 4) >=
-           options_.snapshot_every;
+    soon = soon || steps_since_snapshot_ + 1 + std::max<uint64_t>(1, options_.snapshot_every / 4) >=
+                       options_.snapshot_every;
   } else {
-    // The timed one (TimedSnapshotDue): ahead by twice what the last file
-    // took to make and 2 ms, or by two steps (the check comes once a step),
-    // at least 5 ms, at most half the interval; the journal's bytes make
-    // one due at `due_at_bytes`: ahead by the same lead at the rate they
-    // grew since the last step (not growing: within an eighth of it).
-    const int64_t now = MonotonicNanos();
-    const int64_t step = last_plan_ns_ != 0 ? now - last_plan_ns_ : 0;
-    const int64_t interval =
-        std::max(kSnapshotIntervalFactor * last_snapshot_ns_, options_.snapshot_min_interval_ns);
-    const int64_t lead = std::clamp<int64_t>(
-        std::max(static_cast<int64_t>(2e6 * snapshots_->next_file_make_ms()) + 2 * 1000 * 1000,
-                 2 * step),
-        5 * 1000 * 1000, interval / 2);
-    const uint64_t near = due_at_bytes - due_at_bytes / 8;
-    soon = now - last_snapshot_end_ns_ >= interval - lead || live_log_bytes >= due_at_bytes ||
-           (byte_rate > 0 ? static_cast<double>(due_at_bytes - live_log_bytes) / byte_rate <= lead
-                          : live_log_bytes >= near);
+    // The timed one (TimedSnapshotDue).
+    soon = soon || now - last_snapshot_end_ns_ >= interval - lead;
     // The journal boundary that keeps the minibatch log in its first chunk
     // (LogChunkBoundaryDue) takes a synchronous snapshot: its file too.
     const uint64_t chunk = options_.journal->minibatch_first_chunk();
