@@ -1005,9 +1005,12 @@ void Session::MaybeChaos(SessionOptions::Chaos::Point) {}
 void Session::MaybeSnapshotChaos(SessionOptions::Chaos::Point, uint64_t) {}
 #endif
 
-bool Session::TimedSnapshotDue() const {
-  return MonotonicNanos() - last_snapshot_end_ns_ >=
-         std::max(kSnapshotIntervalFactor * last_snapshot_ns_, options_.snapshot_min_interval_ns);
+int64_t Session::TimedSnapshotInterval() const {
+  return std::max(kSnapshotIntervalFactor * last_snapshot_ns_, options_.snapshot_min_interval_ns);
+}
+
+bool Session::TimedSnapshotDue(int64_t within_ns) const {
+  return MonotonicNanos() - last_snapshot_end_ns_ >= TimedSnapshotInterval() - within_ns;
 }
 
 void Session::NoteJournalBoundary(int64_t start_ns) {
@@ -1015,12 +1018,13 @@ void Session::NoteJournalBoundary(int64_t start_ns) {
   last_journal_boundary_ns_ = last_journal_boundary_end_ns_ - start_ns;
 }
 
-bool Session::LogChunkBoundaryDue() const {
+bool Session::LogChunkBoundaryDue(int64_t within_ns) const {
   const int64_t factor = log_chunk_factor_;
   if (factor == 0) return false;
   const uint64_t chunk = options_.journal->minibatch_first_chunk();
   if (chunk == 0 || options_.journal->minibatch_log_bytes() < chunk / 2) return false;
-  return MonotonicNanos() - last_journal_boundary_end_ns_ >= factor * last_journal_boundary_ns_;
+  return MonotonicNanos() - last_journal_boundary_end_ns_ >=
+         factor * last_journal_boundary_ns_ - within_ns;
 }
 
 uint64_t Session::LogBytesTowardBound() {
@@ -1175,10 +1179,8 @@ void Session::MakeNextSnapshotFile(uint64_t live_log_bytes, uint64_t due_at_byte
   // Ahead by twice what the last file took to make and 2 ms, or by two
   // steps (the check comes once a step), at least 5 ms, at most half the
   // timed interval.
-  const int64_t now = called;
-  const int64_t step = last_plan_ns_ != 0 ? now - last_plan_ns_ : 0;
-  const int64_t interval =
-      std::max(kSnapshotIntervalFactor * last_snapshot_ns_, options_.snapshot_min_interval_ns);
+  const int64_t step = last_plan_ns_ != 0 ? called - last_plan_ns_ : 0;
+  const int64_t interval = TimedSnapshotInterval();
   const int64_t lead = std::clamp<int64_t>(
       std::max(static_cast<int64_t>(2e6 * snapshots_->next_file_make_ms()) + 2 * 1000 * 1000,
                2 * step),
@@ -1195,16 +1197,9 @@ void Session::MakeNextSnapshotFile(uint64_t live_log_bytes, uint64_t due_at_byte
     soon = soon || steps_since_snapshot_ + 1 + std::max<uint64_t>(1, options_.snapshot_every / 4) >=
                        options_.snapshot_every;
   } else {
-    // The timed one (TimedSnapshotDue).
-    soon = soon || now - last_snapshot_end_ns_ >= interval - lead;
-    // The journal boundary that keeps the minibatch log in its first chunk
-    // (LogChunkBoundaryDue) takes a synchronous snapshot: its file too.
-    const uint64_t chunk = options_.journal->minibatch_first_chunk();
-    if (!soon && log_chunk && log_chunk_factor_ != 0 && chunk != 0 &&
-        options_.journal->minibatch_log_bytes() >= chunk / 2) {
-      soon = now - last_journal_boundary_end_ns_ >=
-             log_chunk_factor_ * last_journal_boundary_ns_ - lead;
-    }
+    // The timed one, and the journal boundary that keeps the minibatch log
+    // in its first chunk (a synchronous snapshot: its file too).
+    soon = soon || TimedSnapshotDue(lead) || (log_chunk && LogChunkBoundaryDue(lead));
   }
   if (soon) {
     snapshots_->MakeNextFileAhead(SnapshotStore::FileSizeFor(backend_->DeviceAllocations()));

@@ -632,7 +632,7 @@ class Session : private JournalingHost {
   // its first chunk"). A job whose snapshots are large keeps the other
   // bounds (time, --snapshot_max_log_mib).
   static constexpr int64_t kLogChunkBoundaryFactor = 100;
-  bool LogChunkBoundaryDue() const;
+  bool LogChunkBoundaryDue(int64_t within_ns = 0) const;
   // Journal boundaries placed by the executor (a synchronous snapshot and a
   // new minibatch): when the last one ended and what it took.
   int64_t last_journal_boundary_end_ns_ = 0;
@@ -642,7 +642,10 @@ class Session : private JournalingHost {
   void NoteJournalBoundary(int64_t start_ns);
   // --snapshot_every=auto: whether the time since the last snapshot ended
   // makes the next one due (kSnapshotIntervalFactor, snapshot_min_interval_ns).
-  bool TimedSnapshotDue() const;
+  // `within_ns`: true that long before it is due (the next snapshot's file
+  // made ahead; LogChunkBoundaryDue alike).
+  bool TimedSnapshotDue(int64_t within_ns = 0) const;
+  int64_t TimedSnapshotInterval() const;
   // Without the spare (SessionOptions::snapshot_keep_spare false): once the
   // next snapshot comes near (by the clock, the cadence, the journal's
   // bytes `live_log_bytes` nearing `due_at_bytes`, where they make one due,

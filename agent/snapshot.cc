@@ -556,14 +556,7 @@ void SnapshotStore::MakeSpareAhead(size_t size) {
     behind = files_.back().second.get();
   }
   ahead_thread_ = std::thread([this, size, copier, behind] {
-    const absl::Time start = absl::Now();
-    absl::StatusOr<std::unique_ptr<File>> f = MakeFile(size, AheadPath(), copier);
-    ahead_ms_ = absl::ToDoubleMilliseconds(absl::Now() - start);
-    if (f.ok()) {
-      ahead_file_ = std::move(*f);
-    } else {
-      ahead_status_ = f.status();
-    }
+    MakeAheadFile(size, copier);
     if (behind != nullptr) {
       const absl::Time r = absl::Now();
       // A failure leaves it unregistered: a snapshot into it stages.
@@ -571,6 +564,17 @@ void SnapshotStore::MakeSpareAhead(size_t size) {
       register_behind_ms_ += absl::ToDoubleMilliseconds(absl::Now() - r);
     }
   });
+}
+
+void SnapshotStore::MakeAheadFile(size_t size, const SnapshotCopier& copier) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<File>> f = MakeFile(size, AheadPath(), copier);
+  ahead_ms_ = absl::ToDoubleMilliseconds(absl::Now() - start);
+  if (f.ok()) {
+    ahead_file_ = std::move(*f);
+  } else {
+    ahead_status_ = f.status();
+  }
 }
 
 void SnapshotStore::MakeNextFileAhead(size_t size) {
@@ -582,17 +586,10 @@ void SnapshotStore::MakeNextFileAhead(size_t size) {
   ahead_busy_.store(true, std::memory_order_release);
   ahead_thread_ = std::thread([this, size] {
     if (options_.before_next_file) options_.before_next_file();
-    const absl::Time start = absl::Now();
     // Its pages resident, not registered (no register_host): a staged
     // snapshot copies into it; registering would hold the CUDA driver
     // against the executor's calls for every snapshot.
-    absl::StatusOr<std::unique_ptr<File>> f = MakeFile(size, AheadPath(), SnapshotCopier{});
-    ahead_ms_ = absl::ToDoubleMilliseconds(absl::Now() - start);
-    if (f.ok()) {
-      ahead_file_ = std::move(*f);
-    } else {
-      ahead_status_ = f.status();
-    }
+    MakeAheadFile(size, SnapshotCopier{});
     ahead_busy_.store(false, std::memory_order_release);
   });
 }

@@ -500,6 +500,9 @@ class SnapshotStore {
   // Starts making a spare of `size` bytes (.spare-snap-ahead) unless there
   // is a spare or one is being made (on the store's user's thread).
   void MakeSpareAhead(size_t size);
+  // On ahead_thread_: makes a file of `size` at AheadPath() through
+  // `copier` (MakeFile) into ahead_file_ or ahead_status_, timing ahead_ms_.
+  void MakeAheadFile(size_t size, const SnapshotCopier& copier);
   // The snapshot directory made, and a dead agent's leftover temporary and
   // spare files deleted (once, before this store's first file).
   absl::Status PrepareDir();
