@@ -272,6 +272,20 @@ if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; 
     n=${NB_BW_N:-4}; bw_only=${NB_BW_ONLY:-1mib,16mib,256mib}
     bw_args="--mark_steps=${NB_STEP:-1} --only=$bw_only --scale=${NB_BW_SCALE:-10}"
     echo "   --- busbw, $n ranks, ${NB_BW_PAIRS} pair(s) of short runs (nccl_bench $bw_args), rank 0's figures"
+    # NB_BW_MPS=1: the pairs under a private MPS control daemon (its own
+    # pipe and log folders, quit after the pairs), so that the ranks' kernels
+    # run side by side instead of in time slices; the GPU's settings are not
+    # touched. Without the daemon the pairs run as they are, said so.
+    bw_mps=0
+    if [ "${NB_BW_MPS:-0}" = 1 ]; then
+      if command -v nvidia-cuda-mps-control >/dev/null; then
+        export CUDA_MPS_PIPE_DIRECTORY="$LOGS/mps.pipe" CUDA_MPS_LOG_DIRECTORY="$LOGS/mps.log"
+        mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+        if nvidia-cuda-mps-control -d; then bw_mps=1; echo "   under MPS (a private control daemon)"
+        else echo "   MPS: the control daemon did not start; the pairs run without it"
+             unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY; fi
+      else echo "   MPS: no nvidia-cuda-mps-control on this machine; the pairs run without it"; fi
+    fi
     bw_ok=1; : >"$LOGS/nccl_multi.bw.pairs"
     bw_run() {  # native|shim LOG
       local log=$2 rc
@@ -307,8 +321,13 @@ if [ "$MODE" = all ] || { [ "$MODE" = nccl_multi ] && [ "${NM_BENCH:-1}" = 1 ]; 
       awk -v z="$z" '$2 == z && ($1 == "native" || $1 == "shim") { print $1, $3 }' \
         "$LOGS/nccl_multi.bw.pairs" | levels
     done
+    if [ "$bw_mps" = 1 ]; then
+      echo quit | timeout 20 nvidia-cuda-mps-control
+      tail -3 "$CUDA_MPS_LOG_DIRECTORY/control.log" 2>/dev/null | sed 's/^/   mps | /'
+      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    fi
     if [ "$bw_ok" = 1 ]; then s=PASS; else s=FAIL; fi
-    record "nccl_multi busbw pairs, $n ranks" "$s" "$LOGS/nccl_multi.bw.cuda.log"
+    record "nccl_multi busbw pairs, $n ranks${NB_BW_MPS:+ (NB_BW_MPS=$NB_BW_MPS, daemon $bw_mps)}" "$s" "$LOGS/nccl_multi.bw.cuda.log"
   fi
   n=4
   if [ "${NB_STEPTIME:-1}" = 1 ]; then
