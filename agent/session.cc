@@ -1176,15 +1176,18 @@ void Session::MakeNextSnapshotFile(uint64_t live_log_bytes, uint64_t due_at_byte
   last_live_bytes_ = live_log_bytes;
   last_live_ns_ = called;
   if (!snapshots_->next_file_wanted()) return;
-  // Ahead by twice what the last file took to make and 2 ms, or by two
-  // steps (the check comes once a step), at least 5 ms, at most half the
-  // timed interval.
+  // Ahead by twice what making a file of the last snapshot's size should
+  // take (the store's pace: the last file made, else a cautious default;
+  // the first next file of a job has no file of its size made before it)
+  // and 2 ms, or by two steps (the check comes once a step), at least 5 ms,
+  // at most half the timed interval.
   const int64_t step = last_plan_ns_ != 0 ? called - last_plan_ns_ : 0;
   const int64_t interval = TimedSnapshotInterval();
-  const int64_t lead = std::clamp<int64_t>(
-      std::max(static_cast<int64_t>(2e6 * snapshots_->next_file_make_ms()) + 2 * 1000 * 1000,
-               2 * step),
-      5 * 1000 * 1000, interval / 2);
+  const int64_t want = std::max(
+      static_cast<int64_t>(2e6 * snapshots_->EstimatedMakeMs(snapshot_totals_.last_bytes)) +
+          2 * 1000 * 1000,
+      2 * step);
+  const int64_t lead = std::clamp<int64_t>(want, 5 * 1000 * 1000, interval / 2);
   // The journal's bytes make one due at `due_at_bytes` (whatever the
   // cadence): ahead by the lead at the rate they grew since the last step
   // (not growing: within an eighth of it).
@@ -1193,9 +1196,15 @@ void Session::MakeNextSnapshotFile(uint64_t live_log_bytes, uint64_t due_at_byte
               (byte_rate > 0 ? static_cast<double>(due_at_bytes - live_log_bytes) / byte_rate <= lead
                              : live_log_bytes >= near);
   if (options_.snapshot_every > 1) {
-    // An explicit cadence: a quarter of it ahead (at least one step).
-    soon = soon || steps_since_snapshot_ + 1 + std::max<uint64_t>(1, options_.snapshot_every / 4) >=
-                       options_.snapshot_every;
+    // An explicit cadence: a quarter of it ahead (at least one step), or the
+    // steps the lead spans at the last step's length, up to half of it.
+    uint64_t ahead = std::max<uint64_t>(1, options_.snapshot_every / 4);
+    if (step > 0) {
+      ahead = std::max<uint64_t>(
+          ahead, std::min<uint64_t>(static_cast<uint64_t>((want + step - 1) / step),
+                                    options_.snapshot_every / 2));
+    }
+    soon = soon || steps_since_snapshot_ + 1 + ahead >= options_.snapshot_every;
   } else {
     // The timed one, and the journal boundary that keeps the minibatch log
     // in its first chunk (a synchronous snapshot: its file too).

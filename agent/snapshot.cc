@@ -509,11 +509,13 @@ void SnapshotStore::PrepareFirstFile(size_t size) {
     const size_t need = std::min(target, (size + page - 1) / page * page);
     if (s.ok() && need > first_resident_) {
       const size_t from = first_resident_ / page * page;
+      const absl::Time populate_start = absl::Now();
       if (absl::Status p = PopulateWritable(first_file_->map + from, need - from);
           !p.ok() && !absl::IsUnimplemented(p)) {
         s = absl::ResourceExhaustedError(absl::StrCat("cannot allocate the first snapshot's file (",
                                                       need, " bytes): ", p.message()));
       } else {
+        if (p.ok()) NotePace(need - from, absl::Now() - populate_start);
         first_resident_ = need;
       }
     }
@@ -570,11 +572,18 @@ void SnapshotStore::MakeAheadFile(size_t size, const SnapshotCopier& copier) {
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<File>> f = MakeFile(size, AheadPath(), copier);
   ahead_ms_ = absl::ToDoubleMilliseconds(absl::Now() - start);
+  if (f.ok()) NotePace(size, absl::Now() - start);
   if (f.ok()) {
     ahead_file_ = std::move(*f);
   } else {
     ahead_status_ = f.status();
   }
+}
+
+void SnapshotStore::NotePace(size_t bytes, absl::Duration took) {
+  if (bytes < kPaceMinBytes) return;  // a small file's making is mostly its fixed costs
+  make_ns_per_byte_.store(absl::ToDoubleNanoseconds(took) / static_cast<double>(bytes),
+                          std::memory_order_relaxed);
 }
 
 void SnapshotStore::MakeNextFileAhead(size_t size) {

@@ -658,6 +658,36 @@ TEST_F(SnapshotTest, WithoutTheSpareTheNextFileIsMadeAheadAndTakenByTheNextSnaps
   ExpectLoadsTo(store, 1, d);
 }
 
+// The lead of the next file (Session::MakeNextSnapshotFile) comes from the
+// store's pace: the cautious default before any file of kPaceMinBytes was
+// made (a job's first next file has none of its size before it), then the
+// pace of the last file made with its pages resident; small files leave it.
+TEST_F(SnapshotTest, TheMakingEstimateFollowsThePaceOfTheLastLargeFileMade) {
+  FakeDevice d = MakeDevice(27);
+  CountingCopier cc{&d};
+  SnapshotStore store(dir_, 0, WithoutSpareStaged(2));
+  store.SetCopier(cc.Make());
+  constexpr size_t kLarge = size_t{48} << 20;
+  EXPECT_DOUBLE_EQ(store.EstimatedMakeMs(kLarge),
+                   kLarge * SnapshotStore::kDefaultMakeNsPerByte / 1e6);
+  ASSERT_TRUE(store.Write(1, 1, d.Table()).ok());
+  // A small file made ahead: its fixed costs say nothing of the pace.
+  store.MakeNextFileAhead(SnapshotStore::FileSizeFor(d.Table()));
+  store.TakeSpareAhead();
+  EXPECT_DOUBLE_EQ(store.EstimatedMakeMs(kLarge),
+                   kLarge * SnapshotStore::kDefaultMakeNsPerByte / 1e6);
+  store.DropNextFileAhead();
+  // A large one: the estimate for its size is what it took (the store's
+  // own clock around the same making), and twice the size twice as long.
+  store.MakeNextFileAhead(kLarge);
+  store.TakeSpareAhead();
+  const double took = store.spare_ahead_ms();
+  ASSERT_GT(took, 0);
+  EXPECT_NEAR(store.EstimatedMakeMs(kLarge), took, 0.05 * took + 0.2);
+  EXPECT_DOUBLE_EQ(store.EstimatedMakeMs(2 * kLarge), 2 * store.EstimatedMakeMs(kLarge));
+  store.DropNextFileAhead();
+}
+
 // A snapshot never waits for a next file still being made: it makes its own
 // (without pages) and counts it late; the late file serves the snapshot
 // after it.
