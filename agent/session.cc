@@ -67,6 +67,9 @@ Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> 
     so.spare_ahead = options_.snapshot_spare_ahead;
     so.staged = options_.snapshot_staged;
     so.register_behind = options_.snapshot_register_behind;
+    if (std::optional<int64_t> mib = knobs::Int(knobs::Id::kSnapshotStagingMib, 1, 4096)) {
+      so.staging_bytes = static_cast<size_t>(*mib) << 20;
+    }
     // Half the CPUs, up to 8: a synchronous snapshot stops the executor, and
     // the checksums of its allocations share the threads (Crc32cMany).
     so.crc_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u));

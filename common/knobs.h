@@ -81,6 +81,11 @@ enum class Type { kBool, kInt, kDouble, kString };
     "first such snapshot) into which the snapshot copies first, so that the application's "     \
     "streams wait for device-to-device copies instead of the copies to the host, which drain "   \
     "from it behind; given back when an allocation of the application would fail; 0: none.")    \
+  X(kSnapshotStagingMib, "REVENANT_SNAPSHOT_STAGING_MIB", kInt, kProduct, "32",                 \
+    "Staged snapshots (into files not registered): each of the two pinned host buffers (MiB, "  \
+    "at most the snapshot's bytes) that the device's copies go through to the file; larger: "  \
+    "the copies that do not fit the device spare wait less for the CPU's drain, for that much " \
+    "more pinned host memory.")                                                                 \
   X(kResultStagingMib, "REVENANT_RESULT_STAGING_MIB", kInt, kProduct, "256",                    \
     "Real NCCL with several ranks and recovery: device memory (MiB) through which a "           \
     "collective's result is copied to the host memory kept for a replacement (a device copy on " \
