@@ -236,6 +236,21 @@ class CudaBackend : public Backend {
   // address of mapped host memory). False if it could not be queued.
   bool LaunchHash(const void* data, size_t count, unsigned long long* scratch, CUdeviceptr out,
                   cudaStream_t stream);
+  // One piece of a range hashed in pieces (in order, on one stream): the
+  // piece's words are words first_word.. of the range; finish_n (the range's
+  // bytes) on its last piece, which writes the hash into *out; 0 before.
+  bool LaunchHashPiece(const void* data, size_t count, uint64_t first_word,
+                       unsigned long long* scratch, CUdeviceptr out, uint64_t finish_n,
+                       cudaStream_t stream);
+  // A held upload of kHashPiecesFrom or more: the copy in pieces on
+  // `stream`, each hashed behind its part on the stream's hash stream, and
+  // `stream` waiting for the last piece's hash. The copy's error (nothing
+  // queued if the copy was invalid); *queued false with cudaSuccess: the
+  // pieces could not be set up, the caller copies and hashes whole;
+  // *hashed: the hash is queued (the caller queues its tag).
+  cudaError_t MemcpyHeldInPieces(void* dst, const void* src, size_t count, cudaStream_t stream,
+                                 unsigned long long* scratch, CUdeviceptr out, bool* queued,
+                                 bool* hashed);
   cudaError_t QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies, uint64_t* done,
                                   uint64_t tag, const SnapshotTurns* turns = nullptr) override;
   cudaError_t RegisterSharedHost(void* addr, size_t size, unsigned int flags) override;
@@ -689,6 +704,13 @@ class CudaBackend : public Backend {
   cudaError_t cudaStreamDestroy(cudaStream_t stream) override {
     Bind();
     if (!Untrack(&streams_, stream)) return cudaErrorInvalidResourceHandle;
+    {
+      absl::MutexLock lock(&hash_mu_);
+      if (auto it = hash_streams_.find(stream); it != hash_streams_.end()) {
+        ::cudaStreamDestroy(it->second);  // its work finishes first
+        hash_streams_.erase(it);
+      }
+    }
     return ::cudaStreamDestroy(stream);
   }
   cudaError_t cudaStreamSynchronize(cudaStream_t stream) override;
@@ -1284,6 +1306,19 @@ class CudaBackend : public Backend {
   CUdeviceptr hash_base_device_ = 0;
   CUmodule hash_module_ = nullptr;
   CUfunction hash_fn_ = nullptr;
+  // The piece kernel (MemcpyHeld, uploads of kHashPiecesFrom and more):
+  // each piece hashed on a stream of the agent's behind its part of the
+  // copy, so that the hash runs beside the rest of the copy; null where it
+  // did not load or disagreed with the CPU (the whole upload hashed after it).
+  CUfunction hash_piece_fn_ = nullptr;
+  static constexpr size_t kHashPiecesFrom = size_t{64} << 20;
+  static constexpr int kHashPieces = 8;
+  // One such stream per stream of the application that uploads (never one
+  // shared: a stream would wait for another's copies), and the pieces'
+  // events; the executor's (MemcpyHeld, cudaStreamDestroy).
+  absl::Mutex hash_mu_;
+  absl::flat_hash_map<cudaStream_t, cudaStream_t> hash_streams_ ABSL_GUARDED_BY(hash_mu_);
+  std::vector<cudaEvent_t> hash_events_;
   unsigned long long* hash_scratch_ = nullptr;
   struct {
     void* device = nullptr;
@@ -1888,6 +1923,11 @@ bool CudaBackend::RegisterHashWords(void* base, size_t size) {
       drv_.cuModuleGetFunction(&hash_fn_, hash_module_, "revenant_content_hash") != CUDA_SUCCESS) {
     return fail("the hash kernel does not load on this device");
   }
+  if (!knobs::Bool(knobs::Id::kHashPieces).value_or(true) ||
+      drv_.cuModuleGetFunction(&hash_piece_fn_, hash_module_, "revenant_content_hash_piece") !=
+          CUDA_SUCCESS) {
+    hash_piece_fn_ = nullptr;
+  }
   // Nothing here waits for the application's work on the device (a
   // collective waiting for its peers, say): a stream of the agent's own,
   // synchronized alone, and nothing freed (cudaFree synchronizes the
@@ -1905,6 +1945,10 @@ bool CudaBackend::RegisterHashWords(void* base, size_t size) {
   hash_base_ = static_cast<char*>(base);
   hash_size_ = size;
   hash_base_device_ = reinterpret_cast<CUdeviceptr>(device);
+  REVENANT_LOG(INFO, kLog) << "held uploads: hashed by the device"
+                           << (hash_piece_fn_ != nullptr
+                                   ? ", from 64 MiB in pieces beside their copy"
+                                   : ", after the whole copy");
   return true;
 }
 
@@ -1917,6 +1961,18 @@ bool CudaBackend::LaunchHash(const void* data, size_t count, unsigned long long*
   const unsigned blocks = static_cast<unsigned>(
       std::min<unsigned long long>(1024, std::max<unsigned long long>(1, (n + 7) / 8 / (256 * 16))));
   return drv_.cuLaunchKernel(hash_fn_, blocks, 1, 1, 256, 1, 1, 0,
+                             reinterpret_cast<CUstream>(stream), args, nullptr) == CUDA_SUCCESS;
+}
+
+bool CudaBackend::LaunchHashPiece(const void* data, size_t count, uint64_t first_word,
+                                  unsigned long long* scratch, CUdeviceptr out, uint64_t finish_n,
+                                  cudaStream_t stream) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  unsigned long long n = count, first = first_word, finish = finish_n;
+  void* args[] = {&p, &n, &first, &scratch, &out, &finish};
+  const unsigned blocks = static_cast<unsigned>(
+      std::min<unsigned long long>(1024, std::max<unsigned long long>(1, (n + 7) / 8 / (256 * 16))));
+  return drv_.cuLaunchKernel(hash_piece_fn_, blocks, 1, 1, 256, 1, 1, 0,
                              reinterpret_cast<CUstream>(stream), args, nullptr) == CUDA_SUCCESS;
 }
 
@@ -1959,6 +2015,33 @@ absl::Status CudaBackend::CheckDeviceHash(cudaStream_t stream) {
         break;
       }
     }
+    // The piece kernel: the aligned range in three pieces (the last with
+    // the partial word) must hash as the whole; else uploads are hashed
+    // whole after their copy.
+    if (why.empty() && hash_piece_fn_ != nullptr) {
+      static_cast<uint64_t*>(out)[0] = 0;
+      const size_t cuts[] = {0, 256 << 10, 768 << 10, n};
+      bool ran = true;
+      for (int k = 0; k < 3 && ran; ++k) {
+        ran = LaunchHashPiece(static_cast<unsigned char*>(d) + cuts[k], cuts[k + 1] - cuts[k],
+                              cuts[k] / 8, hash_scratch_,
+                              reinterpret_cast<CUdeviceptr>(out_device), k == 2 ? n : 0, stream);
+      }
+      ran = ran && ::cudaStreamSynchronize(stream) == cudaSuccess;
+      const uint64_t want = ContentHash(bytes.data(), n);
+      const uint64_t got = static_cast<uint64_t*>(out)[0];
+      if (!ran || got != want) {
+        REVENANT_LOG(WARNING, kLog) << absl::StrFormat(
+            "held uploads: the piece hash kernel %s (%016x against the CPU's %016x): large "
+            "uploads are hashed whole after their copy",
+            ran ? "disagrees" : "did not run", got, want);
+        hash_piece_fn_ = nullptr;
+        (void)::cudaGetLastError();
+        // Whatever a failed piece left in the scratch words.
+        (void)::cudaMemsetAsync(hash_scratch_, 0, 2 * sizeof(unsigned long long), stream);
+        (void)::cudaStreamSynchronize(stream);
+      }
+    }
   }
   (void)::cudaGetLastError();
   hash_check_memory_.device = d;
@@ -1975,15 +2058,39 @@ cudaError_t CudaBackend::MemcpyHeld(void* dst, const void* src, size_t count, cu
   if (!can_hash || IsCapturing(stream)) {
     return Memcpy(dst, src, count, cudaMemcpyHostToDevice, stream, async);
   }
+  const size_t offset = static_cast<size_t>(words - hash_base_);
+  CUdeviceptr out = hash_base_device_ + offset;
+  unsigned long long* const scratch = hash_scratch_ + (offset / 64) * 2;
+  if (hash_piece_fn_ != nullptr && count >= kHashPiecesFrom) {
+    bool queued = false, piece_hashed = false;
+    if (cudaError_t e = MemcpyHeldInPieces(dst, src, count, stream, scratch, out, &queued,
+                                           &piece_hashed);
+        e != cudaSuccess) {
+      return e;
+    }
+    if (queued) {
+      if (!piece_hashed) {
+        // (said by MemcpyHeldInPieces)
+      } else if (drv_.cuStreamWriteValue64(reinterpret_cast<CUstream>(stream),
+                                           out + sizeof(uint64_t), tag, 0) != CUDA_SUCCESS) {
+        (void)::cudaGetLastError();
+        REVENANT_LOG(WARNING, kLog) << "held uploads: the hash of request " << tag
+                                    << " could not be queued (its copy out goes unchecked)";
+      } else {
+        *hashed = true;
+      }
+      if (async) return cudaSuccess;
+      CudaNccl::SyncScope sync(nccl_.get());
+      return Settled(sync, ::cudaStreamSynchronize(stream));
+    }
+  }
   if (cudaError_t e = Memcpy(dst, src, count, cudaMemcpyHostToDevice, stream, true);
       e != cudaSuccess) {
     return e;
   }
   // The hash behind the copy, then the tag behind the hash. A copy the
   // checks above let through was valid: a failure now is the device's.
-  const size_t offset = static_cast<size_t>(words - hash_base_);
-  CUdeviceptr out = hash_base_device_ + offset;
-  if (!LaunchHash(dst, count, hash_scratch_ + (offset / 64) * 2, out, stream) ||
+  if (!LaunchHash(dst, count, scratch, out, stream) ||
       drv_.cuStreamWriteValue64(reinterpret_cast<CUstream>(stream), out + sizeof(uint64_t), tag,
                                 0) != CUDA_SUCCESS) {
     (void)::cudaGetLastError();
@@ -1995,6 +2102,90 @@ cudaError_t CudaBackend::MemcpyHeld(void* dst, const void* src, size_t count, cu
   if (async) return cudaSuccess;
   CudaNccl::SyncScope sync(nccl_.get());
   return Settled(sync, ::cudaStreamSynchronize(stream));
+}
+
+cudaError_t CudaBackend::MemcpyHeldInPieces(void* dst, const void* src, size_t count,
+                                            cudaStream_t stream, unsigned long long* scratch,
+                                            CUdeviceptr out, bool* queued, bool* hashed) {
+  *queued = *hashed = false;
+  Bind();
+  if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+  {
+    // The whole copy checked as Memcpy checks it, before any piece is queued.
+    absl::MutexLock lock(&mu_);
+    if (!InDeviceRange(dst)) return cudaSuccess;  // not the device's: copied whole
+    if (!DeviceAccessible(dst, count)) return cudaErrorInvalidValue;
+    if (InDeviceRange(src) && !DeviceAccessible(src, count)) return cudaErrorInvalidValue;
+  }
+  cudaStream_t hs = nullptr;
+  {
+    absl::MutexLock lock(&hash_mu_);
+    auto it = hash_streams_.find(stream);
+    if (it != hash_streams_.end()) {
+      hs = it->second;
+    } else if (::cudaStreamCreateWithFlags(&hs, cudaStreamNonBlocking) == cudaSuccess) {
+      hash_streams_.emplace(stream, hs);
+    } else {
+      (void)::cudaGetLastError();
+      return cudaSuccess;  // copied and hashed whole
+    }
+  }
+  while (hash_events_.size() < kHashPieces + 1) {
+    cudaEvent_t ev = nullptr;
+    if (::cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+      (void)::cudaGetLastError();
+      return cudaSuccess;
+    }
+    hash_events_.push_back(ev);
+  }
+  GateStream(stream);
+  // Pieces of whole words: the piece kernel numbers a piece's words from
+  // its first byte.
+  const size_t piece = ((count + kHashPieces - 1) / kHashPieces + 7) / 8 * 8;
+  char* const d = static_cast<char*>(dst);
+  const char* const h = static_cast<const char*>(src);
+  bool hash_ok = true;
+  int k = 0;
+  for (size_t at = 0; at < count; at += piece, ++k) {
+    const size_t n = std::min(piece, count - at);
+    if (cudaError_t e = ::cudaMemcpyAsync(d + at, h + at, n, cudaMemcpyHostToDevice, stream);
+        e != cudaSuccess) {
+      if (at == 0) return e;  // nothing queued
+      // Pieces already queued: the device's failure; the hash is given up.
+      *queued = true;
+      hash_ok = false;
+      (void)::cudaStreamSynchronize(hs);
+      (void)::cudaMemsetAsync(scratch, 0, 2 * sizeof(unsigned long long), hs);
+      (void)::cudaStreamSynchronize(hs);
+      return e;
+    }
+    if (hash_ok) {
+      hash_ok = ::cudaEventRecord(hash_events_[k], stream) == cudaSuccess &&
+                ::cudaStreamWaitEvent(hs, hash_events_[k], 0) == cudaSuccess &&
+                LaunchHashPiece(d + at, n, at / 8, scratch, out, at + n == count ? count : 0, hs);
+    }
+  }
+  *queued = true;
+  // The stream goes on once the last piece is hashed (nothing after the
+  // upload may write the destination before the hash read it).
+  if (hash_ok) {
+    hash_ok = ::cudaEventRecord(hash_events_[kHashPieces], hs) == cudaSuccess &&
+              ::cudaStreamWaitEvent(stream, hash_events_[kHashPieces], 0) == cudaSuccess;
+  }
+  if (!hash_ok) {
+    // Whatever part of the hash was queued may be left in the scratch
+    // words: cleared behind it, before the slot's next hash.
+    (void)::cudaGetLastError();
+    (void)::cudaStreamSynchronize(hs);
+    (void)::cudaMemsetAsync(scratch, 0, 2 * sizeof(unsigned long long), hs);
+    (void)::cudaStreamSynchronize(hs);
+    (void)::cudaGetLastError();
+    REVENANT_LOG(WARNING, kLog) << "held uploads: a hash in pieces could not be queued (its "
+                                   "copy out goes unchecked)";
+    return cudaSuccess;
+  }
+  *hashed = true;
+  return cudaSuccess;
 }
 
 cudaError_t CudaBackend::QueueSnapshotCopies(const std::vector<SnapshotCopy>& copies,
