@@ -187,9 +187,10 @@ enum class Type { kBool, kInt, kDouble, kString };
   X(kJournalThreadDry, "REVENANT_JOURNAL_THREAD_DRY", kString, kMeasurement, "",                 \
     "1: the journal thread writes nothing; payload: its records without the captured input "    \
     "bytes. Recovery fails with either.")                                                        \
-  X(kHashPieces, "REVENANT_HASH_PIECES", kBool, kMeasurement, "1",                               \
-    "cuda backend, held uploads of 64 MiB and more: 0: the device hashes the destination after "  \
-    "the whole copy (else in pieces, each behind its part of the copy, beside the rest).")       \
+  X(kHashPieces, "REVENANT_HASH_PIECES", kBool, kMeasurement, "0",                               \
+    "cuda backend, held uploads of 64 MiB and more: 1: the device hashes the destination in "    \
+    "pieces, each behind its part of the copy, beside the rest (not yet run on a GPU); 0: after " \
+    "the whole copy.")                                                                           \
   X(kJournalBoundaryHandoff, "REVENANT_JOURNAL_BOUNDARY_HANDOFF", kBool, kMeasurement, "1",      \
     "0: the executor places every minibatch boundary itself (write-behind).")                   \
   X(kJournalIdleHandoff, "REVENANT_JOURNAL_IDLE_HANDOFF", kBool, kMeasurement, "1",              \
