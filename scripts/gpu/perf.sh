@@ -7,10 +7,13 @@
 # figures at the end.
 #
 #   perf1: the one-rank rows: train_mlp bursts (journal on / off / default
-#          snapshots against native), shim_bench pairs with --upload_hold=false as
-#          a third arm, the round-trip rows and the one-rank all-reduce in
-#          short pairs, PyTorch mlp_ddp and gpt_amp pairs, device and host
-#          memory (PyTorch's in MEM_TORCH_PAIRS pairs, default 3).     ~330 s
+#          snapshots against native), shim_bench pairs with PERF1_BENCH_ARM
+#          as a third arm (default REVENANT_HASH_PIECES=1: held uploads
+#          hashed in pieces), the round-trip rows and the one-rank all-reduce
+#          in short pairs, PyTorch mlp_ddp and gpt_amp pairs with
+#          PERF1_TORCH_ARM as a third run (default
+#          REVENANT_SNAPSHOT_STAGING_MIB=128; empty: none), device and host
+#          memory (PyTorch's in MEM_TORCH_PAIRS pairs, default 3).     ~400 s
 #   perf2: the multi-rank rows: 2-rank nccl_bench, 4-rank busbw pairs (6:
 #          3 left one or no pair on one time-slice level, ~37 s), and 4
 #          more under a private MPS daemon (no time slices, NB_BW_MPS),
@@ -50,9 +53,10 @@ if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
   }
   case $MODE in
     perf1)
-      perf_run one one_pairs 300 ONE_STEP_ROUNDS=3 ONE_BENCH_PAIRS=3 ONE_BENCH_ARM_FLAGS=--upload_hold=false \
-        ONE_LAT_PAIRS=15 ONE_AR_PAIRS=8
-      perf_run torch1 torch1_pairs 150 "TORCH_ONE=mlp_ddp gpt_amp" TORCH1_PAIRS=2 TORCH_STEPS=300
+      perf_run one one_pairs 300 ONE_STEP_ROUNDS=3 ONE_BENCH_PAIRS=3 \
+        "ONE_BENCH_ARM=${PERF1_BENCH_ARM-REVENANT_HASH_PIECES=1}" ONE_LAT_PAIRS=15 ONE_AR_PAIRS=8
+      perf_run torch1 torch1_pairs 200 "TORCH_ONE=mlp_ddp gpt_amp" TORCH1_PAIRS=2 TORCH_STEPS=300 \
+        "TORCH1_ARM=${PERF1_TORCH_ARM-REVENANT_SNAPSHOT_STAGING_MIB=128}"
       perf_run memory memory 150
       ;;
     perf2)
