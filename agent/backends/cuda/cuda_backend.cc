@@ -2063,43 +2063,31 @@ cudaError_t CudaBackend::MemcpyHeld(void* dst, const void* src, size_t count, cu
   const size_t offset = static_cast<size_t>(words - hash_base_);
   CUdeviceptr out = hash_base_device_ + offset;
   unsigned long long* const scratch = hash_scratch_ + (offset / 64) * 2;
+  bool copied = false, hash_queued = false;
   if (hash_piece_fn_ != nullptr && count >= kHashPiecesFrom) {
-    bool queued = false, piece_hashed = false;
-    if (cudaError_t e = MemcpyHeldInPieces(dst, src, count, stream, scratch, out, &queued,
-                                           &piece_hashed);
+    if (cudaError_t e = MemcpyHeldInPieces(dst, src, count, stream, scratch, out, &copied,
+                                           &hash_queued);
         e != cudaSuccess) {
       return e;
     }
-    if (queued) {
-      if (!piece_hashed) {
-        // (said by MemcpyHeldInPieces)
-      } else if (drv_.cuStreamWriteValue64(reinterpret_cast<CUstream>(stream),
-                                           out + sizeof(uint64_t), tag, 0) != CUDA_SUCCESS) {
-        (void)::cudaGetLastError();
-        REVENANT_LOG(WARNING, kLog) << "held uploads: the hash of request " << tag
-                                    << " could not be queued (its copy out goes unchecked)";
-      } else {
-        *hashed = true;
-      }
-      if (async) return cudaSuccess;
-      CudaNccl::SyncScope sync(nccl_.get());
-      return Settled(sync, ::cudaStreamSynchronize(stream));
+  }
+  if (!copied) {
+    if (cudaError_t e = Memcpy(dst, src, count, cudaMemcpyHostToDevice, stream, true);
+        e != cudaSuccess) {
+      return e;
     }
+    // The hash behind the copy. A copy the checks above let through was
+    // valid: a failure now is the device's.
+    hash_queued = LaunchHash(dst, count, scratch, out, stream);
   }
-  if (cudaError_t e = Memcpy(dst, src, count, cudaMemcpyHostToDevice, stream, true);
-      e != cudaSuccess) {
-    return e;
-  }
-  // The hash behind the copy, then the tag behind the hash. A copy the
-  // checks above let through was valid: a failure now is the device's.
-  if (!LaunchHash(dst, count, scratch, out, stream) ||
-      drv_.cuStreamWriteValue64(reinterpret_cast<CUstream>(stream), out + sizeof(uint64_t), tag,
-                                0) != CUDA_SUCCESS) {
+  // The tag behind the hash.
+  if (hash_queued && drv_.cuStreamWriteValue64(reinterpret_cast<CUstream>(stream),
+                                               out + sizeof(uint64_t), tag, 0) == CUDA_SUCCESS) {
+    *hashed = true;
+  } else {
     (void)::cudaGetLastError();
     REVENANT_LOG(WARNING, kLog) << "held uploads: the hash of request " << tag
                                 << " could not be queued (its copy out goes unchecked)";
-  } else {
-    *hashed = true;
   }
   if (async) return cudaSuccess;
   CudaNccl::SyncScope sync(nccl_.get());
@@ -2182,8 +2170,6 @@ cudaError_t CudaBackend::MemcpyHeldInPieces(void* dst, const void* src, size_t c
     (void)::cudaMemsetAsync(scratch, 0, 2 * sizeof(unsigned long long), hs);
     (void)::cudaStreamSynchronize(hs);
     (void)::cudaGetLastError();
-    REVENANT_LOG(WARNING, kLog) << "held uploads: a hash in pieces could not be queued (its "
-                                   "copy out goes unchecked)";
     return cudaSuccess;
   }
   *hashed = true;
