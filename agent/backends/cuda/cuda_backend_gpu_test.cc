@@ -10,7 +10,8 @@
 // copies, memsets, pointer validation, streams, events, host callbacks, a
 // kernel from a fat binary, function attributes, occupancy, graph memory
 // (alloc/free nodes), launches held back as graphs, boundary snapshots
-// copied through the staging and straight into a registered file, and Reset;
+// copied through the staging and straight into a registered file, held
+// uploads hashed by the device (whole, and in pieces beside the copy), and Reset;
 // then, in a child of its own, asynchronous snapshots through a device spare.
 // Prints "PASS cuda_backend_gpu_test" as its last line on success.
 #include <cuda_runtime_api.h>
@@ -35,6 +36,7 @@
 #include "agent/backend.h"
 #include "agent/snapshot.h"
 #include "agent/backends/cuda/cuda_backend.h"
+#include "common/content_hash.h"
 
 namespace revenant {
 namespace agent {
@@ -408,6 +410,58 @@ void StagedAsyncSnapshot(Backend* b, bool all_in_spare) {
 // leave (computed here on the host); a refused launch inside a batch fails
 // alone (the others run, its error comes back); a direct launch issues the
 // held ones first. Module 42 holds the kernels.
+// Held uploads hashed by the device (MemcpyHeld; docs/recovery.md, "Held
+// uploads"): whole below 64 MiB, in pieces beside the copy from there with
+// REVENANT_HASH_PIECES=1 (set by the caller). The hash words must hold the
+// CPU's ContentHash of the source and the tag, the destination the bytes,
+// and work queued behind the upload on its stream must see them.
+void HeldUploadHashes(Backend* b) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* table = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  EXPECT(table != MAP_FAILED);
+  if (table == MAP_FAILED) return;
+  EXPECT(b->RegisterHashWords(table, page));
+  cudaStream_t s = nullptr;
+  EXPECT_ERR(b->cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  const size_t sizes[] = {(size_t{8} << 20) + 5, (size_t{96} << 20) + 13, size_t{64} << 20};
+  int slot = 1;
+  for (const size_t n : sizes) {
+    void* src = nullptr;
+    void* dst = nullptr;
+    EXPECT_ERR(::cudaHostAlloc(&src, n, cudaHostAllocDefault), cudaSuccess);
+    EXPECT_ERR(b->cudaMalloc(&dst, n), cudaSuccess);
+    if (src == nullptr || dst == nullptr) return;
+    std::mt19937_64 rng(20261206 + n);
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+      const uint64_t v = rng();
+      std::memcpy(static_cast<char*>(src) + i, &v, 8);
+    }
+    for (size_t i = n / 8 * 8; i < n; ++i) static_cast<char*>(src)[i] = static_cast<char>(i);
+    auto* words = reinterpret_cast<uint64_t*>(static_cast<char*>(table) + 64 * slot++);
+    words[0] = words[1] = 0;
+    const uint64_t tag = 1000 + slot;
+    bool hashed = false;
+    EXPECT_ERR(b->MemcpyHeld(dst, src, n, s, /*async=*/true, words, tag, &hashed), cudaSuccess);
+    EXPECT(hashed);
+    // Queued behind the upload on its stream: a download of its last bytes.
+    std::vector<char> tail(4096);
+    EXPECT_ERR(b->Memcpy(tail.data(), static_cast<char*>(dst) + n - tail.size(), tail.size(),
+                         cudaMemcpyDeviceToHost, s, /*async=*/false),
+               cudaSuccess);
+    EXPECT(std::memcmp(tail.data(), static_cast<char*>(src) + n - tail.size(), tail.size()) == 0);
+    EXPECT_ERR(b->cudaStreamSynchronize(s), cudaSuccess);
+    const uint64_t want = ContentHash(src, n);
+    EXPECT(words[1] == tag);
+    EXPECT(words[0] == want);
+    std::printf("HELD_HASH %zu bytes: device %016llx, CPU %016llx, tag %llu\n", n,
+                static_cast<unsigned long long>(words[0]), static_cast<unsigned long long>(want),
+                static_cast<unsigned long long>(words[1]));
+    EXPECT_ERR(b->cudaFree(dst), cudaSuccess);
+    ::cudaFreeHost(src);
+  }
+  EXPECT_ERR(b->cudaStreamDestroy(s), cudaSuccess);
+}
+
 void HeldLaunches(Backend* b) {
   absl::StatusOr<KernelInfo> affine = b->GetKernel(42, "affine_u32");
   absl::StatusOr<KernelInfo> xadd = b->GetKernel(42, "xor_add_u32");
@@ -652,6 +706,8 @@ int Child(int rank, const std::string& fatbin, int hold_ms, bool block_range) {
   }
   BackendOptions options;
   options.rank = rank;
+  // Held uploads of 64 MiB and more hashed in pieces (HeldUploadHashes).
+  setenv("REVENANT_HASH_PIECES", "1", 1);
   absl::StatusOr<std::unique_ptr<Backend>> made = MakeCudaBackend(options);
   if (!made.ok()) {
     std::printf("CREATE_FAILED %s\n", made.status().ToString().c_str());
@@ -776,6 +832,7 @@ int Child(int rank, const std::string& fatbin, int hold_ms, bool block_range) {
     HeldLaunches(b);
     StagedSnapshot(b);
     StagedAsyncSnapshot(b, /*all_in_spare=*/true);
+    HeldUploadHashes(b);
   }
 
   if (hold_ms > 0) {
