@@ -378,11 +378,13 @@ void Session::ReportAtExit() {
     const SnapshotStore::FirstFileTake& take = snapshots_->first_file_take();
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "the first snapshot's file: %s (%.1f ms making and growing it off the critical path; "
-        "the snapshot waited %.1f ms for it, cut it (behind the copies) or grew it from %.3f MiB "
-        "in %.1f ms, "
+        "the snapshot waited %.1f ms for it (%.3f of its %.3f MiB with their pages made ahead), "
+        "cut it (behind the copies) or grew it from %.3f MiB in %.1f ms, "
         "registered it in %.1f ms%s)",
         snapshots_->first_file_used() ? "made ahead" : "made by the snapshot",
-        snapshots_->first_file_ms(), take.wait_ms, take.made_bytes / 1048576.0, take.resize_ms,
+        snapshots_->first_file_ms(), take.wait_ms,
+        std::min(take.resident_bytes, take.snapshot_bytes) / 1048576.0,
+        take.snapshot_bytes / 1048576.0, take.made_bytes / 1048576.0, take.resize_ms,
         take.register_ms,
         snapshots_->staged_writes() > 0 ? "; copied through the staging buffers" : "");
   }

@@ -230,6 +230,7 @@ void SnapshotStore::ReleaseMappings() {
   JoinDelete();
   JoinCut();
   TakeSpareAhead();
+  first_stop_.store(true, std::memory_order_release);  // deleted below: no more pages for it
   JoinFirstFile();
   Delete(std::move(first_file_));
   for (auto& [m, f] : files_) Unmap(f.get());
@@ -278,11 +279,14 @@ absl::StatusOr<std::unique_ptr<SnapshotStore::File>> SnapshotStore::FileOfSize(
   // The first snapshot: the file made ahead, if one was.
   first_begun_ = true;
   const absl::Time wait_start = absl::Now();
+  first_stop_.store(true, std::memory_order_release);  // the pages still to come: not waited for
   JoinFirstFile();
   if (std::unique_ptr<File> ahead = std::move(first_file_)) {
     const absl::Time resize_start = absl::Now();
     first_take_.wait_ms = absl::ToDoubleMilliseconds(resize_start - wait_start);
     first_take_.made_bytes = ahead->size;
+    first_take_.resident_bytes = first_resident_;
+    first_take_.snapshot_bytes = size;
     // A file made larger than the snapshot is cut behind the copies (the
     // pages past its end freed on a thread; Finish waits for it): on the
     // critical path, freeing a third of a 600 MiB file took ~10-50 ms.
@@ -463,7 +467,12 @@ void SnapshotStore::JoinFirstFile() {
 
 void SnapshotStore::PrepareFirstFile(size_t size) {
   // (Without keep_spare too: the first snapshot's own file, 1x once cut.)
-  if (first_begun_ || !options_.spare_ahead || size <= first_target_) return;
+  if (first_begun_ || !options_.spare_ahead) return;
+  // A file of more room when the allocations outgrow it; within it, pages
+  // for what they grew into once that is a MiB (or an eighth) past the
+  // bytes last asked for.
+  const bool grows = size > first_target_;
+  if (!grows && size < first_asked_ + std::max(size_t{1} << 20, first_asked_ / 8)) return;
   if (first_thread_.joinable()) {
     if (first_busy_.load(std::memory_order_acquire)) return;  // still at it: later
     first_thread_.join();
@@ -473,8 +482,10 @@ void SnapshotStore::PrepareFirstFile(size_t size) {
   // Room to grow: a job's allocations grow in steps until its first
   // snapshot, and every growth remaps the file.
   constexpr size_t kGranule = size_t{2} << 20;
-  const size_t target = (size + size / 2 + kGranule - 1) / kGranule * kGranule;
+  const size_t target =
+      grows ? (size + size / 2 + kGranule - 1) / kGranule * kGranule : first_target_;
   first_target_ = target;
+  first_asked_ = size;
   // Never crowd the file system the journal and the captures share: the
   // file made ahead only where twice its size is free (the snapshot and its
   // spare will need that much anyway); else the first snapshot makes its own.
@@ -498,39 +509,58 @@ void SnapshotStore::PrepareFirstFile(size_t size) {
       } else {
         s = f.status();
       }
-    } else {
+    } else if (first_file_->size != target) {
       s = ResizeFile(first_file_.get(), target, /*populate=*/false);
     }
     // Pages for the bytes the allocations have now, not for the room to
     // grow (half as much again: populating it made the first snapshot wait
     // for this thread; a cut frees nothing there, and what the snapshot
     // uses of it the copying threads fault in, or registering does).
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    const size_t need = std::min(target, (size + page - 1) / page * page);
-    if (s.ok() && need > first_resident_) {
-      const size_t from = first_resident_ / page * page;
-      const absl::Time populate_start = absl::Now();
-      if (absl::Status p = PopulateWritable(first_file_->map + from, need - from);
-          !p.ok() && !absl::IsUnimplemented(p)) {
-        s = absl::ResourceExhaustedError(absl::StrCat("cannot allocate the first snapshot's file (",
-                                                      need, " bytes): ", p.message()));
-      } else {
-        if (p.ok()) NotePace(need - from, absl::Now() - populate_start);
-        first_resident_ = need;
-      }
-    }
-    if (!s.ok()) {
-      Delete(std::move(first_file_));
-      first_status_ = s;
-    }
     // The staging buffers a staged first snapshot copies through, their
     // pages resident (registered when it takes them); nothing lost without.
+    // Before the file's pages: the first snapshot may stop those.
     const size_t staging = options_.staged ? StagingFor(target) : 0;
     if (s.ok() && staging > staging_ahead_size_) {
       if (staging_ahead_ != nullptr) munmap(staging_ahead_, staging_ahead_size_);
       absl::StatusOr<char*> m = MapResident(staging);
       staging_ahead_ = m.ok() ? *m : nullptr;
       staging_ahead_size_ = m.ok() ? staging : 0;
+    }
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t need = std::min(target, (size + page - 1) / page * page);
+    if (s.ok() && need > first_resident_) {
+      // In pieces, all the threads on each; the first snapshot stops the
+      // making before the next piece (what it copies past first_resident_
+      // the copying threads fault in).
+      const size_t from = first_resident_ / page * page;
+      const size_t chunk =
+          std::max(page, options_.first_populate_chunk / page * page);
+      const int threads = PopulateThreads(need - from);
+      const absl::Time populate_start = absl::Now();
+      size_t at = from;
+      for (size_t k = 0; at < need && !first_stop_.load(std::memory_order_acquire); ++k) {
+        if (options_.before_first_chunk) options_.before_first_chunk(k);
+        const size_t n = std::min(chunk, need - at);
+        absl::Status p = PopulateWritable(first_file_->map + at, n, threads);
+        if (absl::IsUnimplemented(p)) {
+          at = need;  // the kernel cannot: the copying threads fault them in
+          break;
+        }
+        if (!p.ok()) {
+          s = absl::ResourceExhaustedError(absl::StrCat(
+              "cannot allocate the first snapshot's file (", need, " bytes): ", p.message()));
+          break;
+        }
+        at += n;
+      }
+      if (s.ok()) {
+        NotePace(at - from, absl::Now() - populate_start);
+        first_resident_ = at;
+      }
+    }
+    if (!s.ok()) {
+      Delete(std::move(first_file_));
+      first_status_ = s;
     }
     first_ms_ += absl::ToDoubleMilliseconds(absl::Now() - start);
     first_busy_.store(false, std::memory_order_release);

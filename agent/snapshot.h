@@ -191,6 +191,13 @@ class SnapshotStore {
     // Called by a copying thread before each chunk (tests slow them down to
     // show that a buffer is filled again only after its turn was drained).
     std::function<void()> before_staged_chunk;
+    // The first snapshot's file made ahead gets its pages in pieces of this
+    // size; the first snapshot stops the making at the next piece instead of
+    // waiting for the rest (the copying threads fault those pages in).
+    size_t first_populate_chunk = size_t{64} << 20;
+    // Called on the first file's thread before each such piece (tests slow
+    // it down to show that the first snapshot does not wait for the rest).
+    std::function<void(size_t)> before_first_chunk;
     // Called on the store's thread before it makes a next file ahead
     // (MakeNextFileAhead; tests hold it there to show that a snapshot does
     // not wait for it).
@@ -397,6 +404,9 @@ class SnapshotStore {
   struct FirstFileTake {
     double wait_ms = 0, resize_ms = 0, register_ms = 0;
     uint64_t made_bytes = 0;
+    // The bytes from the file's start with their pages made ahead when the
+    // snapshot took it, and the bytes of the snapshot (the rest faulted in).
+    uint64_t resident_bytes = 0, snapshot_bytes = 0;
   };
   const FirstFileTake& first_file_take() const { return first_take_; }
   std::string FirstAheadPath() const;
@@ -599,9 +609,14 @@ class SnapshotStore {
   std::thread delete_thread_;
   bool cut_ok_ = true;  // cut_thread_'s truncate succeeded (read after JoinCut)
   std::atomic<bool> first_busy_{false};
+  // Set by the first snapshot: first_thread_ stops before its next piece.
+  std::atomic<bool> first_stop_{false};
   std::unique_ptr<File> first_file_;
   absl::Status first_status_;
   size_t first_target_ = 0;
+  // The allocations' bytes the last PrepareFirstFile that started the
+  // thread asked pages for (the caller's thread's).
+  size_t first_asked_ = 0;
   // The bytes from the start of first_file_ whose pages first_thread_ made
   // resident (the allocations' size at its last call; not the room to grow).
   size_t first_resident_ = 0;

@@ -505,6 +505,88 @@ TEST_F(SnapshotTest, TheFirstFileMadeAheadHasPagesOnlyForTheAllocationsSoFar) {
   }
 }
 
+// The first snapshot does not wait for the first file's pages still to be
+// made: it stops the making before the next piece and takes the file (the
+// copying threads fault the rest in); the snapshot is whole.
+TEST_F(SnapshotTest, TheFirstSnapshotStopsThePagesStillToBeMadeInsteadOfWaitingForThem) {
+  for (const bool staged : {true, false}) {
+    SCOPED_TRACE(staged ? "staged" : "registered");
+    FakeDevice d = MakeDevice(31);
+    AddRandom(d, 0x300000000000ull, size_t{16} << 20, 32);
+    const size_t now = SnapshotStore::FileSizeFor(d.Table());
+    CountingCopier cc{&d};
+    SnapshotStore::Options o;
+    o.staged = staged;
+    o.staging_bytes = 1 << 20;
+    o.keep_spare = false;
+    o.first_populate_chunk = 1 << 20;  // 17 pieces
+    absl::Notification second_piece;
+    std::atomic<int> pieces{0};
+    // Each piece after the first takes 100 ms: all of them 1.6 s.
+    o.before_first_chunk = [&](size_t k) {
+      pieces.fetch_add(1);
+      if (k == 1) second_piece.Notify();
+      if (k >= 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    };
+    // On tmpfs, where the pages can be made ahead (as the agent's /dev/shm).
+    char tmpl[] = "/dev/shm/snapshot_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    const std::string root = tmpl;
+    SnapshotStore store(root + "/snapshots", 0, o);
+    store.SetCopier(cc.Make());
+    store.PrepareFirstFile(now);
+    ASSERT_TRUE(second_piece.WaitForNotificationWithTimeout(absl::Seconds(30)))
+        << "the first file's second piece never began";
+    absl::StatusOr<SnapshotWriteStats> w = store.Write(1, 1, d.Table());
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE(store.first_file_used());
+    const SnapshotStore::FirstFileTake& take = store.first_file_take();
+    EXPECT_LT(take.resident_bytes, take.snapshot_bytes) << "the snapshot waited for every page";
+    EXPECT_GE(take.resident_bytes, size_t{1} << 20);
+    EXPECT_LT(pieces.load(), 10);
+    ExpectLoadsTo(store, 1, d);
+    store.ReleaseMappings();
+    std::filesystem::remove_all(root);
+  }
+}
+
+// Allocations that grow within the first file's room get their pages made
+// ahead too (once they grew by a MiB), not only those of the first call.
+TEST_F(SnapshotTest, TheFirstFileGetsPagesForWhatTheAllocationsGrewIntoWithinItsRoom) {
+  char tmpl[] = "/dev/shm/snapshot_test.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  FakeDevice d = MakeDevice(33);
+  AddRandom(d, 0x300000000000ull, size_t{4} << 20, 34);
+  CountingCopier cc{&d};
+  SnapshotStore::Options o;
+  o.staged = true;
+  o.staging_bytes = 1 << 20;
+  SnapshotStore store(root + "/snapshots", 0, o);
+  store.SetCopier(cc.Make());
+  const size_t before = SnapshotStore::FileSizeFor(d.Table());
+  store.PrepareFirstFile(before);
+  store.JoinFirstFile();
+  struct stat st {};
+  ASSERT_EQ(stat(store.FirstAheadPath().c_str(), &st), 0);
+  const size_t room = static_cast<size_t>(st.st_size);
+  AddRandom(d, 0x400000000000ull, size_t{3} << 19, 35);  // 1.5 MiB more, within the room
+  const size_t after = SnapshotStore::FileSizeFor(d.Table());
+  ASSERT_LE(after, room);
+  store.PrepareFirstFile(after);
+  store.JoinFirstFile();
+  ASSERT_EQ(stat(store.FirstAheadPath().c_str(), &st), 0);
+  EXPECT_EQ(static_cast<size_t>(st.st_size), room);  // not remapped
+  EXPECT_GE(static_cast<size_t>(st.st_blocks) * 512, after) << "the growth got no pages";
+  absl::StatusOr<SnapshotWriteStats> w = store.Write(1, 1, d.Table());
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE(store.first_file_used());
+  EXPECT_GE(store.first_file_take().resident_bytes, after);
+  ExpectLoadsTo(store, 1, d);
+  store.ReleaseMappings();
+  std::filesystem::remove_all(root);
+}
+
 TEST_F(SnapshotTest, NoFileIsMadeAheadWithoutTheSpare) {
   FakeDevice d = MakeDevice(23);
   CountingCopier cc{&d};
