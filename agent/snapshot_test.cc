@@ -80,7 +80,19 @@ class SnapshotTest : public ::testing::Test {
     root_ = tmpl;
     dir_ = root_ + "/snapshots";
   }
-  void TearDown() override { std::filesystem::remove_all(root_); }
+  void TearDown() override {
+    std::filesystem::remove_all(root_);
+    for (const std::string& r : shm_roots_) std::filesystem::remove_all(r);
+  }
+  // A folder on tmpfs (as the agent's /dev/shm), where pages can be made
+  // resident ahead and counted; removed at TearDown. Empty if none.
+  std::string ShmRoot() {
+    char tmpl[] = "/dev/shm/snapshot_test.XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return "";
+    shm_roots_.emplace_back(tmpl);
+    return shm_roots_.back();
+  }
+  std::vector<std::string> shm_roots_;
   FakeDevice MakeDevice(uint32_t seed) {
     std::mt19937 rng(seed);
     FakeDevice d;
@@ -473,9 +485,8 @@ TEST_F(SnapshotTest, TheFirstSnapshotTakesTheFileMadeAheadCutOrGrownToItsSize) {
 TEST_F(SnapshotTest, TheFirstFileMadeAheadHasPagesOnlyForTheAllocationsSoFar) {
   for (const bool staged : {true, false}) {
     SCOPED_TRACE(staged ? "staged" : "registered");
-    char tmpl[] = "/dev/shm/snapshot_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    const std::string root = tmpl;
+    const std::string root = ShmRoot();
+    ASSERT_FALSE(root.empty());
     FakeDevice d = MakeDevice(27);
     AddRandom(d, 0x300000000000ull, size_t{8} << 20, 28);
     const size_t now = SnapshotStore::FileSizeFor(d.Table());
@@ -515,10 +526,8 @@ TEST_F(SnapshotTest, TheFirstSnapshotStopsThePagesStillToBeMadeInsteadOfWaitingF
     AddRandom(d, 0x300000000000ull, size_t{16} << 20, 32);
     const size_t now = SnapshotStore::FileSizeFor(d.Table());
     CountingCopier cc{&d};
-    SnapshotStore::Options o;
+    SnapshotStore::Options o = WithoutSpareStaged();
     o.staged = staged;
-    o.staging_bytes = 1 << 20;
-    o.keep_spare = false;
     o.first_populate_chunk = 1 << 20;  // 17 pieces
     absl::Notification second_piece;
     std::atomic<int> pieces{0};
@@ -528,10 +537,8 @@ TEST_F(SnapshotTest, TheFirstSnapshotStopsThePagesStillToBeMadeInsteadOfWaitingF
       if (k == 1) second_piece.Notify();
       if (k >= 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     };
-    // On tmpfs, where the pages can be made ahead (as the agent's /dev/shm).
-    char tmpl[] = "/dev/shm/snapshot_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    const std::string root = tmpl;
+    const std::string root = ShmRoot();
+    ASSERT_FALSE(root.empty());
     SnapshotStore store(root + "/snapshots", 0, o);
     store.SetCopier(cc.Make());
     store.PrepareFirstFile(now);
@@ -553,16 +560,12 @@ TEST_F(SnapshotTest, TheFirstSnapshotStopsThePagesStillToBeMadeInsteadOfWaitingF
 // Allocations that grow within the first file's room get their pages made
 // ahead too (once they grew by a MiB), not only those of the first call.
 TEST_F(SnapshotTest, TheFirstFileGetsPagesForWhatTheAllocationsGrewIntoWithinItsRoom) {
-  char tmpl[] = "/dev/shm/snapshot_test.XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string root = tmpl;
+  const std::string root = ShmRoot();
+  ASSERT_FALSE(root.empty());
   FakeDevice d = MakeDevice(33);
   AddRandom(d, 0x300000000000ull, size_t{4} << 20, 34);
   CountingCopier cc{&d};
-  SnapshotStore::Options o;
-  o.staged = true;
-  o.staging_bytes = 1 << 20;
-  SnapshotStore store(root + "/snapshots", 0, o);
+  SnapshotStore store(root + "/snapshots", 0, WithoutSpareStaged());
   store.SetCopier(cc.Make());
   const size_t before = SnapshotStore::FileSizeFor(d.Table());
   store.PrepareFirstFile(before);
