@@ -512,10 +512,6 @@ void SnapshotStore::PrepareFirstFile(size_t size) {
     } else if (first_file_->size != target) {
       s = ResizeFile(first_file_.get(), target, /*populate=*/false);
     }
-    // Pages for the bytes the allocations have now, not for the room to
-    // grow (half as much again: populating it made the first snapshot wait
-    // for this thread; a cut frees nothing there, and what the snapshot
-    // uses of it the copying threads fault in, or registering does).
     // The staging buffers a staged first snapshot copies through, their
     // pages resident (registered when it takes them); nothing lost without.
     // Before the file's pages: the first snapshot may stop those.
@@ -529,9 +525,12 @@ void SnapshotStore::PrepareFirstFile(size_t size) {
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     const size_t need = std::min(target, (size + page - 1) / page * page);
     if (s.ok() && need > first_resident_) {
-      // In pieces, all the threads on each; the first snapshot stops the
-      // making before the next piece (what it copies past first_resident_
-      // the copying threads fault in).
+      // Pages for the bytes the allocations have now, not for the room to
+      // grow (half as much again: populating it made the first snapshot
+      // wait for this thread; what the snapshot uses of it the copying
+      // threads fault in, or registering does). In pieces, all the threads
+      // on each; the first snapshot stops the making before the next piece
+      // (what it copies past first_resident_ the copying threads fault in).
       const size_t from = first_resident_ / page * page;
       const size_t chunk =
           std::max(page, options_.first_populate_chunk / page * page);
@@ -601,9 +600,10 @@ void SnapshotStore::MakeSpareAhead(size_t size) {
 void SnapshotStore::MakeAheadFile(size_t size, const SnapshotCopier& copier) {
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<File>> f = MakeFile(size, AheadPath(), copier);
-  ahead_ms_ = absl::ToDoubleMilliseconds(absl::Now() - start);
-  if (f.ok()) NotePace(size, absl::Now() - start);
+  const absl::Duration took = absl::Now() - start;
+  ahead_ms_ = absl::ToDoubleMilliseconds(took);
   if (f.ok()) {
+    NotePace(size, took);
     ahead_file_ = std::move(*f);
   } else {
     ahead_status_ = f.status();

@@ -349,7 +349,6 @@ class SnapshotStore {
   uint64_t next_files_ahead() const { return next_files_ahead_; }
   uint64_t next_files_late() const { return next_files_late_; }
   double next_file_lead_ms() const { return next_lead_ms_; }
-  double next_file_make_ms() const { return next_file_wanted() ? ahead_ms_ : 0; }
   // What making a file of `size` bytes with its pages resident should take
   // on the store's threads: at the pace of the last such file of at least
   // kPaceMinBytes (a next file, or the pages of the first snapshot's), else
@@ -381,8 +380,10 @@ class SnapshotStore {
   // again (allocations grow until then) but with pages only for `size`
   // (populating the room to grow made the first snapshot wait for the
   // thread: what the snapshot uses of it its copying threads fault in, or
-  // registering does); a later call with a larger size grows it once that thread is
-  // idle (a call never waits for it). The first snapshot takes the file: cut
+  // registering does); a later call with a larger size grows it, or, within
+  // the room, pages what the allocations grew into (from a MiB or an eighth
+  // more), once that thread is idle (a call never waits for it). The first
+  // snapshot stops the pages still to be made (Options::first_populate_chunk). The first snapshot takes the file: cut
   // (behind its copies, CutBehind) or grown to its exact size, then registered
   // (unless staged), so that its critical path
   // makes few or no pages (a 554 MiB first snapshot made its file in ~150 ms).
@@ -524,6 +525,8 @@ class SnapshotStore {
   // On ahead_thread_: makes a file of `size` at AheadPath() through
   // `copier` (MakeFile) into ahead_file_ or ahead_status_, timing ahead_ms_.
   void MakeAheadFile(size_t size, const SnapshotCopier& copier);
+  // Notes the pace of `bytes` made resident in `took` (from kPaceMinBytes).
+  void NotePace(size_t bytes, absl::Duration took);
   // The snapshot directory made, and a dead agent's leftover temporary and
   // spare files deleted (once, before this store's first file).
   absl::Status PrepareDir();
@@ -597,9 +600,8 @@ class SnapshotStore {
   absl::Time ahead_started_;
   uint64_t next_files_ahead_ = 0;
   // ns per byte of the last file of at least kPaceMinBytes made with its
-  // pages resident (written by the store's threads; EstimatedMakeMs).
+  // pages resident (written by the store's threads, NotePace; EstimatedMakeMs).
   std::atomic<double> make_ns_per_byte_{0};
-  void NotePace(size_t bytes, absl::Duration took);
   uint64_t next_files_late_ = 0;
   double next_lead_ms_ = 0;
   // The file made ahead of the first snapshot: first_file_ belongs to
@@ -618,7 +620,8 @@ class SnapshotStore {
   // thread asked pages for (the caller's thread's).
   size_t first_asked_ = 0;
   // The bytes from the start of first_file_ whose pages first_thread_ made
-  // resident (the allocations' size at its last call; not the room to grow).
+  // resident (up to the allocations' size at its last call, less where the
+  // first snapshot stopped it; never the room to grow).
   size_t first_resident_ = 0;
   bool first_begun_ = false;  // the first snapshot began: no more making ahead
   bool first_file_used_ = false;

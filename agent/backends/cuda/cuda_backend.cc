@@ -239,6 +239,9 @@ class CudaBackend : public Backend {
   // One piece of a range hashed in pieces (in order, on one stream): the
   // piece's words are words first_word.. of the range; finish_n (the range's
   // bytes) on its last piece, which writes the hash into *out; 0 before.
+  // Either hash kernel over `bytes` with its arguments (the grid's shape).
+  bool LaunchHashKernel(CUfunction fn, unsigned long long bytes, void** args,
+                        cudaStream_t stream);
   bool LaunchHashPiece(const void* data, size_t count, uint64_t first_word,
                        unsigned long long* scratch, CUdeviceptr out, uint64_t finish_n,
                        cudaStream_t stream);
@@ -1255,6 +1258,13 @@ class CudaBackend : public Backend {
     if (InDeviceRange(p)) return allocator_.Contains(Addr(p), n);
     return IsSharedHost(p, n) || IsSymbol(p, n);
   }
+  // One side of a copy of n bytes: a device side must be a live allocation
+  // or shared host memory; anything inside the device range is checked
+  // whatever the copy's kind says.
+  bool CopySideValid(const void* p, bool device, size_t n) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !(device || InDeviceRange(p)) || DeviceAccessible(p, n);
+  }
   // Inside a module variable found by GetSymbol.
   bool IsSymbol(const void* p, size_t n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const uint64_t a = Addr(p);
@@ -1811,13 +1821,9 @@ cudaError_t CudaBackend::Memcpy(void* dst, const void* src, size_t count, cudaMe
   if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
   {
     absl::MutexLock lock(&mu_);
-    // A device side must be a live allocation or shared host memory; anything
-    // inside the device range is checked whatever the kind says.
-    auto check = [&](const void* p, bool device) {
-      if (device || InDeviceRange(p)) return DeviceAccessible(p, count);
-      return true;
-    };
-    if (!check(dst, dst_device) || !check(src, src_device)) return cudaErrorInvalidValue;
+    if (!CopySideValid(dst, dst_device, count) || !CopySideValid(src, src_device, count)) {
+      return cudaErrorInvalidValue;
+    }
     // A destination the agent owns (reply buffer, staging area) must be
     // written before returning.
     if (!InDeviceRange(dst) && !IsSharedHost(dst, count)) async = false;
@@ -1959,11 +1965,16 @@ bool CudaBackend::LaunchHash(const void* data, size_t count, unsigned long long*
   const unsigned char* p = static_cast<const unsigned char*>(data);
   unsigned long long n = count;
   void* args[] = {&p, &n, &scratch, &out};
+  return LaunchHashKernel(hash_fn_, n, args, stream);
+}
+
+bool CudaBackend::LaunchHashKernel(CUfunction fn, unsigned long long bytes, void** args,
+                                   cudaStream_t stream) {
   // 16 words a thread at least, at most 1024 blocks of 256 threads.
-  const unsigned blocks = static_cast<unsigned>(
-      std::min<unsigned long long>(1024, std::max<unsigned long long>(1, (n + 7) / 8 / (256 * 16))));
-  return drv_.cuLaunchKernel(hash_fn_, blocks, 1, 1, 256, 1, 1, 0,
-                             reinterpret_cast<CUstream>(stream), args, nullptr) == CUDA_SUCCESS;
+  const unsigned blocks = static_cast<unsigned>(std::min<unsigned long long>(
+      1024, std::max<unsigned long long>(1, (bytes + 7) / 8 / (256 * 16))));
+  return drv_.cuLaunchKernel(fn, blocks, 1, 1, 256, 1, 1, 0, reinterpret_cast<CUstream>(stream),
+                             args, nullptr) == CUDA_SUCCESS;
 }
 
 bool CudaBackend::LaunchHashPiece(const void* data, size_t count, uint64_t first_word,
@@ -1972,10 +1983,7 @@ bool CudaBackend::LaunchHashPiece(const void* data, size_t count, uint64_t first
   const unsigned char* p = static_cast<const unsigned char*>(data);
   unsigned long long n = count, first = first_word, finish = finish_n;
   void* args[] = {&p, &n, &first, &scratch, &out, &finish};
-  const unsigned blocks = static_cast<unsigned>(
-      std::min<unsigned long long>(1024, std::max<unsigned long long>(1, (n + 7) / 8 / (256 * 16))));
-  return drv_.cuLaunchKernel(hash_piece_fn_, blocks, 1, 1, 256, 1, 1, 0,
-                             reinterpret_cast<CUstream>(stream), args, nullptr) == CUDA_SUCCESS;
+  return LaunchHashKernel(hash_piece_fn_, n, args, stream);
 }
 
 absl::Status CudaBackend::CheckDeviceHash(cudaStream_t stream) {
@@ -2104,8 +2112,9 @@ cudaError_t CudaBackend::MemcpyHeldInPieces(void* dst, const void* src, size_t c
     // The whole copy checked as Memcpy checks it, before any piece is queued.
     absl::MutexLock lock(&mu_);
     if (!InDeviceRange(dst)) return cudaSuccess;  // not the device's: copied whole
-    if (!DeviceAccessible(dst, count)) return cudaErrorInvalidValue;
-    if (InDeviceRange(src) && !DeviceAccessible(src, count)) return cudaErrorInvalidValue;
+    if (!CopySideValid(dst, true, count) || !CopySideValid(src, false, count)) {
+      return cudaErrorInvalidValue;
+    }
   }
   cudaStream_t hs = nullptr;
   {
