@@ -3121,6 +3121,13 @@ cudaError_t CudaBackend::Reset() {
   events_.clear();
   for (cudaStream_t s : streams_) ::cudaStreamDestroy(s);
   streams_.clear();
+  {
+    // The hash streams of the streams just destroyed (and of the legacy
+    // ones: made again on the next held upload).
+    absl::MutexLock hash_lock(&hash_mu_);
+    for (auto& [app, hs] : hash_streams_) ::cudaStreamDestroy(hs);
+    hash_streams_.clear();
+  }
   kernels_.clear();
   symbols_.clear();
   for (auto& [key, m] : modules_) drv_.cuModuleUnload(m.module);
