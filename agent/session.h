@@ -596,6 +596,14 @@ class Session : private JournalingHost {
   // snapshot after another until the bound forced a journal boundary.
   uint64_t bound_floor_ = 0;
   uint64_t bound_snapshots_ = 0;  // made due by the bound (the exit line)
+  // One rank, inside the minibatch: whether a due snapshot waits (this step
+  // skipped) for its next file still being made, at most half the timed
+  // interval from the first step that waited (next_file_wait_since_ns_).
+  // The waits and the steps they skipped go to the exit line.
+  bool WaitsForNextFile();
+  int64_t next_file_wait_since_ns_ = 0;
+  uint64_t next_file_waits_ = 0;
+  uint64_t next_file_wait_steps_ = 0;
   bool inside_unsupported_ = false;
   void MaybeSnapshotChaos(SessionOptions::Chaos::Point point, uint64_t minibatch);
   std::unique_ptr<SnapshotStore> snapshots_;

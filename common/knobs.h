@@ -222,7 +222,10 @@ enum class Type { kBool, kInt, kDouble, kString };
     "replayed host callbacks run while the replay is still going.")                              \
   X(kInlineImageKib, "REVENANT_INLINE_IMAGE_KIB", kInt, kTest, "1024",                           \
     "Module images larger than this many KiB reach the agent as a reference to the file the "   \
-    "application mapped them from, smaller ones inside the request.")
+    "application mapped them from, smaller ones inside the request.")                            \
+  X(kNextFileDelayMs, "REVENANT_NEXT_FILE_DELAY_MS", kInt, kTest, "0",                           \
+    "The snapshot store's thread waits this many ms before making each next snapshot file "      \
+    "ahead, so that snapshots come due while their file is still being made.")
 
 enum class Id {
 #define REVENANT_KNOB_ID(id, name, type, kind, def, doc) id,
