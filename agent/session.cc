@@ -1194,8 +1194,12 @@ bool Session::WaitsForNextFile() {
     return false;
   }
   const int64_t now = MonotonicNanos();
-  if (next_file_wait_since_ns_ == 0) {
+  // A wait begins at the first due step after the last snapshot (one that
+  // ended unmet stays ended until a snapshot was taken).
+  const uint64_t taken = snapshot_totals_.count + snapshot_totals_.failures;
+  if (next_file_wait_since_ns_ == 0 || next_file_wait_taken_ != taken) {
     next_file_wait_since_ns_ = now;
+    next_file_wait_taken_ = taken;
     ++next_file_waits_;
   }
   // At most half the timed interval (the file's making is bounded; this

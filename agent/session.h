@@ -602,6 +602,7 @@ class Session : private JournalingHost {
   // The waits and the steps they skipped go to the exit line.
   bool WaitsForNextFile();
   int64_t next_file_wait_since_ns_ = 0;
+  uint64_t next_file_wait_taken_ = 0;  // snapshots taken when it began
   uint64_t next_file_waits_ = 0;
   uint64_t next_file_wait_steps_ = 0;
   bool inside_unsupported_ = false;
