@@ -7,20 +7,23 @@
 # waited (steps skipped) and none made its own file without pages; the
 # checksum equals a run with synchronous snapshots; with a wait cap (half the
 # timed interval) shorter than the delay, the snapshots stop waiting and make
-# their own files, and the checksum is still equal.
-#   snapshot_next_file_wait_test.sh RUN APP KERNELS
+# their own files, and the checksum is still equal; agents killed at seeded
+# request counts while snapshots wait for their files recover bitwise equal.
+#   snapshot_next_file_wait_test.sh RUN APP KERNELS [TRIALS=2] [SEED=20261207]
 set -u
-run="$1"; app="$2"; kernels="$3"
+run="$1"; app="$2"; kernels="$3"; trials="${4:-2}"; seed="${5:-20261207}"
 iters=2000
 common=(-n 1 --backend=host --timeout=90 --host_kernels="$kernels")
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-"$run" "${common[@]}" --snapshot_async=false -- "$app" --iters "$iters" >"$tmp/sync.log" 2>&1 || {
+REVENANT_DIAGNOSTICS=1 "$run" "${common[@]}" --snapshot_async=false -- "$app" --iters "$iters" \
+  >"$tmp/sync.log" 2>&1 || {
   echo "FAIL: the synchronous run failed"; tail -30 "$tmp/sync.log"; exit 1; }
 ref=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/sync.log")
 [ -n "$ref" ] || { echo "FAIL: no checksum in the synchronous run"; exit 1; }
-echo "synchronous snapshots: checksum $ref"
+total=$(grep -c "submit seq" "$tmp/sync.log")
+echo "synchronous snapshots: checksum $ref, $total requests"
 
 fails=0
 # run_arm NAME MIN_INTERVAL_MS -> sets sum, waits, steps, late
@@ -56,5 +59,28 @@ if run_arm capped 20; then
     fails=$((fails + 1))
   fi
 fi
+# Kills at seeded request counts while snapshots wait (a third of the run
+# waits: the store's thread 200 ms late, a wait capped at 250 ms).
+echo "seed=$seed trials=$trials"
+RANDOM=$seed
+points=(before_append after_append after_execute after_reply)
+lo=$((total / 4)); span=$((total / 2))
+for t in $(seq 1 "$trials"); do
+  c=$((lo + RANDOM % span)); p=${points[$((RANDOM % 4))]}
+  spec="rank=0,calls=$c,point=$p"
+  log="$tmp/trial.log"
+  REVENANT_NEXT_FILE_DELAY_MS=200 "$run" "${common[@]}" --recovery_timeout=20 \
+    --snapshot_min_interval_ms=500 --chaos="$spec" -- "$app" --iters "$iters" >"$log" 2>&1
+  rc=$?
+  loaded=$(grep -o "replacement_snapshot_loaded .*" "$log" | head -1)
+  waited=$(grep -o "[0-9]* waited for theirs over [0-9]* steps" "$log" | tail -1)
+  if [ "$rc" -eq 0 ] && grep -q "^\[r0\] final checksum $ref\$" "$log" && [ -n "$loaded" ]; then
+    echo "ok   trial $t [$spec]: bitwise equal; $loaded; the replacement: ${waited:-no wait line}"
+  else
+    echo "FAIL trial $t [$spec]: rc=$rc, snapshot loaded: ${loaded:-no}"
+    grep -v "revenant hostkernel" "$log" | tail -30
+    fails=$((fails + 1))
+  fi
+done
 [ "$fails" -eq 0 ] || exit 1
 echo "PASS snapshot_next_file_wait_test"
