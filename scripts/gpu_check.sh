@@ -8,6 +8,7 @@
 #   bash .gpu/run_gpu.sh nccl       # only the NCCL section (below)
 #   bash .gpu/run_gpu.sh bench      # only the shim_bench rounds
 #   bash .gpu/run_gpu.sh hostmem    # only bench/host_memory_bench (native facts)
+#   bash .gpu/run_gpu.sh backend    # only the cuda backend's GPU test and figures
 #   bash .gpu/run_gpu.sh launchpath # only bench/launch_path_bench, then train_mlp's
 #                                   # time per call natively and under the shim
 #   bash .gpu/run_gpu.sh MODE       # only the sections of scripts/gpu/ that run for MODE
@@ -155,6 +156,11 @@ timeout 120 bash "$G/agent_death_test.sh" "$G/agent_cuda.sh" "$G/librevenant_shi
 if [ $rc -eq 0 ]; then s=PASS; else s="FAIL (rc=$rc)"; fi
 record "agent_death (cuda agent killed)" "$s" "$log"
 
+fi  # MODE = all
+
+# The cuda backend's own GPU checks (also alone: bash .gpu/run_gpu.sh
+# backend; perf1 runs them first).
+if [ "$MODE" = all ] || [ "$MODE" = backend ]; then
 log="$LOGS/cuda_backend_gpu_test.log"
 timeout 240 "$G/cuda_backend_gpu_test" --fatbin="$G/gpu_test_kernels.fatbin" >"$log" 2>&1; rc=$?
 if [ $rc -eq 0 ] && grep -q "^PASS cuda_backend_gpu_test" "$log"; then s=PASS; else s="FAIL (rc=$rc)"; fi
@@ -166,7 +172,7 @@ if [ $rc -eq 0 ]; then s=PASS; else s="FAIL (rc=$rc)"; fi
 record "backend-only figures (no shim)" "$s" "$log"
 sed 's/^/   | /' "$log"
 
-fi  # MODE = all
+fi  # MODE = all or backend
 
 # The benchmark rounds (also alone: bash .gpu/run_gpu.sh bench).
 if [ "$MODE" = all ] || [ "$MODE" = bench ]; then

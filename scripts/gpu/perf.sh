@@ -6,7 +6,8 @@
 # that the part ends within PERF_S seconds (default 570), and prints their
 # figures at the end.
 #
-#   perf1: the one-rank rows: train_mlp bursts (journal on / off / default
+#   perf1: the cuda backend's GPU checks (mode backend; PERF1_BACKEND=0:
+#          skipped), the one-rank rows: train_mlp bursts (journal on / off / default
 #          snapshots against native), shim_bench pairs with PERF1_BENCH_ARM
 #          as a third arm (default REVENANT_HASH_PIECES=1: held uploads
 #          hashed in pieces), the round-trip rows and the one-rank all-reduce
@@ -53,6 +54,9 @@ if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
   }
   case $MODE in
     perf1)
+      # The backend's checks first (the held uploads' hash pieces among
+      # them: the bench arm below uses them).
+      [ "${PERF1_BACKEND:-1}" = 1 ] && perf_run backend backend 150
       perf_run one one_pairs 300 ONE_STEP_ROUNDS=3 ONE_BENCH_PAIRS=3 \
         "ONE_BENCH_ARM=${PERF1_BENCH_ARM-REVENANT_HASH_PIECES=1}" ONE_LAT_PAIRS=15 ONE_AR_PAIRS=8
       perf_run torch1 torch1_pairs 200 "TORCH_ONE=mlp_ddp gpt_amp" TORCH1_PAIRS=2 TORCH_STEPS=300 \
