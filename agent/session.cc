@@ -70,9 +70,10 @@ Session::Session(Backend* backend, std::unique_ptr<transport::ShmServerChannel> 
     if (std::optional<int64_t> mib = knobs::Int(knobs::Id::kSnapshotStagingMib, 1, 4096)) {
       so.staging_bytes = static_cast<size_t>(*mib) << 20;
     }
-    if (std::optional<int64_t> ms = knobs::Int(knobs::Id::kNextFileDelayMs, 0, 60000); ms && *ms > 0) {
-      const int64_t delay = *ms;
-      so.before_next_file = [delay] { std::this_thread::sleep_for(std::chrono::milliseconds(delay)); };
+    if (std::optional<int64_t> ms = knobs::Int(knobs::Id::kNextFileDelayMs, 0, 60000);
+        ms && *ms > 0) {
+      const std::chrono::milliseconds delay(*ms);
+      so.before_next_file = [delay] { std::this_thread::sleep_for(delay); };
     }
     // Half the CPUs, up to 8: a synchronous snapshot stops the executor, and
     // the checksums of its allocations share the threads (Crc32cMany).

@@ -383,9 +383,9 @@ class SnapshotStore {
   // registering does); a later call with a larger size grows it, or, within
   // the room, pages what the allocations grew into (from a MiB or an eighth
   // more), once that thread is idle (a call never waits for it). The first
-  // snapshot stops the pages still to be made (Options::first_populate_chunk). The first snapshot takes the file: cut
-  // (behind its copies, CutBehind) or grown to its exact size, then registered
-  // (unless staged), so that its critical path
+  // snapshot stops the pages still to be made (Options::first_populate_chunk)
+  // and takes the file: cut (behind its copies, CutBehind) or grown to its
+  // exact size, then registered (unless staged), so that its critical path
   // makes few or no pages (a 554 MiB first snapshot made its file in ~150 ms).
   // Does nothing once the first snapshot began; on a failure the first
   // snapshot makes its own file, as without.

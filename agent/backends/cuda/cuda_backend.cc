@@ -236,15 +236,18 @@ class CudaBackend : public Backend {
   // address of mapped host memory). False if it could not be queued.
   bool LaunchHash(const void* data, size_t count, unsigned long long* scratch, CUdeviceptr out,
                   cudaStream_t stream);
-  // One piece of a range hashed in pieces (in order, on one stream): the
-  // piece's words are words first_word.. of the range; finish_n (the range's
-  // bytes) on its last piece, which writes the hash into *out; 0 before.
   // Either hash kernel over `bytes` with its arguments (the grid's shape).
   bool LaunchHashKernel(CUfunction fn, unsigned long long bytes, void** args,
                         cudaStream_t stream);
+  // One piece of a range hashed in pieces (in order, on one stream): the
+  // piece's words are words first_word.. of the range; finish_n (the range's
+  // bytes) on its last piece, which writes the hash into *out; 0 before.
   bool LaunchHashPiece(const void* data, size_t count, uint64_t first_word,
                        unsigned long long* scratch, CUdeviceptr out, uint64_t finish_n,
                        cudaStream_t stream);
+  // Zeroes a hash slot's scratch words behind what `stream` queued (a hash
+  // given up part-way leaves its sum and count there), waiting for both.
+  void ClearHashScratch(unsigned long long* scratch, cudaStream_t stream);
   // A held upload of kHashPiecesFrom or more: the copy in pieces on
   // `stream`, each hashed behind its part on the stream's hash stream, and
   // `stream` waiting for the last piece's hash. The copy's error (nothing
@@ -2048,8 +2051,7 @@ absl::Status CudaBackend::CheckDeviceHash(cudaStream_t stream) {
         hash_piece_fn_ = nullptr;
         (void)::cudaGetLastError();
         // Whatever a failed piece left in the scratch words.
-        (void)::cudaMemsetAsync(hash_scratch_, 0, 2 * sizeof(unsigned long long), stream);
-        (void)::cudaStreamSynchronize(stream);
+        ClearHashScratch(hash_scratch_, stream);
       }
     }
   }
@@ -2100,6 +2102,12 @@ cudaError_t CudaBackend::MemcpyHeld(void* dst, const void* src, size_t count, cu
   if (async) return cudaSuccess;
   CudaNccl::SyncScope sync(nccl_.get());
   return Settled(sync, ::cudaStreamSynchronize(stream));
+}
+
+void CudaBackend::ClearHashScratch(unsigned long long* scratch, cudaStream_t stream) {
+  (void)::cudaStreamSynchronize(stream);
+  (void)::cudaMemsetAsync(scratch, 0, 2 * sizeof(unsigned long long), stream);
+  (void)::cudaStreamSynchronize(stream);
 }
 
 cudaError_t CudaBackend::MemcpyHeldInPieces(void* dst, const void* src, size_t count,
@@ -2153,9 +2161,7 @@ cudaError_t CudaBackend::MemcpyHeldInPieces(void* dst, const void* src, size_t c
       // Pieces already queued: the device's failure; the hash is given up.
       *queued = true;
       hash_ok = false;
-      (void)::cudaStreamSynchronize(hs);
-      (void)::cudaMemsetAsync(scratch, 0, 2 * sizeof(unsigned long long), hs);
-      (void)::cudaStreamSynchronize(hs);
+      ClearHashScratch(scratch, hs);
       return e;
     }
     if (hash_ok) {
@@ -2175,9 +2181,7 @@ cudaError_t CudaBackend::MemcpyHeldInPieces(void* dst, const void* src, size_t c
     // Whatever part of the hash was queued may be left in the scratch
     // words: cleared behind it, before the slot's next hash.
     (void)::cudaGetLastError();
-    (void)::cudaStreamSynchronize(hs);
-    (void)::cudaMemsetAsync(scratch, 0, 2 * sizeof(unsigned long long), hs);
-    (void)::cudaStreamSynchronize(hs);
+    ClearHashScratch(scratch, hs);
     (void)::cudaGetLastError();
     return cudaSuccess;
   }
