@@ -86,6 +86,9 @@ enum class Type { kBool, kInt, kDouble, kString };
     "at most the snapshot's bytes) that the device's copies go through to the file; larger: "  \
     "the copies that do not fit the device spare wait less for the CPU's drain, for that much " \
     "more pinned host memory.")                                                                 \
+  X(kHashPieces, "REVENANT_HASH_PIECES", kBool, kProduct, "1",                                  \
+    "cuda backend, held uploads of 64 MiB and more: the device hashes the destination in "       \
+    "pieces, each behind its part of the copy, beside the rest; 0: after the whole copy.")       \
   X(kResultStagingMib, "REVENANT_RESULT_STAGING_MIB", kInt, kProduct, "256",                    \
     "Real NCCL with several ranks and recovery: device memory (MiB) through which a "           \
     "collective's result is copied to the host memory kept for a replacement (a device copy on " \
@@ -187,10 +190,6 @@ enum class Type { kBool, kInt, kDouble, kString };
   X(kJournalThreadDry, "REVENANT_JOURNAL_THREAD_DRY", kString, kMeasurement, "",                 \
     "1: the journal thread writes nothing; payload: its records without the captured input "    \
     "bytes. Recovery fails with either.")                                                        \
-  X(kHashPieces, "REVENANT_HASH_PIECES", kBool, kMeasurement, "0",                               \
-    "cuda backend, held uploads of 64 MiB and more: 1: the device hashes the destination in "    \
-    "pieces, each behind its part of the copy, beside the rest (not yet run on a GPU); 0: after " \
-    "the whole copy.")                                                                           \
   X(kJournalBoundaryHandoff, "REVENANT_JOURNAL_BOUNDARY_HANDOFF", kBool, kMeasurement, "1",      \
     "0: the executor places every minibatch boundary itself (write-behind).")                   \
   X(kJournalIdleHandoff, "REVENANT_JOURNAL_IDLE_HANDOFF", kBool, kMeasurement, "1",              \

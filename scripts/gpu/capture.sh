@@ -15,6 +15,8 @@
 #    with the uploads held instead of captured; the agent must say they were
 #    held, hashed by the device and none found changed (the device's hash
 #    equals the CPU's at every copy out); then
+#    80 MiB a step (every upload copied and hashed in pieces), fault-free
+#    and killed at an upload's execution, equal to native; then
 #    tests/integration/recovery_hold_changed_test.sh on the GPU (a kernel
 #    changing a held source through a pointer in device memory: found at
 #    the copy out, captured from then on, a replay needing it refused).
@@ -77,6 +79,25 @@ if [ "$MODE" = all ] || [ "$MODE" = capture ] || [ "$MODE" = hold ]; then
        ! grep -q " [1-9][0-9]* sources found changed" "$klog"; then
       s=PASS; else s="FAIL (rc=$rc)"; fi
     record "hold: train_mlp 16 MiB/step, --upload_hold [$spec]" "$s" "$klog"
+  done
+  # 80 MiB a step: every upload copied and hashed in pieces (64 MiB and
+  # more, the default); fault-free and killed at the upload's execution.
+  nlog="$LOGS/hold80.native.log"
+  native 1 "$nlog" "$G/apps/train_mlp.bin" --iters 24 --batch 327680; rc=$?
+  ref=$(checksum "$nlog")
+  for spec in none "rank=0,minibatch=5,calls=1,point=after_execute"; do
+    klog="$LOGS/hold80.${spec//[^a-z0-9]/_}.log"
+    chaos=(); [ "$spec" != none ] && chaos=(--chaos="$spec")
+    timeout 300 $RUN -n 1 --backend=cuda --timeout=240 --recovery_timeout=60 --upload_hold \
+      "${chaos[@]}" -- "$G/apps/train_mlp.bin" --iters 24 --batch 327680 >"$klog" 2>&1; rc=$?
+    got=$(checksum "$klog")
+    grep -E "in pieces|held uploads at exit|final checksum" "$klog" | head -4 | cut -c1-200 |
+      sed 's/^/   /'
+    if [ $rc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ] &&
+       grep -q "held uploads: hashed by the device, from 64 MiB in pieces" "$klog" &&
+       ! grep -q " [1-9][0-9]* sources found changed" "$klog"; then
+      s=PASS; else s="FAIL (rc=$rc)"; fi
+    record "hold: train_mlp 80 MiB/step, hashed in pieces [$spec]" "$s" "$klog"
   done
   log="$LOGS/hold.changed.log"
   HOLD_TEST_BACKEND_ARGS="--backend=cuda" timeout 300 bash "$G/recovery_hold_changed_test.sh" \

@@ -9,11 +9,10 @@
 #   perf1: the cuda backend's GPU checks (mode backend; PERF1_BACKEND=0:
 #          skipped), the one-rank rows: train_mlp bursts (journal on / off / default
 #          snapshots against native), shim_bench pairs with PERF1_BENCH_ARM
-#          as a third arm (default REVENANT_HASH_PIECES=1: held uploads
-#          hashed in pieces), the round-trip rows and the one-rank all-reduce
-#          in short pairs, PyTorch mlp_ddp and gpt_amp pairs with
-#          PERF1_TORCH_ARM as a third run (default
-#          REVENANT_SNAPSHOT_STAGING_MIB=128; empty: none), device and host
+#          as a third arm (default REVENANT_HASH_PIECES=0: held uploads
+#          hashed whole, what the pieces give), the round-trip rows and the
+#          one-rank all-reduce in short pairs, PyTorch mlp_ddp and gpt_amp
+#          pairs with PERF1_TORCH_ARM as a third run (default none), device and host
 #          memory (PyTorch's in MEM_TORCH_PAIRS pairs, default 3).     ~400 s
 #   perf2: the multi-rank rows: 2-rank nccl_bench, 4-rank busbw pairs (6:
 #          3 left one or no pair on one time-slice level, ~37 s), and 4
@@ -55,12 +54,12 @@ if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
   case $MODE in
     perf1)
       # The backend's checks first (the held uploads' hash pieces among
-      # them: the bench arm below uses them).
+      # them: the bench's held uploads use them).
       [ "${PERF1_BACKEND:-1}" = 1 ] && perf_run backend backend 150
       perf_run one one_pairs 300 ONE_STEP_ROUNDS=3 ONE_BENCH_PAIRS=3 \
-        "ONE_BENCH_ARM=${PERF1_BENCH_ARM-REVENANT_HASH_PIECES=1}" ONE_LAT_PAIRS=15 ONE_AR_PAIRS=8
+        "ONE_BENCH_ARM=${PERF1_BENCH_ARM-REVENANT_HASH_PIECES=0}" ONE_LAT_PAIRS=15 ONE_AR_PAIRS=8
       perf_run torch1 torch1_pairs 200 "TORCH_ONE=mlp_ddp gpt_amp" TORCH1_PAIRS=2 TORCH_STEPS=300 \
-        "TORCH1_ARM=${PERF1_TORCH_ARM-REVENANT_SNAPSHOT_STAGING_MIB=128}"
+        "TORCH1_ARM=${PERF1_TORCH_ARM:-}"
       perf_run memory memory 150
       ;;
     perf2)

@@ -1319,8 +1319,8 @@ class CudaBackend : public Backend {
   CUdeviceptr hash_base_device_ = 0;
   CUmodule hash_module_ = nullptr;
   CUfunction hash_fn_ = nullptr;
-  // The piece kernel (MemcpyHeld, uploads of kHashPiecesFrom and more, with
-  // REVENANT_HASH_PIECES=1): each piece hashed on a stream of the agent's
+  // The piece kernel (MemcpyHeld, uploads of kHashPiecesFrom and more,
+  // unless REVENANT_HASH_PIECES=0): each piece hashed on a stream of the agent's
   // behind its part of the copy, so that the hash runs beside the rest of
   // the copy; null where it is off, did not load or disagreed with the CPU
   // (the whole upload hashed after it).
@@ -1933,8 +1933,8 @@ bool CudaBackend::RegisterHashWords(void* base, size_t size) {
       drv_.cuModuleGetFunction(&hash_fn_, hash_module_, "revenant_content_hash") != CUDA_SUCCESS) {
     return fail("the hash kernel does not load on this device");
   }
-  // Opt-in until measured on a GPU (REVENANT_HASH_PIECES=1).
-  if (!knobs::Bool(knobs::Id::kHashPieces).value_or(false) ||
+  // REVENANT_HASH_PIECES=0: every upload hashed whole, after its copy.
+  if (!knobs::Bool(knobs::Id::kHashPieces).value_or(true) ||
       drv_.cuModuleGetFunction(&hash_piece_fn_, hash_module_, "revenant_content_hash_piece") !=
           CUDA_SUCCESS) {
     hash_piece_fn_ = nullptr;
