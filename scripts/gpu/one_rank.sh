@@ -34,7 +34,9 @@
 #      (default 6; nccl_bench --only=1mib,16mib,256mib --scale=1000: ten
 #      times the bursts, 2000 all-reduces of 1 MiB in ~10 ms, the order
 #      alternating): algbw per size, the pairs' ratios and their median
-#      (goal >= 0.98 each).
+#      (goal >= 0.98 each), and per pair the native and Revenant figures of
+#      the rows matching ONE_RAW_ROWS (default ^allreduce_1mib, the row
+#      that spreads most).
 if [ "$MODE" = one_pairs ]; then
   echo
   echo "=== one rank, interleaved pairs"
@@ -134,9 +136,13 @@ if [ "$MODE" = one_pairs ]; then
         ok=0; echo "   $name pair $p: rc native $nrc, revenant $src"; tail -5 "$slog" | sed 's/^/   | /'
         continue
       fi
-      bash "$G/bench/compare.sh" "$nlog" "$slog" |
-        awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
-        >>"$LOGS/one_$name.ratios"
+      bash "$G/bench/compare.sh" "$nlog" "$slog" >"$LOGS/one_$name.pair"
+      awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
+        "$LOGS/one_$name.pair" >>"$LOGS/one_$name.ratios"
+      # The raw figures of the rows that spread most from pair to pair
+      # (ONE_RAW_ROWS, a regular expression), native and Revenant's.
+      awk -v p="$p" -v re="${ONE_RAW_ROWS:-^allreduce_1mib}" 'NR > 2 && $1 ~ re {
+        printf "   pair %d %s: native %s, revenant %s %s\n", p, $1, $2, $3, $4 }' "$LOGS/one_$name.pair"
     done
     echo "   $title, $count short pair(s) ($app $*): the pairs' ratios, their median, the goal"
     summarize "$LOGS/one_$name.ratios"
