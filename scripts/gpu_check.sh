@@ -12,6 +12,8 @@
 #   bash .gpu/run_gpu.sh launchpath # only bench/launch_path_bench, then train_mlp's
 #                                   # time per call natively and under the shim
 #   bash .gpu/run_gpu.sh MODE       # only the sections of scripts/gpu/ that run for MODE
+#   GPU_LOGS_TGZ=$OUT/logs.tgz bash .gpu/run_gpu.sh MODE
+#                                   # the logs packed into one file at the end
 #   bash .gpu/run_gpu.sh cublas     # e.g. only cuBLAS (scripts/gpu/cublas.sh)
 #   bash .gpu/run_gpu.sh cudnn      # only cuDNN (scripts/gpu/cudnn.sh)
 #
@@ -439,6 +441,12 @@ for r in "${results[@]}"; do
   case "$r" in *PASS) pass=$((pass + 1));; *) fail=$((fail + 1));; esac
 done
 echo "passed $pass, failed $fail"
+# A device call brings back only a few files: GPU_LOGS_TGZ=PATH packs the
+# logs (without the journals' *.bin) into that one compressed tar instead.
+if [ -n "${GPU_LOGS_TGZ:-}" ]; then
+  tar -C "$(dirname "$LOGS")" --exclude='*.bin' -czf "$GPU_LOGS_TGZ" "$(basename "$LOGS")" &&
+    rm -rf "$LOGS" && echo "logs packed into $GPU_LOGS_TGZ ($(du -h "$GPU_LOGS_TGZ" | cut -f1))"
+fi
 RUNNER
 sed -i "s/__APPS__/$APPS/" "$out/run_gpu.sh"
 chmod +x "$out/run_gpu.sh"

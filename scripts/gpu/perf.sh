@@ -41,7 +41,7 @@ if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
       return
     fi
     echo "   $(date -u +%T) $name: $mode, $* (at most $limit s)"
-    env "$@" timeout "$limit" bash "$G/run_gpu.sh" "$mode" >"$LOGS/perf.$name.txt" 2>&1
+    env GPU_LOGS_TGZ= "$@" timeout "$limit" bash "$G/run_gpu.sh" "$mode" >"$LOGS/perf.$name.txt" 2>&1
     rc=$?
     perf_parts+=("$name")
     failed=$(sed -n 's/^passed [0-9]*, failed \([0-9]*\)$/\1/p' "$LOGS/perf.$name.txt" | tail -1)
