@@ -61,44 +61,41 @@ fi
 
 if [ "$MODE" = all ] || [ "$MODE" = capture ] || [ "$MODE" = hold ]; then
   echo; echo "=== held uploads (the shim write-protects large uploads' sources)"
-  nlog="$LOGS/hold.native.log"
-  native 1 "$nlog" "$G/apps/train_mlp.bin" --iters 24 --batch 65536; rc=$?
-  ref=$(checksum "$nlog")
-  for spec in none "rank=0,minibatch=4,calls=8" "rank=0,minibatch=5,calls=1,point=after_execute" \
-              "rank=0,minibatch=6,calls=2,point=before_append"; do
-    klog="$LOGS/hold.${spec//[^a-z0-9]/_}.log"
-    chaos=(); [ "$spec" != none ] && chaos=(--chaos="$spec")
-    timeout 300 $RUN -n 1 --backend=cuda --timeout=240 --recovery_timeout=60 --upload_hold \
-      "${chaos[@]}" -- "$G/apps/train_mlp.bin" --iters 24 --batch 65536 >"$klog" 2>&1; rc=$?
-    got=$(checksum "$klog")
-    grep -E "held uploads|captured uploads for the replay|final checksum" "$klog" |
-      head -6 | sed 's/^/   /'
-    if [ $rc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ] &&
-       { [ "$spec" != none ] ||
-         grep -q "held uploads at exit: [1-9].*; [1-9][0-9]* hashed by the device, 0 sources found changed" "$klog"; } &&
-       ! grep -q " [1-9][0-9]* sources found changed" "$klog"; then
-      s=PASS; else s="FAIL (rc=$rc)"; fi
-    record "hold: train_mlp 16 MiB/step, --upload_hold [$spec]" "$s" "$klog"
-  done
+  # hold_runs NAME BATCH WHAT NEED_FAULT_FREE NEED_EVERY SPEC...: train_mlp
+  # natively and under --upload_hold with each chaos SPEC (none: fault-free),
+  # checksums equal to native, no source found changed; the fault-free run's
+  # log must match NEED_FAULT_FREE and every run's NEED_EVERY (empty: none).
+  hold_runs() {
+    local name=$1 batch=$2 what=$3 need_free=$4 need_every=$5 spec nlog klog ref got rc chaos s
+    shift 5
+    nlog="$LOGS/$name.native.log"
+    native 1 "$nlog" "$G/apps/train_mlp.bin" --iters 24 --batch "$batch"
+    ref=$(checksum "$nlog")
+    for spec in "$@"; do
+      klog="$LOGS/$name.${spec//[^a-z0-9]/_}.log"
+      chaos=(); [ "$spec" != none ] && chaos=(--chaos="$spec")
+      timeout 300 $RUN -n 1 --backend=cuda --timeout=240 --recovery_timeout=60 --upload_hold \
+        "${chaos[@]}" -- "$G/apps/train_mlp.bin" --iters 24 --batch "$batch" >"$klog" 2>&1; rc=$?
+      got=$(checksum "$klog")
+      grep -E "held uploads|captured uploads for the replay|final checksum" "$klog" |
+        head -6 | cut -c1-200 | sed 's/^/   /'
+      if [ $rc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ] &&
+         { [ "$spec" != none ] || [ -z "$need_free" ] || grep -q "$need_free" "$klog"; } &&
+         { [ -z "$need_every" ] || grep -q "$need_every" "$klog"; } &&
+         ! grep -q " [1-9][0-9]* sources found changed" "$klog"; then
+        s=PASS; else s="FAIL (rc=$rc)"; fi
+      record "hold: train_mlp $what [$spec]" "$s" "$klog"
+    done
+  }
+  hold_runs hold 65536 "16 MiB/step, --upload_hold" \
+    "held uploads at exit: [1-9].*; [1-9][0-9]* hashed by the device, 0 sources found changed" "" \
+    none "rank=0,minibatch=4,calls=8" "rank=0,minibatch=5,calls=1,point=after_execute" \
+    "rank=0,minibatch=6,calls=2,point=before_append"
   # 80 MiB a step: every upload copied and hashed in pieces (64 MiB and
   # more, the default); fault-free and killed at the upload's execution.
-  nlog="$LOGS/hold80.native.log"
-  native 1 "$nlog" "$G/apps/train_mlp.bin" --iters 24 --batch 327680; rc=$?
-  ref=$(checksum "$nlog")
-  for spec in none "rank=0,minibatch=5,calls=1,point=after_execute"; do
-    klog="$LOGS/hold80.${spec//[^a-z0-9]/_}.log"
-    chaos=(); [ "$spec" != none ] && chaos=(--chaos="$spec")
-    timeout 300 $RUN -n 1 --backend=cuda --timeout=240 --recovery_timeout=60 --upload_hold \
-      "${chaos[@]}" -- "$G/apps/train_mlp.bin" --iters 24 --batch 327680 >"$klog" 2>&1; rc=$?
-    got=$(checksum "$klog")
-    grep -E "in pieces|held uploads at exit|final checksum" "$klog" | head -4 | cut -c1-200 |
-      sed 's/^/   /'
-    if [ $rc -eq 0 ] && [ -n "$ref" ] && [ "$ref" = "$got" ] &&
-       grep -q "held uploads: hashed by the device, from 64 MiB in pieces" "$klog" &&
-       ! grep -q " [1-9][0-9]* sources found changed" "$klog"; then
-      s=PASS; else s="FAIL (rc=$rc)"; fi
-    record "hold: train_mlp 80 MiB/step, hashed in pieces [$spec]" "$s" "$klog"
-  done
+  hold_runs hold80 327680 "80 MiB/step, hashed in pieces" "" \
+    "held uploads: hashed by the device, from 64 MiB in pieces" \
+    none "rank=0,minibatch=5,calls=1,point=after_execute"
   log="$LOGS/hold.changed.log"
   HOLD_TEST_BACKEND_ARGS="--backend=cuda" timeout 300 bash "$G/recovery_hold_changed_test.sh" \
     "$G/revenant-run" "$G/apps/upload_loop.bin" none >"$log" 2>&1; rc=$?
