@@ -15,9 +15,10 @@
 #          pairs with PERF1_TORCH_ARM as a third run (default none), device and host
 #          memory (PyTorch's in MEM_TORCH_PAIRS pairs, default 3).     ~400 s
 #   perf2: the multi-rank rows: 2-rank nccl_bench, 4-rank busbw pairs (6:
-#          3 left one or no pair on one time-slice level, ~37 s), and 4
-#          more under a private MPS daemon (no time slices, NB_BW_MPS),
-#          4-rank train_mlp step pairs, 4-rank PyTorch pairs.            ~400 s
+#          3 left one or no pair on one time-slice level, ~37 s), with
+#          PERF2_MPS=1 4 more under a private MPS daemon (no time slices,
+#          NB_BW_MPS; +100 s), 4-rank train_mlp step pairs, 4-rank PyTorch
+#          pairs.                                                        ~510 s
 #   perf3: recovery over real NCCL at 4 ranks: the named kills and
 #          PERF_KILLS seeded random kills (default 25, seed PERF_SEED,
 #          default 20261201; run twice with two seeds for the 50-kill row),
@@ -66,8 +67,10 @@ if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
       perf_run nb2 nccl_multi_bench 100 NB_SIZES=2 NB_STEP=8 NB_STEPTIME=0
       perf_run bw4 nccl_multi_bench 100 NB_SIZES=0 NB_STEPTIME=0 NB_STEP=8 NB_BW_PAIRS=6 \
         NB_BW_ONLY=16mib,256mib
-      perf_run bw4mps nccl_multi_bench 100 NB_SIZES=0 NB_STEPTIME=0 NB_STEP=8 NB_BW_PAIRS=4 \
-        NB_BW_ONLY=16mib,256mib NB_BW_MPS=1
+      # Under MPS only when asked (supplementary; with it the part needs
+      # ~610 s and the PyTorch pairs last were cut).
+      [ "${PERF2_MPS:-0}" = 1 ] && perf_run bw4mps nccl_multi_bench 100 NB_SIZES=0 NB_STEPTIME=0 NB_STEP=8 \
+        NB_BW_PAIRS=4 NB_BW_ONLY=16mib,256mib NB_BW_MPS=1
       perf_run st4 nccl_multi_bench 110 NB_SIZES=0 NB_BW_PAIRS=0 NB_PAIRS=3 NB_ITERS=120
       perf_run torch4 torch4_pairs 200 TORCH4_PAIRS=2
       ;;
