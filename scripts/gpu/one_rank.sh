@@ -36,7 +36,9 @@
 #      alternating): algbw per size, the pairs' ratios and their median
 #      (goal >= 0.98 each), and per pair the native and Revenant figures of
 #      the rows matching ONE_RAW_ROWS (default ^allreduce_1mib, the row
-#      that spreads most).
+#      that spreads most). ONE_AR_ARM (environment assignments, e.g.
+#      "REVENANT_NCCL_ONE_RANK_KERNEL=1"): a third run in every pair under
+#      the shim with them set, summarized apart against the same native runs.
 if [ "$MODE" = one_pairs ]; then
   echo
   echo "=== one rank, interleaved pairs"
@@ -123,13 +125,19 @@ if [ "$MODE" = one_pairs ]; then
   # short_pairs NAME COUNT APP TITLE ARGS...: COUNT pairs of a native run of
   # APP ARGS and one under the shim, the order alternating; each pair's
   # ratios (compare.sh) into $LOGS/one_NAME.ratios, then their medians.
+  # SP_ARM (environment assignments): a third run in every pair under the
+  # shim with them set, its ratios against the same pair's native run
+  # summarized apart.
   short_pairs() {
-    local name=$1 count=$2 app=$3 title=$4 p nrc src
+    local name=$1 count=$2 app=$3 title=$4 p nrc src arc
     shift 4
     local nlog="$LOGS/one_$name.native.log" slog="$LOGS/one_$name.cuda.log" ok=1
+    local alog="$LOGS/one_$name.arm.log"
     : >"$LOGS/one_$name.ratios"
+    : >"$LOGS/one_$name.arm.ratios"
     sp_n() { native 1 "$nlog" "$G/bench/$app.bin" "$@"; }
     sp_s() { timeout 150 $RUN -n 1 --backend=cuda --timeout=120 -- "$G/bench/$app.bin" "$@" >"$slog" 2>&1; }
+    sp_a() { timeout 150 env $SP_ARM $RUN -n 1 --backend=cuda --timeout=120 -- "$G/bench/$app.bin" "$@" >"$alog" 2>&1; }
     for p in $(seq 1 "$count"); do
       if [ $((p % 2)) = 1 ]; then sp_n "$@"; nrc=$?; sp_s "$@"; src=$?; else sp_s "$@"; src=$?; sp_n "$@"; nrc=$?; fi
       if [ $nrc -ne 0 ] || [ $src -ne 0 ] || ! grep -q "PASS $app" "$nlog" || ! grep -q "PASS $app" "$slog"; then
@@ -143,9 +151,26 @@ if [ "$MODE" = one_pairs ]; then
       # (ONE_RAW_ROWS, a regular expression), native and Revenant's.
       awk -v p="$p" -v re="${ONE_RAW_ROWS:-^allreduce_1mib}" 'NR > 2 && $1 ~ re {
         printf "   pair %d %s: native %s, revenant %s %s\n", p, $1, $2, $3, $4 }' "$LOGS/one_$name.pair"
+      if [ -n "${SP_ARM:-}" ]; then
+        sp_a "$@"; arc=$?
+        if [ $arc -ne 0 ] || ! grep -q "PASS $app" "$alog"; then
+          ok=0; echo "   $name pair $p, arm $SP_ARM: rc $arc"; tail -5 "$alog" | sed 's/^/   | /'
+          continue
+        fi
+        bash "$G/bench/compare.sh" "$nlog" "$alog" >"$LOGS/one_$name.arm.pair"
+        awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
+          "$LOGS/one_$name.arm.pair" >>"$LOGS/one_$name.arm.ratios"
+        awk -v p="$p" -v re="${ONE_RAW_ROWS:-^allreduce_1mib}" 'NR > 2 && $1 ~ re {
+          printf "   pair %d %s: native %s, arm %s %s\n", p, $1, $2, $3, $4 }' "$LOGS/one_$name.arm.pair"
+      fi
     done
     echo "   $title, $count short pair(s) ($app $*): the pairs' ratios, their median, the goal"
     summarize "$LOGS/one_$name.ratios"
+    if [ -n "${SP_ARM:-}" ]; then
+      echo "   the same with $SP_ARM, against the same pairs' native runs:"
+      summarize "$LOGS/one_$name.arm.ratios"
+      grep -h "one-rank collectives" "$alog" 2>/dev/null | head -1 | sed 's/^/   | arm agent /'
+    fi
     [ "$ok" = 1 ] && s=PASS || s=FAIL
     record "one rank: $title in short pairs" "$s" "$slog"
   }
@@ -153,6 +178,6 @@ if [ "$MODE" = one_pairs ]; then
     short_pairs lat "${ONE_LAT_PAIRS:-15}" shim_bench "round-trip rows" --latency_only
   fi
   if [ "${ONE_AR_PAIRS:-6}" -gt 0 ]; then
-    short_pairs ar "${ONE_AR_PAIRS:-6}" nccl_bench "all-reduce algbw, 1 rank, real NCCL" --only=1mib,16mib,256mib --scale=1000
+    SP_ARM="${ONE_AR_ARM:-}" short_pairs ar "${ONE_AR_PAIRS:-6}" nccl_bench "all-reduce algbw, 1 rank, real NCCL" --only=1mib,16mib,256mib --scale=1000
   fi
 fi

@@ -11,7 +11,8 @@
 #          snapshots against native), shim_bench pairs with PERF1_BENCH_ARM
 #          as a third arm (default REVENANT_HASH_PIECES=0: held uploads
 #          hashed whole, what the pieces give), the round-trip rows and the
-#          one-rank all-reduce in short pairs, PyTorch mlp_ddp and gpt_amp
+#          one-rank all-reduce in short pairs (with PERF1_AR_ARM as a third
+#          run, default REVENANT_NCCL_ONE_RANK_KERNEL=1: the copy kernel), PyTorch mlp_ddp and gpt_amp
 #          pairs with PERF1_TORCH_ARM as a third run (default none), device and host
 #          memory (PyTorch's in MEM_TORCH_PAIRS pairs, default 3).     ~400 s
 #   perf2: the multi-rank rows: 2-rank nccl_bench, 4-rank busbw pairs (6:
@@ -58,7 +59,8 @@ if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
       # them: the bench's held uploads use them).
       [ "${PERF1_BACKEND:-1}" = 1 ] && perf_run backend backend 150
       perf_run one one_pairs 300 ONE_STEP_ROUNDS=3 ONE_BENCH_PAIRS=3 \
-        "ONE_BENCH_ARM=${PERF1_BENCH_ARM-REVENANT_HASH_PIECES=0}" ONE_LAT_PAIRS=15 ONE_AR_PAIRS=8
+        "ONE_BENCH_ARM=${PERF1_BENCH_ARM-REVENANT_HASH_PIECES=0}" ONE_LAT_PAIRS=15 ONE_AR_PAIRS=8 \
+        "ONE_AR_ARM=${PERF1_AR_ARM-REVENANT_NCCL_ONE_RANK_KERNEL=1}"
       perf_run torch1 torch1_pairs 200 "TORCH_ONE=mlp_ddp gpt_amp" TORCH1_PAIRS=2 TORCH_STEPS=300 \
         "TORCH1_ARM=${PERF1_TORCH_ARM:-}"
       perf_run memory memory 150
@@ -81,7 +83,7 @@ if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
   esac
   echo "   --- the parts' figures"
   for name in "${perf_parts[@]}"; do
-    grep -hE "round [0-9]+:|bursts [a-z]+/native|\| [a-z0-9_]+ +pairs|median of the pairs|mean step|level|same level|ratio of the means|busbw|algbw|PASS$|FAIL|peak|resident|recovery|seed=" \
+    grep -hE "round [0-9]+:|the same with|bursts [a-z]+/native|\| [a-z0-9_]+ +pairs|median of the pairs|mean step|level|same level|ratio of the means|busbw|algbw|PASS$|FAIL|peak|resident|recovery|seed=" \
       "$LOGS/perf.$name.txt" | grep -v "^\[" | cut -c1-220 | sed "s/^/   $name | /"
   done
 fi

@@ -28,6 +28,7 @@
 #include "agent/backends/cuda/cuda_blas.h"
 #include "agent/backends/cuda/cuda_dnn.h"
 #include "agent/backends/cuda/content_hash_ptx.h"
+#include "agent/backends/cuda/device_copy_ptx.h"
 #include "agent/backends/cuda/cuda_gloo.h"
 #include "agent/backends/cuda/cuda_nccl.h"
 #include "api/library_rows.h"
@@ -1319,6 +1320,13 @@ class CudaBackend : public Backend {
   CUdeviceptr hash_base_device_ = 0;
   CUmodule hash_module_ = nullptr;
   CUfunction hash_fn_ = nullptr;
+  // A one-rank collective's copy (CudaNccl::SetDeviceCopy): the copy kernel
+  // (device_copy.cu), loaded at the first such copy; null where it did not
+  // load (every copy a cudaMemcpyAsync then).
+  bool DeviceCopy(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+  std::once_flag copy_once_;
+  CUmodule copy_module_ = nullptr;
+  CUfunction copy_fn_ = nullptr;
   // The piece kernel (MemcpyHeld, uploads of kHashPiecesFrom and more,
   // unless REVENANT_HASH_PIECES=0): each piece hashed on a stream of the agent's
   // behind its part of the copy, so that the hash runs beside the rest of
@@ -1524,6 +1532,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOp
           return b->allocator_.Allocations();
         },
         range.base);
+    if (knobs::Bool(knobs::Id::kNcclOneRankKernel).value_or(false)) {
+      b->nccl_->SetDeviceCopy([b](void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+        return b->DeviceCopy(dst, src, bytes, stream);
+      });
+    }
   }
   if (options.collectives == "gloo") {
     CudaBackend* b = backend.get();
@@ -1961,6 +1974,40 @@ bool CudaBackend::RegisterHashWords(void* base, size_t size) {
                                    ? ", from 64 MiB in pieces beside their copy"
                                    : ", after the whole copy");
   return true;
+}
+
+bool CudaBackend::DeviceCopy(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  // 16-byte words, both sides inside live allocations of the device range
+  // (memory a kernel may touch; anything else, host memory say, is
+  // cudaMemcpyAsync's to copy or refuse).
+  if (bytes == 0 || ((Addr(dst) | Addr(src) | bytes) & 15) != 0) return false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!InDeviceRange(dst) || !InDeviceRange(src) || !allocator_.Contains(Addr(dst), bytes) ||
+        !allocator_.Contains(Addr(src), bytes)) {
+      return false;
+    }
+  }
+  std::call_once(copy_once_, [this] {
+    if (drv_.cuModuleLoadData(&copy_module_, kDeviceCopyPtx) != CUDA_SUCCESS ||
+        drv_.cuModuleGetFunction(&copy_fn_, copy_module_, "revenant_device_copy") !=
+            CUDA_SUCCESS) {
+      copy_fn_ = nullptr;
+      REVENANT_LOG(WARNING, kLog) << "the agent's copy kernel does not load on this device: "
+                                     "one-rank collectives are copied with cudaMemcpyAsync";
+    }
+  });
+  if (copy_fn_ == nullptr) return false;
+  const void* from = src;
+  void* to = dst;
+  unsigned long long words = bytes / 16;
+  void* args[] = {&from, &to, &words};
+  // 4 words a thread, at most 264 blocks of 256 threads (a grid-stride loop
+  // beyond).
+  const unsigned blocks = static_cast<unsigned>(
+      std::min<unsigned long long>(264, std::max<unsigned long long>(1, words / (256 * 4))));
+  return drv_.cuLaunchKernel(copy_fn_, blocks, 1, 1, 256, 1, 1, 0,
+                             reinterpret_cast<CUstream>(stream), args, nullptr) == CUDA_SUCCESS;
 }
 
 bool CudaBackend::LaunchHash(const void* data, size_t count, unsigned long long* scratch,

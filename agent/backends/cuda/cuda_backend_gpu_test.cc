@@ -12,7 +12,9 @@
 // (alloc/free nodes), launches held back as graphs, boundary snapshots
 // copied through the staging and straight into a registered file, held
 // uploads hashed by the device (whole, and in pieces beside the copy), and Reset;
-// then, in a child of its own, asynchronous snapshots through a device spare.
+// then, in children of their own, asynchronous snapshots through a device
+// spare and a one-rank communicator's all-reduces issued as copies (by the
+// agent's copy kernel where they may be).
 // Prints "PASS cuda_backend_gpu_test" as its last line on success.
 #include <cuda_runtime_api.h>
 #include <fcntl.h>
@@ -574,6 +576,88 @@ void HeldLaunches(Backend* b) {
 // wait for the drain), the second as the agent does (SynchronizeDevice: the
 // done word is stored when it returns); then an allocation that only fits
 // once the spare is given back succeeds.
+// A one-rank communicator's all-reduces through the backend: copies the
+// agent issues itself, by its copy kernel where both buffers are device
+// allocations, 16-byte aligned and at most CudaNccl::kDeviceCopyMaxBytes
+// (three cases here), else with cudaMemcpyAsync (four). Each result must be
+// the input's bytes and nothing around them touched; the driver checks the
+// count of kernel copies the backend logs when it goes.
+int OneRankCopyChild() {
+  char dir[] = "/tmp/revenant_gpu_test_nccl_XXXXXX";
+  if (mkdtemp(dir) == nullptr) return 1;
+  BackendOptions options;
+  options.rank = 5;
+  options.job_dir = dir;
+  absl::StatusOr<std::unique_ptr<Backend>> made = MakeCudaBackend(options);
+  if (!made.ok()) {
+    std::printf("CREATE_FAILED %s\n", made.status().ToString().c_str());
+    return 3;
+  }
+  {
+    Backend* b = made->get();
+    ncclUniqueId id;
+    ncclComm_t comm = nullptr;
+    EXPECT(b->ncclGetUniqueId(&id) == ncclSuccess);
+    EXPECT(b->ncclCommInitRank(&comm, 1, id, 0) == ncclSuccess);
+    cudaStream_t s = nullptr;
+    EXPECT_ERR(b->cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    const size_t area = (size_t{4} << 20) + 4096;
+    void* src = nullptr;
+    void* dst = nullptr;
+    EXPECT_ERR(b->cudaMalloc(&src, area), cudaSuccess);
+    EXPECT_ERR(b->cudaMalloc(&dst, area), cudaSuccess);
+    if (comm == nullptr || src == nullptr || dst == nullptr) return 1;
+    std::vector<unsigned char> pattern(area), back(area);
+    std::mt19937 rng(20261207);
+    for (unsigned char& c : pattern) c = static_cast<unsigned char>(rng());
+    EXPECT_ERR(b->Memcpy(src, pattern.data(), area, cudaMemcpyHostToDevice, nullptr, false),
+               cudaSuccess);
+    struct Case {
+      size_t bytes, src_off, dst_off;
+      ncclDataType_t type;
+      const char* what;
+    };
+    const Case cases[] = {
+        {size_t{1} << 20, 0, 0, ncclFloat, "1 MiB (kernel)"},
+        {size_t{4} << 20, 16, 32, ncclFloat, "4 MiB, offsets 16/32 (kernel)"},
+        {size_t{64} << 10, 48, 1024, ncclHalf, "64 KiB half (kernel)"},
+        {(size_t{4} << 20) + 16, 0, 0, ncclChar, "4 MiB + 16 (over the bound: copy)"},
+        {(size_t{1} << 20) + 4, 0, 0, ncclFloat, "1 MiB + 4 (size: copy)"},
+        {size_t{1} << 20, 4, 0, ncclFloat, "1 MiB from offset 4 (alignment: copy)"},
+        {12345, 7, 3, ncclChar, "12345 bytes, offsets 7/3 (copy)"},
+    };
+    const std::vector<unsigned char> fill(area, 0xEE);
+    for (const Case& c : cases) {
+      EXPECT_ERR(b->Memcpy(dst, fill.data(), area, cudaMemcpyHostToDevice, nullptr, false),
+                 cudaSuccess);
+      const size_t elem = c.type == ncclFloat ? 4 : c.type == ncclHalf ? 2 : 1;
+      EXPECT(b->ncclAllReduce(static_cast<char*>(src) + c.src_off,
+                              static_cast<char*>(dst) + c.dst_off, c.bytes / elem, c.type,
+                              ncclSum, comm, s) == ncclSuccess);
+      EXPECT_ERR(b->cudaStreamSynchronize(s), cudaSuccess);
+      EXPECT_ERR(b->Memcpy(back.data(), dst, area, cudaMemcpyDeviceToHost, nullptr, false),
+                 cudaSuccess);
+      const bool copied =
+          std::memcmp(back.data() + c.dst_off, pattern.data() + c.src_off, c.bytes) == 0;
+      bool untouched = true;
+      for (size_t i = 0; i < area; ++i) {
+        if ((i < c.dst_off || i >= c.dst_off + c.bytes) && back[i] != 0xEE) untouched = false;
+      }
+      EXPECT(copied);
+      EXPECT(untouched);
+      std::printf("ONE_RANK_COPY %s: %s, %s\n", c.what, copied ? "equal" : "DIFFERENT",
+                  untouched ? "nothing else touched" : "BYTES AROUND IT CHANGED");
+    }
+    EXPECT(b->ncclCommDestroy(comm) == ncclSuccess);
+    EXPECT_ERR(b->cudaFree(src), cudaSuccess);
+    EXPECT_ERR(b->cudaFree(dst), cudaSuccess);
+    EXPECT_ERR(b->cudaStreamDestroy(s), cudaSuccess);
+  }
+  made->reset();  // logs the copies
+  std::fflush(stdout);
+  return g_failures == 0 ? 0 : 1;
+}
+
 int SpareChild() {
   BackendOptions options;
   options.rank = 3;
@@ -1085,6 +1169,13 @@ int Driver(const std::string& self, const std::string& fatbin) {
   EXPECT(staged.status == 0);
   EXPECT(staged.out.find("a device spare of 8 MiB") != std::string::npos);
   EXPECT(staged.out.find("loaded back equal") != std::string::npos);
+  Run one_rank = RunChild("REVENANT_NCCL_ONE_RANK_KERNEL=1 timeout 120 " + self +
+                          " --one_rank_copy_child --fatbin=" + fatbin + " 2>&1");
+  std::printf("--- a one-rank communicator's all-reduces as copies (rank 5)\n%s",
+              one_rank.out.c_str());
+  EXPECT(one_rank.status == 0);
+  EXPECT(one_rank.out.find("one-rank collectives issued as copies: 7, 3 of them by the agent's "
+                           "kernel") != std::string::npos);
   if (g_failures == 0) std::printf("PASS cuda_backend_gpu_test\n");
   return g_failures == 0 ? 0 : 1;
 }
@@ -1102,6 +1193,9 @@ int main(int argc, char** argv) {
   }
   if (!Flag(argc, argv, "measure").empty()) return revenant::agent::Measure(fatbin);
   if (!Flag(argc, argv, "spare_child").empty()) return revenant::agent::SpareChild();
+  if (!Flag(argc, argv, "one_rank_copy_child").empty()) {
+    return revenant::agent::OneRankCopyChild();
+  }
   if (!Flag(argc, argv, "staged_spare_child").empty()) return revenant::agent::StagedSpareChild();
   if (!Flag(argc, argv, "child").empty()) {
     return revenant::agent::Child(std::atoi(Flag(argc, argv, "rank", "0").c_str()), fatbin,

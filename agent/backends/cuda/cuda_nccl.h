@@ -304,6 +304,17 @@ class CudaNccl {
   void SetStateAccess(std::function<std::vector<std::pair<uint64_t, uint64_t>>()> live,
                       uint64_t range_base);
 
+  // How a one-rank collective's copy of up to kDeviceCopyMaxBytes may be
+  // issued by the backend (a kernel of its own: cheaper for the issuing
+  // thread than cudaMemcpyAsync): `copy` returns false when it did not
+  // issue it (memory it cannot vouch for, unaligned, not loaded), and the
+  // copy goes through cudaMemcpyAsync. Called with mu_ held. Without it
+  // every copy is a cudaMemcpyAsync.
+  using DeviceCopy = std::function<bool(void* dst, const void* src, size_t bytes,
+                                        cudaStream_t stream)>;
+  static constexpr size_t kDeviceCopyMaxBytes = size_t{4} << 20;
+  void SetDeviceCopy(DeviceCopy copy);
+
   // --- Recovery (Backend's contract, docs/recovery.md) ----------------------------
   // A replay starts (kSetupLog/kMinibatchLog) or ends; a spare's epoch
   // baseline is refreshed.
@@ -606,6 +617,8 @@ class CudaNccl {
   // REVENANT_NCCL_ONE_RANK_COPY: one-rank collectives issued as copies.
   bool one_rank_copy_ = true;
   uint64_t one_rank_copies_ = 0;  // mu_
+  DeviceCopy device_copy_;              // mu_
+  uint64_t one_rank_kernel_copies_ = 0;  // mu_: of one_rank_copies_, by device_copy_
   std::function<std::vector<std::pair<uint64_t, uint64_t>>()> live_allocations_;
   uint64_t range_base_ = 0;
 

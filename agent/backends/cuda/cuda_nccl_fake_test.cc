@@ -1130,6 +1130,61 @@ TEST(CudaNcclFakeTest, AOneRankCommunicatorIssuesItsCollectivesAsCopies) {
             ncclInvalidUsage);
 }
 
+// The backend's device copy (SetDeviceCopy) takes a one-rank collective's
+// copy of up to kDeviceCopyMaxBytes when it says it issued it; a copy it
+// declines, a larger one and an in-place one are cudaMemcpyAsync's or
+// nothing, and every result is the input either way.
+TEST(CudaNcclFakeTest, AOneRankCopyGoesToTheBackendsDeviceCopyWhereItTakesIt) {
+  Rank me(JobRoot(1), 0, 30, 1);
+  ncclUniqueId id;
+  ASSERT_EQ(me.nccl->GetUniqueId(&id), ncclSuccess);
+  ASSERT_EQ(me.nccl->CommInitRankConfig(&me.comm, 1, id, 0, nullptr), ncclSuccess);
+  const long at_start = fake_nccl::CompletedAllReduces(id);
+  int offered = 0, taken = 0;
+  bool take = true;
+  size_t last_bytes = 0;
+  me.nccl->SetDeviceCopy([&](void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+    ++offered;
+    last_bytes = bytes;
+    if (!take) return false;
+    ++taken;
+    // Stands for the kernel: the same copy, on the same stream.
+    return ::cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream) == cudaSuccess;
+  });
+  const size_t big = CudaNccl::kDeviceCopyMaxBytes / sizeof(float) + 4;
+  std::vector<float> send(big), recv(big);
+  for (size_t i = 0; i < big; ++i) send[i] = static_cast<float>(i % 977) + 0.5f;
+  auto run = [&](size_t count) {
+    std::fill(recv.begin(), recv.end(), -1.0f);
+    EXPECT_EQ(me.nccl->AllReduce(send.data(), recv.data(), count, ncclFloat, ncclSum, me.comm,
+                                 me.stream),
+              ncclSuccess);
+    ASSERT_EQ(::cudaStreamSynchronize(me.stream), cudaSuccess);
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(recv[i], send[i]) << "count " << count << " at " << i;
+    for (size_t i = count; i < big; ++i) ASSERT_EQ(recv[i], -1.0f) << "past the count at " << i;
+  };
+  run(kCount);
+  EXPECT_EQ(offered, 1);
+  EXPECT_EQ(taken, 1);
+  EXPECT_EQ(last_bytes, kCount * sizeof(float));
+  run(CudaNccl::kDeviceCopyMaxBytes / sizeof(float));  // at the bound: offered
+  EXPECT_EQ(offered, 2);
+  EXPECT_EQ(taken, 2);
+  run(big);  // past it: cudaMemcpyAsync, not offered
+  EXPECT_EQ(offered, 2);
+  take = false;  // declined: cudaMemcpyAsync
+  run(kCount);
+  EXPECT_EQ(offered, 3);
+  EXPECT_EQ(taken, 2);
+  take = true;
+  EXPECT_EQ(me.nccl->AllReduce(recv.data(), recv.data(), kCount, ncclFloat, ncclSum, me.comm,
+                               me.stream),
+            ncclSuccess);  // in place: nothing to copy, nothing offered
+  EXPECT_EQ(offered, 3);
+  EXPECT_EQ(fake_nccl::CompletedAllReduces(id), at_start) << "a copy reached NCCL";
+  EXPECT_EQ(me.nccl->CommDestroy(me.comm), ncclSuccess);
+}
+
 TEST(CudaNcclFakeTest, WithoutAnEpochTheFailedCollectiveEndsWithinTheBound) {
   const std::string root = JobRoot(2);
   std::vector<std::unique_ptr<Rank>> ranks;
