@@ -82,3 +82,17 @@ def host_kernel_library(name, srcs, hdrs = [], deps = [], visibility = None, tes
         visibility = visibility,
         testonly = testonly,
     )
+
+def ptx_header(name, src, var):
+    """Compiles one .cu to PTX (compute_90) and writes `<name>.h`: the PTX as
+    `static const char <var>[]`, for the agent to load with cuModuleLoadData
+    (the driver compiles it for the device it runs on)."""
+    native.genrule(
+        name = name,
+        srcs = [src],
+        outs = [name + ".h"],
+        cmd = NVCC + " -ptx -arch=compute_90 -o $(@D)/" + name + ".ptx $(location " + src + ") && " +
+              "{ echo '// Generated from $(location " + src + ") by nvcc -ptx.'; " +
+              "echo 'static const char " + var + "[] = R\"PTX('; cat $(@D)/" + name + ".ptx; " +
+              "echo ')PTX\";'; } > $@",
+    )

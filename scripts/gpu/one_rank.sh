@@ -138,30 +138,31 @@ if [ "$MODE" = one_pairs ]; then
     sp_n() { native 1 "$nlog" "$G/bench/$app.bin" "$@"; }
     sp_s() { timeout 150 $RUN -n 1 --backend=cuda --timeout=120 -- "$G/bench/$app.bin" "$@" >"$slog" 2>&1; }
     sp_a() { timeout 150 env $SP_ARM $RUN -n 1 --backend=cuda --timeout=120 -- "$G/bench/$app.bin" "$@" >"$alog" 2>&1; }
+    # sp_pair LOG KEY LABEL: pair $p's ratios of LOG to $nlog (compare.sh)
+    # appended to $LOGS/one_KEY.ratios, and the raw figures of the rows that
+    # spread most from pair to pair (ONE_RAW_ROWS, a regular expression),
+    # native and LABEL's.
+    sp_pair() {
+      bash "$G/bench/compare.sh" "$nlog" "$1" >"$LOGS/one_$2.pair"
+      awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
+        "$LOGS/one_$2.pair" >>"$LOGS/one_$2.ratios"
+      awk -v p="$p" -v l="$3" -v re="${ONE_RAW_ROWS:-^allreduce_1mib}" 'NR > 2 && $1 ~ re {
+        printf "   pair %d %s: native %s, %s %s %s\n", p, $1, $2, l, $3, $4 }' "$LOGS/one_$2.pair"
+    }
     for p in $(seq 1 "$count"); do
       if [ $((p % 2)) = 1 ]; then sp_n "$@"; nrc=$?; sp_s "$@"; src=$?; else sp_s "$@"; src=$?; sp_n "$@"; nrc=$?; fi
       if [ $nrc -ne 0 ] || [ $src -ne 0 ] || ! grep -q "PASS $app" "$nlog" || ! grep -q "PASS $app" "$slog"; then
         ok=0; echo "   $name pair $p: rc native $nrc, revenant $src"; tail -5 "$slog" | sed 's/^/   | /'
         continue
       fi
-      bash "$G/bench/compare.sh" "$nlog" "$slog" >"$LOGS/one_$name.pair"
-      awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
-        "$LOGS/one_$name.pair" >>"$LOGS/one_$name.ratios"
-      # The raw figures of the rows that spread most from pair to pair
-      # (ONE_RAW_ROWS, a regular expression), native and Revenant's.
-      awk -v p="$p" -v re="${ONE_RAW_ROWS:-^allreduce_1mib}" 'NR > 2 && $1 ~ re {
-        printf "   pair %d %s: native %s, revenant %s %s\n", p, $1, $2, $3, $4 }' "$LOGS/one_$name.pair"
+      sp_pair "$slog" "$name" revenant
       if [ -n "${SP_ARM:-}" ]; then
         sp_a "$@"; arc=$?
         if [ $arc -ne 0 ] || ! grep -q "PASS $app" "$alog"; then
           ok=0; echo "   $name pair $p, arm $SP_ARM: rc $arc"; tail -5 "$alog" | sed 's/^/   | /'
           continue
         fi
-        bash "$G/bench/compare.sh" "$nlog" "$alog" >"$LOGS/one_$name.arm.pair"
-        awk -v p="$p" 'NR > 2 && NF >= 7 { if ($6 == "-") print p, $1, $5, "-", "-"; else print p, $1, $5, $6, $7 }' \
-          "$LOGS/one_$name.arm.pair" >>"$LOGS/one_$name.arm.ratios"
-        awk -v p="$p" -v re="${ONE_RAW_ROWS:-^allreduce_1mib}" 'NR > 2 && $1 ~ re {
-          printf "   pair %d %s: native %s, arm %s %s\n", p, $1, $2, $3, $4 }' "$LOGS/one_$name.arm.pair"
+        sp_pair "$alog" "$name.arm" arm
       fi
     done
     echo "   $title, $count short pair(s) ($app $*): the pairs' ratios, their median, the goal"
