@@ -96,3 +96,20 @@ def ptx_header(name, src, var):
               "echo 'static const char " + var + "[] = R\"PTX('; cat $(@D)/" + name + ".ptx; " +
               "echo ')PTX\";'; } > $@",
     )
+
+def fatbin_header(name, src, var):
+    """Compiles one .cu to a fat binary (sm_90 code, and compute_90 PTX for
+    other devices) and writes `<name>.h`: its bytes as `alignas(8) static
+    const unsigned char <var>[]`, for the agent to load with cuModuleLoadData
+    (no compilation at load time on the devices it was built for)."""
+    native.genrule(
+        name = name,
+        srcs = [src],
+        outs = [name + ".h"],
+        cmd = NVCC + " -fatbin " + GENCODE + " -gencode arch=compute_90,code=compute_90 " +
+              "-o $(@D)/" + name + ".fatbin $(location " + src + ") && " +
+              "{ echo '// Generated from $(location " + src + ") by nvcc -fatbin.'; " +
+              "echo 'alignas(8) static const unsigned char " + var + "[] = {'; " +
+              "od -An -v -tx1 $(@D)/" + name + ".fatbin | sed -e 's/ *\\([0-9a-f][0-9a-f]\\)/0x\\1,/g'; " +
+              "echo '};'; } > $@",
+    )

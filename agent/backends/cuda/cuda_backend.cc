@@ -28,7 +28,7 @@
 #include "agent/backends/cuda/cuda_blas.h"
 #include "agent/backends/cuda/cuda_dnn.h"
 #include "agent/backends/cuda/content_hash_ptx.h"
-#include "agent/backends/cuda/device_copy_ptx.h"
+#include "agent/backends/cuda/device_copy_fatbin.h"
 #include "agent/backends/cuda/cuda_gloo.h"
 #include "agent/backends/cuda/cuda_nccl.h"
 #include "api/library_rows.h"
@@ -1989,7 +1989,7 @@ bool CudaBackend::DeviceCopy(void* dst, const void* src, size_t bytes, cudaStrea
     }
   }
   std::call_once(copy_once_, [this] {
-    if (drv_.cuModuleLoadData(&copy_module_, kDeviceCopyPtx) != CUDA_SUCCESS ||
+    if (drv_.cuModuleLoadData(&copy_module_, kDeviceCopyFatbin) != CUDA_SUCCESS ||
         drv_.cuModuleGetFunction(&copy_fn_, copy_module_, "revenant_device_copy") !=
             CUDA_SUCCESS) {
       copy_fn_ = nullptr;

@@ -3,9 +3,10 @@
 // the agent issues it (CudaNccl::OneRankLocked). A kernel launch costs the
 // issuing thread less than cudaMemcpyAsync's device-to-device path, which
 // for a small collective is the whole cost of the call (docs/performance.md,
-// "One-rank collectives copied by a kernel"). Compiled to PTX at build time
-// and loaded by the agent with cuModuleLoadData (device_copy_ptx.h) at its
-// first such copy.
+// "The whole table again; a copy kernel for one-rank collectives").
+// Compiled to a fat binary at build time (sm_90 code and compute_90 PTX:
+// no compilation at load time on Hopper) and loaded by the agent with
+// cuModuleLoadData (device_copy_fatbin.h) at its first such copy.
 //
 // Both addresses and the size are multiples of 16 bytes (the caller checks
 // and copies anything else with cudaMemcpyAsync); the ranges do not
