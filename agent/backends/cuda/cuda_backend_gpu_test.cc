@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
@@ -565,17 +566,6 @@ void HeldLaunches(Backend* b) {
   EXPECT_ERR(b->cudaStreamDestroy(s2), cudaSuccess);
 }
 
-// Asynchronous snapshots through the device spare (run by the driver in a
-// child of its own with REVENANT_SNAPSHOT_DEVICE_SPARE_MIB=64): of three
-// allocations (6 MiB + 333 B, 4 KiB, 90 MiB; seed 20261207) the first two
-// go through the spare and the third straight to the host. Work queued after
-// the copies (memsets on the legacy and a created stream) must not reach the
-// snapshot; two snapshots in a row (the second's copies into the spare queue
-// behind the first's drain) each hold the bytes of their moment, the first
-// waited for as the application does (its device synchronization need not
-// wait for the drain), the second as the agent does (SynchronizeDevice: the
-// done word is stored when it returns); then an allocation that only fits
-// once the spare is given back succeeds.
 // A one-rank communicator's all-reduces through the backend: copies the
 // agent issues itself, by its copy kernel where both buffers are device
 // allocations, 16-byte aligned and at most CudaNccl::kDeviceCopyMaxBytes
@@ -655,9 +645,22 @@ int OneRankCopyChild() {
   }
   made->reset();  // logs the copies
   std::fflush(stdout);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
   return g_failures == 0 ? 0 : 1;
 }
 
+// Asynchronous snapshots through the device spare (run by the driver in a
+// child of its own with REVENANT_SNAPSHOT_DEVICE_SPARE_MIB=64): of three
+// allocations (6 MiB + 333 B, 4 KiB, 90 MiB; seed 20261207) the first two
+// go through the spare and the third straight to the host. Work queued after
+// the copies (memsets on the legacy and a created stream) must not reach the
+// snapshot; two snapshots in a row (the second's copies into the spare queue
+// behind the first's drain) each hold the bytes of their moment, the first
+// waited for as the application does (its device synchronization need not
+// wait for the drain), the second as the agent does (SynchronizeDevice: the
+// done word is stored when it returns); then an allocation that only fits
+// once the spare is given back succeeds.
 int SpareChild() {
   BackendOptions options;
   options.rank = 3;
