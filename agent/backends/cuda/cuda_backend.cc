@@ -1257,9 +1257,13 @@ class CudaBackend : public Backend {
     const uint64_t end = it->first + it->second;
     return a < end && n <= end - a;
   }
+  // [p, p + n) inside one live allocation of the device range.
+  bool InLiveAllocation(const void* p, size_t n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return InDeviceRange(p) && allocator_.Contains(Addr(p), n);
+  }
   bool DeviceAccessible(const void* p, size_t n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (p == nullptr) return false;
-    if (InDeviceRange(p)) return allocator_.Contains(Addr(p), n);
+    if (InDeviceRange(p)) return InLiveAllocation(p, n);
     return IsSharedHost(p, n) || IsSymbol(p, n);
   }
   // One side of a copy of n bytes: a device side must be a live allocation
@@ -1983,10 +1987,7 @@ bool CudaBackend::DeviceCopy(void* dst, const void* src, size_t bytes, cudaStrea
   if (bytes == 0 || ((Addr(dst) | Addr(src) | bytes) & 15) != 0) return false;
   {
     absl::MutexLock lock(&mu_);
-    if (!InDeviceRange(dst) || !InDeviceRange(src) || !allocator_.Contains(Addr(dst), bytes) ||
-        !allocator_.Contains(Addr(src), bytes)) {
-      return false;
-    }
+    if (!InLiveAllocation(dst, bytes) || !InLiveAllocation(src, bytes)) return false;
   }
   std::call_once(copy_once_, [this] {
     if (drv_.cuModuleLoadData(&copy_module_, kDeviceCopyFatbin) != CUDA_SUCCESS ||
