@@ -112,10 +112,10 @@ enum class Type { kBool, kInt, kDouble, kString };
   X(kNcclOneRankCopy, "REVENANT_NCCL_ONE_RANK_COPY", kBool, kProduct, "1",                      \
     "0: a one-rank communicator's all-reduce, reduce, broadcast, all-gather and reduce-scatter " \
     "go to NCCL (else the agent issues the copy they amount to).")                               \
-  X(kNcclOneRankKernel, "REVENANT_NCCL_ONE_RANK_KERNEL", kBool, kProduct, "0",                   \
+  X(kNcclOneRankKernel, "REVENANT_NCCL_ONE_RANK_KERNEL", kBool, kProduct, "1",                   \
     "cuda backend, 1: a one-rank collective's copy of up to 4 MiB between 16-byte aligned "       \
     "device allocations is the agent's copy kernel (a cheaper launch than a device-to-device "    \
-    "cudaMemcpyAsync); 0: always cudaMemcpyAsync.")                                              \
+    "cudaMemcpyAsync; loaded when the agent starts); 0: always cudaMemcpyAsync.")                \
   X(kDaemonRoot, "REVENANT_DAEMON_ROOT", kString, kProduct, "/dev/shm",                          \
     "Where standalone agents (revenant-agent --gpu=I) and the applications looking for them "   \
     "meet: <root>/revenant-daemon-<uid>/gpu<I>.")                                                \

@@ -37,7 +37,7 @@
 #      (goal >= 0.98 each), and per pair the native and Revenant figures of
 #      the rows matching ONE_RAW_ROWS (default ^allreduce_1mib, the row
 #      that spreads most). ONE_AR_ARM (environment assignments, e.g.
-#      "REVENANT_NCCL_ONE_RANK_KERNEL=1"): a third run in every pair under
+#      "REVENANT_NCCL_ONE_RANK_KERNEL=0"): a third run in every pair under
 #      the shim with them set, summarized apart against the same native runs.
 if [ "$MODE" = one_pairs ]; then
   echo

@@ -12,7 +12,8 @@
 #          as a third arm (default REVENANT_HASH_PIECES=0: held uploads
 #          hashed whole, what the pieces give), the round-trip rows and the
 #          one-rank all-reduce in short pairs (with PERF1_AR_ARM as a third
-#          run, default REVENANT_NCCL_ONE_RANK_KERNEL=1: the copy kernel),
+#          run, default REVENANT_NCCL_ONE_RANK_KERNEL=0: cudaMemcpyAsync
+#          instead of the copy kernel),
 #          PyTorch mlp_ddp and gpt_amp in 3 pairs each with PERF1_TORCH_ARM
 #          as a third run (default none), device and host memory
 #          (PyTorch's in MEM_TORCH_PAIRS pairs, default 3).             ~350 s
@@ -61,7 +62,7 @@ if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
       [ "${PERF1_BACKEND:-1}" = 1 ] && perf_run backend backend 150
       perf_run one one_pairs 300 ONE_STEP_ROUNDS=3 ONE_BENCH_PAIRS=3 \
         "ONE_BENCH_ARM=${PERF1_BENCH_ARM-REVENANT_HASH_PIECES=0}" ONE_LAT_PAIRS=15 ONE_AR_PAIRS=8 \
-        "ONE_AR_ARM=${PERF1_AR_ARM-REVENANT_NCCL_ONE_RANK_KERNEL=1}"
+        "ONE_AR_ARM=${PERF1_AR_ARM-REVENANT_NCCL_ONE_RANK_KERNEL=0}"
       perf_run torch1 torch1_pairs 250 "TORCH_ONE=mlp_ddp gpt_amp" TORCH1_PAIRS=3 TORCH_STEPS=300 \
         "TORCH1_ARM=${PERF1_TORCH_ARM:-}"
       perf_run memory memory 150

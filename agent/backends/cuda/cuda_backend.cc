@@ -1325,10 +1325,11 @@ class CudaBackend : public Backend {
   CUmodule hash_module_ = nullptr;
   CUfunction hash_fn_ = nullptr;
   // A one-rank collective's copy (CudaNccl::SetDeviceCopy): the copy kernel
-  // (device_copy.cu), loaded at the first such copy; null where it did not
-  // load (every copy a cudaMemcpyAsync then).
+  // (device_copy.cu), loaded by LoadDeviceCopy when the backend is created
+  // (a first load costs ~0.15 ms, which the first collective would pay);
+  // where it does not load, no copy is offered to DeviceCopy.
+  bool LoadDeviceCopy();
   bool DeviceCopy(void* dst, const void* src, size_t bytes, cudaStream_t stream);
-  std::once_flag copy_once_;
   CUmodule copy_module_ = nullptr;
   CUfunction copy_fn_ = nullptr;
   // The piece kernel (MemcpyHeld, uploads of kHashPiecesFrom and more,
@@ -1536,7 +1537,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const BackendOp
           return b->allocator_.Allocations();
         },
         range.base);
-    if (knobs::Bool(knobs::Id::kNcclOneRankKernel).value_or(false)) {
+    if (knobs::Bool(knobs::Id::kNcclOneRankKernel).value_or(true) && b->LoadDeviceCopy()) {
       b->nccl_->SetDeviceCopy([b](void* dst, const void* src, size_t bytes, cudaStream_t stream) {
         return b->DeviceCopy(dst, src, bytes, stream);
       });
@@ -1980,6 +1981,21 @@ bool CudaBackend::RegisterHashWords(void* base, size_t size) {
   return true;
 }
 
+bool CudaBackend::LoadDeviceCopy() {
+  if (CUresult r = drv_.cuModuleLoadData(&copy_module_, kDeviceCopyFatbin);
+      r != CUDA_SUCCESS ||
+      (r = drv_.cuModuleGetFunction(&copy_fn_, copy_module_, "revenant_device_copy")) !=
+          CUDA_SUCCESS) {
+    copy_fn_ = nullptr;
+    REVENANT_LOG(WARNING, kLog) << "the agent's copy kernel does not load on this device (CUDA "
+                                   "driver error "
+                                << static_cast<int>(r)
+                                << "): one-rank collectives are copied with cudaMemcpyAsync";
+    return false;
+  }
+  return true;
+}
+
 bool CudaBackend::DeviceCopy(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
   // 16-byte words, both sides inside live allocations of the device range
   // (memory a kernel may touch; anything else, host memory say, is
@@ -1989,16 +2005,6 @@ bool CudaBackend::DeviceCopy(void* dst, const void* src, size_t bytes, cudaStrea
     absl::MutexLock lock(&mu_);
     if (!InLiveAllocation(dst, bytes) || !InLiveAllocation(src, bytes)) return false;
   }
-  std::call_once(copy_once_, [this] {
-    if (drv_.cuModuleLoadData(&copy_module_, kDeviceCopyFatbin) != CUDA_SUCCESS ||
-        drv_.cuModuleGetFunction(&copy_fn_, copy_module_, "revenant_device_copy") !=
-            CUDA_SUCCESS) {
-      copy_fn_ = nullptr;
-      REVENANT_LOG(WARNING, kLog) << "the agent's copy kernel does not load on this device: "
-                                     "one-rank collectives are copied with cudaMemcpyAsync";
-    }
-  });
-  if (copy_fn_ == nullptr) return false;
   const void* from = src;
   void* to = dst;
   unsigned long long words = bytes / 16;

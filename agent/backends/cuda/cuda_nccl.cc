@@ -2086,7 +2086,7 @@ ncclResult_t CudaNccl::Collective(ncclComm_t comm, const char* what, Op op) {
 // call, which on a fast device is the whole cost of a 1 MiB all-reduce: the
 // agent's share on top of it was 15 % of it, docs/performance.md). So the
 // agent issues that copy itself, on the application's stream (nothing at
-// all in place): with REVENANT_NCCL_ONE_RANK_KERNEL=1, up to
+// all in place): unless REVENANT_NCCL_ONE_RANK_KERNEL=0, up to
 // kDeviceCopyMaxBytes through the backend's copy kernel where it vouches
 // for both buffers (SetDeviceCopy; natively a loop of such launches issues
 // a 1 MiB copy every 2.4 us against 2.9 us for cudaMemcpyAsync on an H100),
