@@ -184,6 +184,14 @@ std::string SnapshotStore::PathOf(uint64_t minibatch) const {
 
 void SnapshotStore::Unmap(File* f) {
   if (f->map == nullptr) return;
+  // On the timeline: unmapping a file whose pages are resident tears down
+  // a page-table entry per page while other threads of the agent (the
+  // executor's) may wait for the process's memory map.
+  timeline::Span span("snapshot file unmapped");
+  if (timeline::Enabled()) {
+    span.set_detail(absl::StrFormat("%.1f MiB%s", f->size / 1048576.0,
+                                    f->registered ? ", unregistered first" : ""));
+  }
   if (f->registered && f->unregister) f->unregister(f->map);
   f->registered = false;
   munmap(f->map, f->size);
@@ -218,7 +226,11 @@ void SnapshotStore::DeleteBehind(std::unique_ptr<File> f) {
   }
   unlink(f->path.c_str());
   JoinDelete();
-  delete_thread_ = std::thread([map = f->map, size = f->size] { munmap(map, size); });
+  delete_thread_ = std::thread([map = f->map, size = f->size] {
+    timeline::Span span("snapshot file unmapped behind");
+    if (timeline::Enabled()) span.set_detail(absl::StrFormat("%.1f MiB", size / 1048576.0));
+    munmap(map, size);
+  });
   f->map = nullptr;
 }
 

@@ -1,7 +1,7 @@
 // The agent's own work that can hold an application's step up -- snapshots,
-// journal boundaries and compactions, snapshot and capture files made or
-// registered, the journal helper's page allocations and frees, log chunks
-// made slowly, requests the executor spent over 1 ms on -- each with its
+// journal boundaries and compactions, snapshot and capture files made,
+// registered or unmapped, the journal helper's page allocations and frees,
+// log chunks made slowly, requests the executor spent over 1 ms on -- each with its
 // CLOCK_MONOTONIC start and end. Kept only with
 // REVENANT_TIMELINE=1 (at most kMaxEvents; one mutex per event, rare events
 // only) and printed by the agent at exit, one line each. Lined up with an

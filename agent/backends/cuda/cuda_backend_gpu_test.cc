@@ -602,6 +602,10 @@ int OneRankCopyChild() {
     for (unsigned char& c : pattern) c = static_cast<unsigned char>(rng());
     EXPECT_ERR(b->Memcpy(src, pattern.data(), area, cudaMemcpyHostToDevice, nullptr, false),
                cudaSuccess);
+    // A pageable upload may return before its bytes reach the device, and
+    // the non-blocking stream `s` does not wait for the legacy stream: each
+    // upload is drained before the collective that reads or overwrites it.
+    EXPECT_ERR(b->cudaDeviceSynchronize(), cudaSuccess);
     struct Case {
       size_t bytes, src_off, dst_off;
       ncclDataType_t type;
@@ -620,6 +624,7 @@ int OneRankCopyChild() {
     for (const Case& c : cases) {
       EXPECT_ERR(b->Memcpy(dst, fill.data(), area, cudaMemcpyHostToDevice, nullptr, false),
                  cudaSuccess);
+      EXPECT_ERR(b->cudaDeviceSynchronize(), cudaSuccess);
       const size_t elem = c.type == ncclFloat ? 4 : c.type == ncclHalf ? 2 : 1;
       EXPECT(b->ncclAllReduce(static_cast<char*>(src) + c.src_off,
                               static_cast<char*>(dst) + c.dst_off, c.bytes / elem, c.type,
