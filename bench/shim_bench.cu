@@ -11,10 +11,11 @@
 // 2 with --quick; given, each iteration's figure is printed too); under the
 // one-rank default snapshots the first few make the capture files that later
 // ones reuse, so a longer loop shows the steady state. --latency_only runs
-// the round-trip rows alone (4 B D2H, empty stream sync, event record +
-// query: well under a second), for many short pairs of runs whose median
-// ratio is steadier than a few long ones' (a run's placement on the CPUs
-// moves these rows by +-15 % from one process to the next).
+// the launch cost and the round-trip rows alone (4 B D2H, empty stream
+// sync, event record + query: well under a second), for many short pairs
+// of runs whose median ratio is steadier than a few long ones' (a run's
+// placement on the CPUs moves these rows by +-15 % from one process to the
+// next, the launch cost by up to 2x).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
 
   // 1. App-visible cost of one asynchronous launch: batches of 256 launches
   // (well below the launch queue depth), timed without the sync that follows.
-  if (!latency_only) {
+  {
     std::vector<double> per;
     for (int r = 0; r < 200 / reps; ++r) {
       auto t0 = Clock::now();

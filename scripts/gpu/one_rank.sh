@@ -25,11 +25,12 @@
 #      against the same pair's native run summarized apart.
 #      ONE_BENCH_ARM_FLAGS (revenant-run options, e.g. "--upload_hold=false"): the
 #      same third run with these options (with or without ONE_BENCH_ARM).
-#   3. The round-trip rows again (4 B D2H, empty stream sync, event record +
-#      query) in ONE_LAT_PAIRS short pairs (default 15; shim_bench
-#      --latency_only, under a second each, the order alternating): a
-#      process's placement on the CPUs moves these rows by +-15 % from one
-#      run to the next, so their median over many pairs is the row's figure.
+#   3. The launch cost and the round-trip rows again (4 B D2H, empty stream
+#      sync, event record + query) in ONE_LAT_PAIRS short pairs (default 15;
+#      shim_bench --latency_only, under a second each, the order
+#      alternating): a process's placement on the CPUs moves these rows by
+#      +-15 % from one run to the next (the launch cost by up to 2x), so
+#      their median over many pairs is the row's figure.
 #   4. The one-rank all-reduce (real NCCL) in ONE_AR_PAIRS short pairs
 #      (default 6; nccl_bench --only=1mib,16mib,256mib --scale=1000: ten
 #      times the bursts, 2000 all-reduces of 1 MiB in ~10 ms, the order
@@ -176,7 +177,7 @@ if [ "$MODE" = one_pairs ]; then
     record "one rank: $title in short pairs" "$s" "$slog"
   }
   if [ "${ONE_LAT_PAIRS:-15}" -gt 0 ]; then
-    short_pairs lat "${ONE_LAT_PAIRS:-15}" shim_bench "round-trip rows" --latency_only
+    short_pairs lat "${ONE_LAT_PAIRS:-15}" shim_bench "launch cost and round-trip rows" --latency_only
   fi
   if [ "${ONE_AR_PAIRS:-6}" -gt 0 ]; then
     SP_ARM="${ONE_AR_ARM:-}" short_pairs ar "${ONE_AR_PAIRS:-6}" nccl_bench "all-reduce algbw, 1 rank, real NCCL" --only=1mib,16mib,256mib --scale=1000
