@@ -62,8 +62,7 @@ enum class Type { kBool, kInt, kDouble, kString };
     "1: the agent prints at exit, with CLOCK_MONOTONIC start times, each piece of its own work "  \
     "that can hold the application up (snapshots, journal boundaries and compactions, files "    \
     "made, registered or unmapped, the journal helper's page allocations and frees, log chunks "  \
-    "made over "                                                                                 \
-    "0.5 ms, requests the executor spent over 1 ms on), to line up with slow steps.")             \
+    "made over 0.5 ms, requests the executor spent over 1 ms on), to line up with slow steps.")   \
   X(kCollectiveTimeoutS, "REVENANT_COLLECTIVE_TIMEOUT_S", kDouble, kProduct, "60",               \
     "Seconds a collective (NCCL or Gloo) may wait for its peers before it fails and its "       \
     "communicator is aborted; also the bound of a host-backend stream wait on a value "         \

@@ -1177,10 +1177,12 @@ int Driver(const std::string& self, const std::string& fatbin) {
   EXPECT(staged.status == 0);
   EXPECT(staged.out.find("a device spare of 8 MiB") != std::string::npos);
   EXPECT(staged.out.find("loaded back equal") != std::string::npos);
-  // By default the kernel takes the copies it may; with the knob at 0 every
-  // copy is a cudaMemcpyAsync, the bytes checked the same way.
-  for (const char* knob : {"", "REVENANT_NCCL_ONE_RANK_KERNEL=0 "}) {
-    const bool kernel = *knob == '\0';
+  // By default (the knob unset, whatever the runner's environment says) the
+  // kernel takes the copies it may; with the knob at 0 every copy is a
+  // cudaMemcpyAsync, the bytes checked the same way.
+  for (const char* knob :
+       {"env -u REVENANT_NCCL_ONE_RANK_KERNEL ", "REVENANT_NCCL_ONE_RANK_KERNEL=0 "}) {
+    const bool kernel = std::strncmp(knob, "env -u", 6) == 0;
     Run one_rank = RunChild(std::string(knob) + "timeout 120 " + self +
                             " --one_rank_copy_child --fatbin=" + fatbin + " 2>&1");
     std::printf("--- a one-rank communicator's all-reduces as copies (rank 5), %s\n%s",
