@@ -184,9 +184,9 @@ std::string SnapshotStore::PathOf(uint64_t minibatch) const {
 
 void SnapshotStore::Unmap(File* f) {
   if (f->map == nullptr) return;
-  // On the timeline: unmapping a file whose pages are resident tears down
-  // a page-table entry per page while other threads of the agent (the
-  // executor's) may wait for the process's memory map.
+  // A file whose pages are resident has a page-table entry per page to
+  // drop: in pieces (common/populate.h), so that the executor's own use of
+  // the memory map waits for a piece at most, not for the whole file.
   timeline::Span span("snapshot file unmapped");
   if (timeline::Enabled()) {
     span.set_detail(absl::StrFormat("%.1f MiB%s", f->size / 1048576.0,
@@ -194,7 +194,7 @@ void SnapshotStore::Unmap(File* f) {
   }
   if (f->registered && f->unregister) f->unregister(f->map);
   f->registered = false;
-  munmap(f->map, f->size);
+  UnmapInPieces(f->map, f->size);
   f->map = nullptr;
 }
 
@@ -229,7 +229,7 @@ void SnapshotStore::DeleteBehind(std::unique_ptr<File> f) {
   delete_thread_ = std::thread([map = f->map, size = f->size] {
     timeline::Span span("snapshot file unmapped behind");
     if (timeline::Enabled()) span.set_detail(absl::StrFormat("%.1f MiB", size / 1048576.0));
-    munmap(map, size);
+    UnmapInPieces(map, size);
   });
   f->map = nullptr;
 }
@@ -419,7 +419,7 @@ absl::Status SnapshotStore::ResizeFile(File* f, size_t size, bool populate) {
   const size_t old_len = (f->size + page - 1) / page * page;
   const size_t new_len = (size + page - 1) / page * page;
   if (size < f->size) {
-    if (new_len < old_len) munmap(f->map + new_len, old_len - new_len);
+    if (new_len < old_len) UnmapInPieces(f->map + new_len, old_len - new_len);
     f->size = size;  // the mapping is now new_len long
     if (truncate(f->path.c_str(), static_cast<off_t>(size)) != 0) {
       return absl::UnavailableError(absl::StrCat("truncate ", f->path, ": ", std::strerror(errno)));
@@ -462,7 +462,7 @@ void SnapshotStore::CutBehind(File* f, size_t size) {
   f->size = size;  // the mapping is new_len long once the thread is done
   cut_ok_ = true;
   cut_thread_ = std::thread([this, map, old_len, new_len, size, path = f->path] {
-    if (new_len < old_len) munmap(map + new_len, old_len - new_len);
+    if (new_len < old_len) UnmapInPieces(map + new_len, old_len - new_len);
     // Finish tries again (and fails the snapshot if it cannot): bytes past
     // the last allocation would make the reader refuse the file.
     cut_ok_ = truncate(path.c_str(), static_cast<off_t>(size)) == 0;

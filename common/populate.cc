@@ -63,4 +63,13 @@ absl::Status PopulateWritable(void* addr, size_t size, int threads) {
       absl::StrCat("cannot make ", size, " bytes of the mapping resident: ", std::strerror(err)));
 }
 
+void UnmapInPieces(void* addr, size_t size) {
+  if (addr == nullptr || size == 0) return;
+  char* p = static_cast<char*>(addr);
+  for (size_t at = kUnmapPieceBytes; at < size; at += kUnmapPieceBytes) {
+    madvise(p + at - kUnmapPieceBytes, kUnmapPieceBytes, MADV_DONTNEED);
+  }
+  munmap(addr, size);
+}
+
 }  // namespace revenant

@@ -1,5 +1,6 @@
 // PopulateWritable: the pages of a shared writable mapping made resident
-// before anything relies on them, by several threads.
+// before anything relies on them, by several threads. UnmapInPieces: a
+// large mapping dropped without holding up the process's other threads.
 //
 // A fresh tmpfs file (a capture file, a snapshot file, the application's
 // pinned memory) has no pages: each first store allocates one, and
@@ -36,6 +37,20 @@ int PopulateThreads(size_t size);
 // when some page could not be had (nothing is rolled back: the pages made
 // stay with the file).
 absl::Status PopulateWritable(void* addr, size_t size, int threads = 0);
+
+// Unmaps [addr, addr + size) (addr page-aligned; one shared mapping or
+// several) after dropping its pages from it in pieces of kUnmapPieceBytes
+// (MADV_DONTNEED: a shared file's pages stay in the file). One munmap of a
+// large resident mapping holds the process's memory map while it drops
+// every page-table entry, and another thread's mmap, munmap or mprotect
+// (the agent's executor growing its journal window, a large free) waits
+// for all of it: ~60 ms for 684 MiB on a 2-core VM, against ~1 ms in
+// pieces (bench/map_piece_bench.cc). Freeing the pages, where this was the
+// file's last reference, comes after, without the memory map held.
+// Populating is not so: MADV_POPULATE_WRITE leaves the other thread's
+// mmap waiting 2-6 ms whole or in pieces alike.
+inline constexpr size_t kUnmapPieceBytes = size_t{16} << 20;
+void UnmapInPieces(void* addr, size_t size);
 
 }  // namespace revenant
 

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <vector>
 
@@ -26,7 +27,7 @@ struct ShmemMap {
     map = static_cast<char*>(p);
   }
   ~ShmemMap() {
-    munmap(map, map_size);
+    if (map != nullptr) munmap(map, map_size);
     close(fd);
   }
   size_t AllocatedBytes() const {
@@ -81,6 +82,29 @@ TEST(PopulateWritable, RefusesAnUnalignedAddress) {
   ShmemMap m(1 << 20, 1 << 20);
   EXPECT_TRUE(absl::IsInvalidArgument(PopulateWritable(m.map + 1, 4096)));
   EXPECT_TRUE(PopulateWritable(m.map, 0).ok());
+}
+
+// The mapping goes, the file keeps every byte it was given through it.
+TEST(UnmapInPieces, UnmapsAndTheFileKeepsItsBytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (size_t size : {page, kUnmapPieceBytes, 2 * kUnmapPieceBytes + 5 * page}) {
+    SCOPED_TRACE(size);
+    ShmemMap m(size, size);
+    for (size_t i = 0; i < size; i += page) m.map[i + 3] = static_cast<char>(i / page * 7 + 1);
+    UnmapInPieces(m.map, size);
+    std::vector<unsigned char> v(size / page);
+    errno = 0;
+    EXPECT_EQ(mincore(m.map, size, v.data()), -1);  // nothing mapped there any more
+    EXPECT_EQ(errno, ENOMEM);
+    m.map = nullptr;  // unmapped
+    EXPECT_EQ(m.AllocatedBytes(), size);
+    for (size_t i = 0; i < size; i += page) {
+      char c = 0;
+      ASSERT_EQ(pread(m.fd, &c, 1, static_cast<off_t>(i + 3)), 1);
+      ASSERT_EQ(c, static_cast<char>(i / page * 7 + 1)) << i;
+    }
+  }
+  UnmapInPieces(nullptr, 4096);  // nothing
 }
 
 TEST(PopulateThreads, OnePer32MiBAtMostEight) {
