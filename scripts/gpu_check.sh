@@ -47,6 +47,7 @@ targets=(
   //agent/backends/cuda:cuda_backend_gpu_test //agent/backends/cuda:gpu_test_kernels
   //agent/backends/cuda:cuda_backend_test
   //bench:shim_bench //bench:nccl_bench //bench:cpu_pairs //bench:host_memory_bench //bench:launch_path_bench
+  //bench:map_piece_bench
   //tests/apps:train_mlp //tests/apps:collectives_all //tests/apps:collectives_bad
   //tests/apps:cublas_ops //tests/apps:driver_api //tools:librevenant_probe.so
   //tests/apps:cublaslt_ops //tests/apps:nccl_group_sim //tests/apps:cudnn_conv
@@ -70,7 +71,7 @@ cp "$root/tests/integration/agent_death_test.sh" "$root/tests/integration/recove
   "$root/tests/integration/recovery_hold_changed_test.sh" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_gpu_test" "$bin/agent/backends/cuda/gpu_test_kernels.fatbin" "$out/"
 cp "$bin/agent/backends/cuda/cuda_backend_test" "$out/"
-cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$bin/bench/cpu_pairs" \
+cp "$bin/bench/shim_bench.bin" "$bin/bench/nccl_bench.bin" "$bin/bench/cpu_pairs" "$bin/bench/map_piece_bench" \
   "$bin/bench/host_memory_bench.bin" "$bin/bench/launch_path_bench.bin" "$root/bench/compare.sh" \
   "$root/bench/journal_step.sh" "$out/bench/"
 cp "$bin/tests/apps/train_mlp.bin" "$bin/tests/apps/collectives_all.bin" \

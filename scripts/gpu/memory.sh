@@ -11,7 +11,9 @@
 # machine has torch (its live bytes put the snapshots' device spare at its
 # default bound), in MEM_TORCH_PAIRS pairs (default 3; the row is the median
 # of the pairs' differences), with MEM_TORCH_ARM's revenant-run flags as a
-# third run in each pair where set.
+# third run in each pair where set. Last, bench/map_piece_bench: what one
+# munmap of a resident 684 MiB file makes another thread's mmap wait,
+# against the agent's unmapping in pieces.
 if [ "$MODE" = all ] || [ "$MODE" = memory ]; then
   echo
   echo "=== memory: device memory in use (nvidia-smi), agent host memory, journal and snapshot bytes"
@@ -98,4 +100,11 @@ if [ "$MODE" = all ] || [ "$MODE" = memory ]; then
   else
     echo "   PyTorch mlp_ddp: not measured (no torch for $PY)"
   fi
+  # What dropping a snapshot-sized mapping whole makes another thread wait,
+  # against in pieces (the agent's way, common/populate.h), on this host.
+  timeout 120 "$G/bench/map_piece_bench" --mib 684 --rounds 3 >"$LOGS/map_piece.log" 2>&1; rc=$?
+  if [ $rc -eq 0 ] && grep -q "RESULT map_piece_unmap_worst_ratio" "$LOGS/map_piece.log"; then s=PASS
+  else s="FAIL (rc=$rc)"; fi
+  record "memory: a 684 MiB mapping dropped whole and in pieces (map_piece_bench)" "$s" "$LOGS/map_piece.log"
+  sed 's/^/   | /' "$LOGS/map_piece.log"
 fi
