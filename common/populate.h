@@ -44,7 +44,7 @@ absl::Status PopulateWritable(void* addr, size_t size, int threads = 0);
 // large resident mapping holds the process's memory map while it drops
 // every page-table entry, and another thread's mmap, munmap or mprotect
 // (the agent's executor growing its journal window, a large free) waits
-// for all of it: ~60 ms for 684 MiB on a 2-core VM, against ~1 ms in
+// for all of it: ~60 ms for 684 MiB on a 2-core machine, against ~1 ms in
 // pieces (bench/map_piece_bench.cc). Freeing the pages, where this was the
 // file's last reference, comes after, without the memory map held.
 // Populating is not so: MADV_POPULATE_WRITE leaves the other thread's
