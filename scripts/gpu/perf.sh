@@ -10,10 +10,11 @@
 #          skipped), the one-rank rows: train_mlp bursts (journal on / off / default
 #          snapshots against native), shim_bench pairs with PERF1_BENCH_ARM
 #          as a third arm (default REVENANT_HASH_PIECES=0: held uploads
-#          hashed whole, what the pieces give), the launch cost, the round-trip rows and the
-#          one-rank all-reduce in short pairs (with PERF1_AR_ARM as a third
-#          run, default REVENANT_NCCL_ONE_RANK_KERNEL=0: cudaMemcpyAsync
-#          instead of the copy kernel),
+#          hashed whole, what the pieces give), the launch cost and the
+#          round-trip rows in short pairs, the one-rank all-reduce in short
+#          pairs (with PERF1_AR_ARM as a third run, default
+#          REVENANT_NCCL_ONE_RANK_KERNEL=0: cudaMemcpyAsync instead of the
+#          copy kernel),
 #          PyTorch mlp_ddp and gpt_amp in 3 pairs each with PERF1_TORCH_ARM
 #          as a third run (default none), device and host memory
 #          (PyTorch's in MEM_TORCH_PAIRS pairs, default 3).             ~350 s

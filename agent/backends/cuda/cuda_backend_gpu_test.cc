@@ -1180,18 +1180,21 @@ int Driver(const std::string& self, const std::string& fatbin) {
   // By default (the knob unset, whatever the runner's environment says) the
   // kernel takes the copies it may; with the knob at 0 every copy is a
   // cudaMemcpyAsync, the bytes checked the same way.
-  for (const char* knob :
-       {"env -u REVENANT_NCCL_ONE_RANK_KERNEL ", "REVENANT_NCCL_ONE_RANK_KERNEL=0 "}) {
-    const bool kernel = std::strncmp(knob, "env -u", 6) == 0;
-    Run one_rank = RunChild(std::string(knob) + "timeout 120 " + self +
+  struct KnobCase {
+    const char* env;
+    const char* expected;
+  };
+  for (const KnobCase& k :
+       {KnobCase{"env -u REVENANT_NCCL_ONE_RANK_KERNEL ",
+                 "one-rank collectives issued as copies: 7, 3 of them by the agent's kernel"},
+        KnobCase{"REVENANT_NCCL_ONE_RANK_KERNEL=0 ",
+                 "one-rank collectives issued as copies: 7, 0 of them by the agent's kernel"}}) {
+    Run one_rank = RunChild(std::string(k.env) + "timeout 120 " + self +
                             " --one_rank_copy_child --fatbin=" + fatbin + " 2>&1");
-    std::printf("--- a one-rank communicator's all-reduces as copies (rank 5), %s\n%s",
-                kernel ? "the default" : knob, one_rank.out.c_str());
+    std::printf("--- a one-rank communicator's all-reduces as copies (rank 5), %s\n%s", k.env,
+                one_rank.out.c_str());
     EXPECT(one_rank.status == 0);
-    EXPECT(one_rank.out.find(kernel ? "one-rank collectives issued as copies: 7, 3 of them by "
-                                      "the agent's kernel"
-                                    : "one-rank collectives issued as copies: 7, 0 of them by "
-                                      "the agent's kernel") != std::string::npos);
+    EXPECT(one_rank.out.find(k.expected) != std::string::npos);
   }
   if (g_failures == 0) std::printf("PASS cuda_backend_gpu_test\n");
   return g_failures == 0 ? 0 : 1;

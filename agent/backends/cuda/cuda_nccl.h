@@ -307,8 +307,8 @@ class CudaNccl {
   // How a one-rank collective's copy of up to kDeviceCopyMaxBytes may be
   // issued by the backend (a kernel of its own: cheaper for the issuing
   // thread than cudaMemcpyAsync): `copy` returns false when it did not
-  // issue it (memory it cannot vouch for, unaligned, not loaded), and the
-  // copy goes through cudaMemcpyAsync. Called with mu_ held. Without it
+  // issue it (memory it cannot vouch for, unaligned, a failed launch), and
+  // the copy goes through cudaMemcpyAsync. Called with mu_ held. Without it
   // every copy is a cudaMemcpyAsync.
   using DeviceCopy = std::function<bool(void* dst, const void* src, size_t bytes,
                                         cudaStream_t stream)>;

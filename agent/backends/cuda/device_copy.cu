@@ -6,7 +6,7 @@
 // "The whole table again; a copy kernel for one-rank collectives").
 // Compiled to a fat binary at build time (sm_90 code and compute_90 PTX:
 // no compilation at load time on Hopper) and loaded by the agent with
-// cuModuleLoadData (device_copy_fatbin.h) at its first such copy.
+// cuModuleLoadData (device_copy_fatbin.h) when its backend is created.
 //
 // Both addresses and the size are multiples of 16 bytes (the caller checks
 // and copies anything else with cudaMemcpyAsync); the ranges do not
