@@ -114,6 +114,11 @@ ABSL_FLAG(uint64_t, snapshot_max_log_mib, 256,
           "by in the journal's minibatch; from three quarters of it a one-rank job's next step "
           "takes an asynchronous snapshot, which releases them (once they grew by an eighth of it "
           "past what the last one left)");
+ABSL_FLAG(double, snapshot_log_state_ratio, 1.0,
+          "with --snapshot_every=auto, one rank: the bound of --snapshot_max_log_mib is at least "
+          "this many times the last snapshot's bytes (a large state's snapshots then come no "
+          "more often than its bytes are journaled again), at most 4 times "
+          "--snapshot_max_log_mib; 0: --snapshot_max_log_mib alone");
 ABSL_FLAG(std::string, journal_thread, "auto",
           "a second thread journals the plain asynchronous requests (docs/design.md, \"The "
           "journal thread\"): behind (write-behind: the executor runs them at once), ahead "
@@ -380,6 +385,7 @@ void SnapshotOptionsFromFlags(SessionOptions* options) {
   uint64_t n = 0;
   options->snapshot_every = every == "auto" ? 0 : absl::SimpleAtoi(every, &n) && n > 0 ? n : 1;
   options->snapshot_max_log_bytes = absl::GetFlag(FLAGS_snapshot_max_log_mib) << 20;
+  options->snapshot_log_state_ratio = std::max(0.0, absl::GetFlag(FLAGS_snapshot_log_state_ratio));
   options->snapshot_min_interval_ns =
       static_cast<int64_t>(std::min<uint64_t>(absl::GetFlag(FLAGS_snapshot_min_interval_ms),
                                               uint64_t{1} << 32)) *

@@ -328,12 +328,13 @@ void Session::ReportAtExit() {
         "snapshots at exit: %d boundaries, %.3f MiB per boundary, %.2f ms mean, %.2f ms max "
         "per boundary, %d steps between snapshots (journaled inside their minibatch)%s; "
         "%d asynchronous (inside the journal's minibatch), %.2f ms mean to the finished file; "
-        "%d made due by the journal's bytes (%.1f MiB, --snapshot_max_log_mib); %d journal "
+        "%d made due by the journal's bytes (bound %.1f MiB: --snapshot_max_log_mib, or "
+        "--snapshot_log_state_ratio times the state); %d journal "
         "boundaries keeping the minibatch log in its first chunk (%.1f MiB; the last "
         "journal boundary took %.2f ms)",
         t.count, t.bytes / 1048576.0 / t.count, t.ms / t.count, t.max_ms, steps_skipped_,
         t.failures ? absl::StrCat(", ", t.failures, " FAILED") : std::string(), t.inside,
-        t.total_ms / t.count, bound_snapshots_, options_.snapshot_max_log_bytes / 1048576.0,
+        t.total_ms / t.count, bound_snapshots_, LogBound() / 1048576.0,
         log_chunk_boundaries_, options_.journal->minibatch_first_chunk() / 1048576.0,
         last_journal_boundary_ns_ / 1e6);
     const double live = static_cast<double>(t.last_bytes);
@@ -1037,6 +1038,24 @@ bool Session::LogChunkBoundaryDue(int64_t within_ns) const {
          factor * last_journal_boundary_ns_ - within_ns;
 }
 
+uint64_t Session::LogBound() const {
+  // A snapshot copies the whole state; a replay reads the log. With a state
+  // larger than the bound, the log's bytes made a snapshot due every time
+  // they grew by a fraction of the state (a PyTorch job with 554 MiB of state
+  // and ~1 MiB of input per step: one every ~170 steps, 1.05-1.20 of
+  // native's mean step, docs/performance.md). Bounded by the state's bytes
+  // too, the snapshots copy at most the bytes journaled between them (times
+  // the ratio), and a replay reads at most about as much as the snapshot it
+  // starts from holds. The journal's host memory grows with it: at most 4x
+  // snapshot_max_log_bytes. One rank only: with peers, as before.
+  const uint64_t base = options_.snapshot_max_log_bytes;
+  if (options_.world_size != 1) return base;
+  const double cap = 4.0 * static_cast<double>(base);
+  const double by_state = std::min(
+      cap, options_.snapshot_log_state_ratio * static_cast<double>(snapshot_totals_.last_bytes));
+  return by_state >= 1.8e19 ? UINT64_MAX : std::max(base, static_cast<uint64_t>(by_state));
+}
+
 uint64_t Session::LogBytesTowardBound() {
   const uint64_t minibatch = options_.journal->minibatch();
   const uint64_t setup = options_.journal->setup_file_bytes();
@@ -1059,7 +1078,7 @@ bool Session::SnapshotDue() {
     due = steps_since_snapshot_ + 1 >= options_.snapshot_every;
   } else if (!due) {
     due = TimedSnapshotDue() ||
-          options_.journal->live_minibatch_bytes() >= options_.snapshot_max_log_bytes;
+          options_.journal->live_minibatch_bytes() >= LogBound();
   }
   // A one-rank job keeps its captured uploads until a snapshot after them
   // (CaptureBound; with peers, boundaries must not depend on one rank's
@@ -1099,7 +1118,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
       // (With an explicit cadence their bytes make none due.)
       MakeNextSnapshotFile(options_.journal->live_minibatch_bytes(),
                            options_.snapshot_every > 1 ? UINT64_MAX
-                                                       : options_.snapshot_max_log_bytes,
+                                                       : LogBound(),
                            /*log_chunk=*/false);
     }
     last_plan_ns_ = MonotonicNanos();
@@ -1136,7 +1155,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
     // releases (the records) grew between journal boundaries, and the
     // snapshots it made due came closer and closer together.
     const bool by_bytes =
-        live >= options_.snapshot_max_log_bytes / 4 * 3 && live >= bound_floor_;
+        live >= LogBound() / 4 * 3 && live >= bound_floor_;
     // --snapshot_every=auto: a snapshot or journal boundary due while its
     // next file is still being made waits for it, step by step (not at the
     // bound, nor under a chaos point; an explicit cadence keeps its steps):
@@ -1145,7 +1164,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
     // (docs/performance.md).
     const bool wants = due || by_bytes || LogChunkBoundaryDue();
     if (options_.snapshot_every <= 1 && wants && !inside_chaos && inflight_ == nullptr &&
-        live < options_.snapshot_max_log_bytes && WaitsForNextFile()) {
+        live < LogBound() && WaitsForNextFile()) {
       ++steps_since_snapshot_;
       ++steps_skipped_;
       last_plan_ns_ = MonotonicNanos();
@@ -1153,7 +1172,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
     }
     if (((timed || by_bytes) && inflight_ == nullptr &&
          inside_since_boundary_ + 1 >= kInsidePerBoundary) ||
-        live >= options_.snapshot_max_log_bytes) {
+        live >= LogBound()) {
       steps_since_snapshot_ = 0;
       return SnapshotStep::kBoundary;
     }
@@ -1171,7 +1190,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
     }
     due_by_bytes = by_bytes;
     if (!due && inflight_ == nullptr && !inside_chaos) {
-      MakeNextSnapshotFile(live, std::max(options_.snapshot_max_log_bytes / 4 * 3, bound_floor_),
+      MakeNextSnapshotFile(live, std::max(LogBound() / 4 * 3, bound_floor_),
                            /*log_chunk=*/true);
     }
     last_plan_ns_ = MonotonicNanos();
@@ -1517,7 +1536,7 @@ void Session::ReapSnapshot(bool wait) {
   // needed (cuBLASLt descriptors destroyed since, superseded setters).
   options_.journal->ReplayStartsAt(f.seq);
   // The bound's next asynchronous snapshot waits for new bytes.
-  bound_floor_ = LogBytesTowardBound() + options_.snapshot_max_log_bytes / 8;
+  bound_floor_ = LogBytesTowardBound() + LogBound() / 8;
   const double total_ms = last_snapshot_ns_ / 1e6;
   if (timeline::Enabled()) {
     const std::string what =

@@ -112,6 +112,10 @@ struct SessionOptions {
   // own time said 2 %).
   int64_t snapshot_min_interval_ns = 1000ll * 1000 * 1000;
   uint64_t snapshot_max_log_bytes = 256ull << 20;
+  // The bound on the log is at least this many times the last snapshot's
+  // bytes (Session::LogBound), at most 4x snapshot_max_log_bytes; 0:
+  // snapshot_max_log_bytes alone.
+  double snapshot_log_state_ratio = 1.0;
   // Keep the snapshot given up at a boundary as the next one's (mapped,
   // registered) file: no mapping or registration per snapshot, 2x the live
   // bytes in snapshot files; false (the default): 1x between snapshots, a
@@ -567,6 +571,10 @@ class Session : private JournalingHost {
     return capture_ != nullptr ? capture_->captured_bytes() + capture_->held_bytes() / 2 : 0;
   }
   uint64_t CaptureBound() const;
+  // The log's bytes that force a journal boundary (three quarters of it an
+  // asynchronous snapshot): snapshot_max_log_bytes, or
+  // snapshot_log_state_ratio times the last snapshot's bytes if more.
+  uint64_t LogBound() const;
   bool CapturePressure();
   uint64_t capture_mark_started_ = 0;
   uint64_t holds_changed_seen_ = 0;  // held sources found changed, as CapturePressure last saw

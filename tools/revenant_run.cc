@@ -164,6 +164,11 @@ ABSL_FLAG(uint64_t, snapshot_max_log_mib, 256,
           "boundary with a synchronous snapshot; from three quarters of it a one-rank job's next "
           "step takes an asynchronous one (once they grew by an eighth of it past what the last "
           "one left)");
+ABSL_FLAG(double, snapshot_log_state_ratio, 1.0,
+          "with --snapshot_every=auto, one rank: the bound of --snapshot_max_log_mib is at least "
+          "this many times the last snapshot's bytes (a large state's snapshots then come no "
+          "more often than its bytes are journaled again), at most 4 times "
+          "--snapshot_max_log_mib; 0: --snapshot_max_log_mib alone");
 ABSL_FLAG(bool, snapshot_async, true,
           "with boundary snapshots in a one-rank job: the snapshots between journal boundaries "
           "are asynchronous (the device copies on a stream of its own, a thread finishes the "
@@ -810,6 +815,7 @@ int Main(int argc, char** argv) {
                                      "--snapshots=" + snapshots,
                                      "--snapshot_every=" + absl::GetFlag(FLAGS_snapshot_every),
                                      absl::StrCat("--snapshot_max_log_mib=", absl::GetFlag(FLAGS_snapshot_max_log_mib)),
+                                     absl::StrCat("--snapshot_log_state_ratio=", absl::GetFlag(FLAGS_snapshot_log_state_ratio)),
                                      absl::StrCat("--snapshot_min_interval_ms=", absl::GetFlag(FLAGS_snapshot_min_interval_ms)),
                                      std::string("--snapshot_async=") + (absl::GetFlag(FLAGS_snapshot_async) ? "true" : "false"),
                                      std::string("--snapshot_keep_spare=") + (absl::GetFlag(FLAGS_snapshot_keep_spare) ? "true" : "false"),

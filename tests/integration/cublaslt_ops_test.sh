@@ -103,9 +103,11 @@ grep -q "^\[r0\] final checksum $ref14\$" "$tmp/async14.log" || {
 # (this loop's records and inline batches) made every step due before: ~55
 # asynchronous snapshots in 300 iterations, one after another until the
 # bound forced a journal boundary; now a few per journal boundary.
+# The bound here is the flag's alone (--snapshot_log_state_ratio=0): this
+# loop's 4 MiB of state would raise it to 4 MiB; that rule is checked below.
 "$run" "${common[@]}" --snapshot_every=1 -- "$app" --iters 300 >"$tmp/each300.log" 2>&1 &&
-"$run" "${common[@]}" --snapshot_min_interval_ms=600000 --snapshot_max_log_mib=1 -- \
-  "$app" --iters 300 >"$tmp/bound300.log" 2>&1 || {
+"$run" "${common[@]}" --snapshot_min_interval_ms=600000 --snapshot_max_log_mib=1 \
+  --snapshot_log_state_ratio=0 -- "$app" --iters 300 >"$tmp/bound300.log" 2>&1 || {
   echo "FAIL: a 300-iteration loop failed"; tail -20 "$tmp"/*300.log; exit 1; }
 ref300=$(sed -n 's/^\[r0\] final checksum \([0-9a-f]*\)$/\1/p' "$tmp/each300.log")
 b_async=$(sed -n 's/.*; \([0-9]*\) asynchronous (inside.*/\1/p' "$tmp/bound300.log")
@@ -115,6 +117,22 @@ echo "the journal's bound, 300 iterations: ${b_async:-?} asynchronous snapshots,
 if [ -z "$ref300" ] || ! grep -q "^\[r0\] final checksum $ref300\$" "$tmp/bound300.log" ||
    [ "${b_due:-0}" -lt 3 ] || [ "${b_async:-99}" -gt 24 ] || [ "${b_live:-99999}" -gt $((each14 + 120 * per_iter)) ]; then
   echo "FAIL: want the checksum of a boundary at every step, >= 3 snapshots made due by the bound, <= 24 asynchronous snapshots, <= $((each14 + 120 * per_iter)) live setup entries"
+  exit 1
+fi
+# A bound below the state's bytes is raised to them (one rank, the default
+# --snapshot_log_state_ratio=1, at most 4x the flag): with 2 MiB asked and
+# ~4 MiB of state, the exit line reports the state's bound, and the loop
+# still ends with the checksum of a boundary at every step.
+"$run" "${common[@]}" --snapshot_min_interval_ms=600000 --snapshot_max_log_mib=2 -- \
+  "$app" --iters 300 >"$tmp/state300.log" 2>&1 || {
+  echo "FAIL: the 300-iteration loop with the state's bound failed"; tail -20 "$tmp/state300.log"; exit 1; }
+state_mib=$(sed -n 's/.*boundaries, \([0-9.]*\) MiB per boundary.*/\1/p' "$tmp/state300.log")
+s_bound=$(sed -n "s/.*made due by the journal's bytes (bound \([0-9.]*\) MiB.*/\1/p" "$tmp/state300.log")
+echo "the state's bound, 300 iterations, --snapshot_max_log_mib=2: ${state_mib:-?} MiB per snapshot, bound ${s_bound:-?} MiB"
+if [ -z "$state_mib" ] || [ -z "$s_bound" ] ||
+   ! awk -v s="$state_mib" -v b="$s_bound" 'BEGIN { exit !(s > 2.5 && b > 2.5 && b - s < 0.1 && s - b < 0.1) }' ||
+   ! grep -q "^\[r0\] final checksum $ref300\$" "$tmp/state300.log"; then
+  echo "FAIL: want a bound equal to the state's bytes (over 2.5 MiB) and the checksum of a boundary at every step"
   exit 1
 fi
 # Kills at the M-th asynchronous snapshot (in flight, or finished but not
