@@ -15,9 +15,9 @@
 #          pairs (with PERF1_AR_ARM as a third run, default
 #          REVENANT_NCCL_ONE_RANK_KERNEL=0: cudaMemcpyAsync instead of the
 #          copy kernel),
-#          PyTorch mlp_ddp and gpt_amp in 3 pairs each with PERF1_TORCH_ARM
-#          as a third run (default none), device and host memory
-#          (PyTorch's in MEM_TORCH_PAIRS pairs, default 3).             ~350 s
+#          PyTorch mlp_ddp (1200 steps) and gpt_amp (300) in 3 pairs each
+#          with PERF1_TORCH_ARM as a third run (default none), device and
+#          host memory (PyTorch's in MEM_TORCH_PAIRS pairs, default 3).  ~430 s
 #   perf2: the multi-rank rows: 2-rank nccl_bench, 4-rank busbw pairs (6:
 #          3 left one or no pair on one time-slice level, ~37 s), with
 #          PERF2_MPS=1 4 more under a private MPS daemon (no time slices,
@@ -64,8 +64,11 @@ if [ "$MODE" = perf1 ] || [ "$MODE" = perf2 ] || [ "$MODE" = perf3 ]; then
       perf_run one one_pairs 300 ONE_STEP_ROUNDS=3 ONE_BENCH_PAIRS=3 \
         "ONE_BENCH_ARM=${PERF1_BENCH_ARM-REVENANT_HASH_PIECES=0}" ONE_LAT_PAIRS=15 ONE_AR_PAIRS=8 \
         "ONE_AR_ARM=${PERF1_AR_ARM-REVENANT_NCCL_ONE_RANK_KERNEL=0}"
-      perf_run torch1 torch1_pairs 250 "TORCH_ONE=mlp_ddp gpt_amp" TORCH1_PAIRS=3 TORCH_STEPS=300 \
-        "TORCH1_ARM=${PERF1_TORCH_ARM:-}"
+      # mlp_ddp runs 1200 steps: with the log's bound by its 554 MiB of
+      # state, an asynchronous snapshot comes every ~370 of its steps, so 300
+      # would measure none after the first.
+      perf_run torch1 torch1_pairs 300 "TORCH_ONE=mlp_ddp gpt_amp" TORCH1_PAIRS=3 TORCH_STEPS=300 \
+        TORCH1_STEPS_mlp_ddp=1200 "TORCH1_ARM=${PERF1_TORCH_ARM:-}"
       perf_run memory memory 150
       ;;
     perf2)

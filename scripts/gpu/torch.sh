@@ -33,7 +33,8 @@
 # MODE torch1_pairs: the 1-rank step of TORCH_ONE (default mlp_ddp) only,
 #   TORCH1_PAIRS pairs (default 3) of a native run and a run under the shim
 #   with the default snapshots, the order alternating, TORCH_STEPS steps
-#   (default 300, so that the snapshots of a longer job enter the mean):
+#   (default 300, so that the snapshots of a longer job enter the mean;
+#   TORCH1_STEPS_<script> for one script's):
 #   each pair's ratio of the median step and of the mean step (every
 #   snapshot in it), the median of the pairs' ratios, and the parameters
 #   equal in every pair. TORCH1_ARM="NAME=VALUE ... --flag ...": a third run
@@ -168,7 +169,7 @@ PYEOF
     [ "$tp_ok" = 1 ] && st=PASS || st=FAIL
     record "torch mlp_ddp 4 ranks nccl step pairs" "$st" "$clog"
   elif [ "$MODE" = torch1_pairs ]; then
-    t1_n=${TORCH1_PAIRS:-3}; t1_steps=${TORCH_STEPS:-300}
+    t1_n=${TORCH1_PAIRS:-3}
     # REVENANT_TIMELINE=1 (a product knob: the same agent): each slow step
     # is printed with the agent's work that overlapped it (th_slow).
     t1_shim() {
@@ -182,6 +183,9 @@ PYEOF
         --timeout=360 -- "$PY" "$TS/$s.py" --steps "$t1_steps" >"$xlog" 2>&1
     }
     for s in ${TORCH_ONE:-mlp_ddp}; do
+      # TORCH1_STEPS_<script> (e.g. TORCH1_STEPS_mlp_ddp=1200): that
+      # script's steps instead of TORCH_STEPS.
+      t1_steps_var="TORCH1_STEPS_${s//[^A-Za-z0-9_]/_}"; t1_steps=${!t1_steps_var:-${TORCH_STEPS:-300}}
       t1_ok=1; t1_med=(); t1_mean=(); t1_xmed=(); t1_xmean=()
       for p in $(seq 1 "$t1_n"); do
         nlog="$LOGS/torch.$s.pair.native.log"; clog="$LOGS/torch.$s.pair.cuda.log"
