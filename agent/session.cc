@@ -1146,6 +1146,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
     // its snapshot must be complete first). The captured uploads need none:
     // a finished snapshot releases them.
     const uint64_t live = LogBytesTowardBound();
+    const uint64_t bound = LogBound();
     // A finished snapshot releases the payloads journaled before it
     // (ReapSnapshot) and the setup log's calls only a replay from before it
     // needed: from three quarters of the bound, one is due before the bound
@@ -1155,7 +1156,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
     // releases (the records) grew between journal boundaries, and the
     // snapshots it made due came closer and closer together.
     const bool by_bytes =
-        live >= LogBound() / 4 * 3 && live >= bound_floor_;
+        live >= bound / 4 * 3 && live >= bound_floor_;
     // --snapshot_every=auto: a snapshot or journal boundary due while its
     // next file is still being made waits for it, step by step (not at the
     // bound, nor under a chaos point; an explicit cadence keeps its steps):
@@ -1164,7 +1165,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
     // (docs/performance.md).
     const bool wants = due || by_bytes || LogChunkBoundaryDue();
     if (options_.snapshot_every <= 1 && wants && !inside_chaos && inflight_ == nullptr &&
-        live < LogBound() && WaitsForNextFile()) {
+        live < bound && WaitsForNextFile()) {
       ++steps_since_snapshot_;
       ++steps_skipped_;
       last_plan_ns_ = MonotonicNanos();
@@ -1172,7 +1173,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
     }
     if (((timed || by_bytes) && inflight_ == nullptr &&
          inside_since_boundary_ + 1 >= kInsidePerBoundary) ||
-        live >= LogBound()) {
+        live >= bound) {
       steps_since_snapshot_ = 0;
       return SnapshotStep::kBoundary;
     }
@@ -1190,7 +1191,7 @@ Session::SnapshotStep Session::PlanSnapshot(uint64_t seq, bool forced) {
     }
     due_by_bytes = by_bytes;
     if (!due && inflight_ == nullptr && !inside_chaos) {
-      MakeNextSnapshotFile(live, std::max(LogBound() / 4 * 3, bound_floor_),
+      MakeNextSnapshotFile(live, std::max(bound / 4 * 3, bound_floor_),
                            /*log_chunk=*/true);
     }
     last_plan_ns_ = MonotonicNanos();
