@@ -575,6 +575,10 @@ class Session : private JournalingHost {
   // asynchronous snapshot): snapshot_max_log_bytes, or
   // snapshot_log_state_ratio times the last snapshot's bytes if more.
   uint64_t LogBound() const;
+  // The journal's growth at which the agent places a boundary of its own
+  // (MaybePlaceOwnBoundary): journal_boundary_bytes; where LogBound raised
+  // snapshot_max_log_bytes, raised by the same factor and an eighth more.
+  uint64_t OwnBoundaryBytes() const;
   bool CapturePressure();
   uint64_t capture_mark_started_ = 0;
   uint64_t holds_changed_seen_ = 0;  // held sources found changed, as CapturePressure last saw
