@@ -645,8 +645,8 @@ void Session::MaybePlaceOwnBoundary(const transport::RecordHeader& rec, bool jou
     REVENANT_LOG(INFO, "agent") << absl::StrFormat(
         "rank %d: the journal grew by %.2f MiB without a minibatch boundary (none detected or "
         "marked): the agent placed the boundary of minibatch %d itself, with its snapshot, "
-        "before request %d (%d such boundaries; REVENANT_JOURNAL_BOUNDARY_KIB=%d, here %d KiB "
-        "with the log's bound by the state); journal %.2f MiB -> %.2f MiB",
+        "before request %d (%d such boundaries; REVENANT_JOURNAL_BOUNDARY_KIB=%d, used as %d KiB: "
+        "raised with the log's bound by the state where it was); journal %.2f MiB -> %.2f MiB",
         options_.rank, grown / 1048576.0, own_boundary_minibatch_, rec.seq, own_boundaries_,
         options_.journal_boundary_bytes >> 10, OwnBoundaryBytes() >> 10,
         before_bytes / 1048576.0,
@@ -1059,8 +1059,8 @@ uint64_t Session::LogBound() const {
 uint64_t Session::OwnBoundaryBytes() const {
   // An asynchronous snapshot is due from three quarters of the log's bound,
   // and it releases what a replay no longer reads; the agent's own boundary
-  // (synchronous, the whole state on the critical path, into a file not
-  // made ahead) is the backstop behind it. Raised with the bound: left at
+  // (synchronous: the whole state on the critical path) is the backstop
+  // behind it. Raised with the bound: left at
   // its own bytes (equal to the flag's by default), it came first for a
   // one-rank PyTorch job with 684 MiB of state (bound 684 MiB, asynchronous
   // from 513): 5 synchronous snapshots of ~150 ms in 1200 steps and no
