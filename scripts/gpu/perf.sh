@@ -17,7 +17,7 @@
 #          copy kernel),
 #          PyTorch mlp_ddp (1200 steps) and gpt_amp (300) in 3 pairs each
 #          with PERF1_TORCH_ARM as a third run (default none), device and
-#          host memory (PyTorch's in MEM_TORCH_PAIRS pairs, default 3).  ~430 s
+#          host memory (PyTorch's in MEM_TORCH_PAIRS pairs, default 3, of 1200 steps).  ~430 s
 #   perf2: the multi-rank rows: 2-rank nccl_bench, 4-rank busbw pairs (6:
 #          3 left one or no pair on one time-slice level, ~37 s), with
 #          PERF2_MPS=1 4 more under a private MPS daemon (no time slices,
