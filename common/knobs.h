@@ -126,7 +126,9 @@ enum class Type { kBool, kInt, kDouble, kString };
     "A one-rank job with boundary snapshots whose journal grew by this many KiB without a "     \
     "minibatch boundary (none detected or marked; payloads released behind its snapshots do "  \
     "not count): the agent places one itself, with its snapshot, so that the journal stays "    \
-    "bounded; 0: never.")                                                                        \
+    "bounded; where the log's bound was raised by the state (--snapshot_log_state_ratio), "      \
+    "raised by the same factor and an eighth more, so that the bound's asynchronous "           \
+    "snapshots come first; 0: never.")                                                           \
   X(kJournalMaxKib, "REVENANT_JOURNAL_MAX_KIB", kInt, kProduct, "no limit",                      \
     "A rank's journal may not grow past this many KiB: there, as on a full disk, the agent "    \
     "stops taking requests and the application's calls fail with the reason.")                  \
