@@ -1060,14 +1060,14 @@ uint64_t Session::OwnBoundaryBytes() const {
   // An asynchronous snapshot is due from three quarters of the log's bound,
   // and it releases what a replay no longer reads; the agent's own boundary
   // (synchronous: the whole state on the critical path) is the backstop
-  // behind it. Raised with the bound: left at
-  // its own bytes (equal to the flag's by default), it came first for a
-  // one-rank PyTorch job with 684 MiB of state (bound 684 MiB, asynchronous
-  // from 513): 5 synchronous snapshots of ~150 ms in 1200 steps and no
-  // asynchronous one, 1.19-1.36 of native's mean step (docs/performance.md).
-  // Raised, it sits an eighth above: a job whose steps are detected meets
-  // the bound itself at a step first (PlanSnapshot's journal boundary, its
-  // file made ahead); a job without detected steps still has this one.
+  // behind it. Left at its own bytes (equal to the flag's by default) under
+  // a raised bound, it came first for a one-rank PyTorch job with 684 MiB of
+  // state (bound 684 MiB, asynchronous from 513): 5 synchronous snapshots of
+  // ~150 ms in 1200 steps and no asynchronous one, 1.19-1.36 of native's
+  // mean step (docs/performance.md). Raised by the bound's factor and an
+  // eighth more: a job whose steps are detected meets the bound itself at a
+  // step first (PlanSnapshot's journal boundary, its file made ahead); a job
+  // without detected steps still has this one.
   const uint64_t own = options_.journal_boundary_bytes;
   const uint64_t base = options_.snapshot_max_log_bytes;
   const uint64_t bound = LogBound();
