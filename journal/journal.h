@@ -373,13 +373,19 @@ class Journal {
   struct AheadRequest {
     int fd;
     uint64_t offset, length;
-    bool punch;  // free released pages (FALLOC_FL_PUNCH_HOLE) instead
+    enum Kind {
+      kAllocate,
+      kPunch,  // free released pages (FALLOC_FL_PUNCH_HOLE)
+      kClose,  // only close fd (a removed file's: its pages are freed)
+    } kind;
   };
   // spare_thread_ frees [offset, offset + length) of the file open as `fd`
-  // (released payloads); WaitForPunches returns once every such request
-  // queued so far is done (before the file can be written over again).
+  // (released payloads); Punching() tells whether such a request is queued
+  // or running (the file must not be written over again until it is done).
   void PunchLater(int fd, uint64_t offset, uint64_t length);
-  void WaitForPunches();
+  bool Punching();
+  // spare_thread_ closes `fd`, after the requests queued before it.
+  void CloseLater(int fd);
   int punches_pending_ ABSL_GUARDED_BY(spare_mu_) = 0;
   std::atomic<uint64_t> payload_bytes_punched_{0};
   // The zeroed spare (waiting for the zeroing if it is still running), or

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -20,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/crc32c.h"
@@ -1762,40 +1765,87 @@ TEST(JournalTest, ReleasedPayloadsAreFreedAndReadBackMarked) {
 }
 
 // A boundary hands the payload file on to the next segment, which writes
-// over it from its start: the pages released just before are freed first,
-// never over the new payloads (seeded random sizes, seed 20261205).
+// over it from its start, only once the pages released in it are freed: with
+// a release still being freed at the boundary (right before it, the helper
+// slowed) the file is removed instead and the next segment's payloads read
+// back intact; given the time to finish, the file is reused (seeded random
+// sizes, seed 20261205).
 TEST(JournalTest, ReleasedPagesAreFreedBeforeThePayloadFileIsWrittenOver) {
-  const std::string dir = TestDir("release_reuse");
+  for (const bool settled : {false, true}) {
+    const std::string dir = TestDir(settled ? "release_reuse_settled" : "release_reuse");
+    JournalOptions o;
+    // A free still queued at the boundary would land on the next segment's
+    // payloads while they are read below.
+    o.before_punch = [] { absl::SleepFor(absl::Milliseconds(20)); };
+    auto j = OpenJournal(dir, o);
+    ASSERT_NE(j, nullptr);
+    std::mt19937 rng(20261205);
+    std::printf("seed 20261205, released pages %s at the boundary\n",
+                settled ? "freed" : "being freed");
+    uint64_t seq = 0;
+    for (uint64_t b = 1; b <= 6; ++b) {
+      ASSERT_TRUE(j->MarkBoundary(b).ok());
+      std::vector<std::string> want;
+      for (int i = 0; i < 4; ++i) {
+        std::string p(std::uniform_int_distribution<size_t>(300000, 3000000)(rng), '\0');
+        for (size_t k = 0; k < p.size(); k += 64) p[k] = static_cast<char>(rng() | 1);
+        ASSERT_TRUE(j->AppendMinibatch(Entry(++seq), p).ok());
+        want.push_back(std::move(p));
+      }
+      absl::SleepFor(absl::Milliseconds(60));
+      Read r = ReadLog(dir, MINIBATCH);
+      ASSERT_TRUE(r.status.ok()) << "minibatch " << b << ": " << r.status;
+      ASSERT_EQ(4u, r.entries.size());
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_TRUE(r.entries[i].inline_payload() == want[i]) << "minibatch " << b << " entry " << i;
+      }
+      // All but the last released before the next boundary: right before it,
+      // or with time to be freed (the helper's 20 ms pause and the punch).
+      ASSERT_TRUE(j->ReleasePayloadsBefore(seq).ok());
+      if (settled) absl::SleepFor(absl::Milliseconds(500));
+    }
+    if (settled) {
+      EXPECT_GE(j->stats().payload_files_reused, 4u);
+    } else {
+      EXPECT_EQ(0u, j->stats().payload_files_reused);
+    }
+    EXPECT_EQ(6u, j->stats().release_markers);
+  }
+}
+
+// A boundary does not wait for the freeing of pages released before it (a
+// one-rank job's synchronous snapshot releases its payloads right before its
+// journal boundary): the helper's free here waits until the boundary returned
+// (at most 10 s); a boundary that waited for it would return only after that
+// bound, the free seeing no return.
+TEST(JournalTest, BoundaryDoesNotWaitForReleasedPagesToBeFreed) {
+  const std::string dir = TestDir("release_no_wait");
+  auto returned = std::make_shared<absl::Notification>();
+  auto saw_return = std::make_shared<std::atomic<int>>(-1);
   JournalOptions o;
-  // The helper thread slowed: a free still queued at the boundary would land
-  // on the next segment's payloads while they are read below.
-  o.before_punch = [] { absl::SleepFor(absl::Milliseconds(20)); };
+  o.before_punch = [returned, saw_return] {
+    saw_return->store(returned->WaitForNotificationWithTimeout(absl::Seconds(10)) ? 1 : 0);
+  };
   auto j = OpenJournal(dir, o);
   ASSERT_NE(j, nullptr);
-  std::mt19937 rng(20261205);
-  std::printf("seed 20261205\n");
-  uint64_t seq = 0;
-  for (uint64_t b = 1; b <= 6; ++b) {
-    ASSERT_TRUE(j->MarkBoundary(b).ok());
-    std::vector<std::string> want;
-    for (int i = 0; i < 4; ++i) {
-      std::string p(std::uniform_int_distribution<size_t>(300000, 3000000)(rng), '\0');
-      for (size_t k = 0; k < p.size(); k += 64) p[k] = static_cast<char>(rng() | 1);
-      ASSERT_TRUE(j->AppendMinibatch(Entry(++seq), p).ok());
-      want.push_back(std::move(p));
-    }
-    absl::SleepFor(absl::Milliseconds(60));
-    Read r = ReadLog(dir, MINIBATCH);
-    ASSERT_TRUE(r.status.ok()) << "minibatch " << b << ": " << r.status;
-    ASSERT_EQ(4u, r.entries.size());
-    for (int i = 0; i < 4; ++i) {
-      EXPECT_TRUE(r.entries[i].inline_payload() == want[i]) << "minibatch " << b << " entry " << i;
-    }
-    // All but the last released right before the next boundary.
-    ASSERT_TRUE(j->ReleasePayloadsBefore(seq).ok());
-  }
-  EXPECT_GE(j->stats().payload_files_reused, 4u);
-  EXPECT_EQ(6u, j->stats().release_markers);
+  ASSERT_TRUE(j->MarkBoundary(1).ok());
+  const std::string p(size_t{4} << 20, 'p');
+  ASSERT_TRUE(j->AppendMinibatch(Entry(1), p).ok());
+  ASSERT_TRUE(j->AppendMinibatch(Entry(2), p).ok());
+  absl::StatusOr<uint64_t> freed = j->ReleasePayloadsBefore(2);
+  ASSERT_TRUE(freed.ok()) << freed.status();
+  ASSERT_GT(*freed, 0u);
+  ASSERT_TRUE(j->MarkBoundary(2, 3).ok());
+  returned->Notify();
+  ASSERT_TRUE(j->AppendMinibatch(Entry(3), p).ok());
+  // The free ran (after the boundary returned) and the next segment's
+  // payload reads back intact.
+  for (int i = 0; i < 200 && saw_return->load() < 0; ++i) absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(1, saw_return->load());
+  Read r = ReadLog(dir, MINIBATCH);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  ASSERT_FALSE(r.entries.empty());
+  EXPECT_TRUE(r.entries.back().inline_payload() == p);
 }
 
 // In a mapped log a training step's input batch (here 8 KiB, over the
