@@ -947,10 +947,12 @@ void Journal::SpareLoop() {
       };
       spare_mu_.Await(absl::Condition(&work));
       if (spare_stop_) return;
-      ahead.swap(ahead_);
       create = spare_create_;
       log = spare_log_.get();
       dirty = spare_dirty_;
+      // The spare first: a boundary waits for it (TakeZeroedSpare), none
+      // waits for the requests below.
+      if (!create && dirty == 0) ahead.swap(ahead_);
     }
     if (!ahead.empty()) {
       // Payload pages ahead of the writes (not fatal if refused: the write

@@ -1775,8 +1775,16 @@ TEST(JournalTest, ReleasedPagesAreFreedBeforeThePayloadFileIsWrittenOver) {
     const std::string dir = TestDir(settled ? "release_reuse_settled" : "release_reuse");
     JournalOptions o;
     // A free still queued at the boundary would land on the next segment's
-    // payloads while they are read below.
-    o.before_punch = [] { absl::SleepFor(absl::Milliseconds(20)); };
+    // payloads while they are read below. Unsettled, the k-th free waits
+    // until the boundary after its release returned (at most 10 s); settled,
+    // it is 20 ms late.
+    auto frees = std::make_shared<std::atomic<int>>(0);
+    auto passed = std::make_shared<std::atomic<int>>(0);
+    o.before_punch = [settled, frees, passed] {
+      if (settled) return absl::SleepFor(absl::Milliseconds(20));
+      const int k = ++*frees;
+      for (int i = 0; i < 10000 && passed->load() < k; ++i) absl::SleepFor(absl::Milliseconds(1));
+    };
     auto j = OpenJournal(dir, o);
     ASSERT_NE(j, nullptr);
     std::mt19937 rng(20261205);
@@ -1785,6 +1793,7 @@ TEST(JournalTest, ReleasedPagesAreFreedBeforeThePayloadFileIsWrittenOver) {
     uint64_t seq = 0;
     for (uint64_t b = 1; b <= 6; ++b) {
       ASSERT_TRUE(j->MarkBoundary(b).ok());
+      passed->store(static_cast<int>(b) - 1);
       std::vector<std::string> want;
       for (int i = 0; i < 4; ++i) {
         std::string p(std::uniform_int_distribution<size_t>(300000, 3000000)(rng), '\0');
@@ -1800,7 +1809,7 @@ TEST(JournalTest, ReleasedPagesAreFreedBeforeThePayloadFileIsWrittenOver) {
         EXPECT_TRUE(r.entries[i].inline_payload() == want[i]) << "minibatch " << b << " entry " << i;
       }
       // All but the last released before the next boundary: right before it,
-      // or with time to be freed (the helper's 20 ms pause and the punch).
+      // or with time to be freed (the helper's 20 ms pause and the free).
       ASSERT_TRUE(j->ReleasePayloadsBefore(seq).ok());
       if (settled) absl::SleepFor(absl::Milliseconds(500));
     }
