@@ -1822,9 +1822,9 @@ TEST(JournalTest, ReleasedPagesAreFreedBeforeThePayloadFileIsWrittenOver) {
   }
 }
 
-// A boundary does not wait for the freeing of pages released before it (a
-// one-rank job's synchronous snapshot releases its payloads right before its
-// journal boundary): the helper's free here waits until the boundary returned
+// A boundary does not wait for the freeing of pages released before it (an
+// asynchronous snapshot reaped just before a journal boundary releases its
+// payloads): the helper's free here waits until the boundary returned
 // (at most 10 s); a boundary that waited for it would return only after that
 // bound, the free seeing no return.
 TEST(JournalTest, BoundaryDoesNotWaitForReleasedPagesToBeFreed) {
