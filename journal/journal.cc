@@ -773,13 +773,10 @@ class SegmentWriter {
   }
 
   // A superseded segment (closed) hands its payload file to the journal as
-  // the spare, up to kMaxSparePayload bytes (an older spare not taken is
-  // removed); the file is no longer this segment's.
+  // the spare (an older spare not taken is removed); the file is no longer
+  // this segment's. RecycleLog decides whether (up to kMaxSparePayload).
   void KeepPayloadAsSpare() {
-    if (payload_file_ == nullptr || spare_payload_ == nullptr ||
-        payload_length_ > kMaxSparePayload) {
-      return;
-    }
+    if (payload_file_ == nullptr || spare_payload_ == nullptr) return;
     if (spare_payload_->present) RemoveFile(spare_payload_->path).IgnoreError();
     spare_payload_->present = RenameFile(payload_path_ + suffix_, spare_payload_->path).ok();
     if (spare_payload_->present) payload_file_.reset();
